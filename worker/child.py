@@ -1,0 +1,118 @@
+"""The trial's child process: `python -m worker.child SPEC.json REPORT.json`.
+
+A fresh process per trial keeps peaks clean and lets an OOM or a segfault end
+only this process. The report is rewritten after every phase, so a child
+killed mid-trial still leaves the phases it finished.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import traceback
+
+from worker import report as reports
+from worker.probes.allocator import AllocatorProbe
+
+
+class Trial:
+    """What a workload sees: its device, a synchronize, and timed phases."""
+
+    def __init__(self, report: dict, path: str):
+        self.report, self.path = report, path
+        self.torch, self.device, self.allocator = None, "cpu", None
+        self.current = None
+
+    def attach(self, torch, device: str) -> None:
+        """Called once torch is imported and the device chosen (end of `setup`)."""
+        self.torch, self.device = torch, device
+        self.allocator = AllocatorProbe(torch, device)
+
+    def sync(self) -> None:
+        # GPU work is asynchronous: a timestamp without a synchronize measures nothing.
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        self.current = name
+        self.sync()
+        if self.allocator:
+            self.allocator.phase_start()
+        start, t0 = time.time(), time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sync()
+            seconds = time.perf_counter() - t0
+            memory = self.allocator.phase_end() if self.allocator else {}
+            self.report["phases"].append({"name": name, "start": start,
+                                          "end": start + seconds, "seconds": seconds,
+                                          **memory})
+            save(self.report, self.path)
+        self.current = None
+
+
+def save(report: dict, path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f)
+    os.replace(tmp, path)
+
+
+def classify(exc: BaseException, torch) -> str:
+    if isinstance(exc, MemoryError):
+        return "oom"
+    oom = getattr(torch.cuda, "OutOfMemoryError", ())
+    if (oom and isinstance(exc, oom)) or "out of memory" in str(exc).lower():
+        return "oom"
+    return "crash"
+
+
+def pick_device(torch, wanted: str) -> str:
+    if wanted == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise LookupError("device=cuda was asked for, but torch on this worker sees no CUDA "
+                          f"device (torch {torch.__version__}, CUDA {torch.version.cuda}); "
+                          "use device=auto or device=cpu, or run on a CUDA worker")
+    return wanted
+
+
+def main(spec_path: str, report_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    report = reports.new_report(spec["workload"], spec["params"])
+    report["started"] = time.time()
+    save(report, report_path)
+    trial = Trial(report, report_path)
+    try:
+        with trial.phase("setup"):  # importing torch and the workload, picking the device
+            import torch
+            from worker import env, workloads
+            device = pick_device(torch, spec["params"].get("device", "auto"))
+            report["env"] = env.fingerprint(torch, device)
+            workload = workloads.load(spec["workload"])
+        trial.attach(torch, device)
+        results = workload.run(spec["params"], trial)
+        report.update(results)
+        report["status"] = "ok"
+    except LookupError as exc:
+        reports.fail(report, "unsupported", str(exc), trial.current)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a report
+        torch_mod = sys.modules.get("torch")
+        cls = classify(exc, torch_mod) if torch_mod else "crash"
+        reports.fail(report, cls, "".join(traceback.format_exception(exc)), trial.current)
+    if trial.allocator:
+        values, method = trial.allocator.totals()
+        report["memory"].update(values)
+        report["memory"]["method"].update(method)
+    report["finished"] = time.time()
+    save(report, report_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,52 @@
+"""HTTP client for the bot's worker API (stdlib only: a GPU box needs no
+extra HTTP package). Every call is outbound: the box needs no open port."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+class Client:
+    def __init__(self, server: str, token: str):
+        self.server = server.rstrip("/")
+        self.token = token
+
+    def call(self, path: str, body: dict, timeout: float = 30) -> dict | None:
+        """POST JSON; the decoded reply, or None for 204. Raises ApiError for
+        an HTTP error, OSError when the server cannot be reached."""
+        req = urllib.request.Request(
+            self.server + path, data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                if resp.status == 204:
+                    return None
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("error", exc.reason)
+            except ValueError:
+                message = exc.reason
+            raise ApiError(exc.code, message) from None
+
+    def register(self, name: str, info: dict) -> dict:
+        return self.call("/api/workers/register", {"worker": name, "info": info})
+
+    def lease(self, name: str, wait: float) -> dict | None:
+        return self.call("/api/lease", {"worker": name, "wait": wait}, timeout=wait + 30)
+
+    def heartbeat(self, name: str, job: dict, phase: str | None = None) -> dict:
+        return self.call(f"/api/jobs/{job['id']}/heartbeat",
+                         {"worker": name, "lease": job["lease"], "phase": phase})
+
+    def report(self, name: str, job: dict, report: dict) -> dict:
+        return self.call(f"/api/jobs/{job['id']}/report",
+                         {"worker": name, "lease": job["lease"], "report": report})

@@ -1,0 +1,26 @@
+"""Environment fingerprint: what the trial ran on, so two trials are only
+compared when they ran on the same kind of environment."""
+from __future__ import annotations
+
+import platform
+import socket
+import sys
+
+
+def fingerprint(torch, device: str) -> dict:
+    env = {
+        "device": device,
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu": platform.processor() or platform.machine(),
+        "os": f"{platform.system()} {platform.release()}",
+        "gpu_name": None, "gpu_count": 0, "gpu_memory": None, "driver": None,
+    }
+    if torch.cuda.is_available():
+        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+        env.update(gpu_name=props[0].name, gpu_count=len(props),
+                   gpu_memory=props[0].total_memory)
+    env["executable"] = sys.executable
+    return env

@@ -1,0 +1,40 @@
+"""PyTorch caching-allocator figures, per phase and for the whole trial (CUDA only)."""
+from __future__ import annotations
+
+METHOD = {
+    "allocated": "torch.cuda.memory_allocated at the end of the trial",
+    "reserved": "torch.cuda.memory_reserved at the end of the trial",
+    "peak_allocated": "torch.cuda.max_memory_allocated, peak reset at each phase start",
+    "peak_reserved": "torch.cuda.max_memory_reserved, peak reset at each phase start",
+}
+
+
+class AllocatorProbe:
+    def __init__(self, torch, device: str):
+        self.torch = torch
+        self.on = device == "cuda"
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+
+    def phase_start(self) -> None:
+        if self.on:
+            self.torch.cuda.reset_peak_memory_stats()
+
+    def phase_end(self) -> dict:
+        """Peaks of the phase just ended (null on a device without an allocator)."""
+        if not self.on:
+            return {"peak_allocated": None, "peak_reserved": None}
+        cuda = self.torch.cuda
+        a, r = cuda.max_memory_allocated(), cuda.max_memory_reserved()
+        self.peak_allocated = max(self.peak_allocated, a)
+        self.peak_reserved = max(self.peak_reserved, r)
+        return {"peak_allocated": a, "peak_reserved": r}
+
+    def totals(self) -> tuple[dict, dict]:
+        if not self.on:
+            reason = "not measurable: no CUDA caching allocator on this device"
+            return ({k: None for k in METHOD}, {k: reason for k in METHOD})
+        cuda = self.torch.cuda
+        values = {"allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved(),
+                  "peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved}
+        return values, dict(METHOD)

@@ -1,0 +1,71 @@
+"""The trial report: one JSON document shared by the worker and the bot.
+
+The worker builds it, the bot stores and renders it, other tools read it.
+Field names are a contract (README, "The trial report").
+"""
+from __future__ import annotations
+
+SCHEMA = "trialbot.trial/1"
+
+# Every memory figure, null where the device cannot measure it.
+MEMORY_FIELDS = (
+    "allocated",          # torch allocator, bytes held by tensors at the end of the trial
+    "reserved",           # torch allocator, bytes held by the caching allocator at the end
+    "peak_allocated",     # torch.cuda.max_memory_allocated over the trial
+    "peak_reserved",      # torch.cuda.max_memory_reserved over the trial
+    "device_used_peak",   # NVML device used (what nvidia-smi shows), sampled
+    "process_used_peak",  # NVML per-process used, child process tree, sampled
+    "host_rss_peak",      # RSS of the child process tree, sampled
+    "host_rss_peak_kernel",  # kernel's own max RSS of the child (wait4 rusage)
+)
+
+ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported")
+
+
+def new_report(workload: str, params: dict) -> dict:
+    """An empty report in the schema's shape; the child and launcher fill it."""
+    return {
+        "schema": SCHEMA,
+        "trial": None,
+        "worker": None,
+        "workload": workload,
+        "params": dict(params),
+        "status": "running",
+        "error": None,
+        "started": None,
+        "finished": None,
+        "seconds": None,
+        "phases": [],
+        "memory": {"method": {}, **{f: None for f in MEMORY_FIELDS}},
+        "latency": None,
+        "throughput": None,
+        "scale": None,
+        "env": {},
+    }
+
+
+def fail(report: dict, error_class: str, message: str, phase: str | None = None) -> dict:
+    """Mark a report failed. The message is kept to its last 2000 characters
+    because the tail of a traceback or log names the cause."""
+    assert error_class in ERROR_CLASSES, error_class
+    report["status"] = "failed"
+    report["error"] = {"class": error_class, "message": message[-2000:], "phase": phase}
+    return report
+
+
+def validate(report: object) -> list[str]:
+    """Problems that make a posted report unusable; empty when it is fine."""
+    if not isinstance(report, dict):
+        return ["report must be a JSON object"]
+    problems = []
+    if report.get("schema") != SCHEMA:
+        problems.append(f"schema must be {SCHEMA!r}")
+    if report.get("status") not in ("ok", "failed"):
+        problems.append("status must be 'ok' or 'failed'")
+    if not isinstance(report.get("phases"), list):
+        problems.append("phases must be a list")
+    if not isinstance(report.get("memory"), dict):
+        problems.append("memory must be an object")
+    if report.get("status") == "failed" and not isinstance(report.get("error"), dict):
+        problems.append("a failed report needs an error object")
+    return problems

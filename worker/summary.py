@@ -1,0 +1,80 @@
+"""A report as a few lines of plain text: the worker CLI prints it and the bot
+uses it as the fallback text of its Slack message."""
+from __future__ import annotations
+
+
+def gib(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    if n >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.0f} MiB"
+
+
+def secs(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if x < 1:
+        return f"{x * 1000:.1f} ms"
+    return f"{x:.2f} s"
+
+
+def headline(r: dict) -> str:
+    who = r.get("trial") or "trial"
+    where = r.get("worker") or r.get("env", {}).get("host") or "?"
+    took = f" in {secs(r['seconds'])}" if r.get("seconds") is not None else ""
+    if r["status"] == "failed":
+        err = r.get("error") or {}
+        return (f"{who} {r['workload']} FAILED ({err.get('class')}, phase "
+                f"{err.get('phase')}) on {where}{took}")
+    return f"{who} {r['workload']} ok on {where}{took}"
+
+
+def phases_line(r: dict) -> str:
+    return "phases: " + ", ".join(f"{p['name']} {secs(p['seconds'])}" for p in r["phases"])
+
+
+def memory_lines(r: dict) -> list[str]:
+    m = r["memory"]
+    lines = []
+    if m.get("peak_allocated") is not None:
+        lines.append(f"GPU allocator: peak allocated {gib(m['peak_allocated'])}, peak reserved "
+                     f"{gib(m['peak_reserved'])} (torch.cuda.max_memory_*)")
+    if m.get("device_used_peak") is not None:
+        lines.append(f"GPU device used peak {gib(m['device_used_peak'])}, this trial's "
+                     f"processes {gib(m['process_used_peak'])} (NVML, sampled ~100 Hz)")
+    lines.append(f"host RSS peak {gib(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz; "
+                 f"kernel max RSS {gib(m.get('host_rss_peak_kernel'))})")
+    return lines
+
+
+def result_lines(r: dict) -> list[str]:
+    lines = []
+    lat, thr, sc = r.get("latency"), r.get("throughput"), r.get("scale")
+    if lat and lat.get("count"):
+        spread = f", stdev {secs(lat['stdev'])}" if lat.get("stdev") is not None else ""
+        lines.append(f"latency per request: p50 {secs(lat['p50'])}, p90 {secs(lat['p90'])}, "
+                     f"p99 {secs(lat['p99'])}, mean {secs(lat['mean'])}{spread} "
+                     f"over {lat['count']} requests")
+    if thr:
+        lines.append(f"throughput {thr['value']:.1f} {thr['unit']}")
+    if sc:
+        lines.append(f"scale: batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
+                     f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed")
+    return lines
+
+
+def env_line(r: dict) -> str:
+    e = r.get("env") or {}
+    gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({gib(e['gpu_memory'])}), driver {e.get('driver')}, "
+           f"CUDA {e.get('cuda')}" if e.get("gpu_count") else f"CPU {e.get('cpu', '?')}")
+    return (f"env: {e.get('device', '?')} on {e.get('host', '?')}: {gpu}; torch "
+            f"{e.get('torch', '?')}, Python {e.get('python', '?')}")
+
+
+def text(r: dict) -> str:
+    lines = [headline(r)]
+    if r["status"] == "failed":
+        lines.append("error: " + (r["error"]["message"].strip().splitlines() or [""])[-1])
+    lines += [phases_line(r), *memory_lines(r), *result_lines(r), env_line(r)]
+    return "\n".join(lines)

@@ -1,0 +1,11 @@
+"""Built-in workloads. Each module exposes `run(params, trial)`; the child
+process calls it inside `trial.phase(...)` blocks and it returns its results."""
+from __future__ import annotations
+
+import importlib
+
+MODULES = {"llm-infer": "worker.workloads.llm_infer"}
+
+
+def load(name: str):
+    return importlib.import_module(MODULES[name])

@@ -1,0 +1,68 @@
+"""llm-infer: batched greedy generation with a KV cache (prefill then decode).
+
+One *request* is the whole batch: prefill `prompt` tokens, then decode `gen`
+tokens. Latency samples are per request; throughput counts generated tokens.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from worker import stats
+from worker.workloads.decoder import Decoder, generate, rotary_tables
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def run(p: dict, trial) -> dict:
+    dtype = DTYPES[p["dtype"]]
+    device = trial.device
+    with trial.phase("weights"):
+        previous = torch.get_default_dtype()
+        torch.manual_seed(p["seed"])
+        torch.set_default_dtype(dtype)  # build in the target dtype: no fp32 copy first
+        try:
+            with torch.device(device):
+                model = Decoder(p["vocab"], p["hidden"], p["layers"], p["heads"],
+                                p["kv_heads"], 4 * p["hidden"]).eval()
+        finally:
+            torch.set_default_dtype(previous)
+        cos, sin = rotary_tables(p["hidden"] // p["heads"], p["prompt"] + p["gen"],
+                                 device, dtype)
+    with trial.phase("data"):
+        g = torch.Generator().manual_seed(p["seed"])
+        prompts = torch.randint(0, p["vocab"], (p["batch"], p["prompt"]), generator=g)
+        prompts = prompts.to(device)
+
+    def request():
+        return generate(model, prompts, p["gen"], cos, sin, trial.sync)
+
+    with trial.phase("warmup"):
+        for _ in range(p["warmup"]):
+            request()
+    latencies, ttfts, per_token = [], [], []
+    with trial.phase("run"):
+        for _ in range(p["repeats"]):
+            t0 = time.perf_counter()
+            _, ttft, decode = request()
+            latencies.append(time.perf_counter() - t0)
+            ttfts.append(ttft)
+            if p["gen"] > 1:
+                per_token.append(decode / (p["gen"] - 1))
+    generated = p["batch"] * p["gen"]
+    mean = sum(latencies) / len(latencies)
+    return {
+        "latency": {**stats.summary(latencies), "unit": "s",
+                    "what": "one request: prefill + decode of the whole batch, synchronized"},
+        "ttft": {**stats.summary(ttfts), "unit": "s", "what": "prefill to first token"},
+        "decode_per_token": ({**stats.summary(per_token), "unit": "s",
+                              "what": "one decode step for the whole batch"}
+                             if per_token else None),
+        "throughput": {"value": generated / mean, "unit": "tokens/s",
+                       "what": "generated tokens per second: batch·gen / mean request latency"},
+        "scale": {"batch": p["batch"], "prompt_tokens": p["prompt"], "gen_tokens": p["gen"],
+                  "tokens_per_request": p["batch"] * (p["prompt"] + p["gen"]),
+                  "requests": p["repeats"],
+                  "tokens": p["repeats"] * p["batch"] * (p["prompt"] + p["gen"])},
+    }

@@ -62,7 +62,7 @@ class Workload:
 
     def usage(self) -> str:
         words = " ".join(f"{p.name}={p.default}" for p in self.params[:4])
-        return f"/trial {self.name} {words} ...  (`/trial help` lists every parameter)"
+        return f"/trial {self.name} {words} ..."
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

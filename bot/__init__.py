@@ -1,0 +1,1 @@
+"""trialbot's bot: the Slack app, the console, the store and the worker API."""

@@ -1,0 +1,75 @@
+"""`trialbot`: `serve` (Slack) and `console` (terminal)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trialbot", description="Measure before you rent.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the Slack app, the worker API and /healthz")
+    serve.add_argument("--local-worker", action="store_true",
+                       help="also run a worker on this machine")
+    console = sub.add_parser("console", help="run commands in this terminal with a local worker")
+    console.add_argument("--db", default=os.environ.get("TRIALBOT_DB", "./trialbot.db"),
+                         help="SQLite file (default ./trialbot.db)")
+    console.add_argument("--json", action="store_true",
+                         help="print each message as the JSON payload sent to Slack")
+    args = parser.parse_args(argv)
+    try:
+        import slack_bolt  # noqa: F401
+        import sqlite_utils  # noqa: F401
+    except ImportError as exc:
+        print(f"trialbot: {exc.name} is not installed; install the bot with "
+              "`pip install -e '.[bot]'`", file=sys.stderr)
+        return 2
+    if args.command == "console":
+        from bot import console as console_mod
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+        return console_mod.run(args.db, args.json)
+    return run_serve(args.local_worker)
+
+
+def run_serve(local_worker: bool) -> int:
+    from bot import config
+    try:
+        settings = config.from_env(os.environ)
+    except config.ConfigError as exc:
+        print(f"trialbot serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from bot.outbox import SlackTransport
+    from bot.runtime import Runtime
+    from bot.slack_app import build_app, web_client
+
+    client = web_client(settings.bot_token, settings.api_url)
+    rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
+                 settings.host, settings.port)
+    app = build_app(rt.queue, client, settings.signing_secret)
+    log = logging.getLogger("trialbot")
+    if settings.socket_mode:
+        from slack_bolt.adapter.socket_mode import SocketModeHandler
+        SocketModeHandler(app, settings.app_token).connect()
+        log.info("Slack: Socket Mode")
+    else:
+        rt.server.bolt_app = app
+        log.info("Slack: HTTP mode at %s/slack/events", rt.server.url)
+    rt.start()
+    if local_worker:
+        rt.start_local_worker()
+    log.info("listening on %s (worker API, /healthz)", rt.server.url)
+    try:
+        import threading
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rt.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

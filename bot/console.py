@@ -1,0 +1,85 @@
+"""`trialbot console`: the same commands in a terminal, with an embedded
+worker and the terminal as the channel. No Slack workspace needed.
+
+When stdin is not a terminal, lines are processed in order and each trial's
+report is printed before the next line is read, so scripts are deterministic.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+
+from bot import trials
+from bot.outbox import ConsoleTransport
+from bot.runtime import Runtime
+
+CHANNEL = "console"
+USER = "console"
+
+
+def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    rt = Runtime(db, secrets.token_urlsafe(24), ConsoleTransport(stdout, as_json))
+    rt.start()
+    rt.start_local_worker()
+    interactive = stdin.isatty()
+    if interactive:
+        print("trialbot console — type `/trial help`, `/trial llm-infer`, or `quit`.",
+              file=stdout, flush=True)
+    try:
+        for line in _lines(stdin, stdout, interactive):
+            if line in ("quit", "exit"):
+                break
+            reply, job = respond(rt, line)
+            show(reply, stdout, as_json)
+            if job and not interactive:
+                wait_for_report(rt, job)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rt.stop()
+    return 0
+
+
+def _lines(stdin, stdout, interactive):
+    while True:
+        if interactive:
+            print("> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line:
+            return
+        line = line.strip()
+        if line and not line.startswith("#"):
+            yield line
+
+
+def respond(rt: Runtime, line: str) -> tuple[dict, dict | None]:
+    command, _, text = line.partition(" ")
+    if command == "/trial":
+        return trials.handle(rt.queue, text, USER, CHANNEL)
+    if command == "/plan":
+        return trials.handle_plan(text), None
+    return {"response_type": "ephemeral",
+            "text": f":x: `{command}` is not a command here; lines start with `/trial` or "
+                    "`/plan` (try `/trial help`)."}, None
+
+
+def show(reply: dict, stdout, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(reply), file=stdout, flush=True)
+    else:
+        print(reply["text"], file=stdout, flush=True)
+
+
+def wait_for_report(rt: Runtime, job: dict, poll: float = 0.1) -> dict:
+    """Block until the job ended and its report was printed."""
+    deadline = time.monotonic() + job["spec"]["params"].get("timeout", 1800) + 120
+    while time.monotonic() < deadline:
+        current = rt.store.job(job["id"])
+        if current["status"] in ("done", "failed") and rt.store.message_sent(job["id"],
+                                                                            "report"):
+            return current
+        time.sleep(poll)
+    raise TimeoutError(f"{job['trial']} did not report in time")

@@ -1,0 +1,17 @@
+"""Slash commands. `/trial` answers within Slack's 3 seconds: it stores the job
+and acks; the trial itself runs on a worker and its report arrives later."""
+from __future__ import annotations
+
+from bot import trials
+
+
+def register(app, queue) -> None:
+    @app.command("/trial")
+    def trial(ack, command):
+        reply, _ = trials.handle(queue, command.get("text", ""), command["user_id"],
+                                 command["channel_id"])
+        ack(**reply)
+
+    @app.command("/plan")
+    def plan(ack, command):
+        ack(**trials.handle_plan(command.get("text", "")))

@@ -1,0 +1,114 @@
+"""Delivery of stored messages, oldest first, to a transport (Slack or the
+console). A message is marked sent only once the transport accepted it, so a
+Slack outage or a restart delays messages and loses none."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+from bot.store import Store
+
+log = logging.getLogger("trialbot.outbox")
+
+
+class Undeliverable(Exception):
+    """Slack refused the message itself (e.g. channel_not_found): retrying
+    cannot help, so it is set aside with the reason instead of blocking the queue."""
+
+
+class SlackTransport:
+    """chat.postMessage through slack_sdk's WebClient (which honours 429
+    Retry-After through its RateLimitErrorRetryHandler)."""
+
+    def __init__(self, client):
+        from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+        client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=3))
+        self.client = client
+
+    def send(self, payload: dict) -> str:
+        from slack_sdk.errors import SlackApiError
+        try:
+            resp = self.client.chat_postMessage(**payload)
+        except SlackApiError as exc:
+            if exc.response.status_code == 200:  # HTTP fine, Slack said ok: false
+                raise Undeliverable(exc.response.get("error", str(exc))) from exc
+            raise
+        return resp["ts"]
+
+
+class ConsoleTransport:
+    """The terminal as the channel: prints each message; `--json` prints the
+    exact payload that would go to Slack, one object per line."""
+
+    def __init__(self, out, as_json: bool):
+        self.out, self.as_json, self.count = out, as_json, 0
+        self.lock = threading.Lock()
+
+    def send(self, payload: dict) -> str:
+        with self.lock:
+            self.count += 1
+            if self.as_json:
+                print(json.dumps(payload), file=self.out, flush=True)
+            else:
+                indent = "    " if payload.get("thread_ts") else ""
+                body = "\n".join(indent + line for line in payload["text"].splitlines())
+                print(f"[#{payload['channel']}]\n{body}", file=self.out, flush=True)
+            return f"console.{self.count}"
+
+
+def payload(row: dict) -> dict:
+    p = {"channel": row["channel"], "text": row["text"], "blocks": row["blocks"]}
+    if row.get("thread_ts"):
+        p["thread_ts"] = row["thread_ts"]
+    return p
+
+
+class Outbox(threading.Thread):
+    def __init__(self, store: Store, transport, max_backoff: float = 60):
+        super().__init__(daemon=True, name="outbox")
+        self.store, self.transport = store, transport
+        self.wake_event = threading.Event()
+        self.stopping = threading.Event()
+        self.max_backoff = max_backoff
+
+    def wake(self) -> None:
+        self.wake_event.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake_event.set()
+
+    def run(self) -> None:
+        backoff = 1.0
+        while not self.stopping.is_set():
+            self.wake_event.clear()
+            try:
+                self.flush()
+                backoff = 1.0
+                self.wake_event.wait(5)  # also re-check now and then: nothing is left behind
+            except Exception as exc:  # noqa: BLE001 - Slack down: wait and try again
+                log.warning("outbox: delivery failed (%s); retrying in %.0f s", exc, backoff)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+
+    def flush(self) -> int:
+        """Send every unsent message in order; stop at the first failure so
+        order holds (a report never arrives before its "started" parent)."""
+        sent = 0
+        while rows := self.store.unsent():
+            for row in rows:
+                if row["thread_of"] and not row["thread_ts"] and not row["parent_given_up"]:
+                    raise RuntimeError(f"message {row['id']}: its thread parent is unsent")
+                try:
+                    ts = self.transport.send(payload(row))
+                except Undeliverable as exc:
+                    log.error("outbox: message %s given up: %s", row["id"], exc)
+                    self.store.give_up_message(row["id"], str(exc))
+                    continue
+                except Exception as exc:
+                    self.store.mark_failed_try(row["id"], repr(exc))
+                    raise
+                self.store.mark_sent(row["id"], ts)
+                sent += 1
+        return sent

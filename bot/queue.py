@@ -1,0 +1,72 @@
+"""The job queue: submit, lease (long-poll), heartbeat, finish.
+
+State is in the store; this adds the waiting. A lease request waits on a
+condition that `submit` notifies, and re-checks the store every second so
+expired leases and jobs added by another process are seen too.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from bot import render
+from bot.store import Store
+
+LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
+HEARTBEAT_SECONDS = 10  # how often workers are told to heartbeat
+ONLINE_SECONDS = 90     # a worker seen within this is "online"
+
+
+class LeaseLost(Exception):
+    """The job is no longer held by this worker and lease."""
+
+
+class JobQueue:
+    def __init__(self, store: Store, on_message=lambda: None):
+        self.store = store
+        self.on_message = on_message  # wakes the outbox sender
+        self.changed = threading.Condition()
+
+    def submit(self, spec, words: str, user: str, channel: str) -> dict:
+        job = self.store.add_job(spec.to_dict(), words, user, channel)
+        with self.changed:
+            self.changed.notify_all()
+        return job
+
+    def online_workers(self) -> list[str]:
+        return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)]
+
+    def register(self, worker: str, info: dict) -> None:
+        self.store.upsert_worker(worker, info)
+
+    def lease(self, worker: str, wait: float) -> dict | None:
+        deadline = time.monotonic() + wait
+        self.store.seen_worker(worker)
+        while True:
+            job = self.store.lease_next(worker, LEASE_SECONDS)
+            if job:
+                self.store.set_started_message(job["id"], render.started(job, worker))
+                self.on_message()
+                return self.store.job(job["id"])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            with self.changed:
+                self.changed.wait(min(left, 1.0))
+
+    def heartbeat(self, job_id: int, worker: str, lease: str) -> None:
+        if not self.store.extend_lease(job_id, worker, lease, LEASE_SECONDS):
+            raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
+
+    def finish(self, job_id: int, worker: str, lease: str, report: dict) -> dict:
+        job = self.store.job(job_id)
+        if job is None:
+            raise LeaseLost(f"there is no job T{job_id}")
+        report["trial"], report["worker"] = job["trial"], worker
+        if not self.store.finish_job(job_id, worker, lease, report, render.report(job, report)):
+            raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
+        self.on_message()
+        with self.changed:
+            self.changed.notify_all()
+        return self.store.job(job_id)
+

@@ -1,0 +1,116 @@
+"""Replies and messages as Slack payloads (`text` + Block Kit `blocks`).
+Pure: the same payload goes to Slack, to the console, and to `--json`."""
+from __future__ import annotations
+
+from worker import spec as specs
+from worker import summary
+from worker.summary import gib, secs
+
+
+def _section(text: str) -> dict:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+
+
+def _context(text: str) -> dict:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:3000]}]}
+
+
+def reply(text: str) -> dict:
+    """An ephemeral answer to the person who typed the command."""
+    return {"response_type": "ephemeral", "text": text, "blocks": [_section(text)]}
+
+
+def error(exc: specs.SpecError) -> dict:
+    return reply(f":x: {exc.message}\nUsage: `{exc.usage}` (`/trial help` lists every "
+                 "parameter)\nNothing was queued.")
+
+
+def help_text() -> str:
+    lines = ["*`/trial`* runs a measured trial on a worker and posts the report here.",
+             f"Usage: `{specs.general_usage()}`", ""]
+    for w in specs.WORKLOADS.values():
+        lines.append(f"*{w.name}*: {w.summary}")
+        lines += [f"• `{p.name}={p.default}` {p.help} "
+                  f"({'|'.join(p.choices) if p.choices else f'{p.low}..{p.high}'})"
+                  for p in w.params]
+    lines.append("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`")
+    return "\n".join(lines)
+
+
+def queued(job: dict, workers: list[str]) -> dict:
+    if workers:
+        where = f"next free worker ({len(workers)} online: {', '.join(workers)})"
+    else:
+        where = ("next free worker — none is online now; start one with "
+                 "`trialbot-worker --server URL --token TOKEN`")
+    return reply(f"Queued as *{job['trial']}* on {where}: `{job['words']}`\n"
+                 f"The report will be posted in this channel. `/trial status {job['trial']}`")
+
+
+def status(job: dict) -> dict:
+    lines = [f"*{job['trial']}* `{job['words']}` — *{job['status']}*"
+             + (f" on {job['worker']}" if job.get("worker") else "")
+             + f", attempt {job['attempts']}" * bool(job["attempts"])]
+    if job.get("report"):
+        lines.append(summary.text(job["report"]))
+    return reply("\n".join(lines))
+
+
+def job_list(jobs: list[dict]) -> dict:
+    if not jobs:
+        return reply("No trials yet. Try `/trial llm-infer` or `/trial help`.")
+    lines = ["Recent trials:"]
+    for j in jobs:
+        r = j.get("report")
+        headline = ""
+        if r and r["status"] == "ok" and r.get("latency"):
+            headline = f" · p90 {secs(r['latency']['p90'])}"
+        elif r and r.get("error"):
+            headline = f" · {r['error']['class']}"
+        where = f" on {j['worker']}" if j.get("worker") else ""
+        lines.append(f"• *{j['trial']}* {j['status']}{where} `{j['words']}`{headline}")
+    return reply("\n".join(lines))
+
+
+def started(job: dict, worker: str) -> dict:
+    text = f"*{job['trial']}* started on *{worker}*: `{job['words']}` (by <@{job['user']}>)"
+    return {"channel": job["channel"], "kind": "started", "text": text,
+            "blocks": [_section(text)]}
+
+
+def report(job: dict, r: dict) -> dict:
+    """The posted report, threaded under the job's "started" message."""
+    return {"channel": job["channel"], "kind": "report", "thread_of": job.get("started_msg"),
+            "text": summary.text(r), "blocks": report_blocks(r)}
+
+
+def report_blocks(r: dict) -> list[dict]:
+    icon = ":white_check_mark:" if r["status"] == "ok" else ":x:"
+    blocks = [_section(f"{icon} {summary.headline(r)}")]
+    if r["status"] == "failed":
+        err = r["error"]
+        tail = "\n".join(err["message"].strip().splitlines()[-6:])
+        blocks.append(_section(f"*{err['class']}* in phase `{err.get('phase')}`:\n```{tail}```"))
+    fields = []
+    lat, thr, m = r.get("latency"), r.get("throughput"), r["memory"]
+    if lat and lat.get("count"):
+        fields.append(f"*Latency p50 / p90 / p99*\n{secs(lat['p50'])} / {secs(lat['p90'])} / "
+                      f"{secs(lat['p99'])} ({lat['count']} requests)")
+    if thr:
+        fields.append(f"*Throughput*\n{thr['value']:.1f} {thr['unit']}")
+    if m.get("peak_allocated") is not None:
+        fields.append(f"*GPU peak allocated / reserved*\n{gib(m['peak_allocated'])} / "
+                      f"{gib(m['peak_reserved'])} (torch allocator)")
+    if m.get("device_used_peak") is not None:
+        fields.append(f"*GPU device used / process peak*\n{gib(m['device_used_peak'])} / "
+                      f"{gib(m['process_used_peak'])} (NVML)")
+    fields.append(f"*Host RSS peak*\n{gib(m.get('host_rss_peak'))} (child tree, sampled)")
+    if r.get("scale"):
+        s = r["scale"]
+        fields.append(f"*Scale*\nbatch {s['batch']}, prompt {s['prompt_tokens']}, "
+                      f"gen {s['gen_tokens']}")
+    blocks.append({"type": "section",
+                   "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
+    blocks.append(_context(summary.phases_line(r)))
+    blocks.append(_context(summary.env_line(r)))
+    return blocks

@@ -1,0 +1,55 @@
+"""Wiring shared by `serve` and `console`: store, queue, outbox, HTTP server,
+and optionally a worker agent in this process (the single-box default)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from bot.outbox import Outbox
+from bot.queue import JobQueue
+from bot.server import Server
+from bot.store import Store
+from bot.workerapi import WorkerApi
+
+
+class Runtime:
+    def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
+                 port: int = 0):
+        self.store = Store(db)
+        self.outbox = Outbox(self.store, transport)
+        self.queue = JobQueue(self.store, on_message=self.outbox.wake)
+        self.worker_token = worker_token
+        self.server = Server((host, port), WorkerApi(self.queue, worker_token),
+                             health=self.health)
+        self.agent = None
+
+    def health(self) -> dict:
+        return {"workers_online": self.queue.online_workers()}
+
+    def start(self) -> None:
+        self.outbox.start()
+        threading.Thread(target=self.server.serve_forever, daemon=True,
+                         name="http").start()
+
+    def start_local_worker(self, name: str | None = None):
+        """A worker agent in a thread of this process, talking to our own API
+        over loopback HTTP like any other worker; trials still run in children."""
+        from worker.agent import Agent
+        from worker.client import Client
+        host, port = self.server.server_address[:2]
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),
+                           name or f"{socket.gethostname()}-local")
+        threading.Thread(target=self.agent.serve_forever, daemon=True, name="agent").start()
+        deadline = time.monotonic() + 10  # so the first reply can already name it
+        while self.agent.name not in self.queue.online_workers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.agent
+
+    def stop(self) -> None:
+        if self.agent:
+            self.agent.stop()
+        self.server.shutdown()
+        self.server.server_close()
+        self.outbox.stop()

@@ -1,0 +1,95 @@
+"""The HTTP server: Slack's requests at /slack/events (HTTP mode), the worker
+API under /api/, and /healthz — one port, both modes.
+
+A thread per request (ThreadingHTTPServer): Bolt's `dispatch` is synchronous,
+so calling it on a single event loop would serialise every slash command;
+here a slow request never holds up another, and a long-poll lease holds only
+its own thread.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+log = logging.getLogger("trialbot.http")
+
+MAX_BODY = 16 * 2**20  # a report with a memory timeline stays well under this
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}):
+        self.worker_api, self.bolt_app, self.health = worker_api, bolt_app, health
+        super().__init__(address, Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args) -> None:
+        log.debug("%s " + fmt, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        if self.path.partition("?")[0] == "/healthz":
+            self._json(200, {"ok": True, **self.server.health()})
+        else:
+            self._json(404, {"error": f"no such endpoint: GET {self.path}"})
+
+    def do_POST(self) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self._json(413, {"error": f"request body over {MAX_BODY} bytes"})
+            return
+        raw = self.rfile.read(length)
+        if path == "/slack/events":
+            self._slack(raw, query)
+        elif path.startswith("/api/"):
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError as exc:
+                self._json(400, {"error": f"the request body is not JSON: {exc}"})
+                return
+            status, reply = self.server.worker_api.handle(
+                path, self.headers.get("Authorization"), body)
+            self._json(status, reply)
+        else:
+            self._json(404, {"error": f"no such endpoint: POST {path}"})
+
+    def _slack(self, raw: bytes, query: str) -> None:
+        app = self.server.bolt_app
+        if app is None:
+            self._json(404, {"error": "Slack HTTP mode is off (Socket Mode or console)"})
+            return
+        from slack_bolt.request import BoltRequest
+        headers = {k.lower(): self.headers.get_all(k) for k in self.headers.keys()}
+        resp = app.dispatch(BoltRequest(body=raw.decode("utf-8", "replace"), query=query,
+                                        headers=headers))
+        body = resp.body.encode() if isinstance(resp.body, str) else json.dumps(resp.body).encode()
+        self.send_response(resp.status)
+        for key, values in resp.headers.items():
+            if key.lower() == "content-length":
+                continue
+            for value in values:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, body: dict | None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

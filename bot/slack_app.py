@@ -1,0 +1,32 @@
+"""The Bolt app: Slack's half of `trialbot serve`."""
+from __future__ import annotations
+
+import logging
+
+from slack_bolt import App
+from slack_sdk import WebClient
+
+from bot import listeners
+
+log = logging.getLogger("trialbot.slack")
+
+
+def web_client(bot_token: str, api_url: str | None) -> WebClient:
+    if api_url:
+        return WebClient(token=bot_token, base_url=api_url.rstrip("/") + "/")
+    return WebClient(token=bot_token)
+
+
+def build_app(queue, client: WebClient, signing_secret: str | None) -> App:
+    # Token verification calls auth.test at start-up; skipped so a Slack outage
+    # never stops the bot from starting (messages wait in the outbox instead).
+    app = App(client=client, signing_secret=signing_secret or None,
+              token_verification_enabled=False,
+              request_verification_enabled=bool(signing_secret))
+    listeners.register(app, queue)
+
+    @app.error
+    def on_error(error, body):
+        log.error("listener failed: %s (request type %s)", error, body.get("type"))
+
+    return app

@@ -1,0 +1,194 @@
+"""All state, in one SQLite file (WAL), through sqlite-utils. The only module
+with SQL in it.
+
+Rows: `jobs` (a trial request and its lease), `workers`, and `outbox` (every
+message the bot will post, stored before it is sent).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+
+import sqlite_utils
+
+ACTIVE = ("queued", "running")
+
+
+class Store:
+    def __init__(self, path: str):
+        self.path = path
+        self._local = threading.local()
+        self._create()
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """One connection per thread: sqlite3 connections are not shared across threads."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            conn = sqlite3.connect(self.path, timeout=30)  # busy timeout: wait, don't fail
+            db = self._local.db = sqlite_utils.Database(conn)
+        return db
+
+    def _create(self) -> None:
+        db = self.db
+        db.enable_wal()
+        db["jobs"].create({
+            "id": int, "workload": str, "spec": str, "words": str, "user": str,
+            "channel": str, "status": str, "worker": str, "lease": str,
+            "lease_expires": float, "attempts": int, "created": float, "started": float,
+            "finished": float, "report": str, "error_class": str, "started_msg": int,
+        }, pk="id", not_null={"workload", "spec", "status"},
+            defaults={"attempts": 0}, if_not_exists=True)
+        db["jobs"].create_index(["status"], if_not_exists=True)
+        db["workers"].create({"name": str, "info": str, "registered": float,
+                              "last_seen": float, "job": int},
+                             pk="name", if_not_exists=True)
+        db["outbox"].create({
+            "id": int, "channel": str, "thread_of": int, "job": int, "kind": str,
+            "text": str, "blocks": str, "created": float, "sent": float, "ts": str,
+            "tries": int, "last_error": str, "given_up": float,
+        }, pk="id", defaults={"tries": 0}, if_not_exists=True)
+        db["outbox"].create_index(["sent"], if_not_exists=True)
+
+    # jobs ------------------------------------------------------------------
+
+    def add_job(self, spec: dict, words: str, user: str, channel: str) -> dict:
+        with self.db.conn:
+            table = self.db["jobs"].insert({
+                "workload": spec["workload"], "spec": json.dumps(spec), "words": words,
+                "user": user, "channel": channel, "status": "queued", "created": time.time(),
+            })
+        return self.job(table.last_pk)
+
+    def job(self, job_id: int) -> dict | None:
+        rows = list(self.db["jobs"].rows_where("id = ?", [job_id]))
+        return _job(rows[0]) if rows else None
+
+    def jobs(self, limit: int = 10, channel: str | None = None) -> list[dict]:
+        where, args = ("channel = ?", [channel]) if channel else (None, None)
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            where, args, order_by="id desc", limit=limit)]
+
+    def lease_next(self, worker: str, seconds: float) -> dict | None:
+        """Give the oldest queued job (or one whose lease expired) to `worker`.
+        The conditional UPDATE makes two racing workers safe: only one matches."""
+        now = time.time()
+        for row in self.db.query(
+                "select id, status from jobs where status = 'queued' or "
+                "(status = 'running' and lease_expires < ?) order by id limit 5", [now]):
+            lease = uuid.uuid4().hex
+            with self.db.conn:
+                cur = self.db.execute(
+                    "update jobs set status = 'running', worker = ?, lease = ?, "
+                    "lease_expires = ?, attempts = attempts + 1, started = ? "
+                    "where id = ? and (status = 'queued' or "
+                    "(status = 'running' and lease_expires < ?))",
+                    [worker, lease, now + seconds, now, row["id"], now])
+                if cur.rowcount == 1:
+                    self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
+                                    [row["id"], now, worker])
+                    return self.job(row["id"])
+        return None
+
+    def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:
+        with self.db.conn:
+            cur = self.db.execute(
+                "update jobs set lease_expires = ? where id = ? and worker = ? and lease = ? "
+                "and status = 'running'", [time.time() + seconds, job_id, worker, lease])
+            self.db.execute("update workers set last_seen = ? where name = ?",
+                            [time.time(), worker])
+        return cur.rowcount == 1
+
+    def finish_job(self, job_id: int, worker: str, lease: str, report: dict,
+                   message: dict) -> bool:
+        """Store the report and its outbox message in one transaction, only if
+        `lease` still holds the job: a late worker cannot overwrite a newer attempt."""
+        status = "done" if report["status"] == "ok" else "failed"
+        error = (report.get("error") or {}).get("class")
+        now = time.time()
+        with self.db.conn:
+            cur = self.db.execute(
+                "update jobs set status = ?, report = ?, error_class = ?, finished = ?, "
+                "lease = null, lease_expires = null where id = ? and worker = ? and lease = ? "
+                "and status = 'running'",
+                [status, json.dumps(report), error, now, job_id, worker, lease])
+            if cur.rowcount != 1:
+                return False
+            self.db.execute("update workers set job = null, last_seen = ? where name = ?",
+                            [now, worker])
+            self._add_message(message, job_id)
+        return True
+
+    def set_started_message(self, job_id: int, message: dict) -> int:
+        with self.db.conn:
+            msg_id = self._add_message(message, job_id)
+            self.db.execute("update jobs set started_msg = ? where id = ?", [msg_id, job_id])
+        return msg_id
+
+    # workers ---------------------------------------------------------------
+
+    def upsert_worker(self, name: str, info: dict) -> None:
+        now = time.time()
+        with self.db.conn:
+            self.db.execute(
+                "insert into workers (name, info, registered, last_seen) values (?, ?, ?, ?) "
+                "on conflict(name) do update set info = excluded.info, "
+                "last_seen = excluded.last_seen", [name, json.dumps(info), now, now])
+
+    def seen_worker(self, name: str) -> None:
+        with self.db.conn:
+            self.db.execute("update workers set last_seen = ? where name = ?",
+                            [time.time(), name])
+
+    def workers(self, seen_within: float | None = None) -> list[dict]:
+        where, args = (("last_seen >= ?", [time.time() - seen_within])
+                       if seen_within is not None else (None, None))
+        return list(self.db["workers"].rows_where(where, args, order_by="name"))
+
+    # outbox ----------------------------------------------------------------
+
+    def _add_message(self, message: dict, job_id: int | None) -> int:
+        cur = self.db.execute(
+            "insert into outbox (channel, thread_of, job, kind, text, blocks, created) "
+            "values (?, ?, ?, ?, ?, ?, ?)",
+            [message["channel"], message.get("thread_of"), job_id, message.get("kind"),
+             message["text"], json.dumps(message.get("blocks") or []), time.time()])
+        return cur.lastrowid
+
+    def unsent(self, limit: int = 20) -> list[dict]:
+        rows = self.db.query(
+            "select o.*, p.ts as thread_ts, p.given_up is not null as parent_given_up "
+            "from outbox o left join outbox p on p.id = o.thread_of "
+            "where o.sent is null and o.given_up is null order by o.id limit ?", [limit])
+        return [dict(r, blocks=json.loads(r["blocks"] or "[]")) for r in rows]
+
+    def mark_sent(self, msg_id: int, ts: str) -> None:
+        with self.db.conn:
+            self.db.execute("update outbox set sent = ?, ts = ? where id = ?",
+                            [time.time(), ts, msg_id])
+
+    def mark_failed_try(self, msg_id: int, error: str) -> None:
+        with self.db.conn:
+            self.db.execute("update outbox set tries = tries + 1, last_error = ? where id = ?",
+                            [error[-500:], msg_id])
+
+    def give_up_message(self, msg_id: int, error: str) -> None:
+        with self.db.conn:
+            self.db.execute("update outbox set given_up = ?, last_error = ? where id = ?",
+                            [time.time(), error[-500:], msg_id])
+
+    def message_sent(self, job_id: int, kind: str) -> bool:
+        rows = list(self.db.query("select 1 from outbox where job = ? and kind = ? and "
+                                  "sent is not null", [job_id, kind]))
+        return bool(rows)
+
+
+def _job(row: dict) -> dict:
+    row = dict(row)
+    row["spec"] = json.loads(row["spec"])
+    row["report"] = json.loads(row["report"]) if row.get("report") else None
+    row["trial"] = f"T{row['id']}"
+    return row

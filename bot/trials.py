@@ -1,0 +1,33 @@
+"""`/trial`: what the command does, for every adapter (Slack, console).
+Parse → act on the queue/store → a reply payload. Bad input creates nothing."""
+from __future__ import annotations
+
+from bot import commands, render
+from bot.queue import JobQueue
+from worker import spec as specs
+
+
+def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, dict | None]:
+    """Returns (ephemeral reply, the queued job or None)."""
+    try:
+        cmd = commands.parse_trial(text)
+    except specs.SpecError as exc:
+        return render.error(exc), None
+    if cmd.name == "help":
+        return render.reply(render.help_text()), None
+    if cmd.name == "list":
+        return render.job_list(queue.store.jobs(limit=15)), None
+    if cmd.name == "status":
+        job = queue.store.job(cmd.job_id)
+        if job is None:
+            return render.reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
+                                "recent ones."), None
+        return render.status(job), None
+    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel)
+    return render.queued(job, queue.online_workers()), job
+
+
+def handle_plan(text: str) -> dict:
+    return render.reply("`/plan` (per-block GPU-hour estimates from measured trials) is not "
+                        "available in this version yet; nothing was created. Measure first "
+                        "with `/trial help`.")

@@ -1,0 +1,73 @@
+"""The worker API: JSON over HTTP, `Authorization: Bearer <token>`.
+
+    POST /api/workers/register  {worker, info}            -> 200
+    POST /api/lease             {worker, wait}            -> 200 {job...} | 204 (none yet)
+    POST /api/jobs/<id>/heartbeat {worker, lease}         -> 200 {cancel} | 409 lease lost
+    POST /api/jobs/<id>/report  {worker, lease, report}   -> 200 | 400 bad report | 409
+
+Requests without a valid token get 401 and change nothing.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+
+from bot.queue import HEARTBEAT_SECONDS, JobQueue, LeaseLost
+from worker import report as reports
+
+MAX_WAIT = 30  # seconds a lease request may be held open
+JOB_PATH = re.compile(r"/api/jobs/(\d+)/(heartbeat|report)")
+
+
+class WorkerApi:
+    def __init__(self, queue: JobQueue, token: str):
+        self.queue, self.token = queue, token
+
+    def authorized(self, header: str | None) -> bool:
+        scheme, _, given = (header or "").partition(" ")
+        return (scheme == "Bearer" and bool(self.token)
+                and hmac.compare_digest(given.encode(), self.token.encode()))
+
+    def handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
+        if not self.authorized(auth):
+            return 401, {"error": "missing or invalid worker token: send "
+                                  "`Authorization: Bearer <TRIALBOT_WORKER_TOKEN>`"}
+        if not isinstance(body, dict):
+            return 400, {"error": "the request body must be a JSON object"}
+        worker = body.get("worker")
+        if not isinstance(worker, str) or not worker.strip() or len(worker) > 100:
+            return 400, {"error": "`worker` must be the worker's name (1-100 characters)"}
+        if path == "/api/workers/register":
+            info = body.get("info") or {}
+            if not isinstance(info, dict):
+                return 400, {"error": "`info` must be a JSON object"}
+            self.queue.register(worker, info)
+            return 200, {"worker": worker, "heartbeat": HEARTBEAT_SECONDS}
+        if path == "/api/lease":
+            wait = body.get("wait", 0)
+            if not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_WAIT:
+                return 400, {"error": f"`wait` must be seconds from 0 to {MAX_WAIT}"}
+            job = self.queue.lease(worker, wait)
+            if job is None:
+                return 204, None
+            return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
+                         "spec": job["spec"], "attempt": job["attempts"],
+                         "heartbeat": HEARTBEAT_SECONDS}
+        m = JOB_PATH.fullmatch(path)
+        if not m:
+            return 404, {"error": f"no such endpoint: {path}"}
+        job_id, action = int(m.group(1)), m.group(2)
+        lease = body.get("lease")
+        if not isinstance(lease, str):
+            return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
+        try:
+            if action == "heartbeat":
+                self.queue.heartbeat(job_id, worker, lease)
+                return 200, {"cancel": False}
+            problems = reports.validate(body.get("report"))
+            if problems:
+                return 400, {"error": "invalid report: " + "; ".join(problems)}
+            job = self.queue.finish(job_id, worker, lease, body["report"])
+            return 200, {"trial": job["trial"], "status": job["status"]}
+        except LeaseLost as exc:
+            return 409, {"error": str(exc)}

@@ -95,20 +95,24 @@ class Outbox(threading.Thread):
     def flush(self) -> int:
         """Send every unsent message in order; stop at the first failure so
         order holds (a report never arrives before its "started" parent)."""
-        sent = 0
+        sent: dict[int, str] = {}  # id -> ts, for replies to parents sent in this batch
+        gave_up: set[int] = set()
         while rows := self.store.unsent():
             for row in rows:
-                if row["thread_of"] and not row["thread_ts"] and not row["parent_given_up"]:
+                row["thread_ts"] = row["thread_ts"] or sent.get(row["thread_of"])
+                orphan = row["parent_given_up"] or row["thread_of"] in gave_up
+                if row["thread_of"] and not row["thread_ts"] and not orphan:
                     raise RuntimeError(f"message {row['id']}: its thread parent is unsent")
                 try:
                     ts = self.transport.send(payload(row))
                 except Undeliverable as exc:
                     log.error("outbox: message %s given up: %s", row["id"], exc)
                     self.store.give_up_message(row["id"], str(exc))
+                    gave_up.add(row["id"])
                     continue
                 except Exception as exc:
                     self.store.mark_failed_try(row["id"], repr(exc))
                     raise
                 self.store.mark_sent(row["id"], ts)
-                sent += 1
-        return sent
+                sent[row["id"]] = ts
+        return len(sent)

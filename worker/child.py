@@ -66,16 +66,23 @@ def classify(exc: BaseException, torch) -> str:
     if isinstance(exc, MemoryError):
         return "oom"
     oom = getattr(torch.cuda, "OutOfMemoryError", ())
-    if (oom and isinstance(exc, oom)) or "out of memory" in str(exc).lower():
+    text = str(exc).lower()
+    # CUDA says "out of memory"; torch's CPU allocator says "can't allocate memory".
+    if (oom and isinstance(exc, oom)) or "out of memory" in text \
+            or "can't allocate memory" in text:
         return "oom"
     return "crash"
+
+
+class Unsupported(Exception):
+    """The worker cannot run this config at all (not a failure of the trial)."""
 
 
 def pick_device(torch, wanted: str) -> str:
     if wanted == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if wanted == "cuda" and not torch.cuda.is_available():
-        raise LookupError("device=cuda was asked for, but torch on this worker sees no CUDA "
+        raise Unsupported("device=cuda was asked for, but torch on this worker sees no CUDA "
                           f"device (torch {torch.__version__}, CUDA {torch.version.cuda}); "
                           "use device=auto or device=cpu, or run on a CUDA worker")
     return wanted
@@ -99,7 +106,7 @@ def main(spec_path: str, report_path: str) -> int:
         results = workload.run(spec["params"], trial)
         report.update(results)
         report["status"] = "ok"
-    except LookupError as exc:
+    except Unsupported as exc:
         reports.fail(report, "unsupported", str(exc), trial.current)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a report
         torch_mod = sys.modules.get("torch")

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from slackfake import FakeSlack  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def fake_slack():
+    server = FakeSlack()
+    yield server
+    server.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not come up")
+
+
+class Proc:
+    """A real child process with its output kept in a file for failures."""
+
+    def __init__(self, args, env, log: Path):
+        self.log = log
+        self.file = open(log, "wb")
+        self.p = subprocess.Popen(args, env=env, stdout=self.file, stderr=subprocess.STDOUT,
+                                  cwd=ROOT)
+
+    def stop(self) -> str:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.file.close()
+        return self.log.read_text()
+
+
+@pytest.fixture
+def bot_env(tmp_path, fake_slack):
+    port = free_port()
+    env = dict(os.environ, SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s3cret",
+               TRIALBOT_WORKER_TOKEN="wtoken", SLACK_API_URL=fake_slack.api_url,
+               TRIALBOT_DB=str(tmp_path / "bot.db"), TRIALBOT_PORT=str(port),
+               TRIALBOT_HOST="127.0.0.1")
+    env.pop("SLACK_APP_TOKEN", None)
+    return env
+
+
+@pytest.fixture
+def served_bot(bot_env, tmp_path):
+    """`trialbot serve` in HTTP mode, as a real process."""
+    proc = Proc([str(BIN / "trialbot"), "serve"], bot_env, tmp_path / "bot.log")
+    url = f"http://127.0.0.1:{bot_env['TRIALBOT_PORT']}"
+    try:
+        wait_http(url + "/healthz")
+    except AssertionError:
+        raise AssertionError(proc.stop())
+    proc.url = url
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def start_worker(tmp_path):
+    procs = []
+
+    def start(url: str, name: str = "w1", token: str = "wtoken"):
+        proc = Proc([str(BIN / "trialbot-worker"), "--server", url, "--token", token,
+                     "--name", name], dict(os.environ), tmp_path / f"{name}.log")
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.stop()

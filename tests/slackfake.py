@@ -1,0 +1,108 @@
+"""Stand-ins at the network edge we cannot reach: a local HTTP server playing
+the Slack Web API (records every call, as bolt-python's own tests do), and
+slash-command requests signed exactly as Slack signs them."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeSlack(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        self.calls: list[tuple[str, dict]] = []
+        self.fail_next: list[int] = []  # HTTP statuses to answer before succeeding
+        self.lock = threading.Lock()
+        self.counter = 0
+        super().__init__(("127.0.0.1", 0), _Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/api/"
+
+    def posts(self) -> list[dict]:
+        with self.lock:
+            return [args for method, args in self.calls if method == "chat.postMessage"]
+
+    def wait_posts(self, n: int, timeout: float = 60) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            posts = self.posts()
+            if len(posts) >= n:
+                return posts
+            time.sleep(0.05)
+        raise AssertionError(f"expected {n} chat.postMessage calls, got {self.posts()}")
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeSlack
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        if self.headers.get("Content-Type", "").startswith("application/json"):
+            args = json.loads(raw or "{}")
+        else:
+            args = {k: v[0] for k, v in urllib.parse.parse_qs(raw).items()}
+        method = self.path.rsplit("/", 1)[-1]
+        with self.server.lock:
+            if self.server.fail_next:
+                status = self.server.fail_next.pop(0)
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.server.counter += 1
+            ts = f"1700000000.{self.server.counter:06d}"
+            self.server.calls.append((method, dict(args, _ts=ts)))
+        body = json.dumps({"ok": True, "ts": ts, "channel": args.get("channel")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def slash_body(text: str, command: str = "/trial", user: str = "U1", channel: str = "C1") -> str:
+    return urllib.parse.urlencode({
+        "token": "legacy", "team_id": "T0", "team_domain": "lab", "channel_id": channel,
+        "channel_name": "gpu", "user_id": user, "user_name": "ada", "command": command,
+        "text": text, "api_app_id": "A1", "response_url": "http://127.0.0.1:9/unused",
+        "trigger_id": "1.2.3"})
+
+
+def signed_headers(secret: str, body: str, timestamp: int | None = None) -> dict:
+    """Slack's scheme: v0=HMAC-SHA256(secret, "v0:{timestamp}:{body}")."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    sig = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {"Content-Type": "application/x-www-form-urlencoded",
+            "X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={sig}"}
+
+
+def post(url: str, body: str, headers: dict) -> tuple[int, dict | str]:
+    req = urllib.request.Request(url, data=body.encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            status, raw = resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read().decode()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw

@@ -1,0 +1,80 @@
+"""From a signed `/trial` POST to the report at the (fake) Slack Web API,
+through `trialbot serve` and `trialbot-worker` as separate real processes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from conftest import BIN, ROOT
+from slackfake import post, signed_headers, slash_body
+
+
+def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, fake_slack):
+    start_worker(served_bot.url, "gpu-a")
+    body = slash_body("llm-infer batch=2 prompt=32 gen=8 repeats=3")
+    t0 = time.monotonic()
+    status, reply = post(served_bot.url + "/slack/events", body,
+                         signed_headers("s3cret", body))
+    ack_seconds = time.monotonic() - t0
+    assert status == 200, reply
+    assert ack_seconds < 3, "Slack drops acks after 3 seconds"
+    assert reply["response_type"] == "ephemeral"
+    assert "Queued as *T1*" in reply["text"]
+
+    started, report = fake_slack.wait_posts(2, timeout=90)
+    assert started["channel"] == "C1"
+    assert "T1* started on *gpu-a*" in started["text"]
+    assert "thread_ts" not in started
+    assert report["thread_ts"] == started["_ts"]  # threaded under "started"
+    assert len(fake_slack.posts()) == 2  # nothing posted twice
+    assert "T1 llm-infer ok on gpu-a" in report["text"]
+    blocks = json.loads(report["blocks"]) if isinstance(report["blocks"], str) else report["blocks"]
+    assert any("Latency p50" in f["text"] for b in blocks for f in b.get("fields", []))
+
+    status, reply = post(served_bot.url + "/slack/events", slash_body("status T1"),
+                         signed_headers("s3cret", slash_body("status T1")))
+    assert "*done* on gpu-a" in reply["text"]
+    assert "host RSS peak" in reply["text"]
+
+
+def test_forged_and_stale_requests_are_refused_without_a_job(served_bot, fake_slack):
+    body = slash_body("llm-infer")
+    forged = signed_headers("wrong-secret", body)
+    stale = signed_headers("s3cret", body, timestamp=int(time.time()) - 600)
+    unsigned = {"Content-Type": "application/x-www-form-urlencoded"}
+    for headers in (forged, stale, unsigned):
+        status, _ = post(served_bot.url + "/slack/events", body, headers)
+        assert status == 401
+    status, reply = post(served_bot.url + "/slack/events", slash_body("list"),
+                         signed_headers("s3cret", slash_body("list")))
+    assert status == 200 and "No trials yet" in reply["text"]
+
+
+def test_bad_parameter_is_answered_and_creates_no_job(served_bot, fake_slack):
+    for text, token in [("llm-infer batch=0", "batch=0"), ("llm-infer batch=-1", "batch=-1"),
+                        ("llm-infer dtype=fp8", "dtype=fp8"),
+                        ("llm-infer prompt=1e12", "prompt=1e12"),
+                        ("llm-train", "llm-train"), ("llm-infer colour=red", "colour=red")]:
+        body = slash_body(text)
+        status, reply = post(served_bot.url + "/slack/events", body,
+                             signed_headers("s3cret", body))
+        assert status == 200
+        assert f"`{token}`" in reply["text"] and "Nothing was queued" in reply["text"]
+    body = slash_body("list")
+    _, reply = post(served_bot.url + "/slack/events", body, signed_headers("s3cret", body))
+    assert "No trials yet" in reply["text"]
+    assert fake_slack.posts() == []
+
+
+def test_serve_names_every_missing_setting_and_exits_2(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLACK_", "TRIALBOT_"))}
+    done = subprocess.run([str(BIN / "trialbot"), "serve"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    for name in ("SLACK_BOT_TOKEN", "TRIALBOT_WORKER_TOKEN", "SLACK_SIGNING_SECRET"):
+        assert name in lines[0]

@@ -1,0 +1,63 @@
+"""Trials in real child processes on this CPU: every outcome is a report."""
+import threading
+
+from worker import launcher, report
+from worker.spec import TrialSpec, parse
+
+SMALL = dict(batch=2, prompt=16, gen=4, repeats=3, hidden=64, heads=2, kv_heads=1, vocab=512)
+
+
+def small(**over):
+    return parse(["llm-infer"] + [f"{k}={v}" for k, v in {**SMALL, **over}.items()])
+
+
+def test_ok_trial_has_every_phase_rss_and_latency():
+    r = launcher.run_trial(small())
+    assert r["schema"] == report.SCHEMA and r["status"] == "ok", r["error"]
+    assert [p["name"] for p in r["phases"]] == ["setup", "weights", "data", "warmup", "run"]
+    for p in r["phases"]:
+        assert p["end"] >= p["start"] and p["seconds"] >= 0
+    m = r["memory"]
+    assert m["host_rss_peak"] > 50 * 2**20  # torch alone is more than this
+    assert abs(m["host_rss_peak"] - m["host_rss_peak_kernel"]) < 0.5 * m["host_rss_peak_kernel"]
+    assert m["peak_allocated"] is None and "no CUDA" in m["method"]["peak_allocated"]
+    assert "NVML" in m["method"]["device_used_peak"]
+    assert r["latency"]["count"] == 3 and r["latency"]["p50"] <= r["latency"]["p99"]
+    assert r["throughput"]["value"] > 0 and r["throughput"]["unit"] == "tokens/s"
+    assert r["scale"] == {"batch": 2, "prompt_tokens": 16, "gen_tokens": 4,
+                          "tokens_per_request": 40, "requests": 3, "tokens": 120}
+    assert r["env"]["device"] == "cpu" and r["env"]["torch"] and r["env"]["python"]
+    assert report.validate(r) == []
+
+
+def test_host_oom_is_classified():
+    r = launcher.run_trial(parse(["llm-infer", "vocab=1048576", "hidden=65536", "heads=64",
+                                  "kv_heads=8"]))
+    assert r["status"] == "failed"
+    assert r["error"]["class"] == "oom" and r["error"]["phase"] == "weights"
+
+
+def test_timeout_kills_the_child_and_says_so():
+    r = launcher.run_trial(small(repeats=10000, timeout=5))
+    assert r["error"]["class"] == "timeout"
+    assert r["error"]["phase"] in ("setup", "weights", "warmup", "run")
+    assert r["seconds"] < 30
+
+
+def test_cancel_kills_the_child():
+    cancel = threading.Event()
+    threading.Timer(3, cancel.set).start()
+    r = launcher.run_trial(small(repeats=10000), cancel)
+    assert r["status"] == "failed" and r["error"]["class"] == "killed"
+
+
+def test_cuda_on_a_cpu_box_is_unsupported_not_a_traceback():
+    r = launcher.run_trial(small(device="cuda"))
+    assert r["error"]["class"] == "unsupported"
+    assert "device=cuda" in r["error"]["message"] and "Traceback" not in r["error"]["message"]
+
+
+def test_a_crashing_child_still_reports():
+    r = launcher.run_trial(TrialSpec("no-such-workload", {"timeout": 60}))
+    assert r["status"] == "failed" and r["error"]["class"] == "crash"
+    assert r["error"]["phase"] == "setup"

@@ -1,0 +1,67 @@
+"""The outbox against a failing transport and the fake Slack Web API."""
+import pytest
+
+from bot.outbox import Outbox, SlackTransport, Undeliverable
+from bot.slack_app import web_client
+from bot.store import Store
+
+
+class Flaky:
+    def __init__(self, failures):
+        self.failures, self.sent = failures, []
+
+    def send(self, payload):
+        if self.failures:
+            raise self.failures.pop(0)
+        self.sent.append(payload)
+        return f"ts{len(self.sent)}"
+
+
+def add(store, text, thread_of=None):
+    with store.db.conn:
+        return store._add_message({"channel": "C1", "text": text, "thread_of": thread_of}, None)
+
+
+def test_outage_delays_and_loses_nothing_in_order(tmp_path):
+    store = Store(str(tmp_path / "o.db"))
+    parent = add(store, "started")
+    add(store, "report", thread_of=parent)
+    flaky = Flaky([ConnectionError("slack down")])
+    box = Outbox(store, flaky)
+    with pytest.raises(ConnectionError):
+        box.flush()
+    # a restart: a new store and outbox on the same file
+    box = Outbox(Store(str(tmp_path / "o.db")), flaky)
+    assert box.flush() == 2
+    assert [p["text"] for p in flaky.sent] == ["started", "report"]
+    assert flaky.sent[1]["thread_ts"] == "ts1"
+    assert box.flush() == 0  # nothing twice
+
+
+def test_undeliverable_message_is_set_aside(tmp_path):
+    store = Store(str(tmp_path / "o.db"))
+    parent = add(store, "started")
+    add(store, "report", thread_of=parent)
+    flaky = Flaky([Undeliverable("channel_not_found")])
+    assert Outbox(store, flaky).flush() == 1
+    assert flaky.sent[0]["text"] == "report" and "thread_ts" not in flaky.sent[0]
+
+
+def test_slack_transport_retries_429_and_posts_once(fake_slack, tmp_path):
+    store = Store(str(tmp_path / "o.db"))
+    add(store, "hello")
+    fake_slack.fail_next = [429]
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    assert box.flush() == 1
+    assert [p["text"] for p in fake_slack.posts()] == ["hello"]
+
+
+def test_slack_transport_5xx_keeps_the_message(fake_slack, tmp_path):
+    store = Store(str(tmp_path / "o.db"))
+    add(store, "hello")
+    fake_slack.fail_next = [503]
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    with pytest.raises(Exception):
+        box.flush()
+    assert box.flush() == 1
+    assert [p["text"] for p in fake_slack.posts()] == ["hello"]

@@ -1,0 +1,86 @@
+"""The store and queue on a real SQLite file: leases, expiry, late workers."""
+import threading
+import time
+
+import pytest
+
+from bot.queue import JobQueue, LeaseLost
+from bot.store import Store
+from worker import report as reports
+from worker.spec import parse
+
+
+@pytest.fixture
+def queue(tmp_path):
+    return JobQueue(Store(str(tmp_path / "q.db")))
+
+
+def ok_report():
+    r = reports.new_report("llm-infer", {})
+    r["status"] = "ok"
+    return r
+
+
+def submit(queue, words="llm-infer"):
+    return queue.submit(parse(words.split()), words, "U1", "C1")
+
+
+def test_job_survives_a_new_store_on_the_same_file(tmp_path):
+    q = JobQueue(Store(str(tmp_path / "q.db")))
+    job = submit(q)
+    again = Store(str(tmp_path / "q.db"))
+    assert again.job(job["id"])["status"] == "queued"
+    assert again.db.execute("pragma journal_mode").fetchone()[0] == "wal"
+
+
+def test_two_racing_workers_get_one_job_once(queue):
+    submit(queue)
+    got = []
+    threads = [threading.Thread(target=lambda n=n: got.append(queue.lease(f"w{n}", 0)))
+               for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    leased = [j for j in got if j]
+    assert len(leased) == 1 and leased[0]["attempts"] == 1
+
+
+def test_long_poll_returns_when_a_job_arrives(queue):
+    threading.Timer(0.3, lambda: submit(queue)).start()
+    t0 = time.monotonic()
+    job = queue.lease("w1", 10)
+    assert job and time.monotonic() - t0 < 3
+
+
+def test_lease_is_answered_empty_after_wait(queue):
+    t0 = time.monotonic()
+    assert queue.lease("w1", 0.3) is None
+    assert time.monotonic() - t0 >= 0.3
+
+
+def test_expired_lease_requeues_and_late_worker_cannot_report(queue, monkeypatch):
+    import bot.queue
+    submit(queue)
+    monkeypatch.setattr(bot.queue, "LEASE_SECONDS", 0.2)
+    first = queue.lease("w1", 0)
+    time.sleep(0.3)
+    second = queue.lease("w2", 0)
+    assert second["id"] == first["id"] and second["attempts"] == 2
+    with pytest.raises(LeaseLost):
+        queue.heartbeat(first["id"], "w1", first["lease"])
+    with pytest.raises(LeaseLost):
+        queue.finish(first["id"], "w1", first["lease"], ok_report())
+    done = queue.finish(second["id"], "w2", second["lease"], ok_report())
+    assert done["status"] == "done" and done["report"]["worker"] == "w2"
+
+
+def test_finish_queues_report_threaded_under_started(queue):
+    job = submit(queue)
+    leased = queue.lease("w1", 0)
+    r = reports.fail(reports.new_report("llm-infer", {}), "oom", "CUDA out of memory", "run")
+    queue.finish(job["id"], "w1", leased["lease"], r)
+    rows = queue.store.unsent()
+    assert [m["kind"] for m in rows] == ["started", "report"]
+    assert rows[1]["thread_of"] == rows[0]["id"]
+    assert queue.store.job(job["id"])["error_class"] == "oom"

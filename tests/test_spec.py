@@ -1,0 +1,51 @@
+import pytest
+
+from bot import commands
+from worker import spec
+
+
+def test_defaults_fill_every_parameter():
+    s = spec.parse(["llm-infer", "batch=4", "dtype=bf16"])
+    assert s.workload == "llm-infer"
+    assert s.params["batch"] == 4 and s.params["dtype"] == "bf16"
+    assert s.params["prompt"] == 64 and s.params["device"] == "auto"
+    assert spec.parse(s.words().split()) == s
+
+
+@pytest.mark.parametrize("words, token, says", [
+    (["llm-infer", "batch=0"], "batch=0", "from 1 to 4096"),
+    (["llm-infer", "batch=-1"], "batch=-1", "from 1 to 4096"),
+    (["llm-infer", "batch=two"], "batch=two", "whole number"),
+    (["llm-infer", "prompt=1e12"], "prompt=1e12", "whole number"),
+    (["llm-infer", "dtype=fp8"], "dtype=fp8", "fp32, bf16, fp16"),
+    (["llm-infer", "colour=red"], "colour=red", "has no parameter"),
+    (["llm-infer", "batch"], "batch", "key=value"),
+    (["llm-infer", "batch=1", "batch=2"], "batch=2", "twice"),
+    (["llm-infer", "heads=3"], "heads=3", "divide evenly"),
+    (["llm-infer", "kv_heads=3"], "kv_heads=3", "multiple of kv_heads"),
+    (["gpt-9"], "gpt-9", "not a workload"),
+])
+def test_bad_words_name_the_token(words, token, says):
+    with pytest.raises(spec.SpecError) as err:
+        spec.parse(words)
+    assert err.value.token == token
+    assert says in err.value.message
+    assert err.value.usage.startswith("/trial")
+
+
+def test_trial_subcommands():
+    assert commands.parse_trial("").name == "help"
+    assert commands.parse_trial("help").name == "help"
+    assert commands.parse_trial("list").name == "list"
+    assert commands.parse_trial("status T12").job_id == 12
+    assert commands.parse_trial("status 7").job_id == 7
+    run = commands.parse_trial("llm-infer batch=2")
+    assert run.name == "run" and run.spec.params["batch"] == 2
+
+
+@pytest.mark.parametrize("text, token", [("status", "status"), ("status X1", "X1"),
+                                         ("list mine now", "mine"), ('llm-infer "oops', '')])
+def test_bad_subcommands(text, token):
+    with pytest.raises(spec.SpecError) as err:
+        commands.parse_trial(text)
+    assert token in err.value.token

@@ -19,6 +19,7 @@ class Agent:
     def __init__(self, client: Client, name: str, info: dict | None = None):
         self.client, self.name, self.info = client, name, info or {}
         self.stopping = threading.Event()
+        self.current: threading.Event | None = None  # cancel event of the running trial
 
     def serve_forever(self) -> None:
         self._retry(lambda: self.client.register(self.name, self.info), "register")
@@ -29,15 +30,24 @@ class Agent:
                 self.run_job(job)
 
     def stop(self) -> None:
+        """Stop serving; a running trial's child is killed and not reported, so
+        its lease expires and the job runs again on the next worker."""
         self.stopping.set()
+        if self.current:
+            self.current.set()
 
     def run_job(self, job: dict) -> None:
         log.info("leased %s: %s", job["trial"], job["spec"])
-        cancel = threading.Event()
+        cancel = self.current = threading.Event()
         beating = threading.Thread(target=self._heartbeat, args=(job, cancel), daemon=True)
         beating.start()
         report = launcher.run_trial(TrialSpec.from_dict(job["spec"]), cancel)
         cancel.set()  # stops the heartbeat thread
+        self.current = None
+        if self.stopping.is_set():
+            log.warning("%s abandoned at shutdown; its lease will expire and it re-runs",
+                        job["trial"])
+            return
         report["trial"], report["worker"] = job["trial"], self.name
         try:
             self._retry(lambda: self.client.report(self.name, job, report), "report")

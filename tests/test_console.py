@@ -1,0 +1,45 @@
+"""`trialbot console` as a user runs it: a real process reading a script."""
+import json
+import subprocess
+
+from conftest import BIN, ROOT
+
+
+def run_console(tmp_path, lines, *flags):
+    return subprocess.run([str(BIN / "trialbot"), "console", "--db", str(tmp_path / "c.db"),
+                           *flags], input="\n".join(lines) + "\n", capture_output=True,
+                          text=True, cwd=ROOT, timeout=240)
+
+
+def test_console_json_prints_the_slack_payloads_in_order(tmp_path):
+    done = run_console(tmp_path, ["/trial llm-infer batch=2 gen=4 repeats=2",
+                                  "/trial llm-infer batch=0", "/trial list"], "--json")
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    queued, started, report, bad, listing = out
+    assert queued["response_type"] == "ephemeral" and "Queued as *T1*" in queued["text"]
+    assert started["channel"] == "console" and "started on" in started["text"]
+    assert report["thread_ts"] and "phases: setup" in report["text"]
+    assert "host RSS peak" in report["text"]
+    assert {"channel", "thread_ts", "text", "blocks"} <= set(report)
+    assert "`batch=0`" in bad["text"]
+    assert "T1* done" in listing["text"]
+
+
+def test_console_text_and_unknown_command(tmp_path):
+    done = run_console(tmp_path, ["/trial help", "/deploy prod", "/plan new x"])
+    assert done.returncode == 0, done.stderr
+    assert "llm-infer" in done.stdout and "`/deploy` is not a command" in done.stdout
+    assert "nothing was created" in done.stdout
+
+
+def test_jobs_left_queued_run_at_next_start(tmp_path):
+    from bot.store import Store
+    from worker.spec import parse
+    spec = parse(["llm-infer", "gen=2", "repeats=1"])
+    Store(str(tmp_path / "c.db")).add_job(spec.to_dict(), "llm-infer gen=2 repeats=1", "U1",
+                                          "console")
+    done = run_console(tmp_path, ["/trial llm-infer gen=2 repeats=1"])
+    assert done.returncode == 0, done.stderr
+    # jobs run in order: the stored T1 reports before the new T2
+    assert done.stdout.index("T1 llm-infer ok") < done.stdout.index("T2 llm-infer ok")

@@ -1,0 +1,51 @@
+"""Each Slack listener, through the real Bolt app and HTTP server in-process,
+with requests signed as Slack signs them."""
+import io
+
+import pytest
+
+from bot.outbox import SlackTransport
+from bot.runtime import Runtime
+from bot.slack_app import build_app, web_client
+from slackfake import post, signed_headers, slash_body
+
+
+@pytest.fixture
+def bot(tmp_path, fake_slack):
+    client = web_client("xoxb-test", fake_slack.api_url)
+    rt = Runtime(str(tmp_path / "l.db"), "wtoken", SlackTransport(client))
+    rt.server.bolt_app = build_app(rt.queue, client, "s3cret")
+    rt.start()
+    yield rt
+    rt.stop()
+
+
+def command(bot, text, name="/trial"):
+    body = slash_body(text, command=name)
+    status, reply = post(bot.server.url + "/slack/events", body, signed_headers("s3cret", body))
+    assert status == 200
+    return reply
+
+
+def test_trial_help_lists_workloads_and_parameters(bot):
+    reply = command(bot, "help")
+    assert "llm-infer" in reply["text"] and "`kv_heads=2`" in reply["text"]
+    assert reply["response_type"] == "ephemeral"
+
+
+def test_trial_queues_and_names_no_worker_when_none_is_online(bot, fake_slack):
+    reply = command(bot, "llm-infer batch=4 prompt=512 gen=64 dtype=bf16")
+    assert "Queued as *T1*" in reply["text"] and "none is online" in reply["text"]
+    job = bot.store.job(1)
+    assert job["spec"]["params"]["dtype"] == "bf16" and job["channel"] == "C1"
+    assert job["user"] == "U1"
+    assert fake_slack.posts() == []  # nothing posted until a worker starts it
+
+
+def test_trial_status_of_unknown_trial(bot):
+    assert "no trial T99" in command(bot, "status T99")["text"]
+
+
+def test_plan_says_it_is_not_available_and_creates_nothing(bot):
+    reply = command(bot, "new repro", name="/plan")
+    assert "not available" in reply["text"] and "nothing was created" in reply["text"]

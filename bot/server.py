@@ -20,6 +20,7 @@ MAX_BODY = 16 * 2**20  # a report with a memory timeline stays well under this
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # the default 5 resets bursts of slash commands
 
     def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}):
         self.worker_api, self.bolt_app, self.health = worker_api, bolt_app, health

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sqlite3
 import sys
+import threading
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,11 +28,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trialbot: {exc.name} is not installed; install the bot with "
               "`pip install -e '.[bot]'`", file=sys.stderr)
         return 2
-    if args.command == "console":
-        from bot import console as console_mod
-        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-        return console_mod.run(args.db, args.json)
-    return run_serve(args.local_worker)
+    try:
+        if args.command == "console":
+            from bot import console as console_mod
+            logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+            return console_mod.run(args.db, args.json)
+        return run_serve(args.local_worker)
+    except sqlite3.Error as exc:
+        print(f"trialbot: cannot use the database: {exc} (set --db or TRIALBOT_DB to a "
+              "writable file)", file=sys.stderr)
+        return 2
 
 
 def run_serve(local_worker: bool) -> int:
@@ -46,8 +53,13 @@ def run_serve(local_worker: bool) -> int:
     from bot.slack_app import build_app, web_client
 
     client = web_client(settings.bot_token, settings.api_url)
-    rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
-                 settings.host, settings.port)
+    try:
+        rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
+                     settings.host, settings.port)
+    except OSError as exc:
+        print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
+              " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
+        return 2
     app = build_app(rt.queue, client, settings.signing_secret)
     log = logging.getLogger("trialbot")
     if settings.socket_mode:
@@ -62,7 +74,6 @@ def run_serve(local_worker: bool) -> int:
         rt.start_local_worker()
     log.info("listening on %s (worker API, /healthz)", rt.server.url)
     try:
-        import threading
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

@@ -43,3 +43,11 @@ def test_jobs_left_queued_run_at_next_start(tmp_path):
     assert done.returncode == 0, done.stderr
     # jobs run in order: the stored T1 reports before the new T2
     assert done.stdout.index("T1 llm-infer ok") < done.stdout.index("T2 llm-infer ok")
+
+
+def test_unusable_database_is_one_clear_line(tmp_path):
+    done = subprocess.run([str(BIN / "trialbot"), "console", "--db",
+                           str(tmp_path / "missing" / "x.db")], input="", capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2
+    assert "cannot use the database" in done.stderr and "Traceback" not in done.stderr

@@ -39,6 +39,20 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
     assert "host RSS peak" in reply["text"]
 
 
+def test_failed_trial_is_reported_and_the_worker_keeps_serving(served_bot, start_worker,
+                                                              fake_slack):
+    start_worker(served_bot.url, "cpu-box")
+    for text in ("llm-infer device=cuda", "llm-infer gen=2 repeats=1"):
+        body = slash_body(text)
+        assert post(served_bot.url + "/slack/events", body,
+                    signed_headers("s3cret", body))[0] == 200
+    posts = fake_slack.wait_posts(4, timeout=90)
+    failed, ok = posts[1], posts[3]
+    assert "T1 llm-infer FAILED (unsupported, phase setup)" in failed["text"]
+    assert "device=cuda" in failed["text"]
+    assert "T2 llm-infer ok on cpu-box" in ok["text"]
+
+
 def test_forged_and_stale_requests_are_refused_without_a_job(served_bot, fake_slack):
     body = slash_body("llm-infer")
     forged = signed_headers("wrong-secret", body)
@@ -78,3 +92,15 @@ def test_serve_names_every_missing_setting_and_exits_2(tmp_path):
     assert len(lines) == 1
     for name in ("SLACK_BOT_TOKEN", "TRIALBOT_WORKER_TOKEN", "SLACK_SIGNING_SECRET"):
         assert name in lines[0]
+
+
+def test_serve_on_a_busy_port_says_so(bot_env):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        env = dict(bot_env, TRIALBOT_PORT=str(s.getsockname()[1]))
+        done = subprocess.run([str(BIN / "trialbot"), "serve"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "cannot listen on 127.0.0.1" in done.stderr and "Traceback" not in done.stderr

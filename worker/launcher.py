@@ -34,13 +34,16 @@ class Sampler(threading.Thread):
 
     def __init__(self, pid: int, trackers):
         super().__init__(daemon=True, name="trial-sampler")
-        self.root = psutil.Process(pid)
+        try:
+            self.root = psutil.Process(pid)
+        except psutil.NoSuchProcess:  # the child already exited: nothing to sample
+            self.root = None
         self.trackers = trackers
         self.done = threading.Event()
 
     def run(self) -> None:
         period = 1.0 / SAMPLE_HZ
-        while not self.done.is_set():
+        while self.root and not self.done.is_set():
             try:
                 procs = [self.root] + self.root.children(recursive=True)
             except psutil.NoSuchProcess:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from worker import spec as specs
 from worker import summary
-from worker.summary import gib, secs
+from worker.summary import secs
 
 
 def _section(text: str) -> dict:
@@ -91,24 +91,7 @@ def report_blocks(r: dict) -> list[dict]:
         err = r["error"]
         tail = "\n".join(err["message"].strip().splitlines()[-6:])
         blocks.append(_section(f"*{err['class']}* in phase `{err.get('phase')}`:\n```{tail}```"))
-    fields = []
-    lat, thr, m = r.get("latency"), r.get("throughput"), r["memory"]
-    if lat and lat.get("count"):
-        fields.append(f"*Latency p50 / p90 / p99*\n{secs(lat['p50'])} / {secs(lat['p90'])} / "
-                      f"{secs(lat['p99'])} ({lat['count']} requests)")
-    if thr:
-        fields.append(f"*Throughput*\n{thr['value']:.1f} {thr['unit']}")
-    if m.get("peak_allocated") is not None:
-        fields.append(f"*GPU peak allocated / reserved*\n{gib(m['peak_allocated'])} / "
-                      f"{gib(m['peak_reserved'])} (torch allocator)")
-    if m.get("device_used_peak") is not None:
-        fields.append(f"*GPU device used / process peak*\n{gib(m['device_used_peak'])} / "
-                      f"{gib(m['process_used_peak'])} (NVML)")
-    fields.append(f"*Host RSS peak*\n{gib(m.get('host_rss_peak'))} (child tree, sampled)")
-    if r.get("scale"):
-        s = r["scale"]
-        fields.append(f"*Scale*\nbatch {s['batch']}, prompt {s['prompt_tokens']}, "
-                      f"gen {s['gen_tokens']}")
+    fields = [f"*{label[0].upper()}{label[1:]}*\n{value}" for label, value in summary.facts(r)]
     blocks.append({"type": "section",
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
     blocks.append(_context(summary.phases_line(r)))

@@ -31,7 +31,9 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
     assert len(fake_slack.posts()) == 2  # nothing posted twice
     assert "T1 llm-infer ok on gpu-a" in report["text"]
     blocks = json.loads(report["blocks"]) if isinstance(report["blocks"], str) else report["blocks"]
-    assert any("Latency p50" in f["text"] for b in blocks for f in b.get("fields", []))
+    fields = [f["text"] for b in blocks for f in b.get("fields", [])]
+    assert any(f.startswith("*Latency per request*\np50") for f in fields)
+    assert any(f.startswith("*Host RSS peak*") for f in fields)
 
     status, reply = post(served_bot.url + "/slack/events", slash_body("status T1"),
                          signed_headers("s3cret", slash_body("status T1")))

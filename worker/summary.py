@@ -34,34 +34,30 @@ def phases_line(r: dict) -> str:
     return "phases: " + ", ".join(f"{p['name']} {secs(p['seconds'])}" for p in r["phases"])
 
 
-def memory_lines(r: dict) -> list[str]:
-    m = r["memory"]
-    lines = []
-    if m.get("peak_allocated") is not None:
-        lines.append(f"GPU allocator: peak allocated {gib(m['peak_allocated'])}, peak reserved "
-                     f"{gib(m['peak_reserved'])} (torch.cuda.max_memory_*)")
-    if m.get("device_used_peak") is not None:
-        lines.append(f"GPU device used peak {gib(m['device_used_peak'])}, this trial's "
-                     f"processes {gib(m['process_used_peak'])} (NVML, sampled ~100 Hz)")
-    lines.append(f"host RSS peak {gib(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz; "
-                 f"kernel max RSS {gib(m.get('host_rss_peak_kernel'))})")
-    return lines
-
-
-def result_lines(r: dict) -> list[str]:
-    lines = []
-    lat, thr, sc = r.get("latency"), r.get("throughput"), r.get("scale")
+def facts(r: dict) -> list[tuple[str, str]]:
+    """(label, value) pairs of the measured results, each value saying how it
+    was measured; the text summary and the Slack fields both show these."""
+    out = []
+    lat, thr, sc, m = r.get("latency"), r.get("throughput"), r.get("scale"), r["memory"]
     if lat and lat.get("count"):
         spread = f", stdev {secs(lat['stdev'])}" if lat.get("stdev") is not None else ""
-        lines.append(f"latency per request: p50 {secs(lat['p50'])}, p90 {secs(lat['p90'])}, "
-                     f"p99 {secs(lat['p99'])}, mean {secs(lat['mean'])}{spread} "
-                     f"over {lat['count']} requests")
+        out.append(("latency per request", f"p50 {secs(lat['p50'])}, p90 {secs(lat['p90'])}, "
+                    f"p99 {secs(lat['p99'])}, mean {secs(lat['mean'])}{spread} over "
+                    f"{lat['count']} requests"))
     if thr:
-        lines.append(f"throughput {thr['value']:.1f} {thr['unit']}")
+        out.append(("throughput", f"{thr['value']:.1f} {thr['unit']}"))
+    if m.get("peak_allocated") is not None:
+        out.append(("GPU peak allocated / reserved", f"{gib(m['peak_allocated'])} / "
+                    f"{gib(m['peak_reserved'])} (torch allocator)"))
+    if m.get("device_used_peak") is not None:
+        out.append(("GPU device used / trial processes", f"{gib(m['device_used_peak'])} / "
+                    f"{gib(m['process_used_peak'])} (NVML, sampled ~100 Hz)"))
+    out.append(("host RSS peak", f"{gib(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz;"
+                f" kernel max RSS {gib(m.get('host_rss_peak_kernel'))})"))
     if sc:
-        lines.append(f"scale: batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
-                     f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed")
-    return lines
+        out.append(("scale", f"batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
+                    f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed"))
+    return out
 
 
 def env_line(r: dict) -> str:
@@ -76,5 +72,5 @@ def text(r: dict) -> str:
     lines = [headline(r)]
     if r["status"] == "failed":
         lines.append("error: " + (r["error"]["message"].strip().splitlines() or [""])[-1])
-    lines += [phases_line(r), *memory_lines(r), *result_lines(r), env_line(r)]
+    lines += [phases_line(r), *(f"{label}: {value}" for label, value in facts(r)), env_line(r)]
     return "\n".join(lines)

@@ -12,7 +12,7 @@ def run_console(tmp_path, lines, *flags):
 
 
 def test_console_json_prints_the_slack_payloads_in_order(tmp_path):
-    done = run_console(tmp_path, ["/trial llm-infer batch=2 gen=4 repeats=2",
+    done = run_console(tmp_path, ["/trial llm-infer batch=2 gen=4 repeats=2 stability=0",
                                   "/trial llm-infer batch=0", "/trial list"], "--json")
     assert done.returncode == 0, done.stderr
     out = [json.loads(line) for line in done.stdout.splitlines()]
@@ -36,10 +36,10 @@ def test_console_text_and_unknown_command(tmp_path):
 def test_jobs_left_queued_run_at_next_start(tmp_path):
     from bot.store import Store
     from worker.spec import parse
-    spec = parse(["llm-infer", "gen=2", "repeats=1"])
+    spec = parse(["llm-infer", "gen=2", "repeats=1", "stability=0"])
     Store(str(tmp_path / "c.db")).add_job(spec.to_dict(), "llm-infer gen=2 repeats=1", "U1",
                                           "console")
-    done = run_console(tmp_path, ["/trial llm-infer gen=2 repeats=1"])
+    done = run_console(tmp_path, ["/trial llm-infer gen=2 repeats=1 stability=0"])
     assert done.returncode == 0, done.stderr
     # jobs run in order: the stored T1 reports before the new T2
     assert done.stdout.index("T1 llm-infer ok") < done.stdout.index("T2 llm-infer ok")

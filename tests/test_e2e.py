@@ -13,7 +13,7 @@ from slackfake import post, signed_headers, slash_body
 
 def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, fake_slack):
     start_worker(served_bot.url, "gpu-a")
-    body = slash_body("llm-infer batch=2 prompt=32 gen=8 repeats=3")
+    body = slash_body("llm-infer batch=2 prompt=32 gen=8 repeats=3 stability=0")
     t0 = time.monotonic()
     status, reply = post(served_bot.url + "/slack/events", body,
                          signed_headers("s3cret", body))
@@ -44,7 +44,7 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
 def test_failed_trial_is_reported_and_the_worker_keeps_serving(served_bot, start_worker,
                                                               fake_slack):
     start_worker(served_bot.url, "cpu-box")
-    for text in ("llm-infer device=cuda", "llm-infer gen=2 repeats=1"):
+    for text in ("llm-infer device=cuda", "llm-infer gen=2 repeats=1 stability=0"):
         body = slash_body(text)
         assert post(served_bot.url + "/slack/events", body,
                     signed_headers("s3cret", body))[0] == 200

@@ -11,7 +11,7 @@ def worker(*args):
 
 
 def test_trial_json_prints_the_report():
-    done = worker("trial", "llm-infer", "gen=2", "repeats=2", "--json")
+    done = worker("trial", "llm-infer", "gen=2", "repeats=2", "stability=0", "--json")
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout)
     assert r["schema"] == "trialbot.trial/1" and r["status"] == "ok"

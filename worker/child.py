@@ -116,6 +116,7 @@ def main(spec_path: str, report_path: str) -> int:
         values, method = trial.allocator.totals()
         report["memory"].update(values)
         report["memory"]["method"].update(method)
+        report["allocator_samples"] = list(trial.allocator.samples)
     report["finished"] = time.time()
     save(report, report_path)
     return 0

@@ -1,11 +1,13 @@
-"""Process isolation: run one trial in a fresh child process and sample it
-from outside.
+"""Process isolation: run one trial try in fresh child processes and sample
+them from outside.
 
-The child (`worker.child`) measures phases and the allocator from inside; this
-side samples host RSS and NVML at ~100 Hz, enforces the timeout, cancels by
-killing the child's process group, and turns a child that died without
-finishing into a failed report with the error class. Whatever happens, a
-report comes back.
+A built-in workload runs as `python -m worker.child`, which measures phases and
+the allocator from inside. A recipe runs the admin's argv with an injected
+probe (`worker/probe/sitecustomize.py` on PYTHONPATH) and marks phases from
+`TRIALBOT_PHASE <name>` lines on its stdout. Either way this side samples host
+RSS and NVML at ~100 Hz, enforces the timeout, cancels by killing the child's
+process group, and turns a child that died without finishing into a failed
+report with the error class. Whatever happens, a report comes back.
 """
 from __future__ import annotations
 
@@ -21,77 +23,124 @@ import time
 import psutil
 
 from worker import report as reports
+from worker import timeline
 from worker.probes.host import HostRssTracker
 from worker.probes.nvml import NvmlTracker
 from worker.spec import TrialSpec
 
 SAMPLE_HZ = 100
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
+PHASE_MARK = "TRIALBOT_PHASE "
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE_DIR = os.path.join(PACKAGE_ROOT, "worker", "probe")
 
 
 class Sampler(threading.Thread):
-    """One thread ticks every tracker at SAMPLE_HZ over the child's process tree."""
+    """One thread ticks every tracker at `hz` over the child's process tree and
+    keeps the timeline. hz=0 samples nothing (to measure the probes' overhead)."""
 
-    def __init__(self, pid: int, trackers):
+    def __init__(self, pid: int, trackers, hz: float = SAMPLE_HZ):
         super().__init__(daemon=True, name="trial-sampler")
         try:
             self.root = psutil.Process(pid)
         except psutil.NoSuchProcess:  # the child already exited: nothing to sample
             self.root = None
-        self.trackers = trackers
+        self.trackers, self.hz = trackers, hz
         self.done = threading.Event()
+        self.rows: list[dict] = []
+        self.pids: set[int] = set()
 
     def run(self) -> None:
-        period = 1.0 / SAMPLE_HZ
+        if not self.hz:
+            return
+        period = 1.0 / self.hz
         while self.root and not self.done.is_set():
             try:
                 procs = [self.root] + self.root.children(recursive=True)
             except psutil.NoSuchProcess:
                 return
+            self.pids.update(p.pid for p in procs)
+            row = {"t": time.time()}
             for tracker in self.trackers:
-                tracker.sample(procs)
+                row.update(tracker.sample(procs))
+            self.rows.append(row)
             self.done.wait(period)
 
     def stop(self) -> None:
         self.done.set()
-        self.join()
+        if self.is_alive():
+            self.join()
 
 
-def run_trial(spec: TrialSpec, cancel: threading.Event | None = None) -> dict:
-    """Run `spec` in a child process and return its report (never raises for
-    a failing trial: the failure is in the report)."""
+class Run:
+    """One child process: its exit, why it was stopped, its kernel peak, its output."""
+
+    def __init__(self, argv, cwd, env, deadline: float, cancel: threading.Event,
+                 trackers=(), hz: float = SAMPLE_HZ, on_line=None):
+        self.log: list[str] = []
+        self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
+        self.started = time.time()
+        try:
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True)  # own group: killable whole
+        except OSError as exc:
+            self.proc, self.code, self.stopped, self.max_rss = None, None, None, None
+            self.ended = time.time()
+            self.log.append(f"could not start {argv[0]!r}: {exc.strerror or exc}")
+            self.sampler = Sampler(-1, ())
+            return
+        reader = threading.Thread(target=self._read, daemon=True)
+        reader.start()
+        self.sampler = Sampler(self.proc.pid, trackers, hz)
+        self.sampler.start()
+        self.stopped = _watch(self.proc, deadline, cancel)
+        # wait4 reaps the child and gives the kernel's own peak RSS for it.
+        _, status, usage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = self.code = os.waitstatus_to_exitcode(status)
+        self.ended = time.time()
+        self.max_rss = usage.ru_maxrss * 1024  # Linux reports KiB
+        self.sampler.stop()
+        reader.join(timeout=5)
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            if line.startswith(PHASE_MARK):
+                self.marks.append((line[len(PHASE_MARK):].strip() or "unnamed", time.time()))
+            self.log.append(line)
+            del self.log[:-200]  # keep the tail: it names the cause of a failure
+
+    def tail(self) -> str:
+        return "\n".join(self.log)[-4000:]
+
+
+def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
+              hz: float = SAMPLE_HZ) -> dict:
+    """Run one try of `spec` in child processes and return its report (never
+    raises for a failing trial: the failure is in the report)."""
     cancel = cancel or threading.Event()
     timeout = spec.params.get("timeout", 1800)
-    with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
-        spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
-        log_path = os.path.join(tmp, "child.log")
-        with open(spec_path, "w") as f:
-            json.dump(spec.to_dict(), f)
-        env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
-        started = time.time()
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "worker.child", spec_path, report_path],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=env)  # own process group: killable as a whole
-        host, nvml = HostRssTracker(), NvmlTracker()
-        sampler = Sampler(proc.pid, [host, nvml])
-        sampler.start()
-        stopped = _watch(proc, timeout, cancel)
-        # wait4 reaps the child and gives the kernel's own peak RSS for it.
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        sampler.stop()
-        report = _read(report_path, spec)
-        with open(log_path, "rb") as f:
-            log_tail = f.read()[-4000:].decode(errors="replace")
-    _judge(report, proc.returncode, stopped, timeout, log_tail)
-    memory = report["memory"]
-    for tracker in (host, nvml):
-        memory.update(tracker.result())
-        memory["method"].update(tracker.method)
-    memory["host_rss_peak_kernel"] = usage.ru_maxrss * 1024  # Linux reports KiB
-    memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD
+    deadline = time.monotonic() + timeout
+    host, nvml = HostRssTracker(), NvmlTracker()
+    oom_kills = _oom_kills()
+    started = time.time()
+    if spec.recipe:
+        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, [host, nvml], hz)
+    else:
+        report, run = _run_builtin(spec, deadline, cancel, [host, nvml], hz)
+    if run is not None:
+        killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
+                            and _oom_kills() not in (None, oom_kills))
+        _judge(report, run, timeout, killed_by_kernel)
+        memory = report["memory"]
+        for tracker in (host, nvml):
+            memory.update(tracker.result())
+            memory["method"].update(tracker.method)
+        memory["host_rss_peak_kernel"] = run.max_rss
+        memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD
+        report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
+        _wait_gpu_released(nvml, run)
     report["env"]["driver"] = nvml.driver()
     nvml.close()
     report["started"] = report.get("started") or started
@@ -100,10 +149,105 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None) -> dict:
     return report
 
 
-def _watch(proc: subprocess.Popen, timeout: float, cancel: threading.Event) -> str | None:
+def _run_builtin(spec, deadline, cancel, trackers, hz):
+    with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
+        spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec.to_dict(), f)
+        env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1",
+                   PYTHONPATH=_pythonpath(PACKAGE_ROOT))  # the child imports `worker`
+        run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
+                  deadline, cancel, trackers, hz)
+        report = _read(report_path, spec)
+    return report, run
+
+
+def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
+    from worker import codeversion
+    report = reports.new_report("recipe", spec.params)
+    report["recipe"] = spec.recipe
+    recipe = recipes.get(spec.recipe)
+    if recipe is None:
+        reports.fail(report, "unsupported", f"recipe `{spec.recipe}` is not in this worker's "
+                     "recipe file; only recipes in the file can run", "setup")
+        return report, None
+    report["env"] = {"recipe_cwd": recipe.cwd, **codeversion.of(recipe.cwd)}
+    if recipe.requires == "cuda" and not NvmlTracker().devices:
+        reports.fail(report, "unsupported", f"recipe `{recipe.name}` requires CUDA and this "
+                     "worker has no NVIDIA GPU (NVML sees none)", "setup")
+        return report, None
+    env = dict(os.environ, **recipe.env, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
+    start = time.time()
+    for argv in recipe.setup:  # the admin's own commands: deps, weights
+        run = Run(list(argv), recipe.cwd, env, deadline, cancel)
+        if run.code != 0 or run.stopped:
+            report["phases"].append(_phase("setup", start, time.time()))
+            return report, run
+    if recipe.setup:
+        report["phases"].append(_phase("setup", start, time.time()))
+    with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
+        env.update(PYTHONPATH=_pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
+                   TRIALBOT_PROBE_OUT=tmp)
+        run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz)
+        probe = _probe_result(tmp, run)
+    report["phases"] += _marked_phases(run, probe.get("phases", []))
+    report["memory"].update(probe.get("totals", {}))
+    report["memory"]["method"].update(probe.get("method", {}))
+    report["allocator_samples"] = probe.get("samples", [])
+    report["env"].update(probe.get("env", {}))
+    if run.code == 0 and not run.stopped:
+        report["status"] = "ok"
+    return report, run
+
+
+def _probe_result(directory: str, run: Run) -> dict:
+    """The probe file of the recipe's main process, else the Python process
+    that held the most GPU memory (a launcher script may start the real one)."""
+    found = [_read_json(os.path.join(directory, n)) for n in sorted(os.listdir(directory))
+             if n.endswith(".json")]
+    found = [f for f in found if f]
+    if run.proc is not None:
+        main = _read_json(os.path.join(directory, f"probe-{run.proc.pid}.json"))
+        if main and main.get("totals"):
+            return main
+    with_gpu = [f for f in found if f.get("totals")]
+    if with_gpu:
+        return max(with_gpu, key=lambda f: f["totals"]["peak_allocated"])
+    return found[0] if found else {}
+
+
+def _marked_phases(run: Run, probed: list[dict]) -> list[dict]:
+    """Phases from TRIALBOT_PHASE lines: each mark ends the phase before it.
+    Time before the first mark is `launch` (interpreter, imports); a program
+    with no marks is one `run` phase. Allocator peaks come from the probe."""
+    marks = run.marks or [("run", run.started)]
+    if marks[0][1] - run.started > 0.001:
+        marks = [("launch", run.started)] + marks
+    end = max(run.ended, marks[-1][1])
+    phases = []
+    for i, (name, t) in enumerate(marks):
+        t_end = marks[i + 1][1] if i + 1 < len(marks) else end
+        phase = _phase(name, t, t_end)
+        match = next((p for p in probed if p.get("name") == name), None)
+        if match:
+            phase.update({k: match.get(k) for k in ("peak_allocated", "peak_reserved")})
+        phases.append(phase)
+    return phases
+
+
+def _phase(name: str, start: float, end: float) -> dict:
+    return {"name": name, "start": start, "end": end, "seconds": end - start}
+
+
+def _pythonpath(first: str, rest: str | None = None) -> str:
+    rest = rest if rest is not None else os.environ.get("PYTHONPATH")
+    first = os.path.normpath(first)
+    return first + (os.pathsep + rest if rest else "")
+
+
+def _watch(proc: subprocess.Popen, deadline: float, cancel: threading.Event) -> str | None:
     """Wait for the child to exit; kill its group on timeout or cancel.
     Returns "timeout", "cancelled" or None. Does not reap the child."""
-    deadline = time.monotonic() + timeout
     while True:
         try:
             # WNOWAIT: see the exit without reaping, so wait4 can still read rusage.
@@ -122,39 +266,74 @@ def _watch(proc: subprocess.Popen, timeout: float, cancel: threading.Event) -> s
         time.sleep(0.05)
 
 
-def _read(path: str, spec: TrialSpec) -> dict:
+def _read_json(path: str):
     try:
         with open(path) as f:
             return json.load(f)
     except (OSError, ValueError):
-        return reports.new_report(spec.workload, spec.params)
+        return None
 
 
-def _judge(report: dict, code: int, stopped: str | None, timeout: float, log: str) -> None:
+def _read(path: str, spec: TrialSpec) -> dict:
+    return _read_json(path) or reports.new_report(spec.workload, spec.params)
+
+
+def _judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool) -> None:
     """Give a report whose child did not finish its own verdict an error class."""
-    if stopped == "timeout":
-        reports.fail(report, "timeout", f"stopped after the trial's timeout of {timeout:g} s",
-                     _running_phase(report))
-    elif stopped == "cancelled":
-        reports.fail(report, "killed", "cancelled: the child's process group was killed",
-                     _running_phase(report))
-    elif report["status"] == "running":  # died before writing a verdict
-        if code < 0:
-            name = signal.Signals(-code).name
-            hint = (" (the kernel's OOM killer sends SIGKILL when host memory runs out)"
-                    if -code == signal.SIGKILL else "")
-            reports.fail(report, "killed", f"child killed by {name}{hint}\n{log}",
-                         _running_phase(report))
+    phase = _running_phase(report)
+    if run.proc is None:
+        reports.fail(report, "crash", run.tail(), phase)
+    elif run.stopped == "timeout":
+        reports.fail(report, "timeout", f"stopped after the trial's timeout of {timeout:g} s; "
+                     "the child's process group was killed", phase)
+    elif run.stopped == "cancelled":
+        reports.fail(report, "killed", "cancelled: the child's process group was killed", phase)
+    elif killed_by_kernel:
+        reports.fail(report, "oom", "the kernel's OOM killer ended the child (host memory "
+                     f"ran out; the cgroup's oom_kill count rose)\n{run.tail()}", phase)
+    elif report["status"] == "running" or (report["status"] == "ok" and run.code != 0):
+        if run.code < 0:
+            name = signal.Signals(-run.code).name
+            reports.fail(report, "killed", f"child killed by {name}\n{run.tail()}", phase)
         else:
-            reports.fail(report, "crash", f"child exited with code {code} before "
-                         f"finishing\n{log}", _running_phase(report))
+            reports.fail(report, "crash", f"child exited with code {run.code}\n{run.tail()}",
+                         phase)
 
 
 def _running_phase(report: dict) -> str:
     """The phase a killed child was in: the one after the last it finished."""
     order = ["setup", "weights", "data", "warmup", "run"]
     done = [p["name"] for p in report["phases"]]
+    if report.get("recipe"):
+        return done[-1] if done else "setup"
     for name in order:
         if name not in done:
             return name
     return "teardown"
+
+
+def _oom_kills() -> int | None:
+    """The kernel's count of OOM kills in this cgroup (cgroup v2 memory.events),
+    or None where it cannot be read."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = f.read().strip().split("::", 1)[-1]
+        with open(f"/sys/fs/cgroup{path}/memory.events") as f:
+            for line in f:
+                key, value = line.split()
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _wait_gpu_released(nvml: NvmlTracker, run: Run, limit: float = 10) -> None:
+    """The next trial must start on a clean GPU: wait until NVML no longer
+    lists the dead child's processes (the driver frees their memory)."""
+    if run.proc is None or not nvml.devices:
+        return
+    pids = {run.proc.pid} | run.sampler.pids
+    deadline = time.monotonic() + limit
+    while nvml.pids_on_gpu() & pids and time.monotonic() < deadline:
+        time.sleep(0.1)

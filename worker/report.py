@@ -17,6 +17,8 @@ MEMORY_FIELDS = (
     "process_used_peak",  # NVML per-process used, child process tree, sampled
     "host_rss_peak",      # RSS of the child process tree, sampled
     "host_rss_peak_kernel",  # kernel's own max RSS of the child (wait4 rusage)
+    "num_alloc_retries",  # torch allocator: cache flushes forced by a failed cudaMalloc
+    "num_ooms",           # torch allocator: out-of-memory errors raised
 )
 
 ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported")

@@ -6,7 +6,9 @@ both sides accept exactly the same words.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import re
+from dataclasses import asdict, dataclass, field
 
 
 class SpecError(ValueError):
@@ -19,39 +21,74 @@ class SpecError(ValueError):
         self.usage = usage
 
 
+# A string parameter is a plain token unless its recipe gives a pattern; it never
+# reaches a shell, and ".." is refused whatever the pattern, so no value walks
+# out of the recipe's directory.
+DEFAULT_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+MAX_LENGTH = 256
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # "int" | "choice"
+    kind: str  # "int" | "float" | "choice" | "string"
     default: object
-    help: str
-    low: int | None = None
-    high: int | None = None
+    help: str = ""
+    low: float | None = None
+    high: float | None = None
     choices: tuple[str, ...] = ()
+    pattern: str | None = None
+    max_length: int = MAX_LENGTH
+
+    def allowed(self) -> str:
+        if self.kind == "choice":
+            return "|".join(self.choices)
+        if self.kind == "string":
+            return f"text matching {self.pattern or DEFAULT_PATTERN}, at most {self.max_length} chars"
+        return f"{self.low}..{self.high}"
 
     def describe(self) -> str:
-        if self.kind == "choice":
-            allowed = "|".join(self.choices)
-        else:
-            allowed = f"{self.low}..{self.high}"
-        return f"{self.name}={self.default} ({allowed}) {self.help}"
+        return f"{self.name}={self.default} ({self.allowed()}) {self.help}".rstrip()
 
     def parse(self, raw: str, usage: str) -> object:
         token = f"{self.name}={raw}"
+        shown = token if len(token) <= 80 else token[:77] + "..."
+
+        def bad(why: str) -> SpecError:
+            return SpecError(token, f"`{shown}`: {self.name} {why}", usage)
+
         if self.kind == "choice":
             if raw not in self.choices:
-                raise SpecError(token, f"`{token}`: {self.name} must be one of "
-                                f"{', '.join(self.choices)}", usage)
+                raise bad(f"must be one of {', '.join(self.choices)}")
             return raw
+        if self.kind == "string":
+            if len(raw) > self.max_length:
+                raise bad(f"is longer than {self.max_length} characters")
+            if ".." in raw or not re.fullmatch(self.pattern or DEFAULT_PATTERN, raw):
+                raise bad(f"must be {self.allowed()} (and contain no `..`)")
+            return raw
+        if self.kind == "float":
+            try:
+                value = float(raw)
+            except ValueError:
+                raise bad(f"must be a number from {self.low} to {self.high}") from None
+            if not math.isfinite(value) or not self.low <= value <= self.high:
+                raise bad(f"must be from {self.low} to {self.high}")
+            return value
         try:
             value = int(raw, 10)
         except ValueError:
-            raise SpecError(token, f"`{token}`: {self.name} must be a whole number "
-                            f"from {self.low} to {self.high}", usage) from None
+            raise bad(f"must be a whole number from {self.low} to {self.high}") from None
         if not self.low <= value <= self.high:
-            raise SpecError(token, f"`{token}`: {self.name} must be from {self.low} "
-                            f"to {self.high}", usage)
+            raise bad(f"must be from {self.low} to {self.high}")
         return value
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v not in (None, (), "")}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Param":
+        return cls(**{**d, "choices": tuple(d.get("choices", ()))})
 
 
 @dataclass(frozen=True)
@@ -59,10 +96,22 @@ class Workload:
     name: str
     summary: str
     params: tuple[Param, ...]
+    recipe: bool = False  # an admin's recipe from a worker's file, run as `recipe NAME`
+    requires: str = "any"  # "cuda" | "any"
 
     def usage(self) -> str:
         words = " ".join(f"{p.name}={p.default}" for p in self.params[:4])
-        return f"/trial {self.name} {words} ..."
+        head = f"recipe {self.name}" if self.recipe else self.name
+        return f"/trial {head} {words} ..."
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "summary": self.summary, "requires": self.requires,
+                "params": [p.to_dict() for p in self.params]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Workload":
+        return cls(d["name"], d.get("summary", ""), tuple(Param.from_dict(p) for p in d["params"]),
+                   recipe=True, requires=d.get("requires", "any"))
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -75,6 +124,14 @@ def _int(name, default, low, high, help):
 def _choice(name, default, choices, help):
     return Param(name, "choice", default, help, choices=tuple(choices))
 
+
+# Every workload takes these: how long a try may take and what a failure retries.
+COMMON = (
+    _int("timeout", 1800, 1, 7 * 24 * 3600, "seconds before the trial is stopped"),
+    _choice("on_oom", "fail", ("fail", "halve-batch"),
+            "on out-of-memory: fail, or retry with half the batch"),
+    _int("attempts", 3, 1, 20, "tries at most, the first included"),
+)
 
 # Limits are sanity bounds that catch typos (prompt=1e12), not hardware limits:
 # whether a config fits a GPU is what the trial measures.
@@ -92,11 +149,16 @@ LLM_INFER = Workload(
         _int("vocab", 4096, 2, 1048576, "vocabulary size"),
         _choice("dtype", "fp32", ("fp32", "bf16", "fp16"), "weights and activations"),
         _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present"),
-        _int("repeats", 5, 1, 10000, "measured requests in the run phase"),
+        _choice("scenario", "offline", ("offline", "single-stream"),
+                "offline: the whole batch at once, headline throughput; single-stream: "
+                "one sequence per request, headline p90 latency"),
+        _int("repeats", 5, 1, 10000, "measured requests at least"),
+        _int("stability", 5, 0, 100, "keep measuring until IQR/median is under this "
+             "percent (0: exactly `repeats`)"),
+        _int("run_cap", 10, 1, 24 * 3600, "seconds after which measuring stops, stable or not"),
         _int("warmup", 1, 0, 1000, "unmeasured requests before the run phase"),
         _int("seed", 0, 0, 2**31 - 1, "random seed for weights and prompts"),
-        _int("timeout", 1800, 1, 7 * 24 * 3600, "seconds before the trial is stopped"),
-    ),
+    ) + COMMON,
 )
 
 WORKLOADS = {w.name: w for w in (LLM_INFER,)}
@@ -104,35 +166,62 @@ WORKLOADS = {w.name: w for w in (LLM_INFER,)}
 
 @dataclass(frozen=True)
 class TrialSpec:
-    workload: str
+    workload: str  # a built-in workload's name, or "recipe"
     params: dict = field(default_factory=dict)
+    recipe: str | None = None
 
     def words(self) -> str:
         """The canonical words that reproduce this spec."""
-        return " ".join([self.workload] + [f"{k}={v}" for k, v in self.params.items()])
+        head = ["recipe", self.recipe] if self.recipe else [self.workload]
+        return " ".join(head + [f"{k}={v}" for k, v in self.params.items()])
 
     def to_dict(self) -> dict:
-        return {"workload": self.workload, "params": dict(self.params)}
+        d = {"workload": self.workload, "params": dict(self.params)}
+        if self.recipe:
+            d["recipe"] = self.recipe
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrialSpec":
-        return cls(d["workload"], dict(d["params"]))
+        return cls(d["workload"], dict(d["params"]), d.get("recipe"))
 
 
 def general_usage() -> str:
-    names = "|".join(WORKLOADS)
+    names = "|".join([*WORKLOADS, "recipe NAME"])
     return f"/trial <{names}> key=value ...  |  /trial help  |  /trial status T12  |  /trial list"
 
 
-def parse(words: list[str]) -> TrialSpec:
-    """Parse `llm-infer batch=4 ...` into a TrialSpec with every parameter resolved."""
+def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> TrialSpec:
+    """Parse `llm-infer batch=4 ...` or `recipe NAME key=value ...` into a
+    TrialSpec with every parameter resolved. `recipes` are the ones a worker's
+    recipe file allows; anything else is refused."""
     if not words:
         raise SpecError("", "Name a workload to run.", general_usage())
+    if words[0] == "recipe":
+        return _parse_recipe(words[1:], recipes or {})
     name, rest = words[0], words[1:]
     workload = WORKLOADS.get(name)
     if workload is None:
         raise SpecError(name, f"`{name}` is not a workload; known workloads: "
-                        f"{', '.join(WORKLOADS)}", general_usage())
+                        f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
+    params = _parse_params(workload, rest)
+    _check_shape(params, workload.usage())
+    return TrialSpec(workload.name, params)
+
+
+def _parse_recipe(words: list[str], recipes: dict[str, Workload]) -> TrialSpec:
+    known = ", ".join(sorted(recipes)) or "none: no worker has a recipe file"
+    if not words:
+        raise SpecError("recipe", f"Name a recipe: `/trial recipe NAME key=value ...`; "
+                        f"recipes: {known}", general_usage())
+    workload = recipes.get(words[0])
+    if workload is None:
+        raise SpecError(words[0], f"`{words[0]}` is not a recipe on any worker; only recipes "
+                        f"in a worker's recipe file can run. Recipes: {known}", general_usage())
+    return TrialSpec("recipe", _parse_params(workload, words[1:]), recipe=workload.name)
+
+
+def _parse_params(workload: Workload, rest: list[str]) -> dict:
     usage = workload.usage()
     values: dict = {}
     for word in rest:
@@ -148,9 +237,7 @@ def parse(words: list[str]) -> TrialSpec:
         if key in values:
             raise SpecError(word, f"`{word}`: {key} is given twice", usage)
         values[key] = param.parse(raw, usage)
-    params = {p.name: values.get(p.name, p.default) for p in workload.params}
-    _check_shape(params, usage)
-    return TrialSpec(workload.name, params)
+    return {p.name: values.get(p.name, p.default) for p in workload.params}
 
 
 def _check_shape(p: dict, usage: str) -> None:
@@ -161,6 +248,10 @@ def _check_shape(p: dict, usage: str) -> None:
     if p["kv_heads"] > p["heads"] or p["heads"] % p["kv_heads"]:
         raise SpecError(f"kv_heads={p['kv_heads']}", f"`kv_heads={p['kv_heads']}`: heads="
                         f"{p['heads']} must be a multiple of kv_heads", usage)
+    if p["scenario"] == "single-stream" and p["batch"] != 1:
+        raise SpecError(f"batch={p['batch']}", f"`batch={p['batch']}`: scenario=single-stream "
+                        "sends one sequence per request; use batch=1, or scenario=offline "
+                        "for a batch at once", usage)
     if (p["hidden"] // p["heads"]) % 2:
         raise SpecError(f"hidden={p['hidden']}", f"`hidden={p['hidden']}`: the head size "
                         "hidden/heads must be even (rotary embeddings)", usage)

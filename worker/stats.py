@@ -13,3 +13,12 @@ def summary(samples: list[float]) -> dict:
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean()),
             "stdev": float(a.std(ddof=1)) if a.size > 1 else None, "count": int(a.size)}
+
+
+def iqr_ratio(samples: list[float]) -> float | None:
+    """Interquartile range over median: the spread measure adaptive repetition
+    stops on (robust to the odd outlier, unlike stdev/mean)."""
+    if len(samples) < 2:
+        return None
+    q1, med, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 50, 75])
+    return float((q3 - q1) / med) if med > 0 else None

@@ -19,6 +19,14 @@ def secs(x: float | None) -> str:
     return f"{x:.2f} s"
 
 
+def headline_figure(r: dict) -> str:
+    h = r.get("headline")
+    if not h:
+        return ""
+    value = secs(h["value"]) if h["unit"] == "s" else f"{h['value']:.1f} {h['unit']}"
+    return f" — {r.get('scenario')}: {h['metric']} {value}"
+
+
 def headline(r: dict) -> str:
     who = r.get("trial") or "trial"
     where = r.get("worker") or r.get("env", {}).get("host") or "?"
@@ -27,7 +35,7 @@ def headline(r: dict) -> str:
         err = r.get("error") or {}
         return (f"{who} {r['workload']} FAILED ({err.get('class')}, phase "
                 f"{err.get('phase')}) on {where}{took}")
-    return f"{who} {r['workload']} ok on {where}{took}"
+    return f"{who} {r['workload']} ok on {where}{took}{headline_figure(r)}"
 
 
 def phases_line(r: dict) -> str:
@@ -44,6 +52,14 @@ def facts(r: dict) -> list[tuple[str, str]]:
         out.append(("latency per request", f"p50 {secs(lat['p50'])}, p90 {secs(lat['p90'])}, "
                     f"p99 {secs(lat['p99'])}, mean {secs(lat['mean'])}{spread} over "
                     f"{lat['count']} requests"))
+    ttft, dec = r.get("ttft"), r.get("decode_per_token")
+    if ttft and ttft.get("count"):
+        per = f"; decode per token p50 {secs(dec['p50'])}, p90 {secs(dec['p90'])}" if dec else ""
+        out.append(("time to first token", f"p50 {secs(ttft['p50'])}, p90 {secs(ttft['p90'])}"
+                    + per))
+    st = r.get("stability")
+    if st:
+        out.append(("stability", stability(st)))
     if thr:
         out.append(("throughput", f"{thr['value']:.1f} {thr['unit']}"))
     if m.get("peak_allocated") is not None:
@@ -58,6 +74,16 @@ def facts(r: dict) -> list[tuple[str, str]]:
         out.append(("scale", f"batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
                     f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed"))
     return out
+
+
+def stability(st: dict) -> str:
+    ratio = "n/a" if st["iqr_over_median"] is None else f"{st['iqr_over_median']:.1%}"
+    if st["stable"] is None:
+        return f"IQR/median {ratio} over a fixed {st['count']} requests"
+    if st["stable"]:
+        return f"stable: IQR/median {ratio} < {st['threshold']:.0%} after {st['count']} requests"
+    return (f"UNSTABLE: IQR/median {ratio} ≥ {st['threshold']:.0%} after {st['count']} "
+            f"requests ({st['stopped_by']}); treat these figures with care")
 
 
 def env_line(r: dict) -> str:

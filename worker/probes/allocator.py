@@ -1,20 +1,37 @@
 """PyTorch caching-allocator figures, per phase and for the whole trial (CUDA only)."""
 from __future__ import annotations
 
+import threading
+import time
+
 METHOD = {
     "allocated": "torch.cuda.memory_allocated at the end of the trial",
     "reserved": "torch.cuda.memory_reserved at the end of the trial",
     "peak_allocated": "torch.cuda.max_memory_allocated, peak reset at each phase start",
     "peak_reserved": "torch.cuda.max_memory_reserved, peak reset at each phase start",
+    "num_alloc_retries": "torch.cuda.memory_stats()['num_alloc_retries']: cudaMalloc "
+                         "failures that forced the cache to be flushed and retried",
+    "num_ooms": "torch.cuda.memory_stats()['num_ooms']: out-of-memory errors raised",
 }
 
 
 class AllocatorProbe:
-    def __init__(self, torch, device: str):
+    def __init__(self, torch, device: str, hz: float = 100):
         self.torch = torch
         self.on = device == "cuda"
         self.peak_allocated = 0
         self.peak_reserved = 0
+        self.samples: list[dict] = []  # the allocator's part of the memory timeline
+        if self.on and hz:
+            threading.Thread(target=self._sample, args=(1 / hz,), daemon=True,
+                             name="allocator-sampler").start()
+
+    def _sample(self, period: float) -> None:
+        cuda = self.torch.cuda
+        while True:
+            self.samples.append({"t": time.time(), "allocated": cuda.memory_allocated(),
+                                 "reserved": cuda.memory_reserved()})
+            time.sleep(period)
 
     def phase_start(self) -> None:
         if self.on:
@@ -35,6 +52,9 @@ class AllocatorProbe:
             reason = "not measurable: no CUDA caching allocator on this device"
             return ({k: None for k in METHOD}, {k: reason for k in METHOD})
         cuda = self.torch.cuda
+        stats = cuda.memory_stats()
         values = {"allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved(),
-                  "peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved}
+                  "peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
+                  "num_alloc_retries": stats.get("num_alloc_retries", 0),
+                  "num_ooms": stats.get("num_ooms", 0)}
         return values, dict(METHOD)

@@ -11,7 +11,7 @@ class HostRssTracker:
     def __init__(self):
         self.peak = None
 
-    def sample(self, procs: list[psutil.Process]) -> None:
+    def sample(self, procs: list[psutil.Process]) -> dict:
         total = 0
         for proc in procs:
             try:
@@ -20,6 +20,7 @@ class HostRssTracker:
                 pass
         if total and (self.peak is None or total > self.peak):
             self.peak = total
+        return {"host_rss": total or None}
 
     def result(self) -> dict:
         return {"host_rss_peak": self.peak}

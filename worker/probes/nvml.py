@@ -1,6 +1,9 @@
-"""NVML figures: device used (what nvidia-smi shows) and the child tree's own
-use, sampled from outside the measured process. On a box without an NVIDIA
-driver NVML is reported unavailable, which is not an error."""
+"""NVML figures: device used (what nvidia-smi shows), the child tree's own use,
+and GPU utilisation, per device, sampled from outside the measured process.
+On a box without an NVIDIA driver NVML is reported unavailable, which is not
+an error. NVML numbers devices by PCI bus; the launcher sets
+CUDA_DEVICE_ORDER=PCI_BUS_ID so torch's device i is NVML's device i (when
+CUDA_VISIBLE_DEVICES does not hide some)."""
 from __future__ import annotations
 
 
@@ -17,49 +20,77 @@ def _init():
     return pynvml, None
 
 
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
 class NvmlTracker:
     def __init__(self):
         self.nvml, self.why = _init()
-        self.handles = []
+        self.devices = []
         if self.nvml:
-            n = self.nvml.nvmlDeviceGetCount()
-            self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-        self.device_peak = None
-        self.process_peak = None
-        if self.nvml:
+            for i in range(self.nvml.nvmlDeviceGetCount()):
+                h = self.nvml.nvmlDeviceGetHandleByIndex(i)
+                self.devices.append({"index": i, "handle": h,
+                                     "name": _text(self.nvml.nvmlDeviceGetName(h)),
+                                     "used_peak": 0, "process_used_peak": 0, "util": []})
             self.method = {
-                "device_used_peak": "NVML nvmlDeviceGetMemoryInfo.used summed over "
-                                    "devices, sampled at ~100 Hz",
+                "device_used_peak": "NVML nvmlDeviceGetMemoryInfo.used summed over devices, "
+                                    "sampled at ~100 Hz (includes other processes)",
                 "process_used_peak": "NVML nvmlDeviceGetComputeRunningProcesses for the "
-                                     "child tree, sampled at ~100 Hz",
+                                     "child tree, summed over devices, sampled at ~100 Hz",
+                "devices": "per device (NVML index = PCI bus order = torch index): the same "
+                           "peaks, and nvmlDeviceGetUtilizationRates.gpu in percent",
             }
         else:
             self.method = {"device_used_peak": self.why, "process_used_peak": self.why}
 
-    def sample(self, procs) -> None:
+    def sample(self, procs) -> dict:
         if not self.nvml:
-            return
+            return {}
         pids = {p.pid for p in procs}
         used = mine = 0
-        for h in self.handles:
+        for d in self.devices:
+            h = d["handle"]
             try:
-                used += self.nvml.nvmlDeviceGetMemoryInfo(h).used
-                for proc in self.nvml.nvmlDeviceGetComputeRunningProcesses(h):
-                    if proc.pid in pids and proc.usedGpuMemory:
-                        mine += proc.usedGpuMemory
+                dev_used = self.nvml.nvmlDeviceGetMemoryInfo(h).used
+                dev_mine = sum(p.usedGpuMemory or 0
+                               for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h)
+                               if p.pid in pids)
+                d["util"].append(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu)
             except self.nvml.NVMLError:
                 continue
-        self.device_peak = max(self.device_peak or 0, used)
-        self.process_peak = max(self.process_peak or 0, mine)
+            d["used_peak"] = max(d["used_peak"], dev_used)
+            d["process_used_peak"] = max(d["process_used_peak"], dev_mine)
+            used, mine = used + dev_used, mine + dev_mine
+        return {"device_used": used, "process_used": mine}
 
     def result(self) -> dict:
-        return {"device_used_peak": self.device_peak, "process_used_peak": self.process_peak}
+        if not self.nvml:
+            return {"device_used_peak": None, "process_used_peak": None}
+        devices = [{"index": d["index"], "name": d["name"], "used_peak": d["used_peak"],
+                    "process_used_peak": d["process_used_peak"],
+                    "utilization_mean": (sum(d["util"]) / len(d["util"])) if d["util"] else None,
+                    "utilization_max": max(d["util"]) if d["util"] else None}
+                   for d in self.devices]
+        return {"device_used_peak": sum(d["used_peak"] for d in devices),
+                "process_used_peak": sum(d["process_used_peak"] for d in devices),
+                "devices": devices}
+
+    def pids_on_gpu(self) -> set[int]:
+        """Processes NVML still sees on any device (to wait for memory to be freed)."""
+        if not self.nvml:
+            return set()
+        out = set()
+        for d in self.devices:
+            try:
+                out |= {p.pid for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(d["handle"])}
+            except self.nvml.NVMLError:
+                pass
+        return out
 
     def driver(self) -> str | None:
-        if not self.nvml:
-            return None
-        v = self.nvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else v
+        return _text(self.nvml.nvmlSystemGetDriverVersion()) if self.nvml else None
 
     def close(self) -> None:
         if self.nvml:

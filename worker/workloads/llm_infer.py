@@ -1,6 +1,7 @@
 """llm-infer: batched greedy generation with a KV cache (prefill then decode).
 
-One *request* is the whole batch: prefill `prompt` tokens, then decode `gen`
+One *request* is the whole batch (scenario=offline) or one sequence
+(scenario=single-stream, batch=1): prefill `prompt` tokens, then decode `gen`
 tokens. Latency samples are per request; throughput counts generated tokens.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ import time
 
 import torch
 
-from worker import stats
+from worker import repeat, stats
 from worker.workloads.decoder import Decoder, generate, rotary_tables
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -36,33 +37,42 @@ def run(p: dict, trial) -> dict:
         prompts = prompts.to(device)
 
     def request():
-        return generate(model, prompts, p["gen"], cos, sin, trial.sync)
+        t0 = time.perf_counter()
+        _, ttft, decode = generate(model, prompts, p["gen"], cos, sin, trial.sync)
+        return {"latency": time.perf_counter() - t0, "ttft": ttft,
+                "decode": decode / (p["gen"] - 1) if p["gen"] > 1 else None}
 
     with trial.phase("warmup"):
         for _ in range(p["warmup"]):
             request()
-    latencies, ttfts, per_token = [], [], []
     with trial.phase("run"):
-        for _ in range(p["repeats"]):
-            t0 = time.perf_counter()
-            _, ttft, decode = request()
-            latencies.append(time.perf_counter() - t0)
-            ttfts.append(ttft)
-            if p["gen"] > 1:
-                per_token.append(decode / (p["gen"] - 1))
+        samples, stability = repeat.adaptive(request, p["repeats"], p["stability"] / 100,
+                                             p["run_cap"])
+    latencies = [s["latency"] for s in samples]
+    per_token = [s["decode"] for s in samples if s["decode"] is not None]
     generated = p["batch"] * p["gen"]
     mean = sum(latencies) / len(latencies)
+    latency = {**stats.summary(latencies), "unit": "s",
+               "what": "one request: prefill + decode of the whole batch, synchronized"}
+    throughput = {"value": generated / mean, "unit": "tokens/s",
+                  "what": "generated tokens per second: batch·gen / mean request latency"}
+    if p["scenario"] == "single-stream":  # MLPerf's Single-Stream reports the p90 latency
+        headline = {"metric": "p90 latency", "value": latency["p90"], "unit": "s"}
+    else:  # Offline reports throughput
+        headline = {"metric": "throughput", "value": throughput["value"], "unit": "tokens/s"}
     return {
-        "latency": {**stats.summary(latencies), "unit": "s",
-                    "what": "one request: prefill + decode of the whole batch, synchronized"},
-        "ttft": {**stats.summary(ttfts), "unit": "s", "what": "prefill to first token"},
+        "scenario": p["scenario"],
+        "headline": headline,
+        "stability": stability,
+        "latency": latency,
+        "ttft": {**stats.summary([s["ttft"] for s in samples]), "unit": "s",
+                 "what": "prefill to first token"},
         "decode_per_token": ({**stats.summary(per_token), "unit": "s",
                               "what": "one decode step for the whole batch"}
                              if per_token else None),
-        "throughput": {"value": generated / mean, "unit": "tokens/s",
-                       "what": "generated tokens per second: batch·gen / mean request latency"},
+        "throughput": throughput,
         "scale": {"batch": p["batch"], "prompt_tokens": p["prompt"], "gen_tokens": p["gen"],
                   "tokens_per_request": p["batch"] * (p["prompt"] + p["gen"]),
-                  "requests": p["repeats"],
-                  "tokens": p["repeats"] * p["batch"] * (p["prompt"] + p["gen"])},
+                  "requests": len(samples),
+                  "tokens": len(samples) * p["batch"] * (p["prompt"] + p["gen"])},
     }

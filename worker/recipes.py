@@ -1,0 +1,228 @@
+"""Recipes: an admin's allowlist of commands a worker may run, from a TOML file
+(`trialbot-worker --recipes FILE`). A recipe measures a paper's own code
+without changing it; only recipes in the file can run.
+
+    [recipes.adkv-infer]
+    cwd = "/srv/papers/adkv"            # relative paths are relative to the file
+    argv = ["python", "infer.py", "--batch", "{batch}", "--seq", "{seq}"]
+    setup = [["pip", "install", "-r", "requirements.txt"]]   # timed as `setup`
+    env = { HF_HUB_OFFLINE = "1" }
+    requires = "cuda"                   # or "any"
+    timeout = "2h"                      # seconds, or "90s" / "30m" / "2h"
+
+    [recipes.adkv-infer.params]
+    batch = { type = "int", min = 1, max = 512, default = 8 }
+    seq = { type = "int", min = 1, max = 131072, default = 4096 }
+
+Parameter values are checked against their type and substituted into whole
+argv elements; nothing ever goes through a shell.
+"""
+from __future__ import annotations
+
+import os
+import re
+import string
+from dataclasses import dataclass
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from worker.spec import COMMON, Param, Workload
+
+RECIPE_KEYS = {"cwd", "argv", "setup", "env", "requires", "timeout", "params", "description"}
+PARAM_KEYS = {"type", "min", "max", "default", "choices", "pattern", "max_length", "help"}
+PARAM_TYPES = {"int", "float", "choice", "string"}
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
+class RecipeError(ValueError):
+    """A recipe file the worker refuses to start with; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    cwd: str
+    argv: tuple[str, ...]
+    setup: tuple[tuple[str, ...], ...]
+    env: dict
+    requires: str
+    timeout: int
+    params: tuple[Param, ...]
+    description: str = ""
+
+    def workload(self) -> Workload:
+        """The recipe as a workload: its own parameters plus the common ones,
+        with the recipe's timeout as the default."""
+        common = tuple(Param(p.name, p.kind, self.timeout, p.help, p.low, p.high)
+                       if p.name == "timeout" else p for p in COMMON)
+        return Workload(self.name, self.description or " ".join(self.argv), self.params + common,
+                        recipe=True, requires=self.requires)
+
+    def command(self, params: dict) -> list[str]:
+        """argv with parameter values substituted, each element staying one element."""
+        return [_fill(a, params) for a in self.argv]
+
+
+def _fill(template: str, params: dict) -> str:
+    return template.format_map({k: v for k, v in params.items()})
+
+
+def load(path: str) -> dict[str, Recipe]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise RecipeError(f"{path}: cannot read the recipe file: {exc.strerror}") from None
+    text = raw.decode("utf-8", "replace")
+    try:
+        data = tomllib.loads(text)  # a duplicate recipe name is a TOML error with its line
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"{path}: {exc}") from None
+    where = _Locator(path, text)
+    unknown = set(data) - {"recipes"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise RecipeError(f"{where.key(None, key)}: unknown top-level key `{key}`; the file "
+                          "holds [recipes.NAME] tables")
+    recipes = {}
+    for name, table in (data.get("recipes") or {}).items():
+        recipes[name] = _recipe(name, table, where, os.path.dirname(os.path.abspath(path)))
+    if not recipes:
+        raise RecipeError(f"{path}: no [recipes.NAME] table; nothing could run")
+    return recipes
+
+
+def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
+    at = where.table(name)
+    if not NAME.fullmatch(name):
+        raise RecipeError(f"{at}: recipe name `{name}` must be lower-case letters, digits, "
+                          "`-` or `_`")
+    if not isinstance(t, dict):
+        raise RecipeError(f"{at}: recipes.{name} must be a table")
+    for key in t:
+        if key not in RECIPE_KEYS:
+            raise RecipeError(f"{where.key(name, key)}: unknown key `{key}` in recipe `{name}`;"
+                              f" allowed: {', '.join(sorted(RECIPE_KEYS))}")
+
+    def need(key, ok, what):
+        if key not in t:
+            raise RecipeError(f"{at}: recipe `{name}` needs `{key}` ({what})")
+        if not ok(t[key]):
+            raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be {what}")
+        return t[key]
+
+    def strings(v):
+        return isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+
+    argv = need("argv", strings, "a non-empty list of strings")
+    cwd = need("cwd", lambda v: isinstance(v, str) and v, "a directory path")
+    cwd = os.path.normpath(os.path.join(base, cwd))
+    if not os.path.isdir(cwd):
+        raise RecipeError(f"{where.key(name, 'cwd')}: cwd `{cwd}` of recipe `{name}` is not a "
+                          "directory on this worker")
+    setup = t.get("setup", [])
+    if not (isinstance(setup, list) and all(strings(c) for c in setup)):
+        raise RecipeError(f"{where.key(name, 'setup')}: `setup` must be a list of argv lists, "
+                          'e.g. [["pip", "install", "-r", "requirements.txt"]]')
+    env = t.get("env", {})
+    if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+        raise RecipeError(f"{where.key(name, 'env')}: `env` must be a table of strings")
+    requires = t.get("requires", "any")
+    if requires not in ("cuda", "any"):
+        raise RecipeError(f"{where.key(name, 'requires')}: `requires` must be \"cuda\" or "
+                          f"\"any\", not {requires!r}")
+    timeout = _seconds(t.get("timeout", 1800))
+    if timeout is None:
+        raise RecipeError(f"{where.key(name, 'timeout')}: `timeout` must be seconds or a "
+                          'duration like "90s", "30m", "2h"')
+    params = tuple(_param(name, k, v, where) for k, v in (t.get("params") or {}).items())
+    declared = {p.name for p in params} | {p.name for p in COMMON}
+    for arg in argv:
+        for _, field_name, _, _ in string.Formatter().parse(arg):
+            if field_name is not None and field_name not in declared:
+                raise RecipeError(f"{where.key(name, 'argv')}: argv of `{name}` uses "
+                                  f"`{{{field_name}}}`, which is not one of its params")
+    clash = {p.name for p in params} & {p.name for p in COMMON}
+    if clash:
+        raise RecipeError(f"{where.table(name + '.params')}: param `{sorted(clash)[0]}` is "
+                          "reserved for every trial; rename it")
+    return Recipe(name, cwd, tuple(argv), tuple(tuple(c) for c in setup), dict(env), requires,
+                  timeout, params, t.get("description", ""))
+
+
+def _param(recipe: str, name: str, d, where: "_Locator") -> Param:
+    at = where.key(recipe + ".params", name)
+    if not isinstance(d, dict):
+        raise RecipeError(f"{at}: param `{name}` must be a table like "
+                          '{ type = "int", min = 1, max = 8, default = 1 }')
+    for key in d:
+        if key not in PARAM_KEYS:
+            raise RecipeError(f"{at}: unknown key `{key}` in param `{name}`; allowed: "
+                              f"{', '.join(sorted(PARAM_KEYS))}")
+    kind = d.get("type")
+    if kind not in PARAM_TYPES:
+        raise RecipeError(f"{at}: param `{name}` needs type = one of "
+                          f"{', '.join(sorted(PARAM_TYPES))}")
+    if "default" not in d:
+        raise RecipeError(f"{at}: param `{name}` needs a default")
+    number = (int,) if kind == "int" else (int, float)
+    if kind in ("int", "float"):
+        for key in ("min", "max"):
+            if not isinstance(d.get(key), number) or isinstance(d.get(key), bool):
+                raise RecipeError(f"{at}: {kind} param `{name}` needs a numeric `{key}`")
+    if kind == "choice" and not (isinstance(d.get("choices"), list) and d["choices"]
+                                 and all(isinstance(c, str) for c in d["choices"])):
+        raise RecipeError(f"{at}: choice param `{name}` needs choices = a list of strings")
+    if "pattern" in d:
+        try:
+            re.compile(d["pattern"])
+        except (re.error, TypeError) as exc:
+            raise RecipeError(f"{at}: pattern of `{name}` is not a regular expression: {exc}")
+    p = Param(name, kind, d["default"], d.get("help", ""), d.get("min"), d.get("max"),
+              tuple(d.get("choices", ())), d.get("pattern"), d.get("max_length", 256))
+    try:  # the default must itself be a valid value
+        p.parse(str(d["default"]), "")
+    except ValueError as exc:
+        raise RecipeError(f"{at}: default of `{name}` is not allowed: "
+                          f"{getattr(exc, 'message', exc)}") from None
+    return p
+
+
+def _seconds(v) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    m = re.fullmatch(r"(\d+)\s*([smh])", v) if isinstance(v, str) else None
+    if not m or int(m.group(1)) == 0:
+        return None
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+class _Locator:
+    """Finds the line of a table or key, so errors point at the file's line."""
+
+    def __init__(self, path: str, text: str):
+        self.path, self.lines = path, text.splitlines()
+
+    def _header(self, table: str) -> int | None:
+        pattern = re.compile(r"\s*\[\s*recipes\s*\.\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*")
+                             + r"\s*\]")
+        return next((i for i, line in enumerate(self.lines) if pattern.match(line)), None)
+
+    def table(self, table: str) -> str:
+        i = self._header(table)
+        return f"{self.path}:{i + 1}" if i is not None else self.path
+
+    def key(self, table: str | None, key: str) -> str:
+        start = (self._header(table) if table else -1)
+        start = -1 if start is None else start
+        pattern = re.compile(r"\s*" + re.escape(key) + r"\s*=")
+        for i in range(start + 1, len(self.lines)):
+            if table and self.lines[i].lstrip().startswith("[") and i > start + 1 \
+                    and not self.lines[i].lstrip().startswith("[["):
+                break
+            if pattern.match(self.lines[i]):
+                return f"{self.path}:{i + 1}"
+        return self.table(table) if table else self.path

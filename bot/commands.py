@@ -24,7 +24,7 @@ def split(text: str) -> list[str]:
         raise specs.SpecError(text, f"could not read `{text}`: {exc}", USAGE) from None
 
 
-def parse_trial(text: str) -> Command:
+def parse_trial(text: str, recipes: dict | None = None) -> Command:
     words = split(text)
     if not words or words[0] == "help":
         return Command("help")
@@ -39,7 +39,7 @@ def parse_trial(text: str) -> Command:
             raise specs.SpecError(rest[0], f"`{rest[0]}`: `/trial list` takes no "
                                   "arguments yet", USAGE)
         return Command("list")
-    return Command("run", spec=specs.parse(words))
+    return Command("run", spec=specs.parse(words, recipes))
 
 
 def parse_trial_id(word: str) -> int:

@@ -11,6 +11,7 @@ import time
 
 from bot import render
 from bot.store import Store
+from worker.spec import Workload
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
 HEARTBEAT_SECONDS = 10  # how often workers are told to heartbeat
@@ -39,11 +40,25 @@ class JobQueue:
     def register(self, worker: str, info: dict) -> None:
         self.store.upsert_worker(worker, info)
 
+    def recipes(self) -> dict[str, Workload]:
+        """Recipes the workers declared from their recipe files, by name."""
+        out = {}
+        for w in self.store.workers():
+            for d in w["info"].get("recipes", []):
+                out.setdefault(d["name"], Workload.from_dict(d))
+        return out
+
     def lease(self, worker: str, wait: float) -> dict | None:
         deadline = time.monotonic() + wait
         self.store.seen_worker(worker)
+        info = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
+        mine = {d["name"] for d in info.get("recipes", [])}
+
+        def can_run(spec: dict) -> bool:  # a recipe only goes to a worker whose file has it
+            return spec.get("recipe") is None or spec["recipe"] in mine
+
         while True:
-            job = self.store.lease_next(worker, LEASE_SECONDS)
+            job = self.store.lease_next(worker, LEASE_SECONDS, can_run)
             if job:
                 self.store.set_started_message(job["id"], render.started(job, worker))
                 self.on_message()

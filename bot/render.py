@@ -25,14 +25,15 @@ def error(exc: specs.SpecError) -> dict:
                  "parameter)\nNothing was queued.")
 
 
-def help_text() -> str:
+def help_text(recipes: dict | None = None) -> str:
     lines = ["*`/trial`* runs a measured trial on a worker and posts the report here.",
              f"Usage: `{specs.general_usage()}`", ""]
-    for w in specs.WORKLOADS.values():
-        lines.append(f"*{w.name}*: {w.summary}")
-        lines += [f"• `{p.name}={p.default}` {p.help} "
-                  f"({'|'.join(p.choices) if p.choices else f'{p.low}..{p.high}'})"
-                  for p in w.params]
+    for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
+        lines.append(f"*{'recipe ' if w.recipe else ''}{w.name}*: {w.summary}"
+                     + (" (needs CUDA)" if w.requires == "cuda" else ""))
+        lines += [f"• `{p.name}={p.default}` {p.help} ({p.allowed()})" for p in w.params]
+    if not recipes:
+        lines.append("_No recipes: a worker started with `--recipes FILE` adds its own._")
     lines.append("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`")
     return "\n".join(lines)
 

@@ -1,8 +1,9 @@
 """All state, in one SQLite file (WAL), through sqlite-utils. The only module
 with SQL in it.
 
-Rows: `jobs` (a trial request and its lease), `workers`, and `outbox` (every
-message the bot will post, stored before it is sent).
+Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
+`workers`, `worker_idle` (seconds ready with nothing to run, per day) and
+`outbox` (every message the bot will post, stored before it is sent).
 """
 from __future__ import annotations
 
@@ -52,6 +53,14 @@ class Store:
             "tries": int, "last_error": str, "given_up": float,
         }, pk="id", defaults={"tries": 0}, if_not_exists=True)
         db["outbox"].create_index(["sent"], if_not_exists=True)
+        # Every try of a job: the worker's own retries and leases that expired.
+        db["attempts"].create({
+            "id": int, "job": int, "n": int, "worker": str, "status": str, "error_class": str,
+            "message": str, "seconds": float, "changed": str, "next": str, "recorded": float,
+        }, pk="id", if_not_exists=True)
+        db["attempts"].create_index(["job"], if_not_exists=True)
+        db["worker_idle"].create({"worker": str, "day": str, "seconds": float},
+                                 pk=("worker", "day"), if_not_exists=True)
 
     # jobs ------------------------------------------------------------------
 
@@ -72,15 +81,23 @@ class Store:
         return [_job(r) for r in self.db["jobs"].rows_where(
             where, args, order_by="id desc", limit=limit)]
 
-    def lease_next(self, worker: str, seconds: float) -> dict | None:
-        """Give the oldest queued job (or one whose lease expired) to `worker`.
-        The conditional UPDATE makes two racing workers safe: only one matches."""
+    def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True) -> dict | None:
+        """Give the oldest queued job (or one whose lease expired) that `worker`
+        can run. The conditional UPDATE makes racing workers safe: only one matches."""
         now = time.time()
-        for row in self.db.query(
-                "select id, status from jobs where status = 'queued' or "
-                "(status = 'running' and lease_expires < ?) order by id limit 5", [now]):
+        for row in list(self.db.query(
+                "select id, status, spec, worker, started from jobs where status = 'queued' or "
+                "(status = 'running' and lease_expires < ?) order by id limit 50", [now])):
+            if not can_run(json.loads(row["spec"])):
+                continue
             lease = uuid.uuid4().hex
             with self.db.conn:
+                if row["status"] == "running":  # the previous worker went silent
+                    self._add_attempt(row["id"], row["worker"], {
+                        "status": "failed", "error_class": "killed",
+                        "message": f"lease expired: {row['worker']} sent no heartbeat "
+                                   "(worker died, or lost its network); re-queued",
+                        "seconds": now - (row["started"] or now)})
                 cur = self.db.execute(
                     "update jobs set status = 'running', worker = ?, lease = ?, "
                     "lease_expires = ?, attempts = attempts + 1, started = ? "
@@ -119,8 +136,25 @@ class Store:
                 return False
             self.db.execute("update workers set job = null, last_seen = ? where name = ?",
                             [now, worker])
+            for attempt in report.get("attempts") or [{
+                    "status": report["status"], "error_class": error,
+                    "message": (report.get("error") or {}).get("message"),
+                    "seconds": report.get("seconds")}]:
+                self._add_attempt(job_id, worker, attempt)
             self._add_message(message, job_id)
         return True
+
+    def _add_attempt(self, job_id: int, worker: str, a: dict) -> None:
+        n = self.db.execute("select count(*) from attempts where job = ?", [job_id]).fetchone()[0]
+        self.db.execute(
+            "insert into attempts (job, n, worker, status, error_class, message, seconds, "
+            "changed, next, recorded) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [job_id, n + 1, worker, a["status"], a.get("error_class"),
+             (a.get("message") or "")[-500:], a.get("seconds"), json.dumps(a.get("changed") or {}),
+             a.get("next"), time.time()])
+
+    def attempts(self, job_id: int) -> list[dict]:
+        return list(self.db["attempts"].rows_where("job = ?", [job_id], order_by="n"))
 
     def set_started_message(self, job_id: int, message: dict) -> int:
         with self.db.conn:
@@ -143,10 +177,23 @@ class Store:
             self.db.execute("update workers set last_seen = ? where name = ?",
                             [time.time(), name])
 
+    def add_idle(self, worker: str, per_day: dict[str, float]) -> None:
+        with self.db.conn:
+            for day, seconds in per_day.items():
+                self.db.execute(
+                    "insert into worker_idle (worker, day, seconds) values (?, ?, ?) "
+                    "on conflict(worker, day) do update set seconds = seconds + excluded.seconds",
+                    [worker, day, seconds])
+
+    def idle(self, worker: str | None = None) -> list[dict]:
+        where, args = ("worker = ?", [worker]) if worker else (None, None)
+        return list(self.db["worker_idle"].rows_where(where, args, order_by="worker, day"))
+
     def workers(self, seen_within: float | None = None) -> list[dict]:
         where, args = (("last_seen >= ?", [time.time() - seen_within])
                        if seen_within is not None else (None, None))
-        return list(self.db["workers"].rows_where(where, args, order_by="name"))
+        return [dict(w, info=json.loads(w["info"] or "{}"))
+                for w in self.db["workers"].rows_where(where, args, order_by="name")]
 
     # outbox ----------------------------------------------------------------
 

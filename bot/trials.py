@@ -10,11 +10,11 @@ from worker import spec as specs
 def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, dict | None]:
     """Returns (ephemeral reply, the queued job or None)."""
     try:
-        cmd = commands.parse_trial(text)
+        cmd = commands.parse_trial(text, queue.recipes())
     except specs.SpecError as exc:
         return render.error(exc), None
     if cmd.name == "help":
-        return render.reply(render.help_text()), None
+        return render.reply(render.help_text(queue.recipes())), None
     if cmd.name == "list":
         return render.job_list(queue.store.jobs(limit=15)), None
     if cmd.name == "status":

@@ -1,7 +1,7 @@
 """The worker API: JSON over HTTP, `Authorization: Bearer <token>`.
 
     POST /api/workers/register  {worker, info}            -> 200
-    POST /api/lease             {worker, wait}            -> 200 {job...} | 204 (none yet)
+    POST /api/lease             {worker, wait, idle}      -> 200 {job...} | 204 (none yet)
     POST /api/jobs/<id>/heartbeat {worker, lease}         -> 200 {cancel} | 409 lease lost
     POST /api/jobs/<id>/report  {worker, lease, report}   -> 200 | 400 bad report | 409
 
@@ -17,6 +17,7 @@ from worker import report as reports
 
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d+)/(heartbeat|report)")
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 class WorkerApi:
@@ -47,6 +48,12 @@ class WorkerApi:
             wait = body.get("wait", 0)
             if not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_WAIT:
                 return 400, {"error": f"`wait` must be seconds from 0 to {MAX_WAIT}"}
+            idle = body.get("idle") or {}
+            if not (isinstance(idle, dict) and all(
+                    DAY.fullmatch(str(k)) and isinstance(v, (int, float)) and 0 <= v <= 86400
+                    for k, v in idle.items())):
+                return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
+            self.queue.store.add_idle(worker, idle)
             job = self.queue.lease(worker, wait)
             if job is None:
                 return 204, None

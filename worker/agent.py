@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
-from worker import launcher
+from worker import attempts
 from worker.client import ApiError, Client
 from worker.spec import TrialSpec
 
@@ -15,19 +16,49 @@ log = logging.getLogger("trialbot.worker")
 LEASE_WAIT = 20  # seconds the server holds a lease request open
 
 
+def split_by_day(start: float, end: float) -> dict[str, float]:
+    """Seconds of [start, end) per UTC day, so idle time lands on the right day."""
+    out: dict[str, float] = {}
+    while start < end:
+        day = datetime.fromtimestamp(start, timezone.utc)
+        midnight = (day.replace(hour=0, minute=0, second=0, microsecond=0)
+                    + timedelta(days=1)).timestamp()
+        stop = min(end, midnight)
+        out[day.strftime("%Y-%m-%d")] = out.get(day.strftime("%Y-%m-%d"), 0.0) + stop - start
+        start = stop
+    return out
+
+
 class Agent:
-    def __init__(self, client: Client, name: str, info: dict | None = None):
-        self.client, self.name, self.info = client, name, info or {}
+    def __init__(self, client: Client, name: str, info: dict | None = None, recipes=None):
+        self.client, self.name, self.info = client, name, dict(info or {})
+        self.recipes = recipes or {}
+        self.info["recipes"] = [r.workload().to_dict() for r in self.recipes.values()]
         self.stopping = threading.Event()
+        # Idle: seconds this worker was ready with nothing to run, per UTC day,
+        # measured here and sent with the next lease request.
+        self.idle: dict[str, float] = {}
         self.current: threading.Event | None = None  # cancel event of the running trial
 
     def serve_forever(self) -> None:
         self._retry(lambda: self.client.register(self.name, self.info), "register")
         log.info("worker %s registered with %s", self.name, self.client.server)
         while not self.stopping.is_set():
-            job = self._retry(lambda: self.client.lease(self.name, LEASE_WAIT), "lease")
+            ready = time.time()
+            job = self._retry(self._lease, "lease")
+            for day, seconds in split_by_day(ready, time.time()).items():
+                self.idle[day] = self.idle.get(day, 0.0) + seconds
             if job:
                 self.run_job(job)
+
+    def _lease(self):
+        sent = dict(self.idle)
+        job = self.client.lease(self.name, LEASE_WAIT, sent)
+        for day, seconds in sent.items():  # the bot has them now
+            self.idle[day] -= seconds
+            if self.idle[day] < 1e-9:
+                del self.idle[day]
+        return job
 
     def stop(self) -> None:
         """Stop serving; a running trial's child is killed and not reported, so
@@ -41,7 +72,7 @@ class Agent:
         cancel = self.current = threading.Event()
         beating = threading.Thread(target=self._heartbeat, args=(job, cancel), daemon=True)
         beating.start()
-        report = launcher.run_trial(TrialSpec.from_dict(job["spec"]), cancel)
+        report = attempts.run(TrialSpec.from_dict(job["spec"]), cancel, self.recipes)
         cancel.set()  # stops the heartbeat thread
         self.current = None
         if self.stopping.is_set():

@@ -1,7 +1,8 @@
 """`trialbot-worker`: serve a bot's queue, or run one trial locally.
 
-    trialbot-worker --server URL --token TOKEN [--name NAME]
-    trialbot-worker trial llm-infer batch=4 ... [--json]
+    trialbot-worker --server URL --token TOKEN [--name NAME] [--recipes FILE]
+    trialbot-worker [--recipes FILE] trial llm-infer batch=4 ... [--json]
+    trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
 """
 from __future__ import annotations
 
@@ -18,34 +19,52 @@ from worker import summary
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["trial"]:
-        return trial_command(argv[1:])
+    if "trial" in argv:
+        at = argv.index("trial")
+        return trial_command(argv[:at], argv[at + 1:])
     return serve_command(argv)
 
 
-def trial_command(words: list[str]) -> int:
+def _load_recipes(path: str | None):
+    """The recipe file, or exit 2 naming the line that is wrong."""
+    if not path:
+        return {}
+    from worker import recipes
+    try:
+        return recipes.load(path)
+    except recipes.RecipeError as exc:
+        print(f"trialbot-worker: refusing to start: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def trial_command(options: list[str], words: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="trialbot-worker [--recipes FILE] trial")
+    parser.add_argument("--recipes", help="recipe file (TOML) of allowed commands")
+    opts = parser.parse_args(options)
+    recipes = _load_recipes(opts.recipes)
     as_json = "--json" in words
     words = [w for w in words if w != "--json"]
     if words in ([], ["help"]):
-        print(help_text())
+        print(help_text(recipes))
         return 0
     try:
-        spec = specs.parse(words)
+        spec = specs.parse(words, {k: r.workload() for k, r in recipes.items()})
     except specs.SpecError as exc:
-        print(f"error: {exc.message}\nusage: trialbot-worker trial {exc.usage.removeprefix('/trial ')}",
-              file=sys.stderr)
+        print(f"error: {exc.message}\nusage: trialbot-worker trial "
+              f"{exc.usage.removeprefix('/trial ')}", file=sys.stderr)
         return 2
-    from worker import launcher
-    report = launcher.run_trial(spec)
+    from worker import attempts
+    report = attempts.run(spec, recipes=recipes)
     report["worker"] = socket.gethostname()
     print(json.dumps(report, indent=2) if as_json else summary.text(report))
     return 0 if report["status"] == "ok" else 1
 
 
-def help_text() -> str:
+def help_text(recipes: dict | None = None) -> str:
     lines = ["Workloads and parameters (key=value; defaults shown):"]
-    for w in specs.WORKLOADS.values():
-        lines.append(f"  {w.name}: {w.summary}")
+    workloads = list(specs.WORKLOADS.values()) + [r.workload() for r in (recipes or {}).values()]
+    for w in workloads:
+        lines.append(f"  {'recipe ' if w.recipe else ''}{w.name}: {w.summary}")
         lines += [f"    {p.describe()}" for p in w.params]
     return "\n".join(lines)
 
@@ -58,6 +77,7 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--token", default=os.environ.get("TRIALBOT_WORKER_TOKEN"),
                         help="worker token (env TRIALBOT_WORKER_TOKEN)")
     parser.add_argument("--name", default=socket.gethostname(), help="worker name shown in Slack")
+    parser.add_argument("--recipes", help="recipe file (TOML) of commands this worker may run")
     args = parser.parse_args(argv)
     missing = [f for f, v in (("--server", args.server), ("--token", args.token)) if not v]
     if missing:
@@ -65,10 +85,11 @@ def serve_command(argv: list[str]) -> int:
               "TRIALBOT_WORKER_TOKEN); to run one trial locally: trialbot-worker trial "
               "llm-infer", file=sys.stderr)
         return 2
+    recipes = _load_recipes(args.recipes)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from worker.agent import Agent
     from worker.client import ApiError, Client
-    agent = Agent(Client(args.server, args.token), args.name)
+    agent = Agent(Client(args.server, args.token), args.name, machine_info(), recipes)
     try:
         agent.serve_forever()
     except ApiError as exc:
@@ -78,6 +99,16 @@ def serve_command(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def machine_info() -> dict:
+    """What the bot shows about this worker: host and GPUs (NVML, no torch import)."""
+    from worker.probes.nvml import NvmlTracker
+    nvml = NvmlTracker()
+    info = {"host": socket.gethostname(), "gpus": [d["name"] for d in nvml.devices],
+            "driver": nvml.driver()}
+    nvml.close()
+    return info
 
 
 if __name__ == "__main__":

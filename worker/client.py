@@ -40,8 +40,10 @@ class Client:
     def register(self, name: str, info: dict) -> dict:
         return self.call("/api/workers/register", {"worker": name, "info": info})
 
-    def lease(self, name: str, wait: float) -> dict | None:
-        return self.call("/api/lease", {"worker": name, "wait": wait}, timeout=wait + 30)
+    def lease(self, name: str, wait: float, idle: dict | None = None) -> dict | None:
+        """Long-poll for a job; `idle` reports seconds ready with nothing to run, per day."""
+        return self.call("/api/lease", {"worker": name, "wait": wait, "idle": idle or {}},
+                         timeout=wait + 30)
 
     def heartbeat(self, name: str, job: dict, phase: str | None = None) -> dict:
         return self.call(f"/api/jobs/{job['id']}/heartbeat",

@@ -7,6 +7,19 @@ import socket
 import sys
 
 
+def cpu_name() -> str:
+    """From /proc/cpuinfo: platform.processor() would fork `uname -p`, and a
+    fork of the measured process briefly doubles the tree's sampled RSS."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def fingerprint(torch, device: str) -> dict:
     env = {
         "device": device,
@@ -14,7 +27,7 @@ def fingerprint(torch, device: str) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "os": f"{platform.system()} {platform.release()}",
         "gpu_name": None, "gpu_count": 0, "gpu_memory": None, "driver": None,
     }

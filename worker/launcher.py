@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +34,9 @@ from worker.spec import TrialSpec
 SAMPLE_HZ = 100
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
 PHASE_MARK = "TRIALBOT_PHASE "
+# How a program that died of OOM says so: torch (CUDA and CPU allocators), Python.
+OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|can't allocate memory|"
+                        r"^MemoryError", re.MULTILINE)
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE_DIR = os.path.join(PACKAGE_ROOT, "worker", "probe")
 
@@ -171,7 +177,9 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
         reports.fail(report, "unsupported", f"recipe `{spec.recipe}` is not in this worker's "
                      "recipe file; only recipes in the file can run", "setup")
         return report, None
-    report["env"] = {"recipe_cwd": recipe.cwd, **codeversion.of(recipe.cwd)}
+    report["env"] = {"device": "cpu or unknown (the probe saw no CUDA allocator)",
+                     "host": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
+                     "recipe_cwd": recipe.cwd, **codeversion.of(recipe.cwd)}
     if recipe.requires == "cuda" and not NvmlTracker().devices:
         reports.fail(report, "unsupported", f"recipe `{recipe.name}` requires CUDA and this "
                      "worker has no NVIDIA GPU (NVML sees none)", "setup")
@@ -295,6 +303,9 @@ def _judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool) -> No
         if run.code < 0:
             name = signal.Signals(-run.code).name
             reports.fail(report, "killed", f"child killed by {name}\n{run.tail()}", phase)
+        elif OOM_IN_LOG.search(run.tail()):
+            reports.fail(report, "oom", f"child exited with code {run.code} after an "
+                         f"out-of-memory error\n{run.tail()}", phase)
         else:
             reports.fail(report, "crash", f"child exited with code {run.code}\n{run.tail()}",
                          phase)

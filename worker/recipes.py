@@ -15,13 +15,15 @@ without changing it; only recipes in the file can run.
     seq = { type = "int", min = 1, max = 131072, default = 4096 }
 
 Parameter values are checked against their type and substituted into whole
-argv elements; nothing ever goes through a shell.
+argv elements; nothing ever goes through a shell. `{python}` stands for the
+worker's own interpreter, so a recipe can run in the worker's environment.
 """
 from __future__ import annotations
 
 import os
 import re
 import string
+import sys
 from dataclasses import dataclass
 
 try:
@@ -67,7 +69,7 @@ class Recipe:
 
 
 def _fill(template: str, params: dict) -> str:
-    return template.format_map({k: v for k, v in params.items()})
+    return template.format_map({**params, "python": sys.executable})
 
 
 def load(path: str) -> dict[str, Recipe]:
@@ -139,7 +141,7 @@ def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
         raise RecipeError(f"{where.key(name, 'timeout')}: `timeout` must be seconds or a "
                           'duration like "90s", "30m", "2h"')
     params = tuple(_param(name, k, v, where) for k, v in (t.get("params") or {}).items())
-    declared = {p.name for p in params} | {p.name for p in COMMON}
+    declared = {p.name for p in params} | {p.name for p in COMMON} | {"python"}
     for arg in argv:
         for _, field_name, _, _ in string.Formatter().parse(arg):
             if field_name is not None and field_name not in declared:

@@ -206,7 +206,15 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
                         f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
     params = _parse_params(workload, rest)
     _check_shape(params, workload.usage())
+    _check_retry(workload, params)
     return TrialSpec(workload.name, params)
+
+
+def _check_retry(workload: Workload, params: dict) -> None:
+    batch = workload.param("batch")
+    if params.get("on_oom") == "halve-batch" and (batch is None or batch.kind != "int"):
+        raise SpecError("on_oom=halve-batch", f"`on_oom=halve-batch`: {workload.name} has no "
+                        "integer `batch` parameter to halve; use on_oom=fail", workload.usage())
 
 
 def _parse_recipe(words: list[str], recipes: dict[str, Workload]) -> TrialSpec:
@@ -218,7 +226,9 @@ def _parse_recipe(words: list[str], recipes: dict[str, Workload]) -> TrialSpec:
     if workload is None:
         raise SpecError(words[0], f"`{words[0]}` is not a recipe on any worker; only recipes "
                         f"in a worker's recipe file can run. Recipes: {known}", general_usage())
-    return TrialSpec("recipe", _parse_params(workload, words[1:]), recipe=workload.name)
+    params = _parse_params(workload, words[1:])
+    _check_retry(workload, params)
+    return TrialSpec("recipe", params, recipe=workload.name)
 
 
 def _parse_params(workload: Workload, rest: list[str]) -> dict:

@@ -29,13 +29,14 @@ def headline_figure(r: dict) -> str:
 
 def headline(r: dict) -> str:
     who = r.get("trial") or "trial"
+    what = f"recipe {r['recipe']}" if r.get("recipe") else r["workload"]
     where = r.get("worker") or r.get("env", {}).get("host") or "?"
     took = f" in {secs(r['seconds'])}" if r.get("seconds") is not None else ""
     if r["status"] == "failed":
         err = r.get("error") or {}
-        return (f"{who} {r['workload']} FAILED ({err.get('class')}, phase "
+        return (f"{who} {what} FAILED ({err.get('class')}, phase "
                 f"{err.get('phase')}) on {where}{took}")
-    return f"{who} {r['workload']} ok on {where}{took}{headline_figure(r)}"
+    return f"{who} {what} ok on {where}{took}{headline_figure(r)}"
 
 
 def phases_line(r: dict) -> str:
@@ -88,14 +89,35 @@ def stability(st: dict) -> str:
 
 def env_line(r: dict) -> str:
     e = r.get("env") or {}
+    if r.get("recipe"):
+        gpu = (f"{e['gpu_count']}× {e['gpu_name']}, CUDA {e.get('cuda')}, torch {e.get('torch')}"
+               if e.get("gpu_count") else "no CUDA allocator seen")
+        return (f"env: {e.get('host', '?')}: {gpu}; code {e.get('code_version')} in "
+                f"{e.get('recipe_cwd')}")
     gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({gib(e['gpu_memory'])}), driver {e.get('driver')}, "
            f"CUDA {e.get('cuda')}" if e.get("gpu_count") else f"CPU {e.get('cpu', '?')}")
     return (f"env: {e.get('device', '?')} on {e.get('host', '?')}: {gpu}; torch "
             f"{e.get('torch', '?')}, Python {e.get('python', '?')}")
 
 
+def retry_line(r: dict) -> str | None:
+    """Say plainly when the measured config is not the requested one."""
+    tries = r.get("attempts") or []
+    if len(tries) < 2:
+        return None
+    changed = {k: v for k, v in r["params"].items() if r["requested"].get(k) != v}
+    said = "; ".join(f"try {t['attempt']}: {t['error_class'] or t['status']}"
+                     + (f", then {t['next']}" if t["next"] else "") for t in tries)
+    measured = ", ".join(f"{k}={v} (requested {r['requested'][k]})" for k, v in changed.items())
+    verb = "measured at" if r["status"] == "ok" else "last tried at"
+    return (f"RETRIED: {verb} {measured}, not the requested config. {said}. "
+            f"{secs(r.get('seconds_lost'))} lost to failed tries")
+
+
 def text(r: dict) -> str:
     lines = [headline(r)]
+    if retry_line(r):
+        lines.append(retry_line(r))
     if r["status"] == "failed":
         lines.append("error: " + (r["error"]["message"].strip().splitlines() or [""])[-1])
     lines += [phases_line(r), *(f"{label}: {value}" for label, value in facts(r)), env_line(r)]

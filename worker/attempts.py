@@ -1,0 +1,39 @@
+"""Tries of one trial. Every try is kept — error class, message tail, seconds
+lost, what changed for the next — and with `on_oom=halve-batch` an OOM is
+retried at half the batch, up to `attempts` tries. A retried trial reports the
+config it actually ran and the one requested, never one as the other."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from worker import launcher
+from worker.spec import TrialSpec
+
+
+def run(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
+        run_try=launcher.run_trial) -> dict:
+    cancel = cancel or threading.Event()
+    requested = dict(spec.params)
+    tries: list[dict] = []
+    current = spec
+    while True:
+        report = run_try(current, cancel, recipes)
+        err = report.get("error") or {}
+        entry = {"attempt": len(tries) + 1, "status": report["status"],
+                 "error_class": err.get("class"), "message": (err.get("message") or "")[-500:],
+                 "seconds": report.get("seconds"),
+                 "changed": {k: v for k, v in current.params.items() if requested.get(k) != v},
+                 "next": None}
+        tries.append(entry)
+        batch = current.params.get("batch")
+        if (report["status"] == "ok" or err.get("class") != "oom" or cancel.is_set()
+                or current.params.get("on_oom") != "halve-batch" or not isinstance(batch, int)
+                or batch <= 1 or len(tries) >= current.params.get("attempts", 1)):
+            break
+        entry["next"] = f"batch {batch} → {batch // 2} (on_oom=halve-batch)"
+        current = dataclasses.replace(current, params={**current.params, "batch": batch // 2})
+    report["requested"] = requested
+    report["attempts"] = tries
+    report["seconds_lost"] = sum(t["seconds"] or 0 for t in tries[:-1])
+    return report

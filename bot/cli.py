@@ -7,6 +7,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +56,7 @@ def run_serve(local_worker: bool) -> int:
     client = web_client(settings.bot_token, settings.api_url)
     try:
         rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
-                     settings.host, settings.port)
+                     settings.host, settings.port, settings.lease_seconds)
     except OSError as exc:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
@@ -64,8 +65,20 @@ def run_serve(local_worker: bool) -> int:
     log = logging.getLogger("trialbot")
     if settings.socket_mode:
         from slack_bolt.adapter.socket_mode import SocketModeHandler
-        SocketModeHandler(app, settings.app_token).connect()
-        log.info("Slack: Socket Mode")
+        from slack_sdk.errors import SlackApiError
+        handler = SocketModeHandler(app, settings.app_token)
+        try:
+            handler.connect()
+            log.info("Slack: Socket Mode connected")
+        except SlackApiError as exc:
+            if exc.response.get("error") in AUTH_ERRORS:
+                print(f"trialbot serve: Slack refused SLACK_APP_TOKEN "
+                      f"({exc.response.get('error')}); create an app-level token with "
+                      "connections:write", file=sys.stderr)
+                return 2
+            _connect_later(handler, log, exc)
+        except OSError as exc:  # Slack unreachable: serve workers now, connect when it answers
+            _connect_later(handler, log, exc)
     else:
         rt.server.bolt_app = app
         log.info("Slack: HTTP mode at %s/slack/events", rt.server.url)
@@ -80,6 +93,28 @@ def run_serve(local_worker: bool) -> int:
     finally:
         rt.stop()
     return 0
+
+
+AUTH_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
+               "not_allowed_token_type", "token_expired"}
+
+
+def _connect_later(handler, log, first_error) -> None:
+    def retry():
+        delay = 2.0
+        while True:
+            time.sleep(delay)
+            try:
+                handler.connect()
+                log.info("Slack: Socket Mode connected")
+                return
+            except Exception as exc:  # noqa: BLE001 - keep trying; the outbox keeps messages
+                log.warning("Slack: Socket Mode connect failed (%s); retrying in %.0f s",
+                            exc, delay)
+                delay = min(delay * 2, 300)
+    log.warning("Slack: Socket Mode connect failed (%s); serving workers and retrying",
+                first_error)
+    threading.Thread(target=retry, daemon=True, name="socket-mode-connect").start()
 
 
 if __name__ == "__main__":

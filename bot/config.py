@@ -14,6 +14,7 @@ class Settings:
     host: str
     port: int
     api_url: str | None
+    lease_seconds: float
 
     @property
     def socket_mode(self) -> bool:
@@ -41,9 +42,15 @@ def from_env(env) -> Settings:
     except (ValueError, AssertionError):
         raise ConfigError(f"TRIALBOT_PORT={env.get('TRIALBOT_PORT')!r} is not a port "
                           "number (0-65535)") from None
+    try:
+        lease = float(env.get("TRIALBOT_LEASE_SECONDS", "60"))
+        assert 1 <= lease <= 3600
+    except (ValueError, AssertionError):
+        raise ConfigError(f"TRIALBOT_LEASE_SECONDS={env.get('TRIALBOT_LEASE_SECONDS')!r} must "
+                          "be seconds from 1 to 3600") from None
     return Settings(
         bot_token=env["SLACK_BOT_TOKEN"], app_token=env.get("SLACK_APP_TOKEN") or None,
         signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
         worker_token=env["TRIALBOT_WORKER_TOKEN"], db=env.get("TRIALBOT_DB", "./trialbot.db"),
         host=env.get("TRIALBOT_HOST", "0.0.0.0"), port=port,
-        api_url=env.get("SLACK_API_URL") or None)
+        api_url=env.get("SLACK_API_URL") or None, lease_seconds=lease)

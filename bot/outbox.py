@@ -17,6 +17,14 @@ class Undeliverable(Exception):
     cannot help, so it is set aside with the reason instead of blocking the queue."""
 
 
+# Errors about this one message. Anything else (invalid_auth, internal_error,
+# ratelimited, ...) is about the app or Slack and is retried: the message waits.
+PER_MESSAGE_ERRORS = {"channel_not_found", "is_archived", "msg_too_long", "no_text",
+                      "too_many_attachments", "invalid_blocks", "invalid_blocks_format",
+                      "invalid_thread_ts", "cannot_reply_to_message", "restricted_action",
+                      "message_limit_exceeded"}
+
+
 class SlackTransport:
     """chat.postMessage through slack_sdk's WebClient (which honours 429
     Retry-After through its RateLimitErrorRetryHandler)."""
@@ -31,8 +39,12 @@ class SlackTransport:
         try:
             resp = self.client.chat_postMessage(**payload)
         except SlackApiError as exc:
-            if exc.response.status_code == 200:  # HTTP fine, Slack said ok: false
-                raise Undeliverable(exc.response.get("error", str(exc))) from exc
+            error = exc.response.get("error", "")
+            if error in ("invalid_blocks", "invalid_blocks_format") and payload.get("blocks"):
+                # The text alone still says everything; send that rather than nothing.
+                return self.send({k: v for k, v in payload.items() if k != "blocks"})
+            if exc.response.status_code == 200 and error in PER_MESSAGE_ERRORS:
+                raise Undeliverable(error) from exc
             raise
         return resp["ts"]
 

@@ -11,11 +11,12 @@ import time
 
 from bot import render
 from bot.store import Store
+from worker import report as reports
 from worker.spec import Workload
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
-HEARTBEAT_SECONDS = 10  # how often workers are told to heartbeat
 ONLINE_SECONDS = 90     # a worker seen within this is "online"
+MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)
 
 
 class LeaseLost(Exception):
@@ -23,8 +24,12 @@ class LeaseLost(Exception):
 
 
 class JobQueue:
-    def __init__(self, store: Store, on_message=lambda: None):
+    def __init__(self, store: Store, on_message=lambda: None,
+                 lease_seconds: float = LEASE_SECONDS, max_leases: int = MAX_LEASES):
         self.store = store
+        self.lease_seconds, self.max_leases = lease_seconds, max_leases
+        # Workers heartbeat several times per lease, so one lost beat loses nothing.
+        self.heartbeat_seconds = min(10.0, lease_seconds / 4)
         self.on_message = on_message  # wakes the outbox sender
         self.changed = threading.Condition()
 
@@ -36,6 +41,9 @@ class JobQueue:
 
     def online_workers(self) -> list[str]:
         return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)]
+
+    def known(self, worker: str) -> bool:
+        return any(w["name"] == worker for w in self.store.workers())
 
     def register(self, worker: str, info: dict) -> None:
         self.store.upsert_worker(worker, info)
@@ -58,7 +66,9 @@ class JobQueue:
             return spec.get("recipe") is None or spec["recipe"] in mine
 
         while True:
-            job = self.store.lease_next(worker, LEASE_SECONDS, can_run)
+            self.fail_exhausted()
+            job = self.store.lease_next(worker, self.lease_seconds, can_run,
+                                       self.max_leases)
             if job:
                 self.store.set_started_message(job["id"], render.started(job, worker))
                 self.on_message()
@@ -69,8 +79,21 @@ class JobQueue:
             with self.changed:
                 self.changed.wait(min(left, 1.0))
 
+    def fail_exhausted(self) -> None:
+        """A trial whose workers keep dying (it may be what kills them) fails
+        with the reason instead of being re-queued for ever."""
+        for job in self.store.expired_jobs(self.max_leases):
+            report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
+                                  "killed", f"lease expired {job['attempts']} times: the workers "
+                                  f"running it ({job['worker']} last) stopped heartbeating — "
+                                  "died, were killed, or lost the network mid-trial; not retried",
+                                  None)
+            report["trial"], report["worker"] = job["trial"], job["worker"]
+            if self.store.fail_expired(job, report, render.report(job, report)):
+                self.on_message()
+
     def heartbeat(self, job_id: int, worker: str, lease: str) -> None:
-        if not self.store.extend_lease(job_id, worker, lease, LEASE_SECONDS):
+        if not self.store.extend_lease(job_id, worker, lease, self.lease_seconds):
             raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
 
     def finish(self, job_id: int, worker: str, lease: str, report: dict) -> dict:

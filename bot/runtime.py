@@ -7,7 +7,7 @@ import threading
 import time
 
 from bot.outbox import Outbox
-from bot.queue import JobQueue
+from bot.queue import LEASE_SECONDS, JobQueue
 from bot.server import Server
 from bot.store import Store
 from bot.workerapi import WorkerApi
@@ -15,10 +15,11 @@ from bot.workerapi import WorkerApi
 
 class Runtime:
     def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
-                 port: int = 0):
+                 port: int = 0, lease_seconds: float = LEASE_SECONDS):
         self.store = Store(db)
         self.outbox = Outbox(self.store, transport)
-        self.queue = JobQueue(self.store, on_message=self.outbox.wake)
+        self.queue = JobQueue(self.store, on_message=self.outbox.wake,
+                              lease_seconds=lease_seconds)
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.queue, worker_token),
                              health=self.health)
@@ -31,6 +32,15 @@ class Runtime:
         self.outbox.start()
         threading.Thread(target=self.server.serve_forever, daemon=True,
                          name="http").start()
+        threading.Thread(target=self._reap, daemon=True, name="lease-reaper").start()
+
+    def _reap(self) -> None:
+        """Expired leases are also noticed when no worker is asking for work."""
+        while not self.outbox.stopping.wait(10):
+            try:
+                self.queue.fail_exhausted()
+            except Exception:  # noqa: BLE001 - a locked database now is fine next time
+                pass
 
     def start_local_worker(self, name: str | None = None):
         """A worker agent in a thread of this process, talking to our own API

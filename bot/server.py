@@ -35,6 +35,7 @@ class Server(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    timeout = 60  # an idle or stalled client does not hold a thread for ever
 
     def log_message(self, fmt, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
@@ -46,9 +47,23 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such endpoint: GET {self.path}"})
 
     def do_POST(self) -> None:
+        try:
+            self._post()
+        except Exception:  # noqa: BLE001 - answer, log, keep serving
+            log.exception("POST %s failed", self.path)
+            self._json(500, {"error": "internal error in trialbot; the bot's log has details"})
+
+    def _post(self) -> None:
         path, _, query = self.path.partition("?")
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            assert length >= 0
+        except (ValueError, AssertionError):
+            self.close_connection = True  # the unread body must not be taken as a request
+            self._json(400, {"error": "Content-Length must be a byte count"})
+            return
         if length > MAX_BODY:
+            self.close_connection = True
             self._json(413, {"error": f"request body over {MAX_BODY} bytes"})
             return
         raw = self.rfile.read(length)

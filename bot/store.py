@@ -81,13 +81,16 @@ class Store:
         return [_job(r) for r in self.db["jobs"].rows_where(
             where, args, order_by="id desc", limit=limit)]
 
-    def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True) -> dict | None:
-        """Give the oldest queued job (or one whose lease expired) that `worker`
-        can run. The conditional UPDATE makes racing workers safe: only one matches."""
+    def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True,
+                   max_leases: int = 2) -> dict | None:
+        """Give the oldest queued job (or one whose lease expired, fewer than
+        `max_leases` times leased) that `worker` can run. The conditional UPDATE
+        makes racing workers safe: only one matches."""
         now = time.time()
         for row in list(self.db.query(
                 "select id, status, spec, worker, started from jobs where status = 'queued' or "
-                "(status = 'running' and lease_expires < ?) order by id limit 50", [now])):
+                "(status = 'running' and lease_expires < ? and attempts < ?) order by id limit 50",
+                [now, max_leases])):
             if not can_run(json.loads(row["spec"])):
                 continue
             lease = uuid.uuid4().hex
@@ -109,6 +112,30 @@ class Store:
                                     [row["id"], now, worker])
                     return self.job(row["id"])
         return None
+
+    def expired_jobs(self, max_leases: int) -> list[dict]:
+        """Running jobs whose lease expired after their last allowed lease."""
+        rows = self.db["jobs"].rows_where(
+            "status = 'running' and lease_expires < ? and attempts >= ?",
+            [time.time(), max_leases], order_by="id")
+        return [_job(r) for r in rows]
+
+    def fail_expired(self, job: dict, report: dict, message: dict) -> bool:
+        """End a job whose last lease expired; only if it is still that lease."""
+        now = time.time()
+        with self.db.conn:
+            cur = self.db.execute(
+                "update jobs set status = 'failed', report = ?, error_class = ?, finished = ?, "
+                "lease = null, lease_expires = null where id = ? and lease = ? and "
+                "status = 'running' and lease_expires < ?",
+                [json.dumps(report), report["error"]["class"], now, job["id"], job["lease"], now])
+            if cur.rowcount != 1:
+                return False
+            self._add_attempt(job["id"], job["worker"], {
+                "status": "failed", "error_class": "killed", "message": report["error"]["message"],
+                "seconds": now - (job["started"] or now)})
+            self._add_message(message, job["id"])
+        return True
 
     def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:
         with self.db.conn:

@@ -16,7 +16,7 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
     if cmd.name == "help":
         return render.reply(render.help_text(queue.recipes())), None
     if cmd.name == "list":
-        return render.job_list(queue.store.jobs(limit=15)), None
+        return render.job_list(queue.store.jobs(limit=15, channel=channel)), None
     if cmd.name == "status":
         job = queue.store.job(cmd.job_id)
         if job is None:

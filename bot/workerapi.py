@@ -12,11 +12,11 @@ from __future__ import annotations
 import hmac
 import re
 
-from bot.queue import HEARTBEAT_SECONDS, JobQueue, LeaseLost
+from bot.queue import JobQueue, LeaseLost
 from worker import report as reports
 
 MAX_WAIT = 30  # seconds a lease request may be held open
-JOB_PATH = re.compile(r"/api/jobs/(\d+)/(heartbeat|report)")
+JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -43,7 +43,7 @@ class WorkerApi:
             if not isinstance(info, dict):
                 return 400, {"error": "`info` must be a JSON object"}
             self.queue.register(worker, info)
-            return 200, {"worker": worker, "heartbeat": HEARTBEAT_SECONDS}
+            return 200, {"worker": worker, "heartbeat": self.queue.heartbeat_seconds}
         if path == "/api/lease":
             wait = body.get("wait", 0)
             if not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_WAIT:
@@ -54,12 +54,14 @@ class WorkerApi:
                     for k, v in idle.items())):
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
             self.queue.store.add_idle(worker, idle)
+            if not self.queue.known(worker):
+                return 409, {"error": f"unknown worker {worker!r}: register first"}
             job = self.queue.lease(worker, wait)
             if job is None:
                 return 204, None
             return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
                          "spec": job["spec"], "attempt": job["attempts"],
-                         "heartbeat": HEARTBEAT_SECONDS}
+                         "heartbeat": self.queue.heartbeat_seconds}
         m = JOB_PATH.fullmatch(path)
         if not m:
             return 404, {"error": f"no such endpoint: {path}"}

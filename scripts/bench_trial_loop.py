@@ -4,8 +4,9 @@
 1. ack latency of a signed `/trial` POST to `trialbot serve` (HTTP mode),
 2. time from `/trial` to the report arriving at the (fake) Slack Web API for the
    default CPU trial, over a few sequential runs,
-3. ack latency of N concurrent slash commands (Bolt dispatched from a thread
-   per request, so they should not queue behind each other).
+3. ack latency of N concurrent slash commands, a read (`status`) and a write
+   that queues a job (Bolt dispatched from a thread per request, so they
+   should not queue behind each other).
 
     python scripts/bench_trial_loop.py [--runs 5] [--concurrent 100]
 """
@@ -73,15 +74,16 @@ def main() -> int:
         print(f"/trial -> report posted: n={len(loops)} mean {np.mean(loops):.2f} s, "
               f"min {min(loops):.2f} s, max {max(loops):.2f} s")
 
-        def one(_):
-            body = slash_body("status T1")
+        def one(text):
+            body = slash_body(text)
             t0 = time.monotonic()
             status, _ = post(url + "/slack/events", body, signed_headers("bench", body))
             assert status == 200
             return time.monotonic() - t0
-        with ThreadPoolExecutor(args.concurrent) as pool:
-            lat = list(pool.map(one, range(args.concurrent)))
-        print(describe(f"ack latency, {args.concurrent} concurrent `/trial status`", lat))
+        for text in ("status T1", "llm-infer gen=1 repeats=1 stability=0"):
+            with ThreadPoolExecutor(args.concurrent) as pool:
+                lat = list(pool.map(one, [text] * args.concurrent))
+            print(describe(f"ack latency, {args.concurrent} concurrent `/trial {text}`", lat))
     finally:
         for p in (worker, bot):
             p.terminate()

@@ -19,6 +19,7 @@ class FakeSlack(ThreadingHTTPServer):
     def __init__(self):
         self.calls: list[tuple[str, dict]] = []
         self.fail_next: list[int] = []  # HTTP statuses to answer before succeeding
+        self.errors: dict[str, list[str]] = {}  # method -> Slack error codes (ok: false) to answer
         self.lock = threading.Lock()
         self.counter = 0
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -67,6 +68,15 @@ class _Handler(BaseHTTPRequestHandler):
                     self.send_header("Retry-After", "1")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                return
+            queued = self.server.errors.get(method)
+            if queued:
+                body = json.dumps({"ok": False, "error": queued.pop(0)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
                 return
             self.server.counter += 1
             ts = f"1700000000.{self.server.counter:06d}"

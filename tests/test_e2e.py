@@ -28,7 +28,6 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
     assert "T1* started on *gpu-a*" in started["text"]
     assert "thread_ts" not in started
     assert report["thread_ts"] == started["_ts"]  # threaded under "started"
-    assert len(fake_slack.posts()) == 2  # nothing posted twice
     assert "T1 llm-infer ok on gpu-a" in report["text"]
     blocks = json.loads(report["blocks"]) if isinstance(report["blocks"], str) else report["blocks"]
     fields = [f["text"] for b in blocks for f in b.get("fields", [])]
@@ -39,6 +38,8 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
                          signed_headers("s3cret", slash_body("status T1")))
     assert "*done* on gpu-a" in reply["text"]
     assert "host RSS peak" in reply["text"]
+    time.sleep(1)  # past a few outbox wake-ups: nothing is posted twice
+    assert len(fake_slack.posts()) == 2
 
 
 def test_failed_trial_is_reported_and_the_worker_keeps_serving(served_bot, start_worker,
@@ -106,3 +107,56 @@ def test_serve_on_a_busy_port_says_so(bot_env):
                               capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "cannot listen on 127.0.0.1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_socket_mode_with_a_refused_app_token_exits_2(bot_env, fake_slack):
+    fake_slack.errors["apps.connections.open"] = ["invalid_auth"]
+    env = dict(bot_env, SLACK_APP_TOKEN="xapp-bad")
+    done = subprocess.run([str(BIN / "trialbot"), "serve"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "refused SLACK_APP_TOKEN (invalid_auth)" in done.stderr
+
+
+def test_socket_mode_with_slack_unreachable_still_serves_workers(bot_env, tmp_path):
+    from conftest import Proc, free_port, wait_http
+    env = dict(bot_env, SLACK_APP_TOKEN="xapp-x",
+               SLACK_API_URL=f"http://127.0.0.1:{free_port()}/api/")
+    proc = Proc([str(BIN / "trialbot"), "serve"], env, tmp_path / "sm.log")
+    try:
+        wait_http(f"http://127.0.0.1:{env['TRIALBOT_PORT']}/healthz")
+    finally:
+        log = proc.stop()
+    assert "Socket Mode connect failed" in log
+
+
+def test_worker_killed_mid_trial_loses_the_lease_and_another_worker_finishes(
+        bot_env, tmp_path, start_worker, fake_slack):
+    import signal
+    from conftest import Proc, wait_http
+    env = dict(bot_env, TRIALBOT_LEASE_SECONDS="3")
+    bot = Proc([str(BIN / "trialbot"), "serve"], env, tmp_path / "bot.log")
+    url = f"http://127.0.0.1:{env['TRIALBOT_PORT']}"
+    try:
+        wait_http(url + "/healthz")
+        doomed = start_worker(url, "doomed")
+        body = slash_body("llm-infer gen=2 repeats=40 stability=0")
+        post(url + "/slack/events", body, signed_headers("s3cret", body))
+        started = fake_slack.wait_posts(1, timeout=60)[0]
+        assert "started on *doomed*" in started["text"]
+        time.sleep(2)  # mid-trial
+        doomed.p.send_signal(signal.SIGKILL)
+        doomed.p.wait()
+        start_worker(url, "rescue")
+        posts = fake_slack.wait_posts(3, timeout=120)
+        assert "started on *rescue*" in posts[1]["text"]
+        assert "T1 llm-infer ok on rescue" in posts[2]["text"]
+        import sqlite3
+        db = sqlite3.connect(env["TRIALBOT_DB"])
+        lost = db.execute("select worker, error_class, message from attempts where job = 1 "
+                          "order by n").fetchall()
+        assert lost[0][:2] == ("doomed", "killed") and "lease expired" in lost[0][2]
+        assert lost[1][0] == "rescue"
+        assert db.execute("select status, attempts from jobs").fetchone() == ("done", 2)
+    finally:
+        bot.stop()

@@ -56,6 +56,30 @@ def test_slack_transport_retries_429_and_posts_once(fake_slack, tmp_path):
     assert [p["text"] for p in fake_slack.posts()] == ["hello"]
 
 
+def test_slack_errors_about_the_app_are_retried_about_the_message_set_aside(fake_slack, tmp_path):
+    store = Store(str(tmp_path / "o.db"))
+    add(store, "first")
+    add(store, "second")
+    fake_slack.errors["chat.postMessage"] = ["internal_error", "channel_not_found"]
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    with pytest.raises(Exception):
+        box.flush()  # internal_error: Slack's trouble, the message waits
+    assert box.flush() == 1  # "first" hit channel_not_found: set aside; "second" sent
+    assert [p["text"] for p in fake_slack.posts()] == ["second"]
+    assert store.unsent() == []
+
+
+def test_invalid_blocks_are_sent_as_text(fake_slack, tmp_path):
+    store = Store(str(tmp_path / "o.db"))
+    with store.db.conn:
+        store._add_message({"channel": "C1", "text": "plain", "blocks": [{"type": "bogus"}]},
+                           None)
+    fake_slack.errors["chat.postMessage"] = ["invalid_blocks"]
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    assert box.flush() == 1
+    assert fake_slack.posts()[0]["text"] == "plain" and "blocks" not in fake_slack.posts()[0]
+
+
 def test_slack_transport_5xx_keeps_the_message(fake_slack, tmp_path):
     store = Store(str(tmp_path / "o.db"))
     add(store, "hello")

@@ -59,10 +59,9 @@ def test_lease_is_answered_empty_after_wait(queue):
     assert time.monotonic() - t0 >= 0.3
 
 
-def test_expired_lease_requeues_and_late_worker_cannot_report(queue, monkeypatch):
-    import bot.queue
+def test_expired_lease_requeues_and_late_worker_cannot_report(queue):
     submit(queue)
-    monkeypatch.setattr(bot.queue, "LEASE_SECONDS", 0.2)
+    queue.lease_seconds = 0.2
     first = queue.lease("w1", 0)
     time.sleep(0.3)
     second = queue.lease("w2", 0)
@@ -84,3 +83,26 @@ def test_finish_queues_report_threaded_under_started(queue):
     assert [m["kind"] for m in rows] == ["started", "report"]
     assert rows[1]["thread_of"] == rows[0]["id"]
     assert queue.store.job(job["id"])["error_class"] == "oom"
+
+
+def test_a_job_whose_workers_keep_dying_fails_with_the_reason(queue):
+    job = submit(queue)
+    queue.lease_seconds = 0.1
+    queue.lease("w1", 0)
+    time.sleep(0.15)
+    queue.lease("w2", 0)  # second and last lease
+    time.sleep(0.15)
+    assert queue.lease("w3", 0) is None
+    failed = queue.store.job(job["id"])
+    assert failed["status"] == "failed" and failed["error_class"] == "killed"
+    assert "lease expired 2 times" in failed["report"]["error"]["message"]
+    lost = queue.store.attempts(job["id"])
+    assert [a["error_class"] for a in lost] == ["killed", "killed"]
+    assert [m["kind"] for m in queue.store.unsent()][-1] == "report"
+
+
+def test_idle_seconds_add_up_per_worker_and_day(queue):
+    queue.store.add_idle("w1", {"2026-11-30": 10.5})
+    queue.store.add_idle("w1", {"2026-11-30": 4.5, "2026-12-01": 1})
+    assert [(r["day"], r["seconds"]) for r in queue.store.idle("w1")] == [
+        ("2026-11-30", 15.0), ("2026-12-01", 1.0)]

@@ -8,8 +8,9 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from worker import attempts
+from worker import report as reports
 from worker.client import ApiError, Client
-from worker.spec import TrialSpec
+from worker.spec import TrialSpec, resolve
 
 log = logging.getLogger("trialbot.worker")
 
@@ -53,7 +54,14 @@ class Agent:
 
     def _lease(self):
         sent = dict(self.idle)
-        job = self.client.lease(self.name, LEASE_WAIT, sent)
+        try:
+            job = self.client.lease(self.name, LEASE_WAIT, sent)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            # The bot does not know us (a new database): register again.
+            self.client.register(self.name, self.info)
+            return None
         for day, seconds in sent.items():  # the bot has them now
             self.idle[day] -= seconds
             if self.idle[day] < 1e-9:
@@ -72,9 +80,17 @@ class Agent:
         cancel = self.current = threading.Event()
         beating = threading.Thread(target=self._heartbeat, args=(job, cancel), daemon=True)
         beating.start()
-        report = attempts.run(TrialSpec.from_dict(job["spec"]), cancel, self.recipes)
-        cancel.set()  # stops the heartbeat thread
-        self.current = None
+        try:
+            spec = resolve(TrialSpec.from_dict(job["spec"]), self.recipes)
+            report = attempts.run(spec, cancel, self.recipes)
+        except Exception as exc:  # noqa: BLE001 - a worker-side failure still ends the job
+            log.exception("%s: the worker failed around the trial", job["trial"])
+            report = reports.fail(reports.new_report(job["spec"].get("workload", "?"),
+                                                     job["spec"].get("params", {})),
+                                  "crash", f"worker-side error: {exc!r}", "setup")
+        finally:
+            cancel.set()  # stops the heartbeat thread
+            self.current = None
         if self.stopping.is_set():
             log.warning("%s abandoned at shutdown; its lease will expire and it re-runs",
                         job["trial"])
@@ -83,8 +99,14 @@ class Agent:
         try:
             self._retry(lambda: self.client.report(self.name, job, report), "report")
             log.info("%s reported: %s", job["trial"], report["status"])
-        except ApiError as exc:  # 409: the lease went to another attempt
-            log.warning("%s report refused: %s", job["trial"], exc)
+        except ApiError as exc:
+            if exc.status == 400:  # our report was malformed: still end the job, plainly
+                bad = reports.fail(reports.new_report(report.get("workload", "?"), {}), "crash",
+                                   f"the worker's report was refused: {exc}", None)
+                bad["trial"], bad["worker"] = job["trial"], self.name
+                self._retry(lambda: self.client.report(self.name, job, bad), "report")
+            else:  # 409: the lease went to another attempt
+                log.warning("%s report refused: %s", job["trial"], exc)
 
     def _heartbeat(self, job: dict, done: threading.Event) -> None:
         while not done.wait(job.get("heartbeat", 10)):

@@ -10,8 +10,10 @@ import argparse
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import urllib.parse
 
 from worker import spec as specs
 from worker import summary
@@ -19,10 +21,21 @@ from worker import summary
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "trial" in argv:
-        at = argv.index("trial")
-        return trial_command(argv[:at], argv[at + 1:])
-    return serve_command(argv)
+    # SIGTERM (systemd, docker stop) unwinds like Ctrl-C, so the running trial's
+    # process group is killed on the way out instead of left running.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if "trial" in argv:
+            at = argv.index("trial")
+            return trial_command(argv[:at], argv[at + 1:])
+        return serve_command(argv)
+    except KeyboardInterrupt:
+        print("trialbot-worker: stopped; the running trial (if any) was killed", file=sys.stderr)
+        return 130
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _load_recipes(path: str | None):
@@ -85,6 +98,11 @@ def serve_command(argv: list[str]) -> int:
               "TRIALBOT_WORKER_TOKEN); to run one trial locally: trialbot-worker trial "
               "llm-infer", file=sys.stderr)
         return 2
+    url = urllib.parse.urlparse(args.server)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        print(f"trialbot-worker: --server {args.server!r} is not a URL; write it as "
+              "http://HOST:PORT", file=sys.stderr)
+        return 2
     recipes = _load_recipes(args.recipes)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from worker.agent import Agent
@@ -96,8 +114,8 @@ def serve_command(argv: list[str]) -> int:
         print(f"trialbot-worker: the server refused us: {exc}"
               + (" — check --token" if exc.status == 401 else ""), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    finally:
+        agent.stop()
     return 0
 
 

@@ -39,6 +39,7 @@ OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|can't allocate mem
                         r"^MemoryError", re.MULTILINE)
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE_DIR = os.path.join(PACKAGE_ROOT, "worker", "probe")
+SHIM = os.path.join(PACKAGE_ROOT, "worker", "shim.py")  # run by path: adds nothing to PYTHONPATH
 
 
 class Sampler(threading.Thread):
@@ -86,10 +87,12 @@ class Run:
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
         self.started = time.time()
+        shim = [sys.executable, SHIM]  # dies with the worker; OOM-killed first
         try:
             self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True)  # own group: killable whole
+                shim + list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True)  # own process group: killable as a whole
         except OSError as exc:
             self.proc, self.code, self.stopped, self.max_rss = None, None, None, None
             self.ended = time.time()
@@ -100,7 +103,11 @@ class Run:
         reader.start()
         self.sampler = Sampler(self.proc.pid, trackers, hz)
         self.sampler.start()
-        self.stopped = _watch(self.proc, deadline, cancel)
+        try:
+            self.stopped = _watch(self.proc, deadline, cancel)
+        except BaseException:  # KeyboardInterrupt, SystemExit: never leave the trial behind
+            _kill_group(self.proc.pid)
+            raise
         # wait4 reaps the child and gives the kernel's own peak RSS for it.
         _, status, usage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = self.code = os.waitstatus_to_exitcode(status)
@@ -161,7 +168,7 @@ def _run_builtin(spec, deadline, cancel, trackers, hz):
         with open(spec_path, "w") as f:
             json.dump(spec.to_dict(), f)
         env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=_pythonpath(PACKAGE_ROOT))  # the child imports `worker`
+                   PYTHONPATH=_pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
                   deadline, cancel, trackers, hz)
         report = _read(report_path, spec)
@@ -247,8 +254,7 @@ def _phase(name: str, start: float, end: float) -> dict:
     return {"name": name, "start": start, "end": end, "seconds": end - start}
 
 
-def _pythonpath(first: str, rest: str | None = None) -> str:
-    rest = rest if rest is not None else os.environ.get("PYTHONPATH")
+def _pythonpath(first: str, rest: str | None) -> str:
     first = os.path.normpath(first)
     return first + (os.pathsep + rest if rest else "")
 
@@ -266,12 +272,16 @@ def _watch(proc: subprocess.Popen, deadline: float, cancel: threading.Event) -> 
         reason = "cancelled" if cancel.is_set() else (
             "timeout" if time.monotonic() > deadline else None)
         if reason:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc.pid)
             return reason
         time.sleep(0.05)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _read_json(path: str):

@@ -56,7 +56,8 @@ def fail(report: dict, error_class: str, message: str, phase: str | None = None)
 
 
 def validate(report: object) -> list[str]:
-    """Problems that make a posted report unusable; empty when it is fine."""
+    """Problems that make a posted report unusable (what the bot stores and
+    renders relies on these); empty when it is fine."""
     if not isinstance(report, dict):
         return ["report must be a JSON object"]
     problems = []
@@ -64,10 +65,33 @@ def validate(report: object) -> list[str]:
         problems.append(f"schema must be {SCHEMA!r}")
     if report.get("status") not in ("ok", "failed"):
         problems.append("status must be 'ok' or 'failed'")
-    if not isinstance(report.get("phases"), list):
-        problems.append("phases must be a list")
-    if not isinstance(report.get("memory"), dict):
-        problems.append("memory must be an object")
-    if report.get("status") == "failed" and not isinstance(report.get("error"), dict):
-        problems.append("a failed report needs an error object")
+    if not isinstance(report.get("workload"), str):
+        problems.append("workload must be a string")
+    if not isinstance(report.get("params"), dict):
+        problems.append("params must be an object")
+    phases = report.get("phases")
+    if not isinstance(phases, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("name"), str)
+            and _number(p.get("seconds")) for p in phases):
+        problems.append("phases must be a list of {name, start, end, seconds}")
+    memory = report.get("memory")
+    if not isinstance(memory, dict) or not isinstance(memory.get("method"), dict):
+        problems.append("memory must be an object with a method object")
+    else:
+        bad = [f for f in MEMORY_FIELDS if memory.get(f) is not None and not _number(memory[f])]
+        if bad:
+            problems.append(f"memory fields must be numbers or null: {', '.join(bad)}")
+    error = report.get("error")
+    if report.get("status") == "failed" and not (
+            isinstance(error, dict) and error.get("class") in ERROR_CLASSES
+            and isinstance(error.get("message"), str)):
+        problems.append(f"a failed report needs error {{class: one of {', '.join(ERROR_CLASSES)}, "
+                        "message}")
+    for key in ("latency", "throughput", "scale", "stability"):
+        if report.get(key) is not None and not isinstance(report[key], dict):
+            problems.append(f"{key} must be an object or null")
     return problems
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

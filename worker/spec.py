@@ -265,3 +265,17 @@ def _check_shape(p: dict, usage: str) -> None:
     if (p["hidden"] // p["heads"]) % 2:
         raise SpecError(f"hidden={p['hidden']}", f"`hidden={p['hidden']}`: the head size "
                         "hidden/heads must be even (rotary embeddings)", usage)
+
+
+def resolve(spec: TrialSpec, recipes: dict | None = None) -> TrialSpec:
+    """Fill parameters a stored spec lacks with today's defaults, so a job
+    queued before an upgrade added parameters still runs."""
+    if spec.recipe:
+        recipe = (recipes or {}).get(spec.recipe)
+        workload = recipe.workload() if recipe else None
+    else:
+        workload = WORKLOADS.get(spec.workload)
+    if workload is None:
+        return spec
+    return TrialSpec(spec.workload, {**{p.name: p.default for p in workload.params},
+                                     **spec.params}, spec.recipe)

@@ -33,10 +33,12 @@ class NvmlTracker:
                 h = self.nvml.nvmlDeviceGetHandleByIndex(i)
                 self.devices.append({"index": i, "handle": h,
                                      "name": _text(self.nvml.nvmlDeviceGetName(h)),
-                                     "used_peak": 0, "process_used_peak": 0, "util": []})
+                                     "used_peak": 0, "process_used_peak": 0, "util": [],
+                                     "ours": False})
             self.method = {
-                "device_used_peak": "NVML nvmlDeviceGetMemoryInfo.used summed over devices, "
-                                    "sampled at ~100 Hz (includes other processes)",
+                "device_used_peak": "NVML nvmlDeviceGetMemoryInfo.used summed over the devices "
+                                    "the trial used, sampled at ~100 Hz (includes other "
+                                    "processes on those devices and the CUDA context)",
                 "process_used_peak": "NVML nvmlDeviceGetComputeRunningProcesses for the "
                                      "child tree, summed over devices, sampled at ~100 Hz",
                 "devices": "per device (NVML index = PCI bus order = torch index): the same "
@@ -62,6 +64,7 @@ class NvmlTracker:
                 continue
             d["used_peak"] = max(d["used_peak"], dev_used)
             d["process_used_peak"] = max(d["process_used_peak"], dev_mine)
+            d["ours"] = d["ours"] or dev_mine > 0
             used, mine = used + dev_used, mine + dev_mine
         return {"device_used": used, "process_used": mine}
 
@@ -73,8 +76,16 @@ class NvmlTracker:
                     "utilization_mean": (sum(d["util"]) / len(d["util"])) if d["util"] else None,
                     "utilization_max": max(d["util"]) if d["util"] else None}
                    for d in self.devices]
-        return {"device_used_peak": sum(d["used_peak"] for d in devices),
-                "process_used_peak": sum(d["process_used_peak"] for d in devices),
+        used = [d for d, raw in zip(devices, self.devices) if raw["ours"]]
+        if not used:  # never saw our processes (CPU trial, or a container's PID namespace)
+            self.method["process_used_peak"] = ("not measured: NVML listed none of the trial's "
+                                                "processes on any GPU")
+            self.method["device_used_peak"] = ("not attributed: the trial's processes were not "
+                                               "seen on any GPU; per-device figures are in "
+                                               "`devices`")
+            return {"device_used_peak": None, "process_used_peak": None, "devices": devices}
+        return {"device_used_peak": sum(d["used_peak"] for d in used),
+                "process_used_peak": sum(d["process_used_peak"] for d in used),
                 "devices": devices}
 
     def pids_on_gpu(self) -> set[int]:

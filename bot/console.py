@@ -7,6 +7,7 @@ report is printed before the next line is read, so scripts are deterministic.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -21,7 +22,8 @@ USER = "console"
 
 def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    rt = Runtime(db, secrets.token_urlsafe(24), ConsoleTransport(stdout, as_json))
+    files = os.path.join(os.path.dirname(os.path.abspath(db)), "trialbot-files")
+    rt = Runtime(db, secrets.token_urlsafe(24), ConsoleTransport(stdout, as_json, files))
     rt.start()
     rt.start_local_worker()
     interactive = stdin.isatty()
@@ -74,12 +76,11 @@ def show(reply: dict, stdout, as_json: bool) -> None:
 
 
 def wait_for_report(rt: Runtime, job: dict, poll: float = 0.1) -> dict:
-    """Block until the job ended and its report was printed."""
+    """Block until the job ended and all its messages (report, chart) were printed."""
     deadline = time.monotonic() + job["spec"]["params"].get("timeout", 1800) + 120
     while time.monotonic() < deadline:
         current = rt.store.job(job["id"])
-        if current["status"] in ("done", "failed") and rt.store.message_sent(job["id"],
-                                                                            "report"):
+        if current["status"] in ("done", "failed") and not rt.store.unsent_for(job["id"]):
             return current
         time.sleep(poll)
     raise TimeoutError(f"{job['trial']} did not report in time")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 
+from bot import chart
 from bot.store import Store
 
 log = logging.getLogger("trialbot.outbox")
@@ -37,6 +39,12 @@ class SlackTransport:
     def send(self, payload: dict) -> str:
         from slack_sdk.errors import SlackApiError
         try:
+            if "content" in payload:  # a file into the thread
+                resp = self.client.files_upload_v2(
+                    channel=payload["channel"], thread_ts=payload.get("thread_ts"),
+                    content=payload["content"], filename=payload["file"],
+                    title=payload["text"], initial_comment=payload["text"])
+                return resp["files"][0]["id"] if resp.get("files") else "file"
             resp = self.client.chat_postMessage(**payload)
         except SlackApiError as exc:
             error = exc.response.get("error", "")
@@ -53,13 +61,22 @@ class ConsoleTransport:
     """The terminal as the channel: prints each message; `--json` prints the
     exact payload that would go to Slack, one object per line."""
 
-    def __init__(self, out, as_json: bool):
+    def __init__(self, out, as_json: bool, files_dir: str = "."):
         self.out, self.as_json, self.count = out, as_json, 0
+        self.files_dir = files_dir
         self.lock = threading.Lock()
 
     def send(self, payload: dict) -> str:
         with self.lock:
             self.count += 1
+            if "content" in payload:  # files land next to the database
+                os.makedirs(self.files_dir, exist_ok=True)
+                path = os.path.join(self.files_dir, payload.pop("file"))
+                with open(path, "wb") as f:
+                    f.write(payload.pop("content"))
+                payload["file"] = path
+                if not self.as_json:
+                    payload = dict(payload, text=f"{payload['text']}: {path}")
             if self.as_json:
                 print(json.dumps(payload), file=self.out, flush=True)
             else:
@@ -69,8 +86,13 @@ class ConsoleTransport:
             return f"console.{self.count}"
 
 
-def payload(row: dict) -> dict:
-    p = {"channel": row["channel"], "text": row["text"], "blocks": row["blocks"]}
+def payload(row: dict, store: Store) -> dict:
+    p = {"channel": row["channel"], "text": row["text"]}
+    if row.get("file"):
+        job = store.job(row["job"])
+        p.update(file=row["file"], content=chart.png(job["report"]))
+    else:
+        p["blocks"] = row["blocks"]
     if row.get("thread_ts"):
         p["thread_ts"] = row["thread_ts"]
     return p
@@ -116,7 +138,7 @@ class Outbox(threading.Thread):
                 if row["thread_of"] and not row["thread_ts"] and not orphan:
                     raise RuntimeError(f"message {row['id']}: its thread parent is unsent")
                 try:
-                    ts = self.transport.send(payload(row))
+                    ts = self.transport.send(payload(row, self.store))
                 except Undeliverable as exc:
                     log.error("outbox: message %s given up: %s", row["id"], exc)
                     self.store.give_up_message(row["id"], str(exc))

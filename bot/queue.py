@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import render
+from bot import chart, render
 from bot.store import Store
 from worker import report as reports
 from worker.spec import Workload
@@ -101,7 +101,10 @@ class JobQueue:
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")
         report["trial"], report["worker"] = job["trial"], worker
-        if not self.store.finish_job(job_id, worker, lease, report, render.report(job, report)):
+        messages = [render.report(job, report)]
+        if chart.has_timeline(report):
+            messages.append(render.chart(job, report))
+        if not self.store.finish_job(job_id, worker, lease, report, messages):
             raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         self.on_message()
         with self.changed:

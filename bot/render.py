@@ -85,9 +85,19 @@ def report(job: dict, r: dict) -> dict:
             "text": summary.text(r), "blocks": report_blocks(r)}
 
 
+def chart(job: dict, r: dict) -> dict:
+    """The memory timeline PNG, uploaded into the trial's thread (drawn at send time
+    from the stored report, so the outbox row holds no image)."""
+    return {"channel": job["channel"], "kind": "chart", "thread_of": job.get("started_msg"),
+            "text": f"{job['trial']} memory over time: sampled series, phases shaded",
+            "file": f"{job['trial']}-memory.png"}
+
+
 def report_blocks(r: dict) -> list[dict]:
     icon = ":white_check_mark:" if r["status"] == "ok" else ":x:"
     blocks = [_section(f"{icon} {summary.headline(r)}")]
+    if summary.retry_line(r):
+        blocks.append(_section(f":warning: {summary.retry_line(r)}"))
     if r["status"] == "failed":
         err = r["error"]
         tail = "\n".join(err["message"].strip().splitlines()[-6:])

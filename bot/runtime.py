@@ -63,3 +63,5 @@ class Runtime:
         self.server.shutdown()
         self.server.server_close()
         self.outbox.stop()
+        if self.outbox.is_alive():
+            self.outbox.join(timeout=30)

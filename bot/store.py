@@ -50,7 +50,7 @@ class Store:
         db["outbox"].create({
             "id": int, "channel": str, "thread_of": int, "job": int, "kind": str,
             "text": str, "blocks": str, "created": float, "sent": float, "ts": str,
-            "tries": int, "last_error": str, "given_up": float,
+            "tries": int, "last_error": str, "given_up": float, "file": str,
         }, pk="id", defaults={"tries": 0}, if_not_exists=True)
         db["outbox"].create_index(["sent"], if_not_exists=True)
         # Every try of a job: the worker's own retries and leases that expired.
@@ -147,7 +147,7 @@ class Store:
         return cur.rowcount == 1
 
     def finish_job(self, job_id: int, worker: str, lease: str, report: dict,
-                   message: dict) -> bool:
+                   messages: list[dict]) -> bool:
         """Store the report and its outbox message in one transaction, only if
         `lease` still holds the job: a late worker cannot overwrite a newer attempt."""
         status = "done" if report["status"] == "ok" else "failed"
@@ -168,7 +168,8 @@ class Store:
                     "message": (report.get("error") or {}).get("message"),
                     "seconds": report.get("seconds")}]:
                 self._add_attempt(job_id, worker, attempt)
-            self._add_message(message, job_id)
+            for message in messages:
+                self._add_message(message, job_id)
         return True
 
     def _add_attempt(self, job_id: int, worker: str, a: dict) -> None:
@@ -226,10 +227,11 @@ class Store:
 
     def _add_message(self, message: dict, job_id: int | None) -> int:
         cur = self.db.execute(
-            "insert into outbox (channel, thread_of, job, kind, text, blocks, created) "
-            "values (?, ?, ?, ?, ?, ?, ?)",
+            "insert into outbox (channel, thread_of, job, kind, text, blocks, file, created) "
+            "values (?, ?, ?, ?, ?, ?, ?, ?)",
             [message["channel"], message.get("thread_of"), job_id, message.get("kind"),
-             message["text"], json.dumps(message.get("blocks") or []), time.time()])
+             message["text"], json.dumps(message.get("blocks") or []), message.get("file"),
+             time.time()])
         return cur.lastrowid
 
     def unsent(self, limit: int = 20) -> list[dict]:
@@ -254,10 +256,9 @@ class Store:
             self.db.execute("update outbox set given_up = ?, last_error = ? where id = ?",
                             [time.time(), error[-500:], msg_id])
 
-    def message_sent(self, job_id: int, kind: str) -> bool:
-        rows = list(self.db.query("select 1 from outbox where job = ? and kind = ? and "
-                                  "sent is not null", [job_id, kind]))
-        return bool(rows)
+    def unsent_for(self, job_id: int) -> int:
+        return self.db.execute("select count(*) from outbox where job = ? and sent is null "
+                               "and given_up is null", [job_id]).fetchone()[0]
 
 
 def _job(row: dict) -> dict:

@@ -20,6 +20,7 @@ class FakeSlack(ThreadingHTTPServer):
         self.calls: list[tuple[str, dict]] = []
         self.fail_next: list[int] = []  # HTTP statuses to answer before succeeding
         self.errors: dict[str, list[str]] = {}  # method -> Slack error codes (ok: false) to answer
+        self.uploads: dict[str, bytes] = {}  # file id -> bytes, files_upload_v2's second step
         self.lock = threading.Lock()
         self.counter = 0
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -28,6 +29,10 @@ class FakeSlack(ThreadingHTTPServer):
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/api/"
+
+    def calls_of(self, method: str) -> list[dict]:
+        with self.lock:
+            return [args for m, args in self.calls if m == method]
 
     def posts(self) -> list[dict]:
         with self.lock:
@@ -54,7 +59,16 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self):
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/upload/"):  # the upload URL files.getUploadURLExternal gave
+            with self.server.lock:
+                self.server.uploads[self.path.rsplit("/", 1)[-1]] = data
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"OK")
+            return
+        raw = data.decode()
         if self.headers.get("Content-Type", "").startswith("application/json"):
             args = json.loads(raw or "{}")
         else:
@@ -81,7 +95,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.counter += 1
             ts = f"1700000000.{self.server.counter:06d}"
             self.server.calls.append((method, dict(args, _ts=ts)))
-        body = json.dumps({"ok": True, "ts": ts, "channel": args.get("channel")}).encode()
+        answer = {"ok": True, "ts": ts, "channel": args.get("channel")}
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{self.server.counter}"
+            answer.update(file_id=file_id, upload_url=f"http://127.0.0.1:"
+                          f"{self.server.server_address[1]}/upload/{file_id}")
+        elif method == "files.completeUploadExternal":
+            answer["files"] = [{"id": f["id"]} for f in json.loads(args["files"])]
+        body = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -16,12 +16,15 @@ def test_console_json_prints_the_slack_payloads_in_order(tmp_path):
                                   "/trial llm-infer batch=0", "/trial list"], "--json")
     assert done.returncode == 0, done.stderr
     out = [json.loads(line) for line in done.stdout.splitlines()]
-    queued, started, report, bad, listing = out
+    queued, started, report, chart, bad, listing = out
     assert queued["response_type"] == "ephemeral" and "Queued as *T1*" in queued["text"]
     assert started["channel"] == "console" and "started on" in started["text"]
     assert report["thread_ts"] and "phases: setup" in report["text"]
     assert "host RSS peak" in report["text"]
     assert {"channel", "thread_ts", "text", "blocks"} <= set(report)
+    assert chart["file"].endswith("T1-memory.png") and chart["thread_ts"] == report["thread_ts"]
+    with open(chart["file"], "rb") as f:
+        assert f.read(4) == b"\x89PNG"
     assert "`batch=0`" in bad["text"]
     assert "T1* done" in listing["text"]
 

@@ -89,3 +89,22 @@ def test_slack_transport_5xx_keeps_the_message(fake_slack, tmp_path):
         box.flush()
     assert box.flush() == 1
     assert [p["text"] for p in fake_slack.posts()] == ["hello"]
+
+
+def test_memory_chart_is_uploaded_into_the_thread_with_files_upload_v2(fake_slack, tmp_path):
+    from bot.queue import JobQueue
+    from worker import launcher
+    from worker.spec import parse
+    store = Store(str(tmp_path / "o.db"))
+    q = JobQueue(store)
+    spec = parse(["llm-infer", "gen=2", "repeats=2", "stability=0"])
+    job = q.submit(spec, "llm-infer", "U1", "C1")
+    leased = q.lease("w1", 0)
+    q.finish(job["id"], "w1", leased["lease"], launcher.run_trial(spec))
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    assert box.flush() == 3  # started, report, chart
+    started = fake_slack.posts()[0]
+    done = fake_slack.calls_of("files.completeUploadExternal")[0]
+    assert done["channel_id"] == "C1" and done["thread_ts"] == started["_ts"]
+    png = next(iter(fake_slack.uploads.values()))
+    assert png.startswith(b"\x89PNG") and len(png) > 5000

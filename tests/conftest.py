@@ -91,9 +91,9 @@ def served_bot(bot_env, tmp_path):
 def start_worker(tmp_path):
     procs = []
 
-    def start(url: str, name: str = "w1", token: str = "wtoken"):
+    def start(url: str, name: str = "w1", token: str = "wtoken", *extra: str):
         proc = Proc([str(BIN / "trialbot-worker"), "--server", url, "--token", token,
-                     "--name", name], dict(os.environ), tmp_path / f"{name}.log")
+                     "--name", name, *extra], dict(os.environ), tmp_path / f"{name}.log")
         procs.append(proc)
         return proc
 

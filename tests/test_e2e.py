@@ -160,3 +160,27 @@ def test_worker_killed_mid_trial_loses_the_lease_and_another_worker_finishes(
         assert db.execute("select status, attempts from jobs").fetchone() == ("done", 2)
     finally:
         bot.stop()
+
+
+def test_recipe_from_slack_runs_on_the_worker_that_has_it(served_bot, start_worker, fake_slack):
+    start_worker(served_bot.url, "plain")
+    start_worker(served_bot.url, "papers", "wtoken", "--recipes", str(ROOT / "examples" /
+                                                                      "recipes.toml"))
+
+    def slash(text):
+        body = slash_body(text)
+        return post(served_bot.url + "/slack/events", body, signed_headers("s3cret", body))[1]
+
+    deadline = time.monotonic() + 30
+    while "recipe paper-infer" not in slash("help")["text"]:  # until "papers" registered
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    refused = slash("recipe rm-rf")
+    assert "`rm-rf` is not a recipe" in refused["text"] and "paper-infer" in refused["text"]
+    bad = slash("recipe paper-infer seq=../../x")
+    assert "`seq=../../x`" in bad["text"] and "Nothing was queued" in bad["text"]
+    assert "Queued as *T1*" in slash("recipe paper-infer batch=2 seq=64 batches=2")["text"]
+    started, report = fake_slack.wait_posts(2, timeout=90)
+    assert "started on *papers*" in started["text"]  # "plain" has no recipe file
+    assert "T1 recipe paper-infer ok on papers" in report["text"]
+    assert "phases: launch" in report["text"] and "code " in report["text"]

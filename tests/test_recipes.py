@@ -1,0 +1,214 @@
+"""Recipes: the admin's file, its refusals, and real runs of real programs."""
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, ROOT
+from worker import attempts, launcher, recipes
+from worker.spec import SpecError, parse
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def write(tmp_path, body: str) -> str:
+    path = tmp_path / "recipes.toml"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def echo_recipe(tmp_path, params='tag = { type = "string", default = "a" }'):
+    return write(tmp_path, f"""
+        [recipes.echo]
+        cwd = "{PROGRAMS}"
+        argv = ["{{python}}", "argv_echo.py", "--tag", "{{tag}}"]
+        env = {{ ECHO_OUT = "{tmp_path / 'argv.json'}" }}
+        timeout = "1m"
+
+        [recipes.echo.params]
+        {params}
+        """)
+
+
+def test_example_file_loads_with_its_params():
+    r = recipes.load(str(ROOT / "examples" / "recipes.toml"))
+    w = r["paper-infer"].workload()
+    assert w.recipe and w.param("batch").high == 512 and w.param("timeout").default == 600
+    assert r["paper-infer"].cwd == str(ROOT / "examples")
+
+
+@pytest.mark.parametrize("body, line, says", [
+    ("""
+     [recipes.x]
+     cwd = "."
+     argv = ["true"]
+     colour = "red"
+     """, 5, "unknown key `colour`"),
+    ("""
+     [recipes.x]
+     cwd = "."
+     argv = "true --now"
+     """, 4, "non-empty list of strings"),
+    ("""
+     [recipes.x]
+     cwd = "."
+     argv = ["true"]
+
+     [recipes.x]
+     cwd = "."
+     """, 6, "x"),
+    ("""
+     [recipes.x]
+     cwd = "."
+     argv = ["true", "{batch}"]
+     """, 4, "`{batch}`"),
+    ("""
+     [recipes.x]
+     cwd = "."
+     argv = ["true"]
+
+     [recipes.x.params]
+     batch = { type = "int", min = 1, max = 8, default = 9 }
+     """, 7, "default of `batch`"),
+    ("""
+     [recipes.x]
+     cwd = "."
+     argv = ["true"]
+
+     [recipes.x.params]
+     batch = { type = "integer", default = 1 }
+     """, 7, "needs type"),
+    ("""
+     [recipes.x]
+     cwd = "/nonexistent/trialbot"
+     argv = ["true"]
+     """, 3, "not a directory"),
+    ("""
+     [recipes.x]
+     cwd = "."
+     argv = ["true"]
+     requires = "gpu"
+     """, 5, "`requires`"),
+])
+def test_bad_recipe_files_name_the_line(tmp_path, body, line, says):
+    path = write(tmp_path, body)
+    with pytest.raises(recipes.RecipeError) as err:
+        recipes.load(path)
+    assert f"line {line}" in str(err.value) or f"{path}:{line}" in str(err.value)
+    assert says in str(err.value)
+
+
+def test_worker_refuses_to_start_on_a_bad_file(tmp_path):
+    path = write(tmp_path, """
+        [recipes.x]
+        cwd = "."
+        argv = ["true"]
+        colour = "red"
+        """)
+    for args in (["--server", "http://127.0.0.1:9", "--token", "t", "--recipes", path],
+                 ["--recipes", path, "trial", "recipe", "x"]):
+        done = subprocess.run([str(BIN / "trialbot-worker"), *args], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and f"{path}:5" in done.stderr and "colour" in done.stderr
+
+
+@pytest.mark.parametrize("word, says", [
+    ("tag=a;rm", "must be text matching"),
+    ("tag=$(id)", "must be text matching"),
+    ("tag=../../etc/passwd", "no `..`"),
+    ("tag=" + "a" * 300, "longer than 256"),
+    ("size=2.5e9", "from 0.5 to 4.0"),
+    ("size=nan", "from 0.5 to 4.0"),
+    ("mode=turbo", "one of fast, exact"),
+])
+def test_parameters_outside_their_type_are_refused(tmp_path, word, says):
+    path = echo_recipe(tmp_path, params='''tag = { type = "string", default = "a" }
+        size = { type = "float", min = 0.5, max = 4.0, default = 1.0 }
+        mode = { type = "choice", choices = ["fast", "exact"], default = "fast" }''')
+    table = {k: r.workload() for k, r in recipes.load(path).items()}
+    with pytest.raises(SpecError) as err:
+        parse(["recipe", "echo", word], table)
+    assert says in err.value.message and err.value.token == word
+
+
+def test_only_recipes_in_the_file_run(tmp_path):
+    table = {k: r.workload() for k, r in recipes.load(echo_recipe(tmp_path)).items()}
+    with pytest.raises(SpecError) as err:
+        parse(["recipe", "rm"], table)
+    assert "only recipes in a worker's recipe file can run" in err.value.message
+    assert "echo" in err.value.message
+
+
+def test_values_are_whole_argv_elements_never_shell(tmp_path):
+    path = echo_recipe(tmp_path, params='tag = { type = "string", pattern = "[a-z ]+", '
+                                        'default = "a" }')
+    book = recipes.load(path)
+    spec = parse(["recipe", "echo", "tag=two words"], {"echo": book["echo"].workload()})
+    r = launcher.run_trial(spec, recipes=book)
+    assert r["status"] == "ok", r["error"]
+    assert [p["name"] for p in r["phases"]] == ["launch", "weights", "run"]
+    assert json.loads((tmp_path / "argv.json").read_text()) == ["--tag", "two words"]
+    assert r["recipe"] == "echo" and len(r["env"]["code_commit"]) == 40
+
+
+def test_the_example_paper_script_runs_with_phases_and_code_version():
+    book = recipes.load(str(ROOT / "examples" / "recipes.toml"))
+    spec = parse(["recipe", "paper-infer", "batch=2", "seq=64", "batches=2"],
+                 {"paper-infer": book["paper-infer"].workload()})
+    r = launcher.run_trial(spec, recipes=book)
+    assert r["status"] == "ok", r["error"]
+    assert [p["name"] for p in r["phases"]] == ["launch", "weights", "data", "run"]
+    assert r["memory"]["host_rss_peak"] > 100 * 2**20
+    assert len(r["env"]["code_commit"]) == 40 and r["env"]["code_dirty"] in (True, False)
+
+
+def test_oom_retries_at_half_the_batch_and_says_so(tmp_path):
+    path = write(tmp_path, f"""
+        [recipes.fits]
+        cwd = "{PROGRAMS}"
+        argv = ["{{python}}", "argv_echo.py", "--batch", "{{batch}}", "--fits", "1"]
+
+        [recipes.fits.params]
+        batch = {{ type = "int", min = 1, max = 64, default = 4 }}
+        """)
+    book = recipes.load(path)
+    spec = parse(["recipe", "fits", "batch=4", "on_oom=halve-batch"],
+                 {"fits": book["fits"].workload()})
+    r = attempts.run(spec, recipes=book)
+    assert r["status"] == "ok"
+    assert [(a["error_class"], a["changed"]) for a in r["attempts"]] == [
+        ("oom", {}), ("oom", {"batch": 2}), (None, {"batch": 1})]
+    assert r["params"]["batch"] == 1 and r["requested"]["batch"] == 4
+    assert r["seconds_lost"] > 0
+
+
+def test_halve_batch_needs_a_batch(tmp_path):
+    table = {k: r.workload() for k, r in recipes.load(echo_recipe(tmp_path)).items()}
+    with pytest.raises(SpecError) as err:
+        parse(["recipe", "echo", "on_oom=halve-batch"], table)
+    assert "no integer `batch`" in err.value.message
+
+
+def test_the_probe_runs_a_shadowed_sitecustomize_too(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text(
+        f"open({str(tmp_path / 'ran')!r}, 'w').write('yes')\n")
+    path = write(tmp_path, f"""
+        [recipes.echo]
+        cwd = "{PROGRAMS}"
+        argv = ["{{python}}", "argv_echo.py"]
+        env = {{ PYTHONPATH = "{theirs}" }}
+        """)
+    book = recipes.load(path)
+    r = launcher.run_trial(parse(["recipe", "echo"], {"echo": book["echo"].workload()}),
+                           recipes=book)
+    assert r["status"] == "ok" and (tmp_path / "ran").read_text() == "yes"
+
+
+def test_code_version_outside_git_says_so(tmp_path):
+    from worker import codeversion
+    v = codeversion.of(str(tmp_path))
+    assert v["code_commit"] is None and "not a git checkout" in v["code_version"]

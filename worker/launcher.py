@@ -32,6 +32,7 @@ from worker.probes.nvml import NvmlTracker
 from worker.spec import TrialSpec
 
 SAMPLE_HZ = 100
+TREE_REFRESH = 0.5  # seconds between re-listing the child's process tree
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
 PHASE_MARK = "TRIALBOT_PHASE "
 # How a program that died of OOM says so: torch (CUDA and CPU allocators), Python.
@@ -56,22 +57,37 @@ class Sampler(threading.Thread):
         self.done = threading.Event()
         self.rows: list[dict] = []
         self.pids: set[int] = set()
+        self.cpu_seconds = 0.0  # this thread's own CPU time: the sampling's cost
 
     def run(self) -> None:
         if not self.hz:
             return
         period = 1.0 / self.hz
+        procs, refreshed = [], 0.0
+        try:
+            self._loop(period, procs, refreshed)
+        finally:
+            self.cpu_seconds = time.thread_time()
+
+    def _loop(self, period: float, procs: list, refreshed: float) -> None:
         while self.root and not self.done.is_set():
-            try:
-                procs = [self.root] + self.root.children(recursive=True)
-            except psutil.NoSuchProcess:
-                return
-            self.pids.update(p.pid for p in procs)
+            now = time.monotonic()
+            if now - refreshed >= TREE_REFRESH:
+                # Listing children scans all of /proc: do it a few times a second,
+                # not at every tick, so sampling stays under 1% of the trial's time.
+                try:
+                    procs = [self.root] + self.root.children(recursive=True)
+                except psutil.NoSuchProcess:
+                    return
+                self.pids.update(p.pid for p in procs)
+                refreshed = now
             row = {"t": time.time()}
             for tracker in self.trackers:
                 row.update(tracker.sample(procs))
             self.rows.append(row)
-            self.done.wait(period)
+            # time.sleep costs about half of Event.wait's CPU per tick here; stop()
+            # waits at most one period for the flag to be seen.
+            time.sleep(max(0.0, period - (time.monotonic() - now)))
 
     def stop(self) -> None:
         self.done.set()
@@ -153,6 +169,10 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
         memory["host_rss_peak_kernel"] = run.max_rss
         memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD
         report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
+        report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
+                           "sampler_cpu_seconds": run.sampler.cpu_seconds,
+                           "what": "worker-side sampling thread: its own CPU time, the cost "
+                                   "of measuring (scripts/bench_probes.py compares on/off)"}
         _wait_gpu_released(nvml, run)
     report["env"]["driver"] = nvml.driver()
     nvml.close()

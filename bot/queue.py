@@ -19,6 +19,15 @@ ONLINE_SECONDS = 90     # a worker seen within this is "online"
 MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)
 
 
+def can_run(info: dict, spec: dict) -> bool:
+    """A recipe goes only to a worker whose file has it, and a CUDA recipe only
+    to a worker with an NVIDIA GPU (a cloud Mac is not a CUDA box)."""
+    if spec.get("recipe") is None:
+        return True
+    recipe = next((r for r in info.get("recipes", []) if r["name"] == spec["recipe"]), None)
+    return recipe is not None and (recipe.get("requires") != "cuda" or bool(info.get("gpus")))
+
+
 class LeaseLost(Exception):
     """The job is no longer held by this worker and lease."""
 
@@ -56,18 +65,20 @@ class JobQueue:
                 out.setdefault(d["name"], Workload.from_dict(d))
         return out
 
+    def online_for(self, spec: dict) -> list[str]:
+        """Online workers that could run `spec`."""
+        return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)
+                if can_run(w["info"], spec)]
+
     def lease(self, worker: str, wait: float) -> dict | None:
         deadline = time.monotonic() + wait
         self.store.seen_worker(worker)
         info = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
-        mine = {d["name"] for d in info.get("recipes", [])}
-
-        def can_run(spec: dict) -> bool:  # a recipe only goes to a worker whose file has it
-            return spec.get("recipe") is None or spec["recipe"] in mine
 
         while True:
             self.fail_exhausted()
-            job = self.store.lease_next(worker, self.lease_seconds, can_run,
+            job = self.store.lease_next(worker, self.lease_seconds,
+                                        lambda spec: can_run(info, spec),
                                        self.max_leases)
             if job:
                 self.store.set_started_message(job["id"], render.started(job, worker))

@@ -42,8 +42,10 @@ def queued(job: dict, workers: list[str]) -> dict:
     if workers:
         where = f"next free worker ({len(workers)} online: {', '.join(workers)})"
     else:
-        where = ("next free worker — none is online now; start one with "
-                 "`trialbot-worker --server URL --token TOKEN`")
+        where = ("next free worker that can run it — none is online now; start one with "
+                 "`trialbot-worker --server URL --token TOKEN`"
+                 + (" `--recipes FILE` (with an NVIDIA GPU if the recipe needs CUDA)"
+                    if job["spec"].get("recipe") else ""))
     return reply(f"Queued as *{job['trial']}* on {where}: `{job['words']}`\n"
                  f"The report will be posted in this channel. `/trial status {job['trial']}`")
 

@@ -24,7 +24,7 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
                                 "recent ones."), None
         return render.status(job), None
     job = queue.submit(cmd.spec, " ".join(text.split()), user, channel)
-    return render.queued(job, queue.online_workers()), job
+    return render.queued(job, queue.online_for(job["spec"])), job
 
 
 def handle_plan(text: str) -> dict:

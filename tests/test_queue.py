@@ -106,3 +106,16 @@ def test_idle_seconds_add_up_per_worker_and_day(queue):
     queue.store.add_idle("w1", {"2026-11-30": 4.5, "2026-12-01": 1})
     assert [(r["day"], r["seconds"]) for r in queue.store.idle("w1")] == [
         ("2026-11-30", 15.0), ("2026-12-01", 1.0)]
+
+
+def test_recipes_go_only_to_workers_that_can_run_them(queue):
+    from worker.spec import Workload
+    recipe = {"name": "adkv", "summary": "", "requires": "cuda", "params": []}
+    queue.register("mac", {"gpus": [], "recipes": [recipe]})
+    queue.register("plain", {"gpus": ["NVIDIA H100"]})
+    queue.register("h100", {"gpus": ["NVIDIA H100"], "recipes": [recipe]})
+    spec = parse(["recipe", "adkv"], {"adkv": Workload.from_dict(recipe)})
+    job = queue.submit(spec, "recipe adkv", "U1", "C1")
+    assert queue.online_for(job["spec"]) == ["h100"]
+    assert queue.lease("mac", 0) is None and queue.lease("plain", 0) is None
+    assert queue.lease("h100", 0)["id"] == job["id"]

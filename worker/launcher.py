@@ -226,6 +226,7 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
         run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz)
         probe = _probe_result(tmp, run)
     report["phases"] += _marked_phases(run, probe.get("phases", []))
+    report["output_tail"] = run.tail()  # what the paper's script printed: its own results
     report["memory"].update(probe.get("totals", {}))
     report["memory"]["method"].update(probe.get("method", {}))
     report["allocator_samples"] = probe.get("samples", [])

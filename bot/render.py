@@ -50,10 +50,15 @@ def queued(job: dict, workers: list[str]) -> dict:
                  f"The report will be posted in this channel. `/trial status {job['trial']}`")
 
 
-def status(job: dict) -> dict:
+def status(job: dict, attempts: list[dict] | None = None) -> dict:
     lines = [f"*{job['trial']}* `{job['words']}` — *{job['status']}*"
-             + (f" on {job['worker']}" if job.get("worker") else "")
-             + f", attempt {job['attempts']}" * bool(job["attempts"])]
+             + (f" on {job['worker']}" if job.get("worker") else "")]
+    for a in attempts or []:
+        what = a["error_class"] or a["status"]
+        lines.append(f"• try {a['n']} on {a['worker']}: {what}, {secs(a['seconds'])}"
+                     + (f" — {a['message'].strip().splitlines()[-1]}"
+                        if a["error_class"] and a["message"].strip() else "")
+                     + (f"; then {a['next']}" if a["next"] else ""))
     if job.get("report"):
         lines.append(summary.text(job["report"]))
     return reply("\n".join(lines))

@@ -22,7 +22,7 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
         if job is None:
             return render.reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
                                 "recent ones."), None
-        return render.status(job), None
+        return render.status(job, queue.store.attempts(job["id"])), None
     job = queue.submit(cmd.spec, " ".join(text.split()), user, channel)
     return render.queued(job, queue.online_for(job["spec"])), job
 

@@ -158,6 +158,10 @@ def test_worker_killed_mid_trial_loses_the_lease_and_another_worker_finishes(
         assert lost[0][:2] == ("doomed", "killed") and "lease expired" in lost[0][2]
         assert lost[1][0] == "rescue"
         assert db.execute("select status, attempts from jobs").fetchone() == ("done", 2)
+        body = slash_body("status T1")
+        status = post(url + "/slack/events", body, signed_headers("s3cret", body))[1]["text"]
+        assert "try 1 on doomed: killed" in status and "lease expired" in status
+        assert "try 2 on rescue: ok" in status
     finally:
         bot.stop()
 

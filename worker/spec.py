@@ -155,7 +155,7 @@ LLM_INFER = Workload(
         _int("repeats", 5, 1, 10000, "measured requests at least"),
         _int("stability", 5, 0, 100, "keep measuring until IQR/median is under this "
              "percent (0: exactly `repeats`)"),
-        _int("run_cap", 10, 1, 24 * 3600, "seconds after which measuring stops, stable or not"),
+        _int("run_cap", 3, 1, 24 * 3600, "seconds after which measuring stops, stable or not"),
         _int("warmup", 1, 0, 1000, "unmeasured requests before the run phase"),
         _int("seed", 0, 0, 2**31 - 1, "random seed for weights and prompts"),
     ) + COMMON,

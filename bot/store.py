@@ -122,20 +122,11 @@ class Store:
 
     def fail_expired(self, job: dict, report: dict, message: dict) -> bool:
         """End a job whose last lease expired; only if it is still that lease."""
-        now = time.time()
-        with self.db.conn:
-            cur = self.db.execute(
-                "update jobs set status = 'failed', report = ?, error_class = ?, finished = ?, "
-                "lease = null, lease_expires = null where id = ? and lease = ? and "
-                "status = 'running' and lease_expires < ?",
-                [json.dumps(report), report["error"]["class"], now, job["id"], job["lease"], now])
-            if cur.rowcount != 1:
-                return False
-            self._add_attempt(job["id"], job["worker"], {
-                "status": "failed", "error_class": "killed", "message": report["error"]["message"],
-                "seconds": now - (job["started"] or now)})
-            self._add_message(message, job["id"])
-        return True
+        lost = {"status": "failed", "error_class": "killed",
+                "message": report["error"]["message"],
+                "seconds": time.time() - (job["started"] or time.time())}
+        return self._finish(job["id"], job["worker"], job["lease"], report, [message], [lost],
+                            expired=True)
 
     def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:
         with self.db.conn:
@@ -148,8 +139,15 @@ class Store:
 
     def finish_job(self, job_id: int, worker: str, lease: str, report: dict,
                    messages: list[dict]) -> bool:
-        """Store the report and its outbox message in one transaction, only if
+        """Store the report and its outbox messages in one transaction, only if
         `lease` still holds the job: a late worker cannot overwrite a newer attempt."""
+        tries = report.get("attempts") or [{
+            "status": report["status"], "error_class": (report.get("error") or {}).get("class"),
+            "message": (report.get("error") or {}).get("message"),
+            "seconds": report.get("seconds")}]
+        return self._finish(job_id, worker, lease, report, messages, tries)
+
+    def _finish(self, job_id, worker, lease, report, messages, tries, expired=False) -> bool:
         status = "done" if report["status"] == "ok" else "failed"
         error = (report.get("error") or {}).get("class")
         now = time.time()
@@ -157,16 +155,17 @@ class Store:
             cur = self.db.execute(
                 "update jobs set status = ?, report = ?, error_class = ?, finished = ?, "
                 "lease = null, lease_expires = null where id = ? and worker = ? and lease = ? "
-                "and status = 'running'",
-                [status, json.dumps(report), error, now, job_id, worker, lease])
+                "and status = 'running'" + (" and lease_expires < ?" if expired else ""),
+                [status, json.dumps(report), error, now, job_id, worker, lease]
+                + ([now] if expired else []))
             if cur.rowcount != 1:
                 return False
-            self.db.execute("update workers set job = null, last_seen = ? where name = ?",
-                            [now, worker])
-            for attempt in report.get("attempts") or [{
-                    "status": report["status"], "error_class": error,
-                    "message": (report.get("error") or {}).get("message"),
-                    "seconds": report.get("seconds")}]:
+            if expired:  # the worker went silent: not "seen"
+                self.db.execute("update workers set job = null where name = ?", [worker])
+            else:
+                self.db.execute("update workers set job = null, last_seen = ? where name = ?",
+                                [now, worker])
+            for attempt in tries:
                 self._add_attempt(job_id, worker, attempt)
             for message in messages:
                 self._add_message(message, job_id)

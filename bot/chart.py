@@ -35,7 +35,7 @@ def png(report: dict) -> bytes:
                 rotation=90 if phase["end"] - phase["start"] < 0.5 else 0)
     for part, column, label in SERIES:
         block = tl.get(part) or {}
-        if not block.get("rows"):
+        if not block.get("rows") or column not in block.get("columns", ()):
             continue
         j = block["columns"].index(column)
         points = [(r[0] - t0, r[j] / 2**30) for r in block["rows"] if r[j] is not None]

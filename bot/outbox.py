@@ -14,6 +14,9 @@ from bot.store import Store
 log = logging.getLogger("trialbot.outbox")
 
 
+FILE_TRIES = 3  # a file (chart) is given up after this many failed tries
+
+
 class Undeliverable(Exception):
     """Slack refused the message itself (e.g. channel_not_found): retrying
     cannot help, so it is set aside with the reason instead of blocking the queue."""
@@ -139,14 +142,18 @@ class Outbox(threading.Thread):
                     raise RuntimeError(f"message {row['id']}: its thread parent is unsent")
                 try:
                     ts = self.transport.send(payload(row, self.store))
-                except Undeliverable as exc:
-                    log.error("outbox: message %s given up: %s", row["id"], exc)
-                    self.store.give_up_message(row["id"], str(exc))
+                except Exception as exc:
+                    # A file is an extra: after a few failures (a chart that cannot be
+                    # drawn, an install without files:write) it must not hold up reports.
+                    given_up = isinstance(exc, Undeliverable) or (
+                        row.get("file") and row["tries"] + 1 >= FILE_TRIES)
+                    if not given_up:
+                        self.store.mark_failed_try(row["id"], repr(exc))
+                        raise
+                    log.error("outbox: message %s given up: %r", row["id"], exc)
+                    self.store.give_up_message(row["id"], repr(exc))
                     gave_up.add(row["id"])
                     continue
-                except Exception as exc:
-                    self.store.mark_failed_try(row["id"], repr(exc))
-                    raise
                 self.store.mark_sent(row["id"], ts)
                 sent[row["id"]] = ts
         return len(sent)

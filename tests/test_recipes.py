@@ -116,8 +116,9 @@ def test_worker_refuses_to_start_on_a_bad_file(tmp_path):
 
 @pytest.mark.parametrize("word, says", [
     ("tag=a;rm", "must be text matching"),
+    ("tag=-rf", "start with"),
     ("tag=$(id)", "must be text matching"),
-    ("tag=../../etc/passwd", "no `..`"),
+    ("tag=../../etc/passwd", "not contain `..`"),
     ("tag=" + "a" * 300, "longer than 256"),
     ("size=2.5e9", "from 0.5 to 4.0"),
     ("size=nan", "from 0.5 to 4.0"),
@@ -212,3 +213,77 @@ def test_code_version_outside_git_says_so(tmp_path):
     from worker import codeversion
     v = codeversion.of(str(tmp_path))
     assert v["code_commit"] is None and "not a git checkout" in v["code_version"]
+
+
+@pytest.mark.parametrize("body, says", [
+    ("recipes = 5\n", "`recipes` must be tables"),
+    ('[recipes.x]\ncwd = "."\nargv = ["true"]\nparams = 5\n', "`params` of `x`"),
+    ('[recipes.x]\ncwd = "."\nargv = ["true"]\n[recipes.x.params]\n'
+     'tag = { type = "string", default = "a", max_length = "abc" }\n', "`max_length`"),
+    ('[recipes.x]\ncwd = "."\nargv = ["python", "-c", "print(\'{\')"]\n', "literal brace"),
+    ('[recipes.x]\ncwd = "."\nargv = ["true"]\n[recipes.x.params]\n'
+     'python = { type = "string", default = "a" }\n', "not `python`"),
+])
+def test_odd_recipe_files_are_refused_not_crashed(tmp_path, body, says):
+    with pytest.raises(recipes.RecipeError) as err:
+        recipes.load(write(tmp_path, body))
+    assert says in str(err.value)
+
+
+def test_the_worker_rechecks_values_against_its_own_file(tmp_path):
+    from worker.spec import TrialSpec
+    book = recipes.load(echo_recipe(tmp_path))
+    forged = TrialSpec("recipe", {"tag": "/etc/hostname", "timeout": 60, "on_oom": "fail",
+                                  "attempts": 1}, "echo")  # as if a bot had let it through
+    r = launcher.run_trial(forged, recipes=book)
+    assert r["error"]["class"] == "unsupported" and "tag=/etc/hostname" in r["error"]["message"]
+    assert not (tmp_path / "argv.json").exists()
+
+
+def test_a_request_cannot_raise_the_recipes_timeout(tmp_path):
+    table = {k: r.workload() for k, r in recipes.load(echo_recipe(tmp_path)).items()}
+    with pytest.raises(SpecError) as err:
+        parse(["recipe", "echo", "timeout=604800"], table)
+    assert "from 1 to 60" in err.value.message
+
+
+def test_the_trial_never_sees_the_workers_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRIALBOT_WORKER_TOKEN", "sekrit")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-sekrit")
+    program = tmp_path / "env.py"
+    program.write_text("import os, json\njson.dump(dict(os.environ), "
+                       f"open({str(tmp_path / 'env.json')!r}, 'w'))\n")
+    book = recipes.load(write(tmp_path, f"""
+        [recipes.env]
+        cwd = "{tmp_path}"
+        argv = ["{{python}}", "env.py"]
+        """))
+    r = launcher.run_trial(parse(["recipe", "env"], {"env": book["env"].workload()}),
+                           recipes=book)
+    assert r["status"] == "ok"
+    seen = json.loads((tmp_path / "env.json").read_text())
+    assert not [k for k in seen if k.startswith(("TRIALBOT_WORKER", "SLACK_"))]
+
+
+def test_what_a_recipe_leaves_running_is_killed_with_it(tmp_path):
+    program = tmp_path / "bg.py"
+    program.write_text("import subprocess\n"
+                       f"p = subprocess.Popen(['sleep', '300'])\n"
+                       f"open({str(tmp_path / 'pid')!r}, 'w').write(str(p.pid))\n")
+    book = recipes.load(write(tmp_path, f"""
+        [recipes.bg]
+        cwd = "{tmp_path}"
+        argv = ["{{python}}", "bg.py"]
+        """))
+    r = launcher.run_trial(parse(["recipe", "bg"], {"bg": book["bg"].workload()}), recipes=book)
+    assert r["status"] == "ok" and r["seconds"] < 5
+    pid = int((tmp_path / "pid").read_text())
+    import os
+    import time
+    time.sleep(0.2)
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            assert f.read().split()[2] == "Z"  # at most a zombie awaiting its reaper
+    except ProcessLookupError:
+        pass

@@ -29,9 +29,10 @@ from worker import report as reports
 from worker import timeline
 from worker.probes.host import HostRssTracker
 from worker.probes.nvml import NvmlTracker
-from worker.spec import TrialSpec
+from worker.spec import SpecError, TrialSpec, check_params
 
 SAMPLE_HZ = 100
+SECRET_PREFIXES = ("TRIALBOT_", "SLACK_")
 TREE_REFRESH = 0.5  # seconds between re-listing the child's process tree
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
 PHASE_MARK = "TRIALBOT_PHASE "
@@ -126,6 +127,7 @@ class Run:
             raise
         # wait4 reaps the child and gives the kernel's own peak RSS for it.
         _, status, usage = os.wait4(self.proc.pid, 0)
+        _kill_group(self.proc.pid)  # anything it left running in the background goes too
         self.proc.returncode = self.code = os.waitstatus_to_exitcode(status)
         self.ended = time.time()
         self.max_rss = usage.ru_maxrss * 1024  # Linux reports KiB
@@ -187,8 +189,7 @@ def _run_builtin(spec, deadline, cancel, trackers, hz):
         spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
         with open(spec_path, "w") as f:
             json.dump(spec.to_dict(), f)
-        env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=_pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
+        env = child_env(PYTHONPATH=_pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
                   deadline, cancel, trackers, hz)
         report = _read(report_path, spec)
@@ -204,6 +205,12 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
         reports.fail(report, "unsupported", f"recipe `{spec.recipe}` is not in this worker's "
                      "recipe file; only recipes in the file can run", "setup")
         return report, None
+    try:
+        check_params(recipe.workload(), spec.params)
+    except SpecError as exc:
+        reports.fail(report, "unsupported", f"refused by this worker's recipe file: "
+                     f"{exc.message}", "setup")
+        return report, None
     report["env"] = {"device": "cpu or unknown (the probe saw no CUDA allocator)",
                      "host": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
                      "recipe_cwd": recipe.cwd, **codeversion.of(recipe.cwd)}
@@ -211,7 +218,7 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
         reports.fail(report, "unsupported", f"recipe `{recipe.name}` requires CUDA and this "
                      "worker has no NVIDIA GPU (NVML sees none)", "setup")
         return report, None
-    env = dict(os.environ, **recipe.env, CUDA_DEVICE_ORDER="PCI_BUS_ID", PYTHONUNBUFFERED="1")
+    env = child_env(**recipe.env)
     start = time.time()
     for argv in recipe.setup:  # the admin's own commands: deps, weights
         run = Run(list(argv), recipe.cwd, env, deadline, cancel)
@@ -273,6 +280,13 @@ def _marked_phases(run: Run, probed: list[dict]) -> list[dict]:
 
 def _phase(name: str, start: float, end: float) -> dict:
     return {"name": name, "start": start, "end": end, "seconds": end - start}
+
+
+def child_env(**extra: str) -> dict:
+    """The trial's environment: the worker's, less its own secrets (the worker
+    token, Slack tokens), which third-party code must never see."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+    return {**env, **extra, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONUNBUFFERED": "1"}
 
 
 def _pythonpath(first: str, rest: str | None) -> str:

@@ -37,6 +37,7 @@ RECIPE_KEYS = {"cwd", "argv", "setup", "env", "requires", "timeout", "params", "
 PARAM_KEYS = {"type", "min", "max", "default", "choices", "pattern", "max_length", "help"}
 PARAM_TYPES = {"int", "float", "choice", "string"}
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+PARAM_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 class RecipeError(ValueError):
@@ -58,7 +59,8 @@ class Recipe:
     def workload(self) -> Workload:
         """The recipe as a workload: its own parameters plus the common ones,
         with the recipe's timeout as the default."""
-        common = tuple(Param(p.name, p.kind, self.timeout, p.help, p.low, p.high)
+        # The recipe's timeout is the default and the most a request may ask for.
+        common = tuple(Param(p.name, p.kind, self.timeout, p.help, p.low, self.timeout)
                        if p.name == "timeout" else p for p in COMMON)
         return Workload(self.name, self.description or " ".join(self.argv), self.params + common,
                         recipe=True, requires=self.requires)
@@ -89,6 +91,9 @@ def load(path: str) -> dict[str, Recipe]:
         key = sorted(unknown)[0]
         raise RecipeError(f"{where.key(None, key)}: unknown top-level key `{key}`; the file "
                           "holds [recipes.NAME] tables")
+    if not isinstance(data.get("recipes", {}), dict):
+        raise RecipeError(f"{where.key(None, 'recipes')}: `recipes` must be tables "
+                          "[recipes.NAME]")
     recipes = {}
     for name, table in (data.get("recipes") or {}).items():
         recipes[name] = _recipe(name, table, where, os.path.dirname(os.path.abspath(path)))
@@ -140,10 +145,18 @@ def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
     if timeout is None:
         raise RecipeError(f"{where.key(name, 'timeout')}: `timeout` must be seconds or a "
                           'duration like "90s", "30m", "2h"')
+    if not isinstance(t.get("params", {}), dict):
+        raise RecipeError(f"{where.key(name, 'params')}: `params` of `{name}` must be a table "
+                          f"[recipes.{name}.params]")
     params = tuple(_param(name, k, v, where) for k, v in (t.get("params") or {}).items())
     declared = {p.name for p in params} | {p.name for p in COMMON} | {"python"}
     for arg in argv:
-        for _, field_name, _, _ in string.Formatter().parse(arg):
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(arg)]
+        except ValueError as exc:
+            raise RecipeError(f"{where.key(name, 'argv')}: argv element {arg!r} of `{name}`: "
+                              f"{exc}; write a literal brace as {{{{ or }}}}") from None
+        for field_name in fields:
             if field_name is not None and field_name not in declared:
                 raise RecipeError(f"{where.key(name, 'argv')}: argv of `{name}` uses "
                                   f"`{{{field_name}}}`, which is not one of its params")
@@ -157,6 +170,9 @@ def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
 
 def _param(recipe: str, name: str, d, where: "_Locator") -> Param:
     at = where.key(recipe + ".params", name)
+    if not PARAM_NAME.fullmatch(name) or name == "python":
+        raise RecipeError(f"{at}: param name `{name}` must be lower-case letters, digits and "
+                          "`_`, and not `python` (that stands for the worker's interpreter)")
     if not isinstance(d, dict):
         raise RecipeError(f"{at}: param `{name}` must be a table like "
                           '{ type = "int", min = 1, max = 8, default = 1 }')
@@ -178,13 +194,19 @@ def _param(recipe: str, name: str, d, where: "_Locator") -> Param:
     if kind == "choice" and not (isinstance(d.get("choices"), list) and d["choices"]
                                  and all(isinstance(c, str) for c in d["choices"])):
         raise RecipeError(f"{at}: choice param `{name}` needs choices = a list of strings")
+    max_length = d.get("max_length", 256)
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or not \
+            1 <= max_length <= 4096:
+        raise RecipeError(f"{at}: `max_length` of `{name}` must be a whole number 1-4096")
+    if kind == "int" and not isinstance(d["default"], int):
+        raise RecipeError(f"{at}: default of int param `{name}` must be a whole number")
     if "pattern" in d:
         try:
             re.compile(d["pattern"])
         except (re.error, TypeError) as exc:
             raise RecipeError(f"{at}: pattern of `{name}` is not a regular expression: {exc}")
     p = Param(name, kind, d["default"], d.get("help", ""), d.get("min"), d.get("max"),
-              tuple(d.get("choices", ())), d.get("pattern"), d.get("max_length", 256))
+              tuple(d.get("choices", ())), d.get("pattern"), max_length)
     try:  # the default must itself be a valid value
         p.parse(str(d["default"]), "")
     except ValueError as exc:

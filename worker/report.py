@@ -87,6 +87,14 @@ def validate(report: object) -> list[str]:
             and isinstance(error.get("message"), str)):
         problems.append(f"a failed report needs error {{class: one of {', '.join(ERROR_CLASSES)}, "
                         "message}")
+    timeline = report.get("timeline")
+    if timeline is not None and not (isinstance(timeline, dict) and all(
+            isinstance(part, dict) and isinstance(part.get("columns"), list)
+            and isinstance(part.get("rows"), list)
+            and all(isinstance(r, list) and len(r) == len(part["columns"])
+                    and all(v is None or _number(v) for v in r) for r in part["rows"])
+            for part in timeline.values())):
+        problems.append("timeline parts must be {columns, rows} with numeric rows of that width")
     for key in ("latency", "throughput", "scale", "stability"):
         if report.get(key) is not None and not isinstance(report[key], dict):
             problems.append(f"{key} must be an object or null")

@@ -22,8 +22,8 @@ class SpecError(ValueError):
 
 
 # A string parameter is a plain token unless its recipe gives a pattern; it never
-# reaches a shell, and ".." is refused whatever the pattern, so no value walks
-# out of the recipe's directory.
+# reaches a shell, and "..", a leading "/" or "-" are refused whatever the
+# pattern, so no value walks out of the recipe's directory or becomes an option.
 DEFAULT_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 MAX_LENGTH = 256
 
@@ -64,8 +64,12 @@ class Param:
         if self.kind == "string":
             if len(raw) > self.max_length:
                 raise bad(f"is longer than {self.max_length} characters")
-            if ".." in raw or not re.fullmatch(self.pattern or DEFAULT_PATTERN, raw):
-                raise bad(f"must be {self.allowed()} (and contain no `..`)")
+            # Whatever the admin's pattern: no walking up, no absolute path, no value
+            # that a program would take for an option, no NUL.
+            if (".." in raw or raw.startswith(("/", "-")) or "\0" in raw
+                    or not re.fullmatch(self.pattern or DEFAULT_PATTERN, raw)):
+                raise bad(f"must be {self.allowed()} (and not contain `..` or start with "
+                          "`/` or `-`)")
             return raw
         if self.kind == "float":
             try:
@@ -208,6 +212,17 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
     _check_shape(params, workload.usage())
     _check_retry(workload, params)
     return TrialSpec(workload.name, params)
+
+
+def check_params(workload: Workload, params: dict) -> None:
+    """Re-check resolved values (e.g. a leased job's) against the workload's own
+    parameters: the worker trusts its recipe file, not the request."""
+    usage = workload.usage()
+    for key, value in params.items():
+        param = workload.param(key)
+        if param is None:
+            raise SpecError(key, f"`{key}`: {workload.name} has no parameter `{key}`", usage)
+        param.parse(str(value), usage)
 
 
 def _check_retry(workload: Workload, params: dict) -> None:

@@ -23,6 +23,10 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
             return render.reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
                                 "recent ones."), None
         return render.status(job, queue.store.attempts(job["id"])), None
+    if cmd.spec.recipe and not queue.known_for(cmd.spec.to_dict()):
+        return render.reply(f":x: No worker can run recipe `{cmd.spec.recipe}`: it needs CUDA "
+                            "and every worker with it in its recipe file has no NVIDIA GPU. "
+                            "Start a GPU worker with that recipe file. Nothing was queued."), None
     job = queue.submit(cmd.spec, " ".join(text.split()), user, channel)
     return render.queued(job, queue.online_for(job["spec"])), job
 

@@ -14,10 +14,28 @@ import re
 
 from bot.queue import JobQueue, LeaseLost
 from worker import report as reports
+from worker.spec import Workload
 
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def check_info(info: dict) -> str | None:
+    """A registration the bot can use: GPU names, and recipes it can parse (one
+    bad entry must not break /trial for everyone)."""
+    gpus = info.get("gpus", [])
+    if not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
+        return "`info.gpus` must be a list of GPU names"
+    recipes = info.get("recipes", [])
+    if not isinstance(recipes, list):
+        return "`info.recipes` must be a list"
+    for d in recipes:
+        try:
+            Workload.from_dict(d)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            return f"`info.recipes` entry {str(d)[:80]!r} is not a recipe description: {exc!r}"
+    return None
 
 
 class WorkerApi:
@@ -42,6 +60,9 @@ class WorkerApi:
             info = body.get("info") or {}
             if not isinstance(info, dict):
                 return 400, {"error": "`info` must be a JSON object"}
+            problem = check_info(info)
+            if problem:
+                return 400, {"error": problem}
             self.queue.register(worker, info)
             return 200, {"worker": worker, "heartbeat": self.queue.heartbeat_seconds}
         if path == "/api/lease":
@@ -53,9 +74,9 @@ class WorkerApi:
                     DAY.fullmatch(str(k)) and isinstance(v, (int, float)) and 0 <= v <= 86400
                     for k, v in idle.items())):
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
-            self.queue.store.add_idle(worker, idle)
             if not self.queue.known(worker):
                 return 409, {"error": f"unknown worker {worker!r}: register first"}
+            self.queue.store.add_idle(worker, idle)
             job = self.queue.lease(worker, wait)
             if job is None:
                 return 204, None

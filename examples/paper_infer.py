@@ -28,8 +28,11 @@ def main() -> None:
         else args.device
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     vocab = 8192
-    work = tempfile.mkdtemp(prefix="paper-")
+    with tempfile.TemporaryDirectory(prefix="paper-") as work:
+        run(args, device, dtype, vocab, work)
 
+
+def run(args, device, dtype, vocab, work) -> None:
     print("TRIALBOT_PHASE weights", flush=True)
     model = nn.Sequential(nn.Embedding(vocab, args.hidden),
                           *[nn.TransformerEncoderLayer(args.hidden, 4, 4 * args.hidden,

@@ -287,3 +287,22 @@ def test_what_a_recipe_leaves_running_is_killed_with_it(tmp_path):
             assert f.read().split()[2] == "Z"  # at most a zombie awaiting its reaper
     except ProcessLookupError:
         pass
+
+
+def test_probe_records_each_phases_allocator_peak_even_with_repeated_names(tmp_path):
+    book = recipes.load(write(tmp_path, f"""
+        [recipes.probe]
+        cwd = "{PROGRAMS}"
+        argv = ["{{python}}", "probe_phases.py"]
+        env = {{ PYTHONPATH = "{PROGRAMS / 'faketorch'}" }}
+        """))
+    r = launcher.run_trial(parse(["recipe", "probe"], {"probe": book["probe"].workload()}),
+                           recipes=book)
+    assert r["status"] == "ok", r["error"]
+    assert [(p["name"], p.get("peak_allocated")) for p in r["phases"]] == [
+        ("launch", 0), ("batch", 100), ("batch", 5000), ("batch", 300)]
+    assert r["phases"][-1]["allocated"] == 10
+    m = r["memory"]
+    assert m["peak_allocated"] == 5000 and m["num_ooms"] == 0
+    assert "injected probe" in m["method"]["peak_allocated"]
+    assert r["env"]["gpu_name"] == "Fake GPU"

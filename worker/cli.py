@@ -121,12 +121,9 @@ def serve_command(argv: list[str]) -> int:
 
 def machine_info() -> dict:
     """What the bot shows about this worker: host and GPUs (NVML, no torch import)."""
-    from worker.probes.nvml import NvmlTracker
-    nvml = NvmlTracker()
-    info = {"host": socket.gethostname(), "gpus": [d["name"] for d in nvml.devices],
-            "driver": nvml.driver()}
-    nvml.close()
-    return info
+    from worker import machine
+    return {"host": socket.gethostname(), "gpus": [g["name"] for g in machine.gpus()],
+            "gpu_memory": [g["memory"] for g in machine.gpus()]}
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ def of(cwd: str) -> dict:
     try:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
+            why = head.stderr.strip().splitlines()[-1] if head.stderr.strip() else ""
             return {"code_commit": None, "code_dirty": None,
-                    "code_version": "not a git checkout (no commit to record)"}
-        status = git("status", "--porcelain", "--untracked-files=no")
+                    "code_version": "no commit recorded: " + (
+                        "not a git checkout" if "not a git repository" in why else why)}
+        status = git("status", "--porcelain")  # untracked files change what runs too
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"code_commit": None, "code_dirty": None, "code_version": f"git failed: {exc}"}
     commit, dirty = head.stdout.strip(), bool(status.stdout.strip())

@@ -25,15 +25,18 @@ import time
 
 import psutil
 
+from worker import machine, timeline
 from worker import report as reports
-from worker import timeline
+from worker.env import cpu_name
 from worker.probes.host import HostRssTracker
 from worker.probes.nvml import NvmlTracker
 from worker.spec import SpecError, TrialSpec, check_params
 
 SAMPLE_HZ = 100
 SECRET_PREFIXES = ("TRIALBOT_", "SLACK_")
+PHASE_MEMORY = ("peak_allocated", "peak_reserved", "allocated", "reserved")
 TREE_REFRESH = 0.5  # seconds between re-listing the child's process tree
+MAX_ROWS = 40000    # sampled rows kept in memory before halving
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
 PHASE_MARK = "TRIALBOT_PHASE "
 # How a program that died of OOM says so: torch (CUDA and CPU allocators), Python.
@@ -86,6 +89,9 @@ class Sampler(threading.Thread):
             for tracker in self.trackers:
                 row.update(tracker.sample(procs))
             self.rows.append(row)
+            if len(self.rows) > MAX_ROWS:  # hours-long trials: bounded memory, peaks kept
+                self.rows = [dict(zip(("t", *timeline.SAMPLED), r)) for r in
+                             timeline.downsample(self.rows, timeline.SAMPLED, MAX_ROWS // 2)]
             # time.sleep costs about half of Event.wait's CPU per tick here; stop()
             # waits at most one period for the flag to be seen.
             time.sleep(max(0.0, period - (time.monotonic() - now)))
@@ -211,12 +217,17 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
         reports.fail(report, "unsupported", f"refused by this worker's recipe file: "
                      f"{exc.message}", "setup")
         return report, None
+    gpus = machine.gpus()
     report["env"] = {"device": "cpu or unknown (the probe saw no CUDA allocator)",
                      "host": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
+                     "cpu": cpu_name(), "python": None, "gpu_count": len(gpus),
+                     "gpu_name": gpus[0]["name"] if gpus else None,
+                     "gpu_memory": gpus[0]["memory"] if gpus else None,
                      "recipe_cwd": recipe.cwd, **codeversion.of(recipe.cwd)}
-    if recipe.requires == "cuda" and not NvmlTracker().devices:
+    if recipe.requires == "cuda" and not machine.has_cuda():
         reports.fail(report, "unsupported", f"recipe `{recipe.name}` requires CUDA and this "
-                     "worker has no NVIDIA GPU (NVML sees none)", "setup")
+                     "worker has none (NVML sees no NVIDIA GPU and torch no CUDA device)",
+                     "setup")
         return report, None
     env = child_env(**recipe.env)
     start = time.time()
@@ -262,19 +273,17 @@ def _probe_result(directory: str, run: Run) -> dict:
 def _marked_phases(run: Run, probed: list[dict]) -> list[dict]:
     """Phases from TRIALBOT_PHASE lines: each mark ends the phase before it.
     Time before the first mark is `launch` (interpreter, imports); a program
-    with no marks is one `run` phase. Allocator peaks come from the probe."""
+    with no marks is one `run` phase. Allocator peaks come from the probe,
+    paired by position from the last phase back (the probe always has a
+    `launch` entry first; names may repeat)."""
     marks = run.marks or [("run", run.started)]
     if marks[0][1] - run.started > 0.001:
         marks = [("launch", run.started)] + marks
     end = max(run.ended, marks[-1][1])
-    phases = []
-    for i, (name, t) in enumerate(marks):
-        t_end = marks[i + 1][1] if i + 1 < len(marks) else end
-        phase = _phase(name, t, t_end)
-        match = next((p for p in probed if p.get("name") == name), None)
-        if match:
-            phase.update({k: match.get(k) for k in ("peak_allocated", "peak_reserved")})
-        phases.append(phase)
+    phases = [_phase(name, t, marks[i + 1][1] if i + 1 < len(marks) else end)
+              for i, (name, t) in enumerate(marks)]
+    for phase, seen in zip(reversed(phases), reversed(probed)):
+        phase.update({k: seen.get(k) for k in PHASE_MEMORY})
     return phases
 
 
@@ -369,19 +378,28 @@ def _running_phase(report: dict) -> str:
 
 
 def _oom_kills() -> int | None:
-    """The kernel's count of OOM kills in this cgroup (cgroup v2 memory.events),
-    or None where it cannot be read."""
+    """The kernel's count of OOM kills: this cgroup's (cgroup v2 memory.events),
+    else the whole machine's (/proc/vmstat, cgroup v1 or the root cgroup), or
+    None where neither can be read."""
     try:
         with open("/proc/self/cgroup") as f:
             path = f.read().strip().split("::", 1)[-1]
-        with open(f"/sys/fs/cgroup{path}/memory.events") as f:
-            for line in f:
-                key, value = line.split()
-                if key == "oom_kill":
-                    return int(value)
+        return _count(f"/sys/fs/cgroup{path}/memory.events", "oom_kill")
+    except (OSError, ValueError):
+        pass
+    try:
+        return _count("/proc/vmstat", "oom_kill")
     except (OSError, ValueError):
         return None
-    return None
+
+
+def _count(path: str, key: str) -> int:
+    with open(path) as f:
+        for line in f:
+            name, value = line.split()
+            if name == key:
+                return int(value)
+    raise ValueError(f"{key} not in {path}")
 
 
 def _wait_gpu_released(nvml: NvmlTracker, run: Run, limit: float = 10) -> None:

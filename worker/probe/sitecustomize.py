@@ -16,6 +16,18 @@ import time
 
 _DIR = os.environ.get("TRIALBOT_PROBE_OUT")
 MARK = "TRIALBOT_PHASE "
+MAX_SAMPLES = 20000  # then halved, keeping each pair's larger values: bounded memory
+
+
+def _halve(samples):
+    out = []
+    for a, b in zip(samples[::2], samples[1::2] + [None]):
+        if b is None:
+            out.append(a)
+        else:
+            out.append({"t": a["t"], "allocated": max(a["allocated"], b["allocated"]),
+                        "reserved": max(a["reserved"], b["reserved"])})
+    return out
 
 
 class _Probe:
@@ -46,7 +58,16 @@ class _Probe:
                                          "reserved": cuda.memory_reserved()})
                 except Exception:  # noqa: BLE001 - CUDA torn down at exit
                     return
+                if len(self.samples) > MAX_SAMPLES:
+                    self.samples = _halve(self.samples)
             time.sleep(0.01)
+
+    def sync(self):
+        """Finish queued GPU work before a mark is timed (the worker timestamps
+        the line when it reads it), as the built-in workloads do."""
+        cuda = self._cuda()
+        if cuda is not None:
+            cuda.synchronize()
 
     def mark(self, name):
         with self.lock:
@@ -56,10 +77,12 @@ class _Probe:
 
     def _end_phase(self):
         cuda = self._cuda()
-        entry = {"name": self.phase, "peak_allocated": None, "peak_reserved": None}
+        entry = {"name": self.phase, "peak_allocated": None, "peak_reserved": None,
+                 "allocated": None, "reserved": None}
         if cuda is not None:
             a, r = cuda.max_memory_allocated(), cuda.max_memory_reserved()
-            entry.update(peak_allocated=a, peak_reserved=r)
+            entry.update(peak_allocated=a, peak_reserved=r,
+                         allocated=cuda.memory_allocated(), reserved=cuda.memory_reserved())
             self.peak_allocated = max(self.peak_allocated, a)
             self.peak_reserved = max(self.peak_reserved, r)
             cuda.reset_peak_memory_stats()
@@ -71,7 +94,8 @@ class _Probe:
             self.save(final=True)
 
     def save(self, final=False):
-        data = {"phases": self.phases, "samples": self.samples[-200000:], "final": final}
+        # Samples only at exit: a mark must not stall the program on a big dump.
+        data = {"phases": self.phases, "samples": self.samples if final else [], "final": final}
         cuda = self._cuda()
         if cuda is not None:
             stats = cuda.memory_stats()
@@ -107,6 +131,8 @@ class _Watch:
         self._stream, self._probe, self._partial = stream, probe, ""
 
     def write(self, text):
+        if MARK in text:
+            self._probe.sync()
         n = self._stream.write(text)
         self._partial += text
         while "\n" in self._partial:

@@ -4,6 +4,11 @@ from __future__ import annotations
 import threading
 import time
 
+from worker import timeline
+from worker.timeline import ALLOCATOR
+
+MAX_SAMPLES = 20000
+
 METHOD = {
     "allocated": "torch.cuda.memory_allocated at the end of the trial",
     "reserved": "torch.cuda.memory_reserved at the end of the trial",
@@ -31,6 +36,9 @@ class AllocatorProbe:
         while True:
             self.samples.append({"t": time.time(), "allocated": cuda.memory_allocated(),
                                  "reserved": cuda.memory_reserved()})
+            if len(self.samples) > MAX_SAMPLES:  # bounded: halve, keeping the larger values
+                rows = timeline.downsample(self.samples, ALLOCATOR, len(self.samples) // 2)
+                self.samples = [dict(zip(("t", *ALLOCATOR), r)) for r in rows]
             time.sleep(period)
 
     def phase_start(self) -> None:
@@ -45,7 +53,8 @@ class AllocatorProbe:
         a, r = cuda.max_memory_allocated(), cuda.max_memory_reserved()
         self.peak_allocated = max(self.peak_allocated, a)
         self.peak_reserved = max(self.peak_reserved, r)
-        return {"peak_allocated": a, "peak_reserved": r}
+        return {"peak_allocated": a, "peak_reserved": r,
+                "allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved()}
 
     def totals(self) -> tuple[dict, dict]:
         if not self.on:

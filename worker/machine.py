@@ -1,0 +1,38 @@
+"""What this worker has: GPUs by NVML, and whether CUDA is usable at all.
+Looked up once per process; no torch import in the worker itself."""
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+
+@functools.lru_cache(maxsize=1)
+def gpus() -> list[dict]:
+    from worker.probes.nvml import _init
+    nvml, _ = _init()
+    if not nvml:
+        return []
+    out = []
+    for i in range(nvml.nvmlDeviceGetCount()):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        name = nvml.nvmlDeviceGetName(h)
+        out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory": nvml.nvmlDeviceGetMemoryInfo(h).total})
+    nvml.nvmlShutdown()
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def has_cuda() -> bool:
+    """NVML sees a GPU, or (NVML missing or refused) torch sees a CUDA device,
+    asked in a child so the worker never initialises CUDA itself."""
+    if gpus():
+        return True
+    try:
+        done = subprocess.run([sys.executable, "-c",
+                               "import torch; print(torch.cuda.is_available())"],
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.stdout.strip() == "True"

@@ -15,8 +15,6 @@ import uuid
 
 import sqlite_utils
 
-ACTIVE = ("queued", "running")
-
 
 class Store:
     def __init__(self, path: str):

@@ -106,7 +106,7 @@ class Run:
     """One child process: its exit, why it was stopped, its kernel peak, its output."""
 
     def __init__(self, argv, cwd, env, deadline: float, cancel: threading.Event,
-                 trackers=(), hz: float = SAMPLE_HZ, on_line=None):
+                 trackers=(), hz: float = SAMPLE_HZ):
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
         self.started = time.time()

@@ -35,6 +35,7 @@ from worker.spec import SpecError, TrialSpec, check_params
 SAMPLE_HZ = 100
 SECRET_PREFIXES = ("TRIALBOT_", "SLACK_")
 PHASE_MEMORY = ("peak_allocated", "peak_reserved", "allocated", "reserved")
+ALLOCATOR_FIELDS = PHASE_MEMORY + ("num_alloc_retries", "num_ooms")
 TREE_REFRESH = 0.5  # seconds between re-listing the child's process tree
 MAX_ROWS = 40000    # sampled rows kept in memory before halving
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
@@ -246,7 +247,9 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
     report["phases"] += _marked_phases(run, probe.get("phases", []))
     report["output_tail"] = run.tail()  # what the paper's script printed: its own results
     report["memory"].update(probe.get("totals", {}))
-    report["memory"]["method"].update(probe.get("method", {}))
+    report["memory"]["method"].update(probe.get("method") or {
+        k: "not measured: the probe saw no CUDA allocator in the recipe's process (a CPU "
+           "program, or not Python)" for k in ALLOCATOR_FIELDS})
     report["allocator_samples"] = probe.get("samples", [])
     report["env"].update(probe.get("env", {}))
     if run.code == 0 and not run.stopped:

@@ -95,7 +95,8 @@ class _Probe:
 
     def save(self, final=False):
         # Samples only at exit: a mark must not stall the program on a big dump.
-        data = {"phases": self.phases, "samples": self.samples if final else [], "final": final}
+        data = {"phases": self.phases, "samples": self.samples if final else [], "final": final,
+                "env": {"python": sys.version.split()[0], "executable": sys.executable}}
         cuda = self._cuda()
         if cuda is not None:
             stats = cuda.memory_stats()
@@ -115,9 +116,9 @@ class _Probe:
                 "num_alloc_retries": method + "torch.cuda.memory_stats()",
                 "num_ooms": method + "torch.cuda.memory_stats()"}
             props = torch.cuda.get_device_properties(0)
-            data["env"] = {"device": "cuda", "torch": torch.__version__, "cuda": torch.version.cuda,
-                           "gpu_name": props.name, "gpu_count": torch.cuda.device_count(),
-                           "gpu_memory": props.total_memory}
+            data["env"].update(device="cuda", torch=torch.__version__, cuda=torch.version.cuda,
+                               gpu_name=props.name, gpu_count=torch.cuda.device_count(),
+                               gpu_memory=props.total_memory)
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(data, f)

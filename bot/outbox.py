@@ -92,8 +92,7 @@ class ConsoleTransport:
 def payload(row: dict, store: Store) -> dict:
     p = {"channel": row["channel"], "text": row["text"]}
     if row.get("file"):
-        job = store.job(row["job"])
-        p.update(file=row["file"], content=chart.png(job["report"]))
+        p.update(file=row["file"], content=chart.png(store.report_with_timeline(row["job"])))
     else:
         p["blocks"] = row["blocks"]
     if row.get("thread_ts"):

@@ -16,6 +16,11 @@ import uuid
 import sqlite_utils
 
 
+# Every jobs column but the timeline, which only the chart reads.
+JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
+               "attempts, created, started, finished, report, error_class, started_msg")
+
+
 class Store:
     def __init__(self, path: str):
         self.path = path
@@ -32,6 +37,8 @@ class Store:
         return db
 
     def _create(self) -> None:
+        """Create the tables, or bring an older file's tables up to this schema
+        (sqlite-utils' transform: new columns are added, rows kept)."""
         db = self.db
         db.enable_wal()
         db["jobs"].create({
@@ -39,26 +46,27 @@ class Store:
             "channel": str, "status": str, "worker": str, "lease": str,
             "lease_expires": float, "attempts": int, "created": float, "started": float,
             "finished": float, "report": str, "error_class": str, "started_msg": int,
+            "timeline": str,  # apart from `report`: status and list stay light
         }, pk="id", not_null={"workload", "spec", "status"},
-            defaults={"attempts": 0}, if_not_exists=True)
+            defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
         db["workers"].create({"name": str, "info": str, "registered": float,
                               "last_seen": float, "job": int},
-                             pk="name", if_not_exists=True)
+                             pk="name", transform=True)
         db["outbox"].create({
             "id": int, "channel": str, "thread_of": int, "job": int, "kind": str,
             "text": str, "blocks": str, "created": float, "sent": float, "ts": str,
             "tries": int, "last_error": str, "given_up": float, "file": str,
-        }, pk="id", defaults={"tries": 0}, if_not_exists=True)
+        }, pk="id", defaults={"tries": 0}, transform=True)
         db["outbox"].create_index(["sent"], if_not_exists=True)
         # Every try of a job: the worker's own retries and leases that expired.
         db["attempts"].create({
             "id": int, "job": int, "n": int, "worker": str, "status": str, "error_class": str,
             "message": str, "seconds": float, "changed": str, "next": str, "recorded": float,
-        }, pk="id", if_not_exists=True)
+        }, pk="id", transform=True)
         db["attempts"].create_index(["job"], if_not_exists=True)
         db["worker_idle"].create({"worker": str, "day": str, "seconds": float},
-                                 pk=("worker", "day"), if_not_exists=True)
+                                 pk=("worker", "day"), transform=True)
 
     # jobs ------------------------------------------------------------------
 
@@ -71,13 +79,21 @@ class Store:
         return self.job(table.last_pk)
 
     def job(self, job_id: int) -> dict | None:
-        rows = list(self.db["jobs"].rows_where("id = ?", [job_id]))
+        rows = list(self.db["jobs"].rows_where("id = ?", [job_id], select=JOB_COLUMNS))
         return _job(rows[0]) if rows else None
+
+    def report_with_timeline(self, job_id: int) -> dict:
+        """The full report, memory timeline included (for the chart)."""
+        row = self.db.execute("select report, timeline from jobs where id = ?",
+                              [job_id]).fetchone()
+        report = json.loads(row[0])
+        report["timeline"] = json.loads(row[1]) if row[1] else None
+        return report
 
     def jobs(self, limit: int = 10, channel: str | None = None) -> list[dict]:
         where, args = ("channel = ?", [channel]) if channel else (None, None)
         return [_job(r) for r in self.db["jobs"].rows_where(
-            where, args, order_by="id desc", limit=limit)]
+            where, args, order_by="id desc", limit=limit, select=JOB_COLUMNS)]
 
     def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True,
                    max_leases: int = 2) -> dict | None:
@@ -115,7 +131,7 @@ class Store:
         """Running jobs whose lease expired after their last allowed lease."""
         rows = self.db["jobs"].rows_where(
             "status = 'running' and lease_expires < ? and attempts >= ?",
-            [time.time(), max_leases], order_by="id")
+            [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
         return [_job(r) for r in rows]
 
     def fail_expired(self, job: dict, report: dict, message: dict) -> bool:
@@ -149,12 +165,15 @@ class Store:
         status = "done" if report["status"] == "ok" else "failed"
         error = (report.get("error") or {}).get("class")
         now = time.time()
+        light = {k: v for k, v in report.items() if k != "timeline"}
+        timeline = json.dumps(report["timeline"]) if report.get("timeline") else None
         with self.db.conn:
             cur = self.db.execute(
-                "update jobs set status = ?, report = ?, error_class = ?, finished = ?, "
-                "lease = null, lease_expires = null where id = ? and worker = ? and lease = ? "
-                "and status = 'running'" + (" and lease_expires < ?" if expired else ""),
-                [status, json.dumps(report), error, now, job_id, worker, lease]
+                "update jobs set status = ?, report = ?, timeline = ?, error_class = ?, "
+                "finished = ?, lease = null, lease_expires = null where id = ? and worker = ? "
+                "and lease = ? and status = 'running'"
+                + (" and lease_expires < ?" if expired else ""),
+                [status, json.dumps(light), timeline, error, now, job_id, worker, lease]
                 + ([now] if expired else []))
             if cur.rowcount != 1:
                 return False

@@ -69,7 +69,7 @@ def main() -> int:
             slack.wait_posts(before + 2, timeout=300)
             loops.append(time.monotonic() - t0)
         print("default CPU trial: `/trial llm-infer` (batch=1 prompt=64 gen=16 layers=2 "
-              "hidden=256, 5 measured requests)")
+              "hidden=256; at least 5 measured requests, until IQR/median < 5% or 3 s)")
         print(describe("ack latency, one at a time", acks))
         print(f"/trial -> report posted: n={len(loops)} mean {np.mean(loops):.2f} s, "
               f"min {min(loops):.2f} s, max {max(loops):.2f} s")

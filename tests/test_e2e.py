@@ -140,7 +140,7 @@ def test_worker_killed_mid_trial_loses_the_lease_and_another_worker_finishes(
     try:
         wait_http(url + "/healthz")
         doomed = start_worker(url, "doomed")
-        body = slash_body("llm-infer gen=2 repeats=40 stability=0")
+        body = slash_body("llm-infer gen=2 repeats=600 stability=0")  # runs for seconds
         post(url + "/slack/events", body, signed_headers("s3cret", body))
         started = fake_slack.wait_posts(1, timeout=60)[0]
         assert "started on *doomed*" in started["text"]

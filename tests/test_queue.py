@@ -119,3 +119,27 @@ def test_recipes_go_only_to_workers_that_can_run_them(queue):
     assert queue.online_for(job["spec"]) == ["h100"]
     assert queue.lease("mac", 0) is None and queue.lease("plain", 0) is None
     assert queue.lease("h100", 0)["id"] == job["id"]
+
+
+def test_an_older_database_file_is_brought_up_to_the_schema(tmp_path):
+    import sqlite3
+    path = str(tmp_path / "old.db")
+    old = sqlite3.connect(path)
+    old.execute("create table outbox (id integer primary key, channel text, text text, "
+                "blocks text, created float, sent float, ts text)")
+    old.execute("insert into outbox (channel, text, blocks) values ('C1', 'kept', '[]')")
+    old.commit()
+    old.close()
+    store = Store(path)
+    assert {"file", "given_up", "thread_of"} <= set(store.db["outbox"].columns_dict)
+    assert [m["text"] for m in store.unsent()] == ["kept"]
+
+
+def test_status_and_list_do_not_load_the_timeline(queue):
+    job = submit(queue)
+    leased = queue.lease("w1", 0)
+    r = ok_report()
+    r["timeline"] = {"sampled": {"columns": ["t", "host_rss"], "rows": [[1.0, 5]] * 2000}}
+    queue.finish(job["id"], "w1", leased["lease"], r)
+    assert "timeline" not in queue.store.job(job["id"])["report"]
+    assert len(queue.store.report_with_timeline(job["id"])["timeline"]["sampled"]["rows"]) == 2000

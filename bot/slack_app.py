@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from slack_bolt import App
 from slack_sdk import WebClient
@@ -9,6 +10,7 @@ from slack_sdk import WebClient
 from bot import listeners
 
 log = logging.getLogger("trialbot.slack")
+LISTENER_THREADS = 64
 
 
 def web_client(bot_token: str, api_url: str | None) -> WebClient:
@@ -20,9 +22,13 @@ def web_client(bot_token: str, api_url: str | None) -> WebClient:
 def build_app(queue, client: WebClient, signing_secret: str | None) -> App:
     # Token verification calls auth.test at start-up; skipped so a Slack outage
     # never stops the bot from starting (messages wait in the outbox instead).
+    # Bolt runs listeners on a pool of 5 threads by default; a burst of slash
+    # commands then queues behind it. Listeners here only touch SQLite, so more
+    # threads cost little (scripts/bench_trial_loop.py measures the burst).
     app = App(client=client, signing_secret=signing_secret or None,
               token_verification_enabled=False,
-              request_verification_enabled=bool(signing_secret))
+              request_verification_enabled=bool(signing_secret),
+              listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS))
     listeners.register(app, queue)
 
     @app.error

@@ -85,6 +85,11 @@ def main() -> int:
     print(f"   run phase only (no interpreter start-up noise): median on "
           f"{statistics.median(run_on):.3f} s, off {statistics.median(run_off):.3f} s -> "
           f"ratio {run_ratio:.4f} ({(run_ratio - 1) * 100:+.2f}%)")
+    # Each on/off pair ran back to back, so its ratio cancels the machine's drift.
+    pairs = sorted(a / b for a, b in zip(run_on, run_off))
+    q1, q3 = pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]
+    print(f"   paired run-phase ratios: median {statistics.median(pairs):.4f} "
+          f"({(statistics.median(pairs) - 1) * 100:+.2f}%), IQR {q1:.3f}..{q3:.3f}")
     print(f"   sampler thread CPU time / trial wall time: median {statistics.median(cpu):.2%}, "
           f"max {max(cpu):.2%} (of one core; this machine has {os.cpu_count()})")
 

@@ -18,7 +18,7 @@ import sqlite_utils
 
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
-               "attempts, created, started, finished, report, error_class, started_msg")
+               "attempts, created, started, finished, report, error_class, started_msg, sweep")
 
 
 class Store:
@@ -47,6 +47,7 @@ class Store:
             "lease_expires": float, "attempts": int, "created": float, "started": float,
             "finished": float, "report": str, "error_class": str, "started_msg": int,
             "timeline": str,  # apart from `report`: status and list stay light
+            "sweep": int,  # the first job's id, for every job of one `/trial sweep`
         }, pk="id", not_null={"workload", "spec", "status"},
             defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
@@ -71,12 +72,28 @@ class Store:
     # jobs ------------------------------------------------------------------
 
     def add_job(self, spec: dict, words: str, user: str, channel: str) -> dict:
+        return self.add_jobs([spec], [words], user, channel)[0]
+
+    def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
+                 sweep: bool = False) -> list[dict]:
+        """Queue several jobs in one transaction; with `sweep`, all of them carry
+        the first one's id as their sweep id."""
+        ids = []
         with self.db.conn:
-            table = self.db["jobs"].insert({
-                "workload": spec["workload"], "spec": json.dumps(spec), "words": words,
-                "user": user, "channel": channel, "status": "queued", "created": time.time(),
-            })
-        return self.job(table.last_pk)
+            for spec, w in zip(specs, words):
+                cur = self.db.execute(
+                    "insert into jobs (workload, spec, words, user, channel, status, created) "
+                    "values (?, ?, ?, ?, ?, 'queued', ?)",
+                    [spec["workload"], json.dumps(spec), w, user, channel, time.time()])
+                ids.append(cur.lastrowid)
+            if sweep:
+                self.db.execute(f"update jobs set sweep = ? where id in "
+                                f"({','.join('?' * len(ids))})", [ids[0], *ids])
+        return [self.job(i) for i in ids]
+
+    def sweep_jobs(self, sweep: int) -> list[dict]:
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            "sweep = ?", [sweep], order_by="id", select=JOB_COLUMNS)]
 
     def job(self, job_id: int) -> dict | None:
         rows = list(self.db["jobs"].rows_where("id = ?", [job_id], select=JOB_COLUMNS))

@@ -6,13 +6,14 @@ report is printed before the next line is read, so scripts are deterministic.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
 import sys
 import time
 
-from bot import trials
+from bot import plans, trials
 from bot.outbox import ConsoleTransport
 from bot.runtime import Runtime
 
@@ -62,7 +63,8 @@ def respond(rt: Runtime, line: str) -> tuple[dict, dict | None]:
     if command == "/trial":
         return trials.handle(rt.queue, text, USER, CHANNEL)
     if command == "/plan":
-        return trials.handle_plan(text), None
+        return plans.handle(rt.queue, text, USER, CHANNEL,
+                            dt.datetime.now(dt.timezone.utc).date()), None
     return {"response_type": "ephemeral",
             "text": f":x: `{command}` is not a command here; lines start with `/trial` or "
                     "`/plan` (try `/trial help`)."}, None

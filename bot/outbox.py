@@ -75,8 +75,9 @@ class ConsoleTransport:
             if "content" in payload:  # files land next to the database
                 os.makedirs(self.files_dir, exist_ok=True)
                 path = os.path.join(self.files_dir, payload.pop("file"))
+                content = payload.pop("content")
                 with open(path, "wb") as f:
-                    f.write(payload.pop("content"))
+                    f.write(content.encode() if isinstance(content, str) else content)
                 payload["file"] = path
                 if not self.as_json:
                     payload = dict(payload, text=f"{payload['text']}: {path}")
@@ -92,7 +93,10 @@ class ConsoleTransport:
 def payload(row: dict, store: Store) -> dict:
     p = {"channel": row["channel"], "text": row["text"]}
     if row.get("file"):
-        p.update(file=row["file"], content=chart.png(store.report_with_timeline(row["job"])))
+        content = row.get("content")
+        if content is None:  # a trial's chart, drawn from its stored report
+            content = chart.png(store.report_with_timeline(row["job"]))
+        p.update(file=row["file"], content=content)
     else:
         p["blocks"] = row["blocks"]
     if row.get("thread_ts"):

@@ -18,7 +18,7 @@ import sqlite_utils
 
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
-               "attempts, created, started, finished, report, error_class, started_msg, sweep")
+               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block")
 
 
 class Store:
@@ -48,6 +48,7 @@ class Store:
             "finished": float, "report": str, "error_class": str, "started_msg": int,
             "timeline": str,  # apart from `report`: status and list stay light
             "sweep": int,  # the first job's id, for every job of one `/trial sweep`
+            "plan": str, "block": str,  # `/trial ... plan=NAME block=KIND`: an actual
         }, pk="id", not_null={"workload", "spec", "status"},
             defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
@@ -58,6 +59,7 @@ class Store:
             "id": int, "channel": str, "thread_of": int, "job": int, "kind": str,
             "text": str, "blocks": str, "created": float, "sent": float, "ts": str,
             "tries": int, "last_error": str, "given_up": float, "file": str,
+            "content": str,  # a file's text (an export); a chart is drawn at send time
         }, pk="id", defaults={"tries": 0}, transform=True)
         db["outbox"].create_index(["sent"], if_not_exists=True)
         # Every try of a job: the worker's own retries and leases that expired.
@@ -68,6 +70,20 @@ class Store:
         db["attempts"].create_index(["job"], if_not_exists=True)
         db["worker_idle"].create({"worker": str, "day": str, "seconds": float},
                                  pk=("worker", "day"), transform=True)
+        # Plans: `facts` holds the checklist and the planning settings, `locked` the
+        # config and code version each block's trials had when the plan was locked.
+        db["plans"].create({"name": str, "channel": str, "user": str, "created": float,
+                            "facts": str, "locked": str}, pk="name", transform=True)
+        db["blocks"].create({"plan": str, "kind": str, "runs": int, "configs": int,
+                             "gpus": int, "trials": str, "sweep": int, "predict": str,
+                             "handoff": float, "note": str, "user": str, "created": float},
+                            pk=("plan", "kind"), transform=True)
+        db["prices"].create({"id": int, "item": str, "kind": str, "value": float,
+                             "unit": str, "currency": str, "source": str, "date": str,
+                             "user": str, "recorded": float}, pk="id", transform=True)
+        db["actuals"].create({"id": int, "plan": str, "block": str, "hours": float,
+                              "parts": str, "note": str, "user": str, "recorded": float},
+                             pk="id", transform=True)
 
     # jobs ------------------------------------------------------------------
 
@@ -260,12 +276,18 @@ class Store:
 
     def _add_message(self, message: dict, job_id: int | None) -> int:
         cur = self.db.execute(
-            "insert into outbox (channel, thread_of, job, kind, text, blocks, file, created) "
-            "values (?, ?, ?, ?, ?, ?, ?, ?)",
+            "insert into outbox (channel, thread_of, job, kind, text, blocks, file, content, "
+            "created) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [message["channel"], message.get("thread_of"), job_id, message.get("kind"),
              message["text"], json.dumps(message.get("blocks") or []), message.get("file"),
-             time.time()])
+             message.get("content"), time.time()])
         return cur.lastrowid
+
+    def add_messages(self, messages: list[dict]) -> None:
+        """Messages that belong to no job (a plan's export), in one transaction."""
+        with self.db.conn:
+            for message in messages:
+                self._add_message(message, None)
 
     def unsent(self, limit: int = 20) -> list[dict]:
         rows = self.db.query(
@@ -292,6 +314,96 @@ class Store:
     def unsent_for(self, job_id: int) -> int:
         return self.db.execute("select count(*) from outbox where job = ? and sent is null "
                                "and given_up is null", [job_id]).fetchone()[0]
+
+    # plans -----------------------------------------------------------------
+
+    def add_plan(self, name: str, channel: str, user: str, facts: dict) -> bool:
+        """False when a plan of that name exists already."""
+        with self.db.conn:
+            cur = self.db.execute(
+                "insert into plans (name, channel, user, created, facts) values (?, ?, ?, ?, ?) "
+                "on conflict(name) do nothing", [name, channel, user, time.time(),
+                                                 json.dumps(facts)])
+        return cur.rowcount == 1
+
+    def plan(self, name: str) -> dict | None:
+        rows = list(self.db["plans"].rows_where("name = ?", [name]))
+        if not rows:
+            return None
+        row = rows[0]
+        return dict(row, facts=json.loads(row["facts"] or "{}"),
+                    locked=json.loads(row["locked"]) if row["locked"] else None)
+
+    def plans(self) -> list[dict]:
+        return [self.plan(r["name"]) for r in self.db["plans"].rows_where(
+            select="name", order_by="created")]
+
+    def set_plan_facts(self, name: str, facts: dict) -> None:
+        with self.db.conn:
+            self.db.execute("update plans set facts = ? where name = ?",
+                            [json.dumps(facts), name])
+
+    def set_plan_lock(self, name: str, locked: dict | None) -> None:
+        with self.db.conn:
+            self.db.execute("update plans set locked = ? where name = ?",
+                            [json.dumps(locked) if locked else None, name])
+
+    def put_block(self, block: dict) -> bool:
+        """Add or replace the plan's block of that kind; True when it replaced one."""
+        row = dict(block, trials=json.dumps(block.get("trials") or []),
+                   predict=json.dumps(block.get("predict") or {}), created=time.time())
+        with self.db.conn:
+            existed = self.db.execute("select count(*) from blocks where plan = ? and kind = ?",
+                                      [block["plan"], block["kind"]]).fetchone()[0]
+            self.db["blocks"].upsert(row, pk=("plan", "kind"))
+        return bool(existed)
+
+    def blocks(self, plan: str) -> list[dict]:
+        return [dict(b, trials=json.loads(b["trials"] or "[]"),
+                     predict=json.loads(b["predict"] or "{}"))
+                for b in self.db["blocks"].rows_where("plan = ?", [plan], order_by="created")]
+
+    def add_price(self, price: dict) -> None:
+        with self.db.conn:
+            self.db["prices"].insert(dict(price, recorded=time.time()))
+
+    def prices(self) -> list[dict]:
+        """The latest confirmed figure for each (item, kind)."""
+        return list(self.db.query(
+            "select p.* from prices p where p.id = (select max(id) from prices q "
+            "where q.item = p.item and q.kind = p.kind) order by p.item, p.kind"))
+
+    def add_actual(self, actual: dict) -> None:
+        with self.db.conn:
+            self.db["actuals"].insert(dict(actual, parts=json.dumps(actual.get("parts") or {}),
+                                           recorded=time.time()))
+
+    def actuals(self, plan: str) -> list[dict]:
+        return [dict(a, parts=json.loads(a["parts"] or "{}"))
+                for a in self.db["actuals"].rows_where("plan = ?", [plan], order_by="id")]
+
+    def tag_job(self, job_id: int, plan: str, block: str) -> None:
+        with self.db.conn:
+            self.db.execute("update jobs set plan = ?, block = ? where id = ?",
+                            [plan, block, job_id])
+
+    def plan_jobs(self, plan: str) -> list[dict]:
+        """Jobs tagged with the plan: the experiment's actual runs."""
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            "plan = ?", [plan], order_by="id", select=JOB_COLUMNS)]
+
+    def worker_usage(self, worker: str) -> dict:
+        """Seconds idle and busy (leased jobs' wall time) on the days idle was
+        measured: the worker's measured idle share."""
+        days = [r["day"] for r in self.idle(worker)]
+        if not days:
+            return {"idle": 0.0, "busy": 0.0, "days": 0}
+        idle = sum(r["seconds"] for r in self.idle(worker))
+        busy = self.db.execute(
+            "select coalesce(sum(finished - started), 0) from jobs where worker = ? and "
+            "finished is not null and date(started, 'unixepoch') between ? and ?",
+            [worker, min(days), max(days)]).fetchone()[0]
+        return {"idle": idle, "busy": float(busy), "days": len(days)}
 
 
 def _job(row: dict) -> dict:

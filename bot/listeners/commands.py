@@ -2,7 +2,9 @@
 and acks; the trial itself runs on a worker and its report arrives later."""
 from __future__ import annotations
 
-from bot import trials
+import datetime as dt
+
+from bot import plans, trials
 
 
 def register(app, queue) -> None:
@@ -14,4 +16,5 @@ def register(app, queue) -> None:
 
     @app.command("/plan")
     def plan(ack, command):
-        ack(**trials.handle_plan(command.get("text", "")))
+        ack(**plans.handle(queue, command.get("text", ""), command["user_id"],
+                           command["channel_id"], dt.datetime.now(dt.timezone.utc).date()))

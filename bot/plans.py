@@ -1,0 +1,226 @@
+"""`/plan`: what the command does, for every adapter (Slack, console).
+Parse → read the store → the pure core (planner, advice, prices) → a reply.
+Bad input stores nothing."""
+from __future__ import annotations
+
+import datetime as dt
+
+from bot import advice, planner, planview, plancmd
+from bot.plancmd import PlanError
+from bot.queue import JobQueue
+
+
+def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date) -> dict:
+    try:
+        cmd = plancmd.parse(text, today)
+        return ACTIONS[cmd.action](queue, cmd, user, channel, today)
+    except (PlanError, planner.EstimateError) as exc:
+        return planview.error(str(exc))
+
+
+def _plan(queue: JobQueue, name: str) -> dict:
+    plan = queue.store.plan(name)
+    if plan is None:
+        known = ", ".join(p["name"] for p in queue.store.plans()) or "none yet"
+        raise PlanError(f"There is no plan `{name}`. Plans: {known}. Start one with "
+                        f"`/plan new {name}`")
+    return plan
+
+
+def _help(queue, cmd, user, channel, today):
+    return planview.help_text()
+
+
+def _list(queue, cmd, user, channel, today):
+    return planview.plan_list(queue.store.plans())
+
+
+def _new(queue, cmd, user, channel, today):
+    if not queue.store.add_plan(cmd.plan, channel, user, cmd.args["facts"]):
+        raise PlanError(f"A plan `{cmd.plan}` exists already; `/plan {cmd.plan} show` shows it, "
+                        "or choose another name")
+    return planview.created(queue.store.plan(cmd.plan))
+
+
+def _set(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    facts = cmd.args["facts"]
+    fixed = [k for k in facts if k in plancmd.LOCKED_ITEMS]
+    if plan["locked"] and fixed:
+        raise PlanError(f"`{fixed[0]}` is fixed while plan {cmd.plan} is locked; "
+                        f"`/plan {cmd.plan} unlock` first (its estimates then need re-checking)")
+    queue.store.set_plan_facts(cmd.plan, {**plan["facts"], **facts})
+    return planview.facts_set(queue.store.plan(cmd.plan), facts)
+
+
+def _trials(queue: JobQueue, ids: list[int]) -> list[dict]:
+    jobs = []
+    for i in ids:
+        job = queue.store.job(i)
+        if job is None:
+            raise PlanError(f"There is no trial T{i}; `/trial list` shows recent ones")
+        jobs.append(job)
+    planner.check_trials(jobs)
+    return jobs
+
+
+def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
+    from bot import scaling
+    jobs = queue.store.sweep_jobs(block["sweep"])
+    if not jobs:
+        raise PlanError(f"There is no sweep S{block['sweep']}; `/trial sweep ...` starts one")
+    waiting = [j["trial"] for j in jobs if j["status"] in ("queued", "running")]
+    if waiting:
+        raise PlanError(f"Sweep S{block['sweep']} is still running ({', '.join(waiting)}); add "
+                        "the block when it has reported")
+    ok = [j for j in jobs if j["report"] and j["report"]["status"] == "ok"]
+    if len(ok) < 2:
+        raise PlanError(f"Sweep S{block['sweep']} has {len(ok)} successful trial(s); a fit needs "
+                        "at least 2")
+    fit = scaling.fit_sweep([j["report"] for j in ok])
+    params = {**ok[0]["report"]["params"], **block["predict"]}
+    seconds, se, dof = scaling.predict_seconds(fit, params)
+    shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
+    source = (f"per request, predicted for {shown} by the time fit of sweep S{block['sweep']} "
+              f"({len(ok)} trials; a model estimate, not measured at this config)")
+    return ok, {"seconds": seconds, "se": se, "dof": dof, "source": source}
+
+
+def estimates(queue: JobQueue, plan: dict, blocks: list[dict] | None = None
+              ) -> list[tuple[dict, dict, list[dict]]]:
+    """(block, estimate, its trials) for every block, in the order they were added."""
+    out = []
+    facts = plan["facts"]
+    single = facts.get("rental") == "single"
+    blocks = queue.store.blocks(plan["name"]) if blocks is None else blocks
+    for i, block in enumerate(blocks):
+        if block["sweep"]:
+            trials, predicted = _sweep_prediction(queue, block)
+        else:
+            trials, predicted = _trials(queue, block["trials"]), None
+        attempts = {t["id"]: queue.store.attempts(t["id"]) for t in trials}
+        usage = None
+        if facts.get("idle") == "measured" and trials[0].get("worker"):
+            usage = dict(queue.store.worker_usage(trials[0]["worker"]),
+                         worker=trials[0]["worker"])
+        est = planner.estimate_block(block, trials, attempts, facts,
+                                     pays_prep=not single or i == 0, usage=usage,
+                                     predicted=predicted)
+        out.append((block, est, trials))
+    planner.in_hours([e for _, e, _ in out])
+    return out
+
+
+def _block(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    block = dict(cmd.args, plan=cmd.plan, user=user)
+    existing = queue.store.blocks(cmd.plan)
+    replaced = any(b["kind"] == block["kind"] for b in existing)
+    blocks = ([block if b["kind"] == block["kind"] else b for b in existing] if replaced
+              else [*existing, block])
+    # Estimated before it is stored: a block that cannot be estimated is not kept.
+    block_est, trials = next((e, t) for b, e, t in estimates(queue, plan, blocks)
+                             if b["kind"] == block["kind"])
+    warnings = planview.block_warnings(plan, block_est, [t["report"] for t in trials])
+    queue.store.put_block(block)
+    return planview.block_added(plan, block_est, warnings, replaced)
+
+
+def _show(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    ests = estimates(queue, plan)
+    return planview.show(plan, ests, queue.store.prices(), today)
+
+
+def _export(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    ests = estimates(queue, plan)
+    price_list = queue.store.prices()
+    queue.store.add_messages([
+        planview.export_file(plan, channel, "csv", planview.csv_text(plan, ests, price_list,
+                                                                      today)),
+        planview.export_file(plan, channel, "md", planview.markdown(plan, ests, price_list,
+                                                                     today))])
+    queue.on_message()
+    return planview.reply(f"Exporting plan *{plan['name']}*: `{plan['name']}-plan.csv` and "
+                          f"`{plan['name']}-plan.md` are being uploaded to this channel.")
+
+
+def _lock(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    ests = estimates(queue, plan)
+    if not ests:
+        raise PlanError(f"Plan {cmd.plan} has no blocks to lock; add one with "
+                        f"`/plan {cmd.plan} block baseline runs=N trial=T12`")
+    locked = {b["kind"]: {"config": e["config"], "code": e["code"], "trials": e["trials"]}
+              for b, e, _ in ests}
+    locked["at"] = today.isoformat()
+    queue.store.set_plan_lock(cmd.plan, locked)
+    return planview.locked(queue.store.plan(cmd.plan))
+
+
+def _unlock(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    if not plan["locked"]:
+        raise PlanError(f"Plan {cmd.plan} is not locked")
+    queue.store.set_plan_lock(cmd.plan, None)
+    return planview.reply(f"Plan *{cmd.plan}* is unlocked: its input conditions and code "
+                          "version may change again; `/plan NAME lock` fixes them anew.")
+
+
+def _advise(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    ests = estimates(queue, plan)
+    reports = [dict(t["report"], trial=t["trial"]) for _, _, ts in ests for t in ts]
+    total = planner.total([e for _, e, _ in ests])
+    prep = sum(float(c["hours"]) for _, e, _ in ests for c in e["components"]
+               if c["name"] == "prep")
+    fx = advice.facts_of(plan, reports, queue.store.prices(), float(total["hours"]), prep)
+    return planview.advice(plan, advice.advise(fx, today))
+
+
+def _actual(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    kind = cmd.args["block"]
+    if kind not in {b["kind"] for b in queue.store.blocks(cmd.plan)}:
+        raise PlanError(f"Plan {cmd.plan} has no {kind} block; add it first with "
+                        f"`/plan {cmd.plan} block {kind} runs=N trial=T12`")
+    queue.store.add_actual({"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
+                            "parts": cmd.args["parts"] | ({"runs": cmd.args["runs"]}
+                                                          if cmd.args["runs"] else {}),
+                            "note": cmd.args["note"], "user": user})
+    return planview.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
+                          f"actual. `/plan {plan['name']} review` compares it with the estimate.")
+
+
+def _review(queue, cmd, user, channel, today):
+    plan = _plan(queue, cmd.plan)
+    ests = estimates(queue, plan)
+    jobs = [j for j in queue.store.plan_jobs(cmd.plan) if j["status"] in ("done", "failed")]
+    manual = queue.store.actuals(cmd.plan)
+    rows = []
+    for block, est, trials in ests:
+        mine = [j for j in jobs if j["block"] == block["kind"]]
+        mine_manual = [dict(m, runs=m["parts"].pop("runs", None)) for m in manual
+                       if m["block"] == block["kind"]]
+        attempts = {j["id"]: queue.store.attempts(j["id"]) for j in mine}
+        row = planner.review_block(est, mine, attempts, mine_manual, plan["locked"])
+        row["memory"] = planner.memory_compare([t["report"] for t in trials],
+                                               [j["report"] for j in mine if j["report"]])
+        rows.append(row)
+    return planview.review(plan, rows)
+
+
+def _price(queue, cmd, user, channel, today):
+    queue.store.add_price(dict(cmd.args, user=user))
+    return planview.price_recorded(cmd.args, today)
+
+
+def _prices(queue, cmd, user, channel, today):
+    return planview.price_list(queue.store.prices(), today)
+
+
+ACTIONS = {"help": _help, "list": _list, "new": _new, "set": _set, "block": _block,
+           "show": _show, "export": _export, "lock": _lock, "unlock": _unlock,
+           "advise": _advise, "actual": _actual, "review": _review, "price": _price,
+           "prices": _prices}

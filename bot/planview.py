@@ -1,0 +1,314 @@
+"""`/plan` replies as Slack payloads, and the plan's CSV and Markdown exports.
+Pure: the same payload goes to Slack and to the console."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from decimal import Decimal
+
+from bot import planner, plancmd, prices
+from bot.render import _context, _section, reply
+
+
+def error(message: str) -> dict:
+    return reply(f":x: {message}\nNothing was stored. `/plan help` lists the commands.")
+
+
+def help_text() -> dict:
+    lines = ["*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
+             "confirmed prices) and rent/buy guidance.",
+             "• `/plan new NAME` · `/plan list` · `/plan NAME show` · `/plan NAME export`",
+             "• `/plan NAME set key=value ...` fills the checklist and the planning facts",
+             "• `/plan NAME block KIND runs=N [configs=M] [gpus=G] trial=T12[,T13] "
+             "[note=\"open variable\"] [handoff=H]`, KIND one of "
+             + ", ".join(plancmd.BLOCK_KINDS),
+             "• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
+             "estimated from a sweep's fit",
+             "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
+             "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "
+             "`/plan NAME review`",
+             "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
+             "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
+             "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
+             "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.CHECKLIST.items()),
+             "*Settings*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.SETTINGS.items()),
+             "A run is one repetition of the trial's measured unit: one request for llm-infer, "
+             "one run phase of a recipe's program."]
+    return reply("\n".join(lines))
+
+
+def open_items(plan: dict) -> list[str]:
+    return [k for k in plancmd.CHECKLIST if not plan["facts"].get(k)]
+
+
+def plan_list(plans: list[dict]) -> dict:
+    if not plans:
+        return reply("No plans yet. Start one with `/plan new NAME`.")
+    return reply("Plans:\n" + "\n".join(
+        f"• *{p['name']}*" + (" (locked)" if p["locked"] else "")
+        + f" — target {p['facts'].get('gpu') or 'not set'}, {len(open_items(p))} checklist "
+          "items open" for p in plans))
+
+
+def created(plan: dict) -> dict:
+    return reply(f"Plan *{plan['name']}* started. Open checklist items: "
+                 f"{', '.join(open_items(plan)) or 'none'}.\nNext: `/plan {plan['name']} set "
+                 f"gpu=H100 platform=cuda paper=...`, then `/plan {plan['name']} block baseline "
+                 "runs=N trial=T12`.")
+
+
+def facts_set(plan: dict, facts: dict) -> dict:
+    done = ", ".join(f"{k}={v}" for k, v in facts.items())
+    left = open_items(plan)
+    return reply(f"Plan *{plan['name']}*: set {done}.\nOpen checklist items: "
+                 f"{', '.join(left) if left else 'none — the checklist is complete'}.")
+
+
+def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
+    out = []
+    target = plan["facts"].get("gpu")
+    for r, name in zip(reports, est["trials"]):
+        on = planner.matches_gpu(r, target)
+        if on is None:
+            out.append("no target GPU is set (`set gpu=H100`), so nobody checked that "
+                       f"{name} ran on it")
+            break
+        if not on:
+            out.append(f"{name} ran on {planner.env_kind(r)}, not the plan's target {target}: "
+                       "its times and memory are not the target's")
+        changed = {k: v for k, v in (r.get("requested") or {}).items()
+                   if r["params"].get(k) != v}
+        if changed:
+            out.append(f"{name} was measured at a different config than requested ("
+                       + ", ".join(f"{k}={r['params'][k]}, requested {v}"
+                                   for k, v in changed.items()) + ")")
+    lock = (plan.get("locked") or {}).get(est["kind"])
+    if lock and (lock["config"] != est["config"] or lock["code"] != est["code"]):
+        diff = planner.differences(lock["config"], est["config"])
+        if lock["code"] != est["code"]:
+            diff.append(f"code {lock['code']} → {est['code']}")
+        out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
+    if est.get("predicted"):
+        out.append("predicted from a sweep's fit, not measured at this config: run a trial at "
+                   "it and re-add the block to replace the prediction")
+    return out
+
+
+def _h(x: Decimal | None) -> str:
+    """Decimal GPU-hours print with the places they were rounded to."""
+    return "n/a" if x is None else f"{x:,}"
+
+
+def _plain(x: Decimal | None) -> str:
+    return "" if x is None else str(x)
+
+
+def _interval(est: dict) -> str:
+    if not est["interval"]:
+        return "no interval"
+    lo, hi = est["interval"]
+    return f"{_h(lo)}–{_h(hi)}"
+
+
+def components_text(est: dict) -> str:
+    return "\n".join(f"  {c['name']:<8} {_h(c['hours'])} GPU-h  ← {c['source']}"
+                     for c in est["components"])
+
+
+def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> dict:
+    verb = "replaced" if replaced else "added"
+    text = (f"Plan *{plan['name']}*: {est['kind']} block {verb} — {_h(est['hours'])} GPU-h "
+            f"({_interval(est)}; {est['interval_note']}), from {', '.join(est['trials'])} on "
+            f"{est['env']}.\n```{components_text(est)}\n  total    {_h(est['hours'])} GPU-h```")
+    text += "".join(f"\n:warning: {w}" for w in warnings)
+    return reply(text)
+
+
+def cost_view(plan: dict, price_list: list[dict], today: dt.date):
+    """(rent price or None, the line that says which)."""
+    target = plan["facts"].get("gpu")
+    if not target:
+        return None, "cost unconfirmed: no target GPU set (`set gpu=H100`)"
+    rent = prices.find(price_list, target, "rent")
+    if rent is None:
+        return None, (f"cost unconfirmed: no confirmed price for {target} "
+                      f"(`/plan price {target} RATE/h source=... date=YYYY-MM-DD`)")
+    return rent, "cost at " + prices.cited(rent, today)
+
+
+def _cost(hours: Decimal, rent: dict | None) -> str:
+    return prices.money(prices.cost(hours, rent), rent["currency"]) if rent else "unconfirmed"
+
+
+def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[list]:
+    rent, _ = cost_view(plan, price_list, today)
+    rows = [["block", "runs", "GPU-h", "90% interval", "cost"]]
+    for _, e, _ in ests:
+        runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
+        rows.append([e["kind"], runs, _h(e["hours"]), _interval(e), _cost(e["hours"], rent)])
+    tot = planner.total([e for _, e, _ in ests])
+    iv = f"{_h(tot['interval'][0])}–{_h(tot['interval'][1])}" if tot["interval"] else "—"
+    rows.append(["total", "", _h(tot["hours"]), iv, _cost(tot["hours"], rent)])
+    return rows
+
+
+def _table(rows: list[list]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in rows)
+
+
+def show(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> dict:
+    _, cost_line = cost_view(plan, price_list, today)
+    f = plan["facts"]
+    head = (f"*Plan {plan['name']}*" + (f" (locked {plan['locked']['at']})" if plan["locked"]
+                                         else "")
+            + f" — target {f.get('gpu') or 'not set'} ({f.get('platform') or 'platform not set'})"
+            + f", rental {f.get('rental', 'per-block')}")
+    if not ests:
+        body = (f"No blocks yet: `/plan {plan['name']} block baseline runs=N trial=T12`.")
+        text = f"{head}\n{body}"
+    else:
+        body = _table(table_rows(plan, ests, price_list, today))
+        detail = "\n".join(f"{e['kind']} (from {', '.join(e['trials'])} on {e['env']}):\n"
+                           f"{components_text(e)}" for _, e, _ in ests)
+        text = f"{head}\n```{body}```\n{cost_line}\n```{detail}```"
+    notes = [f"• {e['kind']}: {e['note']}" for _, e, _ in ests if e.get("note")]
+    warn = [f"• {e['kind']}: {w}" for b, e, ts in ests
+            for w in block_warnings(plan, e, [t["report"] for t in ts])]
+    left = open_items(plan)
+    text += ("\n*Open checklist items*: " + (", ".join(left) if left else "none")
+             + ("\n*Open variables*:\n" + "\n".join(notes) if notes else "")
+             + ("\n*Warnings*:\n" + "\n".join(warn) if warn else ""))
+    blocks = [_section(part) for part in _chunks(text)]
+    blocks.append(_context("GPU-hours = measured wall time × GPUs; each component names its "
+                           "trial and phase. Interval: runs' spread only (prep and data are "
+                           "single measurements)."))
+    return {"response_type": "in_channel", "text": text, "blocks": blocks}
+
+
+def _chunks(text: str, size: int = 2900) -> list[str]:
+    """Section blocks hold 3000 characters; split on lines, keeping code fences whole."""
+    out, cur = [], ""
+    for line in text.split("\n"):
+        if len(cur) + len(line) + 1 > size and cur:
+            if cur.count("```") % 2:
+                cur += "```"
+                line = "```" + line
+            out.append(cur)
+            cur = line
+        else:
+            cur = f"{cur}\n{line}" if cur else line
+    return out + [cur]
+
+
+def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:
+    rent, cost_line = cost_view(plan, price_list, today)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["plan", "block", "runs", "configs", "gpus", "component", "gpu_hours",
+                "interval_low", "interval_high", "cost", "source"])
+    for _, e, _ in ests:
+        lo, hi = e["interval"] or (None, None)
+        for c in e["components"]:
+            w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], c["name"],
+                        _plain(c["hours"]), "", "", _cost(c["hours"], rent), c["source"]])
+        w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], "total",
+                    _plain(e["hours"]), _plain(lo),
+                    _plain(hi), _cost(e["hours"], rent),
+                    e["interval_note"]])
+    tot = planner.total([e for _, e, _ in ests])
+    lo, hi = tot["interval"] or (None, None)
+    w.writerow([plan["name"], "total", "", "", "", "total", _plain(tot["hours"]),
+                _plain(lo), _plain(hi),
+                _cost(tot["hours"], rent), cost_line])
+    return buf.getvalue()
+
+
+def markdown(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:
+    _, cost_line = cost_view(plan, price_list, today)
+    rows = table_rows(plan, ests, price_list, today)
+    lines = [f"# Plan {plan['name']}", "",
+             f"Exported {today.isoformat()}. Target {plan['facts'].get('gpu') or 'not set'}. "
+             f"{cost_line}.", "",
+             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows[1:]]
+    for _, e, _ in ests:
+        lines += ["", f"## {e['kind']}", "", f"From {', '.join(e['trials'])} on {e['env']}; "
+                  f"{e['interval_note']}.", ""]
+        lines += [f"- {c['name']}: {_h(c['hours'])} GPU-h — {c['source']}"
+                  for c in e["components"]]
+        if e.get("note"):
+            lines.append(f"- open variable: {e['note']}")
+    lines += ["", "## Checklist", ""]
+    lines += [f"- [{'x' if plan['facts'].get(k) else ' '}] {label}: "
+              f"{plan['facts'].get(k) or '(open)'}" for k, label in plancmd.CHECKLIST.items()]
+    return "\n".join(lines) + "\n"
+
+
+def export_file(plan: dict, channel: str, ext: str, content: str) -> dict:
+    return {"channel": channel, "kind": "export", "file": f"{plan['name']}-plan.{ext}",
+            "content": content, "text": f"Plan {plan['name']} ({ext.upper()} export)"}
+
+
+def locked(plan: dict) -> dict:
+    lock = plan["locked"]
+    lines = [f"Plan *{plan['name']}* locked on {lock['at']}: later trials of a block with a "
+             "different config or code version are marked *not comparable*, and the input "
+             f"conditions ({', '.join(plancmd.LOCKED_ITEMS)}) cannot be set until "
+             f"`/plan {plan['name']} unlock`."]
+    for kind, v in lock.items():
+        if kind != "at":
+            cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
+            lines.append(f"• {kind}: `{cfg}`, code {v['code']} (from {', '.join(v['trials'])})")
+    return reply("\n".join(lines))
+
+
+def advice(plan: dict, a: dict) -> dict:
+    if a["rule"] is None and a.get("undecided"):
+        text = (f"*Plan {plan['name']}*: rule {a['undecided']} ({a['title']}) cannot be "
+                "decided without these facts — I won't guess:\n"
+                + "\n".join(f"• {m}" for m in a["missing"]))
+    else:
+        which = f"Rule {a['rule']} fired — {a['title']}" if a["rule"] else "No rule fired"
+        text = (f"*Plan {plan['name']}*: {which}.\n{a['answer']}\nFacts: "
+                + "; ".join(a.get("facts", [])))
+        for other in a.get("also", []):
+            text += f"\nAlso rule {other['rule']} ({other['title']}): {other['answer']}"
+        if a.get("missing"):
+            text += "\nStill missing: " + "; ".join(a["missing"])
+    return reply(text)
+
+
+def review(plan: dict, rows: list[dict]) -> dict:
+    lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
+    for r in rows:
+        if r.get("actual") is None:
+            lines.append(f"• {r['kind']}: no actual yet (tag trials with `plan={plan['name']} "
+                         f"block={r['kind']}` or `/plan {plan['name']} actual {r['kind']} "
+                         "hours=H`)")
+            continue
+        diff = r["actual"] - r["estimate"]
+        rel = f" ({diff / r['estimate']:+.0%})" if r["estimate"] else ""
+        lines.append(f"• *{r['kind']}*: estimated {r['estimate']:.4f}, actual {r['actual']:.4f}"
+                     f"{rel}, from {', '.join(r['sources'])}")
+        lines += [f"    {name}: {value:+.4f} h ({why})" for name, value, why in r["why"]]
+        lines += [f"    config changed: {c}" for c in r["config_changes"]]
+        if r["not_comparable"]:
+            lines.append(f"    NOT COMPARABLE with the locked plan: {', '.join(r['not_comparable'])}")
+        lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]
+    return reply("\n".join(lines))
+
+
+def price_recorded(price: dict, today: dt.date) -> dict:
+    return reply(f"Recorded: {prices.cited(price, today)}. Plans use it where every price they "
+                 "need is confirmed.")
+
+
+def price_list(price_list_: list[dict], today: dt.date) -> dict:
+    if not price_list_:
+        return reply("No confirmed prices. trialbot has no built-in price list: record one with "
+                     "`/plan price H100 RATE/h source=URL date=YYYY-MM-DD`.")
+    return reply("Confirmed prices (latest per item):\n"
+                 + "\n".join(f"• {prices.cited(p, today)}" for p in price_list_))

@@ -1,0 +1,61 @@
+"""Confirmed prices: lookup, staleness, cost and break-even. Pure: today is
+passed in. There is no built-in price list; every figure here was typed by a
+person with its source and date (`/plan price`)."""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import ROUND_HALF_EVEN, Decimal
+
+STALE_DAYS = 30
+
+
+def find(prices: list[dict], item: str | None, kind: str) -> dict | None:
+    """The latest price of `kind` for `item` (GPU names compare case-insensitively)."""
+    if not item:
+        return None
+    want = item.lower()
+    return next((p for p in prices if p["kind"] == kind and p["item"].lower() == want), None)
+
+
+def age_days(price: dict, today: dt.date) -> int:
+    return (today - dt.date.fromisoformat(price["date"])).days
+
+
+def is_stale(price: dict, today: dt.date) -> bool:
+    return age_days(price, today) > STALE_DAYS
+
+
+def money(value: Decimal | float, currency: str = "") -> str:
+    q = Decimal(str(value)).quantize(Decimal("0.01"), ROUND_HALF_EVEN)
+    return f"{currency}{q:,}"
+
+
+def cost(hours: Decimal, rent: dict) -> Decimal:
+    """GPU-hours × the confirmed rate, to the cent."""
+    return (hours * Decimal(str(rent["value"]))).quantize(Decimal("0.01"), ROUND_HALF_EVEN)
+
+
+def cited(price: dict, today: dt.date) -> str:
+    """A price with where it came from and how old it is."""
+    stale = (f", STALE: {age_days(price, today)} days old, reconfirm with `/plan price`"
+             if is_stale(price, today) else "")
+    item = "" if price["kind"] == "electricity" else f"{price['item']} "
+    value = (f"{price['value']:g} {price['unit']}" if price["kind"] == "power"
+             else f"{price['currency']}{price['value']:g} {price['unit']}")
+    return f"{item}{price['kind']} {value} (source: {price['source']}, {price['date']}{stale})"
+
+
+def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electricity: dict,
+              utilization: float) -> dict:
+    """DESIGN §4 rule 3: H = (hardware − resale) / (rent per h − power per h),
+    days = H / (24 · utilization). Power per h = kW × electricity rate."""
+    power_per_h = power["value"] * electricity["value"]
+    net = buy["value"] - (resale["value"] if resale else 0.0)
+    margin = rent["value"] - power_per_h
+    if margin <= 0:
+        return {"hours": None, "days": None, "power_per_h": power_per_h, "net": net,
+                "why": "running an owned GPU costs as much as renting one per hour "
+                       f"({power_per_h:.3f} ≥ {rent['value']:g}): buying never breaks even"}
+    h = net / margin
+    return {"hours": h, "days": h / (24 * utilization), "power_per_h": power_per_h, "net": net,
+            "why": None}

@@ -28,7 +28,7 @@ class EstimateError(ValueError):
 
 
 def hours(seconds: float, places: int) -> Decimal:
-    return (Decimal(repr(seconds)) / 3600).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
+    return (Decimal(float(seconds)) / 3600).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
 
 
 def places_for(total_seconds: float) -> int:

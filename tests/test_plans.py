@@ -1,0 +1,150 @@
+"""`/plan` through its handler on a real SQLite store, with trials finished
+through the queue as a worker finishes them."""
+import datetime as dt
+
+import pytest
+from test_planner import report
+
+from bot import plans
+from bot.queue import JobQueue
+from bot.store import Store
+from worker.spec import parse
+
+TODAY = dt.date(2026, 12, 1)
+
+
+@pytest.fixture
+def queue(tmp_path):
+    return JobQueue(Store(str(tmp_path / "p.db")))
+
+
+def finish(queue, r, tags=None):
+    """Queue a trial, lease it and report `r` as a worker would."""
+    job = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    if tags:
+        queue.store.tag_job(job["id"], *tags)
+    leased = queue.store.lease_next("w1", 60)
+    queue.finish(job["id"], "w1", leased["lease"], dict(r))
+    return f"T{job['id']}"
+
+
+def say(queue, text):
+    return plans.handle(queue, text, "U1", "C1", TODAY)["text"]
+
+
+def counts(queue):
+    db = queue.store.db
+    return {t: db[t].count for t in ("plans", "blocks", "prices", "actuals", "outbox")}
+
+
+def test_a_plan_from_new_to_show(queue):
+    t = finish(queue, report())
+    assert "started" in say(queue, "new repro gpu=H100 platform=cuda")
+    out = say(queue, f'repro block baseline runs=200 trial={t} note="which prompts?"')
+    assert "baseline block added" in out and "prep" in out and ":warning:" not in out
+    out = say(queue, "repro show")
+    assert "baseline" in out and "total" in out
+    assert "cost unconfirmed: no confirmed price for H100" in out
+    assert "which prompts?" in out and "Open checklist items" in out and "paper" in out
+
+
+def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(queue):
+    t = finish(queue, report())
+    say(queue, "new repro gpu=H100")
+    say(queue, f"repro block baseline runs=100 trial={t}")
+    assert "Recorded" in say(queue, "price H100 $2.50/h source=https://x.example/q date=2026-11-30")
+    out = say(queue, "repro show")
+    assert "cost at H100 rent $2.5 per GPU-hour" in out and "unconfirmed" not in out
+    say(queue, "price H100 2.50/h source=quote date=2026-09-01")
+    assert "STALE: 91 days old" in say(queue, "repro show")
+
+
+@pytest.mark.parametrize("text, says", [
+    ("nope show", "There is no plan `nope`"),
+    ("repro block warmup runs=3 trial=T1", "`warmup` is not a block kind"),
+    ("repro block baseline runs=3 trial=T99", "There is no trial T99"),
+    ("repro block baseline runs=0 trial=T1", "runs must be from 1"),
+    ("repro block baseline runs=-2 trial=T1", "runs must be"),
+    ("repro block baseline trial=T1", "needs runs=N"),
+    ("repro block baseline runs=3", "give trial=T12"),
+    ("repro block baseline runs=3 trial=T2", "T2 failed"),
+    ("price H100 2.49/h date=2026-11-01", "needs source="),
+    ("price H100 2.49/h source=quote", "needs date="),
+    ("price H100 2.49/h source=quote date=2026-12-25", "is in the future"),
+    ("price H100 abc/h source=quote date=2026-11-01", "rate must be a number"),
+    ("price H100 2.49/h source=quote date=01/11/2026", "YYYY-MM-DD"),
+    ("repro set platform=windows", "platform must be one of"),
+    ("repro set colour=blue", "has no `colour`"),
+    ("repro actual baseline hours=2", "has no baseline block"),
+    ("repro frobnicate", "is not something a plan does"),
+    ("new Bad!Name", "is not a plan name"),
+])
+def test_bad_input_is_answered_and_stores_nothing(queue, text, says):
+    finish(queue, report())
+    failed = dict(report(), status="failed",
+                  error={"class": "oom", "message": "CUDA out of memory", "phase": "run"})
+    finish(queue, failed)
+    say(queue, "new repro")
+    before = counts(queue)
+    out = say(queue, text)
+    assert out.startswith(":x:") and says in out and "Nothing was stored" in out
+    assert counts(queue) == before
+
+
+def test_a_trial_on_another_gpu_kind_is_accepted_with_a_warning(queue):
+    t = finish(queue, report(gpu=None))
+    say(queue, "new repro gpu=H100")
+    out = say(queue, f"repro block baseline runs=10 trial={t}")
+    assert "block added" in out and ":warning:" in out and "not the plan's target H100" in out
+    assert queue.store.db["blocks"].count == 1
+
+
+def test_lock_fixes_inputs_and_marks_a_different_config_not_comparable(queue):
+    t1 = finish(queue, report())
+    t2 = finish(queue, report(batch=8))
+    say(queue, "new repro gpu=H100")
+    say(queue, f"repro block baseline runs=10 trial={t1}")
+    assert "locked" in say(queue, "repro lock")
+    assert "is fixed while plan repro is locked" in say(queue, "repro set inputs=4x512")
+    out = say(queue, f"repro block baseline runs=10 trial={t2}")
+    assert "NOT COMPARABLE with the locked plan: batch 4 → 8" in out
+    assert "unlocked" in say(queue, "repro unlock")
+    assert "set inputs=4x512" in say(queue, "repro set inputs=4x512")
+
+
+def test_export_queues_csv_and_markdown_files(queue):
+    t = finish(queue, report())
+    say(queue, "new repro gpu=H100")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    before = queue.store.db["outbox"].count
+    assert "Exporting" in say(queue, "repro export")
+    rows = list(queue.store.db["outbox"].rows)[before:]
+    assert [r["file"] for r in rows] == ["repro-plan.csv", "repro-plan.md"]
+    csv_text, md = rows[0]["content"], rows[1]["content"]
+    assert csv_text.startswith("plan,block,runs") and "baseline" in csv_text
+    assert md.startswith("# Plan repro") and "| baseline |" in md
+
+
+def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(queue):
+    t = finish(queue, report(mean=2.0, count=10))
+    say(queue, "new repro gpu=H100")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    say(queue, f"repro block compare runs=10 trial={t}")
+    # the real baseline: slower runs, as a tagged trial
+    finish(queue, report(mean=3.0, count=10), tags=("repro", "baseline"))
+    say(queue, "repro actual compare hours=0.5 prep=0.1 runs=10 note=\"from the cluster\"")
+    out = say(queue, "repro review")
+    assert "*baseline*" in out and "slower runs: +0.002" in out  # 10 runs × 1 s more: 0.0028 h
+    assert "*compare*" in out and "from manual (from the cluster)" in out
+    assert "memory, same method" in out
+
+
+def test_advise_names_the_rule_and_its_facts(queue):
+    t = finish(queue, report(gpu=None))
+    say(queue, "new repro gpu=H100")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    out = say(queue, "repro advise")
+    assert "Rule 1 fired" in out and "CPU (EPYC)" in out
+    say(queue, "new other")
+    assert "cannot be decided" in say(queue, "other advise") and "set gpu=" in say(
+        queue, "other advise")

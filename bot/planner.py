@@ -60,6 +60,17 @@ def phase_seconds(report: dict, name: str) -> float:
     return sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
 
 
+def teardown_seconds(report: dict) -> float:
+    """Wall time of the trial outside its phases: the child's exit, memory being
+    freed, the gaps between phases. A rented GPU is paid for it too."""
+    inside = sum(p["seconds"] for p in report.get("phases") or [])
+    return max(0.0, (report.get("seconds") or 0.0) - inside)
+
+
+def prep_seconds(report: dict) -> float:
+    return sum(phase_seconds(report, p) for p in PREP_PHASES) + teardown_seconds(report)
+
+
 def config(report: dict) -> dict:
     """What a trial ran, without the knobs that only change how it measured."""
     what = {k: v for k, v in (report.get("params") or {}).items() if k not in RUN_CONTROL}
@@ -196,12 +207,14 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         retry_source = (f"0 of {fr['n']} attempts failed; so few attempts do not rule out a "
                         f"failure rate up to {min(1.0, 3 / fr['n']):.0%} (rule of three)")
 
-    prep_each = sum(sum(phase_seconds(r, p) for p in PREP_PHASES) for r in reports) / len(reports)
+    prep_each = sum(prep_seconds(r) for r in reports) / len(reports)
     if pays_prep:
         prep_s = prep_each
+        mean_of = lambda f: sum(f(r) for r in reports) / len(reports)  # noqa: E731
         prep_source = (f"{names}: " + " + ".join(
-            f"{p} {sum(phase_seconds(r, p) for r in reports) / len(reports):.3g} s"
-            for p in PREP_PHASES) + " (mean), once for this block's rental session")
+            f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in PREP_PHASES)
+            + f" + teardown {mean_of(teardown_seconds):.3g} s (mean), once for this block's "
+              "rental session")
     else:
         prep_s = 0.0
         prep_source = "0: same rental session as an earlier block (rental=single)"
@@ -263,7 +276,7 @@ def total(estimates: list[dict]) -> dict:
 def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
     """A tagged trial's measured hours, split like an estimate."""
     r = job["report"] or {}
-    prep = sum(phase_seconds(r, p) for p in PREP_PHASES)
+    prep = prep_seconds(r)
     data = phase_seconds(r, "data")
     run = phase_seconds(r, "run") if r.get("status") == "ok" else 0.0
     failed = sum(a["seconds"] or 0 for a in attempts if a["status"] != "ok")

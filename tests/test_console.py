@@ -33,7 +33,7 @@ def test_console_text_and_unknown_command(tmp_path):
     done = run_console(tmp_path, ["/trial help", "/deploy prod", "/plan new x"])
     assert done.returncode == 0, done.stderr
     assert "llm-infer" in done.stdout and "`/deploy` is not a command" in done.stdout
-    assert "nothing was created" in done.stdout
+    assert "Plan *x* started" in done.stdout
 
 
 def test_jobs_left_queued_run_at_next_start(tmp_path):

@@ -46,6 +46,11 @@ def test_trial_status_of_unknown_trial(bot):
     assert "no trial T99" in command(bot, "status T99")["text"]
 
 
-def test_plan_says_it_is_not_available_and_creates_nothing(bot):
-    reply = command(bot, "new repro", name="/plan")
-    assert "not available" in reply["text"] and "nothing was created" in reply["text"]
+def test_plan_new_then_show_and_a_bad_block(bot):
+    reply = command(bot, "new repro gpu=H100", name="/plan")
+    assert "Plan *repro* started" in reply["text"] and reply["response_type"] == "ephemeral"
+    assert bot.store.plan("repro")["facts"]["gpu"] == "H100"
+    shown = command(bot, "repro show", name="/plan")
+    assert shown["response_type"] == "in_channel" and "No blocks yet" in shown["text"]
+    bad = command(bot, "repro block baseline runs=5 trial=T7", name="/plan")
+    assert "There is no trial T7" in bad["text"] and bot.store.blocks("repro") == []

@@ -129,7 +129,8 @@ def _block(queue, cmd, user, channel, today):
 def _show(queue, cmd, user, channel, today):
     plan = _plan(queue, cmd.plan)
     ests = estimates(queue, plan)
-    return planview.show(plan, ests, queue.store.prices(), today)
+    return planview.show(plan, ests, queue.store.prices(), today,
+                         queue.store.plan_jobs(plan["name"]))
 
 
 def _export(queue, cmd, user, channel, today):

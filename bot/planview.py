@@ -159,7 +159,24 @@ def _table(rows: list[list]) -> str:
                      for r in rows)
 
 
-def show(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> dict:
+def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
+    """Trials tagged with the plan (its actuals), each checked against the lock."""
+    out = []
+    for j in jobs:
+        line = f"• {j['trial']} ({j['block']}): {j['status']}"
+        lock = (plan.get("locked") or {}).get(j["block"])
+        if lock and j.get("report"):
+            diff = planner.differences(lock["config"], planner.config(j["report"]))
+            if planner.code_version(j["report"]) != lock["code"]:
+                diff.append(f"code {lock['code']} → {planner.code_version(j['report'])}")
+            if diff:
+                line += " — NOT COMPARABLE with the locked plan: " + "; ".join(diff)
+        out.append(line)
+    return out
+
+
+def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
+         tagged: list[dict] | None = None) -> dict:
     _, cost_line = cost_view(plan, price_list, today)
     f = plan["facts"]
     head = (f"*Plan {plan['name']}*" + (f" (locked {plan['locked']['at']})" if plan["locked"]
@@ -178,6 +195,8 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> dict
     warn = [f"• {e['kind']}: {w}" for b, e, ts in ests
             for w in block_warnings(plan, e, [t["report"] for t in ts])]
     left = open_items(plan)
+    actual = tagged_lines(plan, tagged or [])
+    text += ("\n*Actual trials*:\n" + "\n".join(actual) if actual else "")
     text += ("\n*Open checklist items*: " + (", ".join(left) if left else "none")
              + ("\n*Open variables*:\n" + "\n".join(notes) if notes else "")
              + ("\n*Warnings*:\n" + "\n".join(warn) if warn else ""))

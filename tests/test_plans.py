@@ -108,6 +108,9 @@ def test_lock_fixes_inputs_and_marks_a_different_config_not_comparable(queue):
     assert "is fixed while plan repro is locked" in say(queue, "repro set inputs=4x512")
     out = say(queue, f"repro block baseline runs=10 trial={t2}")
     assert "NOT COMPARABLE with the locked plan: batch 4 → 8" in out
+    finish(queue, report(batch=8), tags=("repro", "baseline"))
+    assert "(baseline): done — NOT COMPARABLE with the locked plan: batch 4 → 8" in say(
+        queue, "repro show")
     assert "unlocked" in say(queue, "repro unlock")
     assert "set inputs=4x512" in say(queue, "repro set inputs=4x512")
 

@@ -18,6 +18,25 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date) 
         return planview.error(str(exc))
 
 
+def take_tags(queue: JobQueue, words: list[str]) -> tuple[list[str], dict | None]:
+    """`plan=NAME block=KIND` on `/trial`: taken out of the words (they are not
+    workload parameters) and checked, so a trial is never tagged to nothing."""
+    tags = {w.partition("=")[0]: w.partition("=")[2] for w in words
+            if w.startswith(("plan=", "block="))}
+    rest = [w for w in words if not w.startswith(("plan=", "block="))]
+    if not tags:
+        return rest, None
+    if set(tags) != {"plan", "block"}:
+        raise PlanError("tag a trial with both plan=NAME and block=KIND, e.g. "
+                        "`plan=adkv block=baseline`")
+    plan = _plan(queue, plancmd.plan_name(tags["plan"]))
+    if tags["block"] not in {b["kind"] for b in queue.store.blocks(plan["name"])}:
+        raise PlanError(f"`block={tags['block']}`: plan {plan['name']} has no such block; its "
+                        "blocks: " + (", ".join(b["kind"] for b in queue.store.blocks(
+                            plan["name"])) or "none yet"))
+    return rest, tags
+
+
 def _plan(queue: JobQueue, name: str) -> dict:
     plan = queue.store.plan(name)
     if plan is None:

@@ -91,16 +91,19 @@ class Store:
         return self.add_jobs([spec], [words], user, channel)[0]
 
     def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
-                 sweep: bool = False) -> list[dict]:
+                 sweep: bool = False, tags: dict | None = None) -> list[dict]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
-        the first one's id as their sweep id."""
+        the first one's id as their sweep id; `tags` ({plan, block}) make them a
+        plan's actuals."""
         ids = []
+        tags = tags or {}
         with self.db.conn:
             for spec, w in zip(specs, words):
                 cur = self.db.execute(
-                    "insert into jobs (workload, spec, words, user, channel, status, created) "
-                    "values (?, ?, ?, ?, ?, 'queued', ?)",
-                    [spec["workload"], json.dumps(spec), w, user, channel, time.time()])
+                    "insert into jobs (workload, spec, words, user, channel, status, created, "
+                    "plan, block) values (?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
+                    [spec["workload"], json.dumps(spec), w, user, channel, time.time(),
+                     tags.get("plan"), tags.get("block")])
                 ids.append(cur.lastrowid)
             if sweep:
                 self.db.execute(f"update jobs set sweep = ? where id in "

@@ -151,3 +151,18 @@ def test_advise_names_the_rule_and_its_facts(queue):
     say(queue, "new other")
     assert "cannot be decided" in say(queue, "other advise") and "set gpu=" in say(
         queue, "other advise")
+
+
+def test_trial_tags_are_taken_out_and_checked(queue):
+    t = finish(queue, report())
+    say(queue, "new repro")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    words, tags = plans.take_tags(queue, ["llm-infer", "batch=2", "plan=repro",
+                                          "block=baseline"])
+    assert words == ["llm-infer", "batch=2"] and tags == {"plan": "repro", "block": "baseline"}
+    assert plans.take_tags(queue, ["llm-infer"]) == (["llm-infer"], None)
+    for bad, says in ((["plan=repro"], "both plan=NAME and block=KIND"),
+                      (["plan=nope", "block=baseline"], "no plan `nope`"),
+                      (["plan=repro", "block=verify"], "has no such block")):
+        with pytest.raises(plans.PlanError, match=says):
+            plans.take_tags(queue, ["llm-infer", *bad])

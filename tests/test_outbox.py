@@ -108,3 +108,14 @@ def test_memory_chart_is_uploaded_into_the_thread_with_files_upload_v2(fake_slac
     assert done["channel_id"] == "C1" and done["thread_ts"] == started["_ts"]
     png = next(iter(fake_slack.uploads.values()))
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_a_plan_export_is_uploaded_with_its_stored_text(fake_slack, tmp_path):
+    store = Store(str(tmp_path / "o.db"))
+    store.add_messages([{"channel": "C1", "kind": "export", "file": "repro-plan.csv",
+                         "content": "plan,block\nrepro,baseline\n", "text": "Plan repro (CSV)"}])
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    assert box.flush() == 1
+    done = fake_slack.calls_of("files.completeUploadExternal")[0]
+    assert done["channel_id"] == "C1"
+    assert next(iter(fake_slack.uploads.values())) == b"plan,block\nrepro,baseline\n"

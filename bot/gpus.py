@@ -1,0 +1,129 @@
+"""GPU memory sizes, for "the largest batch that fits" a named GPU.
+
+Facts only: each entry is the memory size printed on the vendor's public
+datasheet or spec page (named in `source`). Never prices — a built-in price
+list goes stale (DESIGN.md §3).
+
+Units. Datasheets print "80GB". This table keeps that figure as printed
+(`datasheet_gb`) and reads it as decimal gigabytes: `bytes = datasheet_gb ×
+10^9` (80 GB = 80×10^9 B = 74.5 GiB). That is a reading, not a measurement:
+GPU memory is built from binary-sized chips, part of it is reserved (ECC,
+driver, firmware), and the total a given card reports (`nvidia-smi`
+memory.total, torch's `total_memory`, a trial report's `env.gpu_memory`) is
+the exact figure for that card. For the common parts listed here the decimal
+reading is the smaller of the two, so answers err toward fitting less. Give an
+exact size instead of a name (`gpu=79.6GiB`, `gpu=81559MiB`) to use the card's
+own figure.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GB = 10**9
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    datasheet_gb: float | None  # the size as the datasheet prints it, in "GB"
+    bytes: int                  # what the answers use (see the module docstring)
+    memory: str                 # memory technology, as the datasheet says
+    source: str                 # the public document the size comes from
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.datasheet_gb is None:  # a size the user gave
+            return f"{self.name}: {self.bytes / GIB:.2f} GiB ({self.bytes} bytes, as given)"
+        return (f"{self.name}: {self.datasheet_gb:g} GB {self.memory} per the {self.source}, "
+                f"read as {self.datasheet_gb:g}×10^9 B = {self.bytes / GIB:.1f} GiB")
+
+
+def _gpu(name, gb, memory, source, note=""):
+    return Gpu(name, gb, int(round(gb * GB)), memory, source, note)
+
+
+_H100_SHEET = "NVIDIA H100 Tensor Core GPU datasheet"
+_A100_SHEET = "NVIDIA A100 Tensor Core GPU datasheet"
+_V100_SHEET = "NVIDIA Tesla V100 GPU datasheet"
+
+# key: canonical name; aliases are normalised (lower case, letters and digits only).
+TABLE: dict[str, Gpu] = {g.name: g for g in (
+    _gpu("H100-80GB", 80, "HBM3 (SXM5) / HBM2e (PCIe)", _H100_SHEET,
+         "H100 SXM5 and H100 PCIe both list 80GB"),
+    _gpu("H100-NVL", 94, "HBM3", _H100_SHEET, "per GPU of the NVL pair"),
+    _gpu("H200", 141, "HBM3e", "NVIDIA H200 Tensor Core GPU datasheet",
+         "H200 SXM and H200 NVL both list 141GB"),
+    _gpu("A100-40GB", 40, "HBM2", _A100_SHEET),
+    _gpu("A100-80GB", 80, "HBM2e", _A100_SHEET),
+    _gpu("L40S", 48, "GDDR6 with ECC", "NVIDIA L40S GPU datasheet"),
+    _gpu("L4", 24, "GDDR6", "NVIDIA L4 Tensor Core GPU datasheet"),
+    _gpu("A10", 24, "GDDR6", "NVIDIA A10 Tensor Core GPU datasheet"),
+    _gpu("A10G", 24, "GDDR6", "AWS Amazon EC2 G5 instances page (24 GB per A10G GPU)"),
+    _gpu("RTX-4090", 24, "GDDR6X", "NVIDIA GeForce RTX 4090 specifications page"),
+    _gpu("V100-16GB", 16, "HBM2", _V100_SHEET),
+    _gpu("V100-32GB", 32, "HBM2", _V100_SHEET),
+    _gpu("T4", 16, "GDDR6", "NVIDIA T4 Tensor Core GPU datasheet"),
+    _gpu("B200", 180, "HBM3e", "NVIDIA DGX B200 datasheet (1,440 GB total GPU memory for 8 GPUs)",
+         "per GPU in DGX/HGX B200; some announcements said 192GB — measure your card"),
+)}
+
+_ALIASES = {
+    "H100-80GB": ("h100", "h10080", "h10080gb", "h100sxm", "h100sxm5", "h100pcie",
+                  "h100sxm80gb", "h100pcie80gb"),
+    "H100-NVL": ("h100nvl", "h10094", "h10094gb", "h100nvl94gb"),
+    "H200": ("h200", "h200141gb", "h200sxm", "h200nvl", "h200141"),
+    "A100-40GB": ("a10040", "a10040gb", "a100sxm40gb", "a100pcie40gb"),
+    "A100-80GB": ("a10080", "a10080gb", "a100sxm80gb", "a100pcie80gb"),
+    "L40S": ("l40s", "l40s48gb"),
+    "L4": ("l4", "l424gb"),
+    "A10": ("a10", "a1024gb"),
+    "A10G": ("a10g", "a10g24gb"),
+    "RTX-4090": ("rtx4090", "4090", "rtx409024gb"),
+    "V100-16GB": ("v10016", "v10016gb", "v100sxm216gb", "v100pcie16gb"),
+    "V100-32GB": ("v10032", "v10032gb", "v100sxm232gb", "v100pcie32gb"),
+    "T4": ("t4", "t416gb"),
+    "B200": ("b200", "b200180gb"),
+}
+# Names that mean more than one part with different memory: refused, naming the choices.
+_AMBIGUOUS = {"a100": ("A100-40GB", "A100-80GB"), "v100": ("V100-16GB", "V100-32GB")}
+
+_INDEX = {alias: name for name, aliases in _ALIASES.items() for alias in aliases}
+_UNITS = {"gb": GB, "gib": GIB, "mb": 10**6, "mib": 2**20, "tb": 10**12, "tib": 2**40}
+
+
+def _norm(name: str) -> str:
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    for prefix in ("nvidia", "tesla", "geforce"):
+        if key.startswith(prefix) and len(key) > len(prefix):
+            key = key[len(prefix):]
+    return key
+
+
+def known_names() -> list[str]:
+    return list(TABLE)
+
+
+def lookup(name: str) -> Gpu:
+    """A GPU by name (case-insensitive; "H100", "h100-sxm", "A100 80GB", "nvidia l4"),
+    or an exact size ("80GiB", "81559MiB", "24GB"). Raises ValueError with a
+    message that lists the known names."""
+    text = (name or "").strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(gb|gib|mb|mib|tb|tib)", text.lower())
+    if m:
+        size = int(float(m.group(1)) * _UNITS[m.group(2)])
+        if not 2**20 <= size <= 100 * 2**40:
+            raise ValueError(f"`{text}`: a GPU memory size must be from 1 MiB to 100 TiB")
+        return Gpu(f"{text} GPU", None, size, "", "given by the user")
+    key = _norm(text)
+    if key in _INDEX:
+        return TABLE[_INDEX[key]]
+    if key in _AMBIGUOUS:
+        choices = _AMBIGUOUS[key]
+        sizes = ", ".join(f"{c} ({TABLE[c].datasheet_gb:g} GB)" for c in choices)
+        raise ValueError(f"`{text}` is ambiguous: it comes with different memory sizes — "
+                         f"say which: {sizes}")
+    raise ValueError(f"`{text}` is not a GPU I know; known: {', '.join(TABLE)}; or give a "
+                     "size such as `80GiB` or `81559MiB` (what nvidia-smi shows as "
+                     "memory.total)")

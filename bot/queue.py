@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import chart, render
+from bot import chart, render, scaling
 from bot.store import Store
 from worker import report as reports
 from worker.spec import Workload
@@ -41,12 +41,40 @@ class JobQueue:
         self.heartbeat_seconds = min(10.0, lease_seconds / 4)
         self.on_message = on_message  # wakes the outbox sender
         self.changed = threading.Condition()
+        # Serialises "is this the sweep's last job?" with ending the job, so two
+        # workers ending a sweep's last two jobs at once post its fit exactly once.
+        self.sweep_lock = threading.Lock()
 
     def submit(self, spec, words: str, user: str, channel: str) -> dict:
         job = self.store.add_job(spec.to_dict(), words, user, channel)
         with self.changed:
             self.changed.notify_all()
         return job
+
+    def submit_sweep(self, specs: list, words: list[str], user: str, channel: str) -> list[dict]:
+        """Queue a sweep's trials in one transaction; they share the first one's id."""
+        jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
+                                   sweep=True)
+        with self.changed:
+            self.changed.notify_all()
+        return jobs
+
+    def sweep_message(self, job: dict, report: dict) -> dict | None:
+        """The sweep's fit message when `job` (ending now with `report`) is the last
+        of its sweep to end, else None. Never raises: a failing fit becomes a
+        message that says so, and the trial's own report is kept either way."""
+        if not job.get("sweep"):
+            return None
+        jobs = self.store.sweep_jobs(job["sweep"])
+        if any(j["status"] not in ("done", "failed") for j in jobs if j["id"] != job["id"]):
+            return None
+        jobs = [dict(j, report=report, status="done" if report["status"] == "ok" else "failed")
+                if j["id"] == job["id"] else j for j in jobs]
+        try:
+            fit = scaling.fit_sweep([j["report"] for j in jobs])
+            return render.sweep_fit(job["sweep"], jobs, fit)
+        except Exception as exc:  # noqa: BLE001 - the report matters more than the fit
+            return render.sweep_fit_failed(job["sweep"], jobs, exc)
 
     def online_workers(self) -> list[str]:
         return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)]
@@ -104,8 +132,13 @@ class JobQueue:
                                   "died, were killed, or lost the network mid-trial; not retried",
                                   None)
             report["trial"], report["worker"] = job["trial"], job["worker"]
-            if self.store.fail_expired(job, report, render.report(job, report)):
-                self.on_message()
+            with self.sweep_lock:
+                fit = self.sweep_message(job, report)
+                if not self.store.fail_expired(job, report, render.report(job, report)):
+                    continue
+                if fit:  # fail_expired takes one message: the fit follows it
+                    self.store.add_messages([fit])
+            self.on_message()
 
     def heartbeat(self, job_id: int, worker: str, lease: str) -> None:
         if not self.store.extend_lease(job_id, worker, lease, self.lease_seconds):
@@ -119,8 +152,11 @@ class JobQueue:
         messages = [render.report(job, report)]
         if chart.has_timeline(report):
             messages.append(render.chart(job, report))
-        if not self.store.finish_job(job_id, worker, lease, report, messages):
-            raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
+        with self.sweep_lock:
+            fit = self.sweep_message(job, report)
+            if not self.store.finish_job(job_id, worker, lease, report,
+                                         messages + ([fit] if fit else [])):
+                raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         self.on_message()
         with self.changed:
             self.changed.notify_all()

@@ -2,7 +2,7 @@
 Parse → act on the queue/store → a reply payload. Bad input creates nothing."""
 from __future__ import annotations
 
-from bot import commands, render
+from bot import commands, render, scaling
 from bot.queue import JobQueue
 from worker import spec as specs
 
@@ -23,12 +23,41 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
             return render.reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
                                 "recent ones."), None
         return render.status(job, queue.store.attempts(job["id"])), None
-    if cmd.spec.recipe and not queue.known_for(cmd.spec.to_dict()):
-        return render.reply(f":x: No worker can run recipe `{cmd.spec.recipe}`: it needs CUDA "
+    if cmd.name == "fit":
+        return fit(queue, cmd), None
+    first = cmd.specs[0] if cmd.name == "sweep" else cmd.spec
+    if first.recipe and not queue.known_for(first.to_dict()):
+        return render.reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
                             "and every worker with it in its recipe file has no NVIDIA GPU. "
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
+    if cmd.name == "sweep":
+        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel)
+        # The last job stands for the sweep: its end posts the fit (one worker runs
+        # them in order; with several, whichever ends last posts it).
+        return render.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
     job = queue.submit(cmd.spec, " ".join(text.split()), user, channel)
     return render.queued(job, queue.online_for(job["spec"])), job
+
+
+def fit(queue: JobQueue, cmd: commands.Command) -> dict:
+    """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep."""
+    jobs = queue.store.sweep_jobs(cmd.sweep_id)
+    if not jobs:
+        return render.sweep_not_found(cmd.sweep_id)
+    if any(j["status"] not in ("done", "failed") for j in jobs):
+        return render.sweep_unfinished(cmd.sweep_id, jobs)
+    result = scaling.fit_sweep([j["report"] for j in jobs])
+    if not result.get("error"):
+        known = {result["variables"]["batch"], *result["variables"]["length"],
+                 *result["defaults"]}
+        for key, value in cmd.params.items():
+            if key not in known:
+                axes = [k for k in (result["variables"]["batch"], *result["variables"]["length"])
+                        if k] or ["batch"]
+                return render.reply(f":x: `{key}={value}`: sweep S{cmd.sweep_id} has no "
+                                    f"parameter `{key}`; ask with {', '.join(axes)} (e.g. "
+                                    f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
+    return render.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
 
 
 def handle_plan(text: str) -> dict:

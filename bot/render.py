@@ -366,7 +366,7 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     if model["target"] == "host_rss_peak":
         lines.append("_Host RSS also counts memory the C allocator kept after frees (glibc keeps "
                      "freed blocks under its mmap threshold, at most 32 MiB each), so growth "
-                     "measured at small batches can overstate large ones by ~10%._")
+                     "measured at small batches can overstate large ones by 10–20%._")
     return "\n".join(lines)
 
 

@@ -145,7 +145,7 @@ def sweep_queued(jobs: list[dict], workers: list[str]) -> dict:
 def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
     """The message posted to the channel when a sweep's last trial ended."""
     parts = _sweep_parts(sweep, jobs, fit)
-    return {"channel": jobs[0]["channel"], "kind": "sweep", "text": "\n".join(parts),
+    return {"channel": jobs[0]["channel"], "kind": "sweep", "text": _plain(parts),
             "blocks": _sweep_blocks(parts)}
 
 
@@ -180,7 +180,7 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
         return reply(f":x: {head}\nIt cannot be fitted: {fit['error']}.")
     if not params and gpu is None:
         parts = _sweep_parts(sweep, jobs, fit)
-        return {"response_type": "ephemeral", "text": "\n".join(parts),
+        return {"response_type": "ephemeral", "text": _plain(parts),
                 "blocks": _sweep_blocks(parts)}
     lines = [head]
     vars_ = fit["variables"]
@@ -199,6 +199,11 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
                          "answer._")
     return {"response_type": "ephemeral", "text": "\n".join(lines),
             "blocks": _sweep_blocks(lines)}
+
+
+def _plain(parts: list[str]) -> str:
+    """The message's text: every paragraph, context lines without their marker."""
+    return "\n".join(p[1:] if p.startswith("~") else p for p in parts)
 
 
 def _sweep_blocks(parts: list[str]) -> list[dict]:

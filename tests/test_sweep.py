@@ -104,7 +104,8 @@ def test_the_fit_is_posted_once_when_the_last_trial_ends(queue):
     assert "held out T3" in msg["text"] and "error +0.0%" in msg["text"]
     assert "No GPU answer" in msg["text"] and "device=cuda" in msg["text"]
     assert "256 B per token" not in msg["text"] and "KV cache 2·layers" in msg["text"]
-    assert len(msg["blocks"]) >= 5
+    assert 5 <= len(msg["blocks"]) <= 50 and "\n~" not in msg["text"]
+    assert msg["blocks"][-1]["type"] == "context" and "least squares" in msg["text"]
     answer = trials.handle(queue, "fit S1 batch=16 gpu=H100", "U1", "C1")[0]
     assert answer["response_type"] == "ephemeral"
     assert "Predicted at batch=16 prompt=64 gen=4" in answer["text"]

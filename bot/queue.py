@@ -45,16 +45,17 @@ class JobQueue:
         # workers ending a sweep's last two jobs at once post its fit exactly once.
         self.sweep_lock = threading.Lock()
 
-    def submit(self, spec, words: str, user: str, channel: str) -> dict:
-        job = self.store.add_job(spec.to_dict(), words, user, channel)
+    def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None) -> dict:
+        job = self.store.add_jobs([spec.to_dict()], [words], user, channel, tags=tags)[0]
         with self.changed:
             self.changed.notify_all()
         return job
 
-    def submit_sweep(self, specs: list, words: list[str], user: str, channel: str) -> list[dict]:
+    def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
+                     tags: dict | None = None) -> list[dict]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
         jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
-                                   sweep=True)
+                                   sweep=True, tags=tags)
         with self.changed:
             self.changed.notify_all()
         return jobs

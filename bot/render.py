@@ -51,8 +51,11 @@ def queued(job: dict, workers: list[str]) -> dict:
                  "`trialbot-worker --server URL --token TOKEN`"
                  + (" `--recipes FILE` (with an NVIDIA GPU if the recipe needs CUDA)"
                     if job["spec"].get("recipe") else ""))
+    actual = (f"\nIt counts as an actual of plan *{job['plan']}*, {job['block']} block "
+              f"(`/plan {job['plan']} review`)." if job.get("plan") else "")
     return reply(f"Queued as *{job['trial']}* on {where}: `{job['words']}`\n"
-                 f"The report will be posted in this channel. `/trial status {job['trial']}`")
+                 f"The report will be posted in this channel. `/trial status {job['trial']}`"
+                 + actual)
 
 
 def status(job: dict, attempts: list[dict] | None = None) -> dict:

@@ -2,7 +2,9 @@
 Parse → act on the queue/store → a reply payload. Bad input creates nothing."""
 from __future__ import annotations
 
-from bot import commands, render, scaling
+import shlex
+
+from bot import commands, plans, render, scaling
 from bot.queue import JobQueue
 from worker import spec as specs
 
@@ -10,9 +12,16 @@ from worker import spec as specs
 def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, dict | None]:
     """Returns (ephemeral reply, the queued job or None)."""
     try:
-        cmd = commands.parse_trial(text, queue.recipes())
+        # `plan=NAME block=KIND` make the trial a plan's actual; they are not parameters.
+        words, tags = plans.take_tags(queue, commands.split(text))
+        cmd = commands.parse_trial(shlex.join(words), queue.recipes())
     except specs.SpecError as exc:
         return render.error(exc), None
+    except plans.PlanError as exc:
+        return render.reply(f":x: {exc.message}\nNothing was queued."), None
+    if tags and cmd.name not in ("run", "sweep"):
+        return render.reply(":x: plan= and block= tag a trial that runs; "
+                            f"`/trial {cmd.name}` takes none. Nothing was queued."), None
     if cmd.name == "help":
         return render.reply(render.help_text(queue.recipes())), None
     if cmd.name == "list":
@@ -31,11 +40,11 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
                             "and every worker with it in its recipe file has no NVIDIA GPU. "
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
     if cmd.name == "sweep":
-        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel)
+        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
         return render.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
-    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel)
+    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags)
     return render.queued(job, queue.online_for(job["spec"])), job
 
 
@@ -59,8 +68,3 @@ def fit(queue: JobQueue, cmd: commands.Command) -> dict:
                                     f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
     return render.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
 
-
-def handle_plan(text: str) -> dict:
-    return render.reply("`/plan` (per-block GPU-hour estimates from measured trials) is not "
-                        "available in this version yet; nothing was created. Measure first "
-                        "with `/trial help`.")

@@ -54,3 +54,20 @@ def test_unusable_database_is_one_clear_line(tmp_path):
                           text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2
     assert "cannot use the database" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_plan_from_a_real_trial_to_its_review(tmp_path):
+    small = "llm-infer gen=2 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256 stability=0"
+    done = run_console(tmp_path, [
+        f"/trial {small} repeats=4", "/plan new repro gpu=cpu",
+        "/plan repro block baseline runs=8 trial=T1",
+        f"/trial {small} repeats=8 plan=repro block=baseline",
+        f"/trial {small} plan=repro block=verify",
+        "/plan repro review", "/plan repro show"])
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "baseline block added" in out and "8 runs × " in out
+    assert "actual of plan *repro*, baseline block" in out
+    assert "plan repro has no such block" in out and "Queued as *T3*" not in out
+    assert "*baseline*: estimated" in out and "from T2" in out and "8 runs done, 8 planned" in out
+    assert "T2 (baseline): done" in out

@@ -98,7 +98,10 @@ def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
                         "at least 2")
     fit = scaling.fit_sweep([j["report"] for j in ok])
     params = {**ok[0]["report"]["params"], **block["predict"]}
-    seconds, se, dof = scaling.predict_seconds(fit, params)
+    try:
+        seconds, se, dof = scaling.predict_seconds(fit, params)
+    except ValueError as exc:
+        raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
     shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
     source = (f"per request, predicted for {shown} by the time fit of sweep S{block['sweep']} "
               f"({len(ok)} trials; a model estimate, not measured at this config)")

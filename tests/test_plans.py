@@ -166,3 +166,21 @@ def test_trial_tags_are_taken_out_and_checked(queue):
                       (["plan=repro", "block=verify"], "has no such block")):
         with pytest.raises(plans.PlanError, match=says):
             plans.take_tags(queue, ["llm-infer", *bad])
+
+
+def test_a_scale_block_rests_on_a_sweeps_time_fit(queue):
+    specs = [parse(["llm-infer", f"batch={b}"]) for b in (1, 2, 4)]
+    jobs = queue.submit_sweep(specs, ["llm-infer"] * 3, "U1", "C1")
+    for job, b in zip(jobs, (1, 2, 4)):
+        leased = queue.store.lease_next("w1", 60)
+        r = report(mean=0.1 + 0.05 * b, sd=0.001, batch=b, prompt=64, gen=16)
+        r["params"] = {**specs[0].params, **r["params"]}
+        queue.finish(job["id"], "w1", leased["lease"], r)
+    say(queue, "new repro gpu=H100")
+    out = say(queue, f"repro block scale runs=10 sweep=S{jobs[0]['id']} batch=16")
+    assert "scale block added" in out and "predicted for batch=16 by the time fit" in out
+    assert "not measured at this config" in out
+    est = plans.estimates(queue, queue.store.plan("repro"))[0][1]
+    assert est["per_run"] == pytest.approx(0.1 + 0.05 * 16, rel=1e-3)
+    assert "cannot predict" in say(queue, f"repro block verify runs=10 sweep=S{jobs[0]['id']} "
+                                          "prompt=4096")

@@ -41,7 +41,7 @@ def trial(words: list[str]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=40, help="runs (requests) in the reference")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--short", type=int, default=5, help="repeats of the short trial")
     args = ap.parse_args()
     print(f"config: {' '.join(CONFIG)}; short trial repeats={args.short}; "
@@ -66,9 +66,11 @@ def main() -> int:
               f"{ref['latency']['mean']:.4f} s vs short {short['latency']['mean']:.4f} s); "
               f"error {err:+.1%}; {'inside' if lo <= measured <= hi else 'OUTSIDE'} the interval")
     worst = max(errors, key=abs)
-    ok = all(abs(e) <= 0.10 for e in errors) and inside == args.rounds
+    # A 90% interval should miss about one round in ten; more misses mean it is too narrow.
+    ok = all(abs(e) <= 0.10 for e in errors) and inside >= 0.9 * args.rounds
     print(f"RESULT: worst error {worst:+.1%} (target ±10%), interval contained the measured "
-          f"total in {inside}/{args.rounds} rounds -> {'PASS' if ok else 'FAIL'}")
+          f"total in {inside}/{args.rounds} rounds (a 90% interval: expect about 9 in 10) -> "
+          f"{'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 

@@ -101,10 +101,6 @@ def _norm(name: str) -> str:
     return key
 
 
-def known_names() -> list[str]:
-    return list(TABLE)
-
-
 def lookup(name: str) -> Gpu:
     """A GPU by name (case-insensitive; "H100", "h100-sxm", "A100 80GB", "nvidia l4"),
     or an exact size ("80GiB", "81559MiB", "24GB"). Raises ValueError with a

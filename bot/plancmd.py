@@ -54,9 +54,6 @@ CHOICES = {"rental": ("single", "per-block"), "idle": ("measured", "none"),
 
 RESERVED = {"new", "list", "help", "price", "prices", "digest"}
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
-PRICE_KINDS = {"rent": "rental rate per GPU-hour", "buy": "purchase price per GPU",
-               "resale": "resale value per GPU at the end",
-               "power": "power draw per GPU in kW", "electricity": "electricity rate per kWh"}
 
 
 class PlanError(ValueError):

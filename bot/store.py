@@ -385,11 +385,6 @@ class Store:
         return [dict(a, parts=json.loads(a["parts"] or "{}"))
                 for a in self.db["actuals"].rows_where("plan = ?", [plan], order_by="id")]
 
-    def tag_job(self, job_id: int, plan: str, block: str) -> None:
-        with self.db.conn:
-            self.db.execute("update jobs set plan = ?, block = ? where id = ?",
-                            [plan, block, job_id])
-
     def plan_jobs(self, plan: str) -> list[dict]:
         """Jobs tagged with the plan: the experiment's actual runs."""
         return [_job(r) for r in self.db["jobs"].rows_where(

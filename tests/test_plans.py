@@ -20,9 +20,8 @@ def queue(tmp_path):
 
 def finish(queue, r, tags=None):
     """Queue a trial, lease it and report `r` as a worker would."""
-    job = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
-    if tags:
-        queue.store.tag_job(job["id"], *tags)
+    job = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
+                       dict(zip(("plan", "block"), tags)) if tags else None)
     leased = queue.store.lease_next("w1", 60)
     queue.finish(job["id"], "w1", leased["lease"], dict(r))
     return f"T{job['id']}"

@@ -253,7 +253,11 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     return {"kind": block["kind"], "runs": block["runs"], "configs": block["configs"],
             "gpus": gpus, "components": components,
             "half": half * gpus if half is not None else None,
-            "interval_note": (f"{LEVEL:.0%} prediction interval of the runs" if half is not None
+            "interval_note": (f"{LEVEL:.0%} prediction interval of the runs" + (
+                "" if predicted or len(trials) > 1 else
+                f" from {trials[0]['trial']}'s consecutive repeats: slowdowns that come and go "
+                "over minutes are not in it; trials at other times (trial=T12,T13) widen it")
+                if half is not None
                               else f"no interval: {why_no_interval}"),
             "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
             "config": config(first), "code": code_version(first), "note": block.get("note"),

@@ -39,12 +39,12 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
 
 def advise(fx: dict, today: dt.date) -> dict:
     answer = None
-    also, asked = [], []
+    also = []
     for n, check in ((1, _rule1), (2, _rule2), (3, _rule3), (4, _rule4), (5, _rule5)):
         result = check(fx, today)
         if result.get("missing") and answer is None:
             return {"rule": None, "undecided": n, "title": RULES[n], "missing": result["missing"],
-                    "facts": result.get("facts", []), "also": [], "asked": asked}
+                    "facts": result.get("facts", []), "also": []}
         if result.get("fires"):
             entry = {"rule": n, "title": RULES[n], **result}
             if answer is None:
@@ -102,7 +102,10 @@ def _rule2(fx, today):
 
 
 def _rule3(fx, today):
-    if fx["pattern"] != "steady" or not fx["fixed"]:
+    # A buy decision is long-term: not while rule 4 or 5 stands in its way.
+    blocked = (not fx["peak_on_target"]
+               or (fx["needs_cuda"] == "yes" and fx["platform"] not in (None, "cuda")))
+    if fx["pattern"] != "steady" or not fx["fixed"] or blocked:
         return {"fires": False}
     missing = []
     if not fx["period"]:
@@ -117,12 +120,22 @@ def _rule3(fx, today):
         if p[kind] is None:
             missing.append(f"a confirmed {kind} figure: `{how} source=... date=YYYY-MM-DD` "
                            "(the numbers here only show the form)")
+    money = [p[k] for k in ("rent", "buy", "resale", "electricity") if p.get(k)]
+    if len({m["currency"] for m in money}) > 1:
+        missing.append("the prices in one currency: rent, buy, resale and electricity were "
+                       "given in " + ", ".join(sorted({m["currency"] or "(none)" for m in money}))
+                       + "; record them again in one")
+    if p["buy"] and p["resale"] and p["resale"]["value"] >= p["buy"]["value"]:
+        missing.append(f"a resale value below the purchase price (resale {p['resale']['value']:g} "
+                       f"≥ buy {p['buy']['value']:g}); check the figures")
     if missing:
         return {"missing": missing, "facts": ["pattern steady", "plan locked"]}
     be = prices.breakeven(p["buy"], p["resale"], p["rent"], p["power"], p["electricity"],
                           fx["utilization"])
     used = [prices.cited(p[k], today) for k in ("rent", "buy", "resale", "power", "electricity")
             if p[k]]
+    if not p["resale"]:
+        used.append("no confirmed resale value: taken as 0")
     if be["hours"] is None:
         verdict = f"Rent: {be['why']}."
     else:

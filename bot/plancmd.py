@@ -173,7 +173,9 @@ def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> flo
         value = float(raw)
     except ValueError:
         raise PlanError(f"`{what}={raw}`: {what} must be a number") from None
-    if not math.isfinite(value) or value < low or (positive and value <= 0):
+    if not math.isfinite(value):
+        raise PlanError(f"`{what}={raw}`: {what} must be a finite number")
+    if value < low or (positive and value <= 0):
         raise PlanError(f"`{what}={raw}`: {what} must be "
                         + ("greater than 0" if positive else f"at least {low:g}"))
     return value
@@ -322,7 +324,7 @@ def parse_price(words: list[str], today: dt.date) -> dict:
             value = number(m.group(1), "power", positive=True)
             value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
         else:
-            currency, raw = (raw[0], raw[1:]) if raw[:1] in "$€£" else ("", raw)
+            currency, raw = (raw[0], raw[1:]) if raw.startswith(("$", "€", "£")) else ("", raw)
             value = number(raw, kind, positive=(kind == "buy"))
             unit = "per GPU"
     else:
@@ -333,17 +335,18 @@ def parse_price(words: list[str], today: dt.date) -> dict:
         value = number(m.group(2), "rate", positive=True)
     if "source" not in pairs:
         raise PlanError(f"A price needs source=: the URL or quote it comes from, so others "
-                        f"can check it. Nothing was stored. {usage}")
+                        f"can check it. {usage}")
     if "date" not in pairs:
-        raise PlanError(f"A price needs date=YYYY-MM-DD: when it was confirmed. Nothing was "
-                        f"stored. {usage}")
+        raise PlanError(f"A price needs date=YYYY-MM-DD: when it was confirmed. {usage}")
     try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", pairs["date"]):
+            raise ValueError(pairs["date"])
         date = dt.date.fromisoformat(pairs["date"])
     except ValueError:
         raise PlanError(f"`date={pairs['date']}`: write the date as YYYY-MM-DD") from None
     if date > today:
         raise PlanError(f"`date={pairs['date']}` is in the future (today is {today}); give the "
                         "date the price was confirmed")
-    return {"item": "electricity" if kind == "electricity" else item, "kind": kind,
+    return {"item": "electricity" if kind == "electricity" else item.upper(), "kind": kind,
             "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
             "date": date.isoformat()}

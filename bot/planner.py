@@ -12,9 +12,10 @@ came from.
 from __future__ import annotations
 
 import math
+import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from scipy import stats
+from bot.scaling import t_quantile
 
 PREP_PHASES = ("setup", "weights", "warmup")
 # Parameters that change how a trial measures, not what it runs.
@@ -100,8 +101,18 @@ def matches_gpu(report: dict, target: str | None) -> bool | None:
     e = report.get("env") or {}
     if target.lower() in ("cpu", "none"):
         return not e.get("gpu_count")
-    name = (e.get("gpu_name") or "").lower().replace(" ", "")
-    return bool(e.get("gpu_count")) and target.lower().replace(" ", "") in name
+    # Whole words: A10 is not an A100, L4 is not an L40S.
+    have = set(re.findall(r"[a-z0-9]+", (e.get("gpu_name") or "").lower()))
+    want = re.findall(r"[a-z0-9]+", target.lower())
+    return bool(e.get("gpu_count")) and bool(want) and all(w in have for w in want)
+
+
+def lock_differences(lock: dict, report_config: dict, code: str) -> list[str]:
+    """How a trial differs from what the plan's lock fixed; empty when comparable."""
+    diff = differences(lock["config"], report_config)
+    if code != lock["code"]:
+        diff.append(f"code {lock['code']} → {code}")
+    return diff
 
 
 def differences(a: dict, b: dict) -> list[str]:
@@ -109,9 +120,16 @@ def differences(a: dict, b: dict) -> list[str]:
     return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
 
 
+def run_seconds(report: dict) -> float:
+    """The trial's wall time minus prep and data: its run phase(s)."""
+    return max(0.0, (report.get("seconds") or 0.0) - prep_seconds(report)
+               - phase_seconds(report, "data"))
+
+
 def per_run(trials: list[dict]) -> dict:
-    """Samples of one run: pooled over the trials' measured requests, or one
-    run phase per trial for a recipe."""
+    """One run's time: the run phase over the requests it measured (so the
+    time between requests is counted too), with the spread of the requests'
+    latencies; for a recipe, one run phase per trial."""
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
     if all((r.get("latency") or {}).get("count") for r in reports):
@@ -119,13 +137,14 @@ def per_run(trials: list[dict]) -> dict:
         m = [r["latency"]["mean"] for r in reports]
         s = [r["latency"]["stdev"] or 0.0 for r in reports]
         k = sum(n)
-        mean = sum(ni * mi for ni, mi in zip(n, m)) / k
-        ss = sum((ni - 1) * si ** 2 + ni * (mi - mean) ** 2 for ni, mi, si in zip(n, m, s))
+        lat = sum(ni * mi for ni, mi in zip(n, m)) / k
+        ss = sum((ni - 1) * si ** 2 + ni * (mi - lat) ** 2 for ni, mi, si in zip(n, m, s))
         sd = math.sqrt(ss / (k - 1)) if k > 1 else None
+        mean = sum(run_seconds(r) for r in reports) / k
         return {"k": k, "mean": mean, "sd": sd, "unit": "request",
-                "source": f"{names}: {k} measured requests, mean {mean:.4g} s"
-                          + (f", sd {sd:.3g} s" if sd is not None else "")}
-    samples = [phase_seconds(r, "run") or r["seconds"] for r in reports]
+                "source": f"{names}: run phase over {k} measured requests (latency mean "
+                          f"{lat:.4g} s" + (f", sd {sd:.3g} s" if sd is not None else "") + ")"}
+    samples = [run_seconds(r) for r in reports]
     k = len(samples)
     mean = sum(samples) / k
     sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (k - 1)) if k > 1 else None
@@ -135,7 +154,14 @@ def per_run(trials: list[dict]) -> dict:
 
 
 def failure_rate(trials: list[dict], attempts: dict[int, list[dict]]) -> dict:
-    tries = [a for t in trials for a in attempts.get(t["id"], [])]
+    """Failed attempts over all attempts, counting only attempts at the config
+    the trial finally measured (a halve-batch retry's OOMs at the larger batch
+    are not failures of the smaller one)."""
+    tries = []
+    for t in trials:
+        mine = attempts.get(t["id"], [])
+        final = mine[-1].get("changed") if mine else None
+        tries += [a for a in mine if a.get("changed") == final]
     n = max(len(tries), len(trials))
     failed = [a for a in tries if a["status"] != "ok"]
     causes = ", ".join(sorted({a["error_class"] or "failed" for a in failed}))
@@ -165,10 +191,6 @@ def check_trials(trials: list[dict]) -> None:
                                 "from one kind of environment")
 
 
-def t_quantile(dof: int) -> float:
-    return float(stats.t.ppf(0.5 + LEVEL / 2, dof))
-
-
 def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dict]],
                    facts: dict, pays_prep: bool, usage: dict | None = None,
                    predicted: dict | None = None) -> dict:
@@ -182,9 +204,16 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
              else f"{block['runs']} runs")
     if predicted:
         x = predicted["seconds"]
+        if x <= 0:
+            raise EstimateError(f"the fit predicts {x:.3g} s per run at this config: it is "
+                                "extrapolated too far to mean anything; sweep closer to it")
         run_source = f"{times} × {x:.4g} s {predicted['source']}"
-        half = (runs * t_quantile(predicted["dof"]) * predicted["se"]
-                if predicted.get("dof") else None)
+        half = None
+        if predicted.get("dof") and predicted.get("sd"):
+            # se² = sd²·(1 + h): the new runs' own spread plus the fit's error at this config.
+            h = max(0.0, (predicted["se"] / predicted["sd"]) ** 2 - 1)
+            half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
+                    * math.sqrt(runs + runs ** 2 * h))
         why_no_interval = "the fit has no residual degrees of freedom"
     else:
         pr = per_run(trials)
@@ -192,7 +221,7 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         run_source = f"{times} × {x:.4g} s per {pr['unit']} ({pr['source']})"
         half = None
         if pr["k"] >= 2 and pr["sd"] is not None:
-            half = t_quantile(pr["k"] - 1) * pr["sd"] * math.sqrt(runs + runs ** 2 / pr["k"])
+            half = t_quantile(pr["k"] - 1, LEVEL) * pr["sd"] * math.sqrt(runs + runs ** 2 / pr["k"])
         why_no_interval = ("one measurement has no spread; run the trial again (trial=T12,T13) "
                            "or with more repeats")
     run_s = runs * x
@@ -200,17 +229,18 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     fr = failure_rate(trials, attempts)
     if fr["failed"]:
         retry_s = run_s * fr["p"] / (1 - fr["p"])
-        retry_source = (f"{fr['failed']} of {fr['n']} attempts failed ({fr['causes']}): "
-                        f"expected attempts 1/(1−{fr['p']:.2f}); a failed run is redone whole")
+        retry_source = (f"{fr['failed']} of {fr['n']} trial attempts failed ({fr['causes']}): "
+                        f"expected attempts per run 1/(1−{fr['p']:.2f}); a failed run is "
+                        "redone whole")
     else:
         retry_s = 0.0
         retry_source = (f"0 of {fr['n']} attempts failed; so few attempts do not rule out a "
                         f"failure rate up to {min(1.0, 3 / fr['n']):.0%} (rule of three)")
 
-    prep_each = sum(prep_seconds(r) for r in reports) / len(reports)
     if pays_prep:
-        prep_s = prep_each
-        mean_of = lambda f: sum(f(r) for r in reports) / len(reports)  # noqa: E731
+        def mean_of(f) -> float:
+            return sum(f(r) for r in reports) / len(reports)
+        prep_s = mean_of(prep_seconds)
         prep_source = (f"{names}: " + " + ".join(
             f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in PREP_PHASES)
             + f" + teardown {mean_of(teardown_seconds):.3g} s (mean), once for this block's "
@@ -260,7 +290,8 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
                 if half is not None
                               else f"no interval: {why_no_interval}"),
             "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
-            "config": config(first), "code": code_version(first), "note": block.get("note"),
+            "config": {**config(first), **(block.get("predict") or {})},
+            "code": code_version(first), "note": block.get("note"),
             "sweep": block.get("sweep"), "predicted": bool(predicted)}
 
 
@@ -278,23 +309,29 @@ def total(estimates: list[dict]) -> dict:
 
 
 def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
-    """A tagged trial's measured hours, split like an estimate."""
+    """A tagged trial's measured GPU-seconds, split like an estimate. A failed
+    trial ran no successful run: all its time is retries."""
     r = job["report"] or {}
-    prep = prep_seconds(r)
-    data = phase_seconds(r, "data")
-    run = phase_seconds(r, "run") if r.get("status") == "ok" else 0.0
     failed = sum(a["seconds"] or 0 for a in attempts if a["status"] != "ok")
-    runs = (r.get("latency") or {}).get("count") or (1 if r.get("status") == "ok" else 0)
-    return {"prep": prep * gpus, "data": data * gpus, "runs": run * gpus,
-            "retries": failed * gpus, "idle": 0.0, "count": runs}
+    if r.get("status") != "ok":
+        return {"prep": 0.0, "data": 0.0, "runs": 0.0, "retries": failed * gpus, "count": 0}
+    count = (r.get("latency") or {}).get("count") or 1
+    return {"prep": prep_seconds(r) * gpus, "data": phase_seconds(r, "data") * gpus,
+            "runs": run_seconds(r) * gpus, "retries": failed * gpus, "count": count}
+
+
+def _label(delta: float, more: str, fewer: str, same: str) -> str:
+    return more if delta > 0 else fewer if delta < 0 else same
 
 
 def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict]],
                  manual: list[dict], locked: dict | None) -> dict:
-    """Estimate against actual for one block, and why they differ."""
-    parts = {k: 0.0 for k in ("prep", "data", "runs", "retries", "idle")}  # GPU-seconds
-    run_count, counted, sources = 0, True, []
+    """Estimate against actual for one block, and why they differ (GPU-seconds
+    inside; hours out)."""
+    parts = {k: 0.0 for k in ("prep", "data", "runs", "retries")}
+    idle, run_count, counted, sources = None, 0, True, []
     config_changes, not_comparable = [], []
+    lock = (locked or {}).get(estimate["kind"])
     for job in jobs:
         a = actual_of_job(job, attempts.get(job["id"], []), estimate["gpus"])
         for k in parts:
@@ -305,14 +342,15 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
             diff = differences(estimate["config"], config(job["report"]))
             if diff:
                 config_changes.append(f"{job['trial']}: {'; '.join(diff)}")
-            lock = (locked or {}).get(estimate["kind"])
-            if lock and (config(job["report"]) != lock["config"]
-                         or code_version(job["report"]) != lock["code"]):
+            if lock and lock_differences(lock, config(job["report"]),
+                                         code_version(job["report"])):
                 not_comparable.append(job["trial"])
     for m in manual:
         extra = m["parts"]
-        for k in ("prep", "data", "retries", "idle"):
+        for k in ("prep", "data", "retries"):
             parts[k] += extra.get(k, 0.0) * 3600
+        if "idle" in extra:
+            idle = (idle or 0.0) + extra["idle"] * 3600
         parts["runs"] += (m["hours"] - sum(extra.values())) * 3600
         if m.get("runs"):
             run_count += m["runs"]
@@ -321,32 +359,40 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
         sources.append("manual" + (f" ({m['note']})" if m.get("note") else ""))
     if not sources:
         return {"kind": estimate["kind"], "actual": None}
-    actual_h = {k: v / 3600 for k, v in parts.items()}
-    est_h = {c["name"]: float(c["hours"]) for c in estimate["components"]}
+    est = {c["name"]: c["seconds"] for c in estimate["components"]}
     why = []
-    d_runs = actual_h["runs"] - est_h["runs"]
-    planned_runs = estimate["runs"] * estimate["configs"]
+    d_runs = parts["runs"] - est["runs"]
+    planned = estimate["runs"] * estimate["configs"]
     if counted and run_count:
-        per_gpu_h = estimate["per_run"] * estimate["gpus"] / 3600
-        count_part = (run_count - planned_runs) * per_gpu_h
-        why.append(("more runs" if count_part >= 0 else "fewer runs", count_part,
-                    f"{run_count} runs done, {planned_runs} planned"))
-        why.append(("slower runs" if d_runs - count_part >= 0 else "faster runs",
-                     d_runs - count_part,
-                     f"{actual_h['runs'] / run_count * 3600 / estimate['gpus']:.4g} s per run "
-                     f"measured, {estimate['per_run']:.4g} s estimated"))
+        count_part = (run_count - planned) * estimate["per_run"] * estimate["gpus"]
+        why.append((_label(count_part, "more runs", "fewer runs", "runs as planned"),
+                    count_part, f"{run_count} runs done, {planned} planned"))
+        why.append((_label(d_runs - count_part, "slower runs", "faster runs", "runs as fast"),
+                    d_runs - count_part,
+                    f"{parts['runs'] / run_count / estimate['gpus']:.4g} s per run measured, "
+                    f"{estimate['per_run']:.4g} s estimated"))
     else:
         why.append(("runs", d_runs, "run count not recorded: slower runs and more runs "
                     "cannot be told apart (give runs=N with the actual)"))
-    waiting = sum(actual_h[k] - est_h[k] for k in ("prep", "data", "idle"))
-    why.append(("longer prep or waiting" if waiting >= 0 else "shorter prep or waiting",
-                waiting, "prep + data + idle"))
-    why.append(("more retries" if actual_h["retries"] >= est_h["retries"] else "fewer retries",
-                actual_h["retries"] - est_h["retries"], "failed attempts' time"))
-    total_a = sum(actual_h.values())
-    return {"kind": estimate["kind"], "estimate": float(estimate["hours"]), "actual": total_a,
-            "parts": actual_h, "why": why, "sources": sources, "runs_done": run_count,
-            "config_changes": config_changes, "not_comparable": not_comparable}
+    waiting = parts["prep"] + parts["data"] - est["prep"] - est["data"]
+    what = "prep + data"
+    if idle is not None:
+        waiting += idle - est["idle"]
+        what += " + idle"
+    else:
+        what += "; idle not measured in the actuals (give idle=H with `/plan NAME actual`)"
+    why.append((_label(waiting, "longer prep or waiting", "shorter prep or waiting",
+                       "prep and waiting as estimated"), waiting, what))
+    d_retry = parts["retries"] - est["retries"]
+    why.append((_label(d_retry, "more retries", "fewer retries", "retries as estimated"),
+                d_retry, "failed attempts' time"))
+    actual = sum(parts.values()) + (idle or 0.0)
+    estimated = sum(est.values()) - (0.0 if idle is not None else est["idle"])
+    return {"kind": estimate["kind"], "estimate": estimated / 3600, "actual": actual / 3600,
+            "why": [(name, v / 3600, note) for name, v, note in why], "sources": sources,
+            "runs_done": run_count, "config_changes": config_changes,
+            "not_comparable": not_comparable, "idle_compared": idle is not None,
+            "places": estimate["places"]}
 
 
 MEMORY_METHODS = (("peak_allocated", "torch allocator peak allocated"),

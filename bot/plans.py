@@ -4,10 +4,13 @@ Bad input stores nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from bot import advice, planner, planview, plancmd
 from bot.plancmd import PlanError
 from bot.queue import JobQueue
+
+log = logging.getLogger("trialbot.plans")
 
 
 def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date) -> dict:
@@ -16,13 +19,19 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date) 
         return ACTIONS[cmd.action](queue, cmd, user, channel, today)
     except (PlanError, planner.EstimateError) as exc:
         return planview.error(str(exc))
+    except Exception:  # noqa: BLE001 - a bug must still get an answer, and a log line
+        log.exception("/plan %r failed", text)
+        return planview.error("Something went wrong on our side answering this; it is in the "
+                              "bot's log. Try again, or report it with the command you typed.")
 
 
 def take_tags(queue: JobQueue, words: list[str]) -> tuple[list[str], dict | None]:
     """`plan=NAME block=KIND` on `/trial`: taken out of the words (they are not
     workload parameters) and checked, so a trial is never tagged to nothing."""
-    tags = {w.partition("=")[0]: w.partition("=")[2] for w in words
-            if w.startswith(("plan=", "block="))}
+    tagged = [w.partition("=") for w in words if w.startswith(("plan=", "block="))]
+    tags = {key: value for key, _, value in tagged}
+    if len(tags) < len(tagged):
+        raise PlanError("plan= or block= is given twice; tag a trial to one plan and block")
     rest = [w for w in words if not w.startswith(("plan=", "block="))]
     if not tags:
         return rest, None
@@ -30,10 +39,10 @@ def take_tags(queue: JobQueue, words: list[str]) -> tuple[list[str], dict | None
         raise PlanError("tag a trial with both plan=NAME and block=KIND, e.g. "
                         "`plan=adkv block=baseline`")
     plan = _plan(queue, plancmd.plan_name(tags["plan"]))
-    if tags["block"] not in {b["kind"] for b in queue.store.blocks(plan["name"])}:
+    kinds = [b["kind"] for b in queue.store.blocks(plan["name"])]
+    if tags["block"] not in kinds:
         raise PlanError(f"`block={tags['block']}`: plan {plan['name']} has no such block; its "
-                        "blocks: " + (", ".join(b["kind"] for b in queue.store.blocks(
-                            plan["name"])) or "none yet"))
+                        "blocks: " + (", ".join(kinds) or "none yet"))
     return rest, tags
 
 
@@ -84,6 +93,8 @@ def _trials(queue: JobQueue, ids: list[int]) -> list[dict]:
 
 
 def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
+    import numpy as np
+
     from bot import scaling
     jobs = queue.store.sweep_jobs(block["sweep"])
     if not jobs:
@@ -96,16 +107,22 @@ def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
     if len(ok) < 2:
         raise PlanError(f"Sweep S{block['sweep']} has {len(ok)} successful trial(s); a fit needs "
                         "at least 2")
-    fit = scaling.fit_sweep([j["report"] for j in ok])
     params = {**ok[0]["report"]["params"], **block["predict"]}
     try:
+        fit = scaling.fit_sweep([j["report"] for j in ok])
         seconds, se, dof = scaling.predict_seconds(fit, params)
-    except ValueError as exc:
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
     shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
-    source = (f"per request, predicted for {shown} by the time fit of sweep S{block['sweep']} "
-              f"({len(ok)} trials; a model estimate, not measured at this config)")
-    return ok, {"seconds": seconds, "se": se, "dof": dof, "source": source}
+    held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
+    unit = "per run phase" if ok[0]["report"].get("recipe") else "per request"
+    source = (f"{unit}, predicted for {shown}"
+              + (f" (at the sweep's {', '.join(f'{k}={params[k]}' for k in held)})"
+                 if held else "")
+              + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
+              "estimate, not measured at this config)")
+    return ok, {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
+                "source": source}
 
 
 def estimates(queue: JobQueue, plan: dict, blocks: list[dict] | None = None
@@ -137,14 +154,13 @@ def _block(queue, cmd, user, channel, today):
     plan = _plan(queue, cmd.plan)
     block = dict(cmd.args, plan=cmd.plan, user=user)
     existing = queue.store.blocks(cmd.plan)
-    replaced = any(b["kind"] == block["kind"] for b in existing)
-    blocks = ([block if b["kind"] == block["kind"] else b for b in existing] if replaced
-              else [*existing, block])
+    blocks = ([block if b["kind"] == block["kind"] else b for b in existing]
+              if any(b["kind"] == block["kind"] for b in existing) else [*existing, block])
     # Estimated before it is stored: a block that cannot be estimated is not kept.
     block_est, trials = next((e, t) for b, e, t in estimates(queue, plan, blocks)
                              if b["kind"] == block["kind"])
     warnings = planview.block_warnings(plan, block_est, [t["report"] for t in trials])
-    queue.store.put_block(block)
+    replaced = queue.store.put_block(block)
     return planview.block_added(plan, block_est, warnings, replaced)
 
 
@@ -171,6 +187,9 @@ def _export(queue, cmd, user, channel, today):
 
 def _lock(queue, cmd, user, channel, today):
     plan = _plan(queue, cmd.plan)
+    if plan["locked"]:
+        raise PlanError(f"Plan {cmd.plan} is locked since {plan['locked']['at']}; to lock it to "
+                        f"its current trials, `/plan {cmd.plan} unlock` first")
     ests = estimates(queue, plan)
     if not ests:
         raise PlanError(f"Plan {cmd.plan} has no blocks to lock; add one with "
@@ -209,8 +228,7 @@ def _actual(queue, cmd, user, channel, today):
         raise PlanError(f"Plan {cmd.plan} has no {kind} block; add it first with "
                         f"`/plan {cmd.plan} block {kind} runs=N trial=T12`")
     queue.store.add_actual({"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
-                            "parts": cmd.args["parts"] | ({"runs": cmd.args["runs"]}
-                                                          if cmd.args["runs"] else {}),
+                            "parts": cmd.args["parts"], "runs": cmd.args["runs"],
                             "note": cmd.args["note"], "user": user})
     return planview.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
                           f"actual. `/plan {plan['name']} review` compares it with the estimate.")
@@ -224,8 +242,7 @@ def _review(queue, cmd, user, channel, today):
     rows = []
     for block, est, trials in ests:
         mine = [j for j in jobs if j["block"] == block["kind"]]
-        mine_manual = [dict(m, runs=m["parts"].pop("runs", None)) for m in manual
-                       if m["block"] == block["kind"]]
+        mine_manual = [m for m in manual if m["block"] == block["kind"]]
         attempts = {j["id"]: queue.store.attempts(j["id"]) for j in mine}
         row = planner.review_block(est, mine, attempts, mine_manual, plan["locked"])
         row["memory"] = planner.memory_compare([t["report"] for t in trials],

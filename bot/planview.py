@@ -84,10 +84,8 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
                        + ", ".join(f"{k}={r['params'][k]}, requested {v}"
                                    for k, v in changed.items()) + ")")
     lock = (plan.get("locked") or {}).get(est["kind"])
-    if lock and (lock["config"] != est["config"] or lock["code"] != est["code"]):
-        diff = planner.differences(lock["config"], est["config"])
-        if lock["code"] != est["code"]:
-            diff.append(f"code {lock['code']} → {est['code']}")
+    diff = planner.lock_differences(lock, est["config"], est["code"]) if lock else []
+    if diff:
         out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
     if est.get("predicted"):
         out.append("predicted from a sweep's fit, not measured at this config: run a trial at "
@@ -137,19 +135,36 @@ def cost_view(plan: dict, price_list: list[dict], today: dt.date):
     return rent, "cost at " + prices.cited(rent, today)
 
 
-def _cost(hours: Decimal, rent: dict | None) -> str:
-    return prices.money(prices.cost(hours, rent), rent["currency"]) if rent else "unconfirmed"
+def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[str]:
+    """The cost cell of each block, then of the total. Money only from a confirmed
+    rate, only for hours measured on the target GPU; the total is the sum of the
+    blocks' costs as shown, so the column adds up."""
+    rent, _ = cost_view(plan, price_list, today)
+    if rent is None:
+        return ["unconfirmed"] * (len(ests) + 1)
+    stale = " (stale)" if prices.is_stale(rent, today) else ""
+    cells, amounts = [], []
+    for _, e, trials in ests:
+        if not all(planner.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
+            cells.append(f"n/a: not measured on {plan['facts']['gpu']}")
+            continue
+        amounts.append(prices.cost(e["hours"], rent))
+        cells.append(prices.money(amounts[-1], rent["currency"]) + stale)
+    if len(amounts) < len(ests):
+        return cells + ["unconfirmed: not every block was measured on the target"]
+    return cells + [prices.money(sum(amounts, Decimal(0)), rent["currency"]) + stale]
 
 
 def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[list]:
-    rent, _ = cost_view(plan, price_list, today)
+    cost = costs(plan, ests, price_list, today)
     rows = [["block", "runs", "GPU-h", "90% interval", "cost"]]
-    for _, e, _ in ests:
+    for (_, e, _), c in zip(ests, cost):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
-        rows.append([e["kind"], runs, _h(e["hours"]), _interval(e), _cost(e["hours"], rent)])
+        rows.append([e["kind"], runs, _h(e["hours"]), _interval(e), c])
     tot = planner.total([e for _, e, _ in ests])
-    iv = f"{_h(tot['interval'][0])}–{_h(tot['interval'][1])}" if tot["interval"] else "—"
-    rows.append(["total", "", _h(tot["hours"]), iv, _cost(tot["hours"], rent)])
+    iv = (f"{_h(tot['interval'][0])}–{_h(tot['interval'][1])}" if tot["interval"]
+          else "no interval")
+    rows.append(["total", "", _h(tot["hours"]), iv, cost[-1]])
     return rows
 
 
@@ -166,9 +181,8 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
         line = f"• {j['trial']} ({j['block']}): {j['status']}"
         lock = (plan.get("locked") or {}).get(j["block"])
         if lock and j.get("report"):
-            diff = planner.differences(lock["config"], planner.config(j["report"]))
-            if planner.code_version(j["report"]) != lock["code"]:
-                diff.append(f"code {lock['code']} → {planner.code_version(j['report'])}")
+            diff = planner.lock_differences(lock, planner.config(j["report"]),
+                                            planner.code_version(j["report"]))
             if diff:
                 line += " — NOT COMPARABLE with the locked plan: " + "; ".join(diff)
         out.append(line)
@@ -223,25 +237,23 @@ def _chunks(text: str, size: int = 2900) -> list[str]:
 
 
 def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:
-    rent, cost_line = cost_view(plan, price_list, today)
+    _, cost_line = cost_view(plan, price_list, today)
+    cost = costs(plan, ests, price_list, today)
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["plan", "block", "runs", "configs", "gpus", "component", "gpu_hours",
                 "interval_low", "interval_high", "cost", "source"])
-    for _, e, _ in ests:
+    for (_, e, _), c in zip(ests, cost):
         lo, hi = e["interval"] or (None, None)
-        for c in e["components"]:
-            w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], c["name"],
-                        _plain(c["hours"]), "", "", _cost(c["hours"], rent), c["source"]])
+        for comp in e["components"]:
+            w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"],
+                        comp["name"], _plain(comp["hours"]), "", "", "", comp["source"]])
         w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], "total",
-                    _plain(e["hours"]), _plain(lo),
-                    _plain(hi), _cost(e["hours"], rent),
-                    e["interval_note"]])
+                    _plain(e["hours"]), _plain(lo), _plain(hi), c, e["interval_note"]])
     tot = planner.total([e for _, e, _ in ests])
     lo, hi = tot["interval"] or (None, None)
     w.writerow([plan["name"], "total", "", "", "", "total", _plain(tot["hours"]),
-                _plain(lo), _plain(hi),
-                _cost(tot["hours"], rent), cost_line])
+                _plain(lo), _plain(hi), cost[-1], cost_line])
     return buf.getvalue()
 
 
@@ -308,11 +320,13 @@ def review(plan: dict, rows: list[dict]) -> dict:
                          f"block={r['kind']}` or `/plan {plan['name']} actual {r['kind']} "
                          "hours=H`)")
             continue
+        n = r["places"]
         diff = r["actual"] - r["estimate"]
         rel = f" ({diff / r['estimate']:+.0%})" if r["estimate"] else ""
-        lines.append(f"• *{r['kind']}*: estimated {r['estimate']:.4f}, actual {r['actual']:.4f}"
-                     f"{rel}, from {', '.join(r['sources'])}")
-        lines += [f"    {name}: {value:+.4f} h ({why})" for name, value, why in r["why"]]
+        idle = "" if r["idle_compared"] else " (idle left out on both sides)"
+        lines.append(f"• *{r['kind']}*: estimated {r['estimate']:.{n}f}, actual "
+                     f"{r['actual']:.{n}f} GPU-h{rel}{idle}, from {', '.join(r['sources'])}")
+        lines += [f"    {name}: {value:+.{n}f} GPU-h ({why})" for name, value, why in r["why"]]
         lines += [f"    config changed: {c}" for c in r["config_changes"]]
         if r["not_comparable"]:
             lines.append(f"    NOT COMPARABLE with the locked plan: {', '.join(r['not_comparable'])}")

@@ -82,7 +82,8 @@ class Store:
                              "unit": str, "currency": str, "source": str, "date": str,
                              "user": str, "recorded": float}, pk="id", transform=True)
         db["actuals"].create({"id": int, "plan": str, "block": str, "hours": float,
-                              "parts": str, "note": str, "user": str, "recorded": float},
+                              "parts": str, "runs": int, "note": str, "user": str,
+                              "recorded": float},
                              pk="id", transform=True)
 
     # jobs ------------------------------------------------------------------
@@ -354,12 +355,14 @@ class Store:
     def put_block(self, block: dict) -> bool:
         """Add or replace the plan's block of that kind; True when it replaced one."""
         row = dict(block, trials=json.dumps(block.get("trials") or []),
-                   predict=json.dumps(block.get("predict") or {}), created=time.time())
+                   predict=json.dumps(block.get("predict") or {}))
         with self.db.conn:
-            existed = self.db.execute("select count(*) from blocks where plan = ? and kind = ?",
-                                      [block["plan"], block["kind"]]).fetchone()[0]
+            old = self.db.execute("select created from blocks where plan = ? and kind = ?",
+                                  [block["plan"], block["kind"]]).fetchone()
+            # A replaced block keeps its place: with rental=single the first one pays prep.
+            row["created"] = old[0] if old else time.time()
             self.db["blocks"].upsert(row, pk=("plan", "kind"))
-        return bool(existed)
+        return old is not None
 
     def blocks(self, plan: str) -> list[dict]:
         return [dict(b, trials=json.loads(b["trials"] or "[]"),
@@ -374,7 +377,7 @@ class Store:
         """The latest confirmed figure for each (item, kind)."""
         return list(self.db.query(
             "select p.* from prices p where p.id = (select max(id) from prices q "
-            "where q.item = p.item and q.kind = p.kind) order by p.item, p.kind"))
+            "where lower(q.item) = lower(p.item) and q.kind = p.kind) order by p.item, p.kind"))
 
     def add_actual(self, actual: dict) -> None:
         with self.db.conn:

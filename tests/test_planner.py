@@ -95,7 +95,7 @@ def test_retries_come_from_the_observed_failure_rate():
     e = estimate(block(runs=100), attempts={1: tries})
     p = 0.25
     assert part(e, "retries")["seconds"] == pytest.approx(200 * p / (1 - p))
-    assert "1 of 4 attempts failed (oom)" in part(e, "retries")["source"]
+    assert "1 of 4 trial attempts failed (oom)" in part(e, "retries")["source"]
     clean = estimate(attempts={1: tries[1:]})
     assert part(clean, "retries")["seconds"] == 0
     assert "rule of three" in part(clean, "retries")["source"]
@@ -232,3 +232,48 @@ def test_later_rules_that_also_fire_are_named():
     a = advice.advise(facts(on_target=[], platform="mps", pattern="concentrated",
                             later_use="planned"), TODAY)
     assert a["rule"] == 1 and [x["rule"] for x in a["also"]] == [4]
+
+
+def test_rule_3_waits_for_rules_4_and_5_and_checks_the_prices():
+    p = {k: {"item": "H100", "kind": k, "value": v, "unit": "u", "currency": "$",
+             "source": "s", "date": "2026-11-30"}
+         for k, v in (("rent", 2.5), ("buy", 30000), ("power", 0.7), ("electricity", 0.2))}
+    p["resale"] = None
+    a = advice.advise(facts(prices=p, platform="mps"), TODAY)
+    assert a["rule"] == 4  # no buy advice for a stack that cannot run the code
+    a = advice.advise(facts(prices=p, peak_on_target=False), TODAY)
+    assert a["rule"] == 5
+    a = advice.advise(facts(prices=p), TODAY)
+    assert a["rule"] == 3 and "no confirmed resale value: taken as 0" in a["facts"]
+    euro = dict(p, buy=dict(p["buy"], currency="€"))
+    assert "one currency" in advice.advise(facts(prices=euro), TODAY)["missing"][0]
+    resale = dict(p, resale=dict(p["buy"], kind="resale", value=99999))
+    assert "below the purchase price" in advice.advise(facts(prices=resale), TODAY)["missing"][0]
+
+
+def test_gpu_names_match_whole_words():
+    assert planner.matches_gpu(report(gpu="NVIDIA H100 80GB HBM3"), "H100")
+    assert not planner.matches_gpu(report(gpu="NVIDIA A100-SXM4-80GB"), "A10")
+    assert not planner.matches_gpu(report(gpu="NVIDIA L40S"), "L4")
+    assert planner.matches_gpu(report(gpu="NVIDIA A100-SXM4-80GB"), "A100-80GB")
+    assert planner.matches_gpu(report(gpu=None), "cpu")
+
+
+def test_a_run_is_the_run_phase_over_its_requests():
+    r = report(mean=2.0, count=10)
+    r["phases"][-1]["seconds"] = 25.0  # 5 s between requests, outside their latencies
+    r["seconds"] = sum(p["seconds"] for p in r["phases"])
+    assert planner.per_run([job(1, r)])["mean"] == 2.5
+
+
+def test_a_halve_batch_retry_is_not_a_failure_of_the_smaller_batch():
+    tries = [{"status": "failed", "error_class": "oom", "seconds": 5, "changed": "{}"},
+             {"status": "ok", "error_class": None, "seconds": 300, "changed": '{"batch": 2}'}]
+    assert planner.failure_rate([job(1, report())], {1: tries})["failed"] == 0
+
+
+def test_a_failed_tagged_trial_is_all_retries():
+    failed = dict(report(), status="failed")
+    a = planner.actual_of_job(job(2, failed, status="failed"),
+                              [{"status": "failed", "seconds": 235.0}], gpus=1)
+    assert a == {"prep": 0.0, "data": 0.0, "runs": 0.0, "retries": 235.0, "count": 0}

@@ -77,6 +77,9 @@ def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(queue):
     ("repro actual baseline hours=2", "has no baseline block"),
     ("repro frobnicate", "is not something a plan does"),
     ("new Bad!Name", "is not a plan name"),
+    ("price H100 buy= source=quote date=2026-11-01", "buy must be a number"),
+    ("price H100 nan/h source=quote date=2026-11-01", "must be a finite number"),
+    ("price H100 2/h source=quote date=20261101", "YYYY-MM-DD"),
 ])
 def test_bad_input_is_answered_and_stores_nothing(queue, text, says):
     finish(queue, report())
@@ -136,7 +139,7 @@ def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(queu
     finish(queue, report(mean=3.0, count=10), tags=("repro", "baseline"))
     say(queue, "repro actual compare hours=0.5 prep=0.1 runs=10 note=\"from the cluster\"")
     out = say(queue, "repro review")
-    assert "*baseline*" in out and "slower runs: +0.002" in out  # 10 runs × 1 s more: 0.0028 h
+    assert "*baseline*" in out and "slower runs: +0.003 GPU-h" in out  # 10 runs × 1 s more: 0.0028 h
     assert "*compare*" in out and "from manual (from the cluster)" in out
     assert "memory, same method" in out
 
@@ -177,9 +180,48 @@ def test_a_scale_block_rests_on_a_sweeps_time_fit(queue):
         queue.finish(job["id"], "w1", leased["lease"], r)
     say(queue, "new repro gpu=H100")
     out = say(queue, f"repro block scale runs=10 sweep=S{jobs[0]['id']} batch=16")
-    assert "scale block added" in out and "predicted for batch=16 by the time fit" in out
+    assert "scale block added" in out and "predicted for batch=16 (at the sweep's prompt=64, gen=16) by the time fit" in out
     assert "not measured at this config" in out
     est = plans.estimates(queue, queue.store.plan("repro"))[0][1]
     assert est["per_run"] == pytest.approx(0.1 + 0.05 * 16, rel=1e-3)
     assert "cannot predict" in say(queue, f"repro block verify runs=10 sweep=S{jobs[0]['id']} "
                                           "prompt=4096")
+
+
+def test_prices_and_costs_add_up_and_names_are_one_gpu(queue):
+    t = finish(queue, report())
+    say(queue, "new repro gpu=H100")
+    for kind in ("baseline", "compare", "verify"):
+        say(queue, f"repro block {kind} runs=13 trial={t}")
+    say(queue, "price h100 1.00/h source=old date=2026-11-01")
+    say(queue, "price H100 2.49/h source=new date=2026-11-30")
+    assert [p["value"] for p in queue.store.prices()] == [2.49]  # one H100, the latest
+    plan = queue.store.plan("repro")
+    ests = plans.estimates(queue, plan)
+    from bot import planview
+    cells = planview.costs(plan, ests, queue.store.prices(), TODAY)
+    money = [float(c) for c in cells]
+    assert money[-1] == pytest.approx(sum(money[:-1]))
+
+
+def test_off_target_blocks_get_no_money_and_a_replaced_block_keeps_its_place(queue):
+    on, off = finish(queue, report()), finish(queue, report(gpu=None))
+    say(queue, "new repro gpu=H100 rental=single")
+    say(queue, f"repro block baseline runs=10 trial={on}")
+    say(queue, f"repro block compare runs=10 trial={off}")
+    say(queue, "price H100 2.49/h source=q date=2026-11-30")
+    out = say(queue, "repro show")
+    assert "n/a: not measured on H100" in out and "unconfirmed: not every block" in out
+    say(queue, f"repro block baseline runs=20 trial={on}")  # replaced: still first, pays prep
+    first = plans.estimates(queue, queue.store.plan("repro"))[0][1]
+    assert first["kind"] == "baseline" and first["components"][0]["seconds"] > 0
+
+
+def test_locking_twice_and_tagging_twice_are_refused(queue):
+    t = finish(queue, report())
+    say(queue, "new repro")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    say(queue, "repro lock")
+    assert "unlock` first" in say(queue, "repro lock")
+    with pytest.raises(plans.PlanError, match="given twice"):
+        plans.take_tags(queue, ["llm-infer", "plan=repro", "plan=other", "block=baseline"])

@@ -73,7 +73,7 @@ def test_bad_parameter_is_answered_and_creates_no_job(served_bot, fake_slack):
     for text, token in [("llm-infer batch=0", "batch=0"), ("llm-infer batch=-1", "batch=-1"),
                         ("llm-infer dtype=fp8", "dtype=fp8"),
                         ("llm-infer prompt=1e12", "prompt=1e12"),
-                        ("llm-train", "llm-train"), ("llm-infer colour=red", "colour=red")]:
+                        ("llm-finetune", "llm-finetune"), ("llm-infer colour=red", "colour=red")]:
         body = slash_body(text)
         status, reply = post(served_bot.url + "/slack/events", body,
                              signed_headers("s3cret", body))

@@ -48,7 +48,7 @@ def test_sweep_is_the_cartesian_product_each_parsed_as_a_trial():
     ("sweep llm-infer colour=1,2", "colour=1,2", "has no parameter"),
     ("sweep llm-infer batch=1,2 batch=3,4", "batch=3,4", "given twice"),
     ("sweep llm-infer batch=1,2,3,4,5 prompt=8,16,32,64", None, "at most 16"),
-    ("sweep llm-train batch=1,2", "llm-train", "not a workload"),
+    ("sweep llm-finetune batch=1,2", "llm-finetune", "not a workload"),
     ("sweep recipe nope batch=1,2", "nope", "not a recipe"),
     ("sweep recipe paper-infer seq=1,2 batches=1,2", None, "at most one other"),
     ("sweep recipe paper-infer timeout=1,2", "timeout=1,2", "one value"),

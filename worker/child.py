@@ -15,6 +15,7 @@ import traceback
 
 from worker import report as reports
 from worker.probes.allocator import AllocatorProbe
+from worker.workloads import Unsupported
 
 
 class Trial:
@@ -72,10 +73,6 @@ def classify(exc: BaseException, torch) -> str:
             or "can't allocate memory" in text:
         return "oom"
     return "crash"
-
-
-class Unsupported(Exception):
-    """The worker cannot run this config at all (not a failure of the trial)."""
 
 
 def pick_device(torch, wanted: str) -> str:

@@ -165,7 +165,32 @@ LLM_INFER = Workload(
     ) + COMMON,
 )
 
-WORKLOADS = {w.name: w for w in (LLM_INFER,)}
+LLM_TRAIN = Workload(
+    name="llm-train",
+    summary="the llm-infer decoder trained with AdamW on a fixed synthetic batch: step time, "
+            "memory, loss; precision, activation checkpointing, ZeRO-1 over ranks",
+    params=(
+        _int("batch", 4, 1, 4096, "sequences per step, split over the ranks"),
+        _int("seq", 64, 2, 131072, "tokens per sequence"),
+        _int("layers", 2, 1, 512, "transformer layers"),
+        _int("hidden", 256, 8, 65536, "model width"),
+        _int("heads", 4, 1, 512, "attention heads"),
+        _int("kv_heads", 2, 1, 512, "key/value heads (grouped-query attention)"),
+        _int("vocab", 4096, 2, 1048576, "vocabulary size"),
+        _int("steps", 5, 1, 100000, "measured training steps"),
+        _int("warmup", 1, 0, 1000, "training steps before the measured ones"),
+        _choice("precision", "fp32", ("fp32", "bf16", "fp16"),
+                "fp32, or mixed precision with torch.autocast (fp16 with a gradient scaler)"),
+        _choice("checkpointing", "none", ("none", "full"),
+                "full: recompute each layer's activations in the backward pass"),
+        _int("zero", 0, 0, 1, "1: ZeRO-1, optimizer states sharded over the ranks"),
+        _int("world", 1, 1, 64, "ranks (processes) on this worker, one per GPU on CUDA"),
+        _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present"),
+        _int("seed", 0, 0, 2**31 - 1, "random seed for weights and data"),
+    ) + COMMON,
+)
+
+WORKLOADS = {w.name: w for w in (LLM_INFER, LLM_TRAIN)}
 
 
 @dataclass(frozen=True)
@@ -210,8 +235,19 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
                         f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
     params = _parse_params(workload, rest)
     _check_shape(params, workload.usage())
+    if workload is LLM_TRAIN:
+        _check_ranks(params, workload.usage())
     _check_retry(workload, params)
     return TrialSpec(workload.name, params)
+
+
+def _check_ranks(p: dict, usage: str) -> None:
+    if p["zero"] and p["world"] == 1:
+        raise SpecError("zero=1", "`zero=1`: ZeRO-1 shards optimizer states over ranks and "
+                        "world=1 has one; add world=2 (or more)", usage)
+    if p["batch"] % p["world"]:
+        raise SpecError(f"batch={p['batch']}", f"`batch={p['batch']}`: the batch is split over "
+                        f"world={p['world']} ranks and must divide evenly", usage)
 
 
 def check_params(workload: Workload, params: dict) -> None:
@@ -273,7 +309,7 @@ def _check_shape(p: dict, usage: str) -> None:
     if p["kv_heads"] > p["heads"] or p["heads"] % p["kv_heads"]:
         raise SpecError(f"kv_heads={p['kv_heads']}", f"`kv_heads={p['kv_heads']}`: heads="
                         f"{p['heads']} must be a multiple of kv_heads", usage)
-    if p["scenario"] == "single-stream" and p["batch"] != 1:
+    if p.get("scenario") == "single-stream" and p["batch"] != 1:
         raise SpecError(f"batch={p['batch']}", f"`batch={p['batch']}`: scenario=single-stream "
                         "sends one sequence per request; use batch=1, or scenario=offline "
                         "for a batch at once", usage)

@@ -24,7 +24,8 @@ def headline_figure(r: dict) -> str:
     if not h:
         return ""
     value = secs(h["value"]) if h["unit"] == "s" else f"{h['value']:.1f} {h['unit']}"
-    return f" — {r.get('scenario')}: {h['metric']} {value}"
+    where = f"{r['scenario']}: " if r.get("scenario") else ""
+    return f" — {where}{h['metric']} {value}"
 
 
 def headline(r: dict) -> str:
@@ -48,11 +49,15 @@ def facts(r: dict) -> list[tuple[str, str]]:
     was measured; the text summary and the Slack fields both show these."""
     out = []
     lat, thr, sc, m = r.get("latency"), r.get("throughput"), r.get("scale"), r["memory"]
+    tr = r.get("training")
+    unit = "step" if tr else "request"
     if lat and lat.get("count"):
         spread = f", stdev {secs(lat['stdev'])}" if lat.get("stdev") is not None else ""
-        out.append(("latency per request", f"p50 {secs(lat['p50'])}, p90 {secs(lat['p90'])}, "
+        out.append(("time per step" if tr else "latency per request", f"p50 {secs(lat['p50'])}, p90 {secs(lat['p90'])}, "
                     f"p99 {secs(lat['p99'])}, mean {secs(lat['mean'])}{spread} over "
-                    f"{lat['count']} requests"))
+                    f"{lat['count']} {unit}s"))
+    if tr:
+        out.append(("training", training(tr)))
     ttft, dec = r.get("ttft"), r.get("decode_per_token")
     if ttft and ttft.get("count"):
         per = f"; decode per token p50 {secs(dec['p50'])}, p90 {secs(dec['p90'])}" if dec else ""
@@ -71,10 +76,24 @@ def facts(r: dict) -> list[tuple[str, str]]:
                     f"{gib(m['process_used_peak'])} (NVML, sampled ~100 Hz)"))
     out.append(("host RSS peak", f"{gib(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz;"
                 f" kernel max RSS {gib(m.get('host_rss_peak_kernel'))})"))
-    if sc:
+    if sc and tr:
+        out.append(("scale", f"batch {sc['batch']} × seq {sc['prompt_tokens']}, "
+                    f"{sc['tokens']} tokens trained in the measured steps"))
+    elif sc:
         out.append(("scale", f"batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
                     f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed"))
     return out
+
+
+def training(tr: dict) -> str:
+    ranks = tr["ranks"]
+    states = ", ".join(f"rank {x['rank']} {x['optimizer_state_bytes'] / 2**20:.2f} MiB"
+                       for x in ranks)
+    return (f"{tr['params']:,} params, {tr['precision']}, checkpointing {tr['checkpointing']}, "
+            f"ZeRO-{tr['zero']} over {tr['world']} rank(s); loss {tr['loss_first']:.4f} → "
+            f"{tr['loss_final']:.4f} after {tr['steps']} steps; optimizer states {states} "
+            f"(theory {tr['optimizer_state_theory_per_rank'] / 2**20:.2f} MiB per rank: "
+            f"{tr['theory']})")
 
 
 def stability(st: dict) -> str:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = {"llm-infer": "worker.workloads.llm_infer"}
+MODULES = {"llm-infer": "worker.workloads.llm_infer", "llm-train": "worker.workloads.llm_train"}
+
+
+class Unsupported(Exception):
+    """The worker cannot run this config at all (not a failure of the trial)."""
 
 
 def load(name: str):

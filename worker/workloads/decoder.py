@@ -52,9 +52,12 @@ class Attention(nn.Module):
         k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        cache_k[:, :, start:start + s] = k
-        cache_v[:, :, start:start + s] = v
-        keys, values = cache_k[:, :, :start + s], cache_v[:, :, :start + s]
+        if cache_k is None:  # training: the whole sequence at once, no cache
+            keys, values = k, v
+        else:
+            cache_k[:, :, start:start + s] = k
+            cache_v[:, :, start:start + s] = v
+            keys, values = cache_k[:, :, :start + s], cache_v[:, :, :start + s]
         group = self.heads // self.kv_heads
         if group > 1:  # grouped-query attention: each KV head serves `group` query heads
             keys = keys.repeat_interleave(group, dim=1)
@@ -113,6 +116,21 @@ class Decoder(nn.Module):
             x = block(x, c, sn, ck, cv, start)
         # Only the last position's logits are needed to pick the next token.
         return self.lm_head(self.norm(x[:, -1:]))
+
+    def train_forward(self, tokens, cos, sin, checkpointing: bool = False):
+        """Logits for every position, as training needs. With `checkpointing`
+        each block's activations are recomputed in the backward pass instead of
+        kept (torch.utils.checkpoint, one checkpoint per transformer layer)."""
+        from torch.utils.checkpoint import checkpoint
+        x = self.embed(tokens)
+        s = tokens.shape[1]
+        c, sn = cos[:s], sin[:s]
+        for block in self.blocks:
+            if checkpointing:
+                x = checkpoint(block, x, c, sn, None, None, 0, use_reentrant=False)
+            else:
+                x = block(x, c, sn, None, None, 0)
+        return self.lm_head(self.norm(x))
 
 
 @torch.inference_mode()

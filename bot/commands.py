@@ -6,7 +6,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from bot import gpus
+from bot import gpus, ladder
 from worker import spec as specs
 
 USAGE = specs.general_usage()
@@ -21,7 +21,7 @@ NOT_SWEEPABLE = ("timeout", "attempts")  # how a trial is run, not what it measu
 
 @dataclass(frozen=True)
 class Command:
-    name: str  # "help" | "status" | "list" | "run" | "sweep" | "fit"
+    name: str  # "help" | "status" | "list" | "run" | "sweep" | "fit" | "ladder"
     job_id: int | None = None
     spec: specs.TrialSpec | None = None
     specs: tuple = ()           # sweep: one TrialSpec per config
@@ -29,6 +29,7 @@ class Command:
     sweep_id: int | None = None  # fit
     params: dict = field(default_factory=dict)  # fit: the config to predict
     gpu: gpus.Gpu | None = None  # fit: the GPU to answer "largest batch" for
+    budget: int | None = None    # ladder: the memory budget in bytes
 
 
 def split(text: str) -> list[str]:
@@ -55,6 +56,10 @@ def parse_trial(text: str, recipes: dict | None = None) -> Command:
         return Command("list")
     if head == "sweep":
         return parse_sweep(rest, recipes)
+    if head == "ladder":
+        steps, budget = ladder.parse(rest)
+        return Command("ladder", specs=tuple(s for _, s, _ in steps),
+                       words=tuple(w for _, _, w in steps), budget=budget)
     if head == "fit":
         return parse_fit(rest)
     return Command("run", spec=specs.parse(words, recipes))

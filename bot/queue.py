@@ -60,6 +60,28 @@ class JobQueue:
             self.changed.notify_all()
         return jobs
 
+    def submit_ladder(self, specs: list, words: list[str], user: str, channel: str,
+                      budget: int | None, tags: dict | None = None) -> list[dict]:
+        jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
+                                   ladder=True, budget=budget, tags=tags)
+        with self.changed:
+            self.changed.notify_all()
+        return jobs
+
+    def group_message(self, job: dict, report: dict) -> dict | None:
+        """The sweep's fit or the ladder's table, when `job` is its group's last to end."""
+        if job.get("ladder"):
+            jobs = self.store.ladder_jobs(job["ladder"])
+            if any(j["status"] not in ("done", "failed") for j in jobs if j["id"] != job["id"]):
+                return None
+            reports_ = [report if j["id"] == job["id"] else j["report"] for j in jobs]
+            try:
+                return render.ladder_table(jobs, reports_, job.get("budget"))
+            except Exception as exc:  # noqa: BLE001 - the trial's report matters more
+                return render.reply_message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} "
+                                            f"ended, but its table failed: {exc!r}")
+        return self.sweep_message(job, report)
+
     def sweep_message(self, job: dict, report: dict) -> dict | None:
         """The sweep's fit message when `job` (ending now with `report`) is the last
         of its sweep to end, else None. Never raises: a failing fit becomes a
@@ -134,7 +156,7 @@ class JobQueue:
                                   None)
             report["trial"], report["worker"] = job["trial"], job["worker"]
             with self.sweep_lock:
-                fit = self.sweep_message(job, report)
+                fit = self.group_message(job, report)
                 if not self.store.fail_expired(job, report, render.report(job, report)):
                     continue
                 if fit:  # fail_expired takes one message: the fit follows it
@@ -154,7 +176,7 @@ class JobQueue:
         if chart.has_timeline(report):
             messages.append(render.chart(job, report))
         with self.sweep_lock:
-            fit = self.sweep_message(job, report)
+            fit = self.group_message(job, report)
             if not self.store.finish_job(job_id, worker, lease, report,
                                          messages + ([fit] if fit else [])):
                 raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")

@@ -498,3 +498,78 @@ def _gpu_text(fit: dict, sweep: int) -> str:
                      "sweep: the fit misses a term, or the OOM came from another worker. The "
                      "measured OOM wins.\n")
     return text + (f"For a named GPU: `/trial fit S{sweep} gpu=H100` (or `gpu=<size>GiB`).")
+
+
+# ladder ---------------------------------------------------------------------
+
+def reply_message(channel: str, text: str) -> dict:
+    """A plain channel message (not an ephemeral reply)."""
+    return {"channel": channel, "kind": "note", "text": text, "blocks": [_section(text)]}
+
+
+def ladder_queued(jobs: list[dict], budget: int | None) -> dict:
+    from bot.ladder import STEPS, _gb
+    steps = "\n".join(f"• {j['trial']} {name}: `{j['words']}`" for j, name in zip(jobs, STEPS))
+    goal = f" against a budget of {_gb(budget)}" if budget else ""
+    return reply(f"Queued ladder *L{jobs[0]['id']}*{goal}: each step on top of the previous, "
+                 f"judged by the loss after the same steps from the same seed.\n{steps}\n"
+                 "The table is posted in this channel when the last step ends.")
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.0%}"
+
+
+def ladder_table(jobs: list[dict], reports: list[dict | None], budget: int | None) -> dict:
+    from bot import ladder
+    table = ladder.rows(list(ladder.STEPS), reports)
+    head = ["step", "trial", "peak mem", "step time", "Δmem prev/base", "Δtime prev/base",
+            "loss Δ vs fp32"]
+    cells = [head]
+    for row in table:
+        if not row["ok"]:
+            cells.append([row["step"], "", row["why"][:60], "", "", "", ""])
+            continue
+        quality = ("—" if "quality" not in row else
+                   f"{row['quality']:+.3%}" + (" ok" if row["quality_ok"] else " BROKE"))
+        cells.append([row["step"], row.get("trial") or "",
+                      ladder._gb(row["memory"]) if row["memory"] else "n/a",
+                      secs(row["seconds"]),
+                      f"{_pct(row.get('dmem_prev'))} / {_pct(row.get('dmem_base'))}",
+                      f"{_pct(row.get('dtime_prev'))} / {_pct(row.get('dtime_base'))}",
+                      quality])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    grid = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    ok = {r["step"]: r for r in table if r["ok"]}
+    notes = []
+    if "baseline" in ok:
+        notes.append(f"Memory: {ok['baseline']['method']}; quality: loss after "
+                     f"{ok['baseline']['steps']} steps from the same seed, tolerance "
+                     f"±{ladder.QUALITY_TOLERANCE:.0%} of the fp32 baseline.")
+    if "precision" in ok and ok["precision"].get("dtime_prev") is not None:
+        speed = 1 / (1 + ok["precision"]["dtime_prev"])
+        notes.append(f"Precision: {speed:.2f}× the fp32 speed "
+                     + ("— no speed-up on this device" if speed <= 1 else "")
+                     + f" (reference: {ladder.REFERENCES['precision']}).")
+    if "checkpointing" in ok and ok["checkpointing"].get("dtime_prev") is not None:
+        c = ok["checkpointing"]
+        notes.append(f"Checkpointing: memory {_pct(c.get('dmem_prev'))}, time "
+                     f"{_pct(c['dtime_prev'])} per step (reference: "
+                     f"{ladder.REFERENCES['checkpointing']}).")
+    if "zero-1" in ok:
+        z = ok["zero-1"]
+        per = ", ".join(f"rank {r} {b / 2**20:.2f} MiB" for r, b in z["zero"])
+        worst = max(abs(b - z["zero_theory"]) / z["zero_theory"] for _, b in z["zero"])
+        notes.append(f"ZeRO-1 over {z['world']} ranks: optimizer states measured {per}; theory "
+                     f"{z['zero_theory'] / 2**20:.2f} MiB per rank (AdamW's 8 bytes/param fp32 "
+                     f"÷ {z['world']}), worst rank {worst:.2%} off. (Reference: "
+                     f"{ladder.REFERENCES['zero-1']}.)")
+    advice = ladder.recommend(table, budget)
+    text = (f"*Ladder L{jobs[0]['id']}* ({jobs[0]['trial']}–{jobs[-1]['trial']})\n```{grid}```\n"
+            + "\n".join(notes) + "\n*Recommendation*:\n" + "\n".join(f"• {a}" for a in advice))
+    return {"channel": jobs[0]["channel"], "kind": "ladder", "text": text,
+            "blocks": [_section(part) for part in _split(text)]}
+
+
+def _split(text: str, size: int = 2900) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]

@@ -18,7 +18,7 @@ import sqlite_utils
 
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
-               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block")
+               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block, ladder, budget")
 
 
 class Store:
@@ -49,6 +49,7 @@ class Store:
             "timeline": str,  # apart from `report`: status and list stay light
             "sweep": int,  # the first job's id, for every job of one `/trial sweep`
             "plan": str, "block": str,  # `/trial ... plan=NAME block=KIND`: an actual
+            "ladder": int, "budget": float,  # `/trial ladder`: first job's id, memory budget
         }, pk="id", not_null={"workload", "spec", "status"},
             defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
@@ -92,7 +93,8 @@ class Store:
         return self.add_jobs([spec], [words], user, channel)[0]
 
     def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
-                 sweep: bool = False, tags: dict | None = None) -> list[dict]:
+                 sweep: bool = False, tags: dict | None = None, ladder: bool = False,
+                 budget: float | None = None) -> list[dict]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
         the first one's id as their sweep id; `tags` ({plan, block}) make them a
         plan's actuals."""
@@ -106,14 +108,19 @@ class Store:
                     [spec["workload"], json.dumps(spec), w, user, channel, time.time(),
                      tags.get("plan"), tags.get("block")])
                 ids.append(cur.lastrowid)
-            if sweep:
-                self.db.execute(f"update jobs set sweep = ? where id in "
-                                f"({','.join('?' * len(ids))})", [ids[0], *ids])
+            group = "sweep" if sweep else "ladder" if ladder else None
+            if group:
+                self.db.execute(f"update jobs set {group} = ?, budget = ? where id in "
+                                f"({','.join('?' * len(ids))})", [ids[0], budget, *ids])
         return [self.job(i) for i in ids]
 
     def sweep_jobs(self, sweep: int) -> list[dict]:
         return [_job(r) for r in self.db["jobs"].rows_where(
             "sweep = ?", [sweep], order_by="id", select=JOB_COLUMNS)]
+
+    def ladder_jobs(self, ladder: int) -> list[dict]:
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            "ladder = ?", [ladder], order_by="id", select=JOB_COLUMNS)]
 
     def job(self, job_id: int) -> dict | None:
         rows = list(self.db["jobs"].rows_where("id = ?", [job_id], select=JOB_COLUMNS))

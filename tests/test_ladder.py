@@ -1,0 +1,70 @@
+"""The optimization ladder: its steps, its table, its recommendation (pure), and
+one whole ladder through the console on a tiny model."""
+import pytest
+from test_console import run_console
+
+from bot import ladder
+from worker.spec import SpecError
+
+TINY = "llm-train layers=2 hidden=64 heads=2 kv_heads=1 vocab=256 seq=32 batch=4 steps=3"
+
+
+def test_each_step_is_on_top_of_the_previous():
+    steps, budget = ladder.parse(TINY.split() + ["budget=24GB", "world=4"])
+    assert [n for n, _, _ in steps] == list(ladder.STEPS) and budget == 24 * 10**9
+    p = [s.params for _, s, _ in steps]
+    assert (p[0]["precision"], p[0]["checkpointing"], p[0]["zero"]) == ("fp32", "none", 0)
+    assert (p[1]["precision"], p[1]["checkpointing"]) == ("bf16", "none")
+    assert (p[2]["precision"], p[2]["checkpointing"], p[2]["zero"]) == ("bf16", "full", 0)
+    assert (p[3]["zero"], p[3]["world"], p[3]["checkpointing"]) == (1, 4, "full")
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["budget=lots"], "is not a size"),
+    (["budget=0GB"], "is not a size"),
+    (["zero=1"], "the ladder sets it itself"),
+    (["precision=fp32"], "give bf16 or fp16"),
+    (["world=3"], "must divide evenly"),
+])
+def test_bad_ladders_are_refused(extra, says):
+    with pytest.raises(SpecError, match=says):
+        ladder.parse(TINY.split() + extra)
+    with pytest.raises(SpecError, match="training workload"):
+        ladder.parse(["llm-infer"])
+
+
+def report(mem, seconds, loss, world=1, states=(800,)):
+    return {"status": "ok", "trial": "T", "params": {"layers": 2},
+            "latency": {"mean": seconds},
+            "training": {"loss_final": loss, "steps": 4, "world": world,
+                         "optimizer_state_theory_per_rank": 800 / world,
+                         "ranks": [{"rank": i, "peak_allocated": mem, "host_rss_peak": None,
+                                    "optimizer_state_bytes": b} for i, b in enumerate(states)]}}
+
+
+def test_a_step_that_breaks_quality_is_not_adopted_whatever_it_saves():
+    reports = [report(10 * 2**30, 1.0, 5.0), report(6 * 2**30, 0.5, 5.2),
+               report(4 * 2**30, 0.6, 5.0), report(3 * 2**30, 0.7, 5.0, 2, (400, 400))]
+    table = ladder.rows(list(ladder.STEPS), reports)
+    assert table[1]["quality_ok"] is False and table[1]["dmem_prev"] == pytest.approx(-0.4)
+    advice = ladder.recommend(table, budget=5 * 2**30)
+    assert "quality broke" in advice[0] and "not adopted" in advice[0]
+    assert advice[1].startswith("checkpointing: adopt") and "Fits the budget" in advice[2]
+
+
+def test_nothing_fits_says_so_with_the_numbers():
+    reports = [report(10 * 2**30, 1.0, 5.0), report(9 * 2**30, 0.9, 5.0),
+               report(8 * 2**30, 1.2, 5.0), report(7 * 2**30, 1.3, 5.0, 2, (400, 400))]
+    advice = ladder.recommend(ladder.rows(list(ladder.STEPS), reports), budget=2**30)
+    assert "Nothing fits 1.00 GiB" in advice[-1] and "7.00 GiB" in advice[-1]
+
+
+def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):
+    done = run_console(tmp_path, [f"/trial ladder {TINY} budget=100MB"])
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Queued ladder *L1*" in out and out.count("*Ladder L1*") == 1
+    for step in ladder.STEPS:
+        assert f"\n{step} " in out
+    assert "ZeRO-1 over 2 ranks" in out and "Recommendation" in out
+    assert "Nothing fits 95 MiB" in out  # host RSS of a torch process is above that

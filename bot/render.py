@@ -32,7 +32,11 @@ def help_text(recipes: dict | None = None) -> str:
              "recipe NAME batch=1,2,4`) runs one trial per config (comma lists on whole-number "
              "parameters, at most 16) and posts a scaling fit of peak memory and time; "
              "`/trial fit S12 batch=32 prompt=2048 gpu=H100` predicts a config and the largest "
-             "batch that fits a GPU.", ""]
+             "batch that fits a GPU.",
+             "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
+             "[budget=24GB]` runs the baseline, then lower precision, then activation "
+             "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
+             "the loss check and a recommendation.", ""]
     for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
         lines.append(f"*{'recipe ' if w.recipe else ''}{w.name}*: {w.summary}"
                      + (" (needs CUDA)" if w.requires == "cuda" else ""))

@@ -134,11 +134,13 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
         if saves or faster:
             adopted.append(row["step"])
             current = row
+            cost = (f", at {row['dtime_prev']:+.0%} step time"
+                    if row.get("dtime_prev") and not faster else "")
             lines.append(f"{row['step']}: adopt — "
                          + ", ".join(x for x in (
                              f"{-row['dmem_prev']:.0%} less memory" if saves else "",
                              f"{-row['dtime_prev']:.0%} faster" if faster else "") if x)
-                         + ", quality held.")
+                         + cost + ", quality held.")
         else:
             lines.append(f"{row['step']}: saved neither memory nor time here; not adopted.")
         if budget is not None and current["memory"] and current["memory"] <= budget:

@@ -566,7 +566,9 @@ def ladder_table(jobs: list[dict], reports: list[dict | None], budget: int | Non
         worst = max(abs(b - z["zero_theory"]) / z["zero_theory"] for _, b in z["zero"])
         notes.append(f"ZeRO-1 over {z['world']} ranks: optimizer states measured {per}; theory "
                      f"{z['zero_theory'] / 2**20:.2f} MiB per rank (AdamW's 8 bytes/param fp32 "
-                     f"÷ {z['world']}), worst rank {worst:.2%} off. (Reference: "
+                     f"÷ {z['world']}), worst rank {worst:.2%} off. Each rank also holds "
+                     f"only batch/{z['world']} sequences of activations, so its peak falls by "
+                     "more than the states alone. (Reference: "
                      f"{ladder.REFERENCES['zero-1']}.)")
     advice = ladder.recommend(table, budget)
     text = (f"*Ladder L{jobs[0]['id']}* ({jobs[0]['trial']}–{jobs[-1]['trial']})\n```{grid}```\n"

@@ -6,7 +6,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from bot import gpus, ladder
+from bot import ab, gpus, ladder
 from worker import spec as specs
 
 USAGE = specs.general_usage()
@@ -21,7 +21,7 @@ NOT_SWEEPABLE = ("timeout", "attempts")  # how a trial is run, not what it measu
 
 @dataclass(frozen=True)
 class Command:
-    name: str  # "help" | "status" | "list" | "run" | "sweep" | "fit" | "ladder"
+    name: str  # "help" | "status" | "list" | "run" | "sweep" | "fit" | "ladder" | "ab"
     job_id: int | None = None
     spec: specs.TrialSpec | None = None
     specs: tuple = ()           # sweep: one TrialSpec per config
@@ -56,6 +56,9 @@ def parse_trial(text: str, recipes: dict | None = None) -> Command:
         return Command("list")
     if head == "sweep":
         return parse_sweep(rest, recipes)
+    if head == "ab":
+        pair, lines, _ = ab.parse(rest)
+        return Command("ab", specs=tuple(pair), words=tuple(lines))
     if head == "ladder":
         steps, budget = ladder.parse(rest)
         return Command("ladder", specs=tuple(s for _, s, _ in steps),

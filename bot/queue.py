@@ -60,10 +60,11 @@ class JobQueue:
             self.changed.notify_all()
         return jobs
 
-    def submit_ladder(self, specs: list, words: list[str], user: str, channel: str,
-                      budget: int | None, tags: dict | None = None) -> list[dict]:
+    def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
+                     budget: int | None = None, tags: dict | None = None) -> list[dict]:
+        """A ladder or an A/B: trials whose last to end posts one comparison."""
         jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
-                                   ladder=True, budget=budget, tags=tags)
+                                   group=kind, budget=budget, tags=tags)
         with self.changed:
             self.changed.notify_all()
         return jobs
@@ -76,6 +77,8 @@ class JobQueue:
                 return None
             reports_ = [report if j["id"] == job["id"] else j["report"] for j in jobs]
             try:
+                if job.get("group_kind") == "ab":
+                    return render.ab_table(jobs, reports_)
                 return render.ladder_table(jobs, reports_, job.get("budget"))
             except Exception as exc:  # noqa: BLE001 - the trial's report matters more
                 return render.reply_message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} "

@@ -36,7 +36,8 @@ def help_text(recipes: dict | None = None) -> str:
              "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
              "[budget=24GB]` runs the baseline, then lower precision, then activation "
              "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
-             "the loss check and a recommendation.", ""]
+             "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16` "
+             "runs A and B and compares time, memory and quality (logits, or the loss).", ""]
     for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
         lines.append(f"*{'recipe ' if w.recipe else ''}{w.name}*: {w.summary}"
                      + (" (needs CUDA)" if w.requires == "cuda" else ""))
@@ -579,3 +580,38 @@ def ladder_table(jobs: list[dict], reports: list[dict | None], budget: int | Non
 
 def _split(text: str, size: int = 2900) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def ab_queued(jobs: list[dict]) -> dict:
+    return reply(f"Queued an A/B: A {jobs[0]['trial']} `{jobs[0]['words']}`, "
+                 f"B {jobs[1]['trial']} `{jobs[1]['words']}`. The comparison is posted in this "
+                 "channel when both have ended.")
+
+
+def ab_table(jobs: list[dict], reports: list[dict | None]) -> dict:
+    from bot import ab
+    a, b = reports
+    head = (f"*A/B*: A {jobs[0]['trial']} `{jobs[0]['words']}` vs "
+            f"B {jobs[1]['trial']} `{jobs[1]['words']}`")
+    bad = [j["trial"] for j, r in zip(jobs, reports) if not r or r["status"] != "ok"]
+    if bad:
+        text = f"{head}\n:x: {', '.join(bad)} did not succeed, so there is nothing to compare."
+    else:
+        c = ab.compare(a, b)
+        unit = "step" if a.get("training") else "request"
+        lines = [f"• time per {unit}: A {secs(a['latency']['mean'])}, B "
+                 f"{secs(b['latency']['mean'])} ({c['time']:+.1%}; B is "
+                 f"{1 / (1 + c['time']):.2f}× A's speed)"]
+        lines.append(f"• peak memory ({c['memory_method']}): {c['memory']:+.1%}"
+                     if c["memory"] is not None else
+                     "• peak memory: not compared (A and B were not measured the same way)")
+        q = c["quality"]
+        if q:
+            verdict = "held" if q["held"] else "BROKE"
+            lines.append(f"• quality {verdict}: {q['value']:+.2%} against a tolerance of "
+                         f"±{q['tolerance']:.0%} — {q['what']}")
+        else:
+            lines.append("• quality: this workload reports nothing to compare")
+        text = head + "\n" + "\n".join(lines)
+    return {"channel": jobs[0]["channel"], "kind": "ab", "text": text,
+            "blocks": [_section(text)]}

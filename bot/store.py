@@ -18,7 +18,7 @@ import sqlite_utils
 
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
-               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block, ladder, budget")
+               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block, ladder, budget, group_kind")
 
 
 class Store:
@@ -50,6 +50,7 @@ class Store:
             "sweep": int,  # the first job's id, for every job of one `/trial sweep`
             "plan": str, "block": str,  # `/trial ... plan=NAME block=KIND`: an actual
             "ladder": int, "budget": float,  # `/trial ladder`: first job's id, memory budget
+            "group_kind": str,  # "ladder" or "ab": what the `ladder` group's message is
         }, pk="id", not_null={"workload", "spec", "status"},
             defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
@@ -93,7 +94,7 @@ class Store:
         return self.add_jobs([spec], [words], user, channel)[0]
 
     def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
-                 sweep: bool = False, tags: dict | None = None, ladder: bool = False,
+                 sweep: bool = False, tags: dict | None = None, group: str | None = None,
                  budget: float | None = None) -> list[dict]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
         the first one's id as their sweep id; `tags` ({plan, block}) make them a
@@ -108,10 +109,11 @@ class Store:
                     [spec["workload"], json.dumps(spec), w, user, channel, time.time(),
                      tags.get("plan"), tags.get("block")])
                 ids.append(cur.lastrowid)
-            group = "sweep" if sweep else "ladder" if ladder else None
-            if group:
-                self.db.execute(f"update jobs set {group} = ?, budget = ? where id in "
-                                f"({','.join('?' * len(ids))})", [ids[0], budget, *ids])
+            column = "sweep" if sweep else "ladder" if group else None
+            if column:  # the group's id is its first job's
+                self.db.execute(f"update jobs set {column} = ?, budget = ?, group_kind = ? "
+                                f"where id in ({','.join('?' * len(ids))})",
+                                [ids[0], budget, group, *ids])
         return [self.job(i) for i in ids]
 
     def sweep_jobs(self, sweep: int) -> list[dict]:

@@ -19,7 +19,7 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
         return render.error(exc), None
     except plans.PlanError as exc:
         return render.reply(f":x: {exc.message}\nNothing was queued."), None
-    if tags and cmd.name not in ("run", "sweep", "ladder"):
+    if tags and cmd.name not in ("run", "sweep", "ladder", "ab"):
         return render.reply(":x: plan= and block= tag a trial that runs; "
                             f"`/trial {cmd.name}` takes none. Nothing was queued."), None
     if cmd.name == "help":
@@ -34,14 +34,18 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
         return render.status(job, queue.store.attempts(job["id"])), None
     if cmd.name == "fit":
         return fit(queue, cmd), None
-    first = cmd.specs[0] if cmd.name in ("sweep", "ladder") else cmd.spec
+    first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
     if first.recipe and not queue.known_for(first.to_dict()):
         return render.reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
                             "and every worker with it in its recipe file has no NVIDIA GPU. "
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
     if cmd.name == "ladder":
-        jobs = queue.submit_ladder(cmd.specs, cmd.words, user, channel, cmd.budget, tags)
+        jobs = queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
+                                  tags)
         return render.ladder_queued(jobs, cmd.budget), jobs[-1]
+    if cmd.name == "ab":
+        jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags)
+        return render.ab_queued(jobs), jobs[-1]
     if cmd.name == "sweep":
         jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags)
         # The last job stands for the sweep: its end posts the fit (one worker runs

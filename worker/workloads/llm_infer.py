@@ -16,6 +16,22 @@ from worker.workloads.decoder import Decoder, generate, rotary_tables
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+PROBE_LOGITS = 64  # logits kept from the first sequence, for an A/B comparison
+
+
+@torch.inference_mode()
+def quality_probe(model, prompts, cos, sin) -> dict:
+    """What an A/B of two configs (e.g. dtype=fp32,bf16) compares: the prefill's
+    next-token choice per sequence and the first sequence's leading logits.
+    Same seed, same weights up to the dtype's rounding, same prompts."""
+    cache = model.new_cache(prompts.shape[0], prompts.shape[1])
+    logits = model(prompts, cache, 0, cos, sin)[:, -1].float()
+    return {"first_tokens": logits.argmax(-1).tolist(),
+            "logits_head": logits[0, :PROBE_LOGITS].tolist(),
+            "logits_sd": float(logits[0].std()),
+            "what": "prefill logits at the last prompt position, outside the timed phases"}
+
+
 def run(p: dict, trial) -> dict:
     dtype = DTYPES[p["dtype"]]
     device = trial.device
@@ -45,6 +61,7 @@ def run(p: dict, trial) -> dict:
     with trial.phase("warmup"):
         for _ in range(p["warmup"]):
             request()
+        probe = quality_probe(model, prompts, cos, sin)
     with trial.phase("run"):
         samples, stability = repeat.adaptive(request, p["repeats"], p["stability"] / 100,
                                              p["run_cap"])
@@ -71,6 +88,7 @@ def run(p: dict, trial) -> dict:
                               "what": "one decode step for the whole batch"}
                              if per_token else None),
         "throughput": throughput,
+        "quality_probe": probe,
         "scale": {"batch": p["batch"], "prompt_tokens": p["prompt"], "gen_tokens": p["gen"],
                   "tokens_per_request": p["batch"] * (p["prompt"] + p["gen"]),
                   "requests": len(samples),

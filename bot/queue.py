@@ -21,11 +21,24 @@ MAX_LEASES = 2          # leases lost to a silent worker before the trial fails 
 
 def can_run(info: dict, spec: dict) -> bool:
     """A recipe goes only to a worker whose file has it, and a CUDA recipe only
-    to a worker with an NVIDIA GPU (a cloud Mac is not a CUDA box)."""
+    to a worker with an NVIDIA GPU (a cloud Mac is not a CUDA box); a training
+    run of `world` ranks only to a worker with a GPU per rank (or, on CPU,
+    a core per rank where the worker said how many it has)."""
     if spec.get("recipe") is None:
-        return True
+        return fits_ranks(info, spec.get("params", {}))
     recipe = next((r for r in info.get("recipes", []) if r["name"] == spec["recipe"]), None)
     return recipe is not None and (recipe.get("requires") != "cuda" or bool(info.get("gpus")))
+
+
+def fits_ranks(info: dict, params: dict) -> bool:
+    world = params.get("world", 1)
+    if world <= 1:
+        return True
+    gpus, cpus = len(info.get("gpus") or []), info.get("cpus")
+    device = params.get("device", "auto")
+    if device == "cuda" or (device == "auto" and gpus):
+        return gpus >= world
+    return cpus is None or cpus >= world
 
 
 class LeaseLost(Exception):

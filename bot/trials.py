@@ -35,6 +35,16 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
     if cmd.name == "fit":
         return fit(queue, cmd), None
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
+    workers = queue.store.workers()
+    wide = next((s for s in (cmd.specs or (cmd.spec,))
+                 if not s.recipe and not queue.known_for(s.to_dict())), None)
+    if workers and wide:
+        have = "; ".join(f"{w['name']}: {len(w['info'].get('gpus') or [])} GPU(s), "
+                         f"{w['info'].get('cpus', '?')} cores" for w in workers)
+        return render.reply(f":x: No worker can run `world={wide.params.get('world')}` ranks on "
+                            f"device={wide.params.get('device')}: a rank needs its own GPU (or "
+                            f"CPU core). Workers: {have}. Use a smaller world, or start a worker "
+                            "with enough GPUs. Nothing was queued."), None
     if first.recipe and not queue.known_for(first.to_dict()):
         return render.reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
                             "and every worker with it in its recipe file has no NVIDIA GPU. "

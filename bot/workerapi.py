@@ -27,6 +27,10 @@ def check_info(info: dict) -> str | None:
     gpus = info.get("gpus", [])
     if not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
         return "`info.gpus` must be a list of GPU names"
+    cpus = info.get("cpus")
+    if cpus is not None and not (isinstance(cpus, int) and not isinstance(cpus, bool)
+                                 and cpus > 0):
+        return "`info.cpus` must be a positive whole number"
     recipes = info.get("recipes", [])
     if not isinstance(recipes, list):
         return "`info.recipes` must be a list"

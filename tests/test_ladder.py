@@ -68,3 +68,16 @@ def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):
         assert f"\n{step} " in out
     assert "ZeRO-1 over 2 ranks" in out and "Recommendation" in out
     assert "Nothing fits 95 MiB" in out  # host RSS of a torch process is above that
+
+
+def test_ranks_no_worker_has_are_refused_before_a_job(tmp_path):
+    from bot import trials
+    from bot.queue import JobQueue
+    from bot.store import Store
+    q = JobQueue(Store(str(tmp_path / "r.db")))
+    q.register("gpu-a", {"gpus": ["NVIDIA H200"], "cpus": 16})
+    reply, job = trials.handle(q, "ladder llm-train device=cuda world=2", "U1", "C1")
+    assert job is None and "No worker can run `world=2` ranks" in reply["text"]
+    assert "gpu-a: 1 GPU(s), 16 cores" in reply["text"] and q.store.jobs() == []
+    _, job = trials.handle(q, "llm-train device=cuda", "U1", "C1")
+    assert job is not None  # one rank fits

@@ -143,3 +143,13 @@ def test_status_and_list_do_not_load_the_timeline(queue):
     queue.finish(job["id"], "w1", leased["lease"], r)
     assert "timeline" not in queue.store.job(job["id"])["report"]
     assert len(queue.store.report_with_timeline(job["id"])["timeline"]["sampled"]["rows"]) == 2000
+
+
+def test_training_ranks_go_only_to_a_worker_with_a_gpu_or_core_per_rank():
+    from bot.queue import can_run
+    spec = {"workload": "llm-train", "params": {"world": 2, "device": "cuda"}}
+    assert not can_run({"gpus": ["H100"]}, spec)
+    assert can_run({"gpus": ["H100", "H100"]}, spec)
+    cpu = {"workload": "llm-train", "params": {"world": 4, "device": "auto"}}
+    assert not can_run({"gpus": [], "cpus": 2}, cpu) and can_run({"cpus": 8}, cpu)
+    assert can_run({}, cpu)  # a worker that did not say: it decides itself

@@ -142,6 +142,7 @@ def per_run(trials: list[dict]) -> dict:
         sd = math.sqrt(ss / (k - 1)) if k > 1 else None
         mean = sum(run_seconds(r) for r in reports) / k
         return {"k": k, "mean": mean, "sd": sd, "unit": "request",
+                "trial_means": [run_seconds(r) / ni for r, ni in zip(reports, n)],
                 "source": f"{names}: run phase over {k} measured requests (latency mean "
                           f"{lat:.4g} s" + (f", sd {sd:.3g} s" if sd is not None else "") + ")"}
     samples = [run_seconds(r) for r in reports]
@@ -220,7 +221,16 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         x = pr["mean"]
         run_source = f"{times} × {x:.4g} s per {pr['unit']} ({pr['source']})"
         half = None
-        if pr["k"] >= 2 and pr["sd"] is not None:
+        means = pr.get("trial_means") or []
+        if len(means) >= 2 and pr["sd"] is not None:
+            # Trials at different times see different speeds: the mean's uncertainty
+            # comes from the spread between trials (n−1 dof), each run's from within.
+            n = len(means)
+            mm = sum(means) / n
+            between = sum((m - mm) ** 2 for m in means) / (n - 1)
+            half = t_quantile(n - 1, LEVEL) * math.sqrt(runs * pr["sd"] ** 2
+                                                         + runs ** 2 * between / n)
+        elif pr["k"] >= 2 and pr["sd"] is not None:
             half = t_quantile(pr["k"] - 1, LEVEL) * pr["sd"] * math.sqrt(runs + runs ** 2 / pr["k"])
         why_no_interval = ("one measurement has no spread; run the trial again (trial=T12,T13) "
                            "or with more repeats")
@@ -284,7 +294,8 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
             "gpus": gpus, "components": components,
             "half": half * gpus if half is not None else None,
             "interval_note": (f"{LEVEL:.0%} prediction interval of the runs" + (
-                "" if predicted or len(trials) > 1 else
+                "" if predicted else
+                f", with the spread between {len(trials)} trials" if len(trials) > 1 else
                 f" from {trials[0]['trial']}'s consecutive repeats: slowdowns that come and go "
                 "over minutes are not in it; trials at other times (trial=T12,T13) widen it")
                 if half is not None

@@ -277,3 +277,14 @@ def test_a_failed_tagged_trial_is_all_retries():
     a = planner.actual_of_job(job(2, failed, status="failed"),
                               [{"status": "failed", "seconds": 235.0}], gpus=1)
     assert a == {"prep": 0.0, "data": 0.0, "runs": 0.0, "retries": 235.0, "count": 0}
+
+
+def test_two_trials_at_different_speeds_widen_the_interval_by_their_spread():
+    a, b = report(mean=1.0, sd=0.01, count=10), report(mean=1.2, sd=0.01, count=10)
+    e = estimate(block(runs=100), trials=[job(1, a), job(2, b)])
+    between = ((1.0 - 1.1) ** 2 + (1.2 - 1.1) ** 2) / 1
+    pooled = planner.per_run([job(1, a), job(2, b)])["sd"]
+    want = stats.t.ppf(0.95, 1) * math.sqrt(100 * pooled ** 2 + 100 ** 2 * between / 2)
+    assert e["half"] == pytest.approx(want)
+    one = estimate(block(runs=100), trials=[job(1, a)])
+    assert e["half"] > 10 * one["half"]

@@ -101,14 +101,19 @@ def _norm(name: str) -> str:
     return key
 
 
+def parse_size(text: str) -> int | None:
+    """Bytes of "80GiB", "81559MiB", "24GB" (GB = 10⁹, GiB = 2³⁰); None when not a size."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(gb|gib|mb|mib|tb|tib)", text.strip().lower())
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+
+
 def lookup(name: str) -> Gpu:
     """A GPU by name (case-insensitive; "H100", "h100-sxm", "A100 80GB", "nvidia l4"),
     or an exact size ("80GiB", "81559MiB", "24GB"). Raises ValueError with a
     message that lists the known names."""
     text = (name or "").strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(gb|gib|mb|mib|tb|tib)", text.lower())
-    if m:
-        size = int(float(m.group(1)) * _UNITS[m.group(2)])
+    size = parse_size(text)
+    if size is not None:
         if not 2**20 <= size <= 100 * 2**40:
             raise ValueError(f"`{text}`: a GPU memory size must be from 1 MiB to 100 TiB")
         return Gpu(f"{text} GPU", None, size, "", "given by the user")

@@ -4,9 +4,9 @@ loss after the same steps from the same seed. Pure: specs in, table and
 recommendation out."""
 from __future__ import annotations
 
-import re
-
+from bot import gpus
 from worker import spec as specs
+from worker.summary import gib
 
 STEPS = ("baseline", "precision", "checkpointing", "zero-1")
 QUALITY_TOLERANCE = 0.01  # relative to the fp32 baseline's final loss
@@ -19,16 +19,14 @@ REFERENCES = {
               "(Adam in mixed precision: 12 bytes/param, 1.5B params → 18 GB → 2.25 GB on 8 ranks)",
 }
 USAGE = "/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] [budget=24GB]"
-UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 def size(raw: str) -> int:
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b|b)", raw.strip().lower())
-    if not m or float(m.group(1)) <= 0:
+    value = gpus.parse_size(raw)
+    if not value:
         raise specs.SpecError(f"budget={raw}", f"`budget={raw}` is not a size; write e.g. "
                               "budget=24GB or budget=80GiB", USAGE)
-    return int(float(m.group(1)) * UNITS[m.group(2)])
+    return value
 
 
 def parse(words: list[str]) -> tuple[list[tuple[str, specs.TrialSpec, str]], int | None]:
@@ -118,8 +116,8 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
     if current is None:
         return ["The baseline did not run, so no step can be judged; fix it first."]
     if budget is not None and current["memory"] and current["memory"] <= budget:
-        return [f"The baseline already fits the budget ({_gb(current['memory'])} ≤ "
-                f"{_gb(budget)}): adopt nothing for memory's sake."]
+        return [f"The baseline already fits the budget ({gib(current['memory'])} ≤ "
+                f"{gib(budget)}): adopt nothing for memory's sake."]
     for row in table[1:]:
         if not row["ok"]:
             lines.append(f"{row['step']}: did not run ({row['why']}); not adopted.")
@@ -144,18 +142,14 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
         else:
             lines.append(f"{row['step']}: saved neither memory nor time here; not adopted.")
         if budget is not None and current["memory"] and current["memory"] <= budget:
-            lines.append(f"Fits the budget after {', '.join(adopted)}: {_gb(current['memory'])} "
-                         f"≤ {_gb(budget)}. Stop here.")
+            lines.append(f"Fits the budget after {', '.join(adopted)}: {gib(current['memory'])} "
+                         f"≤ {gib(budget)}. Stop here.")
             return lines
     if budget is not None and current["memory"]:
         over = current["memory"] - budget
-        lines.append(f"Nothing fits {_gb(budget)}: the best is {_gb(current['memory'])} "
-                     f"({_gb(over)} over). Redefine the goal: a smaller batch or sequence "
+        lines.append(f"Nothing fits {gib(budget)}: the best is {gib(current['memory'])} "
+                     f"({gib(over)} over). Redefine the goal: a smaller batch or sequence "
                      "(activation memory scales with batch·seq), fewer layers (each layer's "
-                     f"weights and states are ~1/{current['layers']} of the model's), or a GPU with at least {_gb(current['memory'])} "
+                     f"weights and states are ~1/{current['layers']} of the model's), or a GPU with at least {gib(current['memory'])} "
                      "(`/trial fit` after a sweep says which batch fits which GPU).")
     return lines
-
-
-def _gb(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"

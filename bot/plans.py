@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from bot import advice, planner, planview, plancmd
+import numpy as np
+
+from bot import advice, planner, plancmd, planview, scaling
 from bot.plancmd import PlanError
 from bot.queue import JobQueue
 
@@ -93,9 +95,6 @@ def _trials(queue: JobQueue, ids: list[int]) -> list[dict]:
 
 
 def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
-    import numpy as np
-
-    from bot import scaling
     jobs = queue.store.sweep_jobs(block["sweep"])
     if not jobs:
         raise PlanError(f"There is no sweep S{block['sweep']}; `/trial sweep ...` starts one")

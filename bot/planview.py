@@ -8,7 +8,7 @@ import io
 from decimal import Decimal
 
 from bot import planner, plancmd, prices
-from bot.render import _context, _section, reply
+from bot.render import _context, _section, chunks, reply, table_text
 
 
 def error(message: str) -> dict:
@@ -168,12 +168,6 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date) -
     return rows
 
 
-def _table(rows: list[list]) -> str:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-                     for r in rows)
-
-
 def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
     """Trials tagged with the plan (its actuals), each checked against the lock."""
     out = []
@@ -201,7 +195,7 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
         body = (f"No blocks yet: `/plan {plan['name']} block baseline runs=N trial=T12`.")
         text = f"{head}\n{body}"
     else:
-        body = _table(table_rows(plan, ests, price_list, today))
+        body = table_text(table_rows(plan, ests, price_list, today))
         detail = "\n".join(f"{e['kind']} (from {', '.join(e['trials'])} on {e['env']}):\n"
                            f"{components_text(e)}" for _, e, _ in ests)
         text = f"{head}\n```{body}```\n{cost_line}\n```{detail}```"
@@ -214,26 +208,11 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     text += ("\n*Open checklist items*: " + (", ".join(left) if left else "none")
              + ("\n*Open variables*:\n" + "\n".join(notes) if notes else "")
              + ("\n*Warnings*:\n" + "\n".join(warn) if warn else ""))
-    blocks = [_section(part) for part in _chunks(text)]
+    blocks = [_section(part) for part in chunks(text)]
     blocks.append(_context("GPU-hours = measured wall time × GPUs; each component names its "
                            "trial and phase. Interval: runs' spread only (prep and data are "
                            "single measurements)."))
     return {"response_type": "in_channel", "text": text, "blocks": blocks}
-
-
-def _chunks(text: str, size: int = 2900) -> list[str]:
-    """Section blocks hold 3000 characters; split on lines, keeping code fences whole."""
-    out, cur = [], ""
-    for line in text.split("\n"):
-        if len(cur) + len(line) + 1 > size and cur:
-            if cur.count("```") % 2:
-                cur += "```"
-                line = "```" + line
-            out.append(cur)
-            cur = line
-        else:
-            cur = f"{cur}\n{line}" if cur else line
-    return out + [cur]
 
 
 def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:

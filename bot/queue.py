@@ -132,10 +132,6 @@ class JobQueue:
                 out.setdefault(d["name"], Workload.from_dict(d))
         return out
 
-    def known_for(self, spec: dict) -> list[str]:
-        """Registered workers, online or not, that could run `spec`."""
-        return [w["name"] for w in self.store.workers() if can_run(w["info"], spec)]
-
     def online_for(self, spec: dict) -> list[str]:
         """Online workers that could run `spec`."""
         return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)

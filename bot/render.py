@@ -15,6 +15,28 @@ def _context(text: str) -> dict:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:3000]}]}
 
 
+def table_text(rows: list[list]) -> str:
+    """Rows as aligned columns, for a code block (Slack has no tables)."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in rows)
+
+
+def chunks(text: str, size: int = 2900) -> list[str]:
+    """Section blocks hold 3000 characters; split on lines, keeping code fences whole."""
+    out, cur = [], ""
+    for line in text.split("\n"):
+        if len(cur) + len(line) + 1 > size and cur:
+            if cur.count("```") % 2:
+                cur += "```"
+                line = "```" + line
+            out.append(cur)
+            cur = line
+        else:
+            cur = f"{cur}\n{line}" if cur else line
+    return out + [cur]
+
+
 def reply(text: str) -> dict:
     """An ephemeral answer to the person who typed the command."""
     return {"response_type": "ephemeral", "text": text, "blocks": [_section(text)]}
@@ -299,8 +321,7 @@ def _points_table(fit: dict) -> str:
         rows.append([p["trial"] or "?", *[str(p["params"].get(k)) for k in keys],
                      *[_bytes(p["memory"].get(m)) for m in methods],
                      _secs(p["seconds"]) + (" (retried)" if p.get("retried") else "")])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    table = table_text(rows)
     return f"*Measured points* (memory peaks; time = {_time_what(fit)}):\n```{table}```"
 
 
@@ -513,9 +534,9 @@ def reply_message(channel: str, text: str) -> dict:
 
 
 def ladder_queued(jobs: list[dict], budget: int | None) -> dict:
-    from bot.ladder import STEPS, _gb
+    from bot.ladder import STEPS
     steps = "\n".join(f"• {j['trial']} {name}: `{j['words']}`" for j, name in zip(jobs, STEPS))
-    goal = f" against a budget of {_gb(budget)}" if budget else ""
+    goal = f" against a budget of {summary.gib(budget)}" if budget else ""
     return reply(f"Queued ladder *L{jobs[0]['id']}*{goal}: each step on top of the previous, "
                  f"judged by the loss after the same steps from the same seed.\n{steps}\n"
                  "The table is posted in this channel when the last step ends.")
@@ -538,13 +559,12 @@ def ladder_table(jobs: list[dict], reports: list[dict | None], budget: int | Non
         quality = ("—" if "quality" not in row else
                    f"{row['quality']:+.3%}" + (" ok" if row["quality_ok"] else " BROKE"))
         cells.append([row["step"], row.get("trial") or "",
-                      ladder._gb(row["memory"]) if row["memory"] else "n/a",
+                      summary.gib(row["memory"]),
                       secs(row["seconds"]),
                       f"{_pct(row.get('dmem_prev'))} / {_pct(row.get('dmem_base'))}",
                       f"{_pct(row.get('dtime_prev'))} / {_pct(row.get('dtime_base'))}",
                       quality])
-    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-    grid = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    grid = table_text(cells)
     ok = {r["step"]: r for r in table if r["ok"]}
     notes = []
     if "baseline" in ok:
@@ -575,11 +595,7 @@ def ladder_table(jobs: list[dict], reports: list[dict | None], budget: int | Non
     text = (f"*Ladder L{jobs[0]['id']}* ({jobs[0]['trial']}–{jobs[-1]['trial']})\n```{grid}```\n"
             + "\n".join(notes) + "\n*Recommendation*:\n" + "\n".join(f"• {a}" for a in advice))
     return {"channel": jobs[0]["channel"], "kind": "ladder", "text": text,
-            "blocks": [_section(part) for part in _split(text)]}
-
-
-def _split(text: str, size: int = 2900) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)]
+            "blocks": [_section(part) for part in chunks(text)]}
 
 
 def ab_queued(jobs: list[dict]) -> dict:

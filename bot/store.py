@@ -405,10 +405,11 @@ class Store:
     def worker_usage(self, worker: str) -> dict:
         """Seconds idle and busy (leased jobs' wall time) on the days idle was
         measured: the worker's measured idle share."""
-        days = [r["day"] for r in self.idle(worker)]
-        if not days:
+        rows = self.idle(worker)
+        if not rows:
             return {"idle": 0.0, "busy": 0.0, "days": 0}
-        idle = sum(r["seconds"] for r in self.idle(worker))
+        days = [r["day"] for r in rows]
+        idle = sum(r["seconds"] for r in rows)
         busy = self.db.execute(
             "select coalesce(sum(finished - started), 0) from jobs where worker = ? and "
             "finished is not null and date(started, 'unixepoch') between ? and ?",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from bot import commands, plans, render, scaling
-from bot.queue import JobQueue
+from bot.queue import JobQueue, can_run
 from worker import spec as specs
 
 
@@ -35,9 +35,13 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
     if cmd.name == "fit":
         return fit(queue, cmd), None
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
-    workers = queue.store.workers()
-    wide = next((s for s in (cmd.specs or (cmd.spec,))
-                 if not s.recipe and not queue.known_for(s.to_dict())), None)
+    workers = queue.store.workers()  # read once: /trial must ack within Slack's 3 s
+
+    def runnable(spec) -> bool:
+        return any(can_run(w["info"], spec.to_dict()) for w in workers)
+
+    wide = next((s for s in (cmd.specs or (cmd.spec,)) if not s.recipe and not runnable(s)),
+                None)
     if workers and wide:
         have = "; ".join(f"{w['name']}: {len(w['info'].get('gpus') or [])} GPU(s), "
                          f"{w['info'].get('cpus', '?')} cores" for w in workers)
@@ -45,7 +49,7 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
                             f"device={wide.params.get('device')}: a rank needs its own GPU (or "
                             f"CPU core). Workers: {have}. Use a smaller world, or start a worker "
                             "with enough GPUs. Nothing was queued."), None
-    if first.recipe and not queue.known_for(first.to_dict()):
+    if first.recipe and not runnable(first):
         return render.reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
                             "and every worker with it in its recipe file has no NVIDIA GPU. "
                             "Start a GPU worker with that recipe file. Nothing was queued."), None

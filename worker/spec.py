@@ -137,6 +137,16 @@ COMMON = (
     _int("attempts", 3, 1, 20, "tries at most, the first included"),
 )
 
+# The decoder's shape, shared by llm-infer and llm-train.
+MODEL_SHAPE = (
+    _int("layers", 2, 1, 512, "transformer layers"),
+    _int("hidden", 256, 8, 65536, "model width"),
+    _int("heads", 4, 1, 512, "attention heads"),
+    _int("kv_heads", 2, 1, 512, "key/value heads (grouped-query attention)"),
+    _int("vocab", 4096, 2, 1048576, "vocabulary size"),
+)
+DEVICE = _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present")
+
 # Limits are sanity bounds that catch typos (prompt=1e12), not hardware limits:
 # whether a config fits a GPU is what the trial measures.
 LLM_INFER = Workload(
@@ -146,13 +156,9 @@ LLM_INFER = Workload(
         _int("batch", 1, 1, 4096, "sequences per request"),
         _int("prompt", 64, 1, 131072, "prompt tokens per sequence (prefill)"),
         _int("gen", 16, 1, 65536, "tokens generated per sequence (decode)"),
-        _int("layers", 2, 1, 512, "transformer layers"),
-        _int("hidden", 256, 8, 65536, "model width"),
-        _int("heads", 4, 1, 512, "attention heads"),
-        _int("kv_heads", 2, 1, 512, "key/value heads (grouped-query attention)"),
-        _int("vocab", 4096, 2, 1048576, "vocabulary size"),
+        *MODEL_SHAPE,
         _choice("dtype", "fp32", ("fp32", "bf16", "fp16"), "weights and activations"),
-        _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present"),
+        DEVICE,
         _choice("scenario", "offline", ("offline", "single-stream"),
                 "offline: the whole batch at once, headline throughput; single-stream: "
                 "one sequence per request, headline p90 latency"),
@@ -172,11 +178,7 @@ LLM_TRAIN = Workload(
     params=(
         _int("batch", 4, 1, 4096, "sequences per step, split over the ranks"),
         _int("seq", 64, 2, 131072, "tokens per sequence"),
-        _int("layers", 2, 1, 512, "transformer layers"),
-        _int("hidden", 256, 8, 65536, "model width"),
-        _int("heads", 4, 1, 512, "attention heads"),
-        _int("kv_heads", 2, 1, 512, "key/value heads (grouped-query attention)"),
-        _int("vocab", 4096, 2, 1048576, "vocabulary size"),
+        *MODEL_SHAPE,
         _int("steps", 5, 1, 100000, "measured training steps"),
         _int("warmup", 1, 0, 1000, "training steps before the measured ones"),
         _choice("precision", "fp32", ("fp32", "bf16", "fp16"),
@@ -185,7 +187,7 @@ LLM_TRAIN = Workload(
                 "full: recompute each layer's activations in the backward pass"),
         _int("zero", 0, 0, 1, "1: ZeRO-1, optimizer states sharded over the ranks"),
         _int("world", 1, 1, 64, "ranks (processes) on this worker, one per GPU on CUDA"),
-        _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present"),
+        DEVICE,
         _int("seed", 0, 0, 2**31 - 1, "random seed for weights and data"),
     ) + COMMON,
 )

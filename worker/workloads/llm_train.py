@@ -77,11 +77,10 @@ def optimizer_state_bytes(opt) -> int:
                for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
 
 
-def shard_params(opt, world: int) -> int:
+def shard_params(opt) -> int:
     """Parameters whose optimizer state lives on this rank."""
     local = getattr(opt, "optim", opt)
-    return sum(p.numel() for group in local.param_groups for p in group["params"]) \
-        if world > 1 else sum(p.numel() for g in opt.param_groups for p in g["params"])
+    return sum(p.numel() for group in local.param_groups for p in group["params"])
 
 
 def train(rank: int, p: dict, device: str, phase, sync) -> dict:
@@ -94,14 +93,12 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
         model = TrainModel(p, dev).to(dev)
         params = sum(t.numel() for t in model.parameters())
         if world > 1:
-            from torch.distributed.optim import ZeroRedundancyOptimizer
             from torch.nn.parallel import DistributedDataParallel
             model = DistributedDataParallel(model, device_ids=[rank] if device == "cuda" else None)
-            if p["zero"]:
-                opt = ZeroRedundancyOptimizer(model.parameters(),
-                                              optimizer_class=torch.optim.AdamW, lr=LR)
-            else:
-                opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        if p["zero"]:  # the spec allows zero=1 only with world > 1
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                          lr=LR)
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=LR)
     with phase("data"):
@@ -142,7 +139,7 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
     return {"rank": rank, "params": params, "losses": losses,
             "latencies": [s["latency"] for s in samples],
             "optimizer_state_bytes": optimizer_state_bytes(opt),
-            "shard_params": shard_params(opt, world),
+            "shard_params": shard_params(opt),
             "host_rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "peak_allocated": (torch.cuda.max_memory_allocated(dev) if device == "cuda"
                                else None)}

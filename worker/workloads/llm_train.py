@@ -163,17 +163,27 @@ def _rank_main(rank: int, p: dict, device: str, port: int) -> None:
     dist.destroy_process_group()
 
 
+def _dead(procs: list) -> str | None:
+    """Which spawned rank died, if one did."""
+    for rank, proc in enumerate(procs, start=1):
+        if proc.exitcode not in (None, 0):
+            return f"rank {rank} died with exit code {proc.exitcode}"
+    return None
+
+
+def _stop(procs: list) -> None:
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+
+
 def _watch(procs: list, done: threading.Event) -> None:
     """A rank that dies would leave the others waiting in a collective: end them all."""
     while not done.wait(0.2):
-        for rank, proc in enumerate(procs, start=1):
-            if proc.exitcode not in (None, 0):
-                print(f"rank {rank} died with exit code {proc.exitcode}; stopping the other "
-                      "ranks", file=sys.stderr, flush=True)
-                for other in procs:
-                    if other.is_alive():
-                        other.kill()
-                os._exit(1)
+        if (why := _dead(procs)):
+            print(f"{why}; stopping the other ranks", file=sys.stderr, flush=True)
+            _stop(procs)
+            os._exit(1)
 
 
 def run(p: dict, trial) -> dict:
@@ -195,11 +205,21 @@ def run(p: dict, trial) -> dict:
             proc.start()
         done = threading.Event()
         threading.Thread(target=_watch, args=(procs, done), daemon=True).start()
-        _init(0, p, device, port)
-        mine = train(0, p, device, trial.phase, trial.sync)
-        gathered = [None] * world
-        dist.gather_object(mine, gathered, dst=0)
-        dist.destroy_process_group()
+        try:
+            _init(0, p, device, port)
+            mine = train(0, p, device, trial.phase, trial.sync)
+            gathered = [None] * world
+            dist.gather_object(mine, gathered, dst=0)
+            dist.destroy_process_group()
+        except Exception as exc:
+            # A collective may fail before the watchdog looks: name the rank that died.
+            done.set()
+            time.sleep(0.5)  # let the dead rank's exit code show
+            why = _dead(procs)
+            _stop(procs)
+            if why:
+                raise RuntimeError(f"{why}; the other ranks were stopped") from exc
+            raise
         done.set()
         for proc in procs:
             proc.join(30)

@@ -586,14 +586,16 @@ def ladder_table(jobs: list[dict], reports: list[dict | None], budget: int | Non
         per = ", ".join(f"rank {r} {b / 2**20:.2f} MiB" for r, b in z["zero"])
         worst = max(abs(b - z["zero_theory"]) / z["zero_theory"] for _, b in z["zero"])
         notes.append(f"ZeRO-1 over {z['world']} ranks: optimizer states measured {per}; theory "
-                     f"{z['zero_theory'] / 2**20:.2f} MiB per rank (AdamW's 8 bytes/param fp32 "
-                     f"÷ {z['world']}), worst rank {worst:.2%} off. Each rank also holds "
+                     f"{z['zero_theory'] / 2**20:.2f} MiB per rank (AdamW's two fp32 moments, 8 "
+                     f"bytes/param, ÷ {z['world']}; autocast keeps the weights fp32, so there "
+                     "is no separate master copy — the reference's 12 bytes/param counts "
+                     f"one), worst rank {worst:.2%} off. Each rank also holds "
                      f"only batch/{z['world']} sequences of activations, so its peak falls by "
                      "more than the states alone. (Reference: "
                      f"{ladder.REFERENCES['zero-1']}.)")
     advice = ladder.recommend(table, budget)
     text = (f"*Ladder L{jobs[0]['id']}* ({jobs[0]['trial']}–{jobs[-1]['trial']})\n```{grid}```\n"
-            + "\n".join(notes) + "\n*Recommendation*:\n" + "\n".join(f"• {a}" for a in advice))
+            + "\n".join(notes) + "\n*Recommendation*:\n" + "\n".join(a if a.startswith(" ") else f"• {a}" for a in advice))
     return {"channel": jobs[0]["channel"], "kind": "ladder", "text": text,
             "blocks": [_section(part) for part in chunks(text)]}
 

@@ -36,18 +36,16 @@ def main() -> int:
     reports, jobs = [], []
     t0 = time.monotonic()
     for i, (name, _, line) in enumerate(steps, start=1):
-        done = subprocess.run([sys.executable, "-m", "worker.cli", "trial", *line.split(),
-                               "--json"], capture_output=True, text=True, cwd=ROOT, timeout=3600)
-        report = json.loads(done.stdout) if done.stdout.strip() else None
+        report = trial(line)
         if report:
             report["trial"] = f"T{i}"
         reports.append(report)
         jobs.append({"id": i, "trial": f"T{i}", "channel": "bench"})
-        print(f"{name}: {line} -> {report['status'] if report else done.stderr[-300:]}",
-              flush=True)
+        print(f"{name}: {line} -> {report['status'] if report else 'no report'}", flush=True)
     print(f"whole ladder: {time.monotonic() - t0:.0f} s\n")
     print(render.ladder_table(jobs, reports, budget)["text"])
-    table = {r["step"]: r for r in ladder.rows(list(ladder.STEPS), reports) if r["ok"]}
+    rows = ladder.rows(list(ladder.STEPS), reports)
+    table = {r["step"]: r for r in rows if r["ok"]}
     ok = True
     if "zero-1" in table:
         z = table["zero-1"]
@@ -60,7 +58,40 @@ def main() -> int:
         print(f"checkpointing: peak {c['dmem_prev']:+.1%}, step time {c['dtime_prev']:+.1%} -> "
               f"{'PASS' if c['dmem_prev'] < 0 else 'FAIL'} (lower peak)")
         ok &= c["dmem_prev"] < 0
+    if budget and "zero-1" in table and table["zero-1"]["memory"] > budget:
+        ok &= confirm_goal(table["zero-1"], ladder.per_sequence(rows), steps[-1][2], budget)
     return 0 if ok else 1
+
+
+def trial(line: str) -> dict | None:
+    done = subprocess.run([sys.executable, "-m", "worker.cli", "trial", *line.split(), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=3600)
+    if not done.stdout.strip():
+        print(done.stderr[-300:])
+        return None
+    return json.loads(done.stdout)
+
+
+def confirm_goal(row: dict, per_seq: int | None, line: str, budget: int) -> bool:
+    """Run the redefined goal's batch and seq: does each fit the budget?"""
+    g = ladder.goal(row, budget, per_seq)
+    ok = True
+    for key in ("batch", "seq"):
+        if not g[key]:
+            print(f"redefined {key}: none predicted to fit")
+            continue
+        words = [w for w in line.split() if not w.startswith(f"{key}=")] + [f"{key}={g[key]}"]
+        report = trial(" ".join(words))
+        mem = ladder.peak(report)[0] if report and report["status"] == "ok" else None
+        if not mem:
+            print(f"redefined {key}={g[key]}: the trial did not measure a peak -> FAIL")
+            ok = False
+            continue
+        print(f"redefined {key}={g[key]} (predicted to fit): measured peak {mem / 2**20:.0f} "
+              f"MiB, {(mem - budget) / budget:+.1%} against the budget {budget / 2**20:.0f} MiB "
+              f"-> {'PASS' if mem <= budget else 'FAIL'}")
+        ok &= mem <= budget
+    return ok
 
 
 if __name__ == "__main__":

@@ -33,8 +33,12 @@ def test_bad_ladders_are_refused(extra, says):
         ladder.parse(["llm-infer"])
 
 
+SHAPE = {"layers": 4, "hidden": 64, "heads": 2, "kv_heads": 1, "vocab": 256, "batch": 8,
+         "seq": 32}
+
+
 def report(mem, seconds, loss, world=1, states=(800,)):
-    return {"status": "ok", "trial": "T", "params": {"layers": 2},
+    return {"status": "ok", "trial": "T", "params": {**SHAPE, "zero": int(world > 1)},
             "latency": {"mean": seconds},
             "training": {"loss_final": loss, "steps": 4, "world": world,
                          "optimizer_state_theory_per_rank": 800 / world,
@@ -56,7 +60,56 @@ def test_nothing_fits_says_so_with_the_numbers():
     reports = [report(10 * 2**30, 1.0, 5.0), report(9 * 2**30, 0.9, 5.0),
                report(8 * 2**30, 1.2, 5.0), report(7 * 2**30, 1.3, 5.0, 2, (400, 400))]
     advice = ladder.recommend(ladder.rows(list(ladder.STEPS), reports), budget=2**30)
-    assert "Nothing fits 1.00 GiB" in advice[-1] and "7.00 GiB" in advice[-1]
+    assert any("Nothing fits 1.00 GiB" in a and "7.00 GiB" in a for a in advice)
+    text = "\n".join(advice)
+    # checkpointing 8 GiB on one rank, ZeRO-1 7 GiB on two: ~256 MiB per sequence,
+    # so the 6 GiB over is more than all four sequences' activations
+    assert "no smaller batch or sequence fits: 6.00 GiB over" in text
+    assert "fewer layers alone cannot fit: all 4 layers" in text
+    assert "smallest in the datasheet table above 7.00 GiB is V100-16GB (16 GB)" in text
+
+
+def test_the_redefined_goal_is_predicted_from_the_measured_peak():
+    p = {**SHAPE, "zero": 0}
+    fixed, per_layer = ladder.fixed_bytes(p, 1)
+    params = ladder.scaling.weight_params(p)
+    assert fixed == params["total"] * 16 and per_layer == params["per_layer"] * 16
+    row = {"params": p, "world": 1, "memory": fixed + 8000, "method": "torch allocator"}
+    lines = ladder.redefine(row, budget=fixed + 2000)
+    # a quarter of the activations' room: batch 8 → 2, seq 32 → 8
+    assert "batch=2 (now 8) or seq=8 (now 32)" in lines[0]
+    # fewer layers: each drops per_layer bytes; the activations are kept
+    want = (2000 - 8000) // per_layer + 4
+    assert f"layers={want} (now 4)" in lines[1] or want < 1
+    sharded = ladder.fixed_bytes({**p, "zero": 1}, 2)[0]
+    assert sharded == params["total"] * 12  # 4 + 4 + 8/2
+    assert "no smaller batch or sequence fits" in ladder.redefine(row, budget=fixed // 2)[0]
+    # on host RSS the runtime's own share does not shrink with the batch
+    host = {**row, "runtime": 4000, "memory": fixed + 4000 + 8000, "method": "host max RSS"}
+    lines = ladder.redefine(host, budget=fixed + 4000 + 2000)
+    assert "batch=2 (now 8)" in lines[0] and "of runtime" in lines[0]
+    assert "GPU worker before renting" in lines[-2]
+
+
+def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
+    MiB = 2**20
+    reports = [report(900 * MiB, 1.0, 5.0), report(800 * MiB, 0.9, 5.0),
+               report(700 * MiB, 1.2, 5.0), report(500 * MiB, 1.3, 5.0, 2, (400, 400))]
+    table = ladder.rows(list(ladder.STEPS), reports)
+    moved = 8 * ladder.scaling.weight_params(SHAPE)["total"] / 2
+    per_seq = ladder.per_sequence(table)
+    assert per_seq == int((200 * MiB - moved) / 4)  # batch 8 on one rank vs 4 per rank
+    # 500 MiB with 4 sequences per rank, budget 400 MiB: drop 100 MiB of ~400 of activations
+    g = ladder.goal(table[-1], 400 * MiB, per_seq)
+    assert g["activations"] == per_seq * 4
+    assert g["batch"] == 2 * int(4 * (1 - 100 * MiB / (per_seq * 4)))
+    assert g["seq"] == int(32 * (1 - 100 * MiB / (per_seq * 4)))
+    text = "\n".join(ladder.recommend(table, 400 * MiB))
+    assert f"batch={g['batch']} (now 8) or seq={g['seq']} (now 32)" in text
+    assert "measured as the checkpointing step's peak less the ZeRO-1 step's" in text
+    # a difference that is not positive measures nothing
+    reports[3] = report(700 * MiB, 1.3, 5.0, 2, (400, 400))
+    assert ladder.per_sequence(ladder.rows(list(ladder.STEPS), reports)) is None
 
 
 def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):

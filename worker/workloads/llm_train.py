@@ -88,6 +88,9 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
     dev = torch.device(device, rank) if device == "cuda" else torch.device(device)
     if device == "cuda":
         torch.cuda.set_device(dev)
+    # The interpreter's and torch's own share of host RSS, before the model: what
+    # a smaller batch would not shrink.
+    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with phase("weights"):
         torch.manual_seed(p["seed"])
         model = TrainModel(p, dev).to(dev)
@@ -140,6 +143,7 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
             "latencies": [s["latency"] for s in samples],
             "optimizer_state_bytes": optimizer_state_bytes(opt),
             "shard_params": shard_params(opt),
+            "host_rss_start": rss_start,
             "host_rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "peak_allocated": (torch.cuda.max_memory_allocated(dev) if device == "cuda"
                                else None)}
@@ -251,6 +255,6 @@ def results(p: dict, ranks: list[dict]) -> dict:
             "theory": ("AdamW keeps exp_avg and exp_avg_sq in fp32: 8 bytes/param"
                        + (f", divided over {p['world']} ranks by ZeRO-1" if p["zero"] else "")),
             "ranks": [{k: r[k] for k in ("rank", "optimizer_state_bytes", "shard_params",
-                                         "host_rss_peak", "peak_allocated")} for r in ranks],
+                                         "host_rss_start", "host_rss_peak", "peak_allocated")} for r in ranks],
         },
     }

@@ -49,7 +49,7 @@ def test_cancel_kills_the_child():
     cancel = threading.Event()
     threading.Timer(3, cancel.set).start()
     r = launcher.run_trial(small(repeats=10000), cancel)
-    assert r["status"] == "failed" and r["error"]["class"] == "killed"
+    assert r["status"] == "failed" and r["error"]["class"] == "cancelled"
 
 
 def test_cuda_on_a_cpu_box_is_unsupported_not_a_traceback():

@@ -78,18 +78,21 @@ class Agent:
     def run_job(self, job: dict) -> None:
         log.info("leased %s: %s", job["trial"], job["spec"])
         cancel = self.current = threading.Event()
-        beating = threading.Thread(target=self._heartbeat, args=(job, cancel), daemon=True)
+        done = threading.Event()
+        progress: dict = {}  # attempt, phase, failed tries: sent with each heartbeat
+        beating = threading.Thread(target=self._heartbeat, args=(job, cancel, done, progress),
+                                   daemon=True)
         beating.start()
         try:
             spec = resolve(TrialSpec.from_dict(job["spec"]), self.recipes)
-            report = attempts.run(spec, cancel, self.recipes)
+            report = attempts.run(spec, cancel, self.recipes, progress)
         except Exception as exc:  # noqa: BLE001 - a worker-side failure still ends the job
             log.exception("%s: the worker failed around the trial", job["trial"])
             report = reports.fail(reports.new_report(job["spec"].get("workload", "?"),
                                                      job["spec"].get("params", {})),
                                   "crash", f"worker-side error: {exc!r}", "setup")
         finally:
-            cancel.set()  # stops the heartbeat thread
+            done.set()  # stops the heartbeat thread
             self.current = None
         if self.stopping.is_set():
             log.warning("%s abandoned at shutdown; its lease will expire and it re-runs",
@@ -108,16 +111,18 @@ class Agent:
             else:  # 409: the lease went to another attempt
                 log.warning("%s report refused: %s", job["trial"], exc)
 
-    def _heartbeat(self, job: dict, done: threading.Event) -> None:
+    def _heartbeat(self, job: dict, cancel: threading.Event, done: threading.Event,
+                   progress: dict) -> None:
         while not done.wait(job.get("heartbeat", 10)):
             try:
-                reply = self.client.heartbeat(self.name, job)
+                reply = self.client.heartbeat(self.name, job, dict(progress))
                 if reply and reply.get("cancel"):
-                    done.set()  # the launcher sees the same event and kills the child
+                    log.info("%s: cancelled from Slack; killing the child", job["trial"])
+                    cancel.set()  # the launcher kills the child's process group
             except ApiError as exc:
                 if exc.status == 409:
                     log.warning("%s: lease lost (%s); stopping the trial", job["trial"], exc)
-                    done.set()
+                    cancel.set()
             except OSError as exc:
                 log.warning("heartbeat failed: %s", exc)
 

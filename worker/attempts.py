@@ -12,13 +12,17 @@ from worker.spec import TrialSpec
 
 
 def run(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
-        run_try=launcher.run_trial) -> dict:
+        progress: dict | None = None) -> dict:
+    """`progress`, when given, is kept current for the heartbeat: the attempt,
+    the phase running now, and the error class of each failed try."""
     cancel = cancel or threading.Event()
+    progress = {} if progress is None else progress
     requested = dict(spec.params)
     tries: list[dict] = []
     current = spec
     while True:
-        report = run_try(current, cancel, recipes)
+        progress.update(attempt=len(tries) + 1, phase="setup")
+        report = launcher.run_trial(current, cancel, recipes, progress=progress)
         err = report.get("error") or {}
         entry = {"attempt": len(tries) + 1, "status": report["status"],
                  "error_class": err.get("class"), "message": (err.get("message") or "")[-500:],
@@ -26,6 +30,8 @@ def run(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
                  "changed": {k: v for k, v in current.params.items() if requested.get(k) != v},
                  "next": None}
         tries.append(entry)
+        if report["status"] != "ok":
+            progress["failed"] = [*progress.get("failed", []), err.get("class") or "failed"]
         batch = current.params.get("batch")
         if (report["status"] == "ok" or err.get("class") != "oom" or cancel.is_set()
                 or current.params.get("on_oom") != "halve-batch" or not isinstance(batch, int)

@@ -39,6 +39,7 @@ class Trial:
     @contextlib.contextmanager
     def phase(self, name: str):
         self.current = name
+        print(f"TRIALBOT_PHASE {name}", flush=True)  # the worker's progress, live
         self.sync()
         if self.allocator:
             self.allocator.phase_start()

@@ -45,9 +45,11 @@ class Client:
         return self.call("/api/lease", {"worker": name, "wait": wait, "idle": idle or {}},
                          timeout=wait + 30)
 
-    def heartbeat(self, name: str, job: dict, phase: str | None = None) -> dict:
+    def heartbeat(self, name: str, job: dict, progress: dict | None = None) -> dict:
+        """Keeps the lease; `progress` (attempt, phase, failed tries) is shown in
+        Slack. The reply says whether the trial was cancelled."""
         return self.call(f"/api/jobs/{job['id']}/heartbeat",
-                         {"worker": name, "lease": job["lease"], "phase": phase})
+                         {"worker": name, "lease": job["lease"], "progress": progress or {}})
 
     def report(self, name: str, job: dict, report: dict) -> dict:
         return self.call(f"/api/jobs/{job['id']}/report",

@@ -129,7 +129,8 @@ class Run:
     """One child process: its exit, why it was stopped, its kernel peak, its output."""
 
     def __init__(self, argv, cwd, env, deadline: float, cancel: threading.Event,
-                 trackers=(), hz: float = SAMPLE_HZ):
+                 trackers=(), hz: float = SAMPLE_HZ, progress: dict | None = None):
+        self.progress = {} if progress is None else progress  # the phase, for heartbeats
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
         self.started = time.time()
@@ -168,6 +169,7 @@ class Run:
             line = raw.decode(errors="replace").rstrip("\n")
             if line.startswith(PHASE_MARK):
                 self.marks.append((line[len(PHASE_MARK):].strip() or "unnamed", time.time()))
+                self.progress["phase"] = self.marks[-1][0]
             self.log.append(line)
             del self.log[:-200]  # keep the tail: it names the cause of a failure
 
@@ -176,7 +178,7 @@ class Run:
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
-              hz: float = SAMPLE_HZ) -> dict:
+              hz: float = SAMPLE_HZ, progress: dict | None = None) -> dict:
     """Run one try of `spec` in child processes and return its report (never
     raises for a failing trial: the failure is in the report)."""
     cancel = cancel or threading.Event()
@@ -186,9 +188,10 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     oom_kills = _oom_kills()
     started = time.time()
     if spec.recipe:
-        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, [host, nvml], hz)
+        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, [host, nvml], hz,
+                                  progress)
     else:
-        report, run = _run_builtin(spec, deadline, cancel, [host, nvml], hz)
+        report, run = _run_builtin(spec, deadline, cancel, [host, nvml], hz, progress)
     if run is not None:
         killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
                             and _oom_kills() not in (None, oom_kills))
@@ -213,19 +216,19 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     return report
 
 
-def _run_builtin(spec, deadline, cancel, trackers, hz):
+def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None):
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
         spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
         with open(spec_path, "w") as f:
             json.dump(spec.to_dict(), f)
         env = child_env(PYTHONPATH=_pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
-                  deadline, cancel, trackers, hz)
+                  deadline, cancel, trackers, hz, progress)
         report = _read(report_path, spec)
     return report, run
 
 
-def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
+def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None):
     from worker import codeversion
     report = reports.new_report("recipe", spec.params)
     report["recipe"] = spec.recipe
@@ -264,7 +267,8 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz):
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
         env.update(PYTHONPATH=_pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
                    TRIALBOT_PROBE_OUT=tmp)
-        run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz)
+        run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz,
+                  progress)
         probe = _probe_result(tmp, run)
     report["phases"] += _marked_phases(run, probe.get("phases", []))
     report["output_tail"] = run.tail()  # what the paper's script printed: its own results
@@ -374,7 +378,8 @@ def _judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool) -> No
         reports.fail(report, "timeout", f"stopped after the trial's timeout of {timeout:g} s; "
                      "the child's process group was killed", phase)
     elif run.stopped == "cancelled":
-        reports.fail(report, "killed", "cancelled: the child's process group was killed", phase)
+        reports.fail(report, "cancelled", "cancelled from Slack: the child's process group "
+                     "was killed", phase)
     elif killed_by_kernel:
         reports.fail(report, "oom", "the kernel's OOM killer ended the child (host memory "
                      f"ran out; the cgroup's oom_kill count rose)\n{run.tail()}", phase)

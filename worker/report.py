@@ -21,7 +21,7 @@ MEMORY_FIELDS = (
     "num_ooms",           # torch allocator: out-of-memory errors raised
 )
 
-ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported")
+ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled")
 
 
 def new_report(workload: str, params: dict) -> dict:

@@ -219,7 +219,8 @@ class TrialSpec:
 
 def general_usage() -> str:
     names = "|".join([*WORKLOADS, "recipe NAME"])
-    return f"/trial <{names}> key=value ...  |  /trial help  |  /trial status T12  |  /trial list"
+    return (f"/trial <{names}> key=value ...  |  /trial help  |  /trial status T12  |  "
+            "/trial cancel T12  |  /trial list [mine|running|failed]  |  /trial workers")
 
 
 def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> TrialSpec:

@@ -56,7 +56,7 @@ def run_serve(local_worker: bool) -> int:
     client = web_client(settings.bot_token, settings.api_url)
     try:
         rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
-                     settings.host, settings.port, settings.lease_seconds)
+                     settings.host, settings.port, settings.lease_seconds, settings.admins)
     except OSError as exc:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)

@@ -16,12 +16,13 @@ FIT_USAGE = "/trial fit S12 [batch=32] [prompt=2048] [gen=64] [gpu=H100]"
 MAX_SWEEP = 16  # trials in one sweep
 # What a sweep may vary: the fit models batch and length (DESIGN.md §3 "Scaling").
 LLM_SWEEPABLE = ("batch", "prompt", "gen")
-NOT_SWEEPABLE = ("timeout", "attempts")  # how a trial is run, not what it measures
+NOT_SWEEPABLE = ("timeout", "attempts")
+LIST_FILTERS = ("mine", "running", "failed")  # how a trial is run, not what it measures
 
 
 @dataclass(frozen=True)
 class Command:
-    name: str  # "help" | "status" | "list" | "run" | "sweep" | "fit" | "ladder" | "ab"
+    name: str  # help status list run sweep fit ladder ab cancel workers
     job_id: int | None = None
     spec: specs.TrialSpec | None = None
     specs: tuple = ()           # sweep: one TrialSpec per config
@@ -30,6 +31,7 @@ class Command:
     params: dict = field(default_factory=dict)  # fit: the config to predict
     gpu: gpus.Gpu | None = None  # fit: the GPU to answer "largest batch" for
     budget: int | None = None    # ladder: the memory budget in bytes
+    which: str | None = None     # list: mine | running | failed (None: all recent)
 
 
 def split(text: str) -> list[str]:
@@ -49,11 +51,21 @@ def parse_trial(text: str, recipes: dict | None = None) -> Command:
             raise specs.SpecError(" ".join(words), "`/trial status` takes one trial id, "
                                   "e.g. `/trial status T12`", USAGE)
         return Command("status", job_id=parse_trial_id(rest[0]))
-    if head == "list":
+    if head == "cancel":
+        if len(rest) != 1:
+            raise specs.SpecError(" ".join(words), "`/trial cancel` takes one trial id, "
+                                  "e.g. `/trial cancel T12`", USAGE)
+        return Command("cancel", job_id=parse_trial_id(rest[0]))
+    if head == "workers":
         if rest:
-            raise specs.SpecError(rest[0], f"`{rest[0]}`: `/trial list` takes no "
-                                  "arguments yet", USAGE)
-        return Command("list")
+            raise specs.SpecError(rest[0], f"`{rest[0]}`: `/trial workers` takes no arguments",
+                                  USAGE)
+        return Command("workers")
+    if head == "list":
+        if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
+            raise specs.SpecError(" ".join(rest), f"`{' '.join(rest)}`: `/trial list` takes "
+                                  f"one of {', '.join(LIST_FILTERS)} or nothing", USAGE)
+        return Command("list", which=rest[0] if rest else None)
     if head == "sweep":
         return parse_sweep(rest, recipes)
     if head == "ab":

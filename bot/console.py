@@ -16,6 +16,7 @@ import time
 from bot import plans, trials
 from bot.outbox import ConsoleTransport
 from bot.runtime import Runtime
+from bot.store import ENDED
 
 CHANNEL = "console"
 USER = "console"
@@ -39,6 +40,8 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
             show(reply, stdout, as_json)
             if job and not interactive:
                 wait_for_report(rt, job)
+            elif command_of(line) == "/plan" and not interactive:
+                wait_for_outbox(rt)  # a digest or an export prints before the next line
     except KeyboardInterrupt:
         pass
     finally:
@@ -77,12 +80,22 @@ def show(reply: dict, stdout, as_json: bool) -> None:
         print(reply["text"], file=stdout, flush=True)
 
 
+def command_of(line: str) -> str:
+    return line.partition(" ")[0]
+
+
+def wait_for_outbox(rt: Runtime, timeout: float = 60, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while rt.store.unsent(limit=1) and time.monotonic() < deadline:
+        time.sleep(poll)
+
+
 def wait_for_report(rt: Runtime, job: dict, poll: float = 0.1) -> dict:
     """Block until the job ended and all its messages (report, chart) were printed."""
     deadline = time.monotonic() + job["spec"]["params"].get("timeout", 1800) + 120
     while time.monotonic() < deadline:
         current = rt.store.job(job["id"])
-        if current["status"] in ("done", "failed") and not rt.store.unsent_for(job["id"]):
+        if current["status"] in ENDED and not rt.store.unsent_for(job["id"]):
             return current
         time.sleep(poll)
     raise TimeoutError(f"{job['trial']} did not report in time")

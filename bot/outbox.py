@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 
 from bot import chart
 from bot.store import Store
@@ -15,6 +16,9 @@ log = logging.getLogger("trialbot.outbox")
 
 
 FILE_TRIES = 3  # a file (chart) is given up after this many failed tries
+# chat.update is Tier 3 (about 50 a minute); progress edits wait their turn
+# rather than spend the app's budget (and coalesce meanwhile: see Store._add_message).
+UPDATE_INTERVAL = 1.2
 
 
 class Undeliverable(Exception):
@@ -27,7 +31,8 @@ class Undeliverable(Exception):
 PER_MESSAGE_ERRORS = {"channel_not_found", "is_archived", "msg_too_long", "no_text",
                       "too_many_attachments", "invalid_blocks", "invalid_blocks_format",
                       "invalid_thread_ts", "cannot_reply_to_message", "restricted_action",
-                      "message_limit_exceeded"}
+                      "message_limit_exceeded", "message_not_found", "cant_update_message",
+                      "edit_window_closed"}
 
 
 class SlackTransport:
@@ -42,6 +47,10 @@ class SlackTransport:
     def send(self, payload: dict) -> str:
         from slack_sdk.errors import SlackApiError
         try:
+            if payload.get("update"):  # replace an earlier message's text in place
+                self.client.chat_update(channel=payload["channel"], ts=payload["ts"],
+                                        text=payload["text"], blocks=payload.get("blocks"))
+                return payload["ts"]
             if "content" in payload:  # a file into the thread
                 resp = self.client.files_upload_v2(
                     channel=payload["channel"], thread_ts=payload.get("thread_ts"),
@@ -63,6 +72,7 @@ class SlackTransport:
 class ConsoleTransport:
     """The terminal as the channel: prints each message; `--json` prints the
     exact payload that would go to Slack, one object per line."""
+    update_interval = 0.0  # a terminal has no rate limit
 
     def __init__(self, out, as_json: bool, files_dir: str = "."):
         self.out, self.as_json, self.count = out, as_json, 0
@@ -83,6 +93,10 @@ class ConsoleTransport:
                     payload = dict(payload, text=f"{payload['text']}: {path}")
             if self.as_json:
                 print(json.dumps(payload), file=self.out, flush=True)
+            elif payload.get("update"):
+                print(f"[#{payload['channel']}] (updated {payload['ts']})\n{payload['text']}",
+                      file=self.out, flush=True)
+                return payload["ts"]
             else:
                 indent = "    " if payload.get("thread_ts") else ""
                 body = "\n".join(indent + line for line in payload["text"].splitlines())
@@ -92,6 +106,8 @@ class ConsoleTransport:
 
 def payload(row: dict, store: Store) -> dict:
     p = {"channel": row["channel"], "text": row["text"]}
+    if row.get("update_of"):
+        return dict(p, update=True, ts=row["thread_ts"], blocks=row["blocks"])
     if row.get("file"):
         content = row.get("content")
         if content is None:  # a trial's chart, drawn from its stored report
@@ -105,12 +121,15 @@ def payload(row: dict, store: Store) -> dict:
 
 
 class Outbox(threading.Thread):
-    def __init__(self, store: Store, transport, max_backoff: float = 60):
+    def __init__(self, store: Store, transport, max_backoff: float = 60,
+                 update_interval: float | None = None):
         super().__init__(daemon=True, name="outbox")
+        self.update_interval = UPDATE_INTERVAL if update_interval is None else update_interval
         self.store, self.transport = store, transport
         self.wake_event = threading.Event()
         self.stopping = threading.Event()
         self.max_backoff = max_backoff
+        self.last_update = 0.0
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -139,10 +158,18 @@ class Outbox(threading.Thread):
         gave_up: set[int] = set()
         while rows := self.store.unsent():
             for row in rows:
-                row["thread_ts"] = row["thread_ts"] or sent.get(row["thread_of"])
-                orphan = row["parent_given_up"] or row["thread_of"] in gave_up
-                if row["thread_of"] and not row["thread_ts"] and not orphan:
-                    raise RuntimeError(f"message {row['id']}: its thread parent is unsent")
+                ref = row["thread_of"] or row["update_of"]  # the message it needs sent first
+                row["thread_ts"] = row["thread_ts"] or sent.get(ref)
+                orphan = row["parent_given_up"] or ref in gave_up
+                if ref and not row["thread_ts"] and not orphan:
+                    raise RuntimeError(f"message {row['id']}: message {ref} is unsent")
+                if row["update_of"] and orphan:  # nothing left to update
+                    self.store.give_up_message(row["id"], "the message to update was given up")
+                    gave_up.add(row["id"])
+                    continue
+                if row["update_of"]:
+                    time.sleep(max(0.0, self.last_update + self.update_interval - time.monotonic()))
+                    self.last_update = time.monotonic()
                 try:
                     ts = self.transport.send(payload(row, self.store))
                 except Exception as exc:
@@ -157,6 +184,6 @@ class Outbox(threading.Thread):
                     self.store.give_up_message(row["id"], repr(exc))
                     gave_up.add(row["id"])
                     continue
-                self.store.mark_sent(row["id"], ts)
-                sent[row["id"]] = ts
+                if self.store.mark_sent(row["id"], ts, row["version"]):
+                    sent[row["id"]] = ts
         return len(sent)

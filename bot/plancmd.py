@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import zoneinfo
 from dataclasses import dataclass, field
 
 from bot import commands
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|block KIND runs=N "
          "trial=T12 ...|lock|unlock|advise|actual KIND hours=H|review|export] | "
-         "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan prices | /plan help")
+         "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan prices | "
+         "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan help")
 
 BLOCK_KINDS = ("baseline", "compare", "scale", "verify")
 
@@ -91,8 +93,7 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         name = plan_name(rest[0])
         return PlanCommand("new", name, {"facts": parse_facts(rest[1:])})
     if head == "digest":
-        raise PlanError("`/plan digest` (the weekly budget digest) is not available in this "
-                        "version yet; nothing was scheduled")
+        return parse_digest(rest)
     name = plan_name(head)
     action, rest = (rest[0], rest[1:]) if rest else ("show", [])
     if action in ("show", "export", "lock", "unlock", "advise", "review"):
@@ -350,3 +351,72 @@ def parse_price(words: list[str], today: dt.date) -> dict:
     return {"item": "electricity" if kind == "electricity" else item.upper(), "kind": kind,
             "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
             "date": date.isoformat()}
+
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+DIGEST_USAGE = ("`/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, a 24-hour time and an "
+                "IANA timezone), `/plan digest now`, `/plan digest off`, or `/plan digest` to "
+                "see the schedule")
+
+
+def parse_digest(words: list[str]) -> PlanCommand:
+    """`digest` (show), `digest now`, `digest off`, `digest weekly DAY HH:MM TZ`."""
+    if not words:
+        return PlanCommand("digest")
+    if words[0] in ("now", "off"):
+        _no_more(words[1:], f"/plan digest {words[0]}")
+        return PlanCommand("digest-" + words[0])
+    if words[0] != "weekly":
+        raise PlanError(f"`{words[0]}`: the digest takes weekly, now or off. {DIGEST_USAGE}")
+    if len(words) != 4:
+        raise PlanError("A weekly digest needs a weekday, a time and a timezone, e.g. "
+                        "`/plan digest weekly mon 09:00 Asia/Seoul`")
+    day, at, tz = words[1:]
+    return PlanCommand("digest-weekly", args={"weekday": weekday(day), **time_of_day(at),
+                                              "tz": timezone(tz)})
+
+
+def weekday(raw: str) -> str:
+    word = raw.lower()
+    day = next((d for d in WEEKDAYS if word == d or (len(word) >= 3 and
+                any(full.startswith(word) for full in _FULL_DAYS[d]))), None)
+    if day is None:
+        raise PlanError(f"`{raw}` is not a weekday: write mon, tue, wed, thu, fri, sat or sun "
+                        "(e.g. `/plan digest weekly mon 09:00 Asia/Seoul`)")
+    return day
+
+
+_FULL_DAYS = {"mon": ("monday",), "tue": ("tuesday", "tues"), "wed": ("wednesday",),
+              "thu": ("thursday", "thurs"), "fri": ("friday",), "sat": ("saturday",),
+              "sun": ("sunday",)}
+
+
+def time_of_day(raw: str) -> dict:
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw)
+    if not m:
+        raise PlanError(f"`{raw}` is not a time of day: write 24-hour HH:MM, e.g. 09:00 or 17:30")
+    hour, minute = int(m.group(1)), int(m.group(2))
+    if hour > 23:
+        raise PlanError(f"`{raw}`: hours go from 00 to 23 (midnight is 00:00), e.g. 09:00")
+    if minute > 59:
+        raise PlanError(f"`{raw}`: minutes go from 00 to 59, e.g. 09:30")
+    return {"hour": hour, "minute": minute}
+
+
+def timezone(raw: str) -> str:
+    """An IANA name (Asia/Seoul, Europe/Berlin, UTC), checked against the tz database."""
+    try:
+        if not re.fullmatch(r"[A-Za-z0-9_+\-/]{1,60}", raw) or ".." in raw:
+            raise ValueError(raw)
+        zoneinfo.ZoneInfo(raw)
+        return raw
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError, OSError):
+        pass
+    import difflib  # only when a name is wrong
+    names = {n.lower(): n for n in zoneinfo.available_timezones()}
+    if raw.lower() in names:
+        return names[raw.lower()]  # asia/seoul is Asia/Seoul
+    close = difflib.get_close_matches(raw.lower(), list(names), n=1, cutoff=0.75)
+    hint = f"did you mean {names[close[0]]}? " if close else ""
+    raise PlanError(f"`{raw}` is not an IANA timezone: {hint}write Area/City as in the tz "
+                    "database, e.g. Asia/Seoul, Europe/Berlin, America/New_York, or UTC")

@@ -15,9 +15,14 @@ from bot.queue import JobQueue
 log = logging.getLogger("trialbot.plans")
 
 
-def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date) -> dict:
+def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
+           now: dt.datetime | None = None) -> dict:
     try:
         cmd = plancmd.parse(text, today)
+        if cmd.action.startswith("digest"):
+            from bot import schedule  # it reads plans through this module
+            return schedule.command(queue, cmd, user, channel,
+                                    now or dt.datetime.now(dt.timezone.utc))
         return ACTIONS[cmd.action](queue, cmd, user, channel, today)
     except (PlanError, planner.EstimateError) as exc:
         return planview.error(str(exc))
@@ -136,7 +141,7 @@ def estimates(queue: JobQueue, plan: dict, blocks: list[dict] | None = None
             trials, predicted = _sweep_prediction(queue, block)
         else:
             trials, predicted = _trials(queue, block["trials"]), None
-        attempts = {t["id"]: queue.store.attempts(t["id"]) for t in trials}
+        attempts = queue.store.attempts_of([t["id"] for t in trials])
         usage = None
         if facts.get("idle") == "measured" and trials[0].get("worker"):
             usage = dict(queue.store.worker_usage(trials[0]["worker"]),
@@ -235,19 +240,23 @@ def _actual(queue, cmd, user, channel, today):
 
 def _review(queue, cmd, user, channel, today):
     plan = _plan(queue, cmd.plan)
-    ests = estimates(queue, plan)
-    jobs = [j for j in queue.store.plan_jobs(cmd.plan) if j["status"] in ("done", "failed")]
-    manual = queue.store.actuals(cmd.plan)
+    return planview.review(plan, review_rows(queue, plan, estimates(queue, plan)))
+
+
+def review_rows(queue: JobQueue, plan: dict, ests: list) -> list[dict]:
+    """Estimate against actual for each block (the review, and the digest's)."""
+    jobs = [j for j in queue.store.plan_jobs(plan["name"]) if j["status"] in ("done", "failed")]
+    manual = queue.store.actuals(plan["name"])
     rows = []
     for block, est, trials in ests:
         mine = [j for j in jobs if j["block"] == block["kind"]]
         mine_manual = [m for m in manual if m["block"] == block["kind"]]
-        attempts = {j["id"]: queue.store.attempts(j["id"]) for j in mine}
+        attempts = queue.store.attempts_of([j["id"] for j in mine])
         row = planner.review_block(est, mine, attempts, mine_manual, plan["locked"])
         row["memory"] = planner.memory_compare([t["report"] for t in trials],
                                                [j["report"] for j in mine if j["report"]])
         rows.append(row)
-    return planview.review(plan, rows)
+    return rows
 
 
 def _price(queue, cmd, user, channel, today):

@@ -31,6 +31,8 @@ def help_text() -> dict:
              "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
              "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
              "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
+             "• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
+             "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel",
              "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.CHECKLIST.items()),
              "*Settings*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.SETTINGS.items()),
              "A run is one repetition of the trial's measured unit: one request for llm-infer, "

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import chart, render, scaling
-from bot.store import Store
+from bot import chart, render, scaling, trialcard
+from bot.store import ENDED, Store
 from worker import report as reports
 from worker.spec import Workload
 
@@ -47,8 +47,10 @@ class LeaseLost(Exception):
 
 class JobQueue:
     def __init__(self, store: Store, on_message=lambda: None,
-                 lease_seconds: float = LEASE_SECONDS, max_leases: int = MAX_LEASES):
+                 lease_seconds: float = LEASE_SECONDS, max_leases: int = MAX_LEASES,
+                 admins: frozenset[str] = frozenset()):
         self.store = store
+        self.admins = admins  # Slack user ids who may cancel anyone's trial
         self.lease_seconds, self.max_leases = lease_seconds, max_leases
         # Workers heartbeat several times per lease, so one lost beat loses nothing.
         self.heartbeat_seconds = min(10.0, lease_seconds / 4)
@@ -86,7 +88,7 @@ class JobQueue:
         """The sweep's fit or the ladder's table, when `job` is its group's last to end."""
         if job.get("ladder"):
             jobs = self.store.ladder_jobs(job["ladder"])
-            if any(j["status"] not in ("done", "failed") for j in jobs if j["id"] != job["id"]):
+            if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
                 return None
             reports_ = [report if j["id"] == job["id"] else j["report"] for j in jobs]
             try:
@@ -105,7 +107,7 @@ class JobQueue:
         if not job.get("sweep"):
             return None
         jobs = self.store.sweep_jobs(job["sweep"])
-        if any(j["status"] not in ("done", "failed") for j in jobs if j["id"] != job["id"]):
+        if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
             return None
         jobs = [dict(j, report=report, status="done" if report["status"] == "ok" else "failed")
                 if j["id"] == job["id"] else j for j in jobs]
@@ -148,7 +150,7 @@ class JobQueue:
                                         lambda spec: can_run(info, spec),
                                        self.max_leases)
             if job:
-                self.store.set_started_message(job["id"], render.started(job, worker))
+                self.store.set_started_message(job["id"], trialcard.started(job, worker))
                 self.on_message()
                 return self.store.job(job["id"])
             left = deadline - time.monotonic()
@@ -169,22 +171,77 @@ class JobQueue:
             report["trial"], report["worker"] = job["trial"], job["worker"]
             with self.sweep_lock:
                 fit = self.group_message(job, report)
-                if not self.store.fail_expired(job, report, render.report(job, report)):
+                if not self.store.fail_expired(job, report, self.ended(job, report)):
                     continue
                 if fit:  # fail_expired takes one message: the fit follows it
                     self.store.add_messages([fit])
             self.on_message()
 
-    def heartbeat(self, job_id: int, worker: str, lease: str) -> None:
+    def heartbeat(self, job_id: int, worker: str, lease: str, progress: dict | None = None) -> bool:
+        """Extend the lease; show new progress on the trial's card. True when the
+        trial was cancelled: the worker then kills it."""
         if not self.store.extend_lease(job_id, worker, lease, self.lease_seconds):
             raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
+        job = self.store.job(job_id)
+        if progress and progress != job.get("progress") and job.get("started_msg"):
+            messages = [dict(trialcard.started(job, worker, progress),
+                             update_of=job["started_msg"])]
+            messages += trialcard.failed_tries(job, (job.get("progress") or {}).get("failed"),
+                                               progress)
+            if self.store.set_progress(job_id, lease, progress, messages):
+                self.on_message()
+        return bool(job.get("cancel"))
+
+    def cancel(self, job_id: int, user: str) -> str:
+        """Cancel a queued trial now, or ask the worker running it to kill it.
+        Returns what happened; raises ValueError naming why it cannot."""
+        job = self.store.job(job_id)
+        if job is None:
+            raise ValueError(f"there is no trial T{job_id}; `/trial list` shows recent ones")
+        if job["status"] not in ("queued", "running"):
+            raise ValueError(f"{job['trial']} already ended ({job['status']}); nothing to cancel")
+        if job["user"] != user and user not in self.admins:
+            raise ValueError(f"{job['trial']} was started by <@{job['user']}>; only they or an "
+                             "admin (TRIALBOT_ADMINS) can cancel it")
+        if job["cancel"]:
+            return f"{job['trial']} is already being cancelled"
+        if job["status"] == "queued":
+            said = f"cancelled by <@{user}> before it started"
+            report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
+                                  "cancelled", said, None)
+            report["trial"] = job["trial"]
+            note = render.reply_message(job["channel"], f":no_entry_sign: *{job['trial']}* "
+                                        f"{said}: `{job['words']}`")
+            with self.sweep_lock:  # the last of a sweep or ladder to end posts its message
+                group = self.group_message(job, report)
+                cancelled = self.store.cancel_queued(job_id, user, report,
+                                                     [note] + ([group] if group else []))
+            if cancelled:
+                self.on_message()
+                return f"{job['trial']} was queued and is cancelled; it will not run"
+            return self.cancel(job_id, user)  # a worker leased it meanwhile: ask it
+        card = trialcard.started(dict(job, cancel=1), job["worker"], job.get("progress"))
+        if not self.store.request_cancel(job_id, user, dict(card, update_of=job["started_msg"])):
+            return self.cancel(job_id, user)  # it ended meanwhile: say so
+        self.on_message()
+        return (f"{job['trial']} is running on {job['worker']}: the worker kills it at its next "
+                "heartbeat and the report will say cancelled")
+
+    def ended(self, job: dict, report: dict) -> list[dict]:
+        """The messages of an ended trial: its card's final state, the report in
+        the thread."""
+        out = [render.report(job, report)]
+        if job.get("started_msg"):
+            job = self.store.job(job["id"]) or job  # who cancelled, if anyone
+            out.insert(0, dict(trialcard.final(job, report), update_of=job["started_msg"]))
+        return out
 
     def finish(self, job_id: int, worker: str, lease: str, report: dict) -> dict:
         job = self.store.job(job_id)
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")
         report["trial"], report["worker"] = job["trial"], worker
-        messages = [render.report(job, report)]
+        messages = self.ended(job, report)
         if chart.has_timeline(report):
             messages.append(render.chart(job, report))
         with self.sweep_lock:

@@ -2,6 +2,7 @@
 Pure: the same payload goes to Slack, to the console, and to `--json`."""
 from __future__ import annotations
 
+from bot.store import ENDED
 from worker import spec as specs
 from worker import summary
 from worker.summary import secs
@@ -59,7 +60,11 @@ def help_text(recipes: dict | None = None) -> str:
              "[budget=24GB]` runs the baseline, then lower precision, then activation "
              "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
              "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16` "
-             "runs A and B and compares time, memory and quality (logits, or the loss).", ""]
+             "runs A and B and compares time, memory and quality (logits, or the loss).",
+             "*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
+             "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
+             "since, idle hours this week). The trial's message is edited in place as it runs "
+             "and carries Cancel, Re-run and Add to plan… buttons.", ""]
     for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
         lines.append(f"*{'recipe ' if w.recipe else ''}{w.name}*: {w.summary}"
                      + (" (needs CUDA)" if w.requires == "cuda" else ""))
@@ -99,10 +104,11 @@ def status(job: dict, attempts: list[dict] | None = None) -> dict:
     return reply("\n".join(lines))
 
 
-def job_list(jobs: list[dict]) -> dict:
+def job_list(jobs: list[dict], which: str | None = None) -> dict:
     if not jobs:
-        return reply("No trials yet. Try `/trial llm-infer` or `/trial help`.")
-    lines = ["Recent trials:"]
+        return reply(f"No {which} trials in this channel." if which else
+                     "No trials yet. Try `/trial llm-infer` or `/trial help`.")
+    lines = [f"Recent {which + ' ' if which else ''}trials:"]
     for j in jobs:
         r = j.get("report")
         headline = ""
@@ -194,7 +200,7 @@ def sweep_not_found(sweep: int) -> dict:
 
 
 def sweep_unfinished(sweep: int, jobs: list[dict]) -> dict:
-    waiting = [j for j in jobs if j["status"] not in ("done", "failed")]
+    waiting = [j for j in jobs if j["status"] not in ENDED]
     names = ", ".join(f"{j['trial']} ({j['status']})" for j in waiting)
     return reply(f":x: Sweep S{sweep} is not finished: {len(waiting)} of {len(jobs)} trials "
                  f"still to end: {names}. Its fit is posted here when the last one ends; ask "

@@ -1,5 +1,6 @@
 """Wiring shared by `serve` and `console`: store, queue, outbox, HTTP server,
-and optionally a worker agent in this process (the single-box default)."""
+the digest schedule, and optionally a worker agent in this process (the
+single-box default)."""
 from __future__ import annotations
 
 import socket
@@ -8,6 +9,7 @@ import time
 
 from bot.outbox import Outbox
 from bot.queue import LEASE_SECONDS, JobQueue
+from bot.schedule import Digests
 from bot.server import Server
 from bot.store import Store
 from bot.workerapi import WorkerApi
@@ -15,15 +17,19 @@ from bot.workerapi import WorkerApi
 
 class Runtime:
     def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
-                 port: int = 0, lease_seconds: float = LEASE_SECONDS):
+                 port: int = 0, lease_seconds: float = LEASE_SECONDS,
+                 admins: frozenset[str] = frozenset()):
         self.store = Store(db)
-        self.outbox = Outbox(self.store, transport)
+        self.outbox = Outbox(self.store, transport,
+                             update_interval=getattr(transport, "update_interval", None))
         self.queue = JobQueue(self.store, on_message=self.outbox.wake,
-                              lease_seconds=lease_seconds)
+                              lease_seconds=lease_seconds, admins=admins)
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.queue, worker_token),
                              health=self.health)
         self.agent = None
+        self.digests = Digests(self.queue)
+        self.queue.digests = self.digests  # `/plan digest` re-reads the schedule through it
 
     def health(self) -> dict:
         return {"workers_online": self.queue.online_workers()}
@@ -33,6 +39,7 @@ class Runtime:
         threading.Thread(target=self.server.serve_forever, daemon=True,
                          name="http").start()
         threading.Thread(target=self._reap, daemon=True, name="lease-reaper").start()
+        self.digests.start()  # posts weeks missed while the bot was down
 
     def _reap(self) -> None:
         """Expired leases are also noticed when no worker is asking for work."""
@@ -60,6 +67,7 @@ class Runtime:
     def stop(self) -> None:
         if self.agent:
             self.agent.stop()
+        self.digests.stop()
         self.server.shutdown()
         self.server.server_close()
         self.outbox.stop()

@@ -72,6 +72,7 @@ API (the planner's entry points)
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -518,6 +519,7 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
     return predict_model(model, *_point(fit, params))
 
 
+@functools.lru_cache(maxsize=512)  # scipy's ppf costs ~0.3 ms; a digest asks it per block
 def t_quantile(dof: int, level: float = 0.90) -> float:
     """Two-sided Student-t quantile (scipy when present; normal as a floor)."""
     if not dof:

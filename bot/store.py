@@ -2,8 +2,10 @@
 with SQL in it.
 
 Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
-`workers`, `worker_idle` (seconds ready with nothing to run, per day) and
-`outbox` (every message the bot will post, stored before it is sent).
+`workers`, `worker_idle` (seconds ready with nothing to run, per day),
+`outbox` (every message the bot will post, stored before it is sent), the
+plans' tables, and `digests` / `digests_sent` (the weekly digest's schedule
+per channel, and each week posted).
 """
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ import uuid
 import sqlite_utils
 
 
+ENDED = ("done", "failed", "cancelled")  # a job's status once nothing more will happen
+
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
-               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block, ladder, budget, group_kind")
+               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block, "
+               "ladder, budget, group_kind, progress, cancel, cancelled_by")
 
 
 class Store:
@@ -51,6 +56,8 @@ class Store:
             "plan": str, "block": str,  # `/trial ... plan=NAME block=KIND`: an actual
             "ladder": int, "budget": float,  # `/trial ladder`: first job's id, memory budget
             "group_kind": str,  # "ladder" or "ab": what the `ladder` group's message is
+            "progress": str,  # the worker's last heartbeat: phase and attempt
+            "cancel": float, "cancelled_by": str,  # a cancel asked for, and by whom
         }, pk="id", not_null={"workload", "spec", "status"},
             defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
@@ -62,7 +69,9 @@ class Store:
             "text": str, "blocks": str, "created": float, "sent": float, "ts": str,
             "tries": int, "last_error": str, "given_up": float, "file": str,
             "content": str,  # a file's text (an export); a chart is drawn at send time
-        }, pk="id", defaults={"tries": 0}, transform=True)
+            "update_of": int,  # chat.update of that message instead of a new post
+            "version": int,  # bumped when a pending update's text is replaced
+        }, pk="id", defaults={"tries": 0, "version": 0}, transform=True)
         db["outbox"].create_index(["sent"], if_not_exists=True)
         # Every try of a job: the worker's own retries and leases that expired.
         db["attempts"].create({
@@ -87,6 +96,15 @@ class Store:
                               "parts": str, "runs": int, "note": str, "user": str,
                               "recorded": float},
                              pk="id", transform=True)
+        # The weekly digest: one schedule per channel, and one row per channel and
+        # week posted (its key makes a second post of a week impossible).
+        db["digests"].create({"channel": str, "weekday": str, "hour": int, "minute": int,
+                              "tz": str, "user": str, "created": float},
+                             pk="channel", transform=True)
+        db["digests_sent"].create({"channel": str, "week": str, "posted": float,
+                                   "message": int}, pk=("channel", "week"), transform=True)
+        db["jobs"].create_index(["channel", "finished"], if_not_exists=True)
+        db["jobs"].create_index(["plan"], if_not_exists=True)  # a plan's actuals
 
     # jobs ------------------------------------------------------------------
 
@@ -136,10 +154,20 @@ class Store:
         report["timeline"] = json.loads(row[1]) if row[1] else None
         return report
 
-    def jobs(self, limit: int = 10, channel: str | None = None) -> list[dict]:
-        where, args = ("channel = ?", [channel]) if channel else (None, None)
+    def jobs(self, limit: int = 10, channel: str | None = None, user: str | None = None,
+             status: tuple[str, ...] = ()) -> list[dict]:
+        """Newest first; `user` and `status` narrow it (`/trial list mine|running|failed`)."""
+        clauses, args = [], []
+        for column, value in (("channel", channel), ("user", user)):
+            if value:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if status:
+            clauses.append(f"status in ({','.join('?' * len(status))})")
+            args += list(status)
         return [_job(r) for r in self.db["jobs"].rows_where(
-            where, args, order_by="id desc", limit=limit, select=JOB_COLUMNS)]
+            " and ".join(clauses) or None, args or None, order_by="id desc", limit=limit,
+            select=JOB_COLUMNS)]
 
     def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True,
                    max_leases: int = 2) -> dict | None:
@@ -180,12 +208,12 @@ class Store:
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
         return [_job(r) for r in rows]
 
-    def fail_expired(self, job: dict, report: dict, message: dict) -> bool:
+    def fail_expired(self, job: dict, report: dict, messages: list[dict]) -> bool:
         """End a job whose last lease expired; only if it is still that lease."""
         lost = {"status": "failed", "error_class": "killed",
                 "message": report["error"]["message"],
                 "seconds": time.time() - (job["started"] or time.time())}
-        return self._finish(job["id"], job["worker"], job["lease"], report, [message], [lost],
+        return self._finish(job["id"], job["worker"], job["lease"], report, messages, [lost],
                             expired=True)
 
     def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:
@@ -208,8 +236,9 @@ class Store:
         return self._finish(job_id, worker, lease, report, messages, tries)
 
     def _finish(self, job_id, worker, lease, report, messages, tries, expired=False) -> bool:
-        status = "done" if report["status"] == "ok" else "failed"
         error = (report.get("error") or {}).get("class")
+        status = ("done" if report["status"] == "ok" else
+                  "cancelled" if error == "cancelled" else "failed")
         now = time.time()
         light = {k: v for k, v in report.items() if k != "timeline"}
         timeline = json.dumps(report["timeline"]) if report.get("timeline") else None
@@ -246,11 +275,58 @@ class Store:
     def attempts(self, job_id: int) -> list[dict]:
         return list(self.db["attempts"].rows_where("job = ?", [job_id], order_by="n"))
 
+    def attempts_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
+        """Several jobs' attempts in one query (a plan's trials)."""
+        out = {i: [] for i in job_ids}
+        for chunk in range(0, len(job_ids), 500):
+            ids = job_ids[chunk:chunk + 500]
+            for row in self.db.query(f"select * from attempts where job in "
+                                     f"({','.join('?' * len(ids))}) order by job, n", ids):
+                out[row["job"]].append(row)
+        return out
+
     def set_started_message(self, job_id: int, message: dict) -> int:
         with self.db.conn:
             msg_id = self._add_message(message, job_id)
             self.db.execute("update jobs set started_msg = ? where id = ?", [msg_id, job_id])
         return msg_id
+
+    def set_progress(self, job_id: int, lease: str, progress: dict,
+                     messages: list[dict]) -> bool:
+        """Store the worker's progress and queue its messages (the card's edit, a
+        failed try in the thread), while `lease` still holds the job."""
+        with self.db.conn:
+            cur = self.db.execute("update jobs set progress = ? where id = ? and lease = ? "
+                                  "and status = 'running'", [json.dumps(progress), job_id, lease])
+            if cur.rowcount != 1:
+                return False
+            for message in messages:
+                self._add_message(message, job_id)
+        return True
+
+    def cancel_queued(self, job_id: int, user: str, report: dict, messages: list[dict]) -> bool:
+        """Cancel a job no worker has leased yet; False if one has."""
+        with self.db.conn:
+            cur = self.db.execute(
+                "update jobs set status = 'cancelled', cancel = ?, cancelled_by = ?, "
+                "finished = ?, report = ?, error_class = 'cancelled' where id = ? and "
+                "status = 'queued'", [time.time(), user, time.time(), json.dumps(report), job_id])
+            if cur.rowcount != 1:
+                return False
+            for message in messages:
+                self._add_message(message, job_id)
+        return True
+
+    def request_cancel(self, job_id: int, user: str, card: dict) -> bool:
+        """Mark a running job to be cancelled (the next heartbeat tells its worker)."""
+        with self.db.conn:
+            cur = self.db.execute("update jobs set cancel = ?, cancelled_by = ? where id = ? "
+                                  "and status = 'running' and cancel is null",
+                                  [time.time(), user, job_id])
+            if cur.rowcount != 1:
+                return False
+            self._add_message(card, job_id)
+        return True
 
     # workers ---------------------------------------------------------------
 
@@ -279,6 +355,17 @@ class Store:
         where, args = ("worker = ?", [worker]) if worker else (None, None)
         return list(self.db["worker_idle"].rows_where(where, args, order_by="worker, day"))
 
+    def worker_states(self, since_day: str) -> list[dict]:
+        """Each worker with its current job's start, its last job's end, and its
+        idle seconds on days from `since_day` (YYYY-MM-DD) on: `/trial workers`."""
+        rows = self.db.query(
+            "select w.name, w.info, w.registered, w.last_seen, w.job, "
+            "(select started from jobs where id = w.job) as job_started, "
+            "(select max(finished) from jobs where worker = w.name) as last_finished, "
+            "(select coalesce(sum(seconds), 0) from worker_idle where worker = w.name "
+            "and day >= ?) as idle_seconds from workers w order by w.name", [since_day])
+        return [dict(r, info=json.loads(r["info"] or "{}")) for r in rows]
+
     def workers(self, seen_within: float | None = None) -> list[dict]:
         where, args = (("last_seen >= ?", [time.time() - seen_within])
                        if seen_within is not None else (None, None))
@@ -288,12 +375,22 @@ class Store:
     # outbox ----------------------------------------------------------------
 
     def _add_message(self, message: dict, job_id: int | None) -> int:
+        if message.get("update_of"):  # one pending update per message: the newest text wins
+            cur = self.db.execute(
+                "update outbox set text = ?, blocks = ?, kind = ?, version = version + 1 "
+                "where update_of = ? and sent is null and given_up is null",
+                [message["text"], json.dumps(message.get("blocks") or []), message.get("kind"),
+                 message["update_of"]])
+            if cur.rowcount:
+                return self.db.execute("select id from outbox where update_of = ? and sent is "
+                                       "null and given_up is null",
+                                       [message["update_of"]]).fetchone()[0]
         cur = self.db.execute(
             "insert into outbox (channel, thread_of, job, kind, text, blocks, file, content, "
-            "created) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "update_of, created) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [message["channel"], message.get("thread_of"), job_id, message.get("kind"),
              message["text"], json.dumps(message.get("blocks") or []), message.get("file"),
-             message.get("content"), time.time()])
+             message.get("content"), message.get("update_of"), time.time()])
         return cur.lastrowid
 
     def add_messages(self, messages: list[dict]) -> None:
@@ -303,16 +400,25 @@ class Store:
                 self._add_message(message, None)
 
     def unsent(self, limit: int = 20) -> list[dict]:
+        """Unsent messages in order, each with its thread parent's ts (or, for an
+        update, the ts of the message it replaces) and whether that was given up."""
         rows = self.db.query(
             "select o.*, p.ts as thread_ts, p.given_up is not null as parent_given_up "
-            "from outbox o left join outbox p on p.id = o.thread_of "
+            "from outbox o left join outbox p on p.id = coalesce(o.thread_of, o.update_of) "
             "where o.sent is null and o.given_up is null order by o.id limit ?", [limit])
         return [dict(r, blocks=json.loads(r["blocks"] or "[]")) for r in rows]
 
-    def mark_sent(self, msg_id: int, ts: str) -> None:
+    def mark_sent(self, msg_id: int, ts: str, version: int = 0) -> bool:
+        """False when the row's text changed while it was being sent (a newer
+        update): it stays unsent, so the newest text goes out too."""
         with self.db.conn:
-            self.db.execute("update outbox set sent = ?, ts = ? where id = ?",
-                            [time.time(), ts, msg_id])
+            cur = self.db.execute("update outbox set sent = ?, ts = ? where id = ? and "
+                                  "version = ?", [time.time(), ts, msg_id, version])
+        return cur.rowcount == 1
+
+    def message(self, msg_id: int) -> dict | None:
+        rows = list(self.db["outbox"].rows_where("id = ?", [msg_id]))
+        return rows[0] if rows else None
 
     def mark_failed_try(self, msg_id: int, error: str) -> None:
         with self.db.conn:
@@ -397,10 +503,87 @@ class Store:
         return [dict(a, parts=json.loads(a["parts"] or "{}"))
                 for a in self.db["actuals"].rows_where("plan = ?", [plan], order_by="id")]
 
+    def tag_job(self, job_id: int, plan: str, block: str) -> None:
+        with self.db.conn:
+            self.db.execute("update jobs set plan = ?, block = ? where id = ?",
+                            [plan, block, job_id])
+
     def plan_jobs(self, plan: str) -> list[dict]:
         """Jobs tagged with the plan: the experiment's actual runs."""
         return [_job(r) for r in self.db["jobs"].rows_where(
             "plan = ?", [plan], order_by="id", select=JOB_COLUMNS)]
+
+    # digests ---------------------------------------------------------------
+
+    def set_digest(self, schedule: dict) -> dict | None:
+        """Schedule the channel's digest; the schedule it replaced, if any."""
+        old = self.digest(schedule["channel"])
+        with self.db.conn:
+            self.db["digests"].upsert(dict(schedule, created=time.time()), pk="channel")
+        return old
+
+    def digest(self, channel: str) -> dict | None:
+        rows = list(self.db["digests"].rows_where("channel = ?", [channel]))
+        return rows[0] if rows else None
+
+    def digests(self) -> list[dict]:
+        return list(self.db["digests"].rows_where(order_by="channel"))
+
+    def delete_digest(self, channel: str) -> bool:
+        with self.db.conn:
+            cur = self.db.execute("delete from digests where channel = ?", [channel])
+        return cur.rowcount == 1
+
+    def digest_sent(self, channel: str, week: str) -> bool:
+        return self.db.execute("select 1 from digests_sent where channel = ? and week = ?",
+                               [channel, week]).fetchone() is not None
+
+    def post_digest(self, channel: str, week: str | None, messages: list[dict]) -> bool:
+        """Store the digest and the messages in its thread (the chart) in one
+        transaction, with the row that says `week` was posted: False, storing
+        nothing, when it was already. `week` None (`digest now`) records no week."""
+        with self.db.conn:
+            if week is not None:
+                cur = self.db.execute(
+                    "insert into digests_sent (channel, week, posted) values (?, ?, ?) "
+                    "on conflict do nothing", [channel, week, time.time()])
+                if cur.rowcount != 1:
+                    return False
+            parent = self._add_message(messages[0], None)
+            for message in messages[1:]:
+                self._add_message(dict(message, thread_of=parent), None)
+            if week is not None:
+                self.db.execute("update digests_sent set message = ? where channel = ? and "
+                                "week = ?", [parent, channel, week])
+        return True
+
+    def digest_trials(self, channel: str, start: float, end: float) -> list[dict]:
+        """The channel's trials that ended in [start, end), with the few report
+        fields a digest adds up taken out in SQL (a report is large) and their
+        attempts counted: all tries, and the seconds the failed ones cost."""
+        return [dict(r, phases=json.loads(r["phases"] or "[]")) for r in self.db.query(
+            "select j.id, j.status, j.finished, j.worker, "
+            "json_extract(j.report, '$.status') as report_status, "
+            "json_extract(j.report, '$.seconds') as seconds, "
+            "json_extract(j.report, '$.phases') as phases, "
+            "json_extract(j.report, '$.latency.count') as count, "
+            "json_extract(j.report, '$.env.gpu_count') as gpu_count, "
+            "json_extract(j.report, '$.env.gpu_name') as gpu_name, "
+            "(select count(*) from attempts a where a.job = j.id) as tries, "
+            "(select count(*) from attempts a where a.job = j.id and a.status != 'ok') "
+            "as failed_tries, "
+            "(select coalesce(sum(a.seconds), 0) from attempts a where a.job = j.id "
+            "and a.status != 'ok') as failed_seconds "
+            "from jobs j where j.channel = ? and j.finished >= ? and j.finished < ? "
+            "and j.report is not null order by j.finished", [channel, start, end])]
+
+    def idle_by_worker(self, first_day: str, last_day: str) -> list[dict]:
+        """Idle seconds per worker and day from `first_day` to `last_day` (UTC
+        dates, inclusive), with the GPU names the worker registered."""
+        return [dict(r, gpus=json.loads(r["gpus"] or "[]")) for r in self.db.query(
+            "select i.worker, i.day, i.seconds, json_extract(w.info, '$.gpus') as gpus "
+            "from worker_idle i left join workers w on w.name = i.worker "
+            "where i.day between ? and ? order by i.worker, i.day", [first_day, last_day])]
 
     def worker_usage(self, worker: str) -> dict:
         """Seconds idle and busy (leased jobs' wall time) on the days idle was
@@ -421,5 +604,6 @@ def _job(row: dict) -> dict:
     row = dict(row)
     row["spec"] = json.loads(row["spec"])
     row["report"] = json.loads(row["report"]) if row.get("report") else None
+    row["progress"] = json.loads(row["progress"]) if row.get("progress") else None
     row["trial"] = f"T{row['id']}"
     return row

@@ -3,9 +3,11 @@ Parse → act on the queue/store → a reply payload. Bad input creates nothing.
 from __future__ import annotations
 
 import shlex
+import time
 
-from bot import commands, plans, render, scaling
-from bot.queue import JobQueue, can_run
+from bot import commands, plans, render, scaling, workerlist
+from bot.queue import ONLINE_SECONDS, JobQueue, can_run
+from bot.store import ENDED
 from worker import spec as specs
 
 
@@ -25,7 +27,19 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
     if cmd.name == "help":
         return render.reply(render.help_text(queue.recipes())), None
     if cmd.name == "list":
-        return render.job_list(queue.store.jobs(limit=15, channel=channel)), None
+        narrow = {"mine": {"user": user}, "running": {"status": ("queued", "running")},
+                  "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
+        return render.job_list(queue.store.jobs(limit=15, channel=channel, **narrow),
+                               cmd.which), None
+    if cmd.name == "workers":
+        now = time.time()
+        return render.reply(workerlist.text(queue.store.worker_states(
+            workerlist.week_start(now)), now, ONLINE_SECONDS)), None
+    if cmd.name == "cancel":
+        try:
+            return render.reply(f":no_entry_sign: {queue.cancel(cmd.job_id, user)}."), None
+        except ValueError as exc:
+            return render.reply(f":x: {exc}."), None
     if cmd.name == "status":
         job = queue.store.job(cmd.job_id)
         if job is None:
@@ -74,7 +88,7 @@ def fit(queue: JobQueue, cmd: commands.Command) -> dict:
     jobs = queue.store.sweep_jobs(cmd.sweep_id)
     if not jobs:
         return render.sweep_not_found(cmd.sweep_id)
-    if any(j["status"] not in ("done", "failed") for j in jobs):
+    if any(j["status"] not in ENDED for j in jobs):
         return render.sweep_unfinished(cmd.sweep_id, jobs)
     result = scaling.fit_sweep([j["report"] for j in jobs])
     if not result.get("error"):
@@ -89,3 +103,35 @@ def fit(queue: JobQueue, cmd: commands.Command) -> dict:
                                     f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
     return render.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
 
+
+
+def rerun(queue: JobQueue, job_id: int, user: str) -> dict:
+    """The "Re-run" button: the same trial again, by whoever clicked, in its channel."""
+    old = queue.store.job(job_id)
+    if old is None:
+        return render.reply(f":x: There is no trial T{job_id} any more; nothing was queued.")
+    try:
+        spec = specs.TrialSpec.from_dict(old["spec"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return render.reply(f":x: T{job_id}'s stored spec cannot be read ({exc}); type the "
+                            f"command again: `/trial {old['words']}`. Nothing was queued.")
+    job = queue.submit(spec, old["words"], user, old["channel"])
+    return render.queued(job, queue.online_for(job["spec"]))
+
+
+def plan_choices(queue: JobQueue) -> list[tuple[str, str]]:
+    """(plan, block kind) pairs an ended trial can be added to."""
+    return [(p["name"], b["kind"]) for p in queue.store.plans()
+            for b in queue.store.blocks(p["name"])]
+
+
+def add_to_plan(queue: JobQueue, job_id: int, plan: str, block: str) -> str:
+    """The "Add to plan…" button's choice: the trial becomes an actual of the block.
+    Raises plans.PlanError naming what is wrong."""
+    job = queue.store.job(job_id)
+    if job is None:
+        raise plans.PlanError(f"there is no trial T{job_id}")
+    plans.take_tags(queue, [f"plan={plan}", f"block={block}"])  # both must exist
+    queue.store.tag_job(job_id, plan, block)
+    return (f"{job['trial']} now counts as an actual of plan *{plan}*, {block} block "
+            f"(`/plan {plan} review`).")

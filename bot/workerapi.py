@@ -2,7 +2,7 @@
 
     POST /api/workers/register  {worker, info}            -> 200
     POST /api/lease             {worker, wait, idle}      -> 200 {job...} | 204 (none yet)
-    POST /api/jobs/<id>/heartbeat {worker, lease}         -> 200 {cancel} | 409 lease lost
+    POST /api/jobs/<id>/heartbeat {worker, lease, progress} -> 200 {cancel} | 409 lease lost
     POST /api/jobs/<id>/report  {worker, lease, report}   -> 200 | 400 bad report | 409
 
 Requests without a valid token get 401 and change nothing.
@@ -39,6 +39,22 @@ def check_info(info: dict) -> str | None:
             Workload.from_dict(d)
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             return f"`info.recipes` entry {str(d)[:80]!r} is not a recipe description: {exc!r}"
+    return None
+
+
+def check_progress(progress) -> str | None:
+    """A heartbeat's progress: {phase: name, attempt: n, failed: [error classes]}."""
+    if not isinstance(progress, dict) or set(progress) - {"phase", "attempt", "failed"}:
+        return "`progress` must be an object with phase, attempt and failed only"
+    phase, attempt, failed = progress.get("phase"), progress.get("attempt", 1), \
+        progress.get("failed", [])
+    if phase is not None and not (isinstance(phase, str) and 0 < len(phase) <= 40):
+        return "`progress.phase` must be a phase name (1-40 characters)"
+    if not (isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= 100):
+        return "`progress.attempt` must be a whole number from 1 to 100"
+    if not (isinstance(failed, list) and len(failed) <= 100 and all(
+            isinstance(c, str) and len(c) <= 20 for c in failed)):
+        return "`progress.failed` must be a list of error classes"
     return None
 
 
@@ -96,8 +112,11 @@ class WorkerApi:
             return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
         try:
             if action == "heartbeat":
-                self.queue.heartbeat(job_id, worker, lease)
-                return 200, {"cancel": False}
+                progress = body.get("progress") or {}
+                problem = check_progress(progress)
+                if problem:
+                    return 400, {"error": problem}
+                return 200, {"cancel": self.queue.heartbeat(job_id, worker, lease, progress)}
             problems = reports.validate(body.get("report"))
             if problems:
                 return 400, {"error": "invalid report: " + "; ".join(problems)}

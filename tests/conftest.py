@@ -24,6 +24,20 @@ def fake_slack():
     server.close()
 
 
+@pytest.fixture
+def bot(tmp_path, fake_slack):
+    """The Bolt app and HTTP server in-process, on a fresh database."""
+    from bot.outbox import SlackTransport
+    from bot.runtime import Runtime
+    from bot.slack_app import build_app, web_client
+    client = web_client("xoxb-test", fake_slack.api_url)
+    rt = Runtime(str(tmp_path / "l.db"), "wtoken", SlackTransport(client))
+    rt.server.bolt_app = build_app(rt.queue, client, "s3cret")
+    rt.start()
+    yield rt
+    rt.stop()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

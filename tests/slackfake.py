@@ -19,6 +19,7 @@ class FakeSlack(ThreadingHTTPServer):
     def __init__(self):
         self.calls: list[tuple[str, dict]] = []
         self.fail_next: list[int] = []  # HTTP statuses to answer before succeeding
+        self.outage: tuple[float, list[int]] | None = None  # (until, statuses to cycle)
         self.errors: dict[str, list[str]] = {}  # method -> Slack error codes (ok: false) to answer
         self.uploads: dict[str, bytes] = {}  # file id -> bytes, files_upload_v2's second step
         self.lock = threading.Lock()
@@ -75,6 +76,10 @@ class _Handler(BaseHTTPRequestHandler):
             args = {k: v[0] for k, v in urllib.parse.parse_qs(raw).items()}
         method = self.path.rsplit("/", 1)[-1]
         with self.server.lock:
+            outage = self.server.outage
+            if outage and time.monotonic() < outage[0]:  # an outage: answer its errors in turn
+                self.server.fail_next.append(outage[1][len(self.server.calls) % len(outage[1])])
+                self.server.calls.append(("failed", {"status": self.server.fail_next[-1]}))
             if self.server.fail_next:
                 status = self.server.fail_next.pop(0)
                 self.send_response(status)

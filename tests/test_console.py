@@ -16,7 +16,9 @@ def test_console_json_prints_the_slack_payloads_in_order(tmp_path):
                                   "/trial llm-infer batch=0", "/trial list"], "--json")
     assert done.returncode == 0, done.stderr
     out = [json.loads(line) for line in done.stdout.splitlines()]
-    queued, started, report, chart, bad, listing = out
+    updates = [o for o in out if o.get("update")]  # the card edited in place
+    queued, started, report, chart, bad, listing = [o for o in out if not o.get("update")]
+    assert updates and "T1 llm-infer ok" in updates[-1]["text"]
     assert queued["response_type"] == "ephemeral" and "Queued as *T1*" in queued["text"]
     assert started["channel"] == "console" and "started on" in started["text"]
     assert report["thread_ts"] and "phases: setup" in report["text"]

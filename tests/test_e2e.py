@@ -38,8 +38,16 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
                          signed_headers("s3cret", slash_body("status T1")))
     assert "*done* on gpu-a" in reply["text"]
     assert "host RSS peak" in reply["text"]
-    time.sleep(1)  # past a few outbox wake-ups: nothing is posted twice
+    time.sleep(1.5)  # past a few outbox wake-ups: nothing is posted twice
     assert len(fake_slack.posts()) == 2
+    # the "started" card was edited in place: progress while running, then the summary
+    updates = fake_slack.calls_of("chat.update")
+    assert updates and all(u["ts"] == started["_ts"] for u in updates)
+    assert "T1 llm-infer ok on gpu-a" in updates[-1]["text"]
+    blocks = updates[-1]["blocks"]
+    actions = [e["action_id"] for b in (json.loads(blocks) if isinstance(blocks, str) else blocks)
+               if b["type"] == "actions" for e in b["elements"]]
+    assert actions == ["trial_rerun", "trial_add_to_plan"]
 
 
 def test_failed_trial_is_reported_and_the_worker_keeps_serving(served_bot, start_worker,

@@ -1,23 +1,6 @@
 """Each Slack listener, through the real Bolt app and HTTP server in-process,
 with requests signed as Slack signs them."""
-import io
-
-import pytest
-
-from bot.outbox import SlackTransport
-from bot.runtime import Runtime
-from bot.slack_app import build_app, web_client
 from slackfake import post, signed_headers, slash_body
-
-
-@pytest.fixture
-def bot(tmp_path, fake_slack):
-    client = web_client("xoxb-test", fake_slack.api_url)
-    rt = Runtime(str(tmp_path / "l.db"), "wtoken", SlackTransport(client))
-    rt.server.bolt_app = build_app(rt.queue, client, "s3cret")
-    rt.start()
-    yield rt
-    rt.stop()
 
 
 def command(bot, text, name="/trial"):

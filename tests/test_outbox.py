@@ -102,8 +102,10 @@ def test_memory_chart_is_uploaded_into_the_thread_with_files_upload_v2(fake_slac
     leased = q.lease("w1", 0)
     q.finish(job["id"], "w1", leased["lease"], launcher.run_trial(spec))
     box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
-    assert box.flush() == 3  # started, report, chart
+    assert box.flush() == 4  # started, its final summary (chat.update), report, chart
     started = fake_slack.posts()[0]
+    card = fake_slack.calls_of("chat.update")[0]
+    assert card["ts"] == started["_ts"] and " ok on w1" in card["text"]
     done = fake_slack.calls_of("files.completeUploadExternal")[0]
     assert done["channel_id"] == "C1" and done["thread_ts"] == started["_ts"]
     png = next(iter(fake_slack.uploads.values()))

@@ -80,8 +80,9 @@ def test_finish_queues_report_threaded_under_started(queue):
     r = reports.fail(reports.new_report("llm-infer", {}), "oom", "CUDA out of memory", "run")
     queue.finish(job["id"], "w1", leased["lease"], r)
     rows = queue.store.unsent()
-    assert [m["kind"] for m in rows] == ["started", "report"]
-    assert rows[1]["thread_of"] == rows[0]["id"]
+    assert [m["kind"] for m in rows] == ["started", "summary", "report"]
+    assert rows[1]["update_of"] == rows[0]["id"] and rows[2]["thread_of"] == rows[0]["id"]
+    assert "FAILED (oom" in rows[1]["text"] and "Details in the thread" in rows[1]["text"]
     assert queue.store.job(job["id"])["error_class"] == "oom"
 
 

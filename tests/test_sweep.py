@@ -151,7 +151,7 @@ def test_sweep_through_the_console_posts_the_fit_once(tmp_path):
     assert done.returncode == 0, done.stderr
     out = [json.loads(line) for line in done.stdout.splitlines()]
     assert "Queued sweep *S1*: T1–T3" in out[0]["text"]
-    reports_ = [m for m in out if " llm-infer ok on " in m["text"]]
+    reports_ = [m for m in out if " llm-infer ok on " in m["text"] and not m.get("update")]
     assert len(reports_) == 3
     fits = [m for m in out if m["text"].startswith(":chart_with_upwards_trend: *Sweep S1*")
             and "channel" in m]

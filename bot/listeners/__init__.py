@@ -2,8 +2,10 @@
 ack, call the core, render."""
 from __future__ import annotations
 
-from bot.listeners import commands
+from bot.listeners import actions, commands, views
 
 
 def register(app, queue) -> None:
     commands.register(app, queue)
+    actions.register(app, queue)
+    views.register(app, queue)

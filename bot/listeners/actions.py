@@ -1,0 +1,35 @@
+"""Buttons on a trial's card: Cancel, Re-run, Add to plan…. Each acks, calls
+the core and answers the clicking user only (ephemeral)."""
+from __future__ import annotations
+
+from bot import trialcard, trials
+
+
+def register(app, queue) -> None:
+    @app.action(trialcard.CANCEL)
+    def cancel(ack, body, action, respond):
+        ack()
+        try:
+            text = f":no_entry_sign: {queue.cancel(int(action['value']), body['user']['id'])}."
+        except ValueError as exc:
+            text = f":x: {exc}."
+        respond(response_type="ephemeral", replace_original=False, text=text)
+
+    @app.action(trialcard.RERUN)
+    def rerun(ack, body, action, respond):
+        ack()
+        reply = trials.rerun(queue, int(action["value"]), body["user"]["id"])
+        respond(response_type="ephemeral", replace_original=False, text=reply["text"])
+
+    @app.action(trialcard.ADD_TO_PLAN)
+    def add_to_plan(ack, body, action, client, respond):
+        ack()
+        job = queue.store.job(int(action["value"]))
+        choices = trials.plan_choices(queue)
+        if job is None or not choices:
+            respond(response_type="ephemeral", replace_original=False,
+                    text=":x: No plan has a block yet: start one with `/plan new NAME` and "
+                         "`/plan NAME block KIND ...`." if job else
+                         f":x: There is no trial T{action['value']} any more.")
+            return
+        client.views_open(trigger_id=body["trigger_id"], view=trialcard.plan_modal(job, choices))

@@ -1,0 +1,192 @@
+"""The weekly budget digest: `/plan digest ...` through its handler on a real
+SQLite store, the figures from trials finished as a worker finishes them, the
+week's sent-row, the catch-up and the cron trigger. No sleeping: every "now"
+is passed in."""
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+import pytest
+from test_planner import report
+from test_plans import finish
+
+from bot import digest, plans, schedule
+from bot.queue import JobQueue
+from bot.store import Store
+
+UTC = dt.timezone.utc
+SEOUL = {"weekday": "mon", "hour": 9, "minute": 0, "tz": "Asia/Seoul"}
+
+
+@pytest.fixture
+def queue(tmp_path):
+    return JobQueue(Store(str(tmp_path / "d.db")))
+
+
+def say(queue, text, now=None, channel="C1"):
+    now = now or dt.datetime.now(UTC)
+    return plans.handle(queue, text, "U1", channel, now.date(), now)["text"]
+
+
+def digests_posted(queue):
+    return [r for r in queue.store.db["outbox"].rows if r["kind"] == "digest"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("digest weekly mnd 09:00 Asia/Seoul", "`mnd` is not a weekday: write mon, tue"),
+    ("digest weekly mon 25:00 Asia/Seoul", "`25:00`: hours go from 00 to 23"),
+    ("digest weekly mon 09:75 Asia/Seoul", "minutes go from 00 to 59"),
+    ("digest weekly mon 9am Asia/Seoul", "write 24-hour HH:MM"),
+    ("digest weekly mon 09:00 Asia/Seol", "`Asia/Seol` is not an IANA timezone: did you mean "
+                                          "Asia/Seoul?"),
+    ("digest weekly mon 09:00 Mars/Olympus", "not an IANA timezone: write Area/City"),
+    ("digest weekly mon 09:00", "needs a weekday, a time and a timezone"),
+    ("digest monthly", "the digest takes weekly, now or off"),
+    ("digest off", "No digest is scheduled in this channel"),
+])
+def test_a_bad_digest_spec_is_answered_and_schedules_nothing(queue, text, says):
+    out = say(queue, text)
+    assert out.startswith(":x:") and says in out and "Nothing was stored" in out
+    assert queue.store.digests() == [] and queue.store.db["outbox"].count == 0
+
+
+def test_schedule_show_and_off(queue):
+    now = dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    out = say(queue, "digest weekly Monday 9:00 asia/seoul", now)
+    assert "every Mon at 09:00 Asia/Seoul; next Mon 2026-12-07 09:00 KST" in out
+    assert queue.store.digest("C1")["tz"] == "Asia/Seoul"
+    out = say(queue, "digest weekly fri 17:30 Europe/Berlin", now)
+    assert "It replaces every Mon at 09:00 Asia/Seoul" in out
+    assert "every Fri at 17:30 Europe/Berlin; next Fri 2026-12-04 17:30 CET" in say(
+        queue, "digest", now)
+    assert "stopped" in say(queue, "digest off", now)
+    assert queue.store.digests() == [] and "No digest is scheduled" in say(queue, "digest", now)
+
+
+def test_the_cron_trigger_fires_in_the_channels_timezone():
+    t = schedule.trigger(SEOUL)
+    nxt = t.get_next_fire_time(None, dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+    assert nxt == dt.datetime(2026, 12, 7, 0, 0, tzinfo=UTC)  # Mon 09:00 KST
+    # Across a DST change the wall-clock time holds: 09:00 CET, then 09:00 CEST.
+    berlin = {"weekday": "fri", "hour": 9, "minute": 0, "tz": "Europe/Berlin"}
+    t = schedule.trigger(berlin)
+    first = t.get_next_fire_time(None, dt.datetime(2027, 3, 22, tzinfo=UTC))
+    second = t.get_next_fire_time(first, first + dt.timedelta(seconds=1))
+    assert first == dt.datetime(2027, 3, 26, 8, 0, tzinfo=UTC)
+    assert second == dt.datetime(2027, 4, 2, 7, 0, tzinfo=UTC)
+    # The week a fire belongs to agrees with the trigger, at any "now".
+    for s in (SEOUL, berlin):
+        t = schedule.trigger(s)
+        for hours in range(0, 24 * 21, 7):
+            now = dt.datetime(2027, 3, 15, tzinfo=UTC) + dt.timedelta(hours=hours)
+            last, nxt = digest.last_fire(s, now), t.get_next_fire_time(None, now)
+            assert last <= now <= nxt and nxt - last <= dt.timedelta(days=7, hours=1)
+            assert t.get_next_fire_time(None, last) == last
+            assert digest.last_fire(s, nxt) == nxt
+    assert digest.week_key(dt.datetime(2026, 12, 7, 9, 0, tzinfo=ZoneInfo("Asia/Seoul"))) \
+        == "2026-W50"
+
+
+def build_week(queue, now):
+    """A small week: an ok trial, a failed one, a tagged actual, idle and a price."""
+    queue.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"]})
+    t = finish(queue, report())  # 30 + 60 + 5 prep, 120 data, 10 × 2 s runs
+    finish(queue, dict(report(), status="failed",
+                       error={"class": "oom", "message": "CUDA out of memory", "phase": "run"}))
+    say(queue, "new repro gpu=H100 platform=cuda", now)
+    say(queue, f"repro block baseline runs=10 trial={t}", now)
+    finish(queue, report(mean=3.0), tags=("repro", "baseline"))  # 10 × 3 s: slower runs
+    queue.store.add_idle("w1", {(now - dt.timedelta(days=1)).date().isoformat(): 1800})
+    say(queue, f"price H100 $2.50/h source=https://x.example/q date={now.date()}", now)
+    say(queue, f"price electricity 0.12/kWh source=bill date={now.date() - dt.timedelta(days=35)}",
+        now)
+
+
+def test_digest_now_posts_the_measured_figures_and_a_chart_in_its_thread(queue):
+    now = dt.datetime.now(UTC)
+    build_week(queue, now)
+    assert "Posting the budget digest" in say(queue, "digest now")
+    rows = list(queue.store.db["outbox"].rows)
+    post, chart = rows[-2], rows[-1]
+    text = post["text"]
+    assert "*Trials*: 3 ended (2 ok, 1 failed)" in text
+    # GPU-seconds: runs 20 + 30, prep 95 + 95, data 120 + 120, retries 235 (the failed
+    # trial's attempt), idle 1800 → 2515 s, shown to 3 places, the total their sum.
+    assert ("*GPU-hours measured*: 0.699 GPU-h = runs 0.014 + prep 0.053 + data 0.067 + "
+            "retries 0.065 + idle 0.500") in text
+    assert "w1 0.50 h (1 GPU)" in text
+    # 0.699 GPU-h (the per-GPU sum, rounded once) × $2.50 = $1.7475 → $1.75
+    assert "NVIDIA H100 80GB HBM3: 0.699 GPU-h × H100 rent $2.5 per GPU-hour" in text
+    assert "= $1.75" in text
+    assert "*repro* (H100): estimate 0.0653 GPU-h, cost $0.16" in text
+    assert "biggest variance baseline +0.0028 GPU-h, mostly slower runs" in text
+    assert "electricity electricity" not in text and "electricity 0.12 per kWh" in text
+    assert "STALE: 35 days old" in text and "went stale this week" in text
+    assert "*repro*: paper, baseline" in text
+    assert chart["kind"] == "digest-chart" and chart["thread_of"] == post["id"]
+    assert chart["content"][:8] == b"\x89PNG\r\n\x1a\n"
+    # `now` records no week: the scheduled digest still posts.
+    assert queue.store.db["digests_sent"].count == 0
+
+
+def test_no_price_says_unconfirmed(queue):
+    finish(queue, report())
+    say(queue, "digest now")
+    text = digests_posted(queue)[-1]["text"]
+    assert "NVIDIA H100 80GB HBM3: 0.0653 GPU-h, cost unconfirmed (no confirmed price" in text
+    assert "$" not in text
+
+
+def test_a_double_fire_posts_the_week_once(queue):
+    now = dt.datetime.now(UTC)
+    finish(queue, report())
+    say(queue, "digest weekly mon 09:00 Asia/Seoul", now)
+    s = queue.store.digest("C1")
+    fire = schedule.trigger(s).get_next_fire_time(None, now)
+    assert schedule.post_scheduled(queue, s, fire + dt.timedelta(seconds=2))
+    assert not schedule.post_scheduled(queue, s, fire + dt.timedelta(seconds=3))
+    week = digest.week_key(fire)
+    assert not queue.store.post_digest("C1", week, [{"channel": "C1", "text": "again"}])
+    posted = digests_posted(queue)
+    assert len(posted) == 1 and f"*Weekly budget digest* {week}" in posted[0]["text"]
+    assert "late" not in posted[0]["text"]
+    charts = [r for r in queue.store.db["outbox"].rows if r["kind"] == "digest-chart"]
+    assert len(charts) == 1  # the digest and its chart, once
+    # The next week posts again.
+    assert schedule.post_scheduled(queue, s, fire + dt.timedelta(days=7, seconds=2))
+    assert len(digests_posted(queue)) == 2
+
+
+def test_a_week_missed_while_down_is_posted_at_start_and_only_once(queue):
+    now = dt.datetime.now(UTC)
+    say(queue, "digest weekly mon 09:00 Asia/Seoul", now)
+    yesterday = (now - dt.timedelta(days=1)).astimezone(ZoneInfo("Asia/Seoul"))
+    say(queue, f"digest weekly {digest.WEEKDAYS[yesterday.weekday()]} "
+               f"{yesterday:%H:%M} Asia/Seoul", now, channel="C2")
+    # C2's last time was before it was scheduled: nothing to catch up.
+    assert schedule.catch_up(queue, now) == []
+    # The bot was down over C1's next fire; it starts 3 hours later.
+    fire = schedule.trigger(queue.store.digest("C1")).get_next_fire_time(None, now)
+    later = fire + dt.timedelta(hours=3)
+    assert "C1" in schedule.catch_up(queue, later)
+    posted = [r for r in digests_posted(queue) if r["channel"] == "C1"]
+    assert len(posted) == 1 and "late: the bot was not running at the scheduled" in \
+        posted[0]["text"]
+    assert schedule.catch_up(queue, later + dt.timedelta(minutes=5)) in ([], ["C2"])
+    assert len([r for r in digests_posted(queue) if r["channel"] == "C1"]) == 1
+
+
+def test_the_running_scheduler_follows_digest_commands(queue):
+    d = schedule.Digests(queue)
+    queue.digests = d
+    d.start()
+    try:
+        say(queue, "digest weekly mon 09:00 Asia/Seoul")
+        job = d.scheduler.get_job("digest:C1")
+        assert job is not None and str(job.trigger.timezone) == "Asia/Seoul"
+        assert job.misfire_grace_time == schedule.MISFIRE_GRACE and job.coalesce
+        assert job.next_run_time.astimezone(ZoneInfo("Asia/Seoul")).strftime("%a %H:%M") \
+            == "Mon 09:00"
+        say(queue, "digest off")
+        assert d.scheduler.get_job("digest:C1") is None
+    finally:
+        d.stop()

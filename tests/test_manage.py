@@ -1,0 +1,217 @@
+"""Trial management: the card edited in place, `/trial cancel`, `/trial list
+mine|running|failed`, `/trial workers`, and the card's buttons through the real
+Bolt app with interactive payloads signed as Slack signs them."""
+import json
+import time
+import urllib.parse
+
+import pytest
+
+from bot import trials, workerlist
+from bot.outbox import Outbox, SlackTransport
+from bot.queue import JobQueue
+from bot.runtime import Runtime
+from bot.slack_app import web_client
+from bot.store import Store
+from slackfake import post, signed_headers
+from worker import report as reports
+from worker.spec import parse
+
+QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
+
+
+@pytest.fixture
+def queue(tmp_path):
+    return JobQueue(Store(str(tmp_path / "m.db")), admins=frozenset({"UADMIN"}))
+
+
+def submit(queue, user="U1", words=QUICK):
+    return trials.handle(queue, words, user, "C1")[1]
+
+
+def test_progress_edits_the_card_and_pending_edits_coalesce(queue):
+    job = submit(queue)
+    leased = queue.lease("w1", 0)
+    assert queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "weights",
+                                                              "attempt": 1}) is False
+    queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run", "attempt": 2,
+                                                       "failed": ["oom"]})
+    queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run", "attempt": 2,
+                                                       "failed": ["oom"]})  # no change
+    rows = queue.store.unsent()
+    assert [r["kind"] for r in rows] == ["started", "progress", "attempt"]  # one pending edit
+    assert rows[1]["update_of"] == rows[0]["id"] and rows[1]["version"] == 1
+    assert rows[2]["thread_of"] == rows[0]["id"]
+    assert rows[2]["text"].endswith("T1 try 1 failed (oom); try 2 started")
+    assert "phase `run` · try 2 (try 1: oom)" in rows[1]["text"]
+    # an edit replaced while it was being sent is not marked sent: the newest goes out
+    assert queue.store.mark_sent(rows[1]["id"], "ts", version=0) is False
+    assert queue.store.mark_sent(rows[1]["id"], "ts", version=1) is True
+
+
+def test_a_queued_trial_is_cancelled_by_its_owner_or_an_admin_only(queue):
+    job = submit(queue)
+    other, _ = trials.handle(queue, f"cancel {job['trial']}", "U2", "C1")
+    assert "only they or an admin" in other["text"] and queue.store.job(1)["status"] == "queued"
+    reply, _ = trials.handle(queue, f"cancel {job['trial']}", "UADMIN", "C1")
+    assert "is cancelled; it will not run" in reply["text"]
+    ended = queue.store.job(job["id"])
+    assert ended["status"] == "cancelled" and ended["cancelled_by"] == "UADMIN"
+    assert queue.lease("w1", 0) is None  # a cancelled trial is never leased
+    note = queue.store.unsent()[-1]
+    assert "cancelled by <@UADMIN> before it started" in note["text"]
+    again, _ = trials.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+    assert "already ended (cancelled)" in again["text"]
+    missing, _ = trials.handle(queue, "cancel T99", "U1", "C1")
+    assert "there is no trial T99" in missing["text"]
+    bad, _ = trials.handle(queue, "cancel twelve", "U1", "C1")
+    assert "is not a trial id" in bad["text"]
+
+
+def test_a_running_trial_is_cancelled_at_its_next_heartbeat(queue):
+    job = submit(queue)
+    leased = queue.lease("w1", 0)
+    reply, _ = trials.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+    assert "kills it at its next heartbeat" in reply["text"]
+    assert "cancelling" in queue.store.unsent()[-1]["text"]
+    assert queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
+    r = reports.fail(reports.new_report("llm-infer", {}), "cancelled", "killed", "run")
+    queue.finish(job["id"], "w1", leased["lease"], r)
+    assert queue.store.job(job["id"])["status"] == "cancelled"
+    card = [m for m in queue.store.unsent() if m["kind"] == "summary"][0]
+    assert "T1* cancelled by <@U1>" in card["text"]
+
+
+def test_list_filters_and_workers(queue):
+    queue.register("w1", {"gpus": ["NVIDIA H100 80GB HBM3"] * 2})
+    first, _ = submit(queue), submit(queue, user="U2")
+    leased = queue.lease("w1", 0)
+    queue.finish(first["id"], "w1", leased["lease"],
+                 reports.fail(reports.new_report("llm-infer", {}), "oom", "x", "run"))
+    text = lambda words, user="U1": trials.handle(queue, words, user, "C1")[0]["text"]  # noqa
+    assert "T1" in text("list mine") and "T2" not in text("list mine")
+    assert "T2" in text("list running") and "T1" not in text("list running")
+    assert "T1" in text("list failed") and "T2" not in text("list failed")
+    assert "takes one of mine, running, failed" in text("list everything")
+    now = time.time()
+    queue.store.add_idle("w1", {workerlist.week_start(now): 1800.0, "2000-01-03": 99999})
+    workers = text("workers")
+    assert "*w1* — 2× NVIDIA H100 80GB HBM3 — idle since" in workers and "idle 0.5 h this week" in workers
+    queue.lease("w1", 0)
+    assert "busy with *T2*" in text("workers")
+    assert "takes no arguments" in text("workers all")
+
+
+def test_week_starts_on_monday_utc():
+    # 2026-12-02 is a Wednesday
+    assert workerlist.week_start(1796212800.0) == "2026-11-30"
+
+
+def test_a_real_worker_kills_a_cancelled_trial(tmp_path, fake_slack):
+    client = web_client("xoxb-test", fake_slack.api_url)
+    rt = Runtime(str(tmp_path / "c.db"), "wtoken", SlackTransport(client), lease_seconds=4)
+    rt.start()
+    try:
+        rt.start_local_worker("w1")
+        long = "llm-infer gen=2 repeats=10000 stability=0 run_cap=600 layers=1 hidden=64 " \
+               "heads=2 kv_heads=1 vocab=256"
+        job = trials.handle(rt.queue, long, "U1", "C1")[1]
+        deadline = time.monotonic() + 60
+        while (rt.store.job(job["id"])["progress"] or {}).get("phase") != "run":
+            assert time.monotonic() < deadline, rt.store.job(job["id"])
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        assert "next heartbeat" in trials.handle(rt.queue, "cancel T1", "U1", "C1")[0]["text"]
+        while rt.store.job(job["id"])["status"] == "running":
+            assert time.monotonic() - t0 < 30
+            time.sleep(0.2)
+        ended = rt.store.job(job["id"])
+        assert ended["status"] == "cancelled" and ended["report"]["error"]["phase"] == "run"
+        assert "process group was killed" in ended["report"]["error"]["message"]
+        deadline = time.monotonic() + 20
+        while "cancelled by <@U1>" not in "".join(u["text"] for u in
+                                                   fake_slack.calls_of("chat.update")):
+            assert time.monotonic() < deadline, fake_slack.calls_of("chat.update")
+            time.sleep(0.2)
+        phases = [u["text"] for u in fake_slack.calls_of("chat.update")]
+        assert any("phase `" in t for t in phases)  # progress was shown while it ran
+    finally:
+        rt.stop()
+
+
+# --- buttons, through Bolt ------------------------------------------------------
+
+
+def interact(bot, fake_slack, payload: dict):
+    payload = {"team": {"id": "T0"}, "user": {"id": "U1", "name": "ada"}, "api_app_id": "A1",
+               "token": "legacy", "trigger_id": "1.2.3", **payload}
+    body = urllib.parse.urlencode({"payload": json.dumps(payload)})
+    return post(bot.server.url + "/slack/events", body, signed_headers("s3cret", body))
+
+
+def click(bot, fake_slack, action_id: str, job_id: int):
+    return interact(bot, fake_slack, {
+        "type": "block_actions", "channel": {"id": "C1"}, "container": {"type": "message"},
+        "response_url": fake_slack.api_url + "respond",
+        "actions": [{"action_id": action_id, "block_id": f"trial_{job_id}",
+                     "value": str(job_id), "type": "button", "action_ts": "1"}]})
+
+
+def wait_calls(fake_slack, method, n=1):
+    deadline = time.monotonic() + 10
+    while len(fake_slack.calls_of(method)) < n:
+        assert time.monotonic() < deadline, fake_slack.calls
+        time.sleep(0.05)
+    return fake_slack.calls_of(method)
+
+
+def test_buttons_rerun_cancel_and_add_to_plan(bot, fake_slack):
+    job = submit(bot.queue)
+    assert click(bot, fake_slack, "trial_rerun", job["id"])[0] == 200
+    said = wait_calls(fake_slack, "respond")[0]
+    assert "Queued as *T2*" in said["text"] and bot.store.job(2)["words"] == QUICK
+    assert click(bot, fake_slack, "trial_cancel", 2)[0] == 200
+    assert "is cancelled" in wait_calls(fake_slack, "respond", 2)[1]["text"]
+    assert bot.store.job(2)["status"] == "cancelled"
+
+    # Add to plan…: no plan yet is said plainly; with one, a modal lists its blocks
+    click(bot, fake_slack, "trial_add_to_plan", 1)
+    assert "No plan has a block yet" in wait_calls(fake_slack, "respond", 3)[2]["text"]
+    bot.store.add_plan("repro", "C1", "U1", {})
+    bot.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": ["T1"]})
+    click(bot, fake_slack, "trial_add_to_plan", 1)
+    view = wait_calls(fake_slack, "views.open")[0]["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    options = view["blocks"][0]["element"]["options"]
+    assert [o["value"] for o in options] == ["repro|baseline"]
+
+    def submit_view(value):
+        return interact(bot, fake_slack, {"type": "view_submission", "view": {
+            "id": "V1", "type": "modal", "callback_id": view["callback_id"],
+            "private_metadata": view["private_metadata"],
+            "state": {"values": {"block": {"choice": {
+                "type": "static_select", "selected_option": {"value": value}}}}}}})
+
+    status, answer = submit_view("repro|nosuch")
+    assert status == 200 and "has no such block" in answer["errors"]["block"]
+    assert bot.store.job(1)["plan"] is None
+    status, _ = submit_view("repro|baseline")
+    assert status == 200 and bot.store.job(1)["plan"] == "repro"
+    assert "counts as an actual of plan *repro*" in wait_calls(
+        fake_slack, "chat.postEphemeral")[0]["text"]
+
+
+def test_an_update_waits_for_its_message_and_goes_out_after(tmp_path, fake_slack):
+    store = Store(str(tmp_path / "o.db"))
+    q = JobQueue(store)
+    job = q.submit(parse(QUICK.split()), QUICK, "U1", "C1")
+    leased = q.lease("w1", 0)
+    q.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"})
+    fake_slack.fail_next = [500]  # Slack fails the first try
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)),
+                 update_interval=0)
+    with pytest.raises(Exception):
+        box.flush()
+    assert box.flush() == 2
+    started, edit = fake_slack.posts()[0], fake_slack.calls_of("chat.update")[0]
+    assert edit["ts"] == started["_ts"] and "phase `run`" in edit["text"]

@@ -7,7 +7,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from worker import attempts
+from worker import attempts, redact
 from worker import report as reports
 from worker.client import ApiError, Client
 from worker.spec import TrialSpec, resolve
@@ -34,6 +34,9 @@ class Agent:
     def __init__(self, client: Client, name: str, info: dict | None = None, recipes=None):
         self.client, self.name, self.info = client, name, dict(info or {})
         self.recipes = recipes or {}
+        # Any child may see the worker's environment, so every recipe's secrets are masked.
+        self.secrets = redact.secret_values(client.token, *(
+            v for r in self.recipes.values() for v in r.secrets()))
         self.info["recipes"] = [r.workload().to_dict() for r in self.recipes.values()]
         self.stopping = threading.Event()
         # Idle: seconds this worker was ready with nothing to run, per UTC day,
@@ -99,11 +102,12 @@ class Agent:
                         job["trial"])
             return
         report["trial"], report["worker"] = job["trial"], self.name
+        report = redact.walk(report, self.secrets)  # output tails may print a token
         try:
             self._retry(lambda: self.client.report(self.name, job, report), "report")
             log.info("%s reported: %s", job["trial"], report["status"])
         except ApiError as exc:
-            if exc.status == 400:  # our report was malformed: still end the job, plainly
+            if exc.status in (400, 413):  # malformed or too big: still end the job, plainly
                 bad = reports.fail(reports.new_report(report.get("workload", "?"), {}), "crash",
                                    f"the worker's report was refused: {exc}", None)
                 bad["trial"], bad["worker"] = job["trial"], self.name

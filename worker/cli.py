@@ -108,6 +108,8 @@ def serve_command(argv: list[str]) -> int:
     from worker.agent import Agent
     from worker.client import ApiError, Client
     agent = Agent(Client(args.server, args.token), args.name, machine_info(), recipes)
+    from worker import redact
+    redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
     try:
         agent.serve_forever()
     except ApiError as exc:

@@ -40,6 +40,7 @@ TREE_REFRESH = 0.5  # seconds between re-listing the child's process tree
 MAX_ROWS = 40000    # sampled rows kept in memory before halving
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
 PHASE_MARK = "TRIALBOT_PHASE "
+LINE_LIMIT = 64 * 1024  # bytes of output read at a time
 # How a program that died of OOM says so: torch (CUDA and CPU allocators), Python.
 OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|can't allocate memory|"
                         r"^MemoryError", re.MULTILINE)
@@ -165,7 +166,9 @@ class Run:
         reader.join(timeout=5)
 
     def _read(self) -> None:
-        for raw in self.proc.stdout:
+        # Bounded reads: a child printing gigabytes on one line must not grow the
+        # worker; a longer line arrives in pieces and only the tail is kept.
+        while raw := self.proc.stdout.readline(LINE_LIMIT):
             line = raw.decode(errors="replace").rstrip("\n")
             if line.startswith(PHASE_MARK):
                 self.marks.append((line[len(PHASE_MARK):].strip() or "unnamed", time.time()))

@@ -7,6 +7,7 @@ without changing it; only recipes in the file can run.
     argv = ["python", "infer.py", "--batch", "{batch}", "--seq", "{seq}"]
     setup = [["pip", "install", "-r", "requirements.txt"]]   # timed as `setup`
     env = { HF_HUB_OFFLINE = "1" }
+    secret_env = ["HF_TOKEN"]           # values never shown in reports (from env or the worker's)
     requires = "cuda"                   # or "any"
     timeout = "2h"                      # seconds, or "90s" / "30m" / "2h"
 
@@ -33,11 +34,13 @@ except ModuleNotFoundError:  # Python 3.10
 
 from worker.spec import COMMON, Param, Workload
 
-RECIPE_KEYS = {"cwd", "argv", "setup", "env", "requires", "timeout", "params", "description"}
+RECIPE_KEYS = {"cwd", "argv", "setup", "env", "requires", "timeout", "params", "description",
+               "secret_env"}
 PARAM_KEYS = {"type", "min", "max", "default", "choices", "pattern", "max_length", "help"}
 PARAM_TYPES = {"int", "float", "choice", "string"}
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 PARAM_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class RecipeError(ValueError):
@@ -55,6 +58,12 @@ class Recipe:
     timeout: int
     params: tuple[Param, ...]
     description: str = ""
+    secret_env: tuple[str, ...] = ()  # variables whose values are masked in reports
+
+    def secrets(self, environ=None) -> list[str]:
+        """The values of secret_env: the recipe's own, else the worker's."""
+        environ = os.environ if environ is None else environ
+        return [v for v in (self.env.get(n, environ.get(n)) for n in self.secret_env) if v]
 
     def workload(self) -> Workload:
         """The recipe as a workload: its own parameters plus the common ones,
@@ -137,6 +146,11 @@ def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
     env = t.get("env", {})
     if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
         raise RecipeError(f"{where.key(name, 'env')}: `env` must be a table of strings")
+    secret_env = t.get("secret_env", [])
+    if not (isinstance(secret_env, list) and all(isinstance(v, str) and ENV_NAME.fullmatch(v)
+                                                  for v in secret_env)):
+        raise RecipeError(f"{where.key(name, 'secret_env')}: `secret_env` must be a list of "
+                          'variable names, e.g. ["HF_TOKEN"]')
     requires = t.get("requires", "any")
     if requires not in ("cuda", "any"):
         raise RecipeError(f"{where.key(name, 'requires')}: `requires` must be \"cuda\" or "
@@ -165,7 +179,7 @@ def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
         raise RecipeError(f"{where.table(name + '.params')}: param `{sorted(clash)[0]}` is "
                           "reserved for every trial; rename it")
     return Recipe(name, cwd, tuple(argv), tuple(tuple(c) for c in setup), dict(env), requires,
-                  timeout, params, t.get("description", ""))
+                  timeout, params, t.get("description", ""), tuple(secret_env))
 
 
 def _param(recipe: str, name: str, d, where: "_Locator") -> Param:

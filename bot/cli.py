@@ -1,4 +1,5 @@
-"""`trialbot`: `serve` (Slack) and `console` (terminal)."""
+"""`trialbot`: `serve` (Slack), `console` (terminal), and the admin commands
+`worker-token` and `backup` (bot/admin.py), which work while the bot runs."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,16 @@ def main(argv: list[str] | None = None) -> int:
                          help="SQLite file (default ./trialbot.db)")
     console.add_argument("--json", action="store_true",
                          help="print each message as the JSON payload sent to Slack")
+    db_help = "the bot's SQLite file (default TRIALBOT_DB or ./trialbot.db)"
+    default_db = os.environ.get("TRIALBOT_DB", "./trialbot.db")
+    tok = sub.add_parser("worker-token", help="create, revoke or list per-worker API tokens")
+    tok.add_argument("action", choices=("create", "revoke", "list"))
+    tok.add_argument("name", nargs="?", help="the worker's name (--name of trialbot-worker)")
+    tok.add_argument("--db", default=default_db, help=db_help)
+    bak = sub.add_parser("backup", help="copy the live database (SQLite online backup)")
+    bak.add_argument("path", help="the backup file to write")
+    bak.add_argument("--force", action="store_true", help="replace PATH if it exists")
+    bak.add_argument("--db", default=default_db, help=db_help)
     args = parser.parse_args(argv)
     try:
         import slack_bolt  # noqa: F401
@@ -29,12 +40,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trialbot: {exc.name} is not installed; install the bot with "
               "`pip install -e '.[bot]'`", file=sys.stderr)
         return 2
+    from bot.migrations import SchemaTooNew
     try:
+        if args.command in ("worker-token", "backup"):
+            from bot import admin
+            if args.command == "backup":
+                return admin.run_backup(args.db, args.path, args.force)
+            return admin.worker_token(args.db, args.action, args.name)
         if args.command == "console":
             from bot import console as console_mod
             logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
             return console_mod.run(args.db, args.json)
         return run_serve(args.local_worker)
+    except SchemaTooNew as exc:
+        print(f"trialbot: {exc}", file=sys.stderr)
+        return 2
     except sqlite3.Error as exc:
         print(f"trialbot: cannot use the database: {exc} (set --db or TRIALBOT_DB to a "
               "writable file)", file=sys.stderr)
@@ -46,9 +66,13 @@ def run_serve(local_worker: bool) -> int:
     try:
         settings = config.from_env(os.environ)
     except config.ConfigError as exc:
-        print(f"trialbot serve: {exc}", file=sys.stderr)
+        from worker.redact import text  # a token pasted into the wrong variable
+        print(f"trialbot serve: {text(str(exc), ())}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from worker import redact
+    redact.install(redact.secret_values(settings.bot_token, settings.app_token,
+                                        settings.signing_secret, settings.worker_token))
     from bot.outbox import SlackTransport
     from bot.runtime import Runtime
     from bot.slack_app import build_app, web_client
@@ -56,7 +80,7 @@ def run_serve(local_worker: bool) -> int:
     client = web_client(settings.bot_token, settings.api_url)
     try:
         rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
-                     settings.host, settings.port, settings.lease_seconds, settings.admins)
+                     settings.host, settings.port, settings.lease_seconds, settings.policy)
     except OSError as exc:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)

@@ -15,7 +15,7 @@ class Settings:
     port: int
     api_url: str | None
     lease_seconds: float
-    admins: frozenset = frozenset()  # Slack user ids who may cancel anyone's trial
+    policy: object = None  # access.Policy: who may run, who is an admin
 
     @property
     def socket_mode(self) -> bool:
@@ -49,14 +49,11 @@ def from_env(env) -> Settings:
     except (ValueError, AssertionError):
         raise ConfigError(f"TRIALBOT_LEASE_SECONDS={env.get('TRIALBOT_LEASE_SECONDS')!r} must "
                           "be seconds from 1 to 3600") from None
-    admins = frozenset(a.strip() for a in env.get("TRIALBOT_ADMINS", "").split(",") if a.strip())
-    bad = [a for a in admins if not a.isalnum() or not a[0] in "UW"]
-    if bad:
-        raise ConfigError(f"TRIALBOT_ADMINS: {', '.join(sorted(bad))} is not a Slack user id "
-                          "(U… or W…); give ids separated by commas, e.g. U0123ABCD,U0456EFGH")
+    from bot import access  # it raises ConfigError from here
+    policy = access.load(env)
     return Settings(
         bot_token=env["SLACK_BOT_TOKEN"], app_token=env.get("SLACK_APP_TOKEN") or None,
         signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
         worker_token=env["TRIALBOT_WORKER_TOKEN"], db=env.get("TRIALBOT_DB", "./trialbot.db"),
         host=env.get("TRIALBOT_HOST", "0.0.0.0"), port=port,
-        api_url=env.get("SLACK_API_URL") or None, lease_seconds=lease, admins=admins)
+        api_url=env.get("SLACK_API_URL") or None, lease_seconds=lease, policy=policy)

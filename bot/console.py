@@ -13,7 +13,7 @@ import secrets
 import sys
 import time
 
-from bot import plans, trials
+from bot import access, plans, trials
 from bot.outbox import ConsoleTransport
 from bot.runtime import Runtime
 from bot.store import ENDED
@@ -25,7 +25,9 @@ USER = "console"
 def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     files = os.path.join(os.path.dirname(os.path.abspath(db)), "trialbot-files")
-    rt = Runtime(db, secrets.token_urlsafe(24), ConsoleTransport(stdout, as_json, files))
+    # The console's one user is the operator of this box: an admin, no settings needed.
+    rt = Runtime(db, secrets.token_urlsafe(24), ConsoleTransport(stdout, as_json, files),
+                 policy=access.operator(USER))
     rt.start()
     rt.start_local_worker()
     interactive = stdin.isatty()

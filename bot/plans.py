@@ -19,6 +19,10 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
            now: dt.datetime | None = None) -> dict:
     try:
         cmd = plancmd.parse(text, today)
+        need, what = NEEDS.get(cmd.action, (None, None))
+        refused = need and queue.allows(need, user, channel, what)
+        if refused:
+            return planview.reply(f":lock: {refused} Nothing was changed.")
         if cmd.action.startswith("digest"):
             from bot import schedule  # it reads plans through this module
             return schedule.command(queue, cmd, user, channel,
@@ -32,18 +36,30 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
                               "bot's log. Try again, or report it with the command you typed.")
 
 
+# What each /plan action needs (bot.access); reading is open to anyone.
+NEEDS = {"price": ("admin", "record prices"),
+         "digest-weekly": ("admin", "schedule the digest"),
+         "digest-off": ("admin", "stop the digest"),
+         **{a: ("run", "change plans") for a in ("new", "set", "block", "lock", "unlock",
+                                                 "actual")},
+         **{a: ("run", "post in this channel") for a in ("export", "digest-now")}}
+
+
 def take_tags(queue: JobQueue, words: list[str]) -> tuple[list[str], dict | None]:
     """`plan=NAME block=KIND` on `/trial`: taken out of the words (they are not
     workload parameters) and checked, so a trial is never tagged to nothing."""
     tagged = [w.partition("=") for w in words if w.startswith(("plan=", "block="))]
     tags = {key: value for key, _, value in tagged}
     if len(tags) < len(tagged):
-        raise PlanError("plan= or block= is given twice; tag a trial to one plan and block")
+        twice = " ".join(f"`{k}={v}`" for k, _, v in tagged)
+        raise PlanError(f"{twice}: plan= or block= is given twice; tag a trial to one plan "
+                        "and block")
     rest = [w for w in words if not w.startswith(("plan=", "block="))]
     if not tags:
         return rest, None
     if set(tags) != {"plan", "block"}:
-        raise PlanError("tag a trial with both plan=NAME and block=KIND, e.g. "
+        given = " ".join(f"`{k}={v}`" for k, v in tags.items())
+        raise PlanError(f"{given}: tag a trial with both plan=NAME and block=KIND, e.g. "
                         "`plan=adkv block=baseline`")
     plan = _plan(queue, plancmd.plan_name(tags["plan"]))
     kinds = [b["kind"] for b in queue.store.blocks(plan["name"])]

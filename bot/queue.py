@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import chart, render, scaling, trialcard
+from bot import access, chart, render, scaling, trialcard
 from bot.store import ENDED, Store
 from worker import report as reports
 from worker.spec import Workload
@@ -48,9 +48,11 @@ class LeaseLost(Exception):
 class JobQueue:
     def __init__(self, store: Store, on_message=lambda: None,
                  lease_seconds: float = LEASE_SECONDS, max_leases: int = MAX_LEASES,
-                 admins: frozenset[str] = frozenset()):
+                 admins: frozenset[str] = frozenset(), policy: access.Policy | None = None):
         self.store = store
-        self.admins = admins  # Slack user ids who may cancel anyone's trial
+        # Alone (tests, scripts) anyone may run; Runtime passes the configured policy.
+        self.policy = policy or access.Policy(run_everyone=True, admins=admins)
+        self.members = access.no_groups  # user group -> its users; the Slack app sets it
         self.lease_seconds, self.max_leases = lease_seconds, max_leases
         # Workers heartbeat several times per lease, so one lost beat loses nothing.
         self.heartbeat_seconds = min(10.0, lease_seconds / 4)
@@ -60,26 +62,29 @@ class JobQueue:
         # workers ending a sweep's last two jobs at once post its fit exactly once.
         self.sweep_lock = threading.Lock()
 
-    def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None) -> dict:
-        job = self.store.add_jobs([spec.to_dict()], [words], user, channel, tags=tags)[0]
+    def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None,
+               request: str | None = None) -> dict:
+        job = self.store.add_jobs([spec.to_dict()], [words], user, channel, tags=tags,
+                                  request=request)[0]
         with self.changed:
             self.changed.notify_all()
         return job
 
     def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
-                     tags: dict | None = None) -> list[dict]:
+                     tags: dict | None = None, request: str | None = None) -> list[dict]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
         jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
-                                   sweep=True, tags=tags)
+                                   sweep=True, tags=tags, request=request)
         with self.changed:
             self.changed.notify_all()
         return jobs
 
     def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
-                     budget: int | None = None, tags: dict | None = None) -> list[dict]:
+                     budget: int | None = None, tags: dict | None = None,
+                     request: str | None = None) -> list[dict]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
         jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
-                                   group=kind, budget=budget, tags=tags)
+                                   group=kind, budget=budget, tags=tags, request=request)
         with self.changed:
             self.changed.notify_all()
         return jobs
@@ -192,6 +197,11 @@ class JobQueue:
                 self.on_message()
         return bool(job.get("cancel"))
 
+    def allows(self, action: str, user: str, channel: str, what: str | None = None
+               ) -> str | None:
+        """None when allowed, else the refusal (bot.access)."""
+        return access.allows(self.policy, action, user, channel, self.members, what)
+
     def cancel(self, job_id: int, user: str) -> str:
         """Cancel a queued trial now, or ask the worker running it to kill it.
         Returns what happened; raises ValueError naming why it cannot."""
@@ -200,9 +210,11 @@ class JobQueue:
             raise ValueError(f"there is no trial T{job_id}; `/trial list` shows recent ones")
         if job["status"] not in ("queued", "running"):
             raise ValueError(f"{job['trial']} already ended ({job['status']}); nothing to cancel")
-        if job["user"] != user and user not in self.admins:
-            raise ValueError(f"{job['trial']} was started by <@{job['user']}>; only they or an "
-                             "admin (TRIALBOT_ADMINS) can cancel it")
+        if job["user"] != user:
+            refused = self.allows("admin", user, job["channel"], "cancel someone else's trial")
+            if refused:
+                raise ValueError(f"{job['trial']} was started by <@{job['user']}>; only they or "
+                                 f"an admin can cancel it. {refused.rstrip('.')}")
         if job["cancel"]:
             return f"{job['trial']} is already being cancelled"
         if job["status"] == "queued":

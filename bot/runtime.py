@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 
+from bot import access
 from bot.outbox import Outbox
 from bot.queue import LEASE_SECONDS, JobQueue
 from bot.schedule import Digests
@@ -18,12 +19,13 @@ from bot.workerapi import WorkerApi
 class Runtime:
     def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
                  port: int = 0, lease_seconds: float = LEASE_SECONDS,
-                 admins: frozenset[str] = frozenset()):
+                 policy: access.Policy | None = None):
         self.store = Store(db)
         self.outbox = Outbox(self.store, transport,
                              update_interval=getattr(transport, "update_interval", None))
         self.queue = JobQueue(self.store, on_message=self.outbox.wake,
-                              lease_seconds=lease_seconds, admins=admins)
+                              lease_seconds=lease_seconds,
+                              policy=policy or access.Policy())  # unconfigured: nobody runs
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.queue, worker_token),
                              health=self.health)

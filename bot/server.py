@@ -14,7 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 log = logging.getLogger("trialbot.http")
 
-MAX_BODY = 16 * 2**20  # a report with a memory timeline stays well under this
+MAX_BODY = 16 * 2**20  # Slack's requests; the worker API has its own, smaller limits
+DRAIN_MAX = 64 * 2**20  # an oversized body up to this is read and dropped, so the
+# client gets its 413 (not a connection reset mid-send); over it, we hang up
 
 
 class Server(ThreadingHTTPServer):
@@ -62,9 +64,12 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the unread body must not be taken as a request
             self._json(400, {"error": "Content-Length must be a byte count"})
             return
-        if length > MAX_BODY:
-            self.close_connection = True
-            self._json(413, {"error": f"request body over {MAX_BODY} bytes"})
+        limit = (self.server.worker_api.body_limit(path) if path.startswith("/api/")
+                 else MAX_BODY)
+        if length > limit:
+            self._drop_body(length)
+            self._json(413, {"error": f"request body of {length} bytes is over the "
+                                      f"{limit}-byte limit for {path}; nothing was changed"})
             return
         raw = self.rfile.read(length)
         if path == "/slack/events":
@@ -72,14 +77,25 @@ class Handler(BaseHTTPRequestHandler):
         elif path.startswith("/api/"):
             try:
                 body = json.loads(raw or b"{}")
-            except ValueError as exc:
-                self._json(400, {"error": f"the request body is not JSON: {exc}"})
+            except (ValueError, RecursionError) as exc:  # bad UTF-8 is a ValueError too
+                self._json(400, {"error": f"the request body is not JSON: {exc}"[:300]})
                 return
             status, reply = self.server.worker_api.handle(
                 path, self.headers.get("Authorization"), body)
             self._json(status, reply)
         else:
             self._json(404, {"error": f"no such endpoint: POST {path}"})
+
+    def _drop_body(self, length: int) -> None:
+        if length > DRAIN_MAX:
+            self.close_connection = True  # the unread body must not be taken as a request
+            return
+        while length > 0:
+            chunk = self.rfile.read(min(length, 2**16))
+            if not chunk:
+                self.close_connection = True
+                return
+            length -= len(chunk)
 
     def _slack(self, raw: bytes, query: str) -> None:
         app = self.server.bolt_app

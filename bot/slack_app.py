@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from bot import listeners
+from bot import listeners, slackgroups
 
 log = logging.getLogger("trialbot.slack")
 LISTENER_THREADS = 64
@@ -27,8 +27,13 @@ def build_app(queue, client: WebClient, signing_secret: str | None) -> App:
     # threads cost little (scripts/bench_trial_loop.py measures the burst).
     app = App(client=client, signing_secret=signing_secret or None,
               token_verification_enabled=False,
+              # Run each listener in the request's own thread and answer when it
+              # returns: ours only touch SQLite, and Bolt's other runner polls for
+              # the ack in 10 ms sleeps (scripts/bench_load.py measures both).
+              process_before_response=True,
               request_verification_enabled=bool(signing_secret),
               listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS))
+    queue.members = slackgroups.Members(client)  # user groups in the access policy
     listeners.register(app, queue)
 
     @app.error

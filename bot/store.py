@@ -1,21 +1,27 @@
 """All state, in one SQLite file (WAL), through sqlite-utils. The only module
-with SQL in it.
+with SQL in it (with bot/migrations.py, the versioned schema steps).
 
 Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
 `workers`, `worker_idle` (seconds ready with nothing to run, per day),
-`outbox` (every message the bot will post, stored before it is sent), the
+`outbox` (every message the bot will post, stored before it is sent),
+`worker_tokens` (per-worker API tokens, hashed), the
 plans' tables, and `digests` / `digests_sent` (the weekly digest's schedule
 per channel, and each week posted).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import sqlite_utils
+
+from bot import migrations
 
 
 ENDED = ("done", "failed", "cancelled")  # a job's status once nothing more will happen
@@ -26,11 +32,50 @@ JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease,
                "ladder, budget, group_kind, progress, cancel, cancelled_by")
 
 
+class DuplicateRequest(Exception):
+    """The request was seen before (Slack retried it, or it came twice)."""
+
+    def __init__(self, jobs: list[int]):
+        super().__init__(f"request already queued {jobs}")
+        self.jobs = jobs
+
+
+_WRITE_LOCKS: dict[str, threading.RLock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock(path: str) -> threading.RLock:
+    """One lock per database file in this process (tests open one file twice)."""
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(os.path.abspath(path), threading.RLock())
+
+
 class Store:
     def __init__(self, path: str):
         self.path = path
         self._local = threading.local()
+        self._lock = _write_lock(path)
         self._create()
+
+    @contextlib.contextmanager
+    def tx(self):
+        """One write transaction: BEGIN IMMEDIATE … COMMIT, ROLLBACK on error.
+        Explicit because sqlite-utils 4 commits each write statement on its own
+        unless a transaction is open. Writers in this process queue on a lock
+        (SQLite's busy handler sleeps up to 100 ms between tries); other
+        processes wait on the busy timeout. A nested call joins the outer one."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            yield
+            return
+        with self._lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -38,13 +83,20 @@ class Store:
         db = getattr(self._local, "db", None)
         if db is None:
             conn = sqlite3.connect(self.path, timeout=30)  # busy timeout: wait, don't fail
+            # WAL + NORMAL: a commit survives the bot being killed (the SIGKILL tests);
+            # only a power loss can take the last ones. FULL fsyncs every commit,
+            # tripling a slash command's write (scripts/bench_load.py).
+            conn.execute("pragma synchronous = normal")
             db = self._local.db = sqlite_utils.Database(conn)
         return db
 
     def _create(self) -> None:
         """Create the tables, or bring an older file's tables up to this schema
-        (sqlite-utils' transform: new columns are added, rows kept)."""
+        (sqlite-utils' transform: new columns are added, rows kept): the
+        baseline, schema version 1; then the versioned steps in bot/migrations.py.
+        A file from a newer trialbot is refused before anything is written."""
         db = self.db
+        migrations.check_not_newer(db.conn, self.path)
         db.enable_wal()
         db["jobs"].create({
             "id": int, "workload": str, "spec": str, "words": str, "user": str,
@@ -61,6 +113,10 @@ class Store:
         }, pk="id", not_null={"workload", "spec", "status"},
             defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
+        # A Slack request that queued jobs, by its trigger_id: a retried or
+        # doubled request finds its key taken and queues nothing.
+        db["requests"].create({"key": str, "jobs": str, "created": float}, pk="key",
+                              transform=True)
         db["workers"].create({"name": str, "info": str, "registered": float,
                               "last_seen": float, "job": int},
                              pk="name", transform=True)
@@ -105,6 +161,7 @@ class Store:
                                    "message": int}, pk=("channel", "week"), transform=True)
         db["jobs"].create_index(["channel", "finished"], if_not_exists=True)
         db["jobs"].create_index(["plan"], if_not_exists=True)  # a plan's actuals
+        migrations.migrate(db.conn, self.path)
 
     # jobs ------------------------------------------------------------------
 
@@ -113,13 +170,22 @@ class Store:
 
     def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
                  sweep: bool = False, tags: dict | None = None, group: str | None = None,
-                 budget: float | None = None) -> list[dict]:
+                 budget: float | None = None, request: str | None = None) -> list[dict]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
         the first one's id as their sweep id; `tags` ({plan, block}) make them a
-        plan's actuals."""
+        plan's actuals. A `request` key already used raises DuplicateRequest and
+        queues nothing."""
         ids = []
         tags = tags or {}
-        with self.db.conn:
+        with self.tx():
+            if request is not None:
+                seen = self.db.execute(
+                    "insert into requests (key, created) values (?, ?) on conflict(key) "
+                    "do nothing", [request, time.time()]).rowcount == 0
+                if seen:
+                    row = self.db.execute("select jobs from requests where key = ?",
+                                          [request]).fetchone()
+                    raise DuplicateRequest(json.loads(row[0] or "[]"))
             for spec, w in zip(specs, words):
                 cur = self.db.execute(
                     "insert into jobs (workload, spec, words, user, channel, status, created, "
@@ -132,6 +198,9 @@ class Store:
                 self.db.execute(f"update jobs set {column} = ?, budget = ?, group_kind = ? "
                                 f"where id in ({','.join('?' * len(ids))})",
                                 [ids[0], budget, group, *ids])
+            if request is not None:
+                self.db.execute("update requests set jobs = ? where key = ?",
+                                [json.dumps(ids), request])
         return [self.job(i) for i in ids]
 
     def sweep_jobs(self, sweep: int) -> list[dict]:
@@ -182,7 +251,7 @@ class Store:
             if not can_run(json.loads(row["spec"])):
                 continue
             lease = uuid.uuid4().hex
-            with self.db.conn:
+            with self.tx():
                 if row["status"] == "running":  # the previous worker went silent
                     self._add_attempt(row["id"], row["worker"], {
                         "status": "failed", "error_class": "killed",
@@ -217,12 +286,13 @@ class Store:
                             expired=True)
 
     def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute(
                 "update jobs set lease_expires = ? where id = ? and worker = ? and lease = ? "
                 "and status = 'running'", [time.time() + seconds, job_id, worker, lease])
-            self.db.execute("update workers set last_seen = ? where name = ?",
-                            [time.time(), worker])
+            if cur.rowcount == 1:  # a refused heartbeat changes nothing, not even last_seen
+                self.db.execute("update workers set last_seen = ? where name = ?",
+                                [time.time(), worker])
         return cur.rowcount == 1
 
     def finish_job(self, job_id: int, worker: str, lease: str, report: dict,
@@ -242,7 +312,7 @@ class Store:
         now = time.time()
         light = {k: v for k, v in report.items() if k != "timeline"}
         timeline = json.dumps(report["timeline"]) if report.get("timeline") else None
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute(
                 "update jobs set status = ?, report = ?, timeline = ?, error_class = ?, "
                 "finished = ?, lease = null, lease_expires = null where id = ? and worker = ? "
@@ -286,7 +356,7 @@ class Store:
         return out
 
     def set_started_message(self, job_id: int, message: dict) -> int:
-        with self.db.conn:
+        with self.tx():
             msg_id = self._add_message(message, job_id)
             self.db.execute("update jobs set started_msg = ? where id = ?", [msg_id, job_id])
         return msg_id
@@ -295,7 +365,7 @@ class Store:
                      messages: list[dict]) -> bool:
         """Store the worker's progress and queue its messages (the card's edit, a
         failed try in the thread), while `lease` still holds the job."""
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute("update jobs set progress = ? where id = ? and lease = ? "
                                   "and status = 'running'", [json.dumps(progress), job_id, lease])
             if cur.rowcount != 1:
@@ -306,7 +376,7 @@ class Store:
 
     def cancel_queued(self, job_id: int, user: str, report: dict, messages: list[dict]) -> bool:
         """Cancel a job no worker has leased yet; False if one has."""
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute(
                 "update jobs set status = 'cancelled', cancel = ?, cancelled_by = ?, "
                 "finished = ?, report = ?, error_class = 'cancelled' where id = ? and "
@@ -319,7 +389,7 @@ class Store:
 
     def request_cancel(self, job_id: int, user: str, card: dict) -> bool:
         """Mark a running job to be cancelled (the next heartbeat tells its worker)."""
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute("update jobs set cancel = ?, cancelled_by = ? where id = ? "
                                   "and status = 'running' and cancel is null",
                                   [time.time(), user, job_id])
@@ -332,19 +402,19 @@ class Store:
 
     def upsert_worker(self, name: str, info: dict) -> None:
         now = time.time()
-        with self.db.conn:
+        with self.tx():
             self.db.execute(
                 "insert into workers (name, info, registered, last_seen) values (?, ?, ?, ?) "
                 "on conflict(name) do update set info = excluded.info, "
                 "last_seen = excluded.last_seen", [name, json.dumps(info), now, now])
 
     def seen_worker(self, name: str) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db.execute("update workers set last_seen = ? where name = ?",
                             [time.time(), name])
 
     def add_idle(self, worker: str, per_day: dict[str, float]) -> None:
-        with self.db.conn:
+        with self.tx():
             for day, seconds in per_day.items():
                 self.db.execute(
                     "insert into worker_idle (worker, day, seconds) values (?, ?, ?) "
@@ -372,6 +442,36 @@ class Store:
         return [dict(w, info=json.loads(w["info"] or "{}"))
                 for w in self.db["workers"].rows_where(where, args, order_by="name")]
 
+    # worker tokens ---------------------------------------------------------
+
+    def add_worker_token(self, name: str, digest: str) -> bool:
+        """False when `name` has an active token; a revoked name gets a new one."""
+        with self.tx():
+            cur = self.db.execute(
+                "insert into worker_tokens (name, hash, created) values (?, ?, ?) "
+                "on conflict(name) do update set hash = excluded.hash, "
+                "created = excluded.created, revoked = null where revoked is not null",
+                [name, digest, time.time()])
+        return cur.rowcount == 1
+
+    def revoke_worker_token(self, name: str) -> bool:
+        """False when `name` has no active token."""
+        with self.tx():
+            cur = self.db.execute("update worker_tokens set revoked = ? where name = ? and "
+                                  "revoked is null", [time.time(), name])
+        return cur.rowcount == 1
+
+    def worker_tokens(self) -> list[dict]:
+        """Every token's name, created and revoked: never its hash."""
+        return [dict(r) for r in self.db.query(
+            "select name, created, revoked from worker_tokens order by name")]
+
+    def active_token_hashes(self) -> list[tuple[str, str]]:
+        """(name, hash) of every active token, read on each request so a revoke
+        from `trialbot worker-token revoke` (another process) counts at once."""
+        return [tuple(r) for r in self.db.execute(
+            "select name, hash from worker_tokens where revoked is null").fetchall()]
+
     # outbox ----------------------------------------------------------------
 
     def _add_message(self, message: dict, job_id: int | None) -> int:
@@ -395,7 +495,7 @@ class Store:
 
     def add_messages(self, messages: list[dict]) -> None:
         """Messages that belong to no job (a plan's export), in one transaction."""
-        with self.db.conn:
+        with self.tx():
             for message in messages:
                 self._add_message(message, None)
 
@@ -411,7 +511,7 @@ class Store:
     def mark_sent(self, msg_id: int, ts: str, version: int = 0) -> bool:
         """False when the row's text changed while it was being sent (a newer
         update): it stays unsent, so the newest text goes out too."""
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute("update outbox set sent = ?, ts = ? where id = ? and "
                                   "version = ?", [time.time(), ts, msg_id, version])
         return cur.rowcount == 1
@@ -421,12 +521,12 @@ class Store:
         return rows[0] if rows else None
 
     def mark_failed_try(self, msg_id: int, error: str) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db.execute("update outbox set tries = tries + 1, last_error = ? where id = ?",
                             [error[-500:], msg_id])
 
     def give_up_message(self, msg_id: int, error: str) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db.execute("update outbox set given_up = ?, last_error = ? where id = ?",
                             [time.time(), error[-500:], msg_id])
 
@@ -438,7 +538,7 @@ class Store:
 
     def add_plan(self, name: str, channel: str, user: str, facts: dict) -> bool:
         """False when a plan of that name exists already."""
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute(
                 "insert into plans (name, channel, user, created, facts) values (?, ?, ?, ?, ?) "
                 "on conflict(name) do nothing", [name, channel, user, time.time(),
@@ -458,12 +558,12 @@ class Store:
             select="name", order_by="created")]
 
     def set_plan_facts(self, name: str, facts: dict) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db.execute("update plans set facts = ? where name = ?",
                             [json.dumps(facts), name])
 
     def set_plan_lock(self, name: str, locked: dict | None) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db.execute("update plans set locked = ? where name = ?",
                             [json.dumps(locked) if locked else None, name])
 
@@ -471,7 +571,7 @@ class Store:
         """Add or replace the plan's block of that kind; True when it replaced one."""
         row = dict(block, trials=json.dumps(block.get("trials") or []),
                    predict=json.dumps(block.get("predict") or {}))
-        with self.db.conn:
+        with self.tx():
             old = self.db.execute("select created from blocks where plan = ? and kind = ?",
                                   [block["plan"], block["kind"]]).fetchone()
             # A replaced block keeps its place: with rental=single the first one pays prep.
@@ -485,7 +585,7 @@ class Store:
                 for b in self.db["blocks"].rows_where("plan = ?", [plan], order_by="created")]
 
     def add_price(self, price: dict) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db["prices"].insert(dict(price, recorded=time.time()))
 
     def prices(self) -> list[dict]:
@@ -495,7 +595,7 @@ class Store:
             "where lower(q.item) = lower(p.item) and q.kind = p.kind) order by p.item, p.kind"))
 
     def add_actual(self, actual: dict) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db["actuals"].insert(dict(actual, parts=json.dumps(actual.get("parts") or {}),
                                            recorded=time.time()))
 
@@ -504,7 +604,7 @@ class Store:
                 for a in self.db["actuals"].rows_where("plan = ?", [plan], order_by="id")]
 
     def tag_job(self, job_id: int, plan: str, block: str) -> None:
-        with self.db.conn:
+        with self.tx():
             self.db.execute("update jobs set plan = ?, block = ? where id = ?",
                             [plan, block, job_id])
 
@@ -518,7 +618,7 @@ class Store:
     def set_digest(self, schedule: dict) -> dict | None:
         """Schedule the channel's digest; the schedule it replaced, if any."""
         old = self.digest(schedule["channel"])
-        with self.db.conn:
+        with self.tx():
             self.db["digests"].upsert(dict(schedule, created=time.time()), pk="channel")
         return old
 
@@ -530,7 +630,7 @@ class Store:
         return list(self.db["digests"].rows_where(order_by="channel"))
 
     def delete_digest(self, channel: str) -> bool:
-        with self.db.conn:
+        with self.tx():
             cur = self.db.execute("delete from digests where channel = ?", [channel])
         return cur.rowcount == 1
 
@@ -542,7 +642,7 @@ class Store:
         """Store the digest and the messages in its thread (the chart) in one
         transaction, with the row that says `week` was posted: False, storing
         nothing, when it was already. `week` None (`digest now`) records no week."""
-        with self.db.conn:
+        with self.tx():
             if week is not None:
                 cur = self.db.execute(
                     "insert into digests_sent (channel, week, posted) values (?, ?, ?) "
@@ -598,6 +698,30 @@ class Store:
             "finished is not null and date(started, 'unixepoch') between ? and ?",
             [worker, min(days), max(days)]).fetchone()[0]
         return {"idle": idle, "busy": float(busy), "days": len(days)}
+
+
+def backup(source: str, target: str) -> dict:
+    """Copy the live database to `target` with SQLite's online backup API: one
+    step (pages=-1) is one read transaction, a consistent snapshot that in WAL
+    mode never blocks the bot's writers (a paged copy restarts whenever they
+    write). Written beside `target` first, so a failure leaves no half file."""
+    partial = target + ".partial"
+    src = sqlite3.connect(Path(source).resolve().as_uri() + "?mode=ro", uri=True, timeout=30)
+    try:
+        dst = sqlite3.connect(partial)
+        try:
+            src.backup(dst)
+            tables = {r[0] for r in dst.execute("select name from sqlite_master "
+                                                "where type = 'table'")}
+            jobs = (dst.execute("select count(*) from jobs").fetchone()[0]
+                    if "jobs" in tables else 0)
+            version = dst.execute("pragma user_version").fetchone()[0]
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    os.replace(partial, target)
+    return {"bytes": os.path.getsize(target), "jobs": jobs, "version": version}
 
 
 def _job(row: dict) -> dict:

@@ -7,12 +7,27 @@ import time
 
 from bot import commands, plans, render, scaling, workerlist
 from bot.queue import ONLINE_SECONDS, JobQueue, can_run
-from bot.store import ENDED
+from bot.store import ENDED, DuplicateRequest
 from worker import spec as specs
 
 
-def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, dict | None]:
-    """Returns (ephemeral reply, the queued job or None)."""
+def handle(queue: JobQueue, text: str, user: str, channel: str,
+           request: str | None = None) -> tuple[dict, dict | None]:
+    """Returns (ephemeral reply, the queued job or None). `request` (Slack's
+    trigger_id) makes a retried or doubled request queue nothing a second time."""
+    try:
+        return _handle(queue, text, user, channel, request)
+    except DuplicateRequest as exc:
+        trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
+        return render.reply(f"Already received: this request (Slack retried it, or it came "
+                            f"twice) queued {trials}. Nothing new was queued."), None
+
+
+READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")
+
+
+def _handle(queue: JobQueue, text: str, user: str, channel: str,
+            request: str | None) -> tuple[dict, dict | None]:
     try:
         # `plan=NAME block=KIND` make the trial a plan's actual; they are not parameters.
         words, tags = plans.take_tags(queue, commands.split(text))
@@ -24,6 +39,10 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
     if tags and cmd.name not in ("run", "sweep", "ladder", "ab"):
         return render.reply(":x: plan= and block= tag a trial that runs; "
                             f"`/trial {cmd.name}` takes none. Nothing was queued."), None
+    if cmd.name not in READ_ONLY:  # cancel checks owner-or-admin itself
+        refused = queue.allows("run", user, channel)
+        if refused:
+            return render.reply(f":lock: {refused} Nothing was queued."), None
     if cmd.name == "help":
         return render.reply(render.help_text(queue.recipes())), None
     if cmd.name == "list":
@@ -69,17 +88,18 @@ def handle(queue: JobQueue, text: str, user: str, channel: str) -> tuple[dict, d
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
     if cmd.name == "ladder":
         jobs = queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
-                                  tags)
+                                  tags, request)
         return render.ladder_queued(jobs, cmd.budget), jobs[-1]
     if cmd.name == "ab":
-        jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags)
+        jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags,
+                                  request=request)
         return render.ab_queued(jobs), jobs[-1]
     if cmd.name == "sweep":
-        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags)
+        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags, request)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
         return render.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
-    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags)
+    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags, request)
     return render.queued(job, queue.online_for(job["spec"])), job
 
 
@@ -105,17 +125,23 @@ def fit(queue: JobQueue, cmd: commands.Command) -> dict:
 
 
 
-def rerun(queue: JobQueue, job_id: int, user: str) -> dict:
+def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None) -> dict:
     """The "Re-run" button: the same trial again, by whoever clicked, in its channel."""
     old = queue.store.job(job_id)
     if old is None:
         return render.reply(f":x: There is no trial T{job_id} any more; nothing was queued.")
+    refused = queue.allows("run", user, old["channel"])
+    if refused:
+        return render.reply(f":lock: {refused} Nothing was queued.")
     try:
         spec = specs.TrialSpec.from_dict(old["spec"])
     except (KeyError, TypeError, ValueError) as exc:
         return render.reply(f":x: T{job_id}'s stored spec cannot be read ({exc}); type the "
                             f"command again: `/trial {old['words']}`. Nothing was queued.")
-    job = queue.submit(spec, old["words"], user, old["channel"])
+    try:
+        job = queue.submit(spec, old["words"], user, old["channel"], request=request)
+    except DuplicateRequest as exc:
+        return render.reply(f"Already received: that click queued T{exc.jobs[0]}.")
     return render.queued(job, queue.online_for(job["spec"]))
 
 
@@ -125,12 +151,15 @@ def plan_choices(queue: JobQueue) -> list[tuple[str, str]]:
             for b in queue.store.blocks(p["name"])]
 
 
-def add_to_plan(queue: JobQueue, job_id: int, plan: str, block: str) -> str:
+def add_to_plan(queue: JobQueue, job_id: int, plan: str, block: str, user: str) -> str:
     """The "Add to plan…" button's choice: the trial becomes an actual of the block.
     Raises plans.PlanError naming what is wrong."""
     job = queue.store.job(job_id)
     if job is None:
         raise plans.PlanError(f"there is no trial T{job_id}")
+    refused = queue.allows("run", user, job["channel"], "change plans")
+    if refused:
+        raise plans.PlanError(refused + " Nothing was changed.")
     plans.take_tags(queue, [f"plan={plan}", f"block={block}"])  # both must exist
     queue.store.tag_job(job_id, plan, block)
     return (f"{job['trial']} now counts as an actual of plan *{plan}*, {block} block "

@@ -4,14 +4,18 @@
     POST /api/lease             {worker, wait, idle}      -> 200 {job...} | 204 (none yet)
     POST /api/jobs/<id>/heartbeat {worker, lease, progress} -> 200 {cancel} | 409 lease lost
     POST /api/jobs/<id>/report  {worker, lease, report}   -> 200 | 400 bad report | 409
+    (a job id the bot never had: 404; a body over `body_limit`: 413)
 
-Requests without a valid token get 401 and change nothing.
+The token is the shared TRIALBOT_WORKER_TOKEN (any worker name) or a
+per-worker token (bot/tokens.py), which may act only as its own worker: 403
+otherwise. Requests without a valid token get 401; every refused request
+(4xx) changes nothing.
 """
 from __future__ import annotations
 
-import hmac
 import re
 
+from bot import tokens
 from bot.queue import JobQueue, LeaseLost
 from worker import report as reports
 from worker.spec import Workload
@@ -19,6 +23,16 @@ from worker.spec import Workload
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Body limits, checked before the body is read. A report carries its memory
+# timeline (at most ~2000 points per part, a few hundred KB) and latency
+# samples: 8 MiB is far above any real one and still bounded. Everything else
+# is small; a registration lists recipes, so 1 MiB.
+MAX_REPORT = 8 * 2**20
+MAX_REQUEST = 2**20
+
+
+def body_limit(path: str) -> int:
+    return MAX_REPORT if path.endswith("/report") else MAX_REQUEST
 
 
 def check_info(info: dict) -> str | None:
@@ -62,22 +76,27 @@ class WorkerApi:
     def __init__(self, queue: JobQueue, token: str):
         self.queue, self.token = queue, token
 
-    def authorized(self, header: str | None) -> bool:
-        scheme, _, given = (header or "").partition(" ")
-        return (scheme == "Bearer" and bool(self.token)
-                and hmac.compare_digest(given.encode(), self.token.encode()))
+    body_limit = staticmethod(body_limit)
 
     def handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
-        if not self.authorized(auth):
-            return 401, {"error": "missing or invalid worker token: send "
-                                  "`Authorization: Bearer <TRIALBOT_WORKER_TOKEN>`"}
+        # Read per request: a token revoked by `trialbot worker-token revoke`
+        # (another process) is refused from the next request on.
+        who = tokens.caller(auth, self.token, self.queue.store.active_token_hashes())
+        if who is None:
+            return 401, {"error": "missing, invalid or revoked worker token: send "
+                                  "`Authorization: Bearer <token>` (TRIALBOT_WORKER_TOKEN or "
+                                  "one from `trialbot worker-token create NAME`)"}
         if not isinstance(body, dict):
             return 400, {"error": "the request body must be a JSON object"}
         worker = body.get("worker")
         if not isinstance(worker, str) or not worker.strip() or len(worker) > 100:
             return 400, {"error": "`worker` must be the worker's name (1-100 characters)"}
+        if who is not tokens.SHARED and worker != who:
+            return 403, {"error": f"this token belongs to worker {who!r}, but the request "
+                                  f"names worker {worker!r}; a worker token acts only as "
+                                  "its own worker"}
         if path == "/api/workers/register":
-            info = body.get("info") or {}
+            info = {} if body.get("info") is None else body["info"]  # [] is no object
             if not isinstance(info, dict):
                 return 400, {"error": "`info` must be a JSON object"}
             problem = check_info(info)
@@ -87,11 +106,13 @@ class WorkerApi:
             return 200, {"worker": worker, "heartbeat": self.queue.heartbeat_seconds}
         if path == "/api/lease":
             wait = body.get("wait", 0)
-            if not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_WAIT:
+            if (not isinstance(wait, (int, float)) or isinstance(wait, bool)
+                    or not 0 <= wait <= MAX_WAIT):
                 return 400, {"error": f"`wait` must be seconds from 0 to {MAX_WAIT}"}
-            idle = body.get("idle") or {}
+            idle = {} if body.get("idle") is None else body["idle"]
             if not (isinstance(idle, dict) and all(
-                    DAY.fullmatch(str(k)) and isinstance(v, (int, float)) and 0 <= v <= 86400
+                    DAY.fullmatch(str(k)) and isinstance(v, (int, float))
+                    and not isinstance(v, bool) and 0 <= v <= 86400
                     for k, v in idle.items())):
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
             if not self.queue.known(worker):
@@ -108,19 +129,24 @@ class WorkerApi:
             return 404, {"error": f"no such endpoint: {path}"}
         job_id, action = int(m.group(1)), m.group(2)
         lease = body.get("lease")
-        if not isinstance(lease, str):
+        if not isinstance(lease, str) or not 0 < len(lease) <= 100:
             return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
         try:
             if action == "heartbeat":
-                progress = body.get("progress") or {}
+                progress = {} if body.get("progress") is None else body["progress"]
                 problem = check_progress(progress)
                 if problem:
                     return 400, {"error": problem}
                 return 200, {"cancel": self.queue.heartbeat(job_id, worker, lease, progress)}
+            if not isinstance(body.get("report"), dict):
+                return 400, {"error": "`report` must be a JSON object (a trialbot.trial/1 "
+                                      "report)"}
             problems = reports.validate(body.get("report"))
             if problems:
                 return 400, {"error": "invalid report: " + "; ".join(problems)}
             job = self.queue.finish(job_id, worker, lease, body["report"])
             return 200, {"trial": job["trial"], "status": job["status"]}
         except LeaseLost as exc:
+            if self.queue.store.job(job_id) is None:
+                return 404, {"error": f"there is no job {job_id} (T{job_id})"}
             return 409, {"error": str(exc)}

@@ -27,11 +27,14 @@ def fake_slack():
 @pytest.fixture
 def bot(tmp_path, fake_slack):
     """The Bolt app and HTTP server in-process, on a fresh database."""
+    from bot.access import Policy
     from bot.outbox import SlackTransport
     from bot.runtime import Runtime
     from bot.slack_app import build_app, web_client
     client = web_client("xoxb-test", fake_slack.api_url)
-    rt = Runtime(str(tmp_path / "l.db"), "wtoken", SlackTransport(client))
+    # U1 may run trials, UADMIN is the admin (the default lets nobody run)
+    rt = Runtime(str(tmp_path / "l.db"), "wtoken", SlackTransport(client),
+                 policy=Policy(run_users=frozenset({"U1"}), admins=frozenset({"UADMIN"})))
     rt.server.bolt_app = build_app(rt.queue, client, "s3cret")
     rt.start()
     yield rt
@@ -82,8 +85,10 @@ def bot_env(tmp_path, fake_slack):
     env = dict(os.environ, SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s3cret",
                TRIALBOT_WORKER_TOKEN="wtoken", SLACK_API_URL=fake_slack.api_url,
                TRIALBOT_DB=str(tmp_path / "bot.db"), TRIALBOT_PORT=str(port),
-               TRIALBOT_HOST="127.0.0.1")
-    env.pop("SLACK_APP_TOKEN", None)
+               TRIALBOT_HOST="127.0.0.1", TRIALBOT_RUN_USERS="U1", TRIALBOT_ADMINS="UADMIN")
+    for name in ("SLACK_APP_TOKEN", "TRIALBOT_CONFIG", "TRIALBOT_RUN_CHANNELS",
+                 "TRIALBOT_RUN_USERGROUPS", "TRIALBOT_ADMIN_USERGROUPS", "TRIALBOT_RUN_EVERYONE"):
+        env.pop(name, None)
     return env
 
 

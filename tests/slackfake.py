@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import threading
 import time
@@ -22,6 +23,7 @@ class FakeSlack(ThreadingHTTPServer):
         self.outage: tuple[float, list[int]] | None = None  # (until, statuses to cycle)
         self.errors: dict[str, list[str]] = {}  # method -> Slack error codes (ok: false) to answer
         self.uploads: dict[str, bytes] = {}  # file id -> bytes, files_upload_v2's second step
+        self.answers: dict[str, dict] = {}  # method -> fields added to its ok answer
         self.lock = threading.Lock()
         self.counter = 0
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -100,7 +102,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.counter += 1
             ts = f"1700000000.{self.server.counter:06d}"
             self.server.calls.append((method, dict(args, _ts=ts)))
-        answer = {"ok": True, "ts": ts, "channel": args.get("channel")}
+        answer = {"ok": True, "ts": ts, "channel": args.get("channel"),
+                  **self.server.answers.get(method, {})}
         if method == "files.getUploadURLExternal":
             file_id = f"F{self.server.counter}"
             answer.update(file_id=file_id, upload_url=f"http://127.0.0.1:"
@@ -115,12 +118,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def slash_body(text: str, command: str = "/trial", user: str = "U1", channel: str = "C1") -> str:
+_triggers = itertools.count(1)
+
+
+def slash_body(text: str, command: str = "/trial", user: str = "U1", channel: str = "C1",
+               trigger_id: str | None = None) -> str:
+    """A slash command's form body; each call is a new invocation with its own
+    trigger_id, as in Slack (a retry re-sends the same body)."""
+    trigger_id = trigger_id or f"{next(_triggers)}.{time.monotonic_ns()}"
     return urllib.parse.urlencode({
         "token": "legacy", "team_id": "T0", "team_domain": "lab", "channel_id": channel,
         "channel_name": "gpu", "user_id": user, "user_name": "ada", "command": command,
         "text": text, "api_app_id": "A1", "response_url": "http://127.0.0.1:9/unused",
-        "trigger_id": "1.2.3"})
+        "trigger_id": trigger_id})
 
 
 def signed_headers(secret: str, body: str, timestamp: int | None = None) -> dict:

@@ -13,7 +13,7 @@ from worker.spec import parse
 
 
 def test_a_worker_side_error_still_ends_the_job_with_a_report(tmp_path, monkeypatch):
-    rt = Runtime(str(tmp_path / "a.db"), "tok", ConsoleTransport(io.StringIO(), True))
+    rt = Runtime(str(tmp_path / "a.db"), "tok", ConsoleTransport(io.StringIO(), True, str(tmp_path)))
     rt.start()
 
     def broken(*args, **kwargs):

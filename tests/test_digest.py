@@ -19,7 +19,7 @@ SEOUL = {"weekday": "mon", "hour": 9, "minute": 0, "tz": "Asia/Seoul"}
 
 @pytest.fixture
 def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "d.db")))
+    return JobQueue(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
 
 
 def say(queue, text, now=None, channel="C1"):

@@ -34,8 +34,8 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
     assert any(f.startswith("*Latency per request*\np50") for f in fields)
     assert any(f.startswith("*Host RSS peak*") for f in fields)
 
-    status, reply = post(served_bot.url + "/slack/events", slash_body("status T1"),
-                         signed_headers("s3cret", slash_body("status T1")))
+    body = slash_body("status T1")
+    status, reply = post(served_bot.url + "/slack/events", body, signed_headers("s3cret", body))
     assert "*done* on gpu-a" in reply["text"]
     assert "host RSS peak" in reply["text"]
     time.sleep(1.5)  # past a few outbox wake-ups: nothing is posted twice
@@ -72,8 +72,8 @@ def test_forged_and_stale_requests_are_refused_without_a_job(served_bot, fake_sl
     for headers in (forged, stale, unsigned):
         status, _ = post(served_bot.url + "/slack/events", body, headers)
         assert status == 401
-    status, reply = post(served_bot.url + "/slack/events", slash_body("list"),
-                         signed_headers("s3cret", slash_body("list")))
+    body = slash_body("list")
+    status, reply = post(served_bot.url + "/slack/events", body, signed_headers("s3cret", body))
     assert status == 200 and "No trials yet" in reply["text"]
 
 

@@ -8,6 +8,7 @@ import urllib.parse
 import pytest
 
 from bot import trials, workerlist
+from bot.access import Policy
 from bot.outbox import Outbox, SlackTransport
 from bot.queue import JobQueue
 from bot.runtime import Runtime
@@ -109,7 +110,8 @@ def test_week_starts_on_monday_utc():
 
 def test_a_real_worker_kills_a_cancelled_trial(tmp_path, fake_slack):
     client = web_client("xoxb-test", fake_slack.api_url)
-    rt = Runtime(str(tmp_path / "c.db"), "wtoken", SlackTransport(client), lease_seconds=4)
+    rt = Runtime(str(tmp_path / "c.db"), "wtoken", SlackTransport(client), lease_seconds=4,
+                 policy=Policy(run_users=frozenset({"U1"})))
     rt.start()
     try:
         rt.start_local_worker("w1")
@@ -144,7 +146,7 @@ def test_a_real_worker_kills_a_cancelled_trial(tmp_path, fake_slack):
 
 def interact(bot, fake_slack, payload: dict):
     payload = {"team": {"id": "T0"}, "user": {"id": "U1", "name": "ada"}, "api_app_id": "A1",
-               "token": "legacy", "trigger_id": "1.2.3", **payload}
+               "token": "legacy", "trigger_id": f"{time.monotonic_ns()}.1", **payload}
     body = urllib.parse.urlencode({"payload": json.dumps(payload)})
     return post(bot.server.url + "/slack/events", body, signed_headers("s3cret", body))
 

@@ -15,7 +15,8 @@ def test_manifest_commands_scopes_and_modes(tmp_path, fake_slack):
     commands = {c["command"]: c for c in m["features"]["slash_commands"]}
     assert set(commands) == {"/trial", "/plan"}
     assert all(c["usage_hint"] and c["url"].endswith("/slack/events") for c in commands.values())
-    assert set(m["oauth_config"]["scopes"]["bot"]) == {"commands", "chat:write", "files:write"}
+    assert set(m["oauth_config"]["scopes"]["bot"]) == {"commands", "chat:write", "files:write",
+                                                      "usergroups:read"}
     assert m["settings"]["socket_mode_enabled"] is True
     assert m["settings"]["interactivity"]["is_enabled"] is True
 
@@ -23,7 +24,7 @@ def test_manifest_commands_scopes_and_modes(tmp_path, fake_slack):
 
     from slack_bolt.request import BoltRequest
     from slackfake import signed_headers, slash_body
-    rt = Runtime(str(tmp_path / "m.db"), "t", ConsoleTransport(io.StringIO(), False))
+    rt = Runtime(str(tmp_path / "m.db"), "t", ConsoleTransport(io.StringIO(), False, str(tmp_path)))
     app = build_app(rt.queue, web_client("xoxb-x", fake_slack.api_url), "secret")
     for name in commands:  # every manifest command has a listener that answers
         body = slash_body("help", command=name)

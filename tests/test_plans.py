@@ -15,7 +15,7 @@ TODAY = dt.date(2026, 12, 1)
 
 @pytest.fixture
 def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "p.db")))
+    return JobQueue(Store(str(tmp_path / "p.db")), admins=frozenset({"U1"}))
 
 
 def finish(queue, r, tags=None):

@@ -14,7 +14,8 @@ from worker.spec import parse
 @pytest.fixture
 def rt(tmp_path):
     import io
-    rt = Runtime(str(tmp_path / "api.db"), "wtoken", ConsoleTransport(io.StringIO(), True))
+    rt = Runtime(str(tmp_path / "api.db"), "wtoken",
+                 ConsoleTransport(io.StringIO(), True, str(tmp_path)))  # charts land there
     rt.start()
     yield rt
     rt.stop()
@@ -143,3 +144,150 @@ def test_idle_reported_with_a_lease_is_stored(rt):
     c.register("w1", {})
     assert c.lease("w1", 0, {"2026-11-30": 12.5}) is None
     assert rt.store.idle("w1")[0]["seconds"] == 12.5
+
+
+# Per-worker tokens and refused requests ----------------------------------
+
+def snapshot(rt) -> list[str]:
+    """Every row of every table, once the outbox has sent what it had (its
+    thread writes on its own): a refused request must leave this unchanged."""
+    import sqlite3
+    import time
+    deadline = time.monotonic() + 10
+    while rt.store.unsent() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    conn = sqlite3.connect(rt.store.path)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def make_token(rt, name: str) -> str:
+    from bot import tokens
+    token = tokens.new_token()
+    assert rt.store.add_worker_token(name, tokens.digest(token))
+    return token
+
+
+def test_per_worker_token_acts_only_as_its_worker(rt):
+    a = Client(rt.server.url, make_token(rt, "gpu-a"))
+    assert a.register("gpu-a", {})["worker"] == "gpu-a"
+    before = snapshot(rt)
+    with pytest.raises(ApiError) as err:
+        a.register("gpu-b", {})  # its token is gpu-a's
+    assert err.value.status == 403 and "'gpu-a'" in str(err.value) and "'gpu-b'" in str(err.value)
+    assert snapshot(rt) == before
+    # the stored hash is not the token, and the shared token still acts as anyone
+    assert all(h != a.token for _, h in rt.store.active_token_hashes())
+    assert Client(rt.server.url, "wtoken").register("gpu-b", {})["worker"] == "gpu-b"
+
+
+def test_worker_b_cannot_touch_worker_a_lease(rt):
+    a = Client(rt.server.url, make_token(rt, "gpu-a"))
+    b = Client(rt.server.url, make_token(rt, "gpu-b"))
+    a.register("gpu-a", {})
+    b.register("gpu-b", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = a.lease("gpu-a", 1)
+    before = snapshot(rt)
+    calls = [
+        (lambda: b.heartbeat("gpu-a", job), 403),      # B naming A: its token says B
+        (lambda: b.report("gpu-a", job, report_with()), 403),
+        (lambda: b.heartbeat("gpu-b", job), 409),      # B as itself: the lease is A's
+        (lambda: b.report("gpu-b", job, report_with()), 409),
+    ]
+    for call, status in calls:
+        with pytest.raises(ApiError) as err:
+            call()
+        assert err.value.status == status
+    assert snapshot(rt) == before
+    assert rt.store.job(job["id"])["worker"] == "gpu-a"
+    assert a.report("gpu-a", job, report_with())["status"] == "done"
+
+
+def test_revoked_token_gets_401_at_its_next_request(rt):
+    token = make_token(rt, "gpu-a")
+    a = Client(rt.server.url, token)
+    a.register("gpu-a", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = a.lease("gpu-a", 1)
+    assert rt.store.revoke_worker_token("gpu-a")
+    before = snapshot(rt)
+    for call in (lambda: a.heartbeat("gpu-a", job), lambda: a.lease("gpu-a", 0),
+                 lambda: a.report("gpu-a", job, report_with())):
+        with pytest.raises(ApiError) as err:
+            call()
+        assert err.value.status == 401 and "revoked" in str(err.value)
+    assert snapshot(rt) == before
+
+
+def test_refused_requests_change_nothing(rt):
+    c = Client(rt.server.url, "wtoken")
+    c.register("w1", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = c.lease("w1", 1)
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")  # T2: queued, not held
+    url = rt.server.url
+    lease = job["lease"]
+    cases = [
+        ("/api/lease", b'{"worker": "w1", "wait": 0', 400, "not JSON"),
+        ("/api/lease", b"\xff\xfe{}", 400, "not JSON"),
+        ("/api/lease", b"[" * 100000 + b"]" * 100000, 400, "not JSON"),
+        ("/api/lease", b'{"worker": 7}', 400, "`worker`"),
+        ("/api/lease", b'{"worker": "w1", "wait": true}', 400, "`wait`"),
+        ("/api/lease", b'{"worker": "w1", "wait": "5"}', 400, "`wait`"),
+        ("/api/lease", b'{"worker": "w1", "idle": {"2026-11-30": true}}', 400, "`idle`"),
+        ("/api/workers/register", b'{"worker": "w1", "info": []}', 400, "`info`"),
+        ("/api/workers/register", b'{"worker": "w1", "info": {"gpus": "H100"}}', 400,
+         "`info.gpus`"),
+        ("/api/jobs/1/heartbeat", b'{"worker": "w1", "lease": 5}', 400, "`lease`"),
+        ("/api/jobs/1/heartbeat", json.dumps({"worker": "w1", "lease": lease,
+                                              "progress": {"attempt": "2"}}).encode(),
+         400, "`progress.attempt`"),
+        ("/api/jobs/1/report", json.dumps({"worker": "w1", "lease": lease,
+                                           "report": "done"}).encode(), 400, "`report`"),
+        ("/api/jobs/999/heartbeat", json.dumps({"worker": "w1", "lease": lease}).encode(),
+         404, "no job 999"),
+        ("/api/jobs/999/report", json.dumps({"worker": "w1", "lease": lease,
+                                             "report": report_with()}).encode(),
+         404, "no job 999"),
+        ("/api/jobs/2/report", json.dumps({"worker": "w1", "lease": lease,
+                                           "report": report_with()}).encode(),
+         409, "not leased to w1"),
+        ("/api/jobs/1/report", json.dumps({"worker": "w1", "lease": "0" * 32,
+                                           "report": report_with()}).encode(),
+         409, "not leased to w1"),
+    ]
+    before = snapshot(rt)
+    for path, body, status, says in cases:
+        got, reply = raw_post(url + path, body)
+        assert (got, says in str(reply)) == (status, True), (path, body[:80], reply)
+    assert snapshot(rt) == before
+    assert rt.store.job(1)["status"] == "running" and rt.store.job(2)["status"] == "queued"
+
+
+def test_oversized_bodies_get_413_and_change_nothing(rt):
+    from bot.workerapi import MAX_REPORT, MAX_REQUEST
+    c = Client(rt.server.url, "wtoken")
+    c.register("w1", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = c.lease("w1", 1)
+    before = snapshot(rt)
+    big = report_with(notes="x" * MAX_REPORT)
+    with pytest.raises(ApiError) as err:
+        c.report("w1", job, big)
+    assert err.value.status == 413 and f"{MAX_REPORT}-byte limit" in str(err.value)
+    with pytest.raises(ApiError) as err:
+        c.register("w1", {"pad": "x" * MAX_REQUEST})
+    assert err.value.status == 413
+    assert snapshot(rt) == before
+    # the connection was drained, not reset: the next request on the API works,
+    # and a real report with a full timeline is far under the report limit
+    from worker import timeline
+    r = report_with()
+    hours = [{"t": i * 0.01, "host_rss": 1e9 + i, "device_used": 2e9 + i, "process_used": 3e9,
+              "allocated": 1.5e9 + i, "reserved": 2.5e9} for i in range(40000)]
+    r["timeline"] = timeline.build(hours, hours)
+    assert len(json.dumps(r)) < MAX_REPORT / 8
+    assert c.report("w1", job, r)["status"] == "done"

@@ -18,13 +18,19 @@ def register(app, queue) -> None:
     @app.action(trialcard.RERUN)
     def rerun(ack, body, action, respond):
         ack()
-        reply = trials.rerun(queue, int(action["value"]), body["user"]["id"])
+        reply = trials.rerun(queue, int(action["value"]), body["user"]["id"],
+                             body.get("trigger_id"))
         respond(response_type="ephemeral", replace_original=False, text=reply["text"])
 
     @app.action(trialcard.ADD_TO_PLAN)
     def add_to_plan(ack, body, action, client, respond):
         ack()
         job = queue.store.job(int(action["value"]))
+        refused = job and queue.allows("run", body["user"]["id"], job["channel"], "change plans")
+        if refused:  # the modal's submission checks again
+            respond(response_type="ephemeral", replace_original=False,
+                    text=f":lock: {refused} Nothing was changed.")
+            return
         choices = trials.plan_choices(queue)
         if job is None or not choices:
             respond(response_type="ephemeral", replace_original=False,

@@ -10,8 +10,9 @@ from bot import plans, trials
 def register(app, queue) -> None:
     @app.command("/trial")
     def trial(ack, command):
+        # trigger_id is the same on Slack's retries (HTTP and Socket Mode): the dedupe key.
         reply, _ = trials.handle(queue, command.get("text", ""), command["user_id"],
-                                 command["channel_id"])
+                                 command["channel_id"], command.get("trigger_id"))
         ack(**reply)
 
     @app.command("/plan")

@@ -13,7 +13,7 @@ def register(app, queue) -> None:
                   .get("selected_option") or {}).get("value", "")
         plan, _, block = chosen.partition("|")
         try:
-            text = trials.add_to_plan(queue, job_id, plan, block)
+            text = trials.add_to_plan(queue, job_id, plan, block, body["user"]["id"])
         except plans.PlanError as exc:
             ack(response_action="errors", errors={"block": exc.message[:150]})
             return

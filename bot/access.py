@@ -1,0 +1,185 @@
+"""Who may do what. Two permissions:
+
+- run: queue trials (/trial run, sweep, ladder, ab, the Re-run button) and
+  change plans (/plan new, set, block, lock, unlock, actual, Add to plan…);
+- admin: record prices, schedule or stop the weekly digest, cancel other
+  people's trials. Admins may also run.
+
+Reading (help, list, status, workers, fit, /plan show, review, prices…) is
+open to anyone who can type the command. With nothing configured nobody may
+run and nobody is an admin (see README, "Who may do what").
+
+Pure: the Slack adapter supplies user-group membership as a callable.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Callable, Iterable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from bot.config import ConfigError
+
+SETUP = ("whoever runs `trialbot serve` sets TRIALBOT_RUN_USERS, TRIALBOT_RUN_CHANNELS, "
+         "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (README, \"Who may do what\")")
+
+
+def _ids() -> frozenset:
+    return field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class Policy:
+    run_users: frozenset = _ids()
+    run_usergroups: frozenset = _ids()
+    run_channels: frozenset = _ids()
+    admins: frozenset = _ids()
+    admin_usergroups: frozenset = _ids()
+    run_everyone: bool = False  # anyone in the workspace may run (never admin)
+
+    @property
+    def configured(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+
+def operator(user: str) -> Policy:
+    """`trialbot console`: the one local user owns the box, so is the admin."""
+    return Policy(admins=frozenset({user}))
+
+
+class GroupLookupError(Exception):
+    """Slack could not say who is in a user group."""
+
+
+def no_groups(group: str) -> frozenset:
+    raise GroupLookupError("user groups cannot be checked without Slack")
+
+
+def allows(policy: Policy, action: str, user: str, channel: str,
+           members: Callable[[str], Iterable[str]] = no_groups,
+           what: str | None = None) -> str | None:
+    """None when `user` in `channel` may do `action` ("run" or "admin"); else
+    one refusal sentence naming the missing permission and how to get it.
+    `members(group)` is asked only when a user group could decide; when it
+    fails the answer is no (fail closed) and the refusal says so."""
+    assert action in ("run", "admin"), action
+    failed: list[str] = []
+
+    def in_any(groups) -> bool:
+        for group in sorted(groups):
+            try:
+                if user in members(group):
+                    return True
+            except GroupLookupError as exc:
+                failed.append(f"<!subteam^{group}> ({exc})")
+        return False
+
+    if user in policy.admins:
+        return None
+    if action == "run" and (policy.run_everyone or user in policy.run_users
+                            or channel in policy.run_channels):
+        return None
+    if in_any(policy.admin_usergroups) or (action == "run" and in_any(policy.run_usergroups)):
+        return None
+    unchecked = (f" Slack could not say whether you are in user group {', '.join(failed)}; "
+                 "try again in a minute." if failed else "")
+    if action == "admin":
+        doing = what or "do this"
+        if not (policy.admins or policy.admin_usergroups):
+            return (f"Only an admin may {doing} (permission: admin), and no admin is configured: "
+                    "whoever runs `trialbot serve` sets TRIALBOT_ADMINS (README, \"Who may do "
+                    "what\").")
+        where = "TRIALBOT_ADMINS" + (" or TRIALBOT_ADMIN_USERGROUPS"
+                                     if policy.admin_usergroups else "")
+        return (f"Only an admin may {doing} (permission: admin): you are not in {where}."
+                f"{unchecked} {_ask(policy)}")
+    doing = what or "run trials"
+    if not policy.configured:
+        return (f"Nobody may {doing} yet (permission: run): this bot has no access settings; "
+                f"{SETUP}.")
+    missing = ["your user is not in TRIALBOT_RUN_USERS"
+               + (" or TRIALBOT_RUN_USERGROUPS" if policy.run_usergroups else "")]
+    if policy.run_channels:
+        missing.append("this channel is not in TRIALBOT_RUN_CHANNELS")
+    return (f"You may not {doing} here (permission: run): {' and '.join(missing)}."
+            f"{unchecked} {_ask(policy)}")
+
+
+def _ask(policy: Policy) -> str:
+    if not policy.admins:
+        return "Ask whoever runs the bot to add you."
+    shown = sorted(policy.admins)[:3]
+    return "Ask an admin (" + ", ".join(f"<@{a}>" for a in shown) + ") to add you."
+
+
+# Loading: environment variables, and an [access] table in TRIALBOT_CONFIG.
+# A variable that is set replaces the file's key of the same meaning.
+
+ENV = {"run_users": "TRIALBOT_RUN_USERS", "run_usergroups": "TRIALBOT_RUN_USERGROUPS",
+       "run_channels": "TRIALBOT_RUN_CHANNELS", "admins": "TRIALBOT_ADMINS",
+       "admin_usergroups": "TRIALBOT_ADMIN_USERGROUPS", "run_everyone": "TRIALBOT_RUN_EVERYONE"}
+KINDS = {"run_users": ("a Slack user id", "UW", "U0123ABCD"),
+         "admins": ("a Slack user id", "UW", "U0123ABCD"),
+         "run_usergroups": ("a Slack user group id", "S", "S0123ABCD"),
+         "admin_usergroups": ("a Slack user group id", "S", "S0123ABCD"),
+         "run_channels": ("a Slack channel id", "CG", "C0123ABCD")}
+ID = re.compile(r"[A-Z][A-Z0-9]+")
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def load(env) -> Policy:
+    """The policy from `env` (a mapping); raises ConfigError in one line."""
+    raw = _file(env["TRIALBOT_CONFIG"]) if env.get("TRIALBOT_CONFIG") else {}
+    where = {key: f"TRIALBOT_CONFIG={env.get('TRIALBOT_CONFIG')} [access] {key}"
+             for key in raw}
+    for key, name in ENV.items():
+        value = (env.get(name) or "").strip()
+        if value:
+            raw[key], where[key] = value, name
+            if key != "run_everyone":
+                raw[key] = [v.strip() for v in value.split(",") if v.strip()]
+    out = {}
+    for key, value in raw.items():
+        if key == "run_everyone":
+            out[key] = _flag(value, where[key])
+            continue
+        what, first, example = KINDS[key]
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where[key]}: give a list of ids, e.g. [\"{example}\"]")
+        bad = [v for v in value if not (ID.fullmatch(v) and v[0] in first)]
+        if bad:
+            starts = " or ".join(f"{c}…" for c in first)
+            raise ConfigError(f"{where[key]}: {bad[0]!r} is not {what} ({starts}); give ids "
+                              f"separated by commas, e.g. {example}")
+        out[key] = frozenset(value)
+    return Policy(**out)
+
+
+def _file(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: cannot read it: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: not valid TOML: {exc}") from None
+    table = data.get("access", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: `access` must be a table [access]")
+    unknown = sorted(set(table) - set(ENV))
+    if unknown:
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: unknown key `{unknown[0]}` in [access]; "
+                          f"known: {', '.join(ENV)}")
+    return dict(table)
+
+
+def _flag(value, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in TRUE + FALSE:
+        return value.lower() in TRUE
+    raise ConfigError(f"{where}: {value!r} is not true or false (1 or 0)")

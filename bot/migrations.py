@@ -1,0 +1,67 @@
+"""Versioned schema migrations, kept in the database's `PRAGMA user_version`.
+
+Version 1 is the baseline: the tables `Store._create` makes (sqlite-utils'
+`transform=True` brings any older file's tables up to it, rows kept; it is
+idempotent, so it runs at every start). Each later step is plain SQL, run in
+one transaction with its version bump: a crash mid-step leaves the file at
+the step before, and the next start runs it again. New schema changes go
+here, not in `_create`, so a file always says what shape it has.
+
+Store-adjacent: like bot/store.py, this module holds SQL.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+BASELINE = 1
+
+# MIGRATIONS[i] takes a file from version BASELINE + i to BASELINE + i + 1.
+MIGRATIONS: list[tuple[str, list[str]]] = [
+    ("per-worker tokens (only their SHA-256 is stored)", [
+        "create table if not exists worker_tokens (name text primary key, hash text not null, "
+        "created float not null, revoked float)",
+    ]),
+]
+
+LATEST = BASELINE + len(MIGRATIONS)
+
+
+class SchemaTooNew(Exception):
+    """The file was migrated by a newer trialbot; this code must not touch it."""
+
+
+def version(conn: sqlite3.Connection) -> int:
+    return conn.execute("pragma user_version").fetchone()[0]
+
+
+def check_not_newer(conn: sqlite3.Connection, path: str) -> int:
+    """Before anything writes: the baseline's transform would drop columns a
+    newer version added."""
+    found = version(conn)
+    if found > LATEST:
+        raise SchemaTooNew(f"{path} has schema version {found}, newer than this trialbot's "
+                           f"{LATEST}: upgrade trialbot (or restore a backup made by this "
+                           "version); the file was not changed")
+    return found
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> list[str]:
+    """Run the pending steps; the names of those run. BEGIN IMMEDIATE takes the
+    write lock first, so two processes starting at once migrate once."""
+    ran = []
+    conn.commit()  # the steps' transaction must be ours alone
+    conn.execute("begin immediate")
+    try:
+        found = check_not_newer(conn, path)
+        for n in range(max(found, BASELINE), LATEST):
+            name, statements = MIGRATIONS[n - BASELINE]
+            for sql in statements:
+                conn.execute(sql)
+            ran.append(f"{n + 1}: {name}")
+        if found != LATEST:
+            conn.execute(f"pragma user_version = {LATEST}")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return ran

@@ -1,0 +1,157 @@
+"""Schema migrations, `trialbot backup` and `trialbot worker-token`, on real
+SQLite files and as a user runs the commands."""
+import sqlite3
+import subprocess
+import threading
+
+import pytest
+from conftest import BIN, ROOT
+
+from bot import migrations, tokens
+from bot.store import Store, backup
+
+
+def trialbot(*args, env=None):
+    return subprocess.run([str(BIN / "trialbot"), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, env=env)
+
+
+def test_an_old_file_is_migrated_at_start_with_rows_kept(tmp_path):
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path)  # a jobs table from before progress, cancel and groups
+    conn.execute("create table jobs (id integer primary key, workload text not null, "
+                 "spec text not null, words text, user text, channel text, status text not "
+                 "null, worker text, lease text, lease_expires float, attempts integer "
+                 "default 0, created float, started float, finished float, report text)")
+    conn.execute("insert into jobs (workload, spec, words, user, channel, status, created) "
+                 "values ('llm-infer', '{\"workload\": \"llm-infer\", \"params\": {}}', "
+                 "'llm-infer', 'U1', 'C1', 'queued', 1.0)")
+    conn.execute("create table workers (name text primary key, info text, registered float, "
+                 "last_seen float)")
+    conn.execute("insert into workers values ('gpu-a', '{}', 1.0, 2.0)")
+    conn.commit()
+    conn.close()
+    store = Store(path)
+    job = store.job(1)
+    assert job["words"] == "llm-infer" and job["status"] == "queued" and job["cancel"] is None
+    assert [w["name"] for w in store.workers()] == ["gpu-a"]
+    assert store.db.execute("pragma user_version").fetchone()[0] == migrations.LATEST
+    assert store.worker_tokens() == []
+    Store(path)  # a second start has nothing to do
+    assert sqlite3.connect(path).execute("pragma user_version").fetchone()[0] == migrations.LATEST
+
+
+def test_a_file_from_a_newer_trialbot_is_refused_untouched(tmp_path):
+    path = tmp_path / "new.db"
+    Store(str(path))
+    conn = sqlite3.connect(path)
+    conn.execute(f"pragma user_version = {migrations.LATEST + 1}")
+    conn.execute("alter table jobs add column from_the_future text")
+    conn.commit()
+    conn.close()
+    dump = list(sqlite3.connect(path).iterdump())
+    with pytest.raises(migrations.SchemaTooNew, match="upgrade trialbot"):
+        Store(str(path))
+    assert list(sqlite3.connect(path).iterdump()) == dump
+    done = trialbot("console", "--db", str(path))
+    assert done.returncode == 2 and "newer than this trialbot" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_backup_while_the_bot_writes_is_consistent(tmp_path):
+    src, dst = str(tmp_path / "live.db"), str(tmp_path / "copy.db")
+    Store(src)
+    stop = threading.Event()
+    written = []
+
+    def writer():  # as the bot writes: WAL, transactions of 5 rows
+        conn = sqlite3.connect(src, isolation_level=None, timeout=30)
+        while not stop.is_set():
+            conn.execute("begin immediate")
+            conn.executemany("insert into jobs (workload, spec, status) values "
+                             "('llm-infer', '{}', 'queued')", [()] * 5)
+            conn.execute("commit")
+            written.append(5)
+        conn.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        while sum(written) < 50:
+            stop.wait(0.001)
+        copies = [backup(src, dst + str(i)) for i in range(3)]
+    finally:
+        stop.set()
+        t.join()
+    for i, copied in enumerate(copies):
+        conn = sqlite3.connect(dst + str(i))
+        assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
+        jobs = conn.execute("select count(*) from jobs").fetchone()[0]
+        assert jobs == copied["jobs"] and jobs % 5 == 0 and jobs >= 50  # whole transactions
+        assert conn.execute("pragma user_version").fetchone()[0] == migrations.LATEST
+    assert not (tmp_path / "copy.db0.partial").exists()
+
+
+def test_backup_command(tmp_path):
+    db = tmp_path / "bot.db"
+    Store(str(db)).add_job({"workload": "llm-infer", "params": {}}, "llm-infer", "U1", "C1")
+    out = tmp_path / "b.db"
+    done = trialbot("backup", str(out), "--db", str(db))
+    assert done.returncode == 0 and "1 jobs" in done.stdout and "MiB" in done.stdout
+    assert sqlite3.connect(out).execute("pragma integrity_check").fetchone()[0] == "ok"
+    for args, says in [((str(out),), "--force"),
+                       ((str(tmp_path / "nope" / "b.db"),), "no directory"),
+                       ((str(out), "--db", str(tmp_path / "missing.db")), "no database")]:
+        done = trialbot("backup", *args, *(() if "--db" in args else ("--db", str(db))))
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert trialbot("backup", str(out), "--force", "--db", str(db)).returncode == 0
+
+
+def test_worker_token_commands(tmp_path):
+    db = tmp_path / "bot.db"
+    Store(str(db))
+    done = trialbot("worker-token", "create", "gpu-a", "--db", str(db))
+    assert done.returncode == 0 and "trialbot-worker" in done.stdout and "--name gpu-a" in done.stdout
+    token = next(w for w in done.stdout.split() if len(w) == 43)  # token_urlsafe(32)
+    hashes = Store(str(db)).active_token_hashes()
+    assert hashes == [("gpu-a", tokens.digest(token))]
+    assert token not in db.read_bytes().decode("latin-1")
+    assert tokens.caller(f"Bearer {token}", "shared", hashes) == "gpu-a"
+    assert tokens.caller("Bearer shared", "shared", hashes) is tokens.SHARED
+    assert tokens.caller(f"Bearer {token}x", "shared", hashes) is None
+    for args, says in [(("create", "gpu-a"), "already has an active token"),
+                       (("revoke", "gpu-b"), "no active token"),
+                       (("create", "bad name"), "must be"),
+                       (("create",), "must be")]:
+        done = trialbot("worker-token", *args, "--db", str(db))
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert trialbot("worker-token", "revoke", "gpu-a", "--db", str(db)).returncode == 0
+    assert Store(str(db)).active_token_hashes() == []
+    listing = trialbot("worker-token", "list", "--db", str(db)).stdout
+    assert "gpu-a" in listing and "revoked" in listing and token not in listing
+    again = trialbot("worker-token", "create", "gpu-a", "--db", str(db))  # a new one, after revoke
+    assert again.returncode == 0 and token not in again.stdout
+
+
+def test_token_and_backup_commands_while_the_bot_serves(served_bot, bot_env, tmp_path):
+    """`trialbot worker-token create` while `trialbot serve` runs: the token
+    works at once, only as its worker; revoked, it is refused at once."""
+    from worker.client import ApiError, Client
+    done = trialbot("worker-token", "create", "gpu-a", env=bot_env)
+    assert done.returncode == 0, done.stderr
+    token = next(w for w in done.stdout.split() if len(w) == 43)
+    c = Client(served_bot.url, token)
+    assert c.register("gpu-a", {})["worker"] == "gpu-a"
+    with pytest.raises(ApiError) as err:
+        c.register("gpu-b", {})
+    assert err.value.status == 403
+    assert trialbot("worker-token", "revoke", "gpu-a", env=bot_env).returncode == 0
+    with pytest.raises(ApiError) as err:
+        c.lease("gpu-a", 0)
+    assert err.value.status == 401
+    copy = tmp_path / "served-copy.db"
+    done = trialbot("backup", str(copy), env=bot_env)
+    assert done.returncode == 0, done.stderr
+    assert sqlite3.connect(copy).execute("pragma integrity_check").fetchone()[0] == "ok"

@@ -26,8 +26,8 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     files = os.path.join(os.path.dirname(os.path.abspath(db)), "trialbot-files")
     # The console's one user is the operator of this box: an admin, no settings needed.
-    rt = Runtime(db, secrets.token_urlsafe(24), ConsoleTransport(stdout, as_json, files),
-                 policy=access.operator(USER))
+    transport = ConsoleTransport(stdout, as_json, files)
+    rt = Runtime(db, secrets.token_urlsafe(24), transport, policy=access.operator(USER))
     rt.start()
     rt.start_local_worker()
     interactive = stdin.isatty()
@@ -38,8 +38,9 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
         for line in _lines(stdin, stdout, interactive):
             if line in ("quit", "exit"):
                 break
-            reply, job = respond(rt, line)
-            show(reply, stdout, as_json)
+            with transport.lock:  # the reply prints before the messages it causes
+                reply, job = respond(rt, line)
+                show(reply, stdout, as_json)
             if job and not interactive:
                 wait_for_report(rt, job)
             elif command_of(line) == "/plan" and not interactive:

@@ -21,6 +21,9 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
         cmd = plancmd.parse(text, today)
         need, what = NEEDS.get(cmd.action, (None, None))
         refused = need and queue.allows(need, user, channel, what)
+        home = need and cmd.plan and (queue.store.plan(cmd.plan) or {}).get("channel")
+        if not refused and home and home != channel:  # a plan is changed where it lives
+            refused = queue.allows(need, user, home, what)
         if refused:
             return planview.reply(f":lock: {refused} Nothing was changed.")
         if cmd.action.startswith("digest"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import access, chart, render, scaling, trialcard
+from bot import access, chart, render, routing, scaling, trialcard
 from bot.store import ENDED, Store
 from worker import report as reports
 from worker.spec import Workload
@@ -23,11 +23,20 @@ def can_run(info: dict, spec: dict) -> bool:
     """A recipe goes only to a worker whose file has it, and a CUDA recipe only
     to a worker with an NVIDIA GPU (a cloud Mac is not a CUDA box); a training
     run of `world` ranks only to a worker with a GPU per rank (or, on CPU,
-    a core per rank where the worker said how many it has)."""
+    a core per rank where the worker said how many it has); and any trial only
+    where its route (`gpu=`, `min_mem=`, `label=`) matches."""
+    if not routing.matches(info, spec.get("route")):
+        return False
     if spec.get("recipe") is None:
         return fits_ranks(info, spec.get("params", {}))
     recipe = next((r for r in info.get("recipes", []) if r["name"] == spec["recipe"]), None)
-    return recipe is not None and (recipe.get("requires") != "cuda" or bool(info.get("gpus")))
+    cuda = info.get("device") == "cuda" or (info.get("device") is None and bool(info.get("gpus")))
+    return recipe is not None and (recipe.get("requires") != "cuda" or cuda)
+
+
+def _dicts(specs: list, route: dict | None) -> list[dict]:
+    """Specs as stored: the route (where it may run) travels with the spec."""
+    return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
 
 def fits_ranks(info: dict, params: dict) -> bool:
@@ -63,17 +72,18 @@ class JobQueue:
         self.sweep_lock = threading.Lock()
 
     def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None,
-               request: str | None = None) -> dict:
-        job = self.store.add_jobs([spec.to_dict()], [words], user, channel, tags=tags,
+               request: str | None = None, route: dict | None = None) -> dict:
+        job = self.store.add_jobs(_dicts([spec], route), [words], user, channel, tags=tags,
                                   request=request)[0]
         with self.changed:
             self.changed.notify_all()
         return job
 
     def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
-                     tags: dict | None = None, request: str | None = None) -> list[dict]:
+                     tags: dict | None = None, request: str | None = None,
+                     route: dict | None = None) -> list[dict]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
-        jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
+        jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
                                    sweep=True, tags=tags, request=request)
         with self.changed:
             self.changed.notify_all()
@@ -81,9 +91,9 @@ class JobQueue:
 
     def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
                      budget: int | None = None, tags: dict | None = None,
-                     request: str | None = None) -> list[dict]:
+                     request: str | None = None, route: dict | None = None) -> list[dict]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
-        jobs = self.store.add_jobs([s.to_dict() for s in specs], list(words), user, channel,
+        jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
                                    group=kind, budget=budget, tags=tags, request=request)
         with self.changed:
             self.changed.notify_all()
@@ -168,11 +178,16 @@ class JobQueue:
         """A trial whose workers keep dying (it may be what kills them) fails
         with the reason instead of being re-queued for ever."""
         for job in self.store.expired_jobs(self.max_leases):
-            report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
-                                  "killed", f"lease expired {job['attempts']} times: the workers "
-                                  f"running it ({job['worker']} last) stopped heartbeating — "
-                                  "died, were killed, or lost the network mid-trial; not retried",
-                                  None)
+            report = reports.new_report(job["workload"], job["spec"]["params"])
+            if job["cancel"]:  # cancelled, then its worker went silent: never run again
+                reports.fail(report, "cancelled", f"cancelled by <@{job['cancelled_by']}>; "
+                             f"{job['worker']} stopped heartbeating before it could kill it",
+                             None)
+            else:
+                reports.fail(report, "killed", f"lease expired {job['attempts']} times: the "
+                             f"workers running it ({job['worker']} last) stopped heartbeating — "
+                             "died, were killed, or lost the network mid-trial; not retried",
+                             None)
             report["trial"], report["worker"] = job["trial"], job["worker"]
             with self.sweep_lock:
                 fit = self.group_message(job, report)
@@ -233,7 +248,8 @@ class JobQueue:
                 return f"{job['trial']} was queued and is cancelled; it will not run"
             return self.cancel(job_id, user)  # a worker leased it meanwhile: ask it
         card = trialcard.started(dict(job, cancel=1), job["worker"], job.get("progress"))
-        if not self.store.request_cancel(job_id, user, dict(card, update_of=job["started_msg"])):
+        card = dict(card, update_of=job["started_msg"]) if job["started_msg"] else None
+        if not self.store.request_cancel(job_id, user, card):
             return self.cancel(job_id, user)  # it ended meanwhile: say so
         self.on_message()
         return (f"{job['trial']} is running on {job['worker']}: the worker kills it at its next "

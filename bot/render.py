@@ -61,6 +61,8 @@ def help_text(recipes: dict | None = None) -> str:
              "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
              "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16` "
              "runs A and B and compares time, memory and quality (logits, or the loss).",
+             "*Where*: add `gpu=H100`, `min_mem=80GB` or `label=team=nlp` to run only on a "
+             "worker that has it (`/trial workers` lists what each has).",
              "*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
              "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
              "since, idle hours this week). The trial's message is edited in place as it runs "

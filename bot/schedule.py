@@ -50,6 +50,11 @@ def collect(queue: JobQueue, channel: str, start: dt.datetime, end: dt.datetime,
         except (PlanError, planner.EstimateError) as exc:
             summaries.append({"name": plan["name"], "error": str(exc),
                               "open": planview.open_items(plan)})
+        except Exception as exc:  # noqa: BLE001 - one odd plan must not lose the digest
+            log.exception("digest: plan %s could not be summarised", plan["name"])
+            summaries.append({"name": plan["name"], "error": f"could not be summarised "
+                              f"({type(exc).__name__}; in the bot's log)",
+                              "open": planview.open_items(plan)})
     return m, summaries, price_list
 
 

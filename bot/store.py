@@ -63,19 +63,29 @@ class Store:
         Explicit because sqlite-utils 4 commits each write statement on its own
         unless a transaction is open. Writers in this process queue on a lock
         (SQLite's busy handler sleeps up to 100 ms between tries); other
-        processes wait on the busy timeout. A nested call joins the outer one."""
-        conn = self.db.conn
-        if conn.in_transaction:
-            yield
-            return
-        with self._lock:
-            conn.execute("BEGIN IMMEDIATE")
+        processes wait on the busy timeout. A nested tx() joins the outer one."""
+        if getattr(self._local, "depth", 0):
+            self._local.depth += 1
             try:
                 yield
-            except BaseException:
+            finally:
+                self._local.depth -= 1
+            return
+        conn = self.db.conn
+        with self._lock:
+            if conn.in_transaction:  # left open by a failure outside tx(): end it first
                 conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            self._local.depth = 1
+            try:
+                yield
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+            finally:
+                self._local.depth = 0
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -113,6 +123,7 @@ class Store:
         }, pk="id", not_null={"workload", "spec", "status"},
             defaults={"attempts": 0}, transform=True)
         db["jobs"].create_index(["status"], if_not_exists=True)
+        db["jobs"].create_index(["user", "started"], if_not_exists=True)  # fair leasing
         # A Slack request that queued jobs, by its trigger_id: a retried or
         # doubled request finds its key taken and queues nothing.
         db["requests"].create({"key": str, "jobs": str, "created": float}, pk="key",
@@ -240,46 +251,52 @@ class Store:
 
     def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True,
                    max_leases: int = 2) -> dict | None:
-        """Give the oldest queued job (or one whose lease expired, fewer than
-        `max_leases` times leased) that `worker` can run. The conditional UPDATE
-        makes racing workers safe: only one matches."""
+        """Give a queued job (or one whose lease expired, fewer than `max_leases`
+        times leased) that `worker` can run: fairly across users — first the job
+        whose owner has had the fewest jobs started since it was queued, then
+        the oldest — so one user's sweep of 50 does not starve another's single
+        trial. The conditional UPDATE makes racing workers safe: only one matches."""
         now = time.time()
         for row in list(self.db.query(
-                "select id, status, spec, worker, started from jobs where status = 'queued' or "
-                "(status = 'running' and lease_expires < ? and attempts < ?) order by id limit 50",
-                [now, max_leases])):
+                "select id, status, spec, worker, started from jobs j where status = 'queued' "
+                "or (status = 'running' and lease_expires < ? and attempts < ? "
+                "and cancel is null) order by "
+                "(select count(*) from jobs r where r.user = j.user and r.started >= j.created),"
+                " id limit 50", [now, max_leases])):
             if not can_run(json.loads(row["spec"])):
                 continue
             lease = uuid.uuid4().hex
             with self.tx():
+                cur = self.db.execute(
+                    "update jobs set status = 'running', worker = ?, lease = ?, "
+                    "lease_expires = ?, attempts = attempts + 1, started = ? "
+                    "where id = ? and (status = 'queued' or "
+                    "(status = 'running' and lease_expires < ? and cancel is null))",
+                    [worker, lease, now + seconds, now, row["id"], now])
+                if cur.rowcount != 1:
+                    continue  # another worker took it first: it records the lost lease
                 if row["status"] == "running":  # the previous worker went silent
                     self._add_attempt(row["id"], row["worker"], {
                         "status": "failed", "error_class": "killed",
                         "message": f"lease expired: {row['worker']} sent no heartbeat "
                                    "(worker died, or lost its network); re-queued",
                         "seconds": now - (row["started"] or now)})
-                cur = self.db.execute(
-                    "update jobs set status = 'running', worker = ?, lease = ?, "
-                    "lease_expires = ?, attempts = attempts + 1, started = ? "
-                    "where id = ? and (status = 'queued' or "
-                    "(status = 'running' and lease_expires < ?))",
-                    [worker, lease, now + seconds, now, row["id"], now])
-                if cur.rowcount == 1:
-                    self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
-                                    [row["id"], now, worker])
-                    return self.job(row["id"])
+                self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
+                                [row["id"], now, worker])
+                return self.job(row["id"])
         return None
 
     def expired_jobs(self, max_leases: int) -> list[dict]:
-        """Running jobs whose lease expired after their last allowed lease."""
+        """Running jobs whose lease expired after their last allowed lease, or
+        that were cancelled before their worker went silent (never re-leased)."""
         rows = self.db["jobs"].rows_where(
-            "status = 'running' and lease_expires < ? and attempts >= ?",
+            "status = 'running' and lease_expires < ? and (attempts >= ? or cancel is not null)",
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
         return [_job(r) for r in rows]
 
     def fail_expired(self, job: dict, report: dict, messages: list[dict]) -> bool:
         """End a job whose last lease expired; only if it is still that lease."""
-        lost = {"status": "failed", "error_class": "killed",
+        lost = {"status": "failed", "error_class": report["error"]["class"],
                 "message": report["error"]["message"],
                 "seconds": time.time() - (job["started"] or time.time())}
         return self._finish(job["id"], job["worker"], job["lease"], report, messages, [lost],
@@ -356,7 +373,13 @@ class Store:
         return out
 
     def set_started_message(self, job_id: int, message: dict) -> int:
+        """The trial's card; on a re-lease, an edit of the card it already has."""
         with self.tx():
+            card = self.db.execute("select started_msg from jobs where id = ?",
+                                   [job_id]).fetchone()[0]
+            if card:
+                self._add_message(dict(message, update_of=card), job_id)
+                return card
             msg_id = self._add_message(message, job_id)
             self.db.execute("update jobs set started_msg = ? where id = ?", [msg_id, job_id])
         return msg_id
@@ -370,7 +393,11 @@ class Store:
                                   "and status = 'running'", [json.dumps(progress), job_id, lease])
             if cur.rowcount != 1:
                 return False
+            cancelled = self.db.execute("select cancel from jobs where id = ?",
+                                        [job_id]).fetchone()[0]
             for message in messages:
+                if cancelled and message.get("update_of"):
+                    continue  # a cancel landed since the card was drawn: its card stays
                 self._add_message(message, job_id)
         return True
 
@@ -387,15 +414,17 @@ class Store:
                 self._add_message(message, job_id)
         return True
 
-    def request_cancel(self, job_id: int, user: str, card: dict) -> bool:
-        """Mark a running job to be cancelled (the next heartbeat tells its worker)."""
+    def request_cancel(self, job_id: int, user: str, card: dict | None) -> bool:
+        """Mark a running job to be cancelled (the next heartbeat tells its worker);
+        `card` is the card's edit, None while the job has no card yet."""
         with self.tx():
             cur = self.db.execute("update jobs set cancel = ?, cancelled_by = ? where id = ? "
                                   "and status = 'running' and cancel is null",
                                   [time.time(), user, job_id])
             if cur.rowcount != 1:
                 return False
-            self._add_message(card, job_id)
+            if card:
+                self._add_message(card, job_id)
         return True
 
     # workers ---------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 
-from bot import commands, plans, render, scaling, workerlist
+from bot import commands, plans, render, routing, scaling, workerlist
 from bot.queue import ONLINE_SECONDS, JobQueue, can_run
 from bot.store import ENDED, DuplicateRequest
 from worker import spec as specs
@@ -28,19 +28,34 @@ READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")
 
 def _handle(queue: JobQueue, text: str, user: str, channel: str,
             request: str | None) -> tuple[dict, dict | None]:
+    workers = queue.store.workers()  # read once: /trial must ack within Slack's 3 s
     try:
-        # `plan=NAME block=KIND` make the trial a plan's actual; they are not parameters.
+        # `plan=NAME block=KIND` make the trial a plan's actual, and `gpu= min_mem=
+        # label=` say where it may run; none of them are workload parameters.
         words, tags = plans.take_tags(queue, commands.split(text))
+        # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
+        words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, workers)
         cmd = commands.parse_trial(shlex.join(words), queue.recipes())
     except specs.SpecError as exc:
         return render.error(exc), None
-    except plans.PlanError as exc:
+    except (plans.PlanError, routing.RouteError) as exc:
         return render.reply(f":x: {exc.message}\nNothing was queued."), None
-    if tags and cmd.name not in ("run", "sweep", "ladder", "ab"):
-        return render.reply(":x: plan= and block= tag a trial that runs; "
-                            f"`/trial {cmd.name}` takes none. Nothing was queued."), None
+    if (tags or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
+        return render.reply(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
+                            f"that runs; `/trial {cmd.name}` takes none. Nothing was queued."), None
+    if tags and "gpu" not in route:  # the plan's target GPU is the default
+        target = (queue.store.plan(tags["plan"]) or {}).get("facts", {}).get("gpu")
+        try:  # a target that names no GPU (`gpu=cpu`, a typo) routes nowhere
+            route["gpu"] = routing.gpu_name(target, workers) if target else None
+        except routing.RouteError:
+            pass
+        if not route.get("gpu"):
+            route.pop("gpu", None)
     if cmd.name not in READ_ONLY:  # cancel checks owner-or-admin itself
         refused = queue.allows("run", user, channel)
+        plan_home = (queue.store.plan(tags["plan"]) or {}).get("channel") if tags else None
+        if not refused and plan_home and plan_home != channel:  # tagging changes that plan
+            refused = queue.allows("run", user, plan_home, "add trials to a plan")
         if refused:
             return render.reply(f":lock: {refused} Nothing was queued."), None
     if cmd.name == "help":
@@ -68,10 +83,17 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
     if cmd.name == "fit":
         return fit(queue, cmd), None
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
-    workers = queue.store.workers()  # read once: /trial must ack within Slack's 3 s
+    if workers and route and not any(routing.matches(w["info"], route) for w in workers):
+        have = "\n".join(f"• {routing.worker_line(w)}" for w in workers)
+        from_plan = (" (the plan's target GPU; give `gpu=` to run elsewhere)"
+                     if tags and route.get("gpu") and "gpu=" not in text else "")
+        return render.reply(f":x: No worker matches `{routing.describe(route)}`{from_plan}. "
+                            f"Workers:\n{have}\nChange the constraint, or start a worker "
+                            "that has it (`trialbot-worker --label KEY=VALUE`). Nothing was "
+                            "queued."), None
 
     def runnable(spec) -> bool:
-        return any(can_run(w["info"], spec.to_dict()) for w in workers)
+        return any(can_run(w["info"], dict(spec.to_dict(), route=route)) for w in workers)
 
     wide = next((s for s in (cmd.specs or (cmd.spec,)) if not s.recipe and not runnable(s)),
                 None)
@@ -88,18 +110,18 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
     if cmd.name == "ladder":
         jobs = queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
-                                  tags, request)
+                                  tags, request, route)
         return render.ladder_queued(jobs, cmd.budget), jobs[-1]
     if cmd.name == "ab":
         jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags,
-                                  request=request)
+                                  request=request, route=route)
         return render.ab_queued(jobs), jobs[-1]
     if cmd.name == "sweep":
-        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags, request)
+        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags, request, route)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
         return render.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
-    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags, request)
+    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags, request, route)
     return render.queued(job, queue.online_for(job["spec"])), job
 
 
@@ -138,8 +160,14 @@ def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None) -
     except (KeyError, TypeError, ValueError) as exc:
         return render.reply(f":x: T{job_id}'s stored spec cannot be read ({exc}); type the "
                             f"command again: `/trial {old['words']}`. Nothing was queued.")
+    workers = queue.store.workers()
+    if workers and not any(can_run(w["info"], old["spec"]) for w in workers):
+        return render.reply(f":x: No registered worker can run T{job_id} again (its recipe, "
+                            "ranks or route need a worker that is not there). Nothing was "
+                            "queued.")
     try:
-        job = queue.submit(spec, old["words"], user, old["channel"], request=request)
+        job = queue.submit(spec, old["words"], user, old["channel"], request=request,
+                           route=old["spec"].get("route"))
     except DuplicateRequest as exc:
         return render.reply(f"Already received: that click queued T{exc.jobs[0]}.")
     return render.queued(job, queue.online_for(job["spec"]))
@@ -157,10 +185,11 @@ def add_to_plan(queue: JobQueue, job_id: int, plan: str, block: str, user: str) 
     job = queue.store.job(job_id)
     if job is None:
         raise plans.PlanError(f"there is no trial T{job_id}")
-    refused = queue.allows("run", user, job["channel"], "change plans")
-    if refused:
-        raise plans.PlanError(refused + " Nothing was changed.")
     plans.take_tags(queue, [f"plan={plan}", f"block={block}"])  # both must exist
+    for where in {job["channel"], queue.store.plan(plan)["channel"]}:  # the plan's too
+        refused = queue.allows("run", user, where, "change plans")
+        if refused:
+            raise plans.PlanError(refused + " Nothing was changed.")
     queue.store.tag_job(job_id, plan, block)
     return (f"{job['trial']} now counts as an actual of plan *{plan}*, {block} block "
             f"(`/plan {plan} review`).")

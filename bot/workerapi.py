@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from bot import tokens
+from bot import routing, tokens
 from bot.queue import JobQueue, LeaseLost
 from worker import report as reports
 from worker.spec import Workload
@@ -41,6 +41,17 @@ def check_info(info: dict) -> str | None:
     gpus = info.get("gpus", [])
     if not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
         return "`info.gpus` must be a list of GPU names"
+    memory = info.get("gpu_memory", [])
+    if not (isinstance(memory, list) and len(memory) in (0, len(gpus)) and all(
+            isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in memory)):
+        return "`info.gpu_memory` must be a list of byte counts, one per GPU"
+    if info.get("device") not in (None, "cuda", "mps", "cpu"):
+        return "`info.device` must be cuda, mps or cpu"
+    labels = info.get("labels", {})
+    if not (isinstance(labels, dict) and len(labels) <= 50 and all(
+            isinstance(k, str) and isinstance(v, str) and routing.LABEL.fullmatch(k)
+            and routing.LABEL.fullmatch(v) for k, v in labels.items())):
+        return "`info.labels` must map label names to values (letters, digits, _.-)"
     cpus = info.get("cpus")
     if cpus is not None and not (isinstance(cpus, int) and not isinstance(cpus, bool)
                                  and cpus > 0):

@@ -39,6 +39,8 @@ def text(workers: list[dict], now: float, online_seconds: float) -> str:
         gpus = w["info"].get("gpus") or []
         kind = (f"{len(gpus)}× {gpus[0]}" if gpus and len(set(gpus)) == 1 else
                 ", ".join(gpus) if gpus else f"no GPU ({w['info'].get('cpus', '?')} CPU cores)")
-        lines.append(f"• *{w['name']}* — {kind} — {state(w, now, online_seconds)} — "
-                     f"idle {w['idle_seconds'] / 3600:.1f} h this week")
+        labels = " ".join(f"`{k}={v}`" for k, v in sorted((w["info"].get("labels") or {}).items()))
+        lines.append(f"• *{w['name']}* — {kind}{' — ' + labels if labels else ''} — "
+                     f"{state(w, now, online_seconds)} — idle {w['idle_seconds'] / 3600:.1f} h "
+                     "this week")
     return "\n".join(lines)

@@ -317,3 +317,17 @@ def test_secret_env_must_name_variables(tmp_path):
     with pytest.raises(recipes.RecipeError) as err:
         recipes.load(str(path))
     assert "`secret_env` must be a list of variable names" in str(err.value)
+
+
+def test_a_plan_is_changed_only_with_the_right_in_its_own_channel(tmp_path):
+    today = dt.date(2026, 12, 1)
+    q = queue_with(tmp_path, access.load({"TRIALBOT_RUN_CHANNELS": "CSANDBOX,CTEAM",
+                                          "TRIALBOT_RUN_USERS": "UTEAM"}))
+    assert "started" in plans.handle(q, "new secret", "UTEAM", "CTEAM", today)["text"]
+    q.policy = access.load({"TRIALBOT_RUN_CHANNELS": "CSANDBOX", "TRIALBOT_RUN_USERS": "UTEAM"})
+    # a stranger allowed in the sandbox cannot reach a plan that lives in CTEAM
+    refused = plans.handle(q, "secret set paper=hacked", "USTRANGER", "CSANDBOX", today)
+    assert "Nothing was changed" in refused["text"]
+    assert q.store.plan("secret")["facts"].get("paper") != "hacked"
+    reply, job = trials.handle(q, "llm-infer plan=secret block=x", "USTRANGER", "CSANDBOX")
+    assert job is None

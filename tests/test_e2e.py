@@ -156,9 +156,11 @@ def test_worker_killed_mid_trial_loses_the_lease_and_another_worker_finishes(
         doomed.p.send_signal(signal.SIGKILL)
         doomed.p.wait()
         start_worker(url, "rescue")
-        posts = fake_slack.wait_posts(3, timeout=120)
-        assert "started on *rescue*" in posts[1]["text"]
-        assert "T1 llm-infer ok on rescue" in posts[2]["text"]
+        posts = fake_slack.wait_posts(2, timeout=120)  # one card, edited; the report
+        assert "T1 llm-infer ok on rescue" in posts[1]["text"]
+        assert posts[1]["thread_ts"] == started["_ts"]
+        edits = [u["text"] for u in fake_slack.calls_of("chat.update")]
+        assert any("started on *rescue*" in e for e in edits)
         import sqlite3
         db = sqlite3.connect(env["TRIALBOT_DB"])
         lost = db.execute("select worker, error_class, message from attempts where job = 1 "

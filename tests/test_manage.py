@@ -217,3 +217,36 @@ def test_an_update_waits_for_its_message_and_goes_out_after(tmp_path, fake_slack
     assert box.flush() == 2
     started, edit = fake_slack.posts()[0], fake_slack.calls_of("chat.update")[0]
     assert edit["ts"] == started["_ts"] and "phase `run`" in edit["text"]
+
+
+def test_a_cancelled_trial_whose_worker_died_ends_cancelled_and_never_runs_again(queue):
+    job = submit(queue)
+    queue.lease_seconds = 0.1
+    queue.lease("w1", 0)
+    trials.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+    time.sleep(0.15)  # w1 went silent before its next heartbeat
+    assert queue.lease("w2", 0) is None  # not handed to another worker
+    ended = queue.store.job(job["id"])
+    assert ended["status"] == "cancelled" and "stopped heartbeating" in \
+        ended["report"]["error"]["message"]
+    cards = [m for m in queue.store.unsent() if m["kind"] in ("started", "progress", "summary")]
+    assert [c["update_of"] for c in cards][1:] == [cards[0]["id"]] * (len(cards) - 1)
+
+
+def test_a_cancel_before_the_card_exists_posts_no_second_card(queue):
+    job = submit(queue)
+    leased = queue.store.lease_next("w1", 60)  # leased, its card not yet written
+    assert "kills it at its next heartbeat" in trials.handle(
+        queue, f"cancel {job['trial']}", "U1", "C1")[0]["text"]
+    queue.store.set_started_message(job["id"], {"channel": "C1", "kind": "started",
+                                                "text": "card"})
+    assert [m["kind"] for m in queue.store.unsent()] == ["started"]
+    assert queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
+
+
+def test_a_secret_cut_by_truncation_is_still_masked():
+    from worker import redact
+    secret = "hf_abcdefghijklmnopqrstuvwxyz0123456789ABCD"
+    assert redact.text(secret[10:] + " then more output", [secret]).startswith("[redacted]")
+    assert redact.text("last line: " + secret[:20], [secret]).endswith("[redacted]")
+    assert redact.text("an ordinary line", [secret]) == "an ordinary line"

@@ -167,14 +167,22 @@ class Run:
 
     def _read(self) -> None:
         # Bounded reads: a child printing gigabytes on one line must not grow the
-        # worker; a longer line arrives in pieces and only the tail is kept.
+        # worker. A longer line arrives in pieces, joined again (a secret split
+        # between pieces must stay whole to be masked) and cut to its last part.
+        partial = ""
         while raw := self.proc.stdout.readline(LINE_LIMIT):
-            line = raw.decode(errors="replace").rstrip("\n")
+            piece = raw.decode(errors="replace")
+            if not piece.endswith("\n"):
+                partial = (partial + piece)[-LINE_LIMIT:]
+                continue
+            line, partial = (partial + piece).rstrip("\n")[-LINE_LIMIT:], ""
             if line.startswith(PHASE_MARK):
                 self.marks.append((line[len(PHASE_MARK):].strip() or "unnamed", time.time()))
                 self.progress["phase"] = self.marks[-1][0]
             self.log.append(line)
             del self.log[:-200]  # keep the tail: it names the cause of a failure
+        if partial:  # the last line had no newline
+            self.log.append(partial)
 
     def tail(self) -> str:
         return "\n".join(self.log)[-4000:]

@@ -3,6 +3,7 @@ Looked up once per process; no torch import in the worker itself."""
 from __future__ import annotations
 
 import functools
+import platform
 import subprocess
 import sys
 
@@ -36,3 +37,20 @@ def has_cuda() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.stdout.strip() == "True"
+
+
+@functools.lru_cache(maxsize=1)
+def device() -> str:
+    """cuda, mps (Apple silicon) or cpu: what trials here run on. A Mac is
+    asked in a child too; elsewhere mps cannot be, so torch is not imported."""
+    if has_cuda():
+        return "cuda"
+    if platform.system() != "Darwin":
+        return "cpu"
+    try:
+        done = subprocess.run([sys.executable, "-c",
+                               "import torch; print(torch.backends.mps.is_available())"],
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return "cpu"
+    return "mps" if done.stdout.strip() == "True" else "cpu"

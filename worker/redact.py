@@ -28,8 +28,22 @@ def secret_values(*values, environ=None) -> tuple[str, ...]:
 
 def text(s: str, values) -> str:
     for value in values:
-        s = s.replace(value, MASK)
+        s = _cut_ends(s.replace(value, MASK), value)
     return TOKEN_SHAPES.sub(MASK, s)
+
+
+def _cut_ends(s: str, value: str) -> str:
+    """A tail or head kept by truncation may begin with the end of a secret or
+    stop inside its start: those pieces are masked too."""
+    for k in range(len(value) - 1, MIN_LENGTH - 1, -1):
+        if s.startswith(value[-k:]):
+            s = MASK + s[k:]
+            break
+    for k in range(len(value) - 1, MIN_LENGTH - 1, -1):
+        if s.endswith(value[:k]):
+            s = s[:-k] + MASK
+            break
+    return s
 
 
 def walk(obj, values):

@@ -1,0 +1,115 @@
+"""Routing: workers' labels, `/trial gpu= min_mem= label=`, the answer when no
+worker can run a trial, and fair leasing across users."""
+import subprocess
+
+import pytest
+
+from bot import routing, trials
+from bot.queue import JobQueue, can_run
+from bot.store import Store
+from conftest import BIN
+
+QUICK = "llm-infer gen=1 repeats=1 stability=0"
+H100 = {"gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_memory": [85899345920] * 2,
+        "device": "cuda", "cpus": 32, "labels": {"team": "vision"}}
+A100 = {"gpus": ["NVIDIA A100-SXM4-40GB"], "gpu_memory": [42949672960], "device": "cuda",
+        "cpus": 16, "labels": {"team": "nlp"}}
+CPU = {"gpus": [], "gpu_memory": [], "device": "cpu", "cpus": 4, "labels": {"team": "nlp",
+                                                                           "tier": "cheap"}}
+
+
+@pytest.fixture
+def queue(tmp_path):
+    q = JobQueue(Store(str(tmp_path / "r.db")))
+    for name, info in (("h100-box", H100), ("a100-box", A100), ("cpu-box", CPU)):
+        q.register(name, info)
+    return q
+
+
+def workers(queue):
+    return queue.store.workers()
+
+
+@pytest.mark.parametrize("words, says", [
+    (["gpu=Z999"], "`gpu=Z999`: `Z999` is not a GPU I know"),
+    (["min_mem=lots"], "min_mem is a size"),
+    (["label=team"], "a label is written `label=KEY=VALUE`"),
+    (["gpu=H100", "gpu=A100-80GB"], "gpu= is given twice"),
+])
+def test_bad_routing_words_are_refused(queue, words, says):
+    with pytest.raises(routing.RouteError, match=says):
+        routing.take(["llm-infer", *words], workers(queue))
+    reply, job = trials.handle(queue, " ".join([QUICK, *words]), "U1", "C1")
+    assert job is None and "Nothing was queued" in reply["text"]
+    assert queue.store.jobs() == []
+
+
+def test_a_route_matches_names_memory_and_labels():
+    _, route = routing.take(["gpu=H100", "min_mem=80GB", "label=team=vision"], [])
+    assert route == {"gpu": "H100", "min_mem": 80 * 10**9, "labels": {"team": "vision"}}
+    assert routing.matches(H100, route) and not routing.matches(A100, route)
+    assert routing.matches(A100, {"min_mem": 40 * 10**9})
+    assert not routing.matches(A100, {"min_mem": 41 * 2**30})
+    assert routing.matches(CPU, {"labels": {"tier": "cheap"}})
+    assert not routing.matches(CPU, {"gpu": "A100"})
+    # a GPU a worker registered counts as known even when the table lacks it
+    odd = [{"name": "w", "info": {"gpus": ["NVIDIA RTX A6000"]}}]
+    assert routing.take(["gpu=A6000"], odd)[1] == {"gpu": "A6000"}
+
+
+def test_a_trial_no_worker_can_satisfy_is_answered_at_once(queue):
+    reply, job = trials.handle(queue, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
+    assert job is None and "No worker matches `gpu=H100 label=team=nlp`" in reply["text"]
+    assert "h100-box: cuda, NVIDIA H100 80GB HBM3 (80 GiB)" in reply["text"]
+    assert "labels team=vision" in reply["text"] and queue.store.jobs() == []
+
+
+def test_thirty_mixed_trials_each_run_on_a_matching_worker(queue):
+    asks = ["gpu=H100", "gpu=A100", "label=team=nlp", "min_mem=60GB", "label=tier=cheap", ""]
+    for i in range(30):
+        reply, job = trials.handle(queue, f"{QUICK} {asks[i % len(asks)]}", f"U{i % 3}", "C1")
+        assert job, reply["text"]
+    infos = {w["name"]: w["info"] for w in workers(queue)}
+    ran = {}
+    while True:
+        leased = [queue.lease(name, 0) for name in infos]
+        if not any(leased):
+            break
+        for name, job in zip(infos, leased):
+            if job:
+                assert can_run(infos[name], job["spec"]), (name, job["spec"])
+                ran[job["id"]] = name
+                queue.store.db.execute("update jobs set status = 'done' where id = ?",
+                                       [job["id"]])
+    assert len(ran) == 30
+    for job_id, name in ran.items():
+        route = queue.store.job(job_id)["spec"].get("route")
+        assert routing.matches(infos[name], route)
+
+
+def test_the_plan_target_gpu_is_the_default_route(queue):
+    queue.store.add_plan("repro", "C1", "U1", {"gpu": "A100"})
+    queue.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": []})
+    _, job = trials.handle(queue, f"{QUICK} plan=repro block=baseline", "U1", "C1")
+    assert job["spec"]["route"] == {"gpu": "A100"}
+    assert queue.lease("h100-box", 0) is None and queue.lease("a100-box", 0)["id"] == job["id"]
+
+
+def test_one_users_sweep_does_not_starve_anothers_trial(tmp_path):
+    q = JobQueue(Store(str(tmp_path / "f.db")))
+    q.register("w1", {"cpus": 4})
+    sweep, _ = trials.handle(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1", "UA",
+                             "C1")
+    _, single = trials.handle(q, QUICK, "UB", "C1")
+    order = []
+    while (job := q.lease("w1", 0)):
+        order.append(job["user"])
+        q.store.db.execute("update jobs set status = 'done' where id = ?", [job["id"]])
+    assert order[:2] == ["UA", "UB"] and len(order) == 9
+
+
+def test_worker_labels_on_the_command_line(tmp_path):
+    done = subprocess.run([str(BIN / "trialbot-worker"), "--server", "http://127.0.0.1:9",
+                           "--token", "t", "--label", "team"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "--label 'team' must be KEY=VALUE" in done.stderr

@@ -79,6 +79,10 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         if job is None:
             return render.reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
                                 "recent ones."), None
+        if job["channel"] != channel and queue.allows("admin", user, channel):
+            # a report may come from a private channel: it is read where it was posted
+            return render.reply(f":lock: T{cmd.job_id} belongs to another channel; ask "
+                                "there (or an admin can ask anywhere)."), None
         return render.status(job, queue.store.attempts(job["id"])), None
     if cmd.name == "fit":
         return fit(queue, cmd), None

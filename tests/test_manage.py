@@ -250,3 +250,13 @@ def test_a_secret_cut_by_truncation_is_still_masked():
     assert redact.text(secret[10:] + " then more output", [secret]).startswith("[redacted]")
     assert redact.text("last line: " + secret[:20], [secret]).endswith("[redacted]")
     assert redact.text("an ordinary line", [secret]) == "an ordinary line"
+
+
+def test_status_of_another_channels_trial_is_not_shown(queue):
+    job = submit(queue)
+    assert "belongs to another channel" in trials.handle(
+        queue, f"status {job['trial']}", "U1", "CPRIVATE")[0]["text"]
+    assert f"*{job['trial']}*" in trials.handle(queue, f"status {job['trial']}", "U1",
+                                                  "C1")[0]["text"]
+    assert f"*{job['trial']}*" in trials.handle(queue, f"status {job['trial']}", "UADMIN",
+                                                  "CPRIVATE")[0]["text"]

@@ -31,9 +31,12 @@ def split_by_day(start: float, end: float) -> dict[str, float]:
 
 
 class Agent:
-    def __init__(self, client: Client, name: str, info: dict | None = None, recipes=None):
+    def __init__(self, client: Client, name: str, info: dict | None = None, recipes=None,
+                 executor=None):
         self.client, self.name, self.info = client, name, dict(info or {})
         self.recipes = recipes or {}
+        # How a trial runs: attempts.run here, or e.g. the Slurm executor (same call).
+        self.executor = executor or attempts.run
         # Any child may see the worker's environment, so every recipe's secrets are masked.
         self.secrets = redact.secret_values(client.token, *(
             v for r in self.recipes.values() for v in r.secrets()))
@@ -88,7 +91,7 @@ class Agent:
         beating.start()
         try:
             spec = resolve(TrialSpec.from_dict(job["spec"]), self.recipes)
-            report = attempts.run(spec, cancel, self.recipes, progress)
+            report = self.executor(spec, cancel, self.recipes, progress)
         except Exception as exc:  # noqa: BLE001 - a worker-side failure still ends the job
             log.exception("%s: the worker failed around the trial", job["trial"])
             report = reports.fail(reports.new_report(job["spec"].get("workload", "?"),

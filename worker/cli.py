@@ -1,6 +1,7 @@
 """`trialbot-worker`: serve a bot's queue, or run one trial locally.
 
     trialbot-worker --server URL --token TOKEN [--name NAME] [--recipes FILE]
+    trialbot-worker --server URL ... --executor slurm --partition P [--account A] [--shared-dir D]
     trialbot-worker [--recipes FILE] trial llm-infer batch=4 ... [--json]
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
 """
@@ -10,6 +11,8 @@ import argparse
 import json
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import sys
@@ -82,6 +85,9 @@ def help_text(recipes: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")  # as bot/routing.py reads them
+
+
 def serve_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="trialbot-worker",
                                      description="Run trials for a trialbot server.")
@@ -91,7 +97,30 @@ def serve_command(argv: list[str]) -> int:
                         help="worker token (env TRIALBOT_WORKER_TOKEN)")
     parser.add_argument("--name", default=socket.gethostname(), help="worker name shown in Slack")
     parser.add_argument("--recipes", help="recipe file (TOML) of commands this worker may run")
+    parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                        help="a label trials can ask for with label=KEY=VALUE (repeatable)")
+    slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see README, Slurm)")
+    slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
+                       help="local: a child process here (default); slurm: sbatch from this "
+                            "login node")
+    slurm.add_argument("--partition", help="Slurm partition (required with --executor slurm)")
+    slurm.add_argument("--account", help="Slurm account to charge")
+    slurm.add_argument("--shared-dir", help="job directories, on a filesystem the compute "
+                       "nodes share (default ~/trialbot-slurm)")
+    slurm.add_argument("--mem", default="16G", help="sbatch --mem per trial (default 16G)")
+    slurm.add_argument("--gpus", default="auto", help="GPUs per trial: auto (none for "
+                       "device=cpu, one per rank for llm-train, else 1) or a number")
+    slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                       help="extra sbatch argument, repeatable (e.g. --sbatch-arg=--qos=low)")
     args = parser.parse_args(argv)
+    labels = {}
+    for raw in args.label:
+        key, eq, value = raw.partition("=")
+        if not (eq and LABEL.fullmatch(key) and LABEL.fullmatch(value)):
+            print(f"trialbot-worker: --label {raw!r} must be KEY=VALUE, e.g. --label team=nlp "
+                  "(letters, digits, _.-)", file=sys.stderr)
+            return 2
+        labels[key] = value
     missing = [f for f, v in (("--server", args.server), ("--token", args.token)) if not v]
     if missing:
         print(f"trialbot-worker: missing {' and '.join(missing)} (or env TRIALBOT_SERVER / "
@@ -103,11 +132,27 @@ def serve_command(argv: list[str]) -> int:
         print(f"trialbot-worker: --server {args.server!r} is not a URL; write it as "
               "http://HOST:PORT", file=sys.stderr)
         return 2
+    if args.executor == "slurm" and not args.partition:
+        print("trialbot-worker: --executor slurm needs --partition", file=sys.stderr)
+        return 2
+    if args.executor == "slurm" and not shutil.which("sbatch"):
+        print("trialbot-worker: --executor slurm: sbatch is not on PATH; run the worker on "
+              "the cluster's login node", file=sys.stderr)
+        return 2
+    if args.gpus != "auto" and not args.gpus.isdigit():
+        print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
+        return 2
     recipes = _load_recipes(args.recipes)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from worker.agent import Agent
     from worker.client import ApiError, Client
-    agent = Agent(Client(args.server, args.token), args.name, machine_info(), recipes)
+    info, executor = dict(machine_info(), labels=labels), None
+    if args.executor == "slurm":
+        from worker.slurm import SlurmExecutor
+        executor = SlurmExecutor(args.partition, args.account, args.shared_dir, args.recipes,
+                                 args.mem, args.gpus, args.sbatch_arg)
+        info.update(executor="slurm", partition=args.partition)
+    agent = Agent(Client(args.server, args.token), args.name, info, recipes, executor)
     from worker import redact
     redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
     try:
@@ -125,7 +170,8 @@ def machine_info() -> dict:
     """What the bot shows about this worker: host and GPUs (NVML, no torch import)."""
     from worker import machine
     return {"host": socket.gethostname(), "gpus": [g["name"] for g in machine.gpus()],
-            "gpu_memory": [g["memory"] for g in machine.gpus()], "cpus": os.cpu_count()}
+            "gpu_memory": [g["memory"] for g in machine.gpus()], "cpus": os.cpu_count(),
+            "device": machine.device()}
 
 
 if __name__ == "__main__":

@@ -297,11 +297,11 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None):
 def _probe_result(directory: str, run: Run) -> dict:
     """The probe file of the recipe's main process, else the Python process
     that held the most GPU memory (a launcher script may start the real one)."""
-    found = [_read_json(os.path.join(directory, n)) for n in sorted(os.listdir(directory))
+    found = [read_json(os.path.join(directory, n)) for n in sorted(os.listdir(directory))
              if n.endswith(".json")]
     found = [f for f in found if f]
     if run.proc is not None:
-        main = _read_json(os.path.join(directory, f"probe-{run.proc.pid}.json"))
+        main = read_json(os.path.join(directory, f"probe-{run.proc.pid}.json"))
         if main and main.get("totals"):
             return main
     with_gpu = [f for f in found if f.get("totals")]
@@ -368,7 +368,7 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _read_json(path: str):
+def read_json(path: str):
     try:
         with open(path) as f:
             return json.load(f)
@@ -377,7 +377,7 @@ def _read_json(path: str):
 
 
 def _read(path: str, spec: TrialSpec) -> dict:
-    return _read_json(path) or reports.new_report(spec.workload, spec.params)
+    return read_json(path) or reports.new_report(spec.workload, spec.params)
 
 
 def _judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool) -> None:

@@ -82,7 +82,19 @@ def facts(r: dict) -> list[tuple[str, str]]:
     elif sc:
         out.append(("scale", f"batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
                     f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed"))
+    if r.get("slurm"):
+        out.append(("Slurm", slurm_line(r["slurm"])))
     return out
+
+
+def slurm_line(s: dict) -> str:
+    """Queue wait apart from run time: on a rented cluster the wait is idle money."""
+    if not s.get("job_id"):
+        return f"refused by sbatch (partition {s['partition']})"
+    jobs = s.get("jobs") or []
+    again = f", {len(jobs)} submissions" if len(jobs) > 1 else ""
+    return (f"job {s['job_id']} {s['state']} on {s['partition']}/{s.get('node')}: queue wait "
+            f"{secs(s.get('queue_wait_s'))}, ran {secs(s.get('run_s'))}{again}")
 
 
 def training(tr: dict) -> str:

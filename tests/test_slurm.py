@@ -17,6 +17,7 @@ import pytest
 
 from conftest import BIN, ROOT
 from slackfake import post, signed_headers, slash_body
+from worker import slurm
 from worker.slurm import SlurmExecutor, SubmitError, outcome
 from worker.spec import TrialSpec, parse, resolve
 
@@ -223,3 +224,21 @@ def test_serve_refuses_slurm_without_a_partition(tmp_path):
                           text=True, cwd=ROOT, timeout=30)
     assert proc.returncode == 2 and "--executor slurm needs --partition" in proc.stderr
 
+
+
+@pytest.mark.parametrize("gres, gpus", [
+    ("gpu:a100:4(S:0-1)", ["a100"] * 4), ("gpu:2", ["gpu"] * 2), ("(null)", []),
+    ("gpu:h100:8,shard:16", ["h100"] * 8), ("", []),
+])
+def test_a_partitions_gres_names_its_gpus(gres, gpus):
+    assert slurm.gres_gpus(gres) == gpus
+
+
+def test_the_test_clusters_partition_is_described_for_routing():
+    if not shutil.which("sinfo"):
+        pytest.skip("no Slurm here")
+    info = slurm.partition_info("debug")
+    if not info and not os.environ.get("TRIALBOT_REQUIRE_SLURM"):
+        pytest.skip("the test cluster is not running")
+    assert info["gpus"] == [] and info["device"] == "cpu" and info["cpus"] >= 1
+    assert slurm.partition_info("no-such-partition") == {}

@@ -148,10 +148,11 @@ def serve_command(argv: list[str]) -> int:
     from worker.client import ApiError, Client
     info, executor = dict(machine_info(), labels=labels), None
     if args.executor == "slurm":
-        from worker.slurm import SlurmExecutor
+        from worker.slurm import SlurmExecutor, partition_info
         executor = SlurmExecutor(args.partition, args.account, args.shared_dir, args.recipes,
                                  args.mem, args.gpus, args.sbatch_arg)
-        info.update(executor="slurm", partition=args.partition)
+        # Routing reads what the partition's nodes have, not this login node.
+        info.update(partition_info(args.partition), executor="slurm", partition=args.partition)
     agent = Agent(Client(args.server, args.token), args.name, info, recipes, executor)
     from worker import redact
     redact.install(agent.secrets)  # the token and recipes' secrets never reach the log

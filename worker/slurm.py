@@ -272,6 +272,38 @@ class SlurmExecutor:
                 f"exec {shlex.join(argv)}\n")
 
 
+def gres_gpus(gres: str) -> list[str]:
+    """GPU names from sinfo's %G: `gpu:a100:4(S:0-1)` → ["a100"] * 4; a count
+    without a type gives "gpu". `(null)` or nothing: no GPUs."""
+    out = []
+    for item in gres.split(","):
+        parts = item.split("(")[0].strip().split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        count = parts[-1] if parts[-1].isdigit() else "1"
+        name = parts[1] if len(parts) == 3 or not parts[1].isdigit() else "gpu"
+        out += [name] * int(count)
+    return out
+
+
+def partition_info(partition: str) -> dict:
+    """What trials on `partition` get, for routing: the GPUs of its largest node
+    (from GRES) and its CPUs per node, not the login node's own hardware."""
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%G|%c"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    rows = [line.split("|") for line in proc.stdout.split() if "|" in line]
+    if proc.returncode != 0 or not rows:
+        return {}
+    gpus = max((gres_gpus(g) for g, _ in rows), key=len)
+    cpus = max(int(c) for _, c in rows if c.isdigit()) if any(c.isdigit() for _, c in rows) \
+        else None
+    return {"gpus": gpus, "gpu_memory": [], "device": "cuda" if gpus else "cpu",
+            "cpus": cpus}
+
+
 def gpus_for(spec: TrialSpec) -> int:
     """GPUs to ask for: none for device=cpu, one per rank for training, else one."""
     if spec.params.get("device") == "cpu":

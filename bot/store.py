@@ -190,6 +190,9 @@ class Store:
         tags = tags or {}
         with self.tx():
             if request is not None:
+                # Slack retries within minutes: a day of keys is plenty to keep.
+                self.db.execute("delete from requests where created < ?",
+                                [time.time() - 86400])
                 seen = self.db.execute(
                     "insert into requests (key, created) values (?, ?) on conflict(key) "
                     "do nothing", [request, time.time()]).rowcount == 0

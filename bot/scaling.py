@@ -77,6 +77,8 @@ import math
 
 import numpy as np
 
+from worker import arithmetic
+
 SCHEMA = "trialbot.scaling/1"
 
 # Preference order for GPU questions: NVML per-process includes the CUDA context.
@@ -104,7 +106,7 @@ MEASUREMENT_PARAMS = {"repeats", "stability", "run_cap", "warmup", "seed", "time
                       "on_oom", "attempts"}
 LLM_LENGTH = ("prompt", "gen")
 LENGTH_WORDS = ("seq", "len", "length", "prompt", "gen", "token", "context", "ctx")
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+DTYPE_BYTES = arithmetic.DTYPE_BYTES
 RICHER_FACTOR = 0.8  # a richer model must cut the leave-one-out error by 20%...
 NEGLIGIBLE = 1e-6    # ...of a default whose error is not already negligible (rounding)
 
@@ -127,32 +129,13 @@ CANDIDATES = {
 
 
 # --- the architecture's own arithmetic (llm-infer) ---------------------------
+# worker/arithmetic.py holds it, so a worker's report (a preset's full depth)
+# and this fit count the same way.
 
-def weight_params(p: dict) -> dict:
-    """Parameter count of worker/workloads/decoder.py's Decoder, by part.
-    The embedding and the lm head are separate matrices (not tied)."""
-    h, layers, heads, kv, vocab = p["hidden"], p["layers"], p["heads"], p["kv_heads"], p["vocab"]
-    hd, ffn = h // heads, 4 * h
-    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h  # q, k, v, o (no bias)
-    mlp = 3 * h * ffn                                          # gate, up, down (SwiGLU)
-    per_layer = attn + mlp + 2 * h                             # + two RMSNorm weights
-    return {"embedding": vocab * h, "layers": layers * per_layer, "final_norm": h,
-            "lm_head": h * vocab, "per_layer": per_layer,
-            "total": vocab * h + layers * per_layer + h + h * vocab}
-
-
-def weight_bytes(p: dict) -> int:
-    return weight_params(p)["total"] * DTYPE_BYTES[p["dtype"]]
-
-
-def kv_bytes_per_token(p: dict) -> int:
-    """KV-cache bytes per sequence position: 2·layers·kv_heads·head_dim·bytes."""
-    return 2 * p["layers"] * p["kv_heads"] * (p["hidden"] // p["heads"]) * DTYPE_BYTES[p["dtype"]]
-
-
-def kv_cache_bytes(p: dict) -> int:
-    """The preallocated cache: 2·layers·kv_heads·head_dim·(prompt+gen)·batch·bytes."""
-    return kv_bytes_per_token(p) * (p["prompt"] + p["gen"]) * p["batch"]
+weight_params = arithmetic.weight_params
+weight_bytes = arithmetic.weight_bytes
+kv_bytes_per_token = arithmetic.kv_bytes_per_token
+kv_cache_bytes = arithmetic.kv_cache_bytes
 
 
 # --- fitting ----------------------------------------------------------------

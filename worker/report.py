@@ -5,6 +5,8 @@ Field names are a contract (README, "The trial report").
 """
 from __future__ import annotations
 
+from worker import arithmetic
+
 SCHEMA = "trialbot.trial/1"
 
 # Every memory figure, null where the device cannot measure it.
@@ -25,8 +27,10 @@ ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled"
 
 
 def new_report(workload: str, params: dict) -> dict:
-    """An empty report in the schema's shape; the child and launcher fill it."""
-    return {
+    """An empty report in the schema's shape; the child and launcher fill it.
+    An llm-infer trial with `preset=` carries the preset's full-depth
+    arithmetic from the start, so a failed try reports it too."""
+    report = {
         "schema": SCHEMA,
         "trial": None,
         "worker": None,
@@ -44,6 +48,9 @@ def new_report(workload: str, params: dict) -> dict:
         "scale": None,
         "env": {},
     }
+    if workload == "llm-infer" and params.get("preset", "none") != "none":
+        report["full_depth"] = arithmetic.full_depth(params)
+    return report
 
 
 def fail(report: dict, error_class: str, message: str, phase: str | None = None) -> dict:

@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from worker import presets
+
 
 class SpecError(ValueError):
     """A request that cannot become a trial; `token` is the word at fault."""
@@ -137,13 +139,19 @@ COMMON = (
     _int("attempts", 3, 1, 20, "tries at most, the first included"),
 )
 
-# The decoder's shape, shared by llm-infer and llm-train.
+# The decoder's shape, shared by llm-infer and llm-train. `preset=NAME` fills
+# hidden, heads, kv_heads, ffn and vocab from worker/presets.py; `layers` stays
+# the user's (default 2), at most the preset's depth.
 MODEL_SHAPE = (
     _int("layers", 2, 1, 512, "transformer layers"),
     _int("hidden", 256, 8, 65536, "model width"),
     _int("heads", 4, 1, 512, "attention heads"),
     _int("kv_heads", 2, 1, 512, "key/value heads (grouped-query attention)"),
+    _int("ffn", 0, 0, 1048576, "feed-forward width (SwiGLU gate/up/down); 0: 4·hidden"),
     _int("vocab", 4096, 2, 1048576, "vocabulary size"),
+    _choice("preset", "none", ("none", *presets.PRESETS),
+            "a public model's shape (hidden, heads, kv_heads, ffn, vocab); layers= up to its "
+            "depth, and the report adds the full depth's arithmetic"),
 )
 DEVICE = _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present")
 
@@ -236,7 +244,8 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
     if workload is None:
         raise SpecError(name, f"`{name}` is not a workload; known workloads: "
                         f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
-    params = _parse_params(workload, rest)
+    params, given = _parse_given(workload, rest)
+    _apply_preset(params, given, workload.usage())
     _check_shape(params, workload.usage())
     if workload is LLM_TRAIN:
         _check_ranks(params, workload.usage())
@@ -286,7 +295,13 @@ def _parse_recipe(words: list[str], recipes: dict[str, Workload]) -> TrialSpec:
 
 
 def _parse_params(workload: Workload, rest: list[str]) -> dict:
+    return _parse_given(workload, rest)[0]
+
+
+def _parse_given(workload: Workload, rest: list[str]) -> tuple[dict, dict]:
+    """Every parameter resolved, and those the words gave, as raw words."""
     usage = workload.usage()
+    words: dict = {}
     values: dict = {}
     for word in rest:
         key, eq, raw = word.partition("=")
@@ -301,14 +316,35 @@ def _parse_params(workload: Workload, rest: list[str]) -> dict:
         if key in values:
             raise SpecError(word, f"`{word}`: {key} is given twice", usage)
         values[key] = param.parse(raw, usage)
-    return {p.name: values.get(p.name, p.default) for p in workload.params}
+        words[key] = word
+    return {p.name: values.get(p.name, p.default) for p in workload.params}, words
+
+
+def _apply_preset(p: dict, given: dict, usage: str) -> None:
+    """Fill the shape from `preset=`. A shape word with the preset's own value
+    is accepted (a spec's canonical words give it), any other value refused."""
+    preset = presets.get(p.get("preset", "none"))
+    if preset is None:
+        return
+    for key, value in preset.shape().items():
+        if key in given and p[key] != value:
+            raise SpecError(given[key], f"`{given[key]}`: preset={preset.name} sets {key}="
+                            f"{value}; drop {key}= to use the preset, or drop preset= and give "
+                            "the whole shape", usage)
+        p[key] = value
+    if p["layers"] > preset.layers:
+        raise SpecError(given.get("layers", f"layers={p['layers']}"),
+                        f"`layers={p['layers']}`: {preset.name} has {preset.layers} layers; use "
+                        f"layers=1..{preset.layers} (the report gives the full depth's "
+                        "arithmetic)", usage)
 
 
 def _check_shape(p: dict, usage: str) -> None:
     """Constraints between parameters that make the model impossible to build."""
     if p["hidden"] % p["heads"]:
         raise SpecError(f"heads={p['heads']}", f"`heads={p['heads']}`: hidden={p['hidden']} "
-                        "must divide evenly into heads", usage)
+                        f"must divide evenly into heads (hidden/heads is the head size; "
+                        f"{p['hidden']}/{p['heads']} is not whole)", usage)
     if p["kv_heads"] > p["heads"] or p["heads"] % p["kv_heads"]:
         raise SpecError(f"kv_heads={p['kv_heads']}", f"`kv_heads={p['kv_heads']}`: heads="
                         f"{p['heads']} must be a multiple of kv_heads", usage)

@@ -82,9 +82,19 @@ def facts(r: dict) -> list[tuple[str, str]]:
     elif sc:
         out.append(("scale", f"batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
                     f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed"))
+    if r.get("full_depth"):
+        out.append(("full depth (arithmetic, not measured)", full_depth(r["full_depth"])))
     if r.get("slurm"):
         out.append(("Slurm", slurm_line(r["slurm"])))
     return out
+
+
+def full_depth(fd: dict) -> str:
+    """A preset's full depth by the decoder's arithmetic: no trial ran it."""
+    return (f"{fd['preset']} at {fd['layers']} layers (this trial {fd['trial_layers']}): "
+            f"{fd['params']:,} params ({fd['relative_error']:+.3%} vs the published "
+            f"{fd['published_text']}), {gib(fd['weight_bytes'])} of {fd['dtype']} weights; "
+            f"KV cache {fd['kv_formula']} = {gib(fd['kv_cache_bytes'])}")
 
 
 def slurm_line(s: dict) -> str:

@@ -11,6 +11,7 @@ import time
 import torch
 
 from worker import repeat, stats
+from worker.arithmetic import ffn_width
 from worker.workloads.decoder import Decoder, generate, rotary_tables
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -42,7 +43,7 @@ def run(p: dict, trial) -> dict:
         try:
             with torch.device(device):
                 model = Decoder(p["vocab"], p["hidden"], p["layers"], p["heads"],
-                                p["kv_heads"], 4 * p["hidden"]).eval()
+                                p["kv_heads"], ffn_width(p)).eval()
         finally:
             torch.set_default_dtype(previous)
         cos, sin = rotary_tables(p["hidden"] // p["heads"], p["prompt"] + p["gen"],

@@ -31,6 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from worker import stats
+from worker.arithmetic import ffn_width
 from worker.workloads import Unsupported
 from worker.workloads.decoder import Decoder, rotary_tables
 
@@ -43,7 +44,7 @@ class TrainModel(nn.Module):
     def __init__(self, p: dict, device):
         super().__init__()
         self.decoder = Decoder(p["vocab"], p["hidden"], p["layers"], p["heads"], p["kv_heads"],
-                               4 * p["hidden"])
+                               ffn_width(p))
         cos, sin = rotary_tables(p["hidden"] // p["heads"], p["seq"], device, torch.float32)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)

@@ -39,8 +39,10 @@ def chunks(text: str, size: int = 2900) -> list[str]:
 
 
 def reply(text: str) -> dict:
-    """An ephemeral answer to the person who typed the command."""
-    return {"response_type": "ephemeral", "text": text, "blocks": [_section(text)]}
+    """An ephemeral answer to the person who typed the command (split into
+    sections: one holds 3,000 characters, and `/trial help` is longer)."""
+    return {"response_type": "ephemeral", "text": text,
+            "blocks": [_section(part) for part in chunks(text)]}
 
 
 def error(exc: specs.SpecError) -> dict:

@@ -37,3 +37,11 @@ def test_plan_new_then_show_and_a_bad_block(bot):
     assert shown["response_type"] == "in_channel" and "No blocks yet" in shown["text"]
     bad = command(bot, "repro block baseline runs=5 trial=T7", name="/plan")
     assert "There is no trial T7" in bad["text"] and bot.store.blocks("repro") == []
+
+
+def test_a_long_reply_is_split_into_sections_not_cut():
+    from bot import render
+    text = render.help_text()
+    blocks = render.reply(text)["blocks"]
+    assert len(text) > 3000 and all(len(b["text"]["text"]) <= 3000 for b in blocks)
+    assert "".join(b["text"]["text"] for b in blocks).replace("\n", "") == text.replace("\n", "")

@@ -135,6 +135,9 @@ class Run:
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
         self.started = time.time()
+        # Linux folds the spawning process's high-water RSS into the child's
+        # ru_maxrss at exec, so the kernel's figure is only the child's above this.
+        self.parent_rss = psutil.Process().memory_info().rss
         shim = [sys.executable, SHIM]  # dies with the worker; OOM-killed first
         try:
             self.proc = subprocess.Popen(
@@ -211,8 +214,12 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
         for tracker in (host, nvml):
             memory.update(tracker.result())
             memory["method"].update(tracker.method)
-        memory["host_rss_peak_kernel"] = run.max_rss
-        memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD
+        informative = run.max_rss is not None and run.max_rss > run.parent_rss
+        memory["host_rss_peak_kernel"] = run.max_rss if informative else None
+        memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD if informative else (
+            f"not measured: the kernel's max RSS ({(run.max_rss or 0) / 2**20:.0f} MiB) is no "
+            f"more than the worker's own RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
+            "which Linux counts into the child's at exec")
         report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
         report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
                            "sampler_cpu_seconds": run.sampler.cpu_seconds,

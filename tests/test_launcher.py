@@ -24,7 +24,7 @@ def test_ok_trial_has_every_phase_rss_and_latency():
         assert abs(m["host_rss_peak"] - m["host_rss_peak_kernel"]) < \
             0.5 * m["host_rss_peak_kernel"]
     else:
-        assert "worker's own RSS at spawn" in m["method"]["host_rss_peak_kernel"]
+        assert "worker's own peak RSS at spawn" in m["method"]["host_rss_peak_kernel"]
     assert m["peak_allocated"] is None and "no CUDA" in m["method"]["peak_allocated"]
     assert "NVML" in m["method"]["device_used_peak"]
     assert r["latency"]["count"] == 3 and r["latency"]["p50"] <= r["latency"]["p99"]

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -137,7 +138,7 @@ class Run:
         self.started = time.time()
         # Linux folds the spawning process's high-water RSS into the child's
         # ru_maxrss at exec, so the kernel's figure is only the child's above this.
-        self.parent_rss = psutil.Process().memory_info().rss
+        self.parent_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         shim = [sys.executable, SHIM]  # dies with the worker; OOM-killed first
         try:
             self.proc = subprocess.Popen(
@@ -218,7 +219,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
         memory["host_rss_peak_kernel"] = run.max_rss if informative else None
         memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD if informative else (
             f"not measured: the kernel's max RSS ({(run.max_rss or 0) / 2**20:.0f} MiB) is no "
-            f"more than the worker's own RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
+            f"more than the worker's own peak RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
             "which Linux counts into the child's at exec")
         report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
         report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),

@@ -34,6 +34,15 @@ def can_run(info: dict, spec: dict) -> bool:
     return recipe is not None and (recipe.get("requires") != "cuda" or cuda)
 
 
+def recipes_of(workers: list[dict]) -> dict[str, Workload]:
+    """The recipes these workers declared from their recipe files, by name."""
+    out = {}
+    for w in workers:
+        for d in w["info"].get("recipes", []):
+            out.setdefault(d["name"], Workload.from_dict(d))
+    return out
+
+
 def _dicts(specs: list, route: dict | None) -> list[dict]:
     """Specs as stored: the route (where it may run) travels with the spec."""
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
@@ -143,11 +152,7 @@ class JobQueue:
 
     def recipes(self) -> dict[str, Workload]:
         """Recipes the workers declared from their recipe files, by name."""
-        out = {}
-        for w in self.store.workers():
-            for d in w["info"].get("recipes", []):
-                out.setdefault(d["name"], Workload.from_dict(d))
-        return out
+        return recipes_of(self.store.workers())
 
     def online_for(self, spec: dict) -> list[str]:
         """Online workers that could run `spec`."""

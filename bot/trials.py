@@ -6,7 +6,7 @@ import shlex
 import time
 
 from bot import commands, plans, render, routing, scaling, workerlist
-from bot.queue import ONLINE_SECONDS, JobQueue, can_run
+from bot.queue import ONLINE_SECONDS, JobQueue, can_run, recipes_of
 from bot.store import ENDED, DuplicateRequest
 from worker import spec as specs
 
@@ -29,13 +29,14 @@ READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")
 def _handle(queue: JobQueue, text: str, user: str, channel: str,
             request: str | None) -> tuple[dict, dict | None]:
     workers = queue.store.workers()  # read once: /trial must ack within Slack's 3 s
+    recipes = recipes_of(workers)
     try:
         # `plan=NAME block=KIND` make the trial a plan's actual, and `gpu= min_mem=
         # label=` say where it may run; none of them are workload parameters.
         words, tags = plans.take_tags(queue, commands.split(text))
         # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
         words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, workers)
-        cmd = commands.parse_trial(shlex.join(words), queue.recipes())
+        cmd = commands.parse_trial(shlex.join(words), recipes)
     except specs.SpecError as exc:
         return render.error(exc), None
     except (plans.PlanError, routing.RouteError) as exc:
@@ -59,7 +60,7 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         if refused:
             return render.reply(f":lock: {refused} Nothing was queued."), None
     if cmd.name == "help":
-        return render.reply(render.help_text(queue.recipes())), None
+        return render.reply(render.help_text(recipes)), None
     if cmd.name == "list":
         narrow = {"mine": {"user": user}, "running": {"status": ("queued", "running")},
                   "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})

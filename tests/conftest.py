@@ -24,19 +24,25 @@ def fake_slack():
     server.close()
 
 
-@pytest.fixture
-def bot(tmp_path, fake_slack):
-    """The Bolt app and HTTP server in-process, on a fresh database."""
-    from bot.access import Policy
+def bolt_runtime(db: str, fake_slack, policy):
+    """The Bolt app and HTTP server in-process on `db`, started; stop() it."""
     from bot.outbox import SlackTransport
     from bot.runtime import Runtime
     from bot.slack_app import build_app, web_client
     client = web_client("xoxb-test", fake_slack.api_url)
-    # U1 may run trials, UADMIN is the admin (the default lets nobody run)
-    rt = Runtime(str(tmp_path / "l.db"), "wtoken", SlackTransport(client),
-                 policy=Policy(run_users=frozenset({"U1"}), admins=frozenset({"UADMIN"})))
+    rt = Runtime(db, "wtoken", SlackTransport(client), policy=policy)
     rt.server.bolt_app = build_app(rt.queue, client, "s3cret")
     rt.start()
+    return rt
+
+
+@pytest.fixture
+def bot(tmp_path, fake_slack):
+    """The Bolt app and HTTP server in-process, on a fresh database."""
+    from bot.access import Policy
+    # U1 may run trials, UADMIN is the admin (the default lets nobody run)
+    rt = bolt_runtime(str(tmp_path / "l.db"), fake_slack,
+                      Policy(run_users=frozenset({"U1"}), admins=frozenset({"UADMIN"})))
     yield rt
     rt.stop()
 

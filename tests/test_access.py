@@ -9,16 +9,15 @@ import time
 import urllib.parse
 
 import pytest
-from conftest import BIN, ROOT
+from conftest import BIN, ROOT, bolt_runtime
 from slackfake import post, signed_headers, slash_body
 
 from bot import access, console, plans, slackgroups, trials
 from bot.access import Policy
 from bot.config import ConfigError
-from bot.outbox import ConsoleTransport, SlackTransport
+from bot.outbox import ConsoleTransport
 from bot.queue import JobQueue
 from bot.runtime import Runtime
-from bot.slack_app import build_app, web_client
 from bot.store import Store
 from worker import recipes, redact
 from worker.agent import Agent
@@ -211,11 +210,8 @@ def test_rerun_by_a_stranger_is_refused_through_bolt(bot, fake_slack):
 @pytest.fixture
 def group_bot(tmp_path, fake_slack):
     """The Bolt app with a policy that lets user group S1 run trials."""
-    client = web_client("xoxb-test", fake_slack.api_url)
-    rt = Runtime(str(tmp_path / "g.db"), "wtoken", SlackTransport(client),
-                 policy=Policy(run_usergroups=frozenset({"S1"}), admins=frozenset({"UA"})))
-    rt.server.bolt_app = build_app(rt.queue, client, "s3cret")
-    rt.start()
+    rt = bolt_runtime(str(tmp_path / "g.db"), fake_slack,
+                      Policy(run_usergroups=frozenset({"S1"}), admins=frozenset({"UA"})))
     yield rt
     rt.stop()
 

@@ -34,11 +34,15 @@ class Preset:
     ffn: int               # intermediate_size
     vocab: int             # vocab_size
     published_params: int  # the hub's figure, as rounded there
-    published_text: str    # ... and as written there
     norm: str = "rmsnorm"
     activation: str = "swiglu"  # silu-gated feed-forward (gate, up, down)
     tied_embeddings: bool = False
     qkv_bias: bool = False
+
+    @property
+    def published_text(self) -> str:
+        """As the hub writes it: 6.74B, 70.6B."""
+        return f"{self.published_params / 1e9:.3g}B"
 
     def shape(self) -> dict:
         return {k: getattr(self, k) for k in SHAPE_KEYS}
@@ -49,20 +53,15 @@ class Preset:
 
 PRESETS = {p.name: p for p in (
     Preset("llama-2-7b", "meta-llama/Llama-2-7b-hf", hidden=4096, layers=32, heads=32,
-           kv_heads=32, ffn=11008, vocab=32000, published_params=6_740_000_000,
-           published_text="6.74B"),
+           kv_heads=32, ffn=11008, vocab=32000, published_params=6_740_000_000),
     Preset("llama-3-8b", "meta-llama/Meta-Llama-3-8B", hidden=4096, layers=32, heads=32,
-           kv_heads=8, ffn=14336, vocab=128256, published_params=8_030_000_000,
-           published_text="8.03B"),
+           kv_heads=8, ffn=14336, vocab=128256, published_params=8_030_000_000),
     Preset("llama-3-70b", "meta-llama/Meta-Llama-3-70B", hidden=8192, layers=80, heads=64,
-           kv_heads=8, ffn=28672, vocab=128256, published_params=70_600_000_000,
-           published_text="70.6B"),
+           kv_heads=8, ffn=28672, vocab=128256, published_params=70_600_000_000),
     Preset("mistral-7b", "mistralai/Mistral-7B-v0.1", hidden=4096, layers=32, heads=32,
-           kv_heads=8, ffn=14336, vocab=32000, published_params=7_240_000_000,
-           published_text="7.24B"),
+           kv_heads=8, ffn=14336, vocab=32000, published_params=7_240_000_000),
     Preset("qwen2.5-7b", "Qwen/Qwen2.5-7B", hidden=3584, layers=28, heads=28, kv_heads=4,
-           ffn=18944, vocab=152064, published_params=7_610_000_000,
-           published_text="7.61B", qkv_bias=True),
+           ffn=18944, vocab=152064, published_params=7_610_000_000, qkv_bias=True),
 )}
 
 TOLERANCE = 0.01  # full-depth count vs the published figure

@@ -1,8 +1,12 @@
-"""GPU memory sizes, for "the largest batch that fits" a named GPU.
+"""GPU memory sizes and bandwidths, for "the largest batch that fits" a named
+GPU and the memory-bound decode estimate.
 
-Facts only: each entry is the memory size printed on the vendor's public
-datasheet or spec page (named in `source`). Never prices — a built-in price
-list goes stale (DESIGN.md §3).
+Facts only: each entry is the memory size and peak memory bandwidth printed on
+the vendor's public datasheet or spec page (named in `source`). Never prices —
+a built-in price list goes stale (DESIGN.md §3). Where one name covers parts
+with different bandwidth (H100 SXM5 3.35 TB/s, H100 PCIe 2 TB/s) the entry
+keeps both as a range; where the source prints no bandwidth (A10G, RTX 4090's
+spec page) it is None and no time is estimated for that GPU.
 
 Units. Datasheets print "80GB". This table keeps that figure as printed
 (`datasheet_gb`) and reads it as decimal gigabytes: `bytes = datasheet_gb ×
@@ -32,6 +36,7 @@ class Gpu:
     memory: str                 # memory technology, as the datasheet says
     source: str                 # the public document the size comes from
     note: str = ""
+    bandwidth_gbs: tuple[float, ...] = ()  # peak memory bandwidth, GB/s (10^9 B/s), as printed
 
     def describe(self) -> str:
         if self.datasheet_gb is None:  # a size the user gave
@@ -40,8 +45,8 @@ class Gpu:
                 f"read as {self.datasheet_gb:g}×10^9 B = {self.bytes / GIB:.1f} GiB")
 
 
-def _gpu(name, gb, memory, source, note=""):
-    return Gpu(name, gb, int(round(gb * GB)), memory, source, note)
+def _gpu(name, gb, memory, source, note="", bw=()):
+    return Gpu(name, gb, int(round(gb * GB)), memory, source, note, tuple(bw))
 
 
 _H100_SHEET = "NVIDIA H100 Tensor Core GPU datasheet"
@@ -51,22 +56,26 @@ _V100_SHEET = "NVIDIA Tesla V100 GPU datasheet"
 # key: canonical name; aliases are normalised (lower case, letters and digits only).
 TABLE: dict[str, Gpu] = {g.name: g for g in (
     _gpu("H100-80GB", 80, "HBM3 (SXM5) / HBM2e (PCIe)", _H100_SHEET,
-         "H100 SXM5 and H100 PCIe both list 80GB"),
-    _gpu("H100-NVL", 94, "HBM3", _H100_SHEET, "per GPU of the NVL pair"),
+         "H100 SXM5 and H100 PCIe both list 80GB; bandwidth 2 TB/s PCIe, 3.35 TB/s SXM5",
+         (2000, 3350)),
+    _gpu("H100-NVL", 94, "HBM3", _H100_SHEET, "per GPU of the NVL pair", (3900,)),
     _gpu("H200", 141, "HBM3e", "NVIDIA H200 Tensor Core GPU datasheet",
-         "H200 SXM and H200 NVL both list 141GB"),
-    _gpu("A100-40GB", 40, "HBM2", _A100_SHEET),
-    _gpu("A100-80GB", 80, "HBM2e", _A100_SHEET),
-    _gpu("L40S", 48, "GDDR6 with ECC", "NVIDIA L40S GPU datasheet"),
-    _gpu("L4", 24, "GDDR6", "NVIDIA L4 Tensor Core GPU datasheet"),
-    _gpu("A10", 24, "GDDR6", "NVIDIA A10 Tensor Core GPU datasheet"),
+         "H200 SXM and H200 NVL both list 141GB and 4.8 TB/s", (4800,)),
+    _gpu("A100-40GB", 40, "HBM2", _A100_SHEET, "1,555 GB/s PCIe and SXM", (1555,)),
+    _gpu("A100-80GB", 80, "HBM2e", _A100_SHEET, "1,935 GB/s PCIe, 2,039 GB/s SXM",
+         (1935, 2039)),
+    _gpu("L40S", 48, "GDDR6 with ECC", "NVIDIA L40S GPU datasheet", bw=(864,)),
+    _gpu("L4", 24, "GDDR6", "NVIDIA L4 Tensor Core GPU datasheet", bw=(300,)),
+    _gpu("A10", 24, "GDDR6", "NVIDIA A10 Tensor Core GPU datasheet", bw=(600,)),
     _gpu("A10G", 24, "GDDR6", "AWS Amazon EC2 G5 instances page (24 GB per A10G GPU)"),
     _gpu("RTX-4090", 24, "GDDR6X", "NVIDIA GeForce RTX 4090 specifications page"),
-    _gpu("V100-16GB", 16, "HBM2", _V100_SHEET),
-    _gpu("V100-32GB", 32, "HBM2", _V100_SHEET),
-    _gpu("T4", 16, "GDDR6", "NVIDIA T4 Tensor Core GPU datasheet"),
+    _gpu("V100-16GB", 16, "HBM2", _V100_SHEET, bw=(900,)),
+    _gpu("V100-32GB", 32, "HBM2", _V100_SHEET, bw=(900,)),
+    _gpu("T4", 16, "GDDR6", "NVIDIA T4 Tensor Core GPU datasheet", "bandwidth printed as 320+ GB/s",
+         (320,)),
     _gpu("B200", 180, "HBM3e", "NVIDIA DGX B200 datasheet (1,440 GB total GPU memory for 8 GPUs)",
-         "per GPU in DGX/HGX B200; some announcements said 192GB — measure your card"),
+         "per GPU in DGX/HGX B200; some announcements said 192GB — measure your card; "
+         "bandwidth 64 TB/s for 8 GPUs in the same datasheet", (8000,)),
 )}
 
 _ALIASES = {

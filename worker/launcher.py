@@ -41,6 +41,10 @@ TREE_REFRESH = 0.5  # seconds between re-listing the child's process tree
 MAX_ROWS = 40000    # sampled rows kept in memory before halving
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
 PHASE_MARK = "TRIALBOT_PHASE "
+# malloc=live: glibc returns every freed block over this size to the OS.
+LIVE_MMAP_THRESHOLD = 64 * 1024
+LIVE_NOTE = ("; glibc's mmap threshold pinned at 64 KiB (malloc=live), so freed tensors "
+             "leave RSS: the live peak")
 LINE_LIMIT = 64 * 1024  # bytes of output read at a time
 # How a program that died of OOM says so: torch (CUDA and CPU allocators), Python.
 OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|can't allocate memory|"
@@ -215,6 +219,8 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
         for tracker in (host, nvml):
             memory.update(tracker.result())
             memory["method"].update(tracker.method)
+        if spec.params.get("malloc") == "live":
+            memory["method"]["host_rss_peak"] += LIVE_NOTE
         informative = run.max_rss is not None and run.max_rss > run.parent_rss
         memory["host_rss_peak_kernel"] = run.max_rss if informative else None
         memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD if informative else (
@@ -241,6 +247,8 @@ def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None):
         with open(spec_path, "w") as f:
             json.dump(spec.to_dict(), f)
         env = child_env(PYTHONPATH=_pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
+        if spec.params.get("malloc") == "live":
+            env["MALLOC_MMAP_THRESHOLD_"] = str(LIVE_MMAP_THRESHOLD)
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
                   deadline, cancel, trackers, hz, progress)
         report = _read(report_path, spec)

@@ -154,6 +154,14 @@ MODEL_SHAPE = (
             "depth, and the report adds the full depth's arithmetic"),
 )
 DEVICE = _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present")
+# glibc keeps freed memory in RSS by allocation history (two identical runs
+# differed by 7%), so host RSS neither repeats nor extrapolates by layer;
+# pinning its mmap threshold returns each freed tensor (DESIGN.md §2).
+MALLOC = _choice("malloc", "auto", ("auto", "live", "glibc"),
+                 "host memory: live pins glibc's mmap threshold at 64 KiB so host RSS is the "
+                 "live peak, which extrapolates (CPU time then pays page faults, ~35% on the "
+                 "CPU benchmark); glibc keeps the C library's default; auto = live with "
+                 "preset= or in a depth sweep, else glibc")
 
 # Limits are sanity bounds that catch typos (prompt=1e12), not hardware limits:
 # whether a config fits a GPU is what the trial measures.
@@ -167,6 +175,7 @@ LLM_INFER = Workload(
         *MODEL_SHAPE,
         _choice("dtype", "fp32", ("fp32", "bf16", "fp16"), "weights and activations"),
         DEVICE,
+        MALLOC,
         _choice("scenario", "offline", ("offline", "single-stream"),
                 "offline: the whole batch at once, headline throughput; single-stream: "
                 "one sequence per request, headline p90 latency"),
@@ -196,6 +205,7 @@ LLM_TRAIN = Workload(
         _int("zero", 0, 0, 1, "1: ZeRO-1, optimizer states sharded over the ranks"),
         _int("world", 1, 1, 64, "ranks (processes) on this worker, one per GPU on CUDA"),
         DEVICE,
+        MALLOC,
         _int("seed", 0, 0, 2**31 - 1, "random seed for weights and data"),
     ) + COMMON,
 )
@@ -246,6 +256,8 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
                         f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
     params, given = _parse_given(workload, rest)
     _apply_preset(params, given, workload.usage())
+    if params.get("malloc") == "auto":  # resolved here, so the report says which ran
+        params["malloc"] = "live" if params["preset"] != "none" else "glibc"
     _check_shape(params, workload.usage())
     if workload is LLM_TRAIN:
         _check_ranks(params, workload.usage())

@@ -11,11 +11,12 @@ from worker import spec as specs
 
 USAGE = specs.general_usage()
 SWEEP_USAGE = ("/trial sweep llm-infer batch=1,2,4,8 prompt=512  |  "
+               "/trial sweep llm-infer preset=llama-3-8b layers=1,2,4  |  "
                "/trial sweep recipe NAME batch=1,2,4")
-FIT_USAGE = "/trial fit S12 [batch=32] [prompt=2048] [gen=64] [gpu=H100]"
+FIT_USAGE = "/trial fit S12 [batch=32] [prompt=2048] [gen=64] [layers=32] [gpu=H100]"
 MAX_SWEEP = 16  # trials in one sweep
 # What a sweep may vary: the fit models batch and length (DESIGN.md §3 "Scaling").
-LLM_SWEEPABLE = ("batch", "prompt", "gen")
+LLM_SWEEPABLE = ("batch", "prompt", "gen", "layers")  # layers: a depth sweep, alone
 NOT_SWEEPABLE = ("timeout", "attempts")
 LIST_FILTERS = ("mine", "running", "failed")  # how a trial is run, not what it measures
 
@@ -106,10 +107,11 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
             raise specs.SpecError(word, f"`{word}`: only whole-number parameters take a list "
                                   f"in a sweep; {key} is a {param.kind}", usage)
         if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
-            allowed = ("batch, prompt or gen" if not workload.recipe else
+            allowed = ("batch, prompt, gen or layers" if not workload.recipe else
                        "batch and one length-like parameter")
-            raise specs.SpecError(word, f"`{word}`: a sweep varies {allowed} — the scaling fit "
-                                  f"models batch and length only; give {key} one value", usage)
+            raise specs.SpecError(word, f"`{word}`: a sweep varies {allowed} — the fits "
+                                  f"model batch, length and depth only; give {key} one value",
+                                  usage)
         if key in lists:
             raise specs.SpecError(word, f"`{word}`: {key} is given twice", usage)
         values = []
@@ -130,6 +132,13 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
     if not lists:
         raise specs.SpecError(" ".join(words), "a sweep needs at least 2 configs: give a "
                               "parameter a comma list, e.g. `batch=1,2,4`", usage)
+    if "layers" in lists and len(lists) > 1:
+        raise specs.SpecError(" ".join(f"{k}=..." for k in lists), "a depth sweep varies "
+                              "layers alone (the fit is fixed + per-layer × layers); give "
+                              f"{', '.join(k for k in lists if k != 'layers')} one value, or "
+                              "run a separate batch sweep", usage)
+    if "layers" in lists and not any(w.startswith("malloc=") for w in rest):
+        rest = [*rest, "malloc=live"]  # host RSS that extrapolates by layer (worker/spec.py)
     others = [k for k in lists if k != "batch"]
     if workload.recipe and len(others) > 1:
         raise specs.SpecError(" ".join(f"{k}=..." for k in others), f"a recipe sweep varies "

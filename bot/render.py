@@ -58,6 +58,11 @@ def help_text(recipes: dict | None = None) -> str:
              "parameters, at most 16) and posts a scaling fit of peak memory and time; "
              "`/trial fit S12 batch=32 prompt=2048 gpu=H100` predicts a config and the largest "
              "batch that fits a GPU.",
+             "*A model you cannot run yet*: `/trial llm-infer preset=llama-3-8b layers=2 "
+             "batch=8 prompt=4096 gen=256 dtype=bf16` runs 2 of its 32 layers; the report "
+             "predicts the full depth's peak, which GPUs hold it (margin, largest batch) and a "
+             "decode-time model estimate per GPU. `/trial sweep llm-infer preset=llama-3-8b "
+             "layers=1,2,4 ...` measures the per-layer part instead of assuming it.",
              "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
              "[budget=24GB]` runs the baseline, then lower precision, then activation "
              "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
@@ -157,6 +162,10 @@ def report_blocks(r: dict) -> list[dict]:
     fields = [f"*{label[0].upper()}{label[1:]}*\n{value}" for label, value in summary.facts(r)]
     blocks.append({"type": "section",
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
+    from bot import depth, depthview
+    pred = depth.from_trial(r)
+    if pred:
+        blocks += depthview.trial_blocks(pred)
     blocks.append(_context(summary.phases_line(r)))
     blocks.append(_context(summary.env_line(r)))
     return blocks
@@ -184,6 +193,9 @@ def sweep_queued(jobs: list[dict], workers: list[str]) -> dict:
 
 def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
     """The message posted to the channel when a sweep's last trial ended."""
+    if fit.get("kind") == "depth":
+        from bot import depthview
+        return depthview.sweep_fit(sweep, jobs, fit)
     parts = _sweep_parts(sweep, jobs, fit)
     return {"channel": jobs[0]["channel"], "kind": "sweep", "text": _plain(parts),
             "blocks": _sweep_blocks(parts)}
@@ -215,6 +227,9 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
     """`/trial fit S12 batch=32 prompt=2048 gpu=H100`: a prediction for one
     config and the largest batch for a GPU, each with how it was measured."""
     from bot import scaling
+    if fit.get("kind") == "depth":
+        from bot import depthview
+        return depthview.sweep_answer(sweep, jobs, fit, params.get("layers"), gpu)
     head = _sweep_head(sweep, jobs, fit)
     if fit.get("error"):
         return reply(f":x: {head}\nIt cannot be fitted: {fit['error']}.")

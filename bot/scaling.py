@@ -328,8 +328,12 @@ def _oom_batches(r: dict, batch: str | None) -> list[int]:
 
 
 def fit_sweep(reports: list[dict]) -> dict:
-    """Fit every memory method and the time of one sweep's reports (see module doc)."""
+    """Fit every memory method and the time of one sweep's reports (see module doc).
+    A sweep of llm-infer's `layers` is a depth sweep: bot/depth.py fits it."""
     reports = [r for r in reports if r]
+    from bot import depth  # depth builds on this module's fit_target
+    if depth.is_depth_sweep(reports):
+        return depth.fit_depth(reports)
     ok = [r for r in reports if r.get("status") == "ok"]
     out = {"schema": SCHEMA, "workload": None, "recipe": None, "variables": None,
            "defaults": {}, "points": [], "failed": [], "oom": None, "memory": {}, "time": None,
@@ -499,6 +503,9 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
     if model is None or model.get("error"):
         raise ValueError("the sweep has no time fit"
                          + (f": {model['error']}" if model else ""))
+    if fit.get("kind") == "depth":
+        from bot import depth
+        return predict_model(model, depth.question_layers(fit, params), 1)
     return predict_model(model, *_point(fit, params))
 
 

@@ -138,7 +138,13 @@ def fit(queue: JobQueue, cmd: commands.Command) -> dict:
     if any(j["status"] not in ENDED for j in jobs):
         return render.sweep_unfinished(cmd.sweep_id, jobs)
     result = scaling.fit_sweep([j["report"] for j in jobs])
-    if not result.get("error"):
+    if result.get("kind") == "depth" and not result.get("error"):
+        for key, value in cmd.params.items():
+            if key != "layers":
+                return render.reply(f":x: `{key}={value}`: S{cmd.sweep_id} is a depth sweep; "
+                                    f"it answers layers=N (e.g. `/trial fit S{cmd.sweep_id} "
+                                    "layers=32 gpu=H100`).")
+    elif not result.get("error"):
         known = {result["variables"]["batch"], *result["variables"]["length"],
                  *result["defaults"]}
         for key, value in cmd.params.items():

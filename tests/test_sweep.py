@@ -44,7 +44,7 @@ def test_sweep_is_the_cartesian_product_each_parsed_as_a_trial():
     ("sweep llm-infer batch=1,", "batch=1,", "empty item"),
     ("sweep llm-infer batch=0,1", "batch=0,1", "from 1 to 4096"),
     ("sweep llm-infer dtype=fp32,bf16", "dtype=fp32,bf16", "whole-number"),
-    ("sweep llm-infer hidden=64,128", "hidden=64,128", "batch, prompt or gen"),
+    ("sweep llm-infer hidden=64,128", "hidden=64,128", "batch, prompt, gen or layers"),
     ("sweep llm-infer colour=1,2", "colour=1,2", "has no parameter"),
     ("sweep llm-infer batch=1,2 batch=3,4", "batch=3,4", "given twice"),
     ("sweep llm-infer batch=1,2,3,4,5 prompt=8,16,32,64", None, "at most 16"),

@@ -43,6 +43,15 @@ def kv_cache_bytes(p: dict) -> int:
     return kv_bytes_per_token(p) * (p["prompt"] + p["gen"]) * p["batch"]
 
 
+def layer_bytes(p: dict) -> dict:
+    """One layer's weights and its share of the KV cache at p's batch and lengths:
+    what each layer adds to an inference peak (bot/depth.py, scripts/gpu-check)."""
+    one = {**p, "layers": 1}
+    weights = weight_params(one)["per_layer"] * DTYPE_BYTES[p["dtype"]]
+    kv = kv_cache_bytes(one)
+    return {"weights": weights, "kv": kv, "total": weights + kv}
+
+
 def full_depth(p: dict) -> dict | None:
     """For an llm-infer trial with `preset=`: the preset's full depth by the
     arithmetic above, at the trial's dtype, batch, prompt and gen. None

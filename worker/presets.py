@@ -75,6 +75,19 @@ def known() -> str:
     return ", ".join(PRESETS)
 
 
+def scaled(name: str, divisor: int) -> dict:
+    """The preset's shape narrowed by `divisor` with its ratios kept: hidden, heads,
+    ffn and vocab divided, the head size and the heads-per-KV-head grouping
+    unchanged. For benchmarks on a small machine (scripts/bench_depth.py)."""
+    p = PRESETS[name]
+    if any(x % divisor for x in (p.hidden, p.heads, p.kv_heads, p.ffn)):
+        raise ValueError(f"{name} does not narrow by {divisor}: its hidden, heads, kv_heads "
+                         "and ffn must all divide by it")
+    return {"hidden": p.hidden // divisor, "heads": p.heads // divisor,
+            "kv_heads": p.kv_heads // divisor, "ffn": p.ffn // divisor,
+            "vocab": p.vocab // divisor}
+
+
 def full_shape(name: str) -> dict:
     """The preset's shape at full depth, as llm-infer/llm-train parameters."""
     p = PRESETS[name]

@@ -233,7 +233,7 @@ def count(raw: str, what: str, high: int = 10**7) -> int:
 
 
 BLOCK_KEYS = ("runs", "configs", "gpus", "trial", "sweep", "note", "handoff", "batch",
-              "prompt", "gen")
+              "prompt", "gen", "layers")
 
 
 def parse_block(words: list[str]) -> dict:
@@ -253,7 +253,7 @@ def parse_block(words: list[str]) -> dict:
              "gpus": count(pairs.get("gpus", "1"), "gpus", 4096),
              "note": pairs.get("note"), "trials": [], "sweep": None, "predict": {},
              "handoff": hours(pairs["handoff"], "handoff") if "handoff" in pairs else None}
-    predict = {k: count(pairs[k], k) for k in ("batch", "prompt", "gen") if k in pairs}
+    predict = {k: count(pairs[k], k) for k in ("batch", "prompt", "gen", "layers") if k in pairs}
     if "trial" in pairs:
         if predict:
             raise PlanError(f"`{next(iter(predict))}=`: a config to predict goes with sweep=S12; "

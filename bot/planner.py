@@ -215,7 +215,8 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
             h = max(0.0, (predicted["se"] / predicted["sd"]) ** 2 - 1)
             half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
                     * math.sqrt(runs + runs ** 2 * h))
-        why_no_interval = "the fit has no residual degrees of freedom"
+        why_no_interval = (predicted.get("no_interval")
+                           or "the fit has no residual degrees of freedom")
     else:
         pr = per_run(trials)
         x = pr["mean"]
@@ -301,9 +302,11 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
                 if half is not None
                               else f"no interval: {why_no_interval}"),
             "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
-            "config": {**config(first), **(block.get("predict") or {})},
+            "config": {**config(first), **(block.get("predict") or {}),
+                       **(predicted or {}).get("config", {})},
             "code": code_version(first), "note": block.get("note"),
-            "sweep": block.get("sweep"), "predicted": bool(predicted)}
+            "sweep": block.get("sweep"), "predicted": bool(predicted),
+            "partial": (predicted or {}).get("partial")}
 
 
 def total(estimates: list[dict]) -> dict:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 
 import numpy as np
 
-from bot import advice, planner, plancmd, planview, scaling
+from bot import advice, depth, planner, plancmd, planview, scaling
 from bot.plancmd import PlanError
 from bot.queue import JobQueue
 
@@ -137,6 +138,11 @@ def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
     shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
+    if fit.get("kind") == "depth" and "layers" in block["predict"]:
+        full = depth.full_params(params)
+        if full and block["predict"]["layers"] > full["layers"]:
+            raise PlanError(f"{params['preset']} has {full['layers']} layers; predict at "
+                            f"layers=1..{full['layers']}")
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     unit = "per run phase" if ok[0]["report"].get("recipe") else "per request"
     source = (f"{unit}, predicted for {shown}"
@@ -144,8 +150,28 @@ def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
                  if held else "")
               + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
               "estimate, not measured at this config)")
+    depths = sorted({j["report"]["params"]["layers"] for j in ok})
+    part = (f"sweep S{block['sweep']} measured layers {', '.join(map(str, depths))}; predicted "
+            f"at {params['layers']}" if fit.get("kind") == "depth"
+            and params.get("layers", 0) > depths[-1] else None)
     return ok, {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
-                "source": source}
+                "source": source, "partial": part}
+
+
+def _partial_prediction(trials: list[dict]) -> dict | None:
+    """A block from a partial-depth trial: its time at the full depth, by a
+    stated model (bot/depth.time_factor), marked until a full-depth trial
+    replaces it."""
+    first = trials[0]["report"]
+    part = depth.partial(first)
+    if part is None:
+        return None
+    pr = planner.per_run(trials)
+    k = depth.time_factor(first["params"])
+    return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
+            "source": f"per {pr['unit']} ({pr['source']}), {k['what']}", "partial": part,
+            "no_interval": "a model-scaled time has no measured spread at the full depth",
+            "config": {"layers": depth.full_params(first["params"])["layers"]}}
 
 
 def estimates(queue: JobQueue, plan: dict, blocks: list[dict] | None = None
@@ -159,7 +185,8 @@ def estimates(queue: JobQueue, plan: dict, blocks: list[dict] | None = None
         if block["sweep"]:
             trials, predicted = _sweep_prediction(queue, block)
         else:
-            trials, predicted = _trials(queue, block["trials"]), None
+            trials = _trials(queue, block["trials"])
+            predicted = _partial_prediction(trials)
         attempts = queue.store.attempts_of([t["id"] for t in trials])
         usage = None
         if facts.get("idle") == "measured" and trials[0].get("worker"):

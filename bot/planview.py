@@ -24,7 +24,8 @@ def help_text() -> dict:
              "[note=\"open variable\"] [handoff=H]`, KIND one of "
              + ", ".join(plancmd.BLOCK_KINDS),
              "• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
-             "estimated from a sweep's fit",
+             "estimated from a sweep's fit (a depth sweep: `sweep=S12 layers=32`; it and a "
+             "partial-depth trial are marked until a full-depth trial replaces them)",
              "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
              "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "
              "`/plan NAME review`",
@@ -89,7 +90,11 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     diff = planner.lock_differences(lock, est["config"], est["code"]) if lock else []
     if diff:
         out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
-    if est.get("predicted"):
+    if est.get("partial"):
+        out.append(f"PREDICTED FROM A PARTIAL-DEPTH TRIAL ({est['partial']}): a full-depth "
+                   "trial on the target replaces it — run it and re-add the block with "
+                   "trial=T..")
+    elif est.get("predicted"):
         out.append("predicted from a sweep's fit, not measured at this config: run a trial at "
                    "it and re-add the block to replace the prediction")
     return out
@@ -118,8 +123,10 @@ def components_text(est: dict) -> str:
 
 def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> dict:
     verb = "replaced" if replaced else "added"
+    spread = (f"{_interval(est)}; {est['interval_note']}" if est["interval"]
+              else est["interval_note"])
     text = (f"Plan *{plan['name']}*: {est['kind']} block {verb} — {_h(est['hours'])} GPU-h "
-            f"({_interval(est)}; {est['interval_note']}), from {', '.join(est['trials'])} on "
+            f"({spread}), from {', '.join(est['trials'])} on "
             f"{est['env']}.\n```{components_text(est)}\n  total    {_h(est['hours'])} GPU-h```")
     text += "".join(f"\n:warning: {w}" for w in warnings)
     return reply(text)
@@ -162,7 +169,8 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date) -
     rows = [["block", "runs", "GPU-h", "90% interval", "cost"]]
     for (_, e, _), c in zip(ests, cost):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
-        rows.append([e["kind"], runs, _h(e["hours"]), _interval(e), c])
+        kind = e["kind"] + (" (partial depth)" if e.get("partial") else "")
+        rows.append([kind, runs, _h(e["hours"]), _interval(e), c])
     tot = planner.total([e for _, e, _ in ests])
     iv = (f"{_h(tot['interval'][0])}–{_h(tot['interval'][1])}" if tot["interval"]
           else "no interval")

@@ -1,0 +1,231 @@
+"""Partial-depth trials (issue 9): the one-trial prediction, the depth sweep's
+fit, the fits-on list, the decode model estimate, and their paths through
+/trial, /trial fit and /plan."""
+import datetime as dt
+import json
+import math
+
+import pytest
+
+from bot import commands, depth, gpus, plans, render, trials
+from bot.queue import JobQueue
+from bot.store import Store
+from worker import arithmetic, launcher, stats
+from worker import report as reports
+from worker import spec as specs
+
+LLAMA = ["llm-infer", "preset=llama-3-8b", "batch=8", "prompt=4096", "gen=256", "dtype=bf16"]
+GIB = 2**30
+
+
+def params(*words):
+    given = {w.split("=")[0] for w in words}
+    return specs.parse([w for w in LLAMA if w.split("=")[0] not in given] + list(words)).params
+
+
+def gpu_report(layers=2, allocated=None, rest=3 * GIB, trial="T1", **extra):
+    """A CUDA trial's report whose peak allocated is the arithmetic plus `rest`."""
+    p = params(f"layers={layers}", *[f"{k}={v}" for k, v in extra.items()])
+    r = reports.new_report("llm-infer", p)
+    a = depth.arithmetic_at(p)
+    peak = allocated if allocated is not None else a["weights"] + a["kv"] + rest
+    r.update(status="ok", trial=trial, env={"device": "cuda", "gpu_count": 1,
+                                            "gpu_name": "NVIDIA H200", "gpu_memory": 141 * 10**9,
+                                            "torch": "2.13.0", "cpu": "x", "host": "h"},
+             latency={**stats.summary([0.5 * layers + 1.0] * 5), "unit": "s"},
+             decode_per_token={**stats.summary([0.01 * layers + 0.002] * 5), "unit": "s"})
+    run = 5 * (0.5 * layers + 1.0)
+    r["phases"] = [{"name": n, "seconds": x} for n, x in
+                   (("setup", 1.0), ("weights", 2.0), ("data", 0.5), ("warmup", 1.0), ("run", run))]
+    r["seconds"] = 4.5 + run
+    r["memory"].update(peak_allocated=peak, peak_reserved=peak + GIB)
+    return r
+
+
+def test_one_trial_predicts_the_full_depth_from_the_arithmetic_per_layer():
+    r = gpu_report(layers=2)
+    pred = depth.from_trial(r)
+    per = depth.layer_bytes(r["params"])
+    full = depth.full_params(r["params"])
+    a = depth.arithmetic_at(full)
+    # What the KV arithmetic must be: 2·layers·kv_heads·head_dim·tokens·batch·bytes.
+    assert per["kv"] == 2 * 1 * 8 * 128 * (4096 + 256) * 8 * 2
+    assert pred["layers"] == 32 and pred["trial_layers"] == 2
+    got = pred["memory"]["peak_allocated"]["predicted"]
+    assert got == r["memory"]["peak_allocated"] + 30 * per["total"]
+    assert got == pytest.approx(a["weights"] + a["kv"] + 3 * GIB, abs=4)
+    assert "not checked by a depth sweep" in pred["what"]
+    fits = pred["fits"]
+    assert fits["method"] == "peak_reserved" and fits["batch"] == 8
+    by = {g["gpu"]: g for g in fits["gpus"]}
+    assert not by["L4"]["fits"] and 1 <= by["L4"]["largest_batch"] < 8   # a smaller batch does
+    assert not by["T4"]["fits"] and by["T4"]["largest_batch"] == 0       # 16 GB of weights
+    assert by["H100-80GB"]["fits"] and by["H100-80GB"]["margin"] > 0
+
+
+def test_the_largest_batch_is_the_last_that_fits_under_the_stated_bound():
+    weights, kv, rest, b0 = 16e9, 0.5e9, 2e9, 8
+
+    def peak(b):
+        return weights + b * kv + rest * max(1, b / b0)
+    for capacity in (17e9, 19e9, 21e9, 30e9, 80e9, 141e9):
+        b = depth.largest_batch(int(capacity), weights, kv, rest, b0)
+        if b:
+            assert peak(b) <= capacity < peak(b + 1)
+        else:
+            assert peak(1) > capacity
+
+
+def test_a_cpu_trial_answers_fits_from_the_arithmetic_and_says_it_is_a_lower_bound():
+    r = gpu_report(layers=1)
+    r["memory"].update(peak_allocated=None, peak_reserved=None, host_rss_peak=5 * GIB,
+                       host_rss_peak_kernel=5 * GIB + 2**20)
+    pred = depth.from_trial(r)
+    assert set(pred["memory"]) == {"host_rss_peak", "host_rss_peak_kernel"}
+    assert pred["fits"]["method"] is None and "lower bound" in pred["fits"]["basis"]
+    assert pred["fits"]["rest"] == 0
+
+
+def test_no_prediction_without_a_preset_or_for_a_failed_trial():
+    plain = reports.new_report("llm-infer", specs.parse(["llm-infer"]).params)
+    plain["status"] = "ok"
+    assert depth.from_trial(plain) is None
+    failed = gpu_report()
+    failed["status"] = "failed"
+    assert depth.from_trial(failed) is None
+    assert depth.from_trial(None) is None
+
+
+def test_the_decode_estimate_is_bytes_over_bandwidth_and_labelled_a_model():
+    p = depth.full_params(params("layers=2"))
+    d = depth.decode_estimate(p)
+    expect = (arithmetic.weight_bytes(p)
+              + arithmetic.kv_bytes_per_token(p) * (4096 + 128) * 8)
+    assert d["bytes_per_step"] == pytest.approx(expect)
+    by = {g["gpu"]: g for g in d["gpus"]}
+    assert by["H200"]["seconds"] == [pytest.approx(expect / 4.8e12)]
+    assert len(by["H100-80GB"]["seconds"]) == 2           # SXM5 and PCIe differ
+    assert "A10G" in d["no_bandwidth"] and "A10G" not in by
+    assert "model estimate, not measured" in d["what"]
+    text = render.report_blocks(dict(gpu_report(), status="ok"))
+    body = json.dumps(text)
+    assert "model estimate, not measured" in body and "Fits on" in body
+    assert "llama-3-8b at full depth (32 layers; this trial ran 2)" in body
+
+
+def test_every_datasheet_bandwidth_has_a_source():
+    for g in gpus.TABLE.values():
+        assert g.source
+        assert all(100 <= bw <= 10000 for bw in g.bandwidth_gbs), g
+
+
+# --- the depth sweep -------------------------------------------------------------
+
+def test_a_depth_fit_recovers_fixed_and_per_layer_parts_and_checks_the_deepest():
+    rs = [gpu_report(layers=n, trial=f"T{n}") for n in (1, 2, 4)]
+    fit = depth.fit_depth(rs)
+    assert fit["error"] is None and fit["preset"] == "llama-3-8b"
+    model = fit["memory"]["peak_allocated"]
+    per = depth.layer_bytes(rs[0]["params"])["total"]
+    assert depth.slope(model) == pytest.approx(per, rel=1e-9)
+    assert model["held_out"]["trial"] == "T4"
+    assert abs(model["held_out"]["relative_error"]) < 1e-9
+    assert depth.slope(fit["time"]) == pytest.approx(0.5)
+    pred = depth.from_sweep(fit)
+    assert pred["layers"] == 32
+    assert pred["memory"]["peak_allocated"]["value"] == pytest.approx(
+        depth.from_trial(rs[1])["memory"]["peak_allocated"]["predicted"], rel=1e-9)
+    assert pred["time"]["value"] == pytest.approx(17.0)
+    with pytest.raises(ValueError, match="32 layers"):
+        depth.from_sweep(fit, 40)
+
+
+def test_a_depth_fit_refuses_trials_that_differ_in_more_than_layers():
+    rs = [gpu_report(layers=1), gpu_report(layers=2, batch=4)]
+    fit = depth.fit_depth(rs)
+    assert "batch" in fit["error"] and "layers alone" in fit["error"]
+
+
+def test_a_depth_sweep_is_parsed_with_live_host_memory_and_alone():
+    cmd = commands.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=2")
+    assert [s.params["layers"] for s in cmd.specs] == [1, 2, 4]
+    assert {s.params["malloc"] for s in cmd.specs} == {"live"}
+    kept = commands.parse_trial("sweep llm-infer layers=1,2 malloc=glibc")
+    assert {s.params["malloc"] for s in kept.specs} == {"glibc"}
+    with pytest.raises(specs.SpecError, match="varies layers alone"):
+        commands.parse_trial("sweep llm-infer layers=1,2 batch=1,2")
+    with pytest.raises(specs.SpecError, match="llama-3-8b has 32 layers"):
+        commands.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
+
+
+def test_malloc_auto_is_live_for_a_preset_and_glibc_otherwise():
+    assert params("layers=2")["malloc"] == "live"
+    assert specs.parse(["llm-infer"]).params["malloc"] == "glibc"
+    assert params("malloc=glibc")["malloc"] == "glibc"
+
+
+def test_a_live_malloc_trial_pins_glibcs_threshold_in_the_child():
+    spec = specs.parse(["llm-infer", "layers=1", "hidden=32", "heads=2", "kv_heads=1",
+                        "vocab=64", "prompt=8", "gen=2", "repeats=1", "stability=0",
+                        "warmup=0", "malloc=live", "device=cpu"])
+    r = launcher.run_trial(spec)
+    assert r["status"] == "ok", r["error"]
+    assert "pinned at 64 KiB (malloc=live)" in r["memory"]["method"]["host_rss_peak"]
+
+
+# --- through the bot -------------------------------------------------------------
+
+@pytest.fixture
+def queue(tmp_path):
+    return JobQueue(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
+
+
+def run_depth_sweep(queue, text="sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=8 "
+                                "prompt=4096 gen=256 dtype=bf16"):
+    trials.handle(queue, text, "U1", "C1")
+    for _ in range(3):
+        job = queue.lease("w1", 0)
+        n = job["spec"]["params"]["layers"]
+        r = gpu_report(layers=n, trial=job["trial"])
+        r["params"] = job["spec"]["params"]
+        queue.finish(job["id"], "w1", job["lease"], r)
+
+
+def test_a_depth_sweep_posts_its_fit_and_answers_layers_and_a_gpu(queue):
+    run_depth_sweep(queue)
+    (msg,) = [m for m in queue.store.unsent(100) if m["kind"] == "sweep"]
+    assert "*Depth sweep S1*" in msg["text"] and "3 ok, 0 failed" in msg["text"]
+    assert "held out T3 at 4 layers: predicted 7.11 GiB, measured 7.11 GiB" in msg["text"]
+    assert "Predicted at 32 layers" in msg["text"] and "model estimate, not measured" in msg["text"]
+    assert len(msg["blocks"]) <= 50 and all(len(json.dumps(b)) < 3200 for b in msg["blocks"])
+    answer = trials.handle(queue, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
+    assert "Predicted at 16 layers" in answer and "H100-80GB" in answer
+    assert "L4" not in answer.split("Fits on")[1].split("Decode")[0]
+    bad = trials.handle(queue, "fit S1 batch=32", "U1", "C1")[0]["text"]
+    assert bad.startswith(":x: `batch=32`") and "depth sweep" in bad
+    deep = trials.handle(queue, "fit S1 layers=33", "U1", "C1")[0]["text"]
+    assert "32 layers" in deep
+
+
+def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(queue):
+    run_depth_sweep(queue)
+    def say(text):
+        return plans.handle(queue, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
+    say("new repro gpu=H100")
+    out = say("repro block scale runs=100 sweep=S1 layers=32")
+    assert "PREDICTED FROM A PARTIAL-DEPTH TRIAL" in out and "layers 1, 2, 4" in out
+    assert "100 runs × 17 s" in out
+    out = say("repro block baseline runs=10 trial=T2")
+    assert "PREDICTED FROM A PARTIAL-DEPTH TRIAL (T2: 2 of 32 layers" in out
+    k = depth.time_factor(queue.store.job(2)["report"]["params"])["factor"]
+    assert 5 < k < 10 and f"scaled ×{k:.3g}" in out
+    assert "no interval: a model-scaled time" in out
+    assert "(partial depth)" in say("repro show")
+    # A full-depth trial replaces the prediction.
+    job = queue.submit(specs.parse([*LLAMA, "layers=32"]), "llm-infer", "U1", "C1")
+    leased = queue.store.lease_next("w1", 60)
+    queue.finish(job["id"], "w1", leased["lease"], gpu_report(layers=32, trial=job["trial"]))
+    out = say(f"repro block baseline runs=10 trial={job['trial']}")
+    assert "PARTIAL-DEPTH" not in out and "replaced" in out
+    assert math.isfinite(float(out.split("— ")[1].split(" GPU-h")[0].replace(",", "")))
+    assert "has 32 layers" in say("repro block scale runs=1 sweep=S1 layers=64")

@@ -132,7 +132,7 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         parts.append("\n".join(lines))
         fits = pred["fits"]
         if gpu is not None:
-            fits = dict(fits, gpus=[g for g in fits["gpus"] if g["bytes"] == gpu.bytes]
+            fits = dict(fits, gpus=[g for g in fits["gpus"] if g["gpu"] == gpu.name]
                         or [_custom(fits, gpu)])
         parts.append(fits_text(fits))
         parts.append(decode_text(pred["decode_estimate"], pred["layers"]))

@@ -201,6 +201,8 @@ def test_a_depth_sweep_posts_its_fit_and_answers_layers_and_a_gpu(queue):
     answer = trials.handle(queue, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
     assert "Predicted at 16 layers" in answer and "H100-80GB" in answer
     assert "L4" not in answer.split("Fits on")[1].split("Decode")[0]
+    exact = trials.handle(queue, "fit S1 layers=32 gpu=79.6GiB", "U1", "C1")[0]["text"]
+    assert "79.6GiB GPU" in exact and "largest batch" in exact
     bad = trials.handle(queue, "fit S1 batch=32", "U1", "C1")[0]["text"]
     assert bad.startswith(":x: `batch=32`") and "depth sweep" in bad
     deep = trials.handle(queue, "fit S1 layers=33", "U1", "C1")[0]["text"]
@@ -229,3 +231,25 @@ def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(queu
     assert "PARTIAL-DEPTH" not in out and "replaced" in out
     assert math.isfinite(float(out.split("— ")[1].split(" GPU-h")[0].replace(",", "")))
     assert "has 32 layers" in say("repro block scale runs=1 sweep=S1 layers=64")
+
+
+def test_a_depth_sweep_through_the_console_runs_real_trials_and_answers(tmp_path):
+    from test_console import run_console
+    done = run_console(tmp_path, [
+        "/trial sweep llm-infer layers=1,2,3 hidden=64 heads=2 kv_heads=1 vocab=256 gen=4 "
+        "repeats=2 stability=0 run_cap=1",
+        "/trial fit S1 layers=12 gpu=L4",
+        "/trial fit S1 batch=4"], "--json")
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    reports_ = [m for m in out if " llm-infer ok on " in m["text"] and not m.get("update")]
+    assert len(reports_) == 3
+    (fit,) = [m for m in out if m["text"].startswith(":straight_ruler: *Depth sweep S1*")
+              and "channel" in m]
+    assert "Peak memory — host_rss_peak" in fit["text"] and "held out T3 at 3 layers" in fit["text"]
+    assert "no full depth to predict" in fit["text"]          # no preset: ask for a depth
+    answer, refused = out[-2:]
+    assert answer["response_type"] == "ephemeral" and "Predicted at 12 layers" in answer["text"]
+    assert "lower bound" in answer["text"] and "\nL4 " in answer["text"]
+    assert "\nA10 " not in answer["text"]                    # the GPU asked about only
+    assert refused["text"].startswith(":x: `batch=4`")

@@ -238,7 +238,9 @@ def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> 
             w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"],
                         comp["name"], _plain(comp["hours"]), "", "", "", comp["source"]])
         w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], "total",
-                    _plain(e["hours"]), _plain(lo), _plain(hi), c, e["interval_note"]])
+                    _plain(e["hours"]), _plain(lo), _plain(hi), c, e["interval_note"]
+                    + (f"; predicted from a partial-depth trial ({e['partial']})"
+                       if e.get("partial") else "")])
     tot = planner.total([e for _, e, _ in ests])
     lo, hi = tot["interval"] or (None, None)
     w.writerow([plan["name"], "total", "", "", "", "total", _plain(tot["hours"]),
@@ -259,6 +261,9 @@ def markdown(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> 
                   f"{e['interval_note']}.", ""]
         lines += [f"- {c['name']}: {_h(c['hours'])} GPU-h — {c['source']}"
                   for c in e["components"]]
+        if e.get("partial"):
+            lines.append(f"- predicted from a partial-depth trial ({e['partial']}) until a "
+                         "full-depth trial on the target replaces it")
         if e.get("note"):
             lines.append(f"- open variable: {e['note']}")
     lines += ["", "## Checklist", ""]

@@ -223,6 +223,12 @@ def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(queu
     assert 5 < k < 10 and f"scaled ×{k:.3g}" in out
     assert "no interval: a model-scaled time" in out
     assert "(partial depth)" in say("repro show")
+    before = queue.store.db["outbox"].count
+    say("repro export")
+    csv_text, md = [r["content"] for r in list(queue.store.db["outbox"].rows)[before:]
+                    if r["kind"] == "export"]
+    assert "predicted from a partial-depth trial (T2: 2 of 32 layers" in csv_text
+    assert "| baseline (partial depth) |" in md and "- predicted from a partial-depth" in md
     # A full-depth trial replaces the prediction.
     job = queue.submit(specs.parse([*LLAMA, "layers=32"]), "llm-infer", "U1", "C1")
     leased = queue.store.lease_next("w1", 60)

@@ -21,6 +21,20 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "create table if not exists worker_tokens (name text primary key, hash text not null, "
         "created float not null, revoked float)",
     ]),
+    # `/plan NAME actual KIND slurm=JOBID`: a request a Slurm worker leases (the bot
+    # is not on the cluster, so a worker runs sacct), its lease like a job's, and
+    # what came of it: sacct's records and the actual recorded (`actual`, an
+    # actuals id; its source is this row). A new table, not columns on `actuals`:
+    # the baseline's transform would drop columns it does not list.
+    ("Slurm accounting requests for actuals", [
+        "create table if not exists slurm_actuals (id integer primary key, plan text not null, "
+        "block text not null, jobs text not null, runs integer, note text, user text not null, "
+        "channel text not null, request text unique, status text not null default 'queued', "
+        "worker text, lease text, lease_expires float, attempts integer not null default 0, "
+        "created float not null, finished float, result text, message text, actual integer)",
+        "create index if not exists slurm_actuals_status on slurm_actuals (status)",
+        "create index if not exists slurm_actuals_actual on slurm_actuals (actual)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from bot import commands
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|block KIND runs=N "
-         "trial=T12 ...|lock|unlock|advise|actual KIND hours=H|review|export] | "
+         "trial=T12 ...|lock|unlock|advise|actual KIND hours=H|slurm=JOBID|review|export] | "
          "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan prices | "
          "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan help")
 
@@ -270,22 +270,55 @@ def parse_block(words: list[str]) -> dict:
     return block
 
 
+SLURM_JOB = re.compile(r"\d{1,12}(_\d{1,9})?")  # a job id, or an array task (123_4)
+MAX_SLURM_JOBS = 100
+
+
 def parse_actual(words: list[str]) -> dict:
     if not words or words[0] not in BLOCK_KINDS:
         got = f"`{words[0]}` is not a block kind" if words else "Name the block"
         raise PlanError(f"{got}: one of {', '.join(BLOCK_KINDS)}. Usage: `/plan NAME actual "
                         "KIND hours=H [prep=H] [data=H] [retries=H] [idle=H] [runs=N] "
-                        "[note=...]`")
-    pairs = _pairs(words[1:], ("hours", "prep", "data", "retries", "idle", "runs", "note"),
-                   "an actual")
+                        "[note=...]`, or `/plan NAME actual KIND slurm=JOBID[,JOBID...] "
+                        "[runs=N] [note=...]`")
+    pairs = _pairs(words[1:], ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
+                               "note"), "an actual")
+    if "slurm" in pairs:
+        return parse_slurm_actual(words[0], pairs)
     if "hours" not in pairs:
-        raise PlanError("an actual needs hours=H: the GPU-hours the block really took")
+        raise PlanError("an actual needs hours=H (the GPU-hours the block really took) or "
+                        "slurm=JOBID (read them from Slurm's accounting)")
     total = number(pairs["hours"], "hours", positive=True)
     parts = {k: number(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
     if sum(parts.values()) > total:
         raise PlanError(f"prep, data, retries and idle add up to {sum(parts.values()):g} h, "
                         f"more than hours={total:g}")
     return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
+            "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
+
+
+def parse_slurm_actual(kind: str, pairs: dict) -> dict:
+    """`slurm=123,124`: the hours come from Slurm's accounting, so hours= and the
+    parts (prep, data, retries, idle) cannot be given beside it."""
+    given = [k for k in ("hours", "prep", "data", "retries", "idle") if k in pairs]
+    if given:
+        raise PlanError(f"`{given[0]}=` and `slurm=` together: slurm= reads the hours from "
+                        "Slurm's accounting (jobs that did not complete count as retries); "
+                        "give hours=H or slurm=JOBID, not both")
+    ids = []
+    for word in pairs["slurm"].split(","):
+        word = word.strip()
+        if not SLURM_JOB.fullmatch(word):
+            raise PlanError(f"`slurm={pairs['slurm']}`: `{word}` is not a Slurm job id; write "
+                            "the numbers sbatch printed, e.g. slurm=123456 or "
+                            "slurm=123456,123457 (an array task: 123456_7)")
+        if word in ids:
+            raise PlanError(f"`slurm={pairs['slurm']}`: job {word} is given twice")
+        ids.append(word)
+    if len(ids) > MAX_SLURM_JOBS:
+        raise PlanError(f"`slurm=`: at most {MAX_SLURM_JOBS} job ids at once (an array job's "
+                        "id counts once for all its tasks)")
+    return {"block": kind, "slurm": ids, "hours": None, "parts": {}, "note": pairs.get("note"),
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
 
 

@@ -370,7 +370,10 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
             run_count += m["runs"]
         else:
             counted = False
-        sources.append("manual" + (f" ({m['note']})" if m.get("note") else ""))
+        if m.get("slurm"):  # read from Slurm's accounting by a Slurm worker
+            sources.append(m["note"])  # "Slurm accounting: jobs …, Elapsed …, MaxRSS …"
+        else:
+            sources.append("manual" + (f" ({m['note']})" if m.get("note") else ""))
     if not sources:
         return {"kind": estimate["kind"], "actual": None}
     est = {c["name"]: c["seconds"] for c in estimate["components"]}

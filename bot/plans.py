@@ -12,14 +12,18 @@ import numpy as np
 from bot import advice, depth, planner, plancmd, planview, scaling
 from bot.plancmd import PlanError
 from bot.queue import JobQueue
+from bot.store import DuplicateRequest
 
 log = logging.getLogger("trialbot.plans")
 
 
 def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
-           now: dt.datetime | None = None) -> dict:
+           now: dt.datetime | None = None, request: str | None = None) -> dict:
+    """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once."""
     try:
         cmd = plancmd.parse(text, today)
+        if cmd.action == "actual":
+            cmd.args["request"] = request
         need, what = NEEDS.get(cmd.action, (None, None))
         refused = need and queue.allows(need, user, channel, what)
         home = need and cmd.plan and (queue.store.plan(cmd.plan) or {}).get("channel")
@@ -277,11 +281,39 @@ def _actual(queue, cmd, user, channel, today):
     if kind not in {b["kind"] for b in queue.store.blocks(cmd.plan)}:
         raise PlanError(f"Plan {cmd.plan} has no {kind} block; add it first with "
                         f"`/plan {cmd.plan} block {kind} runs=N trial=T12`")
+    if cmd.args.get("slurm"):
+        return _slurm_actual(queue, cmd, plan, user)
     queue.store.add_actual({"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
                             "parts": cmd.args["parts"], "runs": cmd.args["runs"],
                             "note": cmd.args["note"], "user": user})
     return planview.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
                           f"actual. `/plan {plan['name']} review` compares it with the estimate.")
+
+
+SLURM_WORKER_HELP = ("start one on the cluster's login node: `trialbot-worker --server "
+                     "http://BOT-HOST:3000 --name hpc --executor slurm --partition P` (README, "
+                     "Slurm)")
+
+
+def _slurm_actual(queue, cmd, plan, user):
+    """The bot is not on the cluster: a Slurm worker runs sacct for it. The
+    request is stored and leased like a trial; the actual is recorded, and
+    posted in the plan's channel, when the worker's answer arrives."""
+    slurm = queue.slurm_workers()
+    if not slurm:
+        raise PlanError("No Slurm worker is registered, and the bot cannot read Slurm's "
+                        f"accounting itself: {SLURM_WORKER_HELP}, then ask again")
+    row = {"plan": plan["name"], "block": cmd.args["block"], "jobs": cmd.args["slurm"],
+           "runs": cmd.args["runs"], "note": cmd.args["note"], "user": user,
+           "channel": plan["channel"]}
+    try:
+        req = queue.submit_slurm_actual(row, cmd.args.get("request"))
+    except DuplicateRequest as dup:
+        return planview.reply(f"Already received: Slurm accounting request A{dup.jobs[0]} is "
+                              "asked for; its answer will be posted in the plan's channel.")
+    online = set(queue.online_workers())
+    return planview.slurm_asked(plan, req, [w["name"] for w in slurm],
+                                [w["name"] for w in slurm if w["name"] in online])
 
 
 def _review(queue, cmd, user, channel, today):

@@ -29,6 +29,10 @@ def help_text() -> dict:
              "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
              "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "
              "`/plan NAME review`",
+             "• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the actual "
+             "from Slurm's accounting, read by a Slurm worker with sacct: GPU-h = Σ Elapsed × "
+             "allocated GPUs (jobs that did not complete count as retries; no GPU allocated: "
+             "node-hours), with MaxRSS and GPU TRES usage in its note",
              "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
              "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
              "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
@@ -311,8 +315,8 @@ def review(plan: dict, rows: list[dict]) -> dict:
     for r in rows:
         if r.get("actual") is None:
             lines.append(f"• {r['kind']}: no actual yet (tag trials with `plan={plan['name']} "
-                         f"block={r['kind']}` or `/plan {plan['name']} actual {r['kind']} "
-                         "hours=H`)")
+                         f"block={r['kind']}`, or `/plan {plan['name']} actual {r['kind']} "
+                         "hours=H` or `slurm=JOBID`)")
             continue
         n = r["places"]
         diff = r["actual"] - r["estimate"]
@@ -326,6 +330,17 @@ def review(plan: dict, rows: list[dict]) -> dict:
             lines.append(f"    NOT COMPARABLE with the locked plan: {', '.join(r['not_comparable'])}")
         lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]
     return reply("\n".join(lines))
+
+
+def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str]) -> dict:
+    """The ephemeral answer to `actual KIND slurm=...`: asked, and where the result goes."""
+    who = (f"a Slurm worker ({', '.join(online)} online)" if online else
+           f"a Slurm worker; none is online now (registered: {', '.join(registered)}), so "
+           "it waits for one")
+    return reply(f"Asked {who} for Slurm's accounting of job {', '.join(req['jobs'])} "
+                 f"(request A{req['id']}). The actual for *{plan['name']}* {req['block']} is "
+                 f"recorded and posted in <#{plan['channel']}> when sacct has answered; "
+                 "nothing is recorded for a job that is unknown or still running.")
 
 
 def price_recorded(price: dict, today: dt.date) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import access, chart, render, routing, scaling, trialcard
+from bot import access, chart, render, routing, scaling, slurmactual, trialcard
 from bot.store import ENDED, Store
 from worker import report as reports
 from worker.spec import Workload
@@ -159,13 +159,45 @@ class JobQueue:
         return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)
                 if can_run(w["info"], spec)]
 
+    def slurm_workers(self) -> list[dict]:
+        """Registered workers that submit to Slurm: they can run sacct for the bot."""
+        return [w for w in self.store.workers() if w["info"].get("executor") == "slurm"]
+
+    def submit_slurm_actual(self, row: dict, request: str | None = None) -> dict:
+        req = self.store.add_slurm_actual(row, request)
+        with self.changed:
+            self.changed.notify_all()
+        return req
+
+    def finish_slurm_actual(self, req_id: int, worker: str, lease: str, result: dict) -> dict:
+        """A Slurm worker's sacct answer: the actual recorded (or why not) and
+        posted in the plan's channel, in one transaction."""
+        req = self.store.slurm_actual(req_id)
+        if req is None:
+            raise LeaseLost(f"there is no Slurm accounting request A{req_id}")
+        if req["worker"] != worker or req["lease"] != lease:
+            raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
+        actual, text = slurmactual.outcome(req, result)
+        if not self.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
+                                              actual, [render.reply_message(req["channel"],
+                                                                            text)]):
+            raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
+        self.on_message()
+        return self.store.slurm_actual(req_id)
+
     def lease(self, worker: str, wait: float) -> dict | None:
+        """A trial job for `worker`; for a Slurm worker, first any Slurm accounting
+        request (seconds of sacct), as a dict with kind "slurm-accounting"."""
         deadline = time.monotonic() + wait
         self.store.seen_worker(worker)
         info = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
 
         while True:
             self.fail_exhausted()
+            if info.get("executor") == "slurm":
+                req = self.store.lease_slurm_actual(worker, self.lease_seconds, self.max_leases)
+                if req:
+                    return dict(req, kind="slurm-accounting")
             job = self.store.lease_next(worker, self.lease_seconds,
                                         lambda spec: can_run(info, spec),
                                        self.max_leases)
@@ -181,7 +213,18 @@ class JobQueue:
 
     def fail_exhausted(self) -> None:
         """A trial whose workers keep dying (it may be what kills them) fails
-        with the reason instead of being re-queued for ever."""
+        with the reason instead of being re-queued for ever; so does a Slurm
+        accounting request."""
+        for req in self.store.expired_slurm_actuals(self.max_leases):
+            why = (f"lease expired {req['attempts']} times: the Slurm workers asked "
+                   f"({req['worker']} last) stopped answering")
+            text = (f":x: Slurm accounting for *{req['plan']}* {req['block']} (jobs "
+                    f"{', '.join(req['jobs'])}): {why}. Nothing was recorded (asked by "
+                    f"<@{req['user']}>); ask again when a Slurm worker runs.")
+            if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
+                                              [render.reply_message(req["channel"], text)],
+                                              expired=True):
+                self.on_message()
         for job in self.store.expired_jobs(self.max_leases):
             report = reports.new_report(job["workload"], job["spec"]["params"])
             if job["cancel"]:  # cancelled, then its worker went silent: never run again

@@ -632,8 +632,92 @@ class Store:
                                            recorded=time.time()))
 
     def actuals(self, plan: str) -> list[dict]:
-        return [dict(a, parts=json.loads(a["parts"] or "{}"))
-                for a in self.db["actuals"].rows_where("plan = ?", [plan], order_by="id")]
+        """The plan's recorded actuals; `slurm` lists the job ids of one read from
+        Slurm accounting (None for hours given by hand)."""
+        return [dict(a, parts=json.loads(a["parts"] or "{}"),
+                     slurm=json.loads(a["slurm"]) if a["slurm"] else None)
+                for a in self.db.query(
+                    "select a.*, s.jobs as slurm from actuals a left join slurm_actuals s "
+                    "on s.actual = a.id where a.plan = ? order by a.id", [plan])]
+
+    # Slurm actuals: requests a Slurm worker leases to run sacct ---------------
+
+    def add_slurm_actual(self, row: dict, request: str | None = None) -> dict:
+        """Queue a request; a `request` key seen before (Slack retried) raises
+        DuplicateRequest with the id it queued, and queues nothing."""
+        with self.tx():
+            if request is not None:
+                seen = self.db.execute("select id from slurm_actuals where request = ?",
+                                       [request]).fetchone()
+                if seen:
+                    raise DuplicateRequest([seen[0]])
+            cur = self.db.execute(
+                "insert into slurm_actuals (plan, block, jobs, runs, note, user, channel, "
+                "request, created) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [row["plan"], row["block"], json.dumps(row["jobs"]), row.get("runs"),
+                 row.get("note"), row["user"], row["channel"], request, time.time()])
+        return self.slurm_actual(cur.lastrowid)
+
+    def slurm_actual(self, req_id: int) -> dict | None:
+        rows = list(self.db["slurm_actuals"].rows_where("id = ?", [req_id]))
+        if not rows:
+            return None
+        row = rows[0]
+        return dict(row, jobs=json.loads(row["jobs"]),
+                    result=json.loads(row["result"]) if row["result"] else None)
+
+    def lease_slurm_actual(self, worker: str, seconds: float, max_leases: int) -> dict | None:
+        """The oldest queued request, or one whose lease expired fewer than
+        `max_leases` times; the conditional UPDATE lets one racing worker win."""
+        now = time.time()
+        for (req_id,) in self.db.execute(
+                "select id from slurm_actuals where status = 'queued' or (status = 'running' "
+                "and lease_expires < ? and attempts < ?) order by id limit 20",
+                [now, max_leases]).fetchall():
+            lease = uuid.uuid4().hex
+            with self.tx():
+                cur = self.db.execute(
+                    "update slurm_actuals set status = 'running', worker = ?, lease = ?, "
+                    "lease_expires = ?, attempts = attempts + 1 where id = ? and "
+                    "(status = 'queued' or (status = 'running' and lease_expires < ?))",
+                    [worker, lease, now + seconds, req_id, now])
+                if cur.rowcount != 1:
+                    continue
+                self.db.execute("update workers set last_seen = ? where name = ?", [now, worker])
+            return self.slurm_actual(req_id)
+        return None
+
+    def expired_slurm_actuals(self, max_leases: int) -> list[dict]:
+        """Requests whose last allowed lease expired: their workers went silent."""
+        return [self.slurm_actual(r[0]) for r in self.db.execute(
+            "select id from slurm_actuals where status = 'running' and lease_expires < ? and "
+            "attempts >= ? order by id", [time.time(), max_leases]).fetchall()]
+
+    def finish_slurm_actual(self, req: dict, status: str, result: dict, text: str,
+                            actual: dict | None, messages: list[dict],
+                            expired: bool = False) -> bool:
+        """End a request held by `req`'s worker and lease: the actual (if any),
+        the request's outcome and the channel's message in one transaction, so
+        a crash records all of it or none. False when the lease is no longer
+        theirs (or, with `expired`, when it has not expired)."""
+        now = time.time()
+        with self.tx():
+            cur = self.db.execute(
+                "update slurm_actuals set status = ?, result = ?, message = ?, finished = ?, "
+                "lease = null, lease_expires = null where id = ? and worker = ? and lease = ? "
+                "and status = 'running'" + (" and lease_expires < ?" if expired else ""),
+                [status, json.dumps(result), text, now, req["id"], req["worker"], req["lease"]]
+                + ([now] if expired else []))
+            if cur.rowcount != 1:
+                return False
+            if actual is not None:
+                actual_id = self.db["actuals"].insert(dict(
+                    actual, parts=json.dumps(actual.get("parts") or {}), recorded=now)).last_pk
+                self.db.execute("update slurm_actuals set actual = ? where id = ?",
+                                [actual_id, req["id"]])
+            for message in messages:
+                self._add_message(message, None)
+        return True
 
     def tag_job(self, job_id: int, plan: str, block: str) -> None:
         with self.tx():

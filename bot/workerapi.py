@@ -4,6 +4,8 @@
     POST /api/lease             {worker, wait, idle}      -> 200 {job...} | 204 (none yet)
     POST /api/jobs/<id>/heartbeat {worker, lease, progress} -> 200 {cancel} | 409 lease lost
     POST /api/jobs/<id>/report  {worker, lease, report}   -> 200 | 400 bad report | 409
+    POST /api/accounting/<id>/result {worker, lease, result} -> 200 | 400 | 409
+      (a Slurm worker's sacct answer for `/plan NAME actual KIND slurm=JOBID`)
     (a job id the bot never had: 404; a body over `body_limit`: 413)
 
 The token is the shared TRIALBOT_WORKER_TOKEN (any worker name) or a
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import re
 
-from bot import routing, tokens
+from bot import routing, slurmactual, tokens
 from bot.queue import JobQueue, LeaseLost
 from worker import report as reports
 from worker.spec import Workload
 
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
+ACCOUNTING_PATH = re.compile(r"/api/accounting/(\d{1,12})/result")
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Body limits, checked before the body is read. A report carries its memory
 # timeline (at most ~2000 points per part, a few hundred KB) and latency
@@ -32,7 +35,8 @@ MAX_REQUEST = 2**20
 
 
 def body_limit(path: str) -> int:
-    return MAX_REPORT if path.endswith("/report") else MAX_REQUEST
+    # A Slurm accounting answer lists an array job task by task: as large as a report.
+    return MAX_REPORT if path.endswith(("/report", "/result")) else MAX_REQUEST
 
 
 def check_info(info: dict) -> str | None:
@@ -132,9 +136,16 @@ class WorkerApi:
             job = self.queue.lease(worker, wait)
             if job is None:
                 return 204, None
+            if job.get("kind") == "slurm-accounting":
+                return 200, {"kind": job["kind"], "id": job["id"], "request": f"A{job['id']}",
+                             "lease": job["lease"], "jobs": job["jobs"],
+                             "heartbeat": self.queue.heartbeat_seconds}
             return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
                          "spec": job["spec"], "attempt": job["attempts"],
                          "heartbeat": self.queue.heartbeat_seconds}
+        m = ACCOUNTING_PATH.fullmatch(path)
+        if m:
+            return self.accounting(int(m.group(1)), worker, body)
         m = JOB_PATH.fullmatch(path)
         if not m:
             return 404, {"error": f"no such endpoint: {path}"}
@@ -161,3 +172,18 @@ class WorkerApi:
             if self.queue.store.job(job_id) is None:
                 return 404, {"error": f"there is no job {job_id} (T{job_id})"}
             return 409, {"error": str(exc)}
+
+    def accounting(self, req_id: int, worker: str, body: dict) -> tuple[int, dict | None]:
+        lease = body.get("lease")
+        if not isinstance(lease, str) or not 0 < len(lease) <= 100:
+            return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
+        problem = slurmactual.check(body.get("result"))
+        if problem:
+            return 400, {"error": problem}
+        try:
+            req = self.queue.finish_slurm_actual(req_id, worker, lease, body["result"])
+        except LeaseLost as exc:
+            if self.queue.store.slurm_actual(req_id) is None:
+                return 404, {"error": f"there is no Slurm accounting request A{req_id}"}
+            return 409, {"error": str(exc)}
+        return 200, {"request": f"A{req_id}", "status": req["status"]}

@@ -242,3 +242,103 @@ def test_the_test_clusters_partition_is_described_for_routing():
         pytest.skip("the test cluster is not running")
     assert info["gpus"] == [] and info["device"] == "cpu" and info["cpus"] >= 1
     assert slurm.partition_info("no-such-partition") == {}
+
+
+# --- Slurm actuals: sacct against the real cluster (accounting through slurmdbd) ------
+
+ALLOC = "import time; b = bytearray(100 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep({})"
+
+
+def sbatch_alloc(tmp_path, sleep: float = 2) -> str:
+    """A real short job: a python that touches ~100 MiB and sleeps."""
+    script = tmp_path / f"alloc-{time.monotonic_ns()}.sh"
+    script.write_text(f"#!/bin/bash\nexec python3 -c \"{ALLOC.format(sleep)}\"\n")
+    proc = subprocess.run(["sbatch", "--parsable", "--mem", "1G", "--job-name", "alloc",
+                           "--output", str(tmp_path / "alloc-%j.out"), str(script)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def sacct_until(job_id: str, done, timeout: float = 60) -> dict:
+    """Poll sacct until `done(record)`: slurmctld sends job and step records to
+    slurmdbd on its own schedule, a little after the job itself moves on."""
+    from worker import sacct
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        result = sacct.query([job_id])
+        last = result
+        mine = [r for r in result.get("records", []) if r["job_id"] == job_id]
+        if mine and done(mine[0]):
+            return mine[0]
+        time.sleep(0.3)
+    raise AssertionError(f"sacct never showed job {job_id} as wanted: {last}")
+
+
+def ended(record: dict) -> bool:
+    return record["state"] == "COMPLETED" and record["max_rss"] is not None
+
+
+def test_sacct_reads_a_real_jobs_elapsed_and_maxrss(cluster, tmp_path):
+    job_id = sbatch_alloc(tmp_path)
+    record = sacct_until(job_id, ended)
+    assert record["elapsed_s"] >= 2 and record["elapsed_s"] < 30
+    # 100 MiB touched by python (≈10 MiB of its own): the batch step's MaxRSS.
+    assert 100 * 2**20 <= record["max_rss"] < 400 * 2**20, record
+    assert record["gpus"] == 0 and record["max_rss_step"] == f"{job_id}.batch"
+    assert record["gpu_tres_max"] == {}  # no GPUs here: usage not gathered, not zero
+
+
+def test_a_slurm_actual_from_slash_command_through_a_slurm_worker(
+        cluster, served_bot, start_worker, fake_slack, bot_env, tmp_path):
+    start_worker(served_bot.url, "hpc", "wtoken", "--executor", "slurm", "--partition", "debug",
+                 "--shared-dir", str(tmp_path / "shared"), "--mem", "2G", "--gpus", "0")
+
+    def slash(text, command="/plan"):
+        body = slash_body(text, command)
+        status, reply = post(served_bot.url + "/slack/events", body,
+                             signed_headers("s3cret", body))
+        assert status == 200, reply
+        return reply["text"] if isinstance(reply, dict) else reply
+
+    def posted(needle, timeout=90):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            hits = [p["text"] for p in fake_slack.posts() if needle in p["text"]]
+            if hits:
+                return hits[-1]
+            time.sleep(0.1)
+        raise AssertionError(f"no post with {needle!r}: {[p['text'] for p in fake_slack.posts()]}")
+
+    slash(FAST, "/trial")
+    posted("T1 llm-infer ok on hpc", timeout=120)
+    assert "started" in slash("new repro")
+    assert "baseline block added" in slash("repro block baseline runs=1 trial=T1")
+
+    job_id = sbatch_alloc(tmp_path, sleep=6)
+    sacct_until(job_id, lambda r: r["state"] == "RUNNING")
+    out = slash(f"repro actual baseline slurm={job_id}")
+    assert "Asked a Slurm worker (hpc online)" in out and "request A1" in out
+    assert f"job {job_id} (RUNNING) has not ended" in posted("has not ended")
+
+    slash("repro actual baseline slurm=999999")
+    assert "sacct does not know job 999999" in posted("does not know")
+
+    sacct_until(job_id, ended)
+    slash(f"repro actual baseline slurm={job_id} runs=1")
+    text = posted("Recorded for *repro* baseline")
+    assert "node-h actual" in text and f"jobs {job_id} COMPLETED" in text
+    with sqlite3.connect(bot_env["TRIALBOT_DB"]) as db:
+        hours, note = db.execute("select hours, note from actuals").fetchone()
+        result = json.loads(db.execute("select result from slurm_actuals where actual is not "
+                                       "null").fetchone()[0])
+    [record] = result["records"]
+    assert 6 <= record["elapsed_s"] < 30 and hours == pytest.approx(record["elapsed_s"] / 3600)
+    assert 100 * 2**20 <= record["max_rss"] < 400 * 2**20, record
+    assert f"MaxRSS max {record['max_rss'] / 2**20:.1f} MiB ({job_id}.batch)" in note
+    review = slash("repro review")
+    assert f"from Slurm accounting: jobs {job_id} COMPLETED" in review, review
+    with sqlite3.connect(bot_env["TRIALBOT_DB"]) as db:  # the three asks, each answered
+        assert db.execute("select status, actual is not null from slurm_actuals order by id"
+                          ).fetchall() == [("failed", 0), ("failed", 0), ("done", 1)]
+

@@ -55,7 +55,9 @@ class Agent:
             job = self._retry(self._lease, "lease")
             for day, seconds in split_by_day(ready, time.time()).items():
                 self.idle[day] = self.idle.get(day, 0.0) + seconds
-            if job:
+            if job and job.get("kind") == "slurm-accounting":
+                self.run_accounting(job)
+            elif job:
                 self.run_job(job)
 
     def _lease(self):
@@ -117,6 +119,20 @@ class Agent:
                 self._retry(lambda: self.client.report(self.name, job, bad), "report")
             else:  # 409: the lease went to another attempt
                 log.warning("%s report refused: %s", job["trial"], exc)
+
+    def run_accounting(self, job: dict) -> None:
+        """sacct for the bot (it is not on the cluster): seconds, well inside the
+        lease, so no heartbeat; a worker that dies here lets the lease expire
+        and the request is leased again."""
+        from worker import sacct
+        log.info("leased %s: sacct for jobs %s", job["request"], ",".join(job["jobs"]))
+        result = sacct.query(job["jobs"])
+        try:
+            self._retry(lambda: self.client.accounting(self.name, job, result), "accounting")
+            log.info("%s answered: %s", job["request"],
+                     "error" if "error" in result else f"{len(result['records'])} jobs")
+        except ApiError as exc:  # 409: the lease went to another worker; 400: a bug here
+            log.warning("%s answer refused: %s", job["request"], exc)
 
     def _heartbeat(self, job: dict, cancel: threading.Event, done: threading.Event,
                    progress: dict) -> None:

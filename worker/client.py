@@ -51,6 +51,11 @@ class Client:
         return self.call(f"/api/jobs/{job['id']}/heartbeat",
                          {"worker": name, "lease": job["lease"], "progress": progress or {}})
 
+    def accounting(self, name: str, job: dict, result: dict) -> dict:
+        """A Slurm accounting request's answer: sacct's records or its error."""
+        return self.call(f"/api/accounting/{job['id']}/result",
+                         {"worker": name, "lease": job["lease"], "result": result})
+
     def report(self, name: str, job: dict, report: dict) -> dict:
         return self.call(f"/api/jobs/{job['id']}/report",
                          {"worker": name, "lease": job["lease"], "report": report})

@@ -18,4 +18,5 @@ def register(app, queue) -> None:
     @app.command("/plan")
     def plan(ack, command):
         ack(**plans.handle(queue, command.get("text", ""), command["user_id"],
-                           command["channel_id"], dt.datetime.now(dt.timezone.utc).date()))
+                           command["channel_id"], dt.datetime.now(dt.timezone.utc).date(),
+                           request=command.get("trigger_id")))

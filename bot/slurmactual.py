@@ -1,0 +1,130 @@
+"""A block's actual from Slurm accounting: what a Slurm worker's sacct records
+(worker/sacct.py) become. Pure: the queue passes the request and the result in,
+and stores what comes out.
+
+    GPU-hours = Σ ElapsedRaw × allocated GPUs (AllocTRES gres/gpu) / 3600
+
+over every job asked for (an array's tasks each count). Jobs that did not end
+COMPLETED (FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL, ...) held their
+GPUs too: their share is the actual's `retries` part, the rest its runs.
+When no job allocated a GPU (a CPU partition, or a cluster that does not track
+gres/gpu in AccountingStorageTRES) the figure is node-hours, Σ ElapsedRaw /
+3600, and the note says so: the same way a CPU trial counts in the estimate
+(wall time × 1).
+"""
+from __future__ import annotations
+
+from worker.sacct import NOT_ENDED
+
+SHOWN = 12  # jobs named one by one in the note; the sums count them all
+
+
+def check(result: object) -> str | None:
+    """A worker's result the bot can use: {"records": [...]} or {"error": "..."}."""
+    if not isinstance(result, dict):
+        return "`result` must be a JSON object"
+    if "error" in result:
+        return None if isinstance(result["error"], str) else "`result.error` must be a string"
+    records = result.get("records")
+    if not isinstance(records, list) or len(records) > 10000:
+        return "`result.records` must be a list of sacct records (or give `result.error`)"
+    for r in records:
+        if not (isinstance(r, dict) and isinstance(r.get("job_id"), str)
+                and isinstance(r.get("state"), str) and _count(r.get("elapsed_s"))
+                and _count(r.get("gpus"))
+                and (r.get("max_rss") is None or _count(r.get("max_rss")))
+                and all(isinstance(r.get(k, {}), dict) for k in ("gpu_tres_max",
+                                                                  "gpu_tres_tot"))):
+            return (f"`result.records` entry {str(r)[:120]} needs job_id, state, elapsed_s, "
+                    "gpus (whole numbers), max_rss (bytes or null)")
+    return None
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def mine(records: list[dict], job_id: str) -> list[dict]:
+    """The records of one asked-for id: the job, or every task of an array job."""
+    return [r for r in records if r["job_id"] == job_id
+            or ("_" not in job_id and r["job_id"].startswith(job_id + "_"))]
+
+
+def outcome(req: dict, result: dict) -> tuple[dict | None, str]:
+    """(the actual to record or None, the channel's message) for a request
+    {plan, block, jobs, runs, note, user} and a worker's result."""
+    head = f"Slurm accounting for *{req['plan']}* {req['block']} (jobs {', '.join(req['jobs'])})"
+    nothing = f"Nothing was recorded (asked by <@{req['user']}>)."
+    if "error" in result:
+        return None, f":x: {head}: the Slurm worker could not read it: {result['error']}. {nothing}"
+    records = result["records"]
+    unknown = [j for j in req["jobs"] if not mine(records, j)]
+    if unknown:
+        return None, (f":x: {head}: sacct does not know job {', '.join(unknown)} (a typo, "
+                      "another cluster, or purged from the accounting database). " + nothing)
+    jobs = [r for j in req["jobs"] for r in mine(records, j)]
+    jobs = list({r["job_id"]: r for r in jobs}.values())  # an id given as job and as task
+    running = [f"{r['job_id']} ({r['state']})" for r in jobs if r["state"] in NOT_ENDED]
+    if running:
+        return None, (f":hourglass: {head}: job {', '.join(running)} has not ended, so its "
+                      f"Elapsed is still growing. {nothing} Ask again when it has ended.")
+    gpu = any(r["gpus"] for r in jobs)
+    weight = (lambda r: r["gpus"]) if gpu else (lambda r: 1)
+    total = sum(r["elapsed_s"] * weight(r) for r in jobs)
+    failed = sum(r["elapsed_s"] * weight(r) for r in jobs if r["state"] != "COMPLETED")
+    if total <= 0:
+        return None, (f":x: {head}: the jobs ran 0 GPU-seconds by Slurm's accounting "
+                      f"({_states(jobs)}): nothing to compare. {nothing}")
+    unit = "GPU-h" if gpu else "node-h"
+    summary = summary_text(jobs, gpu)
+    note = summary + (f"; {req['note']}" if req.get("note") else "")
+    actual = {"plan": req["plan"], "block": req["block"], "hours": total / 3600,
+              "parts": {"retries": failed / 3600} if failed else {}, "runs": req.get("runs"),
+              "note": note, "user": req["user"]}
+    text = (f":white_check_mark: Recorded for *{req['plan']}* {req['block']}: "
+            f"{total / 3600:.4g} {unit} actual"
+            + (f" ({failed / 3600:.4g} of it in jobs that did not complete, counted as "
+               "retries)" if failed else "")
+            + f", from {summary}. `/plan {req['plan']} review` compares it with the estimate "
+            f"(asked by <@{req['user']}>).")
+    return actual, text
+
+
+def summary_text(jobs: list[dict], gpu: bool) -> str:
+    """What the actual rests on, kept as its note: "Slurm accounting: jobs …,
+    Elapsed …, MaxRSS max …, GPU TRES …"."""
+    each = ", ".join(f"{r['job_id']} {r['state']} {_elapsed(r['elapsed_s'])} × "
+                     f"{r['gpus']} GPU" for r in jobs[:SHOWN])
+    if len(jobs) > SHOWN:  # a Slack section holds 3,000 characters
+        each += f" and {len(jobs) - SHOWN} more"
+    rss = [r for r in jobs if r.get("max_rss") is not None]
+    top = max(rss, key=lambda r: r["max_rss"]) if rss else None
+    out = f"Slurm accounting: jobs {each}"
+    out += (f"; Elapsed {_elapsed(sum(r['elapsed_s'] for r in jobs))} in all")
+    out += (f"; MaxRSS max {_mib(top['max_rss'])} ({top.get('max_rss_step') or top['job_id']})"
+            if top else "; MaxRSS not recorded (no job step was gathered)")
+    mem = [r["gpu_tres_max"]["gpumem"] for r in jobs if "gpumem" in r.get("gpu_tres_max", {})]
+    util = [r["gpu_tres_max"]["gpuutil"] for r in jobs if "gpuutil" in r.get("gpu_tres_max", {})]
+    if mem or util:
+        out += "; GPU TRES usage: " + ", ".join(
+            ([f"gres/gpumem max {_mib(max(mem))}"] if mem else [])
+            + ([f"gres/gpuutil max {max(util):g}%"] if util else []))
+    else:
+        out += "; GPU TRES usage not gathered (no gres/gpumem, gres/gpuutil)"
+    if not gpu:
+        out += ("; no job allocated a GPU (no gres/gpu in AllocTRES: a CPU partition, or "
+                "gres/gpu not in AccountingStorageTRES), so counted as node-hours, Elapsed × 1")
+    return out
+
+
+def _states(jobs: list[dict]) -> str:
+    return ", ".join(f"{r['job_id']} {r['state']}" for r in jobs)
+
+
+def _elapsed(seconds: int) -> str:
+    h, rest = divmod(int(seconds), 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

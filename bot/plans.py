@@ -283,9 +283,13 @@ def _actual(queue, cmd, user, channel, today):
                         f"`/plan {cmd.plan} block {kind} runs=N trial=T12`")
     if cmd.args.get("slurm"):
         return _slurm_actual(queue, cmd, plan, user)
-    queue.store.add_actual({"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
-                            "parts": cmd.args["parts"], "runs": cmd.args["runs"],
-                            "note": cmd.args["note"], "user": user})
+    try:
+        queue.store.add_actual({"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
+                                "parts": cmd.args["parts"], "runs": cmd.args["runs"],
+                                "note": cmd.args["note"], "user": user}, cmd.args.get("request"))
+    except DuplicateRequest:
+        return planview.reply(f"Already recorded: this {kind} actual arrived twice (Slack "
+                              "retried); it is counted once.")
     return planview.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
                           f"actual. `/plan {plan['name']} review` compares it with the estimate.")
 

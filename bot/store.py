@@ -189,17 +189,7 @@ class Store:
         ids = []
         tags = tags or {}
         with self.tx():
-            if request is not None:
-                # Slack retries within minutes: a day of keys is plenty to keep.
-                self.db.execute("delete from requests where created < ?",
-                                [time.time() - 86400])
-                seen = self.db.execute(
-                    "insert into requests (key, created) values (?, ?) on conflict(key) "
-                    "do nothing", [request, time.time()]).rowcount == 0
-                if seen:
-                    row = self.db.execute("select jobs from requests where key = ?",
-                                          [request]).fetchone()
-                    raise DuplicateRequest(json.loads(row[0] or "[]"))
+            self._claim(request)
             for spec, w in zip(specs, words):
                 cur = self.db.execute(
                     "insert into jobs (workload, spec, words, user, channel, status, created, "
@@ -626,8 +616,24 @@ class Store:
             "select p.* from prices p where p.id = (select max(id) from prices q "
             "where lower(q.item) = lower(p.item) and q.kind = p.kind) order by p.item, p.kind"))
 
-    def add_actual(self, actual: dict) -> None:
+    def _claim(self, request: str | None) -> None:
+        """Inside a transaction: take Slack's request key, or raise
+        DuplicateRequest (with what it queued) when a retry already took it."""
+        if request is None:
+            return
+        # Slack retries within minutes: a day of keys is plenty to keep.
+        self.db.execute("delete from requests where created < ?", [time.time() - 86400])
+        seen = self.db.execute("insert into requests (key, created) values (?, ?) "
+                               "on conflict(key) do nothing", [request, time.time()]).rowcount == 0
+        if seen:
+            row = self.db.execute("select jobs from requests where key = ?", [request]).fetchone()
+            raise DuplicateRequest(json.loads(row[0] or "[]"))
+
+    def add_actual(self, actual: dict, request: str | None = None) -> None:
+        """Record a manual actual; a Slack retry of the same command (same
+        `request` key) raises DuplicateRequest and records nothing."""
         with self.tx():
+            self._claim(request)
             self.db["actuals"].insert(dict(actual, parts=json.dumps(actual.get("parts") or {}),
                                            recorded=time.time()))
 

@@ -225,3 +225,17 @@ def test_locking_twice_and_tagging_twice_are_refused(queue):
     assert "unlock` first" in say(queue, "repro lock")
     with pytest.raises(plans.PlanError, match="given twice"):
         plans.take_tags(queue, ["llm-infer", "plan=repro", "plan=other", "block=baseline"])
+
+
+def test_a_retried_manual_actual_is_recorded_once(queue):
+    t = finish(queue, report())
+    say(queue, "new repro gpu=H100")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    first = plans.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
+                         request="trig-9")["text"]
+    again = plans.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
+                         request="trig-9")["text"]
+    assert "Recorded" in first and "Already recorded" in again
+    assert queue.store.db["actuals"].count == 1
+    plans.handle(queue, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
+    assert queue.store.db["actuals"].count == 2  # a new command is a new actual

@@ -1,8 +1,9 @@
 """Versioned schema migrations, kept in the database's `PRAGMA user_version`.
 
-Version 1 is the baseline: the tables `Store._create` makes (sqlite-utils'
-`transform=True` brings any older file's tables up to it, rows kept; it is
-idempotent, so it runs at every start). Each later step is plain SQL, run in
+Version 1 is the baseline: the tables `Store._baseline` makes, frozen
+(sqlite-utils' `transform=True` brings a file from before versions up to it,
+rows kept; it runs only on a file below version 1, since transform drops
+columns it does not list). Each later step is plain SQL, run in
 one transaction with its version bump: a crash mid-step leaves the file at
 the step before, and the next start runs it again. New schema changes go
 here, not in `_create`, so a file always says what shape it has.
@@ -24,8 +25,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     # `/plan NAME actual KIND slurm=JOBID`: a request a Slurm worker leases (the bot
     # is not on the cluster, so a worker runs sacct), its lease like a job's, and
     # what came of it: sacct's records and the actual recorded (`actual`, an
-    # actuals id; its source is this row). A new table, not columns on `actuals`:
-    # the baseline's transform would drop columns it does not list.
+    # actuals id; its source is this row).
     ("Slurm accounting requests for actuals", [
         "create table if not exists slurm_actuals (id integer primary key, plan text not null, "
         "block text not null, jobs text not null, runs integer, note text, user text not null, "

@@ -101,13 +101,23 @@ class Store:
         return db
 
     def _create(self) -> None:
-        """Create the tables, or bring an older file's tables up to this schema
-        (sqlite-utils' transform: new columns are added, rows kept): the
-        baseline, schema version 1; then the versioned steps in bot/migrations.py.
+        """Create the tables, or bring a file from before schema versions up to
+        the baseline (version 1; sqlite-utils' transform adds columns, rows
+        kept); then the versioned steps in bot/migrations.py. A file already at
+        the baseline or later is not transformed: transform drops columns it
+        does not list, which would undo a later step's `alter table ... add`.
         A file from a newer trialbot is refused before anything is written."""
         db = self.db
-        migrations.check_not_newer(db.conn, self.path)
+        found = migrations.check_not_newer(db.conn, self.path)
         db.enable_wal()
+        if found < migrations.BASELINE:
+            self._baseline()
+        migrations.migrate(db.conn, self.path)
+
+    def _baseline(self) -> None:
+        """Schema version 1. Frozen: a change to the schema is a new step in
+        bot/migrations.py, never an edit here."""
+        db = self.db
         db["jobs"].create({
             "id": int, "workload": str, "spec": str, "words": str, "user": str,
             "channel": str, "status": str, "worker": str, "lease": str,
@@ -172,7 +182,6 @@ class Store:
                                    "message": int}, pk=("channel", "week"), transform=True)
         db["jobs"].create_index(["channel", "finished"], if_not_exists=True)
         db["jobs"].create_index(["plan"], if_not_exists=True)  # a plan's actuals
-        migrations.migrate(db.conn, self.path)
 
     # jobs ------------------------------------------------------------------
 

@@ -155,3 +155,10 @@ def test_token_and_backup_commands_while_the_bot_serves(served_bot, bot_env, tmp
     done = trialbot("backup", str(copy), env=bot_env)
     assert done.returncode == 0, done.stderr
     assert sqlite3.connect(copy).execute("pragma integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_column_a_later_step_adds_to_a_baseline_table_survives_a_restart(tmp_path):
+    path = str(tmp_path / "t.db")
+    Store(path).db.execute("alter table actuals add column extra text")  # as a step would
+    reopened = Store(path)
+    assert "extra" in reopened.db["actuals"].columns_dict

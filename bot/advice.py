@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from bot import planner, prices
+from bot import depth, planner, prices
 
 RULES = {
     1: "Code not yet run successfully on the target environment",
@@ -21,14 +21,17 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
     f = plan["facts"]
     target = f.get("gpu")
     on_target = [r for r in reports if planner.matches_gpu(r, target)]
-    gpu_mem = [r for r in on_target if r["memory"].get("peak_allocated")
-               or r["memory"].get("process_used_peak")]
-    host_mem = [r for r in reports if r["memory"].get("host_rss_peak")]
+    # A partial-depth trial's full-depth peak is predicted, not measured.
+    partial = [r.get("trial") for r in reports if depth.partial(r)]
+    whole = [r for r in reports if not depth.partial(r)]
+    gpu_mem = [r for r in on_target if r in whole and (r["memory"].get("peak_allocated")
+                                                       or r["memory"].get("process_used_peak"))]
+    host_mem = [r for r in whole if r["memory"].get("host_rss_peak")]
     return {"target": target, "platform": f.get("platform"), "pattern": f.get("pattern"),
             "period": f.get("period"), "later_use": f.get("later_use"),
             "needs_cuda": f.get("needs_cuda"), "utilization": f.get("utilization"),
             "fixed": bool(plan.get("locked")), "trials": len(reports),
-            "on_target": [r.get("trial") for r in on_target],
+            "on_target": [r.get("trial") for r in on_target], "partial": partial,
             "peak_on_target": bool(gpu_mem) or (target or "").lower() == "cpu" and bool(host_mem),
             "envs": sorted({planner.env_kind(r) for r in reports}),
             "prices": {k: prices.find(price_list, "electricity" if k == "electricity" else target,
@@ -172,7 +175,10 @@ def _rule5(fx, today):
         reasons.append("the plan is not locked (environment and workload may still change): "
                        "`/plan NAME lock` when they are fixed")
     if not fx["peak_on_target"]:
-        reasons.append(f"peak memory was never measured on {fx['target']}")
+        reasons.append(f"peak memory was never measured on {fx['target']}"
+                       + (f" at full depth ({', '.join(map(str, fx['partial']))} ran part of "
+                          "the model: their full-depth peak is a prediction)"
+                          if fx.get("partial") else ""))
     if not reasons:
         return {"fires": False}
     return {"fires": True, "facts": reasons,

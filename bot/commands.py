@@ -132,13 +132,19 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
     if not lists:
         raise specs.SpecError(" ".join(words), "a sweep needs at least 2 configs: give a "
                               "parameter a comma list, e.g. `batch=1,2,4`", usage)
-    if "layers" in lists and len(lists) > 1:
+    depth = "layers" in lists and not workload.recipe
+    if depth and workload.name != "llm-infer":
+        raise specs.SpecError(" ".join(words), f"`layers=` as a list is a depth sweep, which "
+                              f"llm-infer runs (its fit is of inference memory and time); "
+                              f"give {workload.name} one layers value", usage)
+    if depth and len(lists) > 1:
         raise specs.SpecError(" ".join(f"{k}=..." for k in lists), "a depth sweep varies "
                               "layers alone (the fit is fixed + per-layer × layers); give "
                               f"{', '.join(k for k in lists if k != 'layers')} one value, or "
                               "run a separate batch sweep", usage)
-    if "layers" in lists and not any(w.startswith("malloc=") for w in rest):
-        rest = [*rest, "malloc=live"]  # host RSS that extrapolates by layer (worker/spec.py)
+    if depth and not any(w.startswith("malloc=") and w != "malloc=auto" for w in rest):
+        # Host RSS that extrapolates by layer (worker/spec.py, malloc).
+        rest = [w for w in rest if w != "malloc=auto"] + ["malloc=live"]
     others = [k for k in lists if k != "batch"]
     if workload.recipe and len(others) > 1:
         raise specs.SpecError(" ".join(f"{k}=..." for k in others), f"a recipe sweep varies "

@@ -77,12 +77,17 @@ def from_trial(r: dict) -> dict | None:
     depth, deep = p["layers"], full["layers"]
     per_layer = layer_bytes(p)
     mem = r.get("memory") or {}
+    # On a GPU the weights and KV cache live in device memory: host RSS is shown
+    # as measured, never extrapolated by them.
+    on_gpu = any(mem.get(m) is not None for m in FIT_METHODS)
     predicted = {}
     for m in METHODS:
         if mem.get(m) is None:
             continue
+        grows = not on_gpu or m in FIT_METHODS
         predicted[m] = {"measured": mem[m], "layers": depth,
-                        "predicted": mem[m] + (deep - depth) * per_layer["total"]}
+                        "predicted": mem[m] + (deep - depth) * per_layer["total"] if grows
+                        else None}
     out = {"schema": SCHEMA, "source": "trial", "preset": p["preset"], "trial": r.get("trial"),
            "trial_layers": depth, "layers": deep, "per_layer": per_layer,
            "memory": predicted,
@@ -91,7 +96,8 @@ def from_trial(r: dict) -> dict | None:
                     "do not grow with depth (inference frees each layer's activations); "
                     "not checked by a depth sweep" if depth < deep else
                     f"measured at the full {deep} layers: nothing predicted")}
-    out["fits"] = fits_on(full, {m: v["predicted"] for m, v in predicted.items()})
+    out["fits"] = fits_on(full, {m: v["predicted"] for m, v in predicted.items()},
+                          measured=depth == deep)
     out["decode"] = decode_estimate(full)
     return out
 
@@ -112,22 +118,26 @@ def time_factor(p: dict) -> dict:
     a lookup). Decode reads them and prefill multiplies by them, so time scales
     with them to first order; attention over the context is not in it."""
     full = full_params(p)
+
     def through(q):
         w = arithmetic.weight_params(q)
         return w["layers"] + w["final_norm"] + w["lm_head"]
     k = through(full) / through(p)
-    return {"factor": k, "what": (f"scaled ×{k:.3g} from {p['layers']} to {full['layers']} "
-                                  "layers by the parameters each token passes through (layers "
-                                  "+ lm head): a model estimate, not measured — a depth sweep "
-                                  "measures it")}
+    # Building random weights takes time in proportion to all of them.
+    w = arithmetic.weight_params(full)["total"] / arithmetic.weight_params(p)["total"]
+    return {"factor": k, "weights_factor": w,
+            "what": (f"scaled ×{k:.3g} from {p['layers']} to {full['layers']} layers by the "
+                     "parameters each token passes through (layers + lm head): a model "
+                     "estimate, not measured (an llm-infer depth sweep measures it)")}
 
 
 # --- a depth sweep --------------------------------------------------------------
 
 def is_depth_sweep(reports: list[dict]) -> bool:
-    ok = [r for r in reports if r and r.get("status") == "ok"] or [r for r in reports if r]
-    return (bool(ok) and ok[0].get("workload") == "llm-infer"
-            and len({(r.get("params") or {}).get("layers") for r in ok}) > 1)
+    """Depths asked for, failed trials included: one ok depth is still a depth sweep."""
+    reports = [r for r in reports if r]
+    return (bool(reports) and reports[0].get("workload") == "llm-infer"
+            and len({(r.get("params") or {}).get("layers") for r in reports}) > 1)
 
 
 def fit_depth(reports: list[dict]) -> dict:
@@ -250,7 +260,7 @@ def largest_batch(capacity: int, weights: float, kv_seq: float, rest: float, b0:
     return min(MAX_BATCH, max(b0, above))
 
 
-def fits_on(p: dict, peaks: dict) -> dict:
+def fits_on(p: dict, peaks: dict, measured: bool = False) -> dict:
     """Each GPU of the table against a predicted peak at p (full depth, the
     trial's batch b0): margin at b0 and the largest batch. From a measured GPU
     figure when there is one; otherwise from the arithmetic alone, labelled a
@@ -261,9 +271,11 @@ def fits_on(p: dict, peaks: dict) -> dict:
     if method:
         peak = peaks[method]
         rest = max(0.0, peak - a["weights"] - a["kv"])
-        basis = (f"{WHAT[method]}, predicted; above batch {b0} the measured "
-                 "rest (activations, logits, workspace) is grown in proportion, below it kept "
-                 "whole")
+        caveat = scaling.GPU_CAVEAT[method]
+        basis = (f"{WHAT[method]}, {'measured' if measured else 'predicted'} (a point "
+                 f"figure, no interval); above batch {b0} the measured rest (activations, "
+                 "logits, workspace) is grown in proportion, below it kept whole"
+                 + (f"; {caveat}" if caveat else ""))
     else:
         peak, rest = a["weights"] + a["kv"], 0.0
         basis = ("arithmetic lower bound: weights + KV cache only — activations, workspace "
@@ -282,18 +294,24 @@ def fits_on(p: dict, peaks: dict) -> dict:
 
 
 def decode_bytes(p: dict) -> float:
-    """Bytes one decode step reads at p: every weight once, and the KV cache as
-    filled on average over the decode (prompt + gen/2 positions per sequence)."""
+    """Bytes one decode step reads at p: every layer's, the final norm's and the
+    lm head's weights once, one embedding row per sequence (a lookup, not the
+    whole table), and the KV cache as filled on average over the decode
+    (prompt + gen/2 positions per sequence)."""
+    n = arithmetic.DTYPE_BYTES[p["dtype"]]
+    w = arithmetic.weight_params(p)
+    weights = (w["total"] - w["embedding"] + p["batch"] * p["hidden"]) * n
     filled = p["prompt"] + p["gen"] / 2
-    return arithmetic.weight_bytes(p) + arithmetic.kv_bytes_per_token(p) * filled * p["batch"]
+    return weights + arithmetic.kv_bytes_per_token(p) * filled * p["batch"]
 
 
 def decode_estimate(p: dict) -> dict:
     """Model estimate of one decode step at p on each GPU with a datasheet
     bandwidth: a floor, not a measurement."""
     nbytes = decode_bytes(p)
-    rows = [{"gpu": g.name, "bandwidth_gbs": list(g.bandwidth_gbs),
-             "seconds": [nbytes / (bw * 1e9) for bw in sorted(g.bandwidth_gbs, reverse=True)]}
+    rows = [{"gpu": g.name, "bandwidth_gbs": sorted(g.bandwidth_gbs, reverse=True),
+             "seconds": [nbytes / (bw * 1e9) for bw in sorted(g.bandwidth_gbs, reverse=True)],
+             "note": g.note}
             for g in gpus.TABLE.values() if g.bandwidth_gbs]
     return {"bytes_per_step": nbytes, "batch": p["batch"], "gpus": rows,
             "what": ("model estimate, not measured: memory-bound decode reads all weights and "

@@ -20,7 +20,11 @@ def trial_text(pred: dict) -> str:
     deep, depth = pred["layers"], pred["trial_layers"]
     lines = [f"*{pred['preset']} at full depth ({deep} layers; this trial ran {depth})*"]
     for m, v in pred["memory"].items():
-        if depth < deep:
+        if v["predicted"] is None:
+            lines.append(f"• {_SHORT[m]}: measured {_bytes(v['measured'])} at {depth} layers, "
+                         "not extrapolated (CPU side: on the GPU the weights and KV cache are "
+                         "in device memory)")
+        elif depth < deep:
             lines.append(f"• {_SHORT[m]}: predicted *{_bytes(v['predicted'])}* = measured "
                          f"{_bytes(v['measured'])} + {deep - depth} × {_bytes(per['total'])} "
                          f"per layer ({_bytes(per['weights'])} weights + {_bytes(per['kv'])} "
@@ -49,12 +53,15 @@ def fits_text(fits: dict) -> str:
             "usable total is a little different._")
 
 
-def decode_text(d: dict, layers: int) -> str:
+def decode_text(d: dict, layers: int, only: str | None = None) -> str:
     parts = []
     for g in d["gpus"]:
-        s = g["seconds"]
-        when = _secs(s[0]) if len(s) == 1 else f"{_secs(s[0])}–{_secs(s[-1])}"
-        parts.append(f"{g['gpu']} {when}")
+        if only and g["gpu"] != only:
+            continue
+        each = [f"{_secs(s)} at {bw:,.0f} GB/s" for s, bw in zip(g["seconds"], g["bandwidth_gbs"])]
+        parts.append(f"{g['gpu']} {' – '.join(each)}")
+    if not parts:
+        parts = [f"{only}: no datasheet bandwidth in the table, no estimate"]
     none = (f" No datasheet bandwidth for {', '.join(d['no_bandwidth'])}: no estimate."
             if d["no_bandwidth"] else "")
     return (f"*Decode step at {layers} layers, batch {d['batch']} — model estimate, not "
@@ -62,9 +69,17 @@ def decode_text(d: dict, layers: int) -> str:
             f"{'; '.join(parts)}.\n_{d['what']}.{none}_")
 
 
+def _trial_parts(pred: dict) -> list[str]:
+    return [trial_text(pred), fits_text(pred["fits"]), decode_text(pred["decode"], pred["layers"])]
+
+
 def trial_blocks(pred: dict) -> list[dict]:
-    return [render._section(t) for t in (
-        trial_text(pred), fits_text(pred["fits"]), decode_text(pred["decode"], pred["layers"]))]
+    return [render._section(t) for t in _trial_parts(pred)]
+
+
+def trial_plain(pred: dict) -> str:
+    """The same paragraphs for the message's text (the console prints it)."""
+    return "\n".join(_trial_parts(pred))
 
 
 # --- depth sweeps ---------------------------------------------------------------
@@ -135,7 +150,8 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
             fits = dict(fits, gpus=[g for g in fits["gpus"] if g["gpu"] == gpu.name]
                         or [_custom(fits, gpu)])
         parts.append(fits_text(fits))
-        parts.append(decode_text(pred["decode_estimate"], pred["layers"]))
+        parts.append(decode_text(pred["decode_estimate"], pred["layers"],
+                                 gpu.name if gpu is not None else None))
     for note in fit.get("notes") or []:
         parts.append(f":warning: {note}")
     parts.append(f"~How: ordinary least squares of each memory method and of time against "

@@ -116,8 +116,17 @@ def lock_differences(lock: dict, report_config: dict, code: str) -> list[str]:
 
 
 def differences(a: dict, b: dict) -> list[str]:
+    a, b = _with_defaults(a), _with_defaults(b)
     keys = sorted(set(a) | set(b))
     return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _with_defaults(c: dict) -> dict:
+    """A built-in workload's config from before `malloc=` existed ran with
+    glibc's default: the same config as malloc=glibc today."""
+    if c.get("workload") in ("llm-infer", "llm-train") and "malloc" not in c:
+        return {**c, "malloc": "glibc"}
+    return c
 
 
 def run_seconds(report: dict) -> float:
@@ -256,6 +265,11 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
             f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in PREP_PHASES)
             + f" + teardown {mean_of(teardown_seconds):.3g} s (mean), once for this block's "
               "rental session")
+        factor = (predicted or {}).get("weights_factor")
+        if factor:  # a partial-depth trial built a fraction of the weights
+            prep_s += (factor - 1) * mean_of(lambda r: phase_seconds(r, "weights"))
+            prep_source += (f"; weights phase ×{factor:.3g} for the full depth's parameters "
+                            "(a model estimate)")
     else:
         prep_s = 0.0
         prep_source = "0: same rental session as an earlier block (rental=single)"

@@ -138,15 +138,14 @@ def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
     params = {**ok[0]["report"]["params"], **block["predict"]}
     try:
         fit = scaling.fit_sweep([j["report"] for j in ok])
+        if fit.get("kind") == "depth":
+            _check_depth_block(block, params)
         seconds, se, dof = scaling.predict_seconds(fit, params)
+    except PlanError:
+        raise
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
     shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
-    if fit.get("kind") == "depth" and "layers" in block["predict"]:
-        full = depth.full_params(params)
-        if full and block["predict"]["layers"] > full["layers"]:
-            raise PlanError(f"{params['preset']} has {full['layers']} layers; predict at "
-                            f"layers=1..{full['layers']}")
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     unit = "per run phase" if ok[0]["report"].get("recipe") else "per request"
     source = (f"{unit}, predicted for {shown}"
@@ -154,12 +153,37 @@ def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
                  if held else "")
               + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
               "estimate, not measured at this config)")
-    depths = sorted({j["report"]["params"]["layers"] for j in ok})
-    part = (f"sweep S{block['sweep']} measured layers {', '.join(map(str, depths))}; predicted "
-            f"at {params['layers']}" if fit.get("kind") == "depth"
-            and params.get("layers", 0) > depths[-1] else None)
-    return ok, {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
-                "source": source, "partial": part}
+    out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
+           "source": source, "partial": None}
+    if fit.get("kind") == "depth":
+        depths = sorted({j["report"]["params"]["layers"] for j in ok})
+        if params["layers"] > depths[-1]:
+            out["partial"] = (f"sweep S{block['sweep']} measured layers "
+                              f"{', '.join(map(str, depths))}; predicted at {params['layers']}")
+    elif ok[0]["report"]["workload"] in ("llm-infer", "llm-train"):
+        # A batch sweep of a partial-depth model: its fit is the partial model's time.
+        part = depth.partial({"workload": ok[0]["report"]["workload"],
+                              "params": fit["defaults"], "trial": f"sweep S{block['sweep']}"})
+        if part:
+            k = depth.time_factor(fit["defaults"])
+            sd = out["sd"] * k["factor"] if out["sd"] is not None else None
+            out.update(seconds=seconds * k["factor"], se=se * k["factor"], sd=sd,
+                       source=f"{source}, {k['what']}", partial=part,
+                       weights_factor=k["weights_factor"],
+                       config={"layers": depth.full_params(fit["defaults"])["layers"]})
+    return ok, out
+
+
+def _check_depth_block(block: dict, params: dict) -> None:
+    """A block from a depth sweep names the depth it is for (the sweep ran several)."""
+    full = depth.full_params(params)
+    if "layers" not in block["predict"]:
+        raise PlanError(f"Sweep S{block['sweep']} is a depth sweep: give the depth the block "
+                        "is for, layers=N" + (f" ({params['preset']}'s full depth is "
+                                              f"layers={full['layers']})" if full else ""))
+    if full and block["predict"]["layers"] > full["layers"]:
+        raise PlanError(f"{params['preset']} has {full['layers']} layers; predict at "
+                        f"layers=1..{full['layers']}")
 
 
 def _partial_prediction(trials: list[dict]) -> dict | None:
@@ -175,6 +199,7 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
             "source": f"per {pr['unit']} ({pr['source']}), {k['what']}", "partial": part,
             "no_interval": "a model-scaled time has no measured spread at the full depth",
+            "weights_factor": k["weights_factor"],
             "config": {"layers": depth.full_params(first["params"])["layers"]}}
 
 

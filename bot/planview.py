@@ -84,6 +84,10 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
         if not on:
             out.append(f"{name} ran on {planner.env_kind(r)}, not the plan's target {target}: "
                        "its times and memory are not the target's")
+        if r["params"].get("malloc") == "live" and not (r.get("env") or {}).get("gpu_count"):
+            out.append(f"{name} ran on the CPU with malloc=live: its time includes the page "
+                       "faults that pinning glibc's mmap threshold costs (35% in "
+                       "scripts/bench_depth.py's shape)")
         changed = {k: v for k, v in (r.get("requested") or {}).items()
                    if r["params"].get(k) != v}
         if changed:

@@ -138,8 +138,11 @@ def started(job: dict, worker: str) -> dict:
 
 def report(job: dict, r: dict) -> dict:
     """The posted report, threaded under the job's "started" message."""
+    from bot import depth, depthview
+    pred = depth.from_trial(r)
+    text = summary.text(r) + (f"\n{depthview.trial_plain(pred)}" if pred else "")
     return {"channel": job["channel"], "kind": "report", "thread_of": job.get("started_msg"),
-            "text": summary.text(r), "blocks": report_blocks(r)}
+            "text": text, "blocks": report_blocks(r)}
 
 
 def chart(job: dict, r: dict) -> dict:
@@ -238,6 +241,8 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
         return {"response_type": "ephemeral", "text": _plain(parts),
                 "blocks": _sweep_blocks(parts)}
     lines = [head]
+    if _partial_note(fit):
+        lines.append(f":warning: {_partial_note(fit)}")
     vars_ = fit["variables"]
     if params:
         lines += _prediction_lines(fit, params, "")
@@ -254,6 +259,15 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
                          "answer._")
     return {"response_type": "ephemeral", "text": "\n".join(lines),
             "blocks": _sweep_blocks(lines)}
+
+
+def _partial_note(fit: dict) -> str | None:
+    """A batch sweep of a partial-depth preset fits the partial model."""
+    from bot import depth
+    part = depth.partial({"workload": fit.get("workload"), "params": fit.get("defaults") or {},
+                          "trial": "this sweep"})
+    return (f"{part}: these fits are the partial model's, not the full depth's; a depth "
+            "sweep (`layers=1,2,4`) predicts the full depth" if part else None)
 
 
 def _plain(parts: list[str]) -> str:
@@ -287,7 +301,6 @@ def _sweep_head(sweep: int, jobs: list[dict], fit: dict) -> str:
 
 def _sweep_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
     """The fit as a list of paragraphs; one starting with `~` is a context line."""
-    from bot import scaling
     parts = [_sweep_head(sweep, jobs, fit)]
     parts.append(_points_table(fit))
     if fit.get("failed"):
@@ -317,8 +330,9 @@ def _sweep_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
             q = {vars_["batch"]: factor * top["params"][vars_["batch"]], **lengths}
             parts.append("\n".join(_prediction_lines(fit, q, f" ({factor}× the largest batch)")))
     parts.append(_gpu_text(fit, sweep))
-    for note in fit.get("notes") or []:
-        parts.append(f":warning: {note}")
+    for note in [*(fit.get("notes") or []), _partial_note(fit)]:
+        if note:
+            parts.append(f":warning: {note}")
     parts.append(f"~How: ordinary least squares per memory method (never mixed) and for time; "
                  f"the terms are chosen by what the sweep varied, a richer one only when "
                  f"leave-one-out error shows it. ± is a {SWEEP_LEVEL:.0%} prediction interval "
@@ -422,10 +436,11 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     if model.get("missing"):
         check.append(f"{model['missing']} trial(s) had no {model['target']} figure")
     lines.append("; ".join(check))
-    if model["target"] == "host_rss_peak":
+    if model["target"] == "host_rss_peak" and fit["defaults"].get("malloc") != "live":
         lines.append("_Host RSS also counts memory the C allocator kept after frees (glibc keeps "
                      "freed blocks under its mmap threshold, at most 32 MiB each), so growth "
-                     "measured at small batches can overstate large ones by 10–20%._")
+                     "measured at small batches can overstate large ones by 10–20%; sweep "
+                     "with malloc=live for the live peak._")
     return "\n".join(lines)
 
 

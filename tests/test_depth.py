@@ -1,6 +1,7 @@
 """Partial-depth trials (issue 9): the one-trial prediction, the depth sweep's
 fit, the fits-on list, the decode model estimate, and their paths through
 /trial, /trial fit and /plan."""
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -99,11 +100,13 @@ def test_no_prediction_without_a_preset_or_for_a_failed_trial():
 def test_the_decode_estimate_is_bytes_over_bandwidth_and_labelled_a_model():
     p = depth.full_params(params("layers=2"))
     d = depth.decode_estimate(p)
-    expect = (arithmetic.weight_bytes(p)
+    w = arithmetic.weight_params(p)
+    expect = ((w["total"] - w["embedding"] + 8 * 4096) * 2
               + arithmetic.kv_bytes_per_token(p) * (4096 + 128) * 8)
     assert d["bytes_per_step"] == pytest.approx(expect)
     by = {g["gpu"]: g for g in d["gpus"]}
     assert by["H200"]["seconds"] == [pytest.approx(expect / 4.8e12)]
+    assert by["H100-80GB"]["bandwidth_gbs"] == [3350, 2000]
     assert len(by["H100-80GB"]["seconds"]) == 2           # SXM5 and PCIe differ
     assert "A10G" in d["no_bandwidth"] and "A10G" not in by
     assert "model estimate, not measured" in d["what"]
@@ -113,10 +116,13 @@ def test_the_decode_estimate_is_bytes_over_bandwidth_and_labelled_a_model():
     assert "llama-3-8b at full depth (32 layers; this trial ran 2)" in body
 
 
-def test_every_datasheet_bandwidth_has_a_source():
-    for g in gpus.TABLE.values():
-        assert g.source
-        assert all(100 <= bw <= 10000 for bw in g.bandwidth_gbs), g
+def test_the_datasheet_bandwidths_are_the_printed_figures():
+    got = {g.name: g.bandwidth_gbs for g in gpus.TABLE.values()}
+    assert got == {"H100-80GB": (2000, 3350), "H100-NVL": (3900,), "H200": (4800,),
+                   "A100-40GB": (1555,), "A100-80GB": (1935, 2039), "L40S": (864,),
+                   "L4": (300,), "A10": (600,), "A10G": (), "RTX-4090": (),
+                   "V100-16GB": (900,), "V100-32GB": (900,), "T4": (320,), "B200": (8000,)}
+    assert all(g.source for g in gpus.TABLE.values())
 
 
 # --- the depth sweep -------------------------------------------------------------
@@ -259,3 +265,107 @@ def test_a_depth_sweep_through_the_console_runs_real_trials_and_answers(tmp_path
     assert "lower bound" in answer["text"] and "\nL4 " in answer["text"]
     assert "\nA10 " not in answer["text"]                    # the GPU asked about only
     assert refused["text"].startswith(":x: `batch=4`")
+
+
+# --- what the review found --------------------------------------------------------
+
+def test_a_plan_block_from_a_recipe_sweep_still_estimates(queue):
+    from test_sweep import RECIPE
+    specs_ = [specs.parse(["recipe", "paper-infer", f"batch={b}"], {"paper-infer": RECIPE})
+              for b in (1, 2, 4)]
+    jobs = queue.submit_sweep(specs_, ["recipe paper-infer"] * 3, "U1", "C1")
+    for job, s in zip(jobs, specs_):
+        leased = queue.store.lease_next("w1", 60)
+        b = s.params["batch"]
+        r = reports.new_report("recipe", s.params)
+        r.update(trial=job["trial"], status="ok", recipe="paper-infer", env={"device": "cpu"},
+                 seconds=1 + 0.5 * b + 0.01 * (b == 2),
+                 phases=[{"name": "launch", "seconds": 1.0},
+                         {"name": "run", "seconds": 0.5 * b + 0.01 * (b == 2)}])
+        r["memory"]["host_rss_peak"] = 2**27 + 2**18 * b
+        queue.finish(job["id"], "w1", leased["lease"], r)
+    plans.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = plans.handle(queue, "repro block scale runs=10 sweep=S1 batch=16", "U1", "C1",
+                       dt.date(2026, 12, 1))["text"]
+    assert "scale block added" in out and "PARTIAL-DEPTH" not in out
+
+
+def test_layers_lists_are_a_depth_sweep_of_llm_infer_only():
+    from test_sweep import RECIPE
+    deep = dataclasses.replace(RECIPE, params=(*RECIPE.params,
+                                               specs._int("layers", 2, 1, 64, "depth")))
+    cmd = commands.parse_trial("sweep recipe paper-infer layers=1,2,4", {"paper-infer": deep})
+    assert all("malloc" not in s.params for s in cmd.specs)   # a recipe's own parameter
+    with pytest.raises(specs.SpecError, match="llm-infer runs"):
+        commands.parse_trial("sweep llm-train layers=1,2")
+    auto = commands.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
+    assert {s.params["malloc"] for s in auto.specs} == {"live"}
+
+
+def test_a_cuda_trial_extrapolates_gpu_memory_only():
+    r = gpu_report(layers=2)
+    r["memory"].update(host_rss_peak=3 * GIB)
+    pred = depth.from_trial(r)
+    assert pred["memory"]["host_rss_peak"]["predicted"] is None
+    assert pred["memory"]["peak_allocated"]["predicted"] > r["memory"]["peak_allocated"]
+    assert "not extrapolated" in render.report(
+        {"channel": "C1", "trial": "T1", "started_msg": None}, r)["text"]
+
+
+def test_a_depth_sweep_with_one_ok_depth_is_still_a_depth_sweep(queue):
+    trials.handle(queue, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=8 prompt=4096 "
+                         "gen=256 dtype=bf16", "U1", "C1")
+    job = queue.lease("w1", 0)
+    r = gpu_report(layers=1, trial=job["trial"])
+    r["params"] = job["spec"]["params"]
+    queue.finish(job["id"], "w1", job["lease"], r)
+    job = queue.lease("w1", 0)
+    failed = reports.fail(reports.new_report("llm-infer", job["spec"]["params"]), "oom",
+                          "CUDA out of memory", "weights")
+    queue.finish(job["id"], "w1", job["lease"], failed)
+    (msg,) = [m for m in queue.store.unsent(100) if m["kind"] == "sweep"]
+    assert "*Depth sweep S1*" in msg["text"] and "T2 (layers=2): oom" in msg["text"]
+    assert "1 distinct depth succeeded" in msg["text"]
+
+
+def test_a_depth_sweep_block_names_its_depth(queue):
+    run_depth_sweep(queue)
+    plans.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = plans.handle(queue, "repro block verify runs=10 sweep=S1 gen=256", "U1", "C1",
+                       dt.date(2026, 12, 1))["text"]
+    assert "is a depth sweep: give the depth" in out and "layers=32" in out
+    assert queue.store.blocks("repro") == []
+
+
+def test_a_partial_depth_trial_is_not_peak_memory_measured_for_advice(queue):
+    from bot import advice
+    r = gpu_report(layers=2)
+    plan = {"facts": {"gpu": "H200", "pattern": "steady"}, "locked": {"at": "x"}}
+    fx = advice.facts_of(plan, [r], [], 10.0, 0.1)
+    assert not fx["peak_on_target"] and fx["partial"] == ["T1"]
+    full = gpu_report(layers=32, trial="T2")
+    assert advice.facts_of(plan, [r, full], [], 10.0, 0.1)["peak_on_target"]
+
+
+def test_reports_from_before_malloc_compare_as_glibc():
+    from bot import planner
+    old = gpu_report(layers=2)
+    old["params"] = {k: v for k, v in old["params"].items() if k != "malloc"}
+    new = gpu_report(layers=2, malloc="glibc")
+    assert planner.differences(planner.config(old), planner.config(new)) == []
+    assert planner.differences(planner.config(old), planner.config(gpu_report(layers=2))) \
+        == ["malloc glibc → live"]
+
+
+def test_the_live_child_gets_the_pinned_threshold_and_glibc_does_not():
+    live = specs.parse(["llm-infer", "malloc=live"])
+    glibc = specs.parse(["llm-infer", "malloc=glibc"])
+    assert launcher.builtin_env(live)["MALLOC_MMAP_THRESHOLD_"] == "65536"
+    assert "MALLOC_MMAP_THRESHOLD_" not in launcher.builtin_env(glibc)
+
+
+def test_the_decode_bytes_read_one_embedding_row_per_sequence_not_the_table():
+    p = depth.full_params(params("layers=2"))
+    w = arithmetic.weight_params(p)
+    assert depth.decode_bytes({**p, "gen": 0, "prompt": 0}) == \
+        (w["total"] - w["embedding"] + 8 * 4096) * 2

@@ -246,9 +246,7 @@ def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None):
         spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
         with open(spec_path, "w") as f:
             json.dump(spec.to_dict(), f)
-        env = child_env(PYTHONPATH=_pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
-        if spec.params.get("malloc") == "live":
-            env["MALLOC_MMAP_THRESHOLD_"] = str(LIVE_MMAP_THRESHOLD)
+        env = builtin_env(spec)
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
                   deadline, cancel, trackers, hz, progress)
         report = _read(report_path, spec)
@@ -345,6 +343,15 @@ def _marked_phases(run: Run, probed: list[dict]) -> list[dict]:
 
 def _phase(name: str, start: float, end: float) -> dict:
     return {"name": name, "start": start, "end": end, "seconds": end - start}
+
+
+def builtin_env(spec: TrialSpec) -> dict:
+    """A built-in workload's child environment: this package importable, and
+    with malloc=live glibc's mmap threshold pinned (read by glibc at startup)."""
+    env = child_env(PYTHONPATH=_pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
+    if spec.params.get("malloc") == "live":
+        env["MALLOC_MMAP_THRESHOLD_"] = str(LIVE_MMAP_THRESHOLD)
+    return env
 
 
 def child_env(**extra: str) -> dict:

@@ -160,8 +160,8 @@ DEVICE = _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when pr
 MALLOC = _choice("malloc", "auto", ("auto", "live", "glibc"),
                  "host memory: live pins glibc's mmap threshold at 64 KiB so host RSS is the "
                  "live peak, which extrapolates (CPU time then pays page faults, ~35% on the "
-                 "CPU benchmark); glibc keeps the C library's default; auto = live with "
-                 "preset= or in a depth sweep, else glibc")
+                 "CPU benchmark); glibc keeps the C library's default; auto = live for a "
+                 "partial-depth preset trial or a depth sweep, else glibc")
 
 # Limits are sanity bounds that catch typos (prompt=1e12), not hardware limits:
 # whether a config fits a GPU is what the trial measures.
@@ -257,7 +257,8 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
     params, given = _parse_given(workload, rest)
     _apply_preset(params, given, workload.usage())
     if params.get("malloc") == "auto":  # resolved here, so the report says which ran
-        params["malloc"] = "live" if params["preset"] != "none" else "glibc"
+        preset = presets.get(params["preset"])
+        params["malloc"] = "live" if preset and params["layers"] < preset.layers else "glibc"
     _check_shape(params, workload.usage())
     if workload is LLM_TRAIN:
         _check_ranks(params, workload.usage())

@@ -314,8 +314,9 @@ def decode_estimate(p: dict) -> dict:
              "note": g.note}
             for g in gpus.TABLE.values() if g.bandwidth_gbs]
     return {"bytes_per_step": nbytes, "batch": p["batch"], "gpus": rows,
-            "what": ("model estimate, not measured: memory-bound decode reads all weights and "
-                     "the KV cache filled so far once per step; step ≥ bytes ÷ the datasheet's "
+            "what": ("model estimate, not measured: memory-bound decode reads every layer's and "
+                     "the lm head's weights (one embedding row per sequence) and the KV cache "
+                     "filled so far once per step; step ≥ bytes ÷ the datasheet's "
                      "peak bandwidth, so real steps are slower (kernels reach a fraction of "
                      "peak, and small batches add launch overhead)"),
             "no_bandwidth": [g.name for g in gpus.TABLE.values() if not g.bandwidth_gbs]}

@@ -242,7 +242,10 @@ def from_sweep(fit: dict, layers: int | None = None) -> dict:
     return {"layers": layers, "memory": mem,
             "time": predict(fit["time"], layers) if fit.get("time") and
             not fit["time"].get("error") else None,
-            "fits": fits_on(at, {m: v["value"] for m, v in mem.items()}),
+            # What fits is judged on the interval's upper end where the fit has one.
+            "fits": fits_on(at, {m: v["interval"][1] if v["interval"] else v["value"]
+                                 for m, v in mem.items()},
+                            bounded={m for m, v in mem.items() if v["interval"]}),
             "decode_estimate": decode_estimate(at)}
 
 
@@ -260,7 +263,7 @@ def largest_batch(capacity: int, weights: float, kv_seq: float, rest: float, b0:
     return min(MAX_BATCH, max(b0, above))
 
 
-def fits_on(p: dict, peaks: dict, measured: bool = False) -> dict:
+def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozenset()) -> dict:
     """Each GPU of the table against a predicted peak at p (full depth, the
     trial's batch b0): margin at b0 and the largest batch. From a measured GPU
     figure when there is one; otherwise from the arithmetic alone, labelled a
@@ -272,8 +275,10 @@ def fits_on(p: dict, peaks: dict, measured: bool = False) -> dict:
         peak = peaks[method]
         rest = max(0.0, peak - a["weights"] - a["kv"])
         caveat = scaling.GPU_CAVEAT[method]
-        basis = (f"{WHAT[method]}, {'measured' if measured else 'predicted'} (a point "
-                 f"figure, no interval); above batch {b0} the measured rest (activations, "
+        figure = ("measured" if measured else
+                  "predicted, the upper end of the fit's 90% prediction interval"
+                  if method in bounded else "predicted (a point figure, no interval)")
+        basis = (f"{WHAT[method]}, {figure}; above batch {b0} the measured rest (activations, "
                  "logits, workspace) is grown in proportion, below it kept whole"
                  + (f"; {caveat}" if caveat else ""))
     else:

@@ -369,3 +369,11 @@ def test_the_decode_bytes_read_one_embedding_row_per_sequence_not_the_table():
     w = arithmetic.weight_params(p)
     assert depth.decode_bytes({**p, "gen": 0, "prompt": 0}) == \
         (w["total"] - w["embedding"] + 8 * 4096) * 2
+
+
+def test_a_depth_sweeps_fits_rest_on_the_intervals_upper_end():
+    rs = [gpu_report(layers=n, trial=f"T{n}", rest=3 * GIB + n * n * 2**20) for n in (1, 2, 4)]
+    pred = depth.from_sweep(depth.fit_depth(rs))
+    upper = pred["memory"]["peak_reserved"]["interval"][1]
+    assert pred["fits"]["peak"] == upper > pred["memory"]["peak_reserved"]["value"]
+    assert "upper end of the fit's 90% prediction interval" in pred["fits"]["basis"]

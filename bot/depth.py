@@ -91,7 +91,8 @@ def from_trial(r: dict) -> dict | None:
     out = {"schema": SCHEMA, "source": "trial", "preset": p["preset"], "trial": r.get("trial"),
            "trial_layers": depth, "layers": deep, "per_layer": per_layer,
            "memory": predicted,
-           "what": (f"measured at {depth} layers + ({deep} − {depth}) × one layer's weights "
+           "what": (f"measured at {depth} layer{'s' * (depth != 1)} + ({deep} − {depth}) × "
+                    "one layer's weights "
                     "and KV cache by arithmetic; assumes activations, logits and workspace "
                     "do not grow with depth (inference frees each layer's activations); "
                     "not checked by a depth sweep" if depth < deep else

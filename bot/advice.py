@@ -22,8 +22,12 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
     target = f.get("gpu")
     on_target = [r for r in reports if planner.matches_gpu(r, target)]
     # A partial-depth trial's full-depth peak is predicted, not measured.
-    partial = [r.get("trial") for r in reports if depth.partial(r)]
-    whole = [r for r in reports if not depth.partial(r)]
+    whole, partial = [], []
+    for r in reports:
+        if depth.partial(r):
+            partial.append(r.get("trial"))
+        else:
+            whole.append(r)
     gpu_mem = [r for r in on_target if r in whole and (r["memory"].get("peak_allocated")
                                                        or r["memory"].get("process_used_peak"))]
     host_mem = [r for r in whole if r["memory"].get("host_rss_peak")]

@@ -287,16 +287,19 @@ def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozens
         basis = ("arithmetic lower bound: weights + KV cache only — activations, workspace "
                  "and the CUDA context are not in it (this trial measured no GPU memory), "
                  "so a GPU shown as fitting may not; the largest batch is an upper bound")
-    rows = []
-    for g in gpus.TABLE.values():
-        rows.append({"gpu": g.name, "bytes": g.bytes, "margin": g.bytes - peak,
-                     "fits": peak <= g.bytes,
-                     "largest_batch": largest_batch(g.bytes, a["weights"],
-                                                    a["kv_per_sequence"], rest, b0)})
-    rows.sort(key=lambda x: x["bytes"])
-    return {"method": method, "basis": basis, "peak": peak, "batch": b0,
-            "weights": a["weights"], "kv_per_sequence": a["kv_per_sequence"], "rest": rest,
-            "gpus": rows}
+    out = {"method": method, "basis": basis, "peak": peak, "batch": b0,
+           "weights": a["weights"], "kv_per_sequence": a["kv_per_sequence"], "rest": rest}
+    out["gpus"] = sorted((fit_row(out, g) for g in gpus.TABLE.values()),
+                         key=lambda x: x["bytes"])
+    return out
+
+
+def fit_row(fits: dict, gpu: gpus.Gpu) -> dict:
+    """One GPU against a fits-on answer: margin at its batch, the largest batch."""
+    return {"gpu": gpu.name, "bytes": gpu.bytes, "margin": gpu.bytes - fits["peak"],
+            "fits": fits["peak"] <= gpu.bytes,
+            "largest_batch": largest_batch(gpu.bytes, fits["weights"], fits["kv_per_sequence"],
+                                           fits["rest"], fits["batch"])}
 
 
 def decode_bytes(p: dict) -> float:

@@ -148,7 +148,7 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         fits = pred["fits"]
         if gpu is not None:
             fits = dict(fits, gpus=[g for g in fits["gpus"] if g["gpu"] == gpu.name]
-                        or [_custom(fits, gpu)])
+                        or [depth.fit_row(fits, gpu)])
         parts.append(fits_text(fits))
         parts.append(decode_text(pred["decode_estimate"], pred["layers"],
                                  gpu.name if gpu is not None else None))
@@ -167,15 +167,6 @@ def _interval(v: dict, fmt) -> str:
         return " (no interval: 2 depths leave no residual to judge the fit)"
     lo, hi = v["interval"]
     return f" [{fmt(lo)} … {fmt(hi)}]"
-
-
-def _custom(fits: dict, gpu) -> dict:
-    from bot import depth
-    return {"gpu": gpu.name, "bytes": gpu.bytes, "margin": gpu.bytes - fits["peak"],
-            "fits": fits["peak"] <= gpu.bytes,
-            "largest_batch": depth.largest_batch(gpu.bytes, fits["weights"],
-                                                 fits["kv_per_sequence"], fits["rest"],
-                                                 fits["batch"])}
 
 
 def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:

@@ -29,7 +29,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("Slurm accounting requests for actuals", [
         "create table if not exists slurm_actuals (id integer primary key, plan text not null, "
         "block text not null, jobs text not null, runs integer, note text, user text not null, "
-        "channel text not null, request text unique, status text not null default 'queued', "
+        "channel text not null, status text not null default 'queued', "
         "worker text, lease text, lease_expires float, attempts integer not null default 0, "
         "created float not null, finished float, result text, message text, actual integer)",
         "create index if not exists slurm_actuals_status on slurm_actuals (status)",

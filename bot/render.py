@@ -142,7 +142,7 @@ def report(job: dict, r: dict) -> dict:
     pred = depth.from_trial(r)
     text = summary.text(r) + (f"\n{depthview.trial_plain(pred)}" if pred else "")
     return {"channel": job["channel"], "kind": "report", "thread_of": job.get("started_msg"),
-            "text": text, "blocks": report_blocks(r)}
+            "text": text, "blocks": report_blocks(r, pred)}
 
 
 def chart(job: dict, r: dict) -> dict:
@@ -153,7 +153,9 @@ def chart(job: dict, r: dict) -> dict:
             "file": f"{job['trial']}-memory.png"}
 
 
-def report_blocks(r: dict) -> list[dict]:
+def report_blocks(r: dict, pred: dict | None = None) -> list[dict]:
+    """`pred`: the report's partial-depth prediction (bot/depth.from_trial), worked
+    out here when the caller has not (a report without one returns at once)."""
     icon = ":white_check_mark:" if r["status"] == "ok" else ":x:"
     blocks = [_section(f"{icon} {summary.headline(r)}")]
     if summary.retry_line(r):
@@ -166,7 +168,7 @@ def report_blocks(r: dict) -> list[dict]:
     blocks.append({"type": "section",
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
     from bot import depth, depthview
-    pred = depth.from_trial(r)
+    pred = pred or depth.from_trial(r)
     if pred:
         blocks += depthview.trial_blocks(pred)
     blocks.append(_context(summary.phases_line(r)))

@@ -661,16 +661,15 @@ class Store:
         """Queue a request; a `request` key seen before (Slack retried) raises
         DuplicateRequest with the id it queued, and queues nothing."""
         with self.tx():
-            if request is not None:
-                seen = self.db.execute("select id from slurm_actuals where request = ?",
-                                       [request]).fetchone()
-                if seen:
-                    raise DuplicateRequest([seen[0]])
+            self._claim(request)
             cur = self.db.execute(
                 "insert into slurm_actuals (plan, block, jobs, runs, note, user, channel, "
-                "request, created) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created) values (?, ?, ?, ?, ?, ?, ?, ?)",
                 [row["plan"], row["block"], json.dumps(row["jobs"]), row.get("runs"),
-                 row.get("note"), row["user"], row["channel"], request, time.time()])
+                 row.get("note"), row["user"], row["channel"], time.time()])
+            if request is not None:
+                self.db.execute("update requests set jobs = ? where key = ?",
+                                [json.dumps([cur.lastrowid]), request])
         return self.slurm_actual(cur.lastrowid)
 
     def slurm_actual(self, req_id: int) -> dict | None:

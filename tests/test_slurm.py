@@ -80,7 +80,9 @@ def test_a_trial_over_its_timeout_is_a_timeout(cluster, tmp_path):
 
 def test_a_job_over_its_memory_limit_is_an_oom(cluster, tmp_path):
     # No cgroups here: slurmstepd's sampler (OverMemoryKill) kills the step, state FAILED.
-    report = executor(tmp_path, mem="150M")(spec(FAST))
+    # It samples once a second, so the trial runs for seconds: a shorter one can end first.
+    report = executor(tmp_path, mem="150M")(spec("llm-infer gen=2 repeats=10000 stability=0 "
+                                                 "run_cap=5"))
     assert report["status"] == "failed", report
     assert report["error"]["class"] == "oom", report["error"]
     assert "memory limit" in report["error"]["message"]

@@ -19,6 +19,7 @@ sacct. Each job comes back as one record:
 """
 from __future__ import annotations
 
+import operator
 import re
 import subprocess
 
@@ -106,7 +107,7 @@ def parse(text: str) -> list[dict]:
         rss = size(cols[5])
         if rss is not None and (job["max_rss"] is None or rss > job["max_rss"]):
             job["max_rss"], job["max_rss_step"] = rss, cols[0]
-        for key, column, fold in (("gpu_tres_tot", 6, _add), ("gpu_tres_max", 7, max)):
+        for key, column, fold in (("gpu_tres_tot", 6, operator.add), ("gpu_tres_max", 7, max)):
             for name, value in gpu_usage(tres(cols[column])).items():
                 have = job[key].get(name)
                 job[key][name] = value if have is None else fold(have, value)
@@ -142,6 +143,3 @@ def _number(raw: str) -> float | None:
     except ValueError:
         return None
 
-
-def _add(a, b):
-    return a + b

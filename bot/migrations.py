@@ -35,6 +35,23 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "create index if not exists slurm_actuals_status on slurm_actuals (status)",
         "create index if not exists slurm_actuals_actual on slurm_actuals (actual)",
     ]),
+    # Delivery per channel, and a path to the requester when Slack refuses one:
+    # `via` (null: the channel; "ephemeral" to `user` there; "redirect": to the
+    # requester by response_url or a direct message), `sent_via` (the path that
+    # took it). A trial whose channel refused a message is `redirect`ed: its later
+    # messages follow. A response_url is good for 5 posts in 30 minutes.
+    ("outbox lanes per channel and paths to the requester", [
+        "alter table outbox add column via text",
+        "alter table outbox add column user text",
+        "alter table outbox add column response_url text",
+        "alter table outbox add column sent_via text",
+        "create index if not exists outbox_unsent_by_channel on outbox (channel, id) "
+        "where sent is null and given_up is null",
+        "alter table jobs add column response_url text",
+        "alter table jobs add column redirect text",
+        "create table if not exists response_urls (url text primary key, expires float "
+        "not null, uses integer not null default 0)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

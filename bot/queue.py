@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import access, chart, render, routing, scaling, slurmactual, trialcard
+from bot import access, chart, delivery, render, routing, scaling, slurmactual, trialcard
 from bot.store import ENDED, Store
 from worker import report as reports
 from worker.spec import Workload
@@ -71,6 +71,7 @@ class JobQueue:
         # Alone (tests, scripts) anyone may run; Runtime passes the configured policy.
         self.policy = policy or access.Policy(run_everyone=True, admins=admins)
         self.members = access.no_groups  # user group -> its users; the Slack app sets it
+        self.channels = delivery.NoCheck()  # can the bot post there? The Slack app sets it
         self.lease_seconds, self.max_leases = lease_seconds, max_leases
         # Workers heartbeat several times per lease, so one lost beat loses nothing.
         self.heartbeat_seconds = min(10.0, lease_seconds / 4)
@@ -81,29 +82,33 @@ class JobQueue:
         self.sweep_lock = threading.Lock()
 
     def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None,
-               request: str | None = None, route: dict | None = None) -> dict:
+               request: str | None = None, route: dict | None = None,
+               response_url: str | None = None) -> dict:
         job = self.store.add_jobs(_dicts([spec], route), [words], user, channel, tags=tags,
-                                  request=request)[0]
+                                  request=request, response_url=response_url)[0]
         with self.changed:
             self.changed.notify_all()
         return job
 
     def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
                      tags: dict | None = None, request: str | None = None,
-                     route: dict | None = None) -> list[dict]:
+                     route: dict | None = None, response_url: str | None = None) -> list[dict]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
         jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
-                                   sweep=True, tags=tags, request=request)
+                                   sweep=True, tags=tags, request=request,
+                                   response_url=response_url)
         with self.changed:
             self.changed.notify_all()
         return jobs
 
     def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
                      budget: int | None = None, tags: dict | None = None,
-                     request: str | None = None, route: dict | None = None) -> list[dict]:
+                     request: str | None = None, route: dict | None = None,
+                     response_url: str | None = None) -> list[dict]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
         jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
-                                   group=kind, budget=budget, tags=tags, request=request)
+                                   group=kind, budget=budget, tags=tags, request=request,
+                                   response_url=response_url)
         with self.changed:
             self.changed.notify_all()
         return jobs
@@ -179,8 +184,8 @@ class JobQueue:
             raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
         actual, text = slurmactual.outcome(req, result)
         if not self.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
-                                              actual, [render.reply_message(req["channel"],
-                                                                            text)]):
+                                              actual, [dict(render.reply_message(
+                                                  req["channel"], text), user=req["user"])]):
             raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
         self.on_message()
         return self.store.slurm_actual(req_id)
@@ -222,7 +227,8 @@ class JobQueue:
                     f"{', '.join(req['jobs'])}): {why}. Nothing was recorded (asked by "
                     f"<@{req['user']}>); ask again when a Slurm worker runs.")
             if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
-                                              [render.reply_message(req["channel"], text)],
+                                              [dict(render.reply_message(req["channel"], text),
+                                                    user=req["user"])],
                                               expired=True):
                 self.on_message()
         for job in self.store.expired_jobs(self.max_leases):

@@ -22,7 +22,8 @@ class Runtime:
                  policy: access.Policy | None = None):
         self.store = Store(db)
         self.outbox = Outbox(self.store, transport,
-                             update_interval=getattr(transport, "update_interval", None))
+                             update_interval=getattr(transport, "update_interval", None),
+                             on_refused=lambda channel: self.queue.channels.forget(channel))
         self.queue = JobQueue(self.store, on_message=self.outbox.wake,
                               lease_seconds=lease_seconds,
                               policy=policy or access.Policy())  # unconfigured: nobody runs

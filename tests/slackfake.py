@@ -24,6 +24,12 @@ class FakeSlack(ThreadingHTTPServer):
         self.errors: dict[str, list[str]] = {}  # method -> Slack error codes (ok: false) to answer
         self.uploads: dict[str, bytes] = {}  # file id -> bytes, files_upload_v2's second step
         self.answers: dict[str, dict] = {}  # method -> fields added to its ok answer
+        # Per channel: conversations.info's answer (fields over a member channel's,
+        # or an error code), an error every post/edit/file there gets, a delay.
+        self.channel_info: dict[str, dict | str] = {}
+        self.channel_errors: dict[str, str] = {}
+        self.delays: dict[str, float] = {}
+        self.expired_urls: set[str] = set()  # response_url paths answered 404 expired_url
         self.lock = threading.Lock()
         self.counter = 0
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -77,6 +83,27 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             args = {k: v[0] for k, v in urllib.parse.parse_qs(raw).items()}
         method = self.path.rsplit("/", 1)[-1]
+        channel = args.get("channel") or args.get("channel_id")
+        if method in self.server.expired_urls:  # a spent response_url, as Slack answers it
+            with self.server.lock:
+                self.server.calls.append(("expired", {"url": method}))
+            self._answer(404, b"expired_url", "text/plain")
+            return
+        refused = self.server.channel_errors.get(channel)
+        if refused and method in ("chat.postMessage", "chat.update",
+                                  "files.completeUploadExternal"):
+            with self.server.lock:
+                self.server.calls.append(("refused", dict(args, _method=method, _error=refused)))
+            self._answer(200, json.dumps({"ok": False, "error": refused}).encode())
+            return
+        if method == "conversations.info":
+            info = self.server.channel_info.get(channel, {})
+            if isinstance(info, str):
+                with self.server.lock:
+                    self.server.calls.append((method, dict(args, _error=info)))
+                self._answer(200, json.dumps({"ok": False, "error": info}).encode())
+                return
+        time.sleep(self.server.delays.get(channel, 0))
         with self.server.lock:
             outage = self.server.outage
             if outage and time.monotonic() < outage[0]:  # an outage: answer its errors in turn
@@ -104,15 +131,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.calls.append((method, dict(args, _ts=ts)))
         answer = {"ok": True, "ts": ts, "channel": args.get("channel"),
                   **self.server.answers.get(method, {})}
+        if method == "conversations.info":
+            answer["channel"] = {"id": channel, "is_channel": True, "is_member": True,
+                                 "is_archived": False, **self.server.channel_info.get(channel, {})}
+        elif method == "conversations.open":  # the bot's direct-message channel with a user
+            answer["channel"] = {"id": "D" + args.get("users", "")}
         if method == "files.getUploadURLExternal":
             file_id = f"F{self.server.counter}"
             answer.update(file_id=file_id, upload_url=f"http://127.0.0.1:"
                           f"{self.server.server_address[1]}/upload/{file_id}")
         elif method == "files.completeUploadExternal":
             answer["files"] = [{"id": f["id"]} for f in json.loads(args["files"])]
-        body = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self._answer(200, json.dumps(answer).encode())
+
+    def _answer(self, status: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -122,14 +156,15 @@ _triggers = itertools.count(1)
 
 
 def slash_body(text: str, command: str = "/trial", user: str = "U1", channel: str = "C1",
-               trigger_id: str | None = None) -> str:
+               trigger_id: str | None = None,
+               response_url: str = "http://127.0.0.1:9/unused") -> str:
     """A slash command's form body; each call is a new invocation with its own
     trigger_id, as in Slack (a retry re-sends the same body)."""
     trigger_id = trigger_id or f"{next(_triggers)}.{time.monotonic_ns()}"
     return urllib.parse.urlencode({
         "token": "legacy", "team_id": "T0", "team_domain": "lab", "channel_id": channel,
         "channel_name": "gpu", "user_id": user, "user_name": "ada", "command": command,
-        "text": text, "api_app_id": "A1", "response_url": "http://127.0.0.1:9/unused",
+        "text": text, "api_app_id": "A1", "response_url": response_url,
         "trigger_id": trigger_id})
 
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from bot import listeners, slackgroups
+from bot import listeners, slackchannels, slackgroups
 
 log = logging.getLogger("trialbot.slack")
 LISTENER_THREADS = 64
@@ -34,6 +34,7 @@ def build_app(queue, client: WebClient, signing_secret: str | None) -> App:
               request_verification_enabled=bool(signing_secret),
               listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS))
     queue.members = slackgroups.Members(client)  # user groups in the access policy
+    queue.channels = slackchannels.ChannelCheck(client)  # is the bot in the channel?
     listeners.register(app, queue)
 
     @app.error

@@ -12,11 +12,13 @@ from worker import spec as specs
 
 
 def handle(queue: JobQueue, text: str, user: str, channel: str,
-           request: str | None = None) -> tuple[dict, dict | None]:
+           request: str | None = None, response_url: str | None = None
+           ) -> tuple[dict, dict | None]:
     """Returns (ephemeral reply, the queued job or None). `request` (Slack's
-    trigger_id) makes a retried or doubled request queue nothing a second time."""
+    trigger_id) makes a retried or doubled request queue nothing a second time;
+    `response_url` reaches the requester if the channel refuses the trial's messages."""
     try:
-        return _handle(queue, text, user, channel, request)
+        return _handle(queue, text, user, channel, request, response_url)
     except DuplicateRequest as exc:
         trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
         return render.reply(f"Already received: this request (Slack retried it, or it came "
@@ -27,7 +29,7 @@ READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")
 
 
 def _handle(queue: JobQueue, text: str, user: str, channel: str,
-            request: str | None) -> tuple[dict, dict | None]:
+            request: str | None, response_url: str | None) -> tuple[dict, dict | None]:
     workers = queue.store.workers()  # read once: /trial must ack within Slack's 3 s
     recipes = recipes_of(workers)
     try:
@@ -113,20 +115,24 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         return render.reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
                             "and every worker with it in its recipe file has no NVIDIA GPU. "
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
+    unpostable = queue.channels.refusal(channel)  # asked last: it may be a call to Slack
+    if unpostable:
+        return render.reply(f":x: {unpostable}; then run the command again. Nothing was "
+                            "queued."), None
+    where = {"request": request, "route": route, "response_url": response_url}
     if cmd.name == "ladder":
         jobs = queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
-                                  tags, request, route)
+                                  tags, **where)
         return render.ladder_queued(jobs, cmd.budget), jobs[-1]
     if cmd.name == "ab":
-        jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags,
-                                  request=request, route=route)
+        jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags, **where)
         return render.ab_queued(jobs), jobs[-1]
     if cmd.name == "sweep":
-        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags, request, route)
+        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags, **where)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
         return render.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
-    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags, request, route)
+    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags, **where)
     return render.queued(job, queue.online_for(job["spec"])), job
 
 
@@ -158,7 +164,8 @@ def fit(queue: JobQueue, cmd: commands.Command) -> dict:
 
 
 
-def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None) -> dict:
+def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None,
+          response_url: str | None = None) -> dict:
     """The "Re-run" button: the same trial again, by whoever clicked, in its channel."""
     old = queue.store.job(job_id)
     if old is None:
@@ -176,9 +183,12 @@ def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None) -
         return render.reply(f":x: No registered worker can run T{job_id} again (its recipe, "
                             "ranks or route need a worker that is not there). Nothing was "
                             "queued.")
+    unpostable = queue.channels.refusal(old["channel"])
+    if unpostable:
+        return render.reply(f":x: {unpostable}; then click again. Nothing was queued.")
     try:
         job = queue.submit(spec, old["words"], user, old["channel"], request=request,
-                           route=old["spec"].get("route"))
+                           route=old["spec"].get("route"), response_url=response_url)
     except DuplicateRequest as exc:
         return render.reply(f"Already received: that click queued T{exc.jobs[0]}.")
     return render.queued(job, queue.online_for(job["spec"]))

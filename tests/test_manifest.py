@@ -15,8 +15,10 @@ def test_manifest_commands_scopes_and_modes(tmp_path, fake_slack):
     commands = {c["command"]: c for c in m["features"]["slash_commands"]}
     assert set(commands) == {"/trial", "/plan"}
     assert all(c["usage_hint"] and c["url"].endswith("/slack/events") for c in commands.values())
-    assert set(m["oauth_config"]["scopes"]["bot"]) == {"commands", "chat:write", "files:write",
-                                                      "usergroups:read"}
+    assert set(m["oauth_config"]["scopes"]["bot"]) == {
+        "commands", "chat:write", "files:write", "usergroups:read",
+        "channels:read", "groups:read", "im:read", "mpim:read", "im:write"}
+    assert m["features"]["app_home"]["messages_tab_enabled"] is True  # DMs to a requester
     assert m["settings"]["socket_mode_enabled"] is True
     assert m["settings"]["interactivity"]["is_enabled"] is True
 

@@ -19,7 +19,7 @@ def register(app, queue) -> None:
     def rerun(ack, body, action, respond):
         ack()
         reply = trials.rerun(queue, int(action["value"]), body["user"]["id"],
-                             body.get("trigger_id"))
+                             body.get("trigger_id"), body.get("response_url"))
         respond(response_type="ephemeral", replace_original=False, text=reply["text"])
 
     @app.action(trialcard.ADD_TO_PLAN)

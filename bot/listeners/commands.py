@@ -12,7 +12,8 @@ def register(app, queue) -> None:
     def trial(ack, command):
         # trigger_id is the same on Slack's retries (HTTP and Socket Mode): the dedupe key.
         reply, _ = trials.handle(queue, command.get("text", ""), command["user_id"],
-                                 command["channel_id"], command.get("trigger_id"))
+                                 command["channel_id"], command.get("trigger_id"),
+                                 command.get("response_url"))
         ack(**reply)
 
     @app.command("/plan")

@@ -1,0 +1,173 @@
+"""One channel must never stop the bot: per-channel delivery, refusals no
+retry can fix, the requester told another way, and the check at `/trial`
+time — through the real Bolt app, outbox thread, SlackTransport and the fake
+Slack Web API on loopback."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bot import delivery
+from slackfake import post, signed_headers, slash_body
+from worker import report as reports
+from worker.spec import parse
+
+SPEC = parse(["llm-infer", "gen=2", "repeats=1", "stability=0"])
+QUICK = "llm-infer gen=2 repeats=1 stability=0"
+
+
+def wait(check, timeout: float = 15, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
+        time.sleep(0.05)
+
+
+def run_to_end(bot, job: dict) -> None:
+    """Lease the job as worker w1 and end it with a (failed) report: its card,
+    the card's final edit and the threaded report are queued, as a real end does."""
+    leased = bot.queue.lease("w1", 0)
+    assert leased["id"] == job["id"]
+    report = reports.fail(reports.new_report("llm-infer", {}), "crash", "boom", "run")
+    bot.queue.finish(job["id"], "w1", leased["lease"], report)
+
+
+def posted_in(fake_slack, channel: str) -> list[dict]:
+    return [p for p in fake_slack.posts() if p["channel"] == channel]
+
+
+def slash(bot, text: str, channel: str, user: str = "U1", **kw):
+    body = slash_body(text, channel=channel, user=user, **kw)
+    return post(bot.server.url + "/slack/events", body, signed_headers("s3cret", body))
+
+
+def test_a_channel_the_bot_is_not_in_goes_to_the_requester_and_stops_no_other(bot, fake_slack):
+    # The bot is removed from CBAD after /trial was answered there: Slack refuses.
+    assert "Queued as *T1*" in slash(bot, QUICK, "CBAD",
+                                     response_url=fake_slack.api_url + "respond-bad")[1]["text"]
+    assert "Queued as *T2*" in slash(bot, QUICK, "CGOOD")[1]["text"]
+    fake_slack.channel_errors["CBAD"] = "not_in_channel"
+    bad, good = bot.store.job(1), bot.store.job(2)
+    run_to_end(bot, bad)
+    run_to_end(bot, good)
+
+    # The working channel gets its card and threaded report beside the refused one.
+    card, report = wait(lambda: len(posted_in(fake_slack, "CGOOD")) >= 2
+                        and posted_in(fake_slack, "CGOOD"), what="CGOOD's messages")
+    assert report["thread_ts"] == card["_ts"]
+    # The requester reads the trial's messages through the command's response_url,
+    # with the fix named; the channel was tried once, not retried.
+    said = wait(lambda: len(fake_slack.calls_of("respond-bad")) >= 3
+                and fake_slack.calls_of("respond-bad"), what="the response_url posts")
+    assert all("not posted in <#CBAD>" in s["text"] and "`/invite @trialbot`" in s["text"]
+               for s in said)
+    assert "T1* started on *w1*" in said[0]["text"]
+    assert "T1 llm-infer FAILED" in said[1]["text"]  # the card's final state, as a message
+    assert all(s["response_type"] == "ephemeral" and s["replace_original"] is False
+               for s in said)
+    refused = [c for c in fake_slack.calls_of("refused") if c["channel"] == "CBAD"]
+    assert len(refused) == 1
+    assert bot.store.job(bad["id"])["redirect"] == "not_in_channel"
+    time.sleep(1)  # a few outbox wake-ups later: nothing more, nothing twice
+    assert len(fake_slack.calls_of("respond-bad")) == 3
+    assert bot.store.unsent() == []
+
+
+def test_an_archived_channel_with_the_response_url_spent_reaches_the_requester_by_dm(
+        bot, fake_slack):
+    assert "Queued as *T1*" in slash(bot, QUICK, "CARCH", user="U1",
+                                     response_url=fake_slack.api_url + "respond-old")[1]["text"]
+    fake_slack.channel_errors["CARCH"] = "is_archived"  # archived while the trial waited
+    fake_slack.expired_urls.add("respond-old")  # and its response_url expired: 404 expired_url
+    job = bot.store.job(1)
+    run_to_end(bot, job)
+    dms = wait(lambda: len(posted_in(fake_slack, "DU1")) >= 3 and posted_in(fake_slack, "DU1"),
+               what="the direct messages")
+    assert fake_slack.calls_of("conversations.open")[0]["users"] == "U1"
+    assert all("<#CARCH> is archived" in d["text"] for d in dms)
+    assert len(fake_slack.calls_of("expired")) == 1  # spent once, never asked again
+    rows = bot.store.db.execute("select sent_via from outbox where job = ? and sent is not null",
+                                [job["id"]]).fetchall()
+    assert {r[0] for r in rows} == {"dm"}
+
+
+def test_a_message_slack_refuses_as_too_long_is_set_aside_and_its_requester_told(
+        bot, fake_slack):
+    fake_slack.errors["chat.postMessage"] = ["msg_too_long"]  # the card is refused once
+    assert "Queued as *T1*" in slash(bot, QUICK, "C5")[1]["text"]
+    job = bot.store.job(1)
+    run_to_end(bot, job)
+    note = wait(lambda: fake_slack.calls_of("chat.postEphemeral"), what="the ephemeral note")[0]
+    assert note["channel"] == "C5" and note["user"] == "U1"
+    assert "T1's message could not be posted in <#C5>" in note["text"]
+    assert "too long" in note["text"] and "`/trial status T1`" in note["text"]
+    # The channel itself works: the report still goes there, unthreaded (its card is gone).
+    report = wait(lambda: posted_in(fake_slack, "C5"), what="the report")[0]
+    assert "T1 llm-infer FAILED" in report["text"] and "thread_ts" not in report
+    given_up = bot.store.db.execute("select kind, last_error from outbox where given_up is not "
+                                    "null order by id").fetchall()
+    assert given_up == [("started", "msg_too_long"),
+                        ("summary", "the message to update was given up")]
+    assert bot.store.job(job["id"])["redirect"] is None  # later messages still go to C5
+
+
+def test_a_slow_channel_delays_only_its_own_messages(bot, fake_slack):
+    fake_slack.delays["CSLOW"] = 4.0
+    bot.store.add_messages([{"channel": "CSLOW", "text": f"slow {i}"} for i in range(2)])
+    bot.store.add_messages([{"channel": "CFAST", "text": f"fast {i}"} for i in range(5)])
+    bot.outbox.wake()
+    t0 = time.monotonic()
+    wait(lambda: len(posted_in(fake_slack, "CFAST")) == 5, timeout=3, what="CFAST")
+    assert time.monotonic() - t0 < 3
+    assert [p["text"] for p in posted_in(fake_slack, "CFAST")] == [f"fast {i}" for i in range(5)]
+    wait(lambda: len(posted_in(fake_slack, "CSLOW")) == 2, timeout=20, what="CSLOW")
+    assert [p["text"] for p in posted_in(fake_slack, "CSLOW")] == ["slow 0", "slow 1"]
+
+
+@pytest.mark.parametrize("channel, info, said", [
+    ("CNOTIN", {"is_member": False}, "I am not a member of <#CNOTIN>: invite me with "
+                                     "`/invite @trialbot` there"),
+    ("CARCH", {"is_archived": True}, "<#CARCH> is archived"),
+    ("CPRIV", "channel_not_found", "I cannot see <#CPRIV>"),
+])
+def test_trial_in_a_channel_the_bot_cannot_post_in_is_refused_at_once(bot, fake_slack, channel,
+                                                                      info, said):
+    fake_slack.channel_info[channel] = info
+    status, reply = slash(bot, "llm-infer gen=2", channel)
+    assert status == 200 and reply["response_type"] == "ephemeral"
+    assert said in reply["text"] and "Nothing was queued" in reply["text"]
+    assert bot.store.jobs() == []
+    assert fake_slack.calls_of("conversations.info")[0]["channel"] == channel
+
+
+def test_trial_is_queued_where_slack_says_the_bot_is_a_member_or_cannot_say(bot, fake_slack):
+    status, reply = slash(bot, "llm-infer gen=2", "C1")
+    assert "Queued as *T1*" in reply["text"]
+    slash(bot, "llm-infer gen=2", "C1")  # a yes is cached: Slack is asked once
+    assert len(fake_slack.calls_of("conversations.info")) == 1
+    fake_slack.channel_info["CNOSCOPE"] = "missing_scope"  # an install without channels:read
+    assert "Queued as *T3*" in slash(bot, "llm-infer gen=2", "CNOSCOPE")[1]["text"]
+    assert bot.store.job(1)["response_url"] == "http://127.0.0.1:9/unused"  # from the command
+
+
+def test_a_refusal_in_the_outbox_makes_the_next_trial_there_ask_slack_again(bot, fake_slack):
+    assert "Queued as *T1*" in slash(bot, "llm-infer gen=2", "C9")[1]["text"]
+    fake_slack.channel_errors["C9"] = "not_in_channel"  # the bot is removed from C9
+    run_to_end(bot, bot.store.job(1))
+    wait(lambda: fake_slack.calls_of("refused"), what="the refusal")
+    fake_slack.channel_info["C9"] = {"is_member": False}
+    wait(lambda: "not a member" in slash(bot, "llm-infer gen=2", "C9")[1]["text"],
+         what="the refusal at /trial time")
+    assert len(bot.store.jobs()) == 1
+
+
+def test_classify_sorts_slack_errors():
+    assert delivery.classify("not_in_channel") == "channel"
+    assert delivery.classify("msg_too_long") == "message"
+    assert delivery.classify("invalid_auth", tries=50) == "retry"  # the app's trouble: waits
+    assert delivery.classify("something_new", tries=0) == "retry"
+    assert delivery.classify("something_new", tries=delivery.UNKNOWN_TRIES) == "message"

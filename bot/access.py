@@ -6,7 +6,8 @@
   people's trials. Admins may also run.
 
 Reading (help, list, status, workers, fit, /plan show, review, prices…) is
-open to anyone who can type the command. With nothing configured nobody may
+open to anyone who can type the command; a trial or a plan only in its own
+channel, or by an admin (JobQueue.hides). With nothing configured nobody may
 run and nobody is an admin (see README, "Who may do what").
 
 Pure: the Slack adapter supplies user-group membership as a callable.

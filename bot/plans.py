@@ -20,15 +20,15 @@ log = logging.getLogger("trialbot.plans")
 def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
            now: dt.datetime | None = None, request: str | None = None) -> dict:
     """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once."""
+    need = None
     try:
         cmd = plancmd.parse(text, today)
         if cmd.action == "actual":
             cmd.args["request"] = request
         need, what = NEEDS.get(cmd.action, (None, None))
+        # (a plan is reached only in its own channel or by an admin, see _plan, so
+        # this channel's right is the plan's too: an admin has it everywhere)
         refused = need and queue.allows(need, user, channel, what)
-        home = need and cmd.plan and (queue.store.plan(cmd.plan) or {}).get("channel")
-        if not refused and home and home != channel:  # a plan is changed where it lives
-            refused = queue.allows(need, user, home, what)
         if refused:
             return planview.reply(f":lock: {refused} Nothing was changed.")
         if cmd.action.startswith("digest"):
@@ -36,6 +36,8 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
             return schedule.command(queue, cmd, user, channel,
                                     now or dt.datetime.now(dt.timezone.utc))
         return ACTIONS[cmd.action](queue, cmd, user, channel, today)
+    except PlanHidden as exc:
+        return planview.reply(f":lock: {exc}" + (" Nothing was changed." if need else ""))
     except (PlanError, planner.EstimateError) as exc:
         return planview.error(str(exc))
     except Exception:  # noqa: BLE001 - a bug must still get an answer, and a log line
@@ -44,7 +46,8 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
                               "bot's log. Try again, or report it with the command you typed.")
 
 
-# What each /plan action needs (bot.access); reading is open to anyone.
+# What each /plan action needs (bot.access); reading is open to anyone (a plan
+# in its own channel, see _plan).
 NEEDS = {"price": ("admin", "record prices"),
          "digest-weekly": ("admin", "schedule the digest"),
          "digest-off": ("admin", "stop the digest"),
@@ -53,9 +56,11 @@ NEEDS = {"price": ("admin", "record prices"),
          **{a: ("run", "post in this channel") for a in ("export", "digest-now")}}
 
 
-def take_tags(queue: JobQueue, words: list[str]) -> tuple[list[str], dict | None]:
+def take_tags(queue: JobQueue, words: list[str], user: str, channel: str
+              ) -> tuple[list[str], dict | None]:
     """`plan=NAME block=KIND` on `/trial`: taken out of the words (they are not
-    workload parameters) and checked, so a trial is never tagged to nothing."""
+    workload parameters) and checked, so a trial is never tagged to nothing
+    (nor to a plan `user` cannot reach from `channel`)."""
     tagged = [w.partition("=") for w in words if w.startswith(("plan=", "block="))]
     tags = {key: value for key, _, value in tagged}
     if len(tags) < len(tagged):
@@ -69,7 +74,7 @@ def take_tags(queue: JobQueue, words: list[str]) -> tuple[list[str], dict | None
         given = " ".join(f"`{k}={v}`" for k, v in tags.items())
         raise PlanError(f"{given}: tag a trial with both plan=NAME and block=KIND, e.g. "
                         "`plan=adkv block=baseline`")
-    plan = _plan(queue, plancmd.plan_name(tags["plan"]))
+    plan = _plan(queue, plancmd.plan_name(tags["plan"]), user, channel)
     kinds = [b["kind"] for b in queue.store.blocks(plan["name"])]
     if tags["block"] not in kinds:
         raise PlanError(f"`block={tags['block']}`: plan {plan['name']} has no such block; its "
@@ -77,12 +82,30 @@ def take_tags(queue: JobQueue, words: list[str]) -> tuple[list[str], dict | None
     return rest, tags
 
 
-def _plan(queue: JobQueue, name: str) -> dict:
+class PlanHidden(PlanError):
+    """The plan lives in another channel (perhaps a private one)."""
+
+
+def visible_plans(queue: JobQueue, user: str, channel: str) -> tuple[list[dict], bool]:
+    """The plans `user` may reach from `channel`: its own, or every plan for an
+    admin (then True)."""
+    if queue.allows("admin", user, channel) is None:
+        return queue.store.plans(), True
+    return queue.store.plans(channel), False
+
+
+def _plan(queue: JobQueue, name: str, user: str, channel: str) -> dict:
+    """The plan, if `user` may reach it from `channel` (as `/trial status`: a
+    plan may live in a private channel); its name is all a refusal tells."""
     plan = queue.store.plan(name)
     if plan is None:
-        known = ", ".join(p["name"] for p in queue.store.plans()) or "none yet"
-        raise PlanError(f"There is no plan `{name}`. Plans: {known}. Start one with "
-                        f"`/plan new {name}`")
+        seen, admin = visible_plans(queue, user, channel)
+        known = ", ".join(p["name"] for p in seen) or "none yet"
+        raise PlanError(f"There is no plan `{name}`. Plans{'' if admin else ' here'}: {known}. "
+                        f"Start one with `/plan new {name}`")
+    if queue.hides(plan["channel"], user, channel):
+        raise PlanHidden(f"Plan `{name}` belongs to another channel; ask there (or an admin "
+                         "can ask anywhere).")
     return plan
 
 
@@ -91,18 +114,21 @@ def _help(queue, cmd, user, channel, today):
 
 
 def _list(queue, cmd, user, channel, today):
-    return planview.plan_list(queue.store.plans())
+    return planview.plan_list(*visible_plans(queue, user, channel))
 
 
 def _new(queue, cmd, user, channel, today):
     if not queue.store.add_plan(cmd.plan, channel, user, cmd.args["facts"]):
+        if queue.store.plan(cmd.plan)["channel"] != channel:  # names are shared by all
+            raise PlanError(f"A plan `{cmd.plan}` exists already in another channel; choose "
+                            "another name")
         raise PlanError(f"A plan `{cmd.plan}` exists already; `/plan {cmd.plan} show` shows it, "
                         "or choose another name")
     return planview.created(queue.store.plan(cmd.plan))
 
 
 def _set(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     facts = cmd.args["facts"]
     fixed = [k for k in facts if k in plancmd.LOCKED_ITEMS]
     if plan["locked"] and fixed:
@@ -230,7 +256,7 @@ def estimates(queue: JobQueue, plan: dict, blocks: list[dict] | None = None
 
 
 def _block(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     block = dict(cmd.args, plan=cmd.plan, user=user)
     existing = queue.store.blocks(cmd.plan)
     blocks = ([block if b["kind"] == block["kind"] else b for b in existing]
@@ -244,14 +270,14 @@ def _block(queue, cmd, user, channel, today):
 
 
 def _show(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     ests = estimates(queue, plan)
     return planview.show(plan, ests, queue.store.prices(), today,
                          queue.store.plan_jobs(plan["name"]))
 
 
 def _export(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     ests = estimates(queue, plan)
     price_list = queue.store.prices()
     queue.store.add_messages([
@@ -265,7 +291,7 @@ def _export(queue, cmd, user, channel, today):
 
 
 def _lock(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     if plan["locked"]:
         raise PlanError(f"Plan {cmd.plan} is locked since {plan['locked']['at']}; to lock it to "
                         f"its current trials, `/plan {cmd.plan} unlock` first")
@@ -281,7 +307,7 @@ def _lock(queue, cmd, user, channel, today):
 
 
 def _unlock(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     if not plan["locked"]:
         raise PlanError(f"Plan {cmd.plan} is not locked")
     queue.store.set_plan_lock(cmd.plan, None)
@@ -290,7 +316,7 @@ def _unlock(queue, cmd, user, channel, today):
 
 
 def _advise(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     ests = estimates(queue, plan)
     reports = [dict(t["report"], trial=t["trial"]) for _, _, ts in ests for t in ts]
     total = planner.total([e for _, e, _ in ests])
@@ -301,7 +327,7 @@ def _advise(queue, cmd, user, channel, today):
 
 
 def _actual(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     kind = cmd.args["block"]
     if kind not in {b["kind"] for b in queue.store.blocks(cmd.plan)}:
         raise PlanError(f"Plan {cmd.plan} has no {kind} block; add it first with "
@@ -346,7 +372,7 @@ def _slurm_actual(queue, cmd, plan, user):
 
 
 def _review(queue, cmd, user, channel, today):
-    plan = _plan(queue, cmd.plan)
+    plan = _plan(queue, cmd.plan, user, channel)
     return planview.review(plan, review_rows(queue, plan, estimates(queue, plan)))
 
 

@@ -49,13 +49,16 @@ def open_items(plan: dict) -> list[str]:
     return [k for k in plancmd.CHECKLIST if not plan["facts"].get(k)]
 
 
-def plan_list(plans: list[dict]) -> dict:
+def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
+    """This channel's plans; `everywhere` (an admin's list): every plan, with its channel."""
     if not plans:
-        return reply("No plans yet. Start one with `/plan new NAME`.")
-    return reply("Plans:\n" + "\n".join(
-        f"• *{p['name']}*" + (" (locked)" if p["locked"] else "")
-        + f" — target {p['facts'].get('gpu') or 'not set'}, {len(open_items(p))} checklist "
-          "items open" for p in plans))
+        return reply(f"No plans{'' if everywhere else ' in this channel'} yet. Start one with "
+                     "`/plan new NAME`.")
+    lines = [f"• *{p['name']}*" + (f" in <#{p['channel']}>" if everywhere else "")
+             + (" (locked)" if p["locked"] else "")
+             + f" — target {p['facts'].get('gpu') or 'not set'}, {len(open_items(p))} "
+               "checklist items open" for p in plans]
+    return reply(f"Plans in {'every' if everywhere else 'this'} channel:\n" + "\n".join(lines))
 
 
 def created(plan: dict) -> dict:

@@ -271,6 +271,11 @@ class JobQueue:
         """None when allowed, else the refusal (bot.access)."""
         return access.allows(self.policy, action, user, channel, self.members, what)
 
+    def hides(self, home: str, user: str, channel: str) -> bool:
+        """A trial or a plan is read in its own channel (it may be a private
+        one) or by an admin anywhere."""
+        return home != channel and self.allows("admin", user, channel) is not None
+
     def cancel(self, job_id: int, user: str) -> str:
         """Cancel a queued trial now, or ask the worker running it to kill it.
         Returns what happened; raises ValueError naming why it cannot."""

@@ -41,7 +41,7 @@ def collect(queue: JobQueue, channel: str, start: dt.datetime, end: dt.datetime,
     m = digest.measure(trials, idle, start, end.tzinfo)
     price_list = store.prices()
     summaries = []
-    for plan in (p for p in store.plans() if p["channel"] == channel):
+    for plan in store.plans(channel):
         try:
             ests = plans.estimates(queue, plan)
             costs = planview.costs(plan, ests, price_list, today)

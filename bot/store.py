@@ -643,9 +643,11 @@ class Store:
         return dict(row, facts=json.loads(row["facts"] or "{}"),
                     locked=json.loads(row["locked"]) if row["locked"] else None)
 
-    def plans(self) -> list[dict]:
+    def plans(self, channel: str | None = None) -> list[dict]:
+        """Every plan, or `channel`'s."""
+        where, args = ("channel = ?", [channel]) if channel else (None, None)
         return [self.plan(r["name"]) for r in self.db["plans"].rows_where(
-            select="name", order_by="created")]
+            where, args, select="name", order_by="created")]
 
     def set_plan_facts(self, name: str, facts: dict) -> None:
         with self.tx():

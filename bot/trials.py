@@ -35,7 +35,7 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
     try:
         # `plan=NAME block=KIND` make the trial a plan's actual, and `gpu= min_mem=
         # label=` say where it may run; none of them are workload parameters.
-        words, tags = plans.take_tags(queue, commands.split(text))
+        words, tags = plans.take_tags(queue, commands.split(text), user, channel)
         # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
         words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, workers)
         cmd = commands.parse_trial(shlex.join(words), recipes)
@@ -55,10 +55,9 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         if not route.get("gpu"):
             route.pop("gpu", None)
     if cmd.name not in READ_ONLY:  # cancel checks owner-or-admin itself
+        # A tagged plan is this channel's or the user an admin (take_tags): the
+        # right here is the right to change it.
         refused = queue.allows("run", user, channel)
-        plan_home = (queue.store.plan(tags["plan"]) or {}).get("channel") if tags else None
-        if not refused and plan_home and plan_home != channel:  # tagging changes that plan
-            refused = queue.allows("run", user, plan_home, "add trials to a plan")
         if refused:
             return render.reply(f":lock: {refused} Nothing was queued."), None
     if cmd.name == "help":
@@ -82,8 +81,7 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         if job is None:
             return render.reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
                                 "recent ones."), None
-        if job["channel"] != channel and queue.allows("admin", user, channel):
-            # a report may come from a private channel: it is read where it was posted
+        if queue.hides(job["channel"], user, channel):
             return render.reply(f":lock: T{cmd.job_id} belongs to another channel; ask "
                                 "there (or an admin can ask anywhere)."), None
         return render.status(job, queue.store.attempts(job["id"])), None
@@ -194,9 +192,10 @@ def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None,
     return render.queued(job, queue.online_for(job["spec"]))
 
 
-def plan_choices(queue: JobQueue) -> list[tuple[str, str]]:
-    """(plan, block kind) pairs an ended trial can be added to."""
-    return [(p["name"], b["kind"]) for p in queue.store.plans()
+def plan_choices(queue: JobQueue, user: str, channel: str) -> list[tuple[str, str]]:
+    """(plan, block kind) pairs a trial of `channel` can be added to by `user`:
+    that channel's plans (every plan for an admin)."""
+    return [(p["name"], b["kind"]) for p in plans.visible_plans(queue, user, channel)[0]
             for b in queue.store.blocks(p["name"])]
 
 
@@ -206,11 +205,11 @@ def add_to_plan(queue: JobQueue, job_id: int, plan: str, block: str, user: str) 
     job = queue.store.job(job_id)
     if job is None:
         raise plans.PlanError(f"there is no trial T{job_id}")
-    plans.take_tags(queue, [f"plan={plan}", f"block={block}"])  # both must exist
-    for where in {job["channel"], queue.store.plan(plan)["channel"]}:  # the plan's too
-        refused = queue.allows("run", user, where, "change plans")
-        if refused:
-            raise plans.PlanError(refused + " Nothing was changed.")
+    # both must exist, and the plan be the trial's channel's (or the user an admin)
+    plans.take_tags(queue, [f"plan={plan}", f"block={block}"], user, job["channel"])
+    refused = queue.allows("run", user, job["channel"], "change plans")
+    if refused:
+        raise plans.PlanError(refused + " Nothing was changed.")
     queue.store.tag_job(job_id, plan, block)
     return (f"{job['trial']} now counts as an actual of plan *{plan}*, {block} block "
             f"(`/plan {plan} review`).")

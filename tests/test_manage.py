@@ -178,7 +178,7 @@ def test_buttons_rerun_cancel_and_add_to_plan(bot, fake_slack):
 
     # Add to plan…: no plan yet is said plainly; with one, a modal lists its blocks
     click(bot, fake_slack, "trial_add_to_plan", 1)
-    assert "No plan has a block yet" in wait_calls(fake_slack, "respond", 3)[2]["text"]
+    assert "No plan of this channel has a block yet" in wait_calls(fake_slack, "respond", 3)[2]["text"]
     bot.store.add_plan("repro", "C1", "U1", {})
     bot.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": ["T1"]})
     click(bot, fake_slack, "trial_add_to_plan", 1)
@@ -260,3 +260,22 @@ def test_status_of_another_channels_trial_is_not_shown(queue):
                                                   "C1")[0]["text"]
     assert f"*{job['trial']}*" in trials.handle(queue, f"status {job['trial']}", "UADMIN",
                                                   "CPRIVATE")[0]["text"]
+
+
+def test_add_to_plan_offers_and_takes_only_this_channels_plans(bot, fake_slack):
+    job = submit(bot.queue)
+    for name, channel in (("secret", "CPRIVATE"), ("ours", "C1")):
+        bot.store.add_plan(name, channel, "U1", {})
+        bot.store.put_block({"plan": name, "kind": "baseline", "runs": 5, "trials": ["T1"]})
+    click(bot, fake_slack, "trial_add_to_plan", job["id"])
+    view = wait_calls(fake_slack, "views.open")[0]["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    assert [o["value"] for o in view["blocks"][0]["element"]["options"]] == ["ours|baseline"]
+    # a submission naming the other channel's plan anyway (a stale or forged modal)
+    status, answer = interact(bot, fake_slack, {"type": "view_submission", "view": {
+        "id": "V1", "type": "modal", "callback_id": view["callback_id"],
+        "private_metadata": view["private_metadata"],
+        "state": {"values": {"block": {"choice": {
+            "type": "static_select", "selected_option": {"value": "secret|baseline"}}}}}}})
+    assert status == 200 and "belongs to another channel" in answer["errors"]["block"]
+    assert bot.store.job(job["id"])["plan"] is None

@@ -160,14 +160,14 @@ def test_trial_tags_are_taken_out_and_checked(queue):
     say(queue, "new repro")
     say(queue, f"repro block baseline runs=10 trial={t}")
     words, tags = plans.take_tags(queue, ["llm-infer", "batch=2", "plan=repro",
-                                          "block=baseline"])
+                                          "block=baseline"], "U1", "C1")
     assert words == ["llm-infer", "batch=2"] and tags == {"plan": "repro", "block": "baseline"}
-    assert plans.take_tags(queue, ["llm-infer"]) == (["llm-infer"], None)
+    assert plans.take_tags(queue, ["llm-infer"], "U1", "C1") == (["llm-infer"], None)
     for bad, says in ((["plan=repro"], "both plan=NAME and block=KIND"),
                       (["plan=nope", "block=baseline"], "no plan `nope`"),
                       (["plan=repro", "block=verify"], "has no such block")):
         with pytest.raises(plans.PlanError, match=says):
-            plans.take_tags(queue, ["llm-infer", *bad])
+            plans.take_tags(queue, ["llm-infer", *bad], "U1", "C1")
 
 
 def test_a_scale_block_rests_on_a_sweeps_time_fit(queue):
@@ -224,7 +224,8 @@ def test_locking_twice_and_tagging_twice_are_refused(queue):
     say(queue, "repro lock")
     assert "unlock` first" in say(queue, "repro lock")
     with pytest.raises(plans.PlanError, match="given twice"):
-        plans.take_tags(queue, ["llm-infer", "plan=repro", "plan=other", "block=baseline"])
+        plans.take_tags(queue, ["llm-infer", "plan=repro", "plan=other", "block=baseline"],
+                        "U1", "C1")
 
 
 def test_a_retried_manual_actual_is_recorded_once(queue):
@@ -239,3 +240,46 @@ def test_a_retried_manual_actual_is_recorded_once(queue):
     assert queue.store.db["actuals"].count == 1
     plans.handle(queue, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
     assert queue.store.db["actuals"].count == 2  # a new command is a new actual
+
+
+@pytest.mark.parametrize("text", [
+    "secret", "secret show", "secret review", "secret export", "secret advise",
+    "secret set paper=x", "secret block compare runs=1 trial=T1", "secret lock",
+    "secret unlock", "secret actual baseline hours=1"])
+def test_a_plan_is_reached_only_in_its_own_channel_or_by_an_admin(queue, text):
+    t = finish(queue, report())
+    say(queue, "new secret gpu=H100 paper=private-notes")  # U1 (an admin) in C1
+    say(queue, f"secret block baseline runs=10 trial={t}")
+    before = counts(queue)
+    out = plans.handle(queue, text, "U2", "COTHER", TODAY)["text"]
+    assert out.startswith(":lock: Plan `secret` belongs to another channel; ask there (or an "
+                          "admin can ask anywhere)")
+    assert "baseline" not in out and "private-notes" not in out
+    assert counts(queue) == before
+    assert not plans.handle(queue, text, "U2", "C1", TODAY)["text"].startswith(":lock:")
+    assert not plans.handle(queue, text, "U1", "COTHER", TODAY)["text"].startswith(":lock:")
+
+
+def test_list_and_unknown_plan_answers_name_only_this_channels_plans(queue):
+    t = finish(queue, report())
+    plans.handle(queue, "new secret", "U2", "CPRIVATE", TODAY)
+    plans.handle(queue, f"secret block baseline runs=10 trial={t}", "U2", "CPRIVATE", TODAY)
+    plans.handle(queue, "new ours", "U2", "C2", TODAY)
+
+    def as_u2(text, channel="C2"):
+        return plans.handle(queue, text, "U2", channel, TODAY)["text"]
+    assert "ours" in as_u2("list") and "secret" not in as_u2("list")
+    assert "secret" in as_u2("list", "CPRIVATE") and "ours" not in as_u2("list", "CPRIVATE")
+    assert "No plans in this channel" in as_u2("list", "CEMPTY")
+    admin = plans.handle(queue, "list", "U1", "CEMPTY", TODAY)["text"]
+    assert "*secret* in <#CPRIVATE>" in admin and "*ours* in <#C2>" in admin
+    missing = as_u2("nope show")
+    assert "There is no plan `nope`" in missing and "ours" in missing and "secret" not in missing
+    assert "exists already in another channel" in as_u2("new secret")
+    for words, says in ((["plan=nope", "block=baseline"], "no plan `nope`"),
+                        (["plan=secret", "block=baseline"], "belongs to another channel")):
+        with pytest.raises(plans.PlanError, match=says) as err:
+            plans.take_tags(queue, ["llm-infer", *words], "U2", "C2")
+        assert "secret`." not in err.value.message and "baseline" not in err.value.message
+    assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U2", "CPRIVATE")[1]
+    assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U1", "C2")[1]

@@ -31,11 +31,11 @@ def register(app, queue) -> None:
             respond(response_type="ephemeral", replace_original=False,
                     text=f":lock: {refused} Nothing was changed.")
             return
-        choices = trials.plan_choices(queue)
+        choices = job and trials.plan_choices(queue, body["user"]["id"], job["channel"])
         if job is None or not choices:
             respond(response_type="ephemeral", replace_original=False,
-                    text=":x: No plan has a block yet: start one with `/plan new NAME` and "
-                         "`/plan NAME block KIND ...`." if job else
+                    text=":x: No plan of this channel has a block yet: start one with "
+                         "`/plan new NAME` and `/plan NAME block KIND ...`." if job else
                          f":x: There is no trial T{action['value']} any more.")
             return
         client.views_open(trigger_id=body["trigger_id"], view=trialcard.plan_modal(job, choices))

@@ -82,7 +82,7 @@ class JobQueue:
         self.sweep_lock = threading.Lock()
 
     def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None,
-               request: str | None = None, route: dict | None = None,
+               request: str | list | None = None, route: dict | None = None,
                response_url: str | None = None) -> dict:
         job = self.store.add_jobs(_dicts([spec], route), [words], user, channel, tags=tags,
                                   request=request, response_url=response_url)[0]

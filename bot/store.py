@@ -196,12 +196,16 @@ class Store:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
         the first one's id as their sweep id; `tags` ({plan, block}) make them a
         plan's actuals. A `request` key already used raises DuplicateRequest and
-        queues nothing. `response_url` (the command's) reaches the requester if
-        the channel refuses the trial's messages."""
+        queues nothing; `request` is Slack's trigger_id, or a list of (key,
+        seconds it holds or None for a day). `response_url` (the command's)
+        reaches the requester if the channel refuses the trial's messages."""
         ids = []
         tags = tags or {}
+        keys = [(request, None)] if isinstance(request, str) else [
+            (key, within) for key, within in request or [] if key is not None]
         with self.tx():
-            self._claim(request)
+            for key, within in keys:
+                self._claim(key, within)
             if response_url:
                 self._add_response_url(response_url)
             for spec, w in zip(specs, words):
@@ -216,9 +220,9 @@ class Store:
                 self.db.execute(f"update jobs set {column} = ?, budget = ?, group_kind = ? "
                                 f"where id in ({','.join('?' * len(ids))})",
                                 [ids[0], budget, group, *ids])
-            if request is not None:
+            for key, _ in keys:
                 self.db.execute("update requests set jobs = ? where key = ?",
-                                [json.dumps(ids), request])
+                                [json.dumps(ids), key])
         return [self.job(i) for i in ids]
 
     def sweep_jobs(self, sweep: int) -> list[dict]:
@@ -686,13 +690,18 @@ class Store:
             "select p.* from prices p where p.id = (select max(id) from prices q "
             "where lower(q.item) = lower(p.item) and q.kind = p.kind) order by p.item, p.kind"))
 
-    def _claim(self, request: str | None) -> None:
+    def _claim(self, request: str | None, within: float | None = None) -> None:
         """Inside a transaction: take Slack's request key, or raise
-        DuplicateRequest (with what it queued) when a retry already took it."""
+        DuplicateRequest (with what it queued) when a retry already took it.
+        With `within`, a key taken longer ago than that is taken anew (a
+        button's clicks: two in a row are one, a later one is meant)."""
         if request is None:
             return
         # Slack retries within minutes: a day of keys is plenty to keep.
         self.db.execute("delete from requests where created < ?", [time.time() - 86400])
+        if within is not None:
+            self.db.execute("delete from requests where key = ? and created < ?",
+                            [request, time.time() - within])
         seen = self.db.execute("insert into requests (key, created) values (?, ?) "
                                "on conflict(key) do nothing", [request, time.time()]).rowcount == 0
         if seen:

@@ -162,9 +162,15 @@ def fit(queue: JobQueue, cmd: commands.Command) -> dict:
 
 
 
+CLICK_SECONDS = 30  # a user's clicks on one card within this are one click
+
+
 def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None,
-          response_url: str | None = None) -> dict:
-    """The "Re-run" button: the same trial again, by whoever clicked, in its channel."""
+          response_url: str | None = None, card: str | None = None) -> dict:
+    """The "Re-run" button: the same trial again, by whoever clicked, in its
+    channel. `request` is the click's trigger_id (Slack's retries repeat it);
+    `card` names the message clicked on: each click has a trigger_id of its own,
+    so a double click is caught by card and user."""
     old = queue.store.job(job_id)
     if old is None:
         return render.reply(f":x: There is no trial T{job_id} any more; nothing was queued.")
@@ -185,10 +191,13 @@ def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None,
     if unpostable:
         return render.reply(f":x: {unpostable}; then click again. Nothing was queued.")
     try:
-        job = queue.submit(spec, old["words"], user, old["channel"], request=request,
+        keys = [(request, None), (card and f"rerun:{card}:{user}", CLICK_SECONDS)]
+        job = queue.submit(spec, old["words"], user, old["channel"], request=keys,
                            route=old["spec"].get("route"), response_url=response_url)
     except DuplicateRequest as exc:
-        return render.reply(f"Already received: that click queued T{exc.jobs[0]}.")
+        return render.reply(f"Already received: your click on this card queued "
+                            f"T{exc.jobs[0]}; nothing new was queued. To run it once more, "
+                            f"click again after {CLICK_SECONDS} s.")
     return render.queued(job, queue.online_for(job["spec"]))
 
 

@@ -151,9 +151,12 @@ def interact(bot, fake_slack, payload: dict):
     return post(bot.server.url + "/slack/events", body, signed_headers("s3cret", body))
 
 
-def click(bot, fake_slack, action_id: str, job_id: int):
+def click(bot, fake_slack, action_id: str, job_id: int, user: str = "U1",
+          message_ts: str = "1700000000.000001"):
     return interact(bot, fake_slack, {
-        "type": "block_actions", "channel": {"id": "C1"}, "container": {"type": "message"},
+        "type": "block_actions", "channel": {"id": "C1"}, "user": {"id": user, "name": "x"},
+        "container": {"type": "message", "message_ts": message_ts, "channel_id": "C1"},
+        "message": {"ts": message_ts, "type": "message"},
         "response_url": fake_slack.api_url + "respond",
         "actions": [{"action_id": action_id, "block_id": f"trial_{job_id}",
                      "value": str(job_id), "type": "button", "action_ts": "1"}]})
@@ -279,3 +282,30 @@ def test_add_to_plan_offers_and_takes_only_this_channels_plans(bot, fake_slack):
             "type": "static_select", "selected_option": {"value": "secret|baseline"}}}}}}})
     assert status == 200 and "belongs to another channel" in answer["errors"]["block"]
     assert bot.store.job(job["id"])["plan"] is None
+
+
+def test_a_second_rerun_click_on_a_card_queues_nothing_and_names_the_first(bot, fake_slack):
+    job = submit(bot.queue)
+    click(bot, fake_slack, "trial_rerun", job["id"])
+    assert "Queued as *T2*" in wait_calls(fake_slack, "respond")[0]["text"]
+    click(bot, fake_slack, "trial_rerun", job["id"])  # a new trigger_id, the same card
+    said = wait_calls(fake_slack, "respond", 2)[1]
+    assert said["response_type"] == "ephemeral"
+    assert "Already received" in said["text"] and "queued T2" in said["text"]
+    assert bot.store.job(3) is None
+    # another user's click, or a click on another card, is its own
+    click(bot, fake_slack, "trial_rerun", job["id"], user="UADMIN")
+    assert "Queued as *T3*" in wait_calls(fake_slack, "respond", 3)[2]["text"]
+    click(bot, fake_slack, "trial_rerun", 2, message_ts="1700000000.000002")
+    assert "Queued as *T4*" in wait_calls(fake_slack, "respond", 4)[3]["text"]
+
+
+def test_a_rerun_click_after_the_window_queues_again(queue):
+    job = submit(queue)
+    assert "Queued as *T2*" in trials.rerun(queue, job["id"], "U1", "trig-1", card="C1:1.1")["text"]
+    assert "queued T2" in trials.rerun(queue, job["id"], "U1", "trig-2", card="C1:1.1")["text"]
+    with queue.store.tx():  # the first click's key, older than the window
+        queue.store.db.execute("update requests set created = created - ?",
+                               [trials.CLICK_SECONDS + 1])
+    assert "Queued as *T3*" in trials.rerun(queue, job["id"], "U1", "trig-3", card="C1:1.1")["text"]
+    assert "queued T2" in trials.rerun(queue, job["id"], "U1", "trig-1")["text"]  # Slack retried

@@ -18,8 +18,11 @@ def register(app, queue) -> None:
     @app.action(trialcard.RERUN)
     def rerun(ack, body, action, respond):
         ack()
+        ts = ((body.get("container") or {}).get("message_ts")
+              or (body.get("message") or {}).get("ts"))
+        card = ts and f"{(body.get('channel') or {}).get('id')}:{ts}"
         reply = trials.rerun(queue, int(action["value"]), body["user"]["id"],
-                             body.get("trigger_id"), body.get("response_url"))
+                             body.get("trigger_id"), body.get("response_url"), card)
         respond(response_type="ephemeral", replace_original=False, text=reply["text"])
 
     @app.action(trialcard.ADD_TO_PLAN)

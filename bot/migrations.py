@@ -52,6 +52,16 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "create table if not exists response_urls (url text primary key, expires float "
         "not null, uses integer not null default 0)",
     ]),
+    # A worker's idempotency key per request (kept across its retries), so a
+    # request whose answer was lost and is sent again is applied once: its
+    # idle counted once, the lease it got (`job` or Slurm request `request`,
+    # under `lease`) given again, a report or result answered as the first was.
+    ("worker request keys", [
+        "create table if not exists worker_requests (worker text not null, key text not null, "
+        "kind text not null, job integer, request integer, lease text, created float not null, "
+        "primary key (worker, key))",
+        "create index if not exists worker_requests_created on worker_requests (created)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

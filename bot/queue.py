@@ -174,7 +174,8 @@ class JobQueue:
             self.changed.notify_all()
         return req
 
-    def finish_slurm_actual(self, req_id: int, worker: str, lease: str, result: dict) -> dict:
+    def finish_slurm_actual(self, req_id: int, worker: str, lease: str, result: dict,
+                            key: str | None = None) -> dict:
         """A Slurm worker's sacct answer: the actual recorded (or why not) and
         posted in the plan's channel, in one transaction."""
         req = self.store.slurm_actual(req_id)
@@ -185,14 +186,16 @@ class JobQueue:
         actual, text = slurmactual.outcome(req, result)
         if not self.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
                                               actual, [dict(render.reply_message(
-                                                  req["channel"], text), user=req["user"])]):
+                                                  req["channel"], text), user=req["user"])],
+                                              key=key):
             raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
         self.on_message()
         return self.store.slurm_actual(req_id)
 
-    def lease(self, worker: str, wait: float) -> dict | None:
+    def lease(self, worker: str, wait: float, key: str | None = None) -> dict | None:
         """A trial job for `worker`; for a Slurm worker, first any Slurm accounting
-        request (seconds of sacct), as a dict with kind "slurm-accounting"."""
+        request (seconds of sacct), as a dict with kind "slurm-accounting". The
+        lease is kept with the request's `key` (see held)."""
         deadline = time.monotonic() + wait
         self.store.seen_worker(worker)
         info = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
@@ -200,12 +203,12 @@ class JobQueue:
         while True:
             self.fail_exhausted()
             if info.get("executor") == "slurm":
-                req = self.store.lease_slurm_actual(worker, self.lease_seconds, self.max_leases)
+                req = self.store.lease_slurm_actual(worker, self.lease_seconds, self.max_leases,
+                                                    key)
                 if req:
                     return dict(req, kind="slurm-accounting")
             job = self.store.lease_next(worker, self.lease_seconds,
-                                        lambda spec: can_run(info, spec),
-                                       self.max_leases)
+                                        lambda spec: can_run(info, spec), self.max_leases, key)
             if job:
                 self.store.set_started_message(job["id"], trialcard.started(job, worker))
                 self.on_message()
@@ -215,6 +218,23 @@ class JobQueue:
                 return None
             with self.changed:
                 self.changed.wait(min(left, 1.0))
+
+    def held(self, worker: str, key: str) -> dict | None:
+        """The lease a lease request with this key got, while `worker` still
+        holds it: the request came again because its answer was lost, and the
+        same lease is given again (renewed) rather than left to expire."""
+        first = self.store.worker_request(worker, key)
+        if not first or first["kind"] != "lease" or not first["lease"]:
+            return None
+        if first["job"]:
+            if self.store.extend_lease(first["job"], worker, first["lease"], self.lease_seconds):
+                return self.store.job(first["job"])
+            return None
+        req = self.store.slurm_actual(first["request"])
+        if req and (req["status"], req["worker"], req["lease"]) == ("running", worker,
+                                                                     first["lease"]):
+            return dict(req, kind="slurm-accounting")
+        return None
 
     def fail_exhausted(self) -> None:
         """A trial whose workers keep dying (it may be what kills them) fails
@@ -323,7 +343,8 @@ class JobQueue:
             out.insert(0, dict(trialcard.final(job, report), update_of=job["started_msg"]))
         return out
 
-    def finish(self, job_id: int, worker: str, lease: str, report: dict) -> dict:
+    def finish(self, job_id: int, worker: str, lease: str, report: dict,
+               key: str | None = None) -> dict:
         job = self.store.job(job_id)
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")
@@ -334,7 +355,7 @@ class JobQueue:
         with self.sweep_lock:
             fit = self.group_message(job, report)
             if not self.store.finish_job(job_id, worker, lease, report,
-                                         messages + ([fit] if fit else [])):
+                                         messages + ([fit] if fit else []), key):
                 raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         self.on_message()
         with self.changed:

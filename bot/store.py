@@ -3,6 +3,7 @@ with SQL in it (with bot/migrations.py, the versioned schema steps).
 
 Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
 `workers`, `worker_idle` (seconds ready with nothing to run, per day),
+`worker_requests` (the workers' idempotency keys, a day of them),
 `outbox` (every message the bot will post, stored before it is sent),
 `worker_tokens` (per-worker API tokens, hashed), the
 plans' tables, and `digests` / `digests_sent` (the weekly digest's schedule
@@ -261,7 +262,7 @@ class Store:
             select=JOB_COLUMNS)]
 
     def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True,
-                   max_leases: int = 2) -> dict | None:
+                   max_leases: int = 2, key: str | None = None) -> dict | None:
         """Give a queued job (or one whose lease expired, fewer than `max_leases`
         times leased) that `worker` can run: fairly across users — first the job
         whose owner has had the fewest jobs started since it was queued, then
@@ -294,6 +295,7 @@ class Store:
                         "seconds": now - (row["started"] or now)})
                 self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
                                 [row["id"], now, worker])
+                self._leased_under(worker, key, lease, job=row["id"])
                 return self.job(row["id"])
         return None
 
@@ -324,16 +326,18 @@ class Store:
         return cur.rowcount == 1
 
     def finish_job(self, job_id: int, worker: str, lease: str, report: dict,
-                   messages: list[dict]) -> bool:
+                   messages: list[dict], key: str | None = None) -> bool:
         """Store the report and its outbox messages in one transaction, only if
-        `lease` still holds the job: a late worker cannot overwrite a newer attempt."""
+        `lease` still holds the job: a late worker cannot overwrite a newer attempt.
+        The worker's request `key` is kept with it (a retry finds it answered)."""
         tries = report.get("attempts") or [{
             "status": report["status"], "error_class": (report.get("error") or {}).get("class"),
             "message": (report.get("error") or {}).get("message"),
             "seconds": report.get("seconds")}]
-        return self._finish(job_id, worker, lease, report, messages, tries)
+        return self._finish(job_id, worker, lease, report, messages, tries, key=key)
 
-    def _finish(self, job_id, worker, lease, report, messages, tries, expired=False) -> bool:
+    def _finish(self, job_id, worker, lease, report, messages, tries, expired=False,
+                key=None) -> bool:
         error = (report.get("error") or {}).get("class")
         status = ("done" if report["status"] == "ok" else
                   "cancelled" if error == "cancelled" else "failed")
@@ -359,6 +363,8 @@ class Store:
                 self._add_attempt(job_id, worker, attempt)
             for message in messages:
                 self._add_message(message, job_id)
+            if key is not None:
+                self._worker_key(worker, key, "report", lease, job=job_id)
         return True
 
     def _add_attempt(self, job_id: int, worker: str, a: dict) -> None:
@@ -453,13 +459,43 @@ class Store:
             self.db.execute("update workers set last_seen = ? where name = ?",
                             [time.time(), name])
 
-    def add_idle(self, worker: str, per_day: dict[str, float]) -> None:
+    def add_idle(self, worker: str, per_day: dict[str, float], key: str | None = None) -> bool:
+        """Count a lease request's idle seconds; False, counting nothing, when its
+        `key` was seen (the worker sent the request again: its answer was lost)."""
         with self.tx():
+            if key is not None and not self._worker_key(worker, key, "lease"):
+                return False
             for day, seconds in per_day.items():
                 self.db.execute(
                     "insert into worker_idle (worker, day, seconds) values (?, ?, ?) "
                     "on conflict(worker, day) do update set seconds = seconds + excluded.seconds",
                     [worker, day, seconds])
+        return True
+
+    def _worker_key(self, worker: str, key: str, kind: str, lease: str | None = None,
+                    job: int | None = None, request: int | None = None) -> bool:
+        """Inside a transaction: keep a worker request's idempotency key and what
+        it did; False when it was kept already. A worker retries for minutes: a
+        day of keys is plenty to keep."""
+        now = time.time()
+        self.db.execute("delete from worker_requests where created < ?", [now - 86400])
+        return self.db.execute(
+            "insert into worker_requests (worker, key, kind, job, request, lease, created) "
+            "values (?, ?, ?, ?, ?, ?, ?) on conflict do nothing",
+            [worker, key, kind, job, request, lease, now]).rowcount == 1
+
+    def _leased_under(self, worker: str, key: str | None, lease: str, job: int | None = None,
+                      request: int | None = None) -> None:
+        """Inside the lease's transaction: the lease a keyed lease request got."""
+        if key is not None:
+            self.db.execute("update worker_requests set job = ?, request = ?, lease = ? "
+                            "where worker = ? and key = ?", [job, request, lease, worker, key])
+
+    def worker_request(self, worker: str, key: str) -> dict | None:
+        """What the request with this key did, if it was seen."""
+        rows = list(self.db["worker_requests"].rows_where("worker = ? and key = ?",
+                                                          [worker, key]))
+        return rows[0] if rows else None
 
     def idle(self, worker: str | None = None) -> list[dict]:
         where, args = ("worker = ?", [worker]) if worker else (None, None)
@@ -750,7 +786,8 @@ class Store:
         return dict(row, jobs=json.loads(row["jobs"]),
                     result=json.loads(row["result"]) if row["result"] else None)
 
-    def lease_slurm_actual(self, worker: str, seconds: float, max_leases: int) -> dict | None:
+    def lease_slurm_actual(self, worker: str, seconds: float, max_leases: int,
+                           key: str | None = None) -> dict | None:
         """The oldest queued request, or one whose lease expired fewer than
         `max_leases` times; the conditional UPDATE lets one racing worker win."""
         now = time.time()
@@ -768,6 +805,7 @@ class Store:
                 if cur.rowcount != 1:
                     continue
                 self.db.execute("update workers set last_seen = ? where name = ?", [now, worker])
+                self._leased_under(worker, key, lease, request=req_id)
             return self.slurm_actual(req_id)
         return None
 
@@ -779,11 +817,12 @@ class Store:
 
     def finish_slurm_actual(self, req: dict, status: str, result: dict, text: str,
                             actual: dict | None, messages: list[dict],
-                            expired: bool = False) -> bool:
+                            expired: bool = False, key: str | None = None) -> bool:
         """End a request held by `req`'s worker and lease: the actual (if any),
-        the request's outcome and the channel's message in one transaction, so
-        a crash records all of it or none. False when the lease is no longer
-        theirs (or, with `expired`, when it has not expired)."""
+        the request's outcome, the channel's message and the worker's request
+        `key` in one transaction, so a crash records all of it or none. False
+        when the lease is no longer theirs (or, with `expired`, when it has not
+        expired)."""
         now = time.time()
         with self.tx():
             cur = self.db.execute(
@@ -801,6 +840,8 @@ class Store:
                                 [actual_id, req["id"]])
             for message in messages:
                 self._add_message(message, None)
+            if key is not None:
+                self._worker_key(req["worker"], key, "result", req["lease"], request=req["id"])
         return True
 
     def tag_job(self, job_id: int, plan: str, block: str) -> None:

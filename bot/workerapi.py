@@ -1,12 +1,17 @@
 """The worker API: JSON over HTTP, `Authorization: Bearer <token>`.
 
     POST /api/workers/register  {worker, info}            -> 200
-    POST /api/lease             {worker, wait, idle}      -> 200 {job...} | 204 (none yet)
+    POST /api/lease             {worker, wait, idle, key} -> 200 {job...} | 204 (none yet)
     POST /api/jobs/<id>/heartbeat {worker, lease, progress} -> 200 {cancel} | 409 lease lost
-    POST /api/jobs/<id>/report  {worker, lease, report}   -> 200 | 400 bad report | 409
-    POST /api/accounting/<id>/result {worker, lease, result} -> 200 | 400 | 409
+    POST /api/jobs/<id>/report  {worker, lease, report, key} -> 200 | 400 bad report | 409
+    POST /api/accounting/<id>/result {worker, lease, result, key} -> 200 | 400 | 409
       (a Slurm worker's sacct answer for `/plan NAME actual KIND slurm=JOBID`)
     (a job id the bot never had: 404; a body over `body_limit`: 413)
+
+`key` (optional) is the request's idempotency key, the same on each of its
+retries: a request sent again because its answer was lost is applied once
+(idle counted once, the same lease given again, a report or result answered
+as the first was instead of a 409). Register and heartbeat are idempotent.
 
 The token is the shared TRIALBOT_WORKER_TOKEN (any worker name) or a
 per-worker token (bot/tokens.py), which may act only as its own worker: 403
@@ -110,6 +115,10 @@ class WorkerApi:
             return 403, {"error": f"this token belongs to worker {who!r}, but the request "
                                   f"names worker {worker!r}; a worker token acts only as "
                                   "its own worker"}
+        key = body.get("key")
+        if key is not None and not (isinstance(key, str) and 0 < len(key) <= 100):
+            return 400, {"error": "`key` must be the request's idempotency key (1-100 "
+                                  "characters, the same on each retry of one request)"}
         if path == "/api/workers/register":
             info = {} if body.get("info") is None else body["info"]  # [] is no object
             if not isinstance(info, dict):
@@ -132,8 +141,10 @@ class WorkerApi:
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
             if not self.queue.known(worker):
                 return 409, {"error": f"unknown worker {worker!r}: register first"}
-            self.queue.store.add_idle(worker, idle)
-            job = self.queue.lease(worker, wait)
+            # A key seen before: the request came again (its answer was lost); its idle
+            # is counted already, and the lease it got is given again while held.
+            again = not self.queue.store.add_idle(worker, idle, key)
+            job = (again and self.queue.held(worker, key)) or self.queue.lease(worker, wait, key)
             if job is None:
                 return 204, None
             if job.get("kind") == "slurm-accounting":
@@ -145,7 +156,7 @@ class WorkerApi:
                          "heartbeat": self.queue.heartbeat_seconds}
         m = ACCOUNTING_PATH.fullmatch(path)
         if m:
-            return self.accounting(int(m.group(1)), worker, body)
+            return self.accounting(int(m.group(1)), worker, body, key)
         m = JOB_PATH.fullmatch(path)
         if not m:
             return 404, {"error": f"no such endpoint: {path}"}
@@ -166,14 +177,24 @@ class WorkerApi:
             problems = reports.validate(body.get("report"))
             if problems:
                 return 400, {"error": "invalid report: " + "; ".join(problems)}
-            job = self.queue.finish(job_id, worker, lease, body["report"])
+            job = self.queue.finish(job_id, worker, lease, body["report"], key)
             return 200, {"trial": job["trial"], "status": job["status"]}
         except LeaseLost as exc:
-            if self.queue.store.job(job_id) is None:
+            job = self.queue.store.job(job_id)
+            if job is None:
                 return 404, {"error": f"there is no job {job_id} (T{job_id})"}
+            if action == "report" and self._answered(worker, key, "report", job=job_id):
+                return 200, {"trial": job["trial"], "status": job["status"]}
             return 409, {"error": str(exc)}
 
-    def accounting(self, req_id: int, worker: str, body: dict) -> tuple[int, dict | None]:
+    def _answered(self, worker: str, key: str | None, kind: str, **ref) -> bool:
+        """The request with this key was applied before (its answer was lost)."""
+        first = key and self.queue.store.worker_request(worker, key)
+        return bool(first) and first["kind"] == kind and all(first[k] == v
+                                                              for k, v in ref.items())
+
+    def accounting(self, req_id: int, worker: str, body: dict,
+                   key: str | None = None) -> tuple[int, dict | None]:
         lease = body.get("lease")
         if not isinstance(lease, str) or not 0 < len(lease) <= 100:
             return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
@@ -181,9 +202,11 @@ class WorkerApi:
         if problem:
             return 400, {"error": problem}
         try:
-            req = self.queue.finish_slurm_actual(req_id, worker, lease, body["result"])
+            req = self.queue.finish_slurm_actual(req_id, worker, lease, body["result"], key)
         except LeaseLost as exc:
-            if self.queue.store.slurm_actual(req_id) is None:
+            req = self.queue.store.slurm_actual(req_id)
+            if req is None:
                 return 404, {"error": f"there is no Slurm accounting request A{req_id}"}
-            return 409, {"error": str(exc)}
+            if not self._answered(worker, key, "result", request=req_id):
+                return 409, {"error": str(exc)}
         return 200, {"request": f"A{req_id}", "status": req["status"]}

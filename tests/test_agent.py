@@ -2,7 +2,10 @@
 import io
 import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bot.outbox import ConsoleTransport
 from bot.runtime import Runtime
@@ -39,3 +42,67 @@ def test_idle_is_split_at_utc_midnight():
     midnight = datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()
     assert split_by_day(midnight - 30, midnight + 15) == {"2026-11-30": 30.0,
                                                           "2026-12-01": 15.0}
+
+
+class LosingProxy(ThreadingHTTPServer):
+    """Between the worker and the bot: forwards every request, and drops the
+    answer to the first lease that leased a job (the connection closes before
+    it is sent back), as a network fault loses an answer."""
+    daemon_threads = True
+
+    def __init__(self, target: str):
+        self.target, self.dropped = target, 0
+        super().__init__(("127.0.0.1", 0), _Forward)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Forward(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        req = urllib.request.Request(self.server.target + self.path, data=body, method="POST",
+                                     headers={"Authorization": self.headers["Authorization"],
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                status, answer = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, answer = exc.code, exc.read()
+        if self.path == "/api/lease" and status == 200 and not self.server.dropped:
+            self.server.dropped += 1
+            self.close_connection = True  # the bot leased it; the worker never hears
+            return
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+
+def test_a_lease_whose_answer_was_lost_is_retried_with_its_key_and_runs(tmp_path):
+    rt = Runtime(str(tmp_path / "k.db"), "tok", ConsoleTransport(io.StringIO(), True, str(tmp_path)))
+    rt.start()
+    proxy = LosingProxy(rt.server.url)
+    a = Agent(Client(proxy.url, "tok"), "w1")
+    a.idle = {"2026-11-30": 10.0}  # measured before: sent with the first lease request
+    try:
+        job = rt.queue.submit(parse(["llm-infer", "gen=2", "repeats=1", "stability=0",
+                                     "layers=1", "hidden=64", "heads=2", "kv_heads=1",
+                                     "vocab=256"]), "llm-infer", "U1", "C1")
+        threading.Thread(target=a.serve_forever, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while rt.store.job(job["id"])["status"] != "done":
+            assert time.monotonic() < deadline, rt.store.job(job["id"])
+            time.sleep(0.05)
+        assert proxy.dropped == 1
+        assert rt.store.job(job["id"])["attempts"] == 1  # the same lease, not one left to expire
+        assert [r["seconds"] for r in rt.store.idle("w1") if r["day"] == "2026-11-30"] == [10.0]
+    finally:
+        a.stop()
+        proxy.shutdown()
+        rt.stop()

@@ -245,6 +245,22 @@ def test_a_slurm_worker_leases_the_request_and_its_answer_records_the_actual(que
                       )[0] == 409  # answered once; a late second answer changes nothing
 
 
+def test_a_result_sent_again_records_one_actual_and_gets_the_first_answer(queue):
+    a_plan(queue)
+    queue.register("hpc", {"executor": "slurm"})
+    say(queue, "repro actual baseline slurm=8117657,8117678")
+    job = queue.lease("hpc", 0)
+    api = WorkerApi(queue, "tok")
+    body = {"worker": "hpc", "lease": job["lease"], "result": {"records": sacct.parse(GPU)},
+            "key": "result-1"}
+    first = api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok", body)
+    assert first == (200, {"request": "A1", "status": "done"})
+    assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok", body) == first
+    assert len(queue.store.actuals("repro")) == 1
+    assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok",
+                      dict(body, key="result-2"))[0] == 409
+
+
 def test_an_unknown_job_posts_why_and_records_nothing(queue):
     a_plan(queue)
     queue.register("hpc", {"executor": "slurm"})

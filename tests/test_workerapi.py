@@ -72,6 +72,8 @@ def test_lease_heartbeat_report_roundtrip(rt):
     ("/api/jobs/99999999999999999999/heartbeat", b'{"worker": "w", "lease": "x"}',
      "no such endpoint"),
     ("/api/lease", b'{"worker": "w", "idle": {"yesterday": 5}}', "`idle`"),
+    ("/api/lease", b'{"worker": "w", "key": 7}', "`key`"),
+    ("/api/jobs/1/report", b'{"worker": "w", "lease": "x", "key": ""}', "`key`"),
 ])
 def test_bad_requests_name_the_problem(rt, path, body, says):
     status, reply = raw_post(rt.server.url + path, body)
@@ -144,6 +146,66 @@ def test_idle_reported_with_a_lease_is_stored(rt):
     c.register("w1", {})
     assert c.lease("w1", 0, {"2026-11-30": 12.5}) is None
     assert rt.store.idle("w1")[0]["seconds"] == 12.5
+
+
+# A request sent again because its answer was lost (the same key) --------------
+
+def test_a_lease_sent_again_counts_its_idle_once_and_gets_the_same_lease(rt):
+    c = Client(rt.server.url, "wtoken")
+    c.register("w1", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    body = {"worker": "w1", "wait": 1, "idle": {"2026-11-30": 12.5}, "key": "lease-1"}
+    first = c.call("/api/lease", body)
+    assert first["trial"] == "T1"
+    assert c.call("/api/lease", body) == first  # the worker never saw the first answer
+    assert rt.store.idle("w1")[0]["seconds"] == 12.5
+    assert rt.store.job(1)["attempts"] == 1
+    assert c.heartbeat("w1", first) == {"cancel": False}  # the lease it got works
+    # an answer of "nothing to run" sent again: its idle is counted once too
+    nothing = dict(body, key="lease-2", wait=0, idle={"2026-11-30": 1.5})
+    assert c.call("/api/lease", nothing) is None and c.call("/api/lease", nothing) is None
+    assert rt.store.idle("w1")[0]["seconds"] == 14.0
+    # a new key is a new request, and a key is kept a day
+    assert c.call("/api/lease", dict(nothing, key="lease-3")) is None
+    assert rt.store.idle("w1")[0]["seconds"] == 15.5
+    with rt.store.tx():
+        rt.store.db.execute("update worker_requests set created = created - 86401")
+    assert c.call("/api/lease", dict(nothing, key="lease-4")) is None
+    assert rt.store.db["worker_requests"].count == 1
+
+
+def test_a_lease_sent_again_after_its_lease_went_elsewhere_leases_anew(rt):
+    rt.queue.lease_seconds = 0.2
+    c = Client(rt.server.url, "wtoken")
+    for w in ("w1", "w2"):
+        c.register(w, {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    body = {"worker": "w1", "wait": 1, "key": "lease-1"}
+    assert c.call("/api/lease", body)["trial"] == "T1"
+    import time
+    time.sleep(0.3)  # w1 was away past the lease: w2 took T1
+    assert c.lease("w2", 1)["trial"] == "T1"
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    again = c.call("/api/lease", body)
+    assert again["trial"] == "T2" and c.call("/api/lease", body) == again
+    assert rt.store.job(1)["worker"] == "w2"
+
+
+def test_a_report_sent_again_gets_the_first_answer_not_a_409(rt):
+    c = Client(rt.server.url, "wtoken")
+    c.register("w1", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = c.lease("w1", 1)
+    body = {"worker": "w1", "lease": job["lease"], "report": report_with(), "key": "report-1"}
+    first = c.call("/api/jobs/1/report", body)
+    assert first == {"trial": "T1", "status": "done"}
+    messages = rt.store.db["outbox"].count
+    assert c.call("/api/jobs/1/report", body) == first
+    assert len(rt.store.attempts(1)) == 1 and rt.store.db["outbox"].count == messages
+    for other in (dict(body, key="report-2"), {k: v for k, v in body.items() if k != "key"}):
+        with pytest.raises(ApiError) as err:  # another request for a lease that has ended
+            c.call("/api/jobs/1/report", other)
+        assert err.value.status == 409
 
 
 # Per-worker tokens and refused requests ----------------------------------

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from worker import attempts, redact
 from worker import report as reports
-from worker.client import ApiError, Client
+from worker.client import ApiError, Client, new_key
 from worker.spec import TrialSpec, resolve
 
 log = logging.getLogger("trialbot.worker")
@@ -52,7 +52,8 @@ class Agent:
         log.info("worker %s registered with %s", self.name, self.client.server)
         while not self.stopping.is_set():
             ready = time.time()
-            job = self._retry(self._lease, "lease")
+            key = new_key()  # one per lease request, the same on its retries
+            job = self._retry(lambda: self._lease(key), "lease")
             for day, seconds in split_by_day(ready, time.time()).items():
                 self.idle[day] = self.idle.get(day, 0.0) + seconds
             if job and job.get("kind") == "slurm-accounting":
@@ -60,10 +61,10 @@ class Agent:
             elif job:
                 self.run_job(job)
 
-    def _lease(self):
-        sent = dict(self.idle)
+    def _lease(self, key: str | None = None):
+        sent = dict(self.idle)  # unchanged across retries: the bot counts it once per key
         try:
-            job = self.client.lease(self.name, LEASE_WAIT, sent)
+            job = self.client.lease(self.name, LEASE_WAIT, sent, key)
         except ApiError as exc:
             if exc.status != 409:
                 raise
@@ -108,15 +109,17 @@ class Agent:
             return
         report["trial"], report["worker"] = job["trial"], self.name
         report = redact.walk(report, self.secrets)  # output tails may print a token
+        key = new_key()
         try:
-            self._retry(lambda: self.client.report(self.name, job, report), "report")
+            self._retry(lambda: self.client.report(self.name, job, report, key), "report")
             log.info("%s reported: %s", job["trial"], report["status"])
         except ApiError as exc:
             if exc.status in (400, 413):  # malformed or too big: still end the job, plainly
                 bad = reports.fail(reports.new_report(report.get("workload", "?"), {}), "crash",
                                    f"the worker's report was refused: {exc}", None)
                 bad["trial"], bad["worker"] = job["trial"], self.name
-                self._retry(lambda: self.client.report(self.name, job, bad), "report")
+                plain = new_key()  # another request than the refused one
+                self._retry(lambda: self.client.report(self.name, job, bad, plain), "report")
             else:  # 409: the lease went to another attempt
                 log.warning("%s report refused: %s", job["trial"], exc)
 
@@ -127,8 +130,10 @@ class Agent:
         from worker import sacct
         log.info("leased %s: sacct for jobs %s", job["request"], ",".join(job["jobs"]))
         result = sacct.query(job["jobs"])
+        key = new_key()
         try:
-            self._retry(lambda: self.client.accounting(self.name, job, result), "accounting")
+            self._retry(lambda: self.client.accounting(self.name, job, result, key),
+                        "accounting")
             log.info("%s answered: %s", job["request"],
                      "error" if "error" in result else f"{len(result['records'])} jobs")
         except ApiError as exc:  # 409: the lease went to another worker; 400: a bug here

@@ -5,12 +5,19 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import uuid
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+
+
+def new_key() -> str:
+    """An idempotency key for one logical request: sent with each of its retries,
+    so the bot applies a request whose answer was lost once."""
+    return uuid.uuid4().hex
 
 
 class Client:
@@ -40,10 +47,11 @@ class Client:
     def register(self, name: str, info: dict) -> dict:
         return self.call("/api/workers/register", {"worker": name, "info": info})
 
-    def lease(self, name: str, wait: float, idle: dict | None = None) -> dict | None:
+    def lease(self, name: str, wait: float, idle: dict | None = None,
+              key: str | None = None) -> dict | None:
         """Long-poll for a job; `idle` reports seconds ready with nothing to run, per day."""
-        return self.call("/api/lease", {"worker": name, "wait": wait, "idle": idle or {}},
-                         timeout=wait + 30)
+        return self.call("/api/lease", _keyed({"worker": name, "wait": wait,
+                                               "idle": idle or {}}, key), timeout=wait + 30)
 
     def heartbeat(self, name: str, job: dict, progress: dict | None = None) -> dict:
         """Keeps the lease; `progress` (attempt, phase, failed tries) is shown in
@@ -51,11 +59,15 @@ class Client:
         return self.call(f"/api/jobs/{job['id']}/heartbeat",
                          {"worker": name, "lease": job["lease"], "progress": progress or {}})
 
-    def accounting(self, name: str, job: dict, result: dict) -> dict:
+    def accounting(self, name: str, job: dict, result: dict, key: str | None = None) -> dict:
         """A Slurm accounting request's answer: sacct's records or its error."""
         return self.call(f"/api/accounting/{job['id']}/result",
-                         {"worker": name, "lease": job["lease"], "result": result})
+                         _keyed({"worker": name, "lease": job["lease"], "result": result}, key))
 
-    def report(self, name: str, job: dict, report: dict) -> dict:
+    def report(self, name: str, job: dict, report: dict, key: str | None = None) -> dict:
         return self.call(f"/api/jobs/{job['id']}/report",
-                         {"worker": name, "lease": job["lease"], "report": report})
+                         _keyed({"worker": name, "lease": job["lease"], "report": report}, key))
+
+
+def _keyed(body: dict, key: str | None) -> dict:
+    return dict(body, key=key) if key else body

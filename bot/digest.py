@@ -2,8 +2,9 @@
 schedule, the store's rows and `now` are passed in.
 
 Every figure is a sum of measurements and says which: trial wall time split
-by the reports' phases (the planner's own split), failed attempts' seconds,
-the workers' reported idle seconds, and money only from confirmed prices.
+by the reports' phases (the planner's own split), failed attempts' and
+cancelled trials' seconds, the workers' reported idle seconds, and money only
+from confirmed prices.
 """
 from __future__ import annotations
 
@@ -210,8 +211,8 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
         lines.append(f"*CPU-only work* (no GPU-hours): {cpu}")
     lines.append("_How: trial wall time × the trial's GPUs, split by its reported phases "
                  "(prep = setup + weights + warmup + teardown, data, runs = the rest); "
-                 "retries = failed attempts' seconds; idle = the workers' reported idle × "
-                 "their GPUs._")
+                 "retries = failed attempts' and cancelled trials' seconds; idle = the "
+                 "workers' reported idle × their GPUs._")
     first, last = idle_days(start)
     if m["idle_workers"]:
         idle = ", ".join(f"{w} {v['seconds'] / 3600:.2f} h ("

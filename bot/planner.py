@@ -338,7 +338,7 @@ def total(estimates: list[dict]) -> dict:
 
 def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
     """A tagged trial's measured GPU-seconds, split like an estimate. A failed
-    trial ran no successful run: all its time is retries."""
+    or cancelled trial ran no successful run: all its time is retries."""
     r = job["report"] or {}
     failed = sum(a["seconds"] or 0 for a in attempts if a["status"] != "ok")
     if r.get("status") != "ok":
@@ -416,7 +416,7 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
                        "prep and waiting as estimated"), waiting, what))
     d_retry = parts["retries"] - est["retries"]
     why.append((_label(d_retry, "more retries", "fewer retries", "retries as estimated"),
-                d_retry, "failed attempts' time"))
+                d_retry, "failed attempts' and cancelled trials' time"))
     actual = sum(parts.values()) + (idle or 0.0)
     estimated = sum(est.values()) - (0.0 if idle is not None else est["idle"])
     return {"kind": estimate["kind"], "estimate": estimated / 3600, "actual": actual / 3600,

@@ -378,7 +378,10 @@ def _review(queue, cmd, user, channel, today):
 
 def review_rows(queue: JobQueue, plan: dict, ests: list) -> list[dict]:
     """Estimate against actual for each block (the review, and the digest's)."""
-    jobs = [j for j in queue.store.plan_jobs(plan["name"]) if j["status"] in ("done", "failed")]
+    # A trial cancelled while it ran held its GPUs too (one cancelled before it
+    # started cost nothing).
+    jobs = [j for j in queue.store.plan_jobs(plan["name"]) if j["status"] in ("done", "failed")
+            or (j["status"] == "cancelled" and j["started"])]
     manual = queue.store.actuals(plan["name"])
     rows = []
     for block, est, trials in ests:

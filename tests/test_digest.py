@@ -190,3 +190,16 @@ def test_the_running_scheduler_follows_digest_commands(queue):
         assert d.scheduler.get_job("digest:C1") is None
     finally:
         d.stop()
+
+
+def test_a_cancelled_trials_time_is_counted_as_retries(queue):
+    from test_plans import cancel_running
+    queue.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"]})
+    finish(queue, report())  # 235 s: runs 20, prep 95, data 120
+    cancel_running(queue, seconds=360.0)  # killed after 6 minutes on the GPU
+    say(queue, "digest now")
+    text = digests_posted(queue)[-1]["text"]
+    assert "*Trials*: 2 ended (1 ok, 0 failed, 1 cancelled)" in text
+    # 595 s = 0.165 GPU-h: the cancelled trial's 360 s are retries
+    assert "0.165 GPU-h = runs 0.006 + prep 0.026 + data 0.033 + retries 0.100" in text
+    assert "retries = failed attempts' and cancelled trials' seconds" in text

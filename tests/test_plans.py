@@ -283,3 +283,32 @@ def test_list_and_unknown_plan_answers_name_only_this_channels_plans(queue):
         assert "secret`." not in err.value.message and "baseline" not in err.value.message
     assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U2", "CPRIVATE")[1]
     assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U1", "C2")[1]
+
+
+def cancel_running(queue, tags=None, seconds=360.0):
+    """A trial cancelled while it ran: its worker killed it after `seconds`."""
+    from worker import report as reports
+    job = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
+                       dict(zip(("plan", "block"), tags)) if tags else None)
+    leased = queue.store.lease_next("w1", 60)
+    assert "kills it at its next heartbeat" in queue.cancel(job["id"], "U1")
+    killed = reports.fail(reports.new_report("llm-infer", {}), "cancelled", "killed", "run")
+    killed.update(seconds=seconds, env=report()["env"], attempts=[{
+        "attempt": 1, "status": "failed", "error_class": "cancelled", "seconds": seconds}])
+    queue.finish(job["id"], "w1", leased["lease"], killed)
+    assert queue.store.job(job["id"])["status"] == "cancelled"
+    return f"T{job['id']}"
+
+
+def test_a_cancelled_trials_time_counts_as_retries_in_its_block(queue):
+    t = finish(queue, report())
+    say(queue, "new repro gpu=H100")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    ran = finish(queue, report(), tags=("repro", "baseline"))
+    cancelled = cancel_running(queue, ("repro", "baseline"))
+    never = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
+                         {"plan": "repro", "block": "baseline"})
+    queue.cancel(never["id"], "U1")  # before it started: it cost nothing
+    out = say(queue, "repro review")
+    assert f"from {ran}, {cancelled}\n" in out
+    assert "more retries: +0.1000 GPU-h (failed attempts' and cancelled trials' time)" in out

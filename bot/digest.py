@@ -17,7 +17,7 @@ from bot.plancmd import WEEKDAYS
 from bot.render import _context, _section, chunks
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")
-MAX_LINES = 15  # plans listed; the rest are counted (a Slack message has to stay readable)
+MAX_LINES = 15  # plans listed in one message (it has to stay readable); the rest in replies
 
 
 # the week ----------------------------------------------------------------
@@ -186,15 +186,23 @@ def plan_line(s: dict) -> str:
                    f"{name} {value:+.{n}f} GPU-h ({why})")
 
 
-def _capped(lines: list[str], what: str) -> list[str]:
+def _capped(lines: list[str], what: str, heading: str) -> tuple[list[str], list[str]]:
+    """The first MAX_LINES for the digest, and the rest as replies in its
+    thread, MAX_LINES to a reply."""
     if len(lines) <= MAX_LINES:
-        return lines
-    return lines[:MAX_LINES] + [f"• … and {len(lines) - MAX_LINES} more {what}"]
+        return lines, []
+    more = [f"*{heading}* (continued: {i + 1}–{min(i + MAX_LINES, len(lines))} of "
+            f"{len(lines)}):\n" + "\n".join(lines[i:i + MAX_LINES])
+            for i in range(MAX_LINES, len(lines), MAX_LINES)]
+    return (lines[:MAX_LINES]
+            + [f"• … and {len(lines) - MAX_LINES} more {what}, continued in the thread"], more)
 
 
 def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
          plans: list[dict], price_list: list[dict], today: dt.date,
-         late: str | None = None) -> str:
+         late: str | None = None) -> tuple[str, list[str]]:
+    """The digest's text, and the texts of the replies that continue its
+    longer lists in its thread."""
     zone = str(end.tzinfo)
     head = (f"*Weekly budget digest*{f' {week}' if week else ''} — {_hm(start)} → {_hm(end)} "
             f"{zone}")
@@ -227,8 +235,8 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
     ordered = sorted(plans, key=lambda s: (-abs(s["biggest"]["delta"]) if s.get("biggest")
                                            else 0, s["name"]))
     lines.append(f"*Plans* ({len(plans)} in this channel; estimate against actuals so far):")
-    lines += _capped([plan_line(s) for s in ordered], "plans: `/plan NAME review`") \
-        or ["• none: `/plan new NAME` starts one"]
+    shown, more = _capped([plan_line(s) for s in ordered], "plans", "Plans")
+    lines += shown or ["• none: `/plan new NAME` starts one"]
     stale = [p for p in price_list if prices.is_stale(p, today)]
     if stale:
         went = start.date()
@@ -238,9 +246,12 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
                      else "") for p in stale]
     blocked = [f"• *{s['name']}*: {', '.join(s['open'])}" for s in plans if s.get("open")]
     if blocked:
-        lines.append("*Open checklist items blocking a plan*:")
-        lines += _capped(blocked, "plans with open items")
-    return "\n".join(lines)
+        heading = "Open checklist items blocking a plan"
+        lines.append(f"*{heading}*:")
+        shown, open_more = _capped(blocked, "plans with open items", heading)
+        lines += shown
+        more += open_more
+    return "\n".join(lines), more
 
 
 def message(channel: str, body: str) -> dict:
@@ -249,6 +260,13 @@ def message(channel: str, body: str) -> dict:
                            "by component per day, planned vs actual per block) is in the "
                            "thread."))
     return {"channel": channel, "kind": "digest", "text": body, "blocks": blocks}
+
+
+def thread_message(channel: str, body: str) -> dict:
+    """A reply continuing the digest (MAX_LINES lines: a few sections, far under
+    Slack's 50 blocks and 40,000 characters)."""
+    return {"channel": channel, "kind": "digest-more", "text": body,
+            "blocks": [_section(part) for part in chunks(body)]}
 
 
 def chart_message(channel: str, label: str, png: bytes) -> dict:

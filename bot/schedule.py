@@ -60,16 +60,18 @@ def collect(queue: JobQueue, channel: str, start: dt.datetime, end: dt.datetime,
 
 def build(queue: JobQueue, channel: str, end: dt.datetime, week: str | None,
           late: str | None = None) -> list[dict]:
-    """The digest message and its chart (for the thread)."""
+    """The digest message, then its chart and the replies that continue its
+    longer lists (for its thread)."""
     start, end = digest.window(end)
     today = end.date()
     m, summaries, price_list = collect(queue, channel, start, end, today)
-    body = digest.text(start, end, week, m, summaries, price_list, today, late)
+    body, more = digest.text(start, end, week, m, summaries, price_list, today, late)
     chart = digestchart.png(m, summaries, f"#{channel} digest {week or ''} — "
                                           f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} "
                                           f"{end.tzinfo}")
     return [digest.message(channel, body),
-            digest.chart_message(channel, week or f"{end:%Y-%m-%d-%H%M}", chart)]
+            digest.chart_message(channel, week or f"{end:%Y-%m-%d-%H%M}", chart),
+            *(digest.thread_message(channel, part) for part in more)]
 
 
 def post_scheduled(queue: JobQueue, schedule: dict, now: dt.datetime) -> bool:

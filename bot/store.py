@@ -880,9 +880,10 @@ class Store:
                                [channel, week]).fetchone() is not None
 
     def post_digest(self, channel: str, week: str | None, messages: list[dict]) -> bool:
-        """Store the digest and the messages in its thread (the chart) in one
-        transaction, with the row that says `week` was posted: False, storing
-        nothing, when it was already. `week` None (`digest now`) records no week."""
+        """Store the digest and the messages in its thread (the chart, the
+        replies that continue its lists) in one transaction, with the row that
+        says `week` was posted: False, storing nothing, when it was already.
+        `week` None (`digest now`) records no week."""
         with self.tx():
             if week is not None:
                 cur = self.db.execute(

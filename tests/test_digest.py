@@ -3,6 +3,7 @@ SQLite store, the figures from trials finished as a worker finishes them, the
 week's sent-row, the catch-up and the cron trigger. No sleeping: every "now"
 is passed in."""
 import datetime as dt
+import json
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -203,3 +204,29 @@ def test_a_cancelled_trials_time_is_counted_as_retries(queue):
     # 595 s = 0.165 GPU-h: the cancelled trial's 360 s are retries
     assert "0.165 GPU-h = runs 0.006 + prep 0.026 + data 0.033 + retries 0.100" in text
     assert "retries = failed attempts' and cancelled trials' seconds" in text
+
+
+def test_plans_past_the_cap_continue_in_the_digests_thread(queue):
+    for i in range(1, 41):  # 40 plans, each with open checklist items
+        say(queue, f"new p{i:02d} gpu=H100")
+    say(queue, "new elsewhere", channel="C2")
+    say(queue, "digest now")
+    rows = [r for r in queue.store.db["outbox"].rows if r["channel"] == "C1"]
+    parent, chart, *more = rows
+    assert parent["kind"] == "digest" and chart["kind"] == "digest-chart"
+    assert "• … and 25 more plans, continued in the thread" in parent["text"]
+    assert "• … and 25 more plans with open items, continued in the thread" in parent["text"]
+    assert [m["thread_of"] for m in more] == [parent["id"]] * 4
+    assert [m["text"].splitlines()[0] for m in more] == [
+        "*Plans* (continued: 16–30 of 40):", "*Plans* (continued: 31–40 of 40):",
+        "*Open checklist items blocking a plan* (continued: 16–30 of 40):",
+        "*Open checklist items blocking a plan* (continued: 31–40 of 40):"]
+    everything = "\n".join(r["text"] for r in rows)
+    for i in range(1, 41):  # every plan in each list once, none dropped
+        assert everything.count(f"*p{i:02d}*: no blocks yet") == 1
+        assert everything.count(f"*p{i:02d}*: paper, ") == 1
+    assert "elsewhere" not in everything
+    for r in [parent, *more]:  # each within Slack's limits
+        blocks = json.loads(r["blocks"])
+        assert len(r["text"]) < 40000 and len(blocks) <= 50
+        assert all(len(b.get("text", {}).get("text", "")) <= 3000 for b in blocks)

@@ -18,8 +18,10 @@ log = logging.getLogger("trialbot.plans")
 
 
 def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
-           now: dt.datetime | None = None, request: str | None = None) -> dict:
-    """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once."""
+           now: dt.datetime | None = None, request: str | None = None,
+           response_url: str | None = None) -> dict:
+    """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once.
+    `response_url` reaches the requester if the channel refuses what is posted."""
     need = None
     try:
         cmd = plancmd.parse(text, today)
@@ -31,10 +33,17 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
         refused = need and queue.allows(need, user, channel, what)
         if refused:
             return planview.reply(f":lock: {refused} Nothing was changed.")
+        if cmd.action in POSTS or (cmd.action == "actual" and cmd.args.get("slurm")):
+            unpostable = queue.channels.refusal(channel)  # its messages go to this channel
+            if unpostable:
+                return planview.error(f"{unpostable}; then run the command again. Nothing "
+                                      "was changed.")
         if cmd.action.startswith("digest"):
             from bot import schedule  # it reads plans through this module
             return schedule.command(queue, cmd, user, channel,
-                                    now or dt.datetime.now(dt.timezone.utc))
+                                    now or dt.datetime.now(dt.timezone.utc), response_url)
+        if cmd.action == "export":
+            cmd.args["response_url"] = response_url
         return ACTIONS[cmd.action](queue, cmd, user, channel, today)
     except PlanHidden as exc:
         return planview.reply(f":lock: {exc}" + (" Nothing was changed." if need else ""))
@@ -45,6 +54,8 @@ def handle(queue: JobQueue, text: str, user: str, channel: str, today: dt.date,
         return planview.error("Something went wrong on our side answering this; it is in the "
                               "bot's log. Try again, or report it with the command you typed.")
 
+
+POSTS = ("export", "digest-now", "digest-weekly")  # actions that post in the channel later
 
 # What each /plan action needs (bot.access); reading is open to anyone (a plan
 # in its own channel, see _plan).
@@ -258,6 +269,14 @@ def estimates(queue: JobQueue, plan: dict, blocks: list[dict] | None = None
 def _block(queue, cmd, user, channel, today):
     plan = _plan(queue, cmd.plan, user, channel)
     block = dict(cmd.args, plan=cmd.plan, user=user)
+    # A block reads its trials' reports: they may come from a private channel.
+    homes = ([(f"S{block['sweep']}", j["channel"]) for j in queue.store.sweep_jobs(
+        block["sweep"])[:1]] if block["sweep"] else
+        [(f"T{i}", j["channel"]) for i in block["trials"] if (j := queue.store.job(i))])
+    hidden = [name for name, home in homes if queue.hides(home, user, channel)]
+    if hidden:
+        raise PlanHidden(f"{', '.join(hidden)} belongs to another channel; a plan here is "
+                         "estimated from this channel's trials (or an admin can use any).")
     existing = queue.store.blocks(cmd.plan)
     blocks = ([block if b["kind"] == block["kind"] else b for b in existing]
               if any(b["kind"] == block["kind"] for b in existing) else [*existing, block])
@@ -280,11 +299,12 @@ def _export(queue, cmd, user, channel, today):
     plan = _plan(queue, cmd.plan, user, channel)
     ests = estimates(queue, plan)
     price_list = queue.store.prices()
+    whom = {"user": user, "response_url": cmd.args.get("response_url")}
     queue.store.add_messages([
-        planview.export_file(plan, channel, "csv", planview.csv_text(plan, ests, price_list,
-                                                                      today)),
-        planview.export_file(plan, channel, "md", planview.markdown(plan, ests, price_list,
-                                                                     today))])
+        dict(planview.export_file(plan, channel, "csv", planview.csv_text(plan, ests, price_list,
+                                                                           today)), **whom),
+        dict(planview.export_file(plan, channel, "md", planview.markdown(plan, ests, price_list,
+                                                                          today)), **whom)])
     queue.on_message()
     return planview.reply(f"Exporting plan *{plan['name']}*: `{plan['name']}-plan.csv` and "
                           f"`{plan['name']}-plan.md` are being uploaded to this channel.")

@@ -59,9 +59,11 @@ def collect(queue: JobQueue, channel: str, start: dt.datetime, end: dt.datetime,
 
 
 def build(queue: JobQueue, channel: str, end: dt.datetime, week: str | None,
-          late: str | None = None) -> list[dict]:
+          late: str | None = None, user: str | None = None,
+          response_url: str | None = None) -> list[dict]:
     """The digest message, then its chart and the replies that continue its
-    longer lists (for its thread)."""
+    longer lists (for its thread). `user` (and `response_url`) is told if the
+    channel refuses them: who scheduled it, or who asked for it now."""
     start, end = digest.window(end)
     today = end.date()
     m, summaries, price_list = collect(queue, channel, start, end, today)
@@ -69,9 +71,11 @@ def build(queue: JobQueue, channel: str, end: dt.datetime, week: str | None,
     chart = digestchart.png(m, summaries, f"#{channel} digest {week or ''} — "
                                           f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} "
                                           f"{end.tzinfo}")
-    return [digest.message(channel, body),
-            digest.chart_message(channel, week or f"{end:%Y-%m-%d-%H%M}", chart),
-            *(digest.thread_message(channel, part) for part in more)]
+    whom = {k: v for k, v in (("user", user), ("response_url", response_url)) if v}
+    return [dict(m, **whom) for m in (
+        digest.message(channel, body),
+        digest.chart_message(channel, week or f"{end:%Y-%m-%d-%H%M}", chart),
+        *(digest.thread_message(channel, part) for part in more))]
 
 
 def post_scheduled(queue: JobQueue, schedule: dict, now: dt.datetime) -> bool:
@@ -86,7 +90,8 @@ def post_scheduled(queue: JobQueue, schedule: dict, now: dt.datetime) -> bool:
         late = (f"Posted {now.astimezone(fire.tzinfo):%a %H:%M}, late: the bot was not running "
                 f"at the scheduled {digest.schedule_text(schedule)}.")
     posted = queue.store.post_digest(schedule["channel"], week,
-                                     build(queue, schedule["channel"], fire, week, late))
+                                     build(queue, schedule["channel"], fire, week, late,
+                                           schedule.get("user")))
     if posted:
         queue.on_message()
     return posted
@@ -105,7 +110,8 @@ def catch_up(queue: JobQueue, now: dt.datetime) -> list[str]:
 
 # `/plan digest ...` ----------------------------------------------------------
 
-def command(queue: JobQueue, cmd, user: str, channel: str, now: dt.datetime) -> dict:
+def command(queue: JobQueue, cmd, user: str, channel: str, now: dt.datetime,
+            response_url: str | None = None) -> dict:
     store = queue.store
     current = store.digest(channel)
     if cmd.action == "digest-weekly":
@@ -127,7 +133,8 @@ def command(queue: JobQueue, cmd, user: str, channel: str, now: dt.datetime) -> 
     if cmd.action == "digest-now":
         tz = ZoneInfo(current["tz"]) if current else dt.timezone.utc
         end = now.astimezone(tz)
-        store.post_digest(channel, None, build(queue, channel, end, None))
+        store.post_digest(channel, None, build(queue, channel, end, None, user=user,
+                                               response_url=response_url))
         queue.on_message()
         return reply("Posting the budget digest of the last 7 days in this channel (the chart "
                      "follows in its thread).")

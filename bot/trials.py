@@ -86,7 +86,7 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
                                 "there (or an admin can ask anywhere)."), None
         return render.status(job, queue.store.attempts(job["id"])), None
     if cmd.name == "fit":
-        return fit(queue, cmd), None
+        return fit(queue, cmd, user, channel), None
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
     if workers and route and not any(routing.matches(w["info"], route) for w in workers):
         have = "\n".join(f"• {routing.worker_line(w)}" for w in workers)
@@ -134,11 +134,14 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
     return render.queued(job, queue.online_for(job["spec"])), job
 
 
-def fit(queue: JobQueue, cmd: commands.Command) -> dict:
-    """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep."""
+def fit(queue: JobQueue, cmd: commands.Command, user: str, channel: str) -> dict:
+    """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep, in its own channel."""
     jobs = queue.store.sweep_jobs(cmd.sweep_id)
     if not jobs:
         return render.sweep_not_found(cmd.sweep_id)
+    if queue.hides(jobs[0]["channel"], user, channel):
+        return render.reply(f":lock: S{cmd.sweep_id} belongs to another channel; ask there (or "
+                            "an admin can ask anywhere).")
     if any(j["status"] not in ENDED for j in jobs):
         return render.sweep_unfinished(cmd.sweep_id, jobs)
     result = scaling.fit_sweep([j["report"] for j in jobs])

@@ -171,3 +171,17 @@ def test_classify_sorts_slack_errors():
     assert delivery.classify("invalid_auth", tries=50) == "retry"  # the app's trouble: waits
     assert delivery.classify("something_new", tries=0) == "retry"
     assert delivery.classify("something_new", tries=delivery.UNKNOWN_TRIES) == "message"
+
+
+def test_a_digest_the_channel_refuses_reaches_who_asked_for_it(bot, fake_slack):
+    import datetime as dt
+
+    from bot import plans
+    fake_slack.channel_errors["CDIG"] = "not_in_channel"  # conversations.info still says member
+    out = plans.handle(bot.queue, "digest now", "U1", "CDIG", dt.date(2026, 12, 1))
+    assert "Posting the budget digest" in out["text"]
+    dms = wait(lambda: len(posted_in(fake_slack, "DU1")) >= 1 and posted_in(fake_slack, "DU1"),
+               what="the digest by direct message")
+    assert "Weekly budget digest" in dms[0]["text"] and "not posted in <#CDIG>" in dms[0]["text"]
+    wait(lambda: fake_slack.calls_of("files.completeUploadExternal"), what="the chart")
+    assert fake_slack.calls_of("files.completeUploadExternal")[0]["channel_id"] == "DU1"

@@ -309,3 +309,17 @@ def test_a_rerun_click_after_the_window_queues_again(queue):
                                [trials.CLICK_SECONDS + 1])
     assert "Queued as *T3*" in trials.rerun(queue, job["id"], "U1", "trig-3", card="C1:1.1")["text"]
     assert "queued T2" in trials.rerun(queue, job["id"], "U1", "trig-1")["text"]  # Slack retried
+
+
+def test_a_fit_of_another_channels_sweep_is_not_answered(queue):
+    trials.handle(queue, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
+    for job in queue.store.sweep_jobs(1):  # ended (failed): the fit question is answerable
+        leased = queue.lease("w1", 0)
+        queue.finish(job["id"], "w1", leased["lease"],
+                     reports.fail(reports.new_report("llm-infer", {}), "crash", "x", "run"))
+    hidden = trials.handle(queue, "fit S1 batch=8", "U1", "CPRIVATE")[0]["text"]
+    assert "S1 belongs to another channel" in hidden and "batch=1" not in hidden
+    assert "belongs to another channel" not in trials.handle(queue, "fit S1", "U1",
+                                                             "C1")[0]["text"]
+    assert "belongs to another channel" not in trials.handle(queue, "fit S1", "UADMIN",
+                                                             "CPRIVATE")[0]["text"]

@@ -263,7 +263,7 @@ def test_a_plan_is_reached_only_in_its_own_channel_or_by_an_admin(queue, text):
 def test_list_and_unknown_plan_answers_name_only_this_channels_plans(queue):
     t = finish(queue, report())
     plans.handle(queue, "new secret", "U2", "CPRIVATE", TODAY)
-    plans.handle(queue, f"secret block baseline runs=10 trial={t}", "U2", "CPRIVATE", TODAY)
+    plans.handle(queue, f"secret block baseline runs=10 trial={t}", "U1", "CPRIVATE", TODAY)
     plans.handle(queue, "new ours", "U2", "C2", TODAY)
 
     def as_u2(text, channel="C2"):
@@ -283,6 +283,40 @@ def test_list_and_unknown_plan_answers_name_only_this_channels_plans(queue):
         assert "secret`." not in err.value.message and "baseline" not in err.value.message
     assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U2", "CPRIVATE")[1]
     assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U1", "C2")[1]
+
+
+def test_a_block_is_estimated_only_from_trials_of_its_own_channel(queue):
+    t = finish(queue, report())  # a trial in C1 (perhaps a private channel)
+    plans.handle(queue, "new theirs", "U2", "C2", TODAY)
+    out = plans.handle(queue, f"theirs block baseline runs=10 trial={t}", "U2", "C2",
+                       TODAY)["text"]
+    assert out.startswith(f":lock: {t} belongs to another channel")
+    assert "Nothing was changed" in out and queue.store.blocks("theirs") == []
+    assert "block added" in plans.handle(queue, f"theirs block baseline runs=10 trial={t}",
+                                         "U1", "C2", TODAY)["text"]  # an admin may
+
+
+class Refusing:
+    """A channel check that says the bot is not in C1 (as Slack would)."""
+
+    def refusal(self, channel):
+        return "I am not a member of <#C1>: invite me with `/invite @trialbot` there"
+
+    def forget(self, channel):
+        pass
+
+
+def test_what_posts_in_a_channel_the_bot_is_not_in_is_refused_and_stores_nothing(queue):
+    t = finish(queue, report())
+    say(queue, "new repro")
+    say(queue, f"repro block baseline runs=10 trial={t}")
+    queue.channels = Refusing()
+    before = counts(queue)
+    for text in ("repro export", "digest now", "digest weekly mon 09:00 UTC"):
+        out = say(queue, text)
+        assert "invite me with `/invite @trialbot`" in out and "Nothing was changed" in out
+    assert counts(queue) == before and queue.store.digests() == []
+    assert "baseline" in say(queue, "repro show")  # reading posts nothing: not asked
 
 
 def cancel_running(queue, tags=None, seconds=360.0):

@@ -20,4 +20,5 @@ def register(app, queue) -> None:
     def plan(ack, command):
         ack(**plans.handle(queue, command.get("text", ""), command["user_id"],
                            command["channel_id"], dt.datetime.now(dt.timezone.utc).date(),
-                           request=command.get("trigger_id")))
+                           request=command.get("trigger_id"),
+                           response_url=command.get("response_url")))

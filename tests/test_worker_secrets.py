@@ -200,17 +200,17 @@ from worker.spec import parse
 hidden = secrecy.undumpable()
 r = launcher.run_trial(parse(["llm-infer", "gen=2", "repeats=2", "stability=0"]))
 print(json.dumps({"hidden": hidden, "status": r["status"], "samples": r["probe"]["samples"],
-                  "kernel": r["memory"]["host_rss_peak_kernel"]}))
+                  "rss": r["memory"]["host_rss_peak"]}))
 """
 
 
 def test_a_hidden_worker_still_measures_its_trial():
     """Non-dumpable and unprivileged, the worker still samples its child from
-    outside (psutil, /proc) and reads the kernel's peak: exec gives the child
-    its own dumpable flag back."""
+    outside (psutil, /proc): exec gives the child its own dumpable flag back."""
     drop = unprivileged()
     done = subprocess.run([*drop, sys.executable, "-c", MEASURE], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert seen["hidden"] and seen["status"] == "ok" and seen["samples"] > 0 and seen["kernel"]
+    assert seen["hidden"] and seen["status"] == "ok" and seen["samples"] > 0
+    assert seen["rss"] > 50 * 2**20  # the child's (torch) RSS, sampled from outside

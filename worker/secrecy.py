@@ -85,7 +85,9 @@ def needs_hand_over(argv: list[str]) -> bool:
 
 def hand_over(token: str, argv: list[str]) -> None:
     """Exec this program again, same pid, with `argv` less `--token VALUE` and
-    the environment less its secrets; the token waits in an inherited pipe."""
+    the environment less its secrets; the token waits in an inherited pipe.
+    Until the new image's first call, undumpable(), a process of our user
+    could read that pipe through /proc/PID/fd: no trial of ours runs yet."""
     clean, skip = [], False  # argparse takes no other spelling: --tok clashes with --token-file
     for arg in argv:
         if skip:

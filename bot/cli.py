@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
               "`pip install -e '.[bot]'`", file=sys.stderr)
         return 2
     from bot.migrations import SchemaTooNew
+    if args.command in ("serve", "console"):
+        from worker import secrecy
+        # Slack tokens sit in our environment and memory, and a local worker's
+        # trials run as our user: they must not read either.
+        secrecy.undumpable()
     try:
         if args.command in ("worker-token", "backup"):
             from bot import admin

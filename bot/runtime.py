@@ -3,6 +3,8 @@ the digest schedule, and optionally a worker agent in this process (the
 single-box default)."""
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import threading
 import time
@@ -57,6 +59,11 @@ class Runtime:
         over loopback HTTP like any other worker; trials still run in children."""
         from worker.agent import Agent
         from worker.client import Client
+        if os.geteuid() == 0:
+            logging.getLogger("trialbot").warning(
+                "the local worker runs trials as root: a recipe can read this bot's Slack "
+                "tokens, worker token and database; run the bot as an unprivileged user, or "
+                "run trials on a trialbot-worker with --trial-user")
         host, port = self.server.server_address[:2]
         host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),

@@ -53,8 +53,9 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     log = open(f"{tmp}/procs.log", "wb")
     bot = subprocess.Popen([BIN / "trialbot", "serve"], env=env, stdout=log, stderr=log)
-    worker = subprocess.Popen([BIN / "trialbot-worker", "--server", url, "--token", "wbench",
-                               "--name", "bench"], stdout=log, stderr=log)
+    worker = subprocess.Popen([BIN / "trialbot-worker", "--server", url, "--name", "bench"],
+                              env=dict(os.environ, TRIALBOT_WORKER_TOKEN="wbench"),
+                              stdout=log, stderr=log)
     try:
         wait_http(url + "/healthz")
         time.sleep(1)  # let the worker register and start its long-poll

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -64,6 +65,18 @@ def wait_http(url: str, timeout: float = 30) -> None:
     raise AssertionError(f"{url} did not come up")
 
 
+def python_for_nobody() -> str | None:
+    """An interpreter `nobody` can run (the venv's may sit under a 0700 /root)."""
+    for candidate in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
+        try:
+            if candidate and subprocess.run([candidate, "-c", ""], user="nobody",
+                                            capture_output=True, timeout=30).returncode == 0:
+                return candidate
+        except (OSError, KeyError):  # not root, or no such user
+            continue
+    return None
+
+
 class Proc:
     """A real child process with its output kept in a file for failures."""
 
@@ -117,8 +130,9 @@ def start_worker(tmp_path):
     procs = []
 
     def start(url: str, name: str = "w1", token: str = "wtoken", *extra: str):
-        proc = Proc([str(BIN / "trialbot-worker"), "--server", url, "--token", token,
-                     "--name", name, *extra], dict(os.environ), tmp_path / f"{name}.log")
+        # The token in the environment, as the README says (--token shows in ps).
+        proc = Proc([str(BIN / "trialbot-worker"), "--server", url, "--name", name, *extra],
+                    dict(os.environ, TRIALBOT_WORKER_TOKEN=token), tmp_path / f"{name}.log")
         procs.append(proc)
         return proc
 

@@ -12,9 +12,10 @@ from worker.spec import TrialSpec
 
 
 def run(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
-        progress: dict | None = None) -> dict:
+        progress: dict | None = None, user=None) -> dict:
     """`progress`, when given, is kept current for the heartbeat: the attempt,
-    the phase running now, and the error class of each failed try."""
+    the phase running now, and the error class of each failed try. `user`
+    (worker.trialuser.TrialUser) runs the trial's processes as that user."""
     cancel = cancel or threading.Event()
     progress = {} if progress is None else progress
     requested = dict(spec.params)
@@ -22,7 +23,7 @@ def run(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
     current = spec
     while True:
         progress.update(attempt=len(tries) + 1, phase="setup")
-        report = launcher.run_trial(current, cancel, recipes, progress=progress)
+        report = launcher.run_trial(current, cancel, recipes, progress=progress, user=user)
         err = report.get("error") or {}
         entry = {"attempt": len(tries) + 1, "status": report["status"],
                  "error_class": err.get("class"), "message": (err.get("message") or "")[-500:],

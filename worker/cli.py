@@ -1,6 +1,7 @@
 """`trialbot-worker`: serve a bot's queue, or run one trial locally.
 
-    trialbot-worker --server URL --token TOKEN [--name NAME] [--recipes FILE]
+    trialbot-worker --server URL --token-file FILE [--name NAME] [--recipes FILE]
+        [--trial-user USER]     (or the token in env TRIALBOT_WORKER_TOKEN)
     trialbot-worker --server URL ... --executor slurm --partition P [--account A] [--shared-dir D]
     trialbot-worker [--recipes FILE] trial llm-infer batch=4 ... [--json]
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
@@ -8,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -89,12 +91,20 @@ LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")  # as bot/routing.py reads them
 
 
 def serve_command(argv: list[str]) -> int:
+    from worker import secrecy
+    hidden = secrecy.undumpable()  # first: from here on a trial cannot read our memory
     parser = argparse.ArgumentParser(prog="trialbot-worker",
                                      description="Run trials for a trialbot server.")
     parser.add_argument("--server", default=os.environ.get("TRIALBOT_SERVER"),
                         help="the bot's URL, e.g. http://bot.example:3000 (env TRIALBOT_SERVER)")
-    parser.add_argument("--token", default=os.environ.get("TRIALBOT_WORKER_TOKEN"),
-                        help="worker token (env TRIALBOT_WORKER_TOKEN)")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="read the worker token from FILE (mode 600; e.g. systemd "
+                             "LoadCredential=); or set env TRIALBOT_WORKER_TOKEN")
+    parser.add_argument("--token", help="the worker token itself: every user's `ps` shows it, "
+                                        "prefer --token-file or the environment")
+    parser.add_argument("--trial-user", metavar="USER",
+                        help="run trials as USER (the worker runs as root), so they cannot "
+                             "read the worker's token, memory or files")
     parser.add_argument("--name", default=socket.gethostname(), help="worker name shown in Slack")
     parser.add_argument("--recipes", help="recipe file (TOML) of commands this worker may run")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
@@ -113,6 +123,9 @@ def serve_command(argv: list[str]) -> int:
     slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                        help="extra sbatch argument, repeatable (e.g. --sbatch-arg=--qos=low)")
     args = parser.parse_args(argv)
+    token = _token(args)
+    if token and argv == sys.argv[1:] and secrecy.needs_hand_over(argv):
+        secrecy.hand_over(token, argv)  # does not return: this pid, a clean image
     labels = {}
     for raw in args.label:
         key, eq, value = raw.partition("=")
@@ -121,7 +134,7 @@ def serve_command(argv: list[str]) -> int:
                   "(letters, digits, _.-)", file=sys.stderr)
             return 2
         labels[key] = value
-    missing = [f for f, v in (("--server", args.server), ("--token", args.token)) if not v]
+    missing = [f for f, v in (("--server", args.server), ("--token-file", token)) if not v]
     if missing:
         print(f"trialbot-worker: missing {' and '.join(missing)} (or env TRIALBOT_SERVER / "
               "TRIALBOT_WORKER_TOKEN); to run one trial locally: trialbot-worker trial "
@@ -135,6 +148,11 @@ def serve_command(argv: list[str]) -> int:
     if args.executor == "slurm" and not args.partition:
         print("trialbot-worker: --executor slurm needs --partition", file=sys.stderr)
         return 2
+    if args.trial_user and args.executor == "slurm":
+        print("trialbot-worker: --trial-user applies to trials run here; with --executor "
+              "slurm they run on compute nodes as the user who submits them (this worker's)",
+              file=sys.stderr)
+        return 2
     if args.executor == "slurm" and not shutil.which("sbatch"):
         print("trialbot-worker: --executor slurm: sbatch is not on PATH; run the worker on "
               "the cluster's login node", file=sys.stderr)
@@ -143,28 +161,76 @@ def serve_command(argv: list[str]) -> int:
         print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
         return 2
     recipes = _load_recipes(args.recipes)
+    user = _trial_user(args, hidden)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from worker.agent import Agent
     from worker.client import ApiError, Client
     info, executor = dict(machine_info(), labels=labels), None
+    if user:
+        from worker import attempts
+        executor = functools.partial(attempts.run, user=user)
     if args.executor == "slurm":
         from worker.slurm import SlurmExecutor, partition_info
         executor = SlurmExecutor(args.partition, args.account, args.shared_dir, args.recipes,
                                  args.mem, args.gpus, args.sbatch_arg)
         # Routing reads what the partition's nodes have, not this login node.
         info.update(partition_info(args.partition), executor="slurm", partition=args.partition)
-    agent = Agent(Client(args.server, args.token), args.name, info, recipes, executor)
+    agent = Agent(Client(args.server, token), args.name, info, recipes, executor)
     from worker import redact
     redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
     try:
         agent.serve_forever()
     except ApiError as exc:
         print(f"trialbot-worker: the server refused us: {exc}"
-              + (" — check --token" if exc.status == 401 else ""), file=sys.stderr)
+              + (" — check --token-file / --token / TRIALBOT_WORKER_TOKEN"
+                 if exc.status == 401 else ""), file=sys.stderr)
         return 2
     finally:
         agent.stop()
     return 0
+
+
+def _token(args) -> str | None:
+    """The token: left in a pipe by this worker's previous image, else from
+    --token-file, --token or the environment. Exits 2 on a bad source."""
+    from worker import secrecy
+    handed = secrecy.handed_over()
+    if handed:
+        return handed
+    if args.token_file and args.token:
+        print("trialbot-worker: give the token once: --token-file or --token, not both",
+              file=sys.stderr)
+        raise SystemExit(2)
+    if args.token_file:
+        try:
+            token, warning = secrecy.read_file(args.token_file)
+        except secrecy.TokenError as exc:
+            print(f"trialbot-worker: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        if warning:
+            print(f"trialbot-worker: warning: {warning}", file=sys.stderr)
+        return token
+    if args.token:
+        print("trialbot-worker: warning: --token puts the token on the command line, where "
+              "every user of this machine may read it (ps) until the worker hides it, and in "
+              "shell history; use --token-file FILE or env TRIALBOT_WORKER_TOKEN",
+              file=sys.stderr)
+        return args.token
+    return os.environ.get("TRIALBOT_WORKER_TOKEN")
+
+
+def _trial_user(args, hidden: bool):
+    """The --trial-user (exit 2 if refused), after warning what trials could
+    still read of this worker."""
+    from worker import trialuser
+    try:
+        user = trialuser.lookup(args.trial_user) if args.trial_user else None
+    except trialuser.TrialUserError as exc:
+        print(f"trialbot-worker: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for warning in trialuser.warnings(user, hidden, args.token_file, args.executor == "slurm"):
+        print(f"trialbot-worker: warning: {warning}", file=sys.stderr)
+    return user
 
 
 def machine_info() -> dict:

@@ -135,7 +135,8 @@ class Run:
     """One child process: its exit, why it was stopped, its kernel peak, its output."""
 
     def __init__(self, argv, cwd, env, deadline: float, cancel: threading.Event,
-                 trackers=(), hz: float = SAMPLE_HZ, progress: dict | None = None):
+                 trackers=(), hz: float = SAMPLE_HZ, progress: dict | None = None,
+                 user=None):
         self.progress = {} if progress is None else progress  # the phase, for heartbeats
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
@@ -144,6 +145,8 @@ class Run:
         # ru_maxrss at exec, so the kernel's figure is only the child's above this.
         self.parent_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         shim = [sys.executable, SHIM]  # dies with the worker; OOM-killed first
+        if user is not None:  # a TrialUser: the shim becomes it before the exec
+            shim += user.shim_args()
         try:
             self.proc = subprocess.Popen(
                 shim + list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -197,9 +200,10 @@ class Run:
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
-              hz: float = SAMPLE_HZ, progress: dict | None = None) -> dict:
+              hz: float = SAMPLE_HZ, progress: dict | None = None, user=None) -> dict:
     """Run one try of `spec` in child processes and return its report (never
-    raises for a failing trial: the failure is in the report)."""
+    raises for a failing trial: the failure is in the report). `user`, a
+    worker.trialuser.TrialUser, runs the children as that user."""
     cancel = cancel or threading.Event()
     timeout = spec.params.get("timeout", 1800)
     deadline = time.monotonic() + timeout
@@ -208,9 +212,9 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     started = time.time()
     if spec.recipe:
         report, run = _run_recipe(spec, recipes or {}, deadline, cancel, [host, nvml], hz,
-                                  progress)
+                                  progress, user)
     else:
-        report, run = _run_builtin(spec, deadline, cancel, [host, nvml], hz, progress)
+        report, run = _run_builtin(spec, deadline, cancel, [host, nvml], hz, progress, user)
     if run is not None:
         killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
                             and _oom_kills() not in (None, oom_kills))
@@ -241,19 +245,21 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     return report
 
 
-def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None):
+def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None, user=None):
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
         spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
         with open(spec_path, "w") as f:
             json.dump(spec.to_dict(), f)
+        if user is not None:
+            user.own(tmp)  # the child writes its report here
         env = builtin_env(spec)
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
-                  deadline, cancel, trackers, hz, progress)
+                  deadline, cancel, trackers, hz, progress, user)
         report = _read(report_path, spec)
     return report, run
 
 
-def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None):
+def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, user=None):
     from worker import codeversion
     report = reports.new_report("recipe", spec.params)
     report["recipe"] = spec.recipe
@@ -283,17 +289,19 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None):
     env = child_env(**recipe.env)
     start = time.time()
     for argv in recipe.setup:  # the admin's own commands: deps, weights
-        run = Run(list(argv), recipe.cwd, env, deadline, cancel)
+        run = Run(list(argv), recipe.cwd, env, deadline, cancel, user=user)
         if run.code != 0 or run.stopped:
             report["phases"].append(_phase("setup", start, time.time()))
             return report, run
     if recipe.setup:
         report["phases"].append(_phase("setup", start, time.time()))
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
+        if user is not None:
+            user.own(tmp)  # the probe writes here
         env.update(PYTHONPATH=_pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
                    TRIALBOT_PROBE_OUT=tmp)
         run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz,
-                  progress)
+                  progress, user)
         probe = _probe_result(tmp, run)
     report["phases"] += _marked_phases(run, probe.get("phases", []))
     report["output_tail"] = run.tail()  # what the paper's script printed: its own results

@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Callable, Iterable
 
+from bot.app.config import ConfigError
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
-
-from bot.config import ConfigError
 
 SETUP = ("whoever runs `trialbot serve` sets TRIALBOT_RUN_USERS, TRIALBOT_RUN_CHANNELS, "
          "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (README, \"Who may do what\")")

@@ -138,7 +138,8 @@ def started(job: dict, worker: str) -> dict:
 
 def report(job: dict, r: dict) -> dict:
     """The posted report, threaded under the job's "started" message."""
-    from bot import depth, depthview
+    from bot.fits import depth
+    from bot.fits import depthview
     pred = depth.from_trial(r)
     text = summary.text(r) + (f"\n{depthview.trial_plain(pred)}" if pred else "")
     return {"channel": job["channel"], "kind": "report", "thread_of": job.get("started_msg"),
@@ -167,7 +168,8 @@ def report_blocks(r: dict, pred: dict | None = None) -> list[dict]:
     fields = [f"*{label[0].upper()}{label[1:]}*\n{value}" for label, value in summary.facts(r)]
     blocks.append({"type": "section",
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
-    from bot import depth, depthview
+    from bot.fits import depth
+    from bot.fits import depthview
     pred = pred or depth.from_trial(r)
     if pred:
         blocks += depthview.trial_blocks(pred)
@@ -199,7 +201,7 @@ def sweep_queued(jobs: list[dict], workers: list[str]) -> dict:
 def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
     """The message posted to the channel when a sweep's last trial ended."""
     if fit.get("kind") == "depth":
-        from bot import depthview
+        from bot.fits import depthview
         return depthview.sweep_fit(sweep, jobs, fit)
     parts = _sweep_parts(sweep, jobs, fit)
     return {"channel": jobs[0]["channel"], "kind": "sweep", "text": _plain(parts),
@@ -231,9 +233,9 @@ def sweep_unfinished(sweep: int, jobs: list[dict]) -> dict:
 def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None) -> dict:
     """`/trial fit S12 batch=32 prompt=2048 gpu=H100`: a prediction for one
     config and the largest batch for a GPU, each with how it was measured."""
-    from bot import scaling
+    from bot.fits import scaling
     if fit.get("kind") == "depth":
-        from bot import depthview
+        from bot.fits import depthview
         return depthview.sweep_answer(sweep, jobs, fit, params.get("layers"), gpu)
     head = _sweep_head(sweep, jobs, fit)
     if fit.get("error"):
@@ -265,7 +267,7 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
 
 def _partial_note(fit: dict) -> str | None:
     """A batch sweep of a partial-depth preset fits the partial model."""
-    from bot import depth
+    from bot.fits import depth
     part = depth.partial({"workload": fit.get("workload"), "params": fit.get("defaults") or {},
                           "trial": "this sweep"})
     return (f"{part}: these fits are the partial model's, not the full depth's; a depth "
@@ -486,7 +488,7 @@ def _arithmetic_text(fit: dict) -> str:
 
 
 def _prediction_lines(fit: dict, params: dict, why: str) -> list[str]:
-    from bot import scaling
+    from bot.fits import scaling
     axes = [k for k in (fit["variables"]["batch"], *fit["variables"]["length"]) if k]
     merged = {**fit["defaults"], **params}
     shown = {**{k: merged[k] for k in axes if k in merged},
@@ -545,7 +547,7 @@ def _largest_line(ans: dict, fit: dict, lengths: dict) -> str:
 
 
 def _gpu_text(fit: dict, sweep: int) -> str:
-    from bot import scaling
+    from bot.fits import scaling
     method = scaling.gpu_method(fit)
     if method is None:
         if "host_rss_peak" in fit["memory"]:
@@ -576,7 +578,7 @@ def reply_message(channel: str, text: str) -> dict:
 
 
 def ladder_queued(jobs: list[dict], budget: int | None) -> dict:
-    from bot.ladder import STEPS
+    from bot.trials.ladder import STEPS
     steps = "\n".join(f"• {j['trial']} {name}: `{j['words']}`" for j, name in zip(jobs, STEPS))
     goal = f" against a budget of {summary.gib(budget)}" if budget else ""
     return reply(f"Queued ladder *L{jobs[0]['id']}*{goal}: each step on top of the previous, "
@@ -589,7 +591,7 @@ def _pct(x: float | None) -> str:
 
 
 def ladder_table(jobs: list[dict], reports: list[dict | None], budget: int | None) -> dict:
-    from bot import ladder
+    from bot.trials import ladder
     table = ladder.rows(list(ladder.STEPS), reports)
     head = ["step", "trial", "peak mem", "step time", "Δmem prev/base", "Δtime prev/base",
             "loss Δ vs fp32"]
@@ -649,7 +651,7 @@ def ab_queued(jobs: list[dict]) -> dict:
 
 
 def ab_table(jobs: list[dict], reports: list[dict | None]) -> dict:
-    from bot import ab
+    from bot.trials import ab
     a, b = reports
     head = (f"*A/B*: A {jobs[0]['trial']} `{jobs[0]['words']}` vs "
             f"B {jobs[1]['trial']} `{jobs[1]['words']}`")

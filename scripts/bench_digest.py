@@ -19,12 +19,12 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bot import schedule  # noqa: E402
-from bot.queue import JobQueue  # noqa: E402
+from bot.trials.queue import JobQueue  # noqa: E402
 from bot.store import Store  # noqa: E402
 from worker.report import new_report  # noqa: E402
+from bot.digest import schedule
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHANNEL = "C1"
 GPU = "NVIDIA H100 80GB HBM3"
@@ -128,8 +128,8 @@ def main(argv=None) -> int:
         queue = JobQueue(Store(path))  # a fresh connection, as a restarted bot has
         sched = {"channel": CHANNEL, "weekday": "mon", "hour": 9, "minute": 0,
                  "tz": "Asia/Seoul"}
-        from bot import digest
-        end = digest.last_fire(sched, dt.datetime.fromtimestamp(now, dt.timezone.utc))
+        from bot.digest import digest_build
+        end = digest_build.last_fire(sched, dt.datetime.fromtimestamp(now, dt.timezone.utc))
         t0 = time.perf_counter()  # a process-start cost, not the digest's: timed apart
         import matplotlib.pyplot  # noqa: F401
         import scipy.stats  # noqa: F401
@@ -138,10 +138,10 @@ def main(argv=None) -> int:
         runs = []
         for _ in range(2):  # the first on a cold connection, as a weekly digest runs
             t0 = time.perf_counter()
-            messages = schedule.build(queue, CHANNEL, end, digest.week_key(end))
+            messages = schedule.build(queue, CHANNEL, end, digest_build.week_key(end))
             runs.append(time.perf_counter() - t0)
         took = runs[0]
-        print(f"week {digest.week_key(end)}: {messages[0]['text'].splitlines()[1]}")
+        print(f"week {digest_build.week_key(end)}: {messages[0]['text'].splitlines()[1]}")
         print(f"digest (SQL, every plan's estimate and review, text, chart): {took:.3f} s on "
               f"a cold connection, {runs[1]:.3f} s again; text {len(messages[0]['text'])} "
               f"chars, chart {len(messages[1]['content'])} bytes (target < {args.target:g} s)")

@@ -21,10 +21,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from bot.fits import scaling
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bot import scaling  # noqa: E402  (numpy only; scipy if present)
 
 PYTHON = os.environ.get("PYTHON") or sys.executable
 CPU_MODEL = ("device=cpu dtype=fp32 layers=4 hidden=512 heads=8 kv_heads=8 vocab=8192 "

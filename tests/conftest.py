@@ -10,9 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from slackfake import FakeSlack  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from slackfake import FakeSlack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -27,9 +27,9 @@ def fake_slack():
 
 def bolt_runtime(db: str, fake_slack, policy):
     """The Bolt app and HTTP server in-process on `db`, started; stop() it."""
-    from bot.outbox import SlackTransport
-    from bot.runtime import Runtime
-    from bot.slack_app import build_app, web_client
+    from bot.delivery.outbox import SlackTransport
+    from bot.app.runtime import Runtime
+    from bot.slack.slack_app import build_app, web_client
     client = web_client("xoxb-test", fake_slack.api_url)
     rt = Runtime(db, "wtoken", SlackTransport(client), policy=policy)
     rt.server.bolt_app = build_app(rt.queue, client, "s3cret")

@@ -2,8 +2,8 @@
 import pytest
 from test_console import run_console
 
-from bot import ab
 from worker.spec import SpecError
+from bot.trials import ab
 
 
 def test_one_parameter_with_two_values_makes_a_and_b():

@@ -12,17 +12,21 @@ import pytest
 from conftest import BIN, ROOT, bolt_runtime
 from slackfake import post, signed_headers, slash_body
 
-from bot import access, console, plans, slackgroups, trials
+from bot import access
 from bot.access import Policy
-from bot.config import ConfigError
-from bot.outbox import ConsoleTransport
-from bot.queue import JobQueue
-from bot.runtime import Runtime
+from bot.app.config import ConfigError
+from bot.delivery.outbox import ConsoleTransport
+from bot.trials.queue import JobQueue
+from bot.app.runtime import Runtime
 from bot.store import Store
 from worker import recipes, redact
 from worker.agent import Agent
 from worker.client import Client
 from worker.spec import parse
+from bot.app import console
+from bot.slack import slackgroups
+from bot.trials import trial_command
+from bot.plans import plan_command
 
 QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
 TODAY = dt.date(2026, 12, 1)
@@ -126,29 +130,29 @@ def test_a_refused_trial_creates_nothing_and_reading_stays_open(tmp_path):
     q = queue_with(tmp_path, Policy(run_users=frozenset({"U1"}), admins=frozenset({"UA"})))
     for words in (QUICK, f"sweep {QUICK.replace('gen=2', 'gen=2,4')}",
                   "ab llm-infer dtype=fp32,bf16", "ladder llm-train budget=24GB"):
-        reply, job = trials.handle(q, words, "U9", "C1")
+        reply, job = trial_command.handle(q, words, "U9", "C1")
         assert job is None and "permission: run" in reply["text"], reply
         assert "Nothing was queued" in reply["text"]
     assert q.store.jobs(limit=10) == []
     for words in ("help", "list", "workers", "status T1"):
-        assert "permission" not in trials.handle(q, words, "U9", "C1")[0]["text"]
-    assert trials.handle(q, QUICK, "U1", "C1")[1]["trial"] == "T1"
+        assert "permission" not in trial_command.handle(q, words, "U9", "C1")[0]["text"]
+    assert trial_command.handle(q, QUICK, "U1", "C1")[1]["trial"] == "T1"
 
 
 def test_cancelling_someone_elses_trial_needs_admin(tmp_path):
     q = queue_with(tmp_path, Policy(run_users=frozenset({"U1", "U2"}), admins=frozenset({"UA"})))
-    job = trials.handle(q, QUICK, "U1", "C1")[1]
-    said = trials.handle(q, f"cancel {job['trial']}", "U2", "C1")[0]["text"]
+    job = trial_command.handle(q, QUICK, "U1", "C1")[1]
+    said = trial_command.handle(q, f"cancel {job['trial']}", "U2", "C1")[0]["text"]
     assert "only they or an admin can cancel it" in said and "permission: admin" in said
     assert q.store.job(job["id"])["status"] == "queued"
-    assert "is cancelled" in trials.handle(q, f"cancel {job['trial']}", "UA", "C1")[0]["text"]
+    assert "is cancelled" in trial_command.handle(q, f"cancel {job['trial']}", "UA", "C1")[0]["text"]
 
 
 def test_prices_digests_and_plan_changes_are_refused_without_creating_rows(tmp_path):
     q = queue_with(tmp_path, Policy(run_users=frozenset({"U1"}), admins=frozenset({"UA"})))
 
     def say(text, user):
-        return plans.handle(q, text, user, "C1", TODAY)["text"]
+        return plan_command.handle(q, text, user, "C1", TODAY)["text"]
 
     said = say(PRICE, "U1")
     assert "Only an admin may record prices (permission: admin)" in said and "<@UA>" in said
@@ -192,7 +196,7 @@ def responses(fake_slack, n):
 
 
 def test_rerun_by_a_stranger_is_refused_through_bolt(bot, fake_slack):
-    job = trials.handle(bot.queue, QUICK, "U1", "C1")[1]
+    job = trial_command.handle(bot.queue, QUICK, "U1", "C1")[1]
     assert click(bot, fake_slack, "trial_rerun", job["id"], "U9")[0] == 200
     said = responses(fake_slack, 1)[0]
     assert "permission: run" in said["text"] and said["response_type"] == "ephemeral"
@@ -319,11 +323,11 @@ def test_a_plan_is_changed_only_with_the_right_in_its_own_channel(tmp_path):
     today = dt.date(2026, 12, 1)
     q = queue_with(tmp_path, access.load({"TRIALBOT_RUN_CHANNELS": "CSANDBOX,CTEAM",
                                           "TRIALBOT_RUN_USERS": "UTEAM"}))
-    assert "started" in plans.handle(q, "new secret", "UTEAM", "CTEAM", today)["text"]
+    assert "started" in plan_command.handle(q, "new secret", "UTEAM", "CTEAM", today)["text"]
     q.policy = access.load({"TRIALBOT_RUN_CHANNELS": "CSANDBOX", "TRIALBOT_RUN_USERS": "UTEAM"})
     # a stranger allowed in the sandbox cannot reach a plan that lives in CTEAM
-    refused = plans.handle(q, "secret set paper=hacked", "USTRANGER", "CSANDBOX", today)
+    refused = plan_command.handle(q, "secret set paper=hacked", "USTRANGER", "CSANDBOX", today)
     assert "Nothing was changed" in refused["text"]
     assert q.store.plan("secret")["facts"].get("paper") != "hacked"
-    reply, job = trials.handle(q, "llm-infer plan=secret block=x", "USTRANGER", "CSANDBOX")
+    reply, job = trial_command.handle(q, "llm-infer plan=secret block=x", "USTRANGER", "CSANDBOX")
     assert job is None

@@ -7,8 +7,9 @@ import threading
 import pytest
 from conftest import BIN, ROOT
 
-from bot import migrations, tokens
+from bot.store import migrations
 from bot.store import Store, backup
+from bot.http import tokens
 
 
 def trialbot(*args, env=None):

@@ -7,8 +7,8 @@ import urllib.request
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from bot.outbox import ConsoleTransport
-from bot.runtime import Runtime
+from bot.delivery.outbox import ConsoleTransport
+from bot.app.runtime import Runtime
 from worker import agent as agent_mod
 from worker.agent import Agent, split_by_day
 from worker.client import Client

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from bot import delivery
 from slackfake import post, signed_headers, slash_body
 from worker import report as reports
 from worker.spec import parse
+from bot.delivery import refusals
 
 SPEC = parse(["llm-infer", "gen=2", "repeats=1", "stability=0"])
 QUICK = "llm-infer gen=2 repeats=1 stability=0"
@@ -166,19 +166,19 @@ def test_a_refusal_in_the_outbox_makes_the_next_trial_there_ask_slack_again(bot,
 
 
 def test_classify_sorts_slack_errors():
-    assert delivery.classify("not_in_channel") == "channel"
-    assert delivery.classify("msg_too_long") == "message"
-    assert delivery.classify("invalid_auth", tries=50) == "retry"  # the app's trouble: waits
-    assert delivery.classify("something_new", tries=0) == "retry"
-    assert delivery.classify("something_new", tries=delivery.UNKNOWN_TRIES) == "message"
+    assert refusals.classify("not_in_channel") == "channel"
+    assert refusals.classify("msg_too_long") == "message"
+    assert refusals.classify("invalid_auth", tries=50) == "retry"  # the app's trouble: waits
+    assert refusals.classify("something_new", tries=0) == "retry"
+    assert refusals.classify("something_new", tries=refusals.UNKNOWN_TRIES) == "message"
 
 
 def test_a_digest_the_channel_refuses_reaches_who_asked_for_it(bot, fake_slack):
     import datetime as dt
 
-    from bot import plans
+    from bot.plans import plan_command
     fake_slack.channel_errors["CDIG"] = "not_in_channel"  # conversations.info still says member
-    out = plans.handle(bot.queue, "digest now", "U1", "CDIG", dt.date(2026, 12, 1))
+    out = plan_command.handle(bot.queue, "digest now", "U1", "CDIG", dt.date(2026, 12, 1))
     assert "Posting the budget digest" in out["text"]
     dms = wait(lambda: len(posted_in(fake_slack, "DU1")) >= 1 and posted_in(fake_slack, "DU1"),
                what="the digest by direct message")

@@ -8,12 +8,15 @@ import math
 
 import pytest
 
-from bot import commands, depth, gpus, plans, render, trials
-from bot.queue import JobQueue
+from bot import render
+from bot.trials.queue import JobQueue
 from bot.store import Store
 from worker import arithmetic, launcher, stats
 from worker import report as reports
 from worker import spec as specs
+from bot.trials import trial_command, commands
+from bot.fits import depth, gpus
+from bot.plans import plan_command
 
 LLAMA = ["llm-infer", "preset=llama-3-8b", "batch=8", "prompt=4096", "gen=256", "dtype=bf16"]
 GIB = 2**30
@@ -188,7 +191,7 @@ def queue(tmp_path):
 
 def run_depth_sweep(queue, text="sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=8 "
                                 "prompt=4096 gen=256 dtype=bf16"):
-    trials.handle(queue, text, "U1", "C1")
+    trial_command.handle(queue, text, "U1", "C1")
     for _ in range(3):
         job = queue.lease("w1", 0)
         n = job["spec"]["params"]["layers"]
@@ -204,21 +207,21 @@ def test_a_depth_sweep_posts_its_fit_and_answers_layers_and_a_gpu(queue):
     assert "held out T3 at 4 layers: predicted 7.11 GiB, measured 7.11 GiB" in msg["text"]
     assert "Predicted at 32 layers" in msg["text"] and "model estimate, not measured" in msg["text"]
     assert len(msg["blocks"]) <= 50 and all(len(json.dumps(b)) < 3200 for b in msg["blocks"])
-    answer = trials.handle(queue, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
+    answer = trial_command.handle(queue, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
     assert "Predicted at 16 layers" in answer and "H100-80GB" in answer
     assert "L4" not in answer.split("Fits on")[1].split("Decode")[0]
-    exact = trials.handle(queue, "fit S1 layers=32 gpu=79.6GiB", "U1", "C1")[0]["text"]
+    exact = trial_command.handle(queue, "fit S1 layers=32 gpu=79.6GiB", "U1", "C1")[0]["text"]
     assert "79.6GiB GPU" in exact and "largest batch" in exact
-    bad = trials.handle(queue, "fit S1 batch=32", "U1", "C1")[0]["text"]
+    bad = trial_command.handle(queue, "fit S1 batch=32", "U1", "C1")[0]["text"]
     assert bad.startswith(":x: `batch=32`") and "depth sweep" in bad
-    deep = trials.handle(queue, "fit S1 layers=33", "U1", "C1")[0]["text"]
+    deep = trial_command.handle(queue, "fit S1 layers=33", "U1", "C1")[0]["text"]
     assert "32 layers" in deep
 
 
 def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(queue):
     run_depth_sweep(queue)
     def say(text):
-        return plans.handle(queue, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
+        return plan_command.handle(queue, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
     say("new repro gpu=H100")
     out = say("repro block scale runs=100 sweep=S1 layers=32")
     assert "PREDICTED FROM A PARTIAL-DEPTH TRIAL" in out and "layers 1, 2, 4" in out
@@ -284,8 +287,8 @@ def test_a_plan_block_from_a_recipe_sweep_still_estimates(queue):
                          {"name": "run", "seconds": 0.5 * b + 0.01 * (b == 2)}])
         r["memory"]["host_rss_peak"] = 2**27 + 2**18 * b
         queue.finish(job["id"], "w1", leased["lease"], r)
-    plans.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
-    out = plans.handle(queue, "repro block scale runs=10 sweep=S1 batch=16", "U1", "C1",
+    plan_command.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = plan_command.handle(queue, "repro block scale runs=10 sweep=S1 batch=16", "U1", "C1",
                        dt.date(2026, 12, 1))["text"]
     assert "scale block added" in out and "PARTIAL-DEPTH" not in out
 
@@ -313,7 +316,7 @@ def test_a_cuda_trial_extrapolates_gpu_memory_only():
 
 
 def test_a_depth_sweep_with_one_ok_depth_is_still_a_depth_sweep(queue):
-    trials.handle(queue, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=8 prompt=4096 "
+    trial_command.handle(queue, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=8 prompt=4096 "
                          "gen=256 dtype=bf16", "U1", "C1")
     job = queue.lease("w1", 0)
     r = gpu_report(layers=1, trial=job["trial"])
@@ -330,15 +333,15 @@ def test_a_depth_sweep_with_one_ok_depth_is_still_a_depth_sweep(queue):
 
 def test_a_depth_sweep_block_names_its_depth(queue):
     run_depth_sweep(queue)
-    plans.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
-    out = plans.handle(queue, "repro block verify runs=10 sweep=S1 gen=256", "U1", "C1",
+    plan_command.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = plan_command.handle(queue, "repro block verify runs=10 sweep=S1 gen=256", "U1", "C1",
                        dt.date(2026, 12, 1))["text"]
     assert "is a depth sweep: give the depth" in out and "layers=32" in out
     assert queue.store.blocks("repro") == []
 
 
 def test_a_partial_depth_trial_is_not_peak_memory_measured_for_advice(queue):
-    from bot import advice
+    from bot.plans import advice
     r = gpu_report(layers=2)
     plan = {"facts": {"gpu": "H200", "pattern": "steady"}, "locked": {"at": "x"}}
     fx = advice.facts_of(plan, [r], [], 10.0, 0.1)
@@ -348,7 +351,7 @@ def test_a_partial_depth_trial_is_not_peak_memory_measured_for_advice(queue):
 
 
 def test_reports_from_before_malloc_compare_as_glibc():
-    from bot import planner
+    from bot.plans import planner
     old = gpu_report(layers=2)
     old["params"] = {k: v for k, v in old["params"].items() if k != "malloc"}
     new = gpu_report(layers=2, malloc="glibc")

@@ -10,9 +10,10 @@ import pytest
 from test_planner import report
 from test_plans import finish
 
-from bot import digest, plans, schedule
-from bot.queue import JobQueue
+from bot.trials.queue import JobQueue
 from bot.store import Store
+from bot.plans import plan_command
+from bot.digest import digest_build, schedule
 
 UTC = dt.timezone.utc
 SEOUL = {"weekday": "mon", "hour": 9, "minute": 0, "tz": "Asia/Seoul"}
@@ -25,7 +26,7 @@ def queue(tmp_path):
 
 def say(queue, text, now=None, channel="C1"):
     now = now or dt.datetime.now(UTC)
-    return plans.handle(queue, text, "U1", channel, now.date(), now)["text"]
+    return plan_command.handle(queue, text, "U1", channel, now.date(), now)["text"]
 
 
 def digests_posted(queue):
@@ -79,11 +80,11 @@ def test_the_cron_trigger_fires_in_the_channels_timezone():
         t = schedule.trigger(s)
         for hours in range(0, 24 * 21, 7):
             now = dt.datetime(2027, 3, 15, tzinfo=UTC) + dt.timedelta(hours=hours)
-            last, nxt = digest.last_fire(s, now), t.get_next_fire_time(None, now)
+            last, nxt = digest_build.last_fire(s, now), t.get_next_fire_time(None, now)
             assert last <= now <= nxt and nxt - last <= dt.timedelta(days=7, hours=1)
             assert t.get_next_fire_time(None, last) == last
-            assert digest.last_fire(s, nxt) == nxt
-    assert digest.week_key(dt.datetime(2026, 12, 7, 9, 0, tzinfo=ZoneInfo("Asia/Seoul"))) \
+            assert digest_build.last_fire(s, nxt) == nxt
+    assert digest_build.week_key(dt.datetime(2026, 12, 7, 9, 0, tzinfo=ZoneInfo("Asia/Seoul"))) \
         == "2026-W50"
 
 
@@ -145,7 +146,7 @@ def test_a_double_fire_posts_the_week_once(queue):
     fire = schedule.trigger(s).get_next_fire_time(None, now)
     assert schedule.post_scheduled(queue, s, fire + dt.timedelta(seconds=2))
     assert not schedule.post_scheduled(queue, s, fire + dt.timedelta(seconds=3))
-    week = digest.week_key(fire)
+    week = digest_build.week_key(fire)
     assert not queue.store.post_digest("C1", week, [{"channel": "C1", "text": "again"}])
     posted = digests_posted(queue)
     assert len(posted) == 1 and f"*Weekly budget digest* {week}" in posted[0]["text"]
@@ -161,7 +162,7 @@ def test_a_week_missed_while_down_is_posted_at_start_and_only_once(queue):
     now = dt.datetime.now(UTC)
     say(queue, "digest weekly mon 09:00 Asia/Seoul", now)
     yesterday = (now - dt.timedelta(days=1)).astimezone(ZoneInfo("Asia/Seoul"))
-    say(queue, f"digest weekly {digest.WEEKDAYS[yesterday.weekday()]} "
+    say(queue, f"digest weekly {digest_build.WEEKDAYS[yesterday.weekday()]} "
                f"{yesterday:%H:%M} Asia/Seoul", now, channel="C2")
     # C2's last time was before it was scheduled: nothing to catch up.
     assert schedule.catch_up(queue, now) == []

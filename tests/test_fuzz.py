@@ -8,9 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot import plans, trials
-from bot.queue import JobQueue
+from bot.trials.queue import JobQueue
 from bot.store import Store
+from bot.trials import trial_command
+from bot.plans import plan_command
 
 KEYS = ["batch", "prompt", "gen", "dtype", "layers", "hidden", "seq", "steps", "world", "zero",
         "precision", "budget", "plan", "block", "repeats", "timeout", "", "=", "x"]
@@ -49,7 +50,7 @@ def _jobs(queue) -> int:
 @given(text=command_text)
 def test_trial_never_raises_and_bad_input_creates_nothing(queue, text):
     before = _jobs(queue)
-    reply, job = trials.handle(queue, text, "U1", "C1")
+    reply, job = trial_command.handle(queue, text, "U1", "C1")
     assert reply["response_type"] == "ephemeral" and reply["text"]
     if job is None:
         assert _jobs(queue) == before, (text, reply["text"])
@@ -66,5 +67,5 @@ def test_trial_never_raises_and_bad_input_creates_nothing(queue, text):
               st.lists(word, max_size=6)),
     st.text(max_size=200)))
 def test_plan_never_raises_or_falls_back_to_the_last_resort(queue, text):
-    reply = plans.handle(queue, text, "U1", "C1", dt.date(2026, 12, 1))
+    reply = plan_command.handle(queue, text, "U1", "C1", dt.date(2026, 12, 1))
     assert reply["text"] and "Something went wrong on our side" not in reply["text"], text

@@ -3,8 +3,9 @@ one whole ladder through the console on a tiny model."""
 import pytest
 from test_console import run_console
 
-from bot import ladder
 from worker.spec import SpecError
+from bot.fits import scaling
+from bot.trials import ladder
 
 TINY = "llm-train layers=2 hidden=64 heads=2 kv_heads=1 vocab=256 seq=32 batch=4 steps=3"
 
@@ -72,7 +73,7 @@ def test_nothing_fits_says_so_with_the_numbers():
 def test_the_redefined_goal_is_predicted_from_the_measured_peak():
     p = {**SHAPE, "zero": 0}
     fixed, per_layer = ladder.fixed_bytes(p, 1)
-    params = ladder.scaling.weight_params(p)
+    params = scaling.weight_params(p)
     assert fixed == params["total"] * 16 and per_layer == params["per_layer"] * 16
     row = {"params": p, "world": 1, "memory": fixed + 8000, "method": "torch allocator"}
     lines = ladder.redefine(row, budget=fixed + 2000)
@@ -96,7 +97,7 @@ def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
     reports = [report(900 * MiB, 1.0, 5.0), report(800 * MiB, 0.9, 5.0),
                report(700 * MiB, 1.2, 5.0), report(500 * MiB, 1.3, 5.0, 2, (400, 400))]
     table = ladder.rows(list(ladder.STEPS), reports)
-    moved = 8 * ladder.scaling.weight_params(SHAPE)["total"] / 2
+    moved = 8 * scaling.weight_params(SHAPE)["total"] / 2
     per_seq = ladder.per_sequence(table)
     assert per_seq == int((200 * MiB - moved) / 4)  # batch 8 on one rank vs 4 per rank
     # 500 MiB with 4 sequences per rank, budget 400 MiB: drop 100 MiB of ~400 of activations
@@ -124,13 +125,13 @@ def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):
 
 
 def test_ranks_no_worker_has_are_refused_before_a_job(tmp_path):
-    from bot import trials
-    from bot.queue import JobQueue
+    from bot.trials import trial_command
+    from bot.trials.queue import JobQueue
     from bot.store import Store
     q = JobQueue(Store(str(tmp_path / "r.db")))
     q.register("gpu-a", {"gpus": ["NVIDIA H200"], "cpus": 16})
-    reply, job = trials.handle(q, "ladder llm-train device=cuda world=2", "U1", "C1")
+    reply, job = trial_command.handle(q, "ladder llm-train device=cuda world=2", "U1", "C1")
     assert job is None and "No worker can run `world=2` ranks" in reply["text"]
     assert "gpu-a: 1 GPU(s), 16 cores" in reply["text"] and q.store.jobs() == []
-    _, job = trials.handle(q, "llm-train device=cuda", "U1", "C1")
+    _, job = trial_command.handle(q, "llm-train device=cuda", "U1", "C1")
     assert job is not None  # one rank fits

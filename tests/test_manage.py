@@ -7,16 +7,16 @@ import urllib.parse
 
 import pytest
 
-from bot import trials, workerlist
 from bot.access import Policy
-from bot.outbox import Outbox, SlackTransport
-from bot.queue import JobQueue
-from bot.runtime import Runtime
-from bot.slack_app import web_client
+from bot.delivery.outbox import Outbox, SlackTransport
+from bot.trials.queue import JobQueue
+from bot.app.runtime import Runtime
+from bot.slack.slack_app import web_client
 from bot.store import Store
 from slackfake import post, signed_headers
 from worker import report as reports
 from worker.spec import parse
+from bot.trials import trial_command, workerlist
 
 QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
 
@@ -27,7 +27,7 @@ def queue(tmp_path):
 
 
 def submit(queue, user="U1", words=QUICK):
-    return trials.handle(queue, words, user, "C1")[1]
+    return trial_command.handle(queue, words, user, "C1")[1]
 
 
 def test_progress_edits_the_card_and_pending_edits_coalesce(queue):
@@ -52,27 +52,27 @@ def test_progress_edits_the_card_and_pending_edits_coalesce(queue):
 
 def test_a_queued_trial_is_cancelled_by_its_owner_or_an_admin_only(queue):
     job = submit(queue)
-    other, _ = trials.handle(queue, f"cancel {job['trial']}", "U2", "C1")
+    other, _ = trial_command.handle(queue, f"cancel {job['trial']}", "U2", "C1")
     assert "only they or an admin" in other["text"] and queue.store.job(1)["status"] == "queued"
-    reply, _ = trials.handle(queue, f"cancel {job['trial']}", "UADMIN", "C1")
+    reply, _ = trial_command.handle(queue, f"cancel {job['trial']}", "UADMIN", "C1")
     assert "is cancelled; it will not run" in reply["text"]
     ended = queue.store.job(job["id"])
     assert ended["status"] == "cancelled" and ended["cancelled_by"] == "UADMIN"
     assert queue.lease("w1", 0) is None  # a cancelled trial is never leased
     note = queue.store.unsent()[-1]
     assert "cancelled by <@UADMIN> before it started" in note["text"]
-    again, _ = trials.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+    again, _ = trial_command.handle(queue, f"cancel {job['trial']}", "U1", "C1")
     assert "already ended (cancelled)" in again["text"]
-    missing, _ = trials.handle(queue, "cancel T99", "U1", "C1")
+    missing, _ = trial_command.handle(queue, "cancel T99", "U1", "C1")
     assert "there is no trial T99" in missing["text"]
-    bad, _ = trials.handle(queue, "cancel twelve", "U1", "C1")
+    bad, _ = trial_command.handle(queue, "cancel twelve", "U1", "C1")
     assert "is not a trial id" in bad["text"]
 
 
 def test_a_running_trial_is_cancelled_at_its_next_heartbeat(queue):
     job = submit(queue)
     leased = queue.lease("w1", 0)
-    reply, _ = trials.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+    reply, _ = trial_command.handle(queue, f"cancel {job['trial']}", "U1", "C1")
     assert "kills it at its next heartbeat" in reply["text"]
     assert "cancelling" in queue.store.unsent()[-1]["text"]
     assert queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
@@ -89,7 +89,7 @@ def test_list_filters_and_workers(queue):
     leased = queue.lease("w1", 0)
     queue.finish(first["id"], "w1", leased["lease"],
                  reports.fail(reports.new_report("llm-infer", {}), "oom", "x", "run"))
-    text = lambda words, user="U1": trials.handle(queue, words, user, "C1")[0]["text"]  # noqa
+    text = lambda words, user="U1": trial_command.handle(queue, words, user, "C1")[0]["text"]  # noqa
     assert "T1" in text("list mine") and "T2" not in text("list mine")
     assert "T2" in text("list running") and "T1" not in text("list running")
     assert "T1" in text("list failed") and "T2" not in text("list failed")
@@ -117,13 +117,13 @@ def test_a_real_worker_kills_a_cancelled_trial(tmp_path, fake_slack):
         rt.start_local_worker("w1")
         long = "llm-infer gen=2 repeats=10000 stability=0 run_cap=600 layers=1 hidden=64 " \
                "heads=2 kv_heads=1 vocab=256"
-        job = trials.handle(rt.queue, long, "U1", "C1")[1]
+        job = trial_command.handle(rt.queue, long, "U1", "C1")[1]
         deadline = time.monotonic() + 60
         while (rt.store.job(job["id"])["progress"] or {}).get("phase") != "run":
             assert time.monotonic() < deadline, rt.store.job(job["id"])
             time.sleep(0.2)
         t0 = time.monotonic()
-        assert "next heartbeat" in trials.handle(rt.queue, "cancel T1", "U1", "C1")[0]["text"]
+        assert "next heartbeat" in trial_command.handle(rt.queue, "cancel T1", "U1", "C1")[0]["text"]
         while rt.store.job(job["id"])["status"] == "running":
             assert time.monotonic() - t0 < 30
             time.sleep(0.2)
@@ -226,7 +226,7 @@ def test_a_cancelled_trial_whose_worker_died_ends_cancelled_and_never_runs_again
     job = submit(queue)
     queue.lease_seconds = 0.1
     queue.lease("w1", 0)
-    trials.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+    trial_command.handle(queue, f"cancel {job['trial']}", "U1", "C1")
     time.sleep(0.15)  # w1 went silent before its next heartbeat
     assert queue.lease("w2", 0) is None  # not handed to another worker
     ended = queue.store.job(job["id"])
@@ -239,7 +239,7 @@ def test_a_cancelled_trial_whose_worker_died_ends_cancelled_and_never_runs_again
 def test_a_cancel_before_the_card_exists_posts_no_second_card(queue):
     job = submit(queue)
     leased = queue.store.lease_next("w1", 60)  # leased, its card not yet written
-    assert "kills it at its next heartbeat" in trials.handle(
+    assert "kills it at its next heartbeat" in trial_command.handle(
         queue, f"cancel {job['trial']}", "U1", "C1")[0]["text"]
     queue.store.set_started_message(job["id"], {"channel": "C1", "kind": "started",
                                                 "text": "card"})
@@ -257,11 +257,11 @@ def test_a_secret_cut_by_truncation_is_still_masked():
 
 def test_status_of_another_channels_trial_is_not_shown(queue):
     job = submit(queue)
-    assert "belongs to another channel" in trials.handle(
+    assert "belongs to another channel" in trial_command.handle(
         queue, f"status {job['trial']}", "U1", "CPRIVATE")[0]["text"]
-    assert f"*{job['trial']}*" in trials.handle(queue, f"status {job['trial']}", "U1",
+    assert f"*{job['trial']}*" in trial_command.handle(queue, f"status {job['trial']}", "U1",
                                                   "C1")[0]["text"]
-    assert f"*{job['trial']}*" in trials.handle(queue, f"status {job['trial']}", "UADMIN",
+    assert f"*{job['trial']}*" in trial_command.handle(queue, f"status {job['trial']}", "UADMIN",
                                                   "CPRIVATE")[0]["text"]
 
 
@@ -302,24 +302,24 @@ def test_a_second_rerun_click_on_a_card_queues_nothing_and_names_the_first(bot, 
 
 def test_a_rerun_click_after_the_window_queues_again(queue):
     job = submit(queue)
-    assert "Queued as *T2*" in trials.rerun(queue, job["id"], "U1", "trig-1", card="C1:1.1")["text"]
-    assert "queued T2" in trials.rerun(queue, job["id"], "U1", "trig-2", card="C1:1.1")["text"]
+    assert "Queued as *T2*" in trial_command.rerun(queue, job["id"], "U1", "trig-1", card="C1:1.1")["text"]
+    assert "queued T2" in trial_command.rerun(queue, job["id"], "U1", "trig-2", card="C1:1.1")["text"]
     with queue.store.tx():  # the first click's key, older than the window
         queue.store.db.execute("update requests set created = created - ?",
-                               [trials.CLICK_SECONDS + 1])
-    assert "Queued as *T3*" in trials.rerun(queue, job["id"], "U1", "trig-3", card="C1:1.1")["text"]
-    assert "queued T2" in trials.rerun(queue, job["id"], "U1", "trig-1")["text"]  # Slack retried
+                               [trial_command.CLICK_SECONDS + 1])
+    assert "Queued as *T3*" in trial_command.rerun(queue, job["id"], "U1", "trig-3", card="C1:1.1")["text"]
+    assert "queued T2" in trial_command.rerun(queue, job["id"], "U1", "trig-1")["text"]  # Slack retried
 
 
 def test_a_fit_of_another_channels_sweep_is_not_answered(queue):
-    trials.handle(queue, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
+    trial_command.handle(queue, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
     for job in queue.store.sweep_jobs(1):  # ended (failed): the fit question is answerable
         leased = queue.lease("w1", 0)
         queue.finish(job["id"], "w1", leased["lease"],
                      reports.fail(reports.new_report("llm-infer", {}), "crash", "x", "run"))
-    hidden = trials.handle(queue, "fit S1 batch=8", "U1", "CPRIVATE")[0]["text"]
+    hidden = trial_command.handle(queue, "fit S1 batch=8", "U1", "CPRIVATE")[0]["text"]
     assert "S1 belongs to another channel" in hidden and "batch=1" not in hidden
-    assert "belongs to another channel" not in trials.handle(queue, "fit S1", "U1",
+    assert "belongs to another channel" not in trial_command.handle(queue, "fit S1", "U1",
                                                              "C1")[0]["text"]
-    assert "belongs to another channel" not in trials.handle(queue, "fit S1", "UADMIN",
+    assert "belongs to another channel" not in trial_command.handle(queue, "fit S1", "UADMIN",
                                                              "CPRIVATE")[0]["text"]

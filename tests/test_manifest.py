@@ -3,9 +3,9 @@ from pathlib import Path
 
 import yaml
 
-from bot.outbox import ConsoleTransport
-from bot.runtime import Runtime
-from bot.slack_app import build_app, web_client
+from bot.delivery.outbox import ConsoleTransport
+from bot.app.runtime import Runtime
+from bot.slack.slack_app import build_app, web_client
 
 ROOT = Path(__file__).resolve().parent.parent
 

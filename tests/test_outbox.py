@@ -1,6 +1,6 @@
 """The outbox against a failing transport and the fake Slack Web API."""
-from bot.outbox import Outbox, SlackTransport, Undeliverable
-from bot.slack_app import web_client
+from bot.delivery.outbox import Outbox, SlackTransport, Undeliverable
+from bot.slack.slack_app import web_client
 from bot.store import Store
 
 
@@ -90,7 +90,7 @@ def test_slack_transport_5xx_keeps_the_message(fake_slack, tmp_path):
 
 
 def test_memory_chart_is_uploaded_into_the_thread_with_files_upload_v2(fake_slack, tmp_path):
-    from bot.queue import JobQueue
+    from bot.trials.queue import JobQueue
     from worker import launcher
     from worker.spec import parse
     store = Store(str(tmp_path / "o.db"))

@@ -6,8 +6,8 @@ from decimal import Decimal
 import pytest
 from scipy import stats
 
-from bot import advice, planner, prices
 from worker.report import new_report
+from bot.plans import planner, advice, prices
 
 TODAY = dt.date(2026, 12, 1)
 

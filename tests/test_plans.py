@@ -5,10 +5,10 @@ import datetime as dt
 import pytest
 from test_planner import report
 
-from bot import plans
-from bot.queue import JobQueue
+from bot.trials.queue import JobQueue
 from bot.store import Store
 from worker.spec import parse
+from bot.plans import plan_command
 
 TODAY = dt.date(2026, 12, 1)
 
@@ -28,7 +28,7 @@ def finish(queue, r, tags=None):
 
 
 def say(queue, text):
-    return plans.handle(queue, text, "U1", "C1", TODAY)["text"]
+    return plan_command.handle(queue, text, "U1", "C1", TODAY)["text"]
 
 
 def counts(queue):
@@ -159,15 +159,15 @@ def test_trial_tags_are_taken_out_and_checked(queue):
     t = finish(queue, report())
     say(queue, "new repro")
     say(queue, f"repro block baseline runs=10 trial={t}")
-    words, tags = plans.take_tags(queue, ["llm-infer", "batch=2", "plan=repro",
+    words, tags = plan_command.take_tags(queue, ["llm-infer", "batch=2", "plan=repro",
                                           "block=baseline"], "U1", "C1")
     assert words == ["llm-infer", "batch=2"] and tags == {"plan": "repro", "block": "baseline"}
-    assert plans.take_tags(queue, ["llm-infer"], "U1", "C1") == (["llm-infer"], None)
+    assert plan_command.take_tags(queue, ["llm-infer"], "U1", "C1") == (["llm-infer"], None)
     for bad, says in ((["plan=repro"], "both plan=NAME and block=KIND"),
                       (["plan=nope", "block=baseline"], "no plan `nope`"),
                       (["plan=repro", "block=verify"], "has no such block")):
-        with pytest.raises(plans.PlanError, match=says):
-            plans.take_tags(queue, ["llm-infer", *bad], "U1", "C1")
+        with pytest.raises(plan_command.PlanError, match=says):
+            plan_command.take_tags(queue, ["llm-infer", *bad], "U1", "C1")
 
 
 def test_a_scale_block_rests_on_a_sweeps_time_fit(queue):
@@ -182,7 +182,7 @@ def test_a_scale_block_rests_on_a_sweeps_time_fit(queue):
     out = say(queue, f"repro block scale runs=10 sweep=S{jobs[0]['id']} batch=16")
     assert "scale block added" in out and "predicted for batch=16 (at the sweep's prompt=64, gen=16) by the time fit" in out
     assert "not measured at this config" in out
-    est = plans.estimates(queue, queue.store.plan("repro"))[0][1]
+    est = plan_command.estimates(queue, queue.store.plan("repro"))[0][1]
     assert est["per_run"] == pytest.approx(0.1 + 0.05 * 16, rel=1e-3)
     assert "cannot predict" in say(queue, f"repro block verify runs=10 sweep=S{jobs[0]['id']} "
                                           "prompt=4096")
@@ -197,8 +197,8 @@ def test_prices_and_costs_add_up_and_names_are_one_gpu(queue):
     say(queue, "price H100 2.49/h source=new date=2026-11-30")
     assert [p["value"] for p in queue.store.prices()] == [2.49]  # one H100, the latest
     plan = queue.store.plan("repro")
-    ests = plans.estimates(queue, plan)
-    from bot import planview
+    ests = plan_command.estimates(queue, plan)
+    from bot.plans import planview
     cells = planview.costs(plan, ests, queue.store.prices(), TODAY)
     money = [float(c) for c in cells]
     assert money[-1] == pytest.approx(sum(money[:-1]))
@@ -213,7 +213,7 @@ def test_off_target_blocks_get_no_money_and_a_replaced_block_keeps_its_place(que
     out = say(queue, "repro show")
     assert "n/a: not measured on H100" in out and "unconfirmed: not every block" in out
     say(queue, f"repro block baseline runs=20 trial={on}")  # replaced: still first, pays prep
-    first = plans.estimates(queue, queue.store.plan("repro"))[0][1]
+    first = plan_command.estimates(queue, queue.store.plan("repro"))[0][1]
     assert first["kind"] == "baseline" and first["components"][0]["seconds"] > 0
 
 
@@ -223,8 +223,8 @@ def test_locking_twice_and_tagging_twice_are_refused(queue):
     say(queue, f"repro block baseline runs=10 trial={t}")
     say(queue, "repro lock")
     assert "unlock` first" in say(queue, "repro lock")
-    with pytest.raises(plans.PlanError, match="given twice"):
-        plans.take_tags(queue, ["llm-infer", "plan=repro", "plan=other", "block=baseline"],
+    with pytest.raises(plan_command.PlanError, match="given twice"):
+        plan_command.take_tags(queue, ["llm-infer", "plan=repro", "plan=other", "block=baseline"],
                         "U1", "C1")
 
 
@@ -232,13 +232,13 @@ def test_a_retried_manual_actual_is_recorded_once(queue):
     t = finish(queue, report())
     say(queue, "new repro gpu=H100")
     say(queue, f"repro block baseline runs=10 trial={t}")
-    first = plans.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
+    first = plan_command.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
                          request="trig-9")["text"]
-    again = plans.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
+    again = plan_command.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
                          request="trig-9")["text"]
     assert "Recorded" in first and "Already recorded" in again
     assert queue.store.db["actuals"].count == 1
-    plans.handle(queue, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
+    plan_command.handle(queue, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
     assert queue.store.db["actuals"].count == 2  # a new command is a new actual
 
 
@@ -251,48 +251,48 @@ def test_a_plan_is_reached_only_in_its_own_channel_or_by_an_admin(queue, text):
     say(queue, "new secret gpu=H100 paper=private-notes")  # U1 (an admin) in C1
     say(queue, f"secret block baseline runs=10 trial={t}")
     before = counts(queue)
-    out = plans.handle(queue, text, "U2", "COTHER", TODAY)["text"]
+    out = plan_command.handle(queue, text, "U2", "COTHER", TODAY)["text"]
     assert out.startswith(":lock: Plan `secret` belongs to another channel; ask there (or an "
                           "admin can ask anywhere)")
     assert "baseline" not in out and "private-notes" not in out
     assert counts(queue) == before
-    assert not plans.handle(queue, text, "U2", "C1", TODAY)["text"].startswith(":lock:")
-    assert not plans.handle(queue, text, "U1", "COTHER", TODAY)["text"].startswith(":lock:")
+    assert not plan_command.handle(queue, text, "U2", "C1", TODAY)["text"].startswith(":lock:")
+    assert not plan_command.handle(queue, text, "U1", "COTHER", TODAY)["text"].startswith(":lock:")
 
 
 def test_list_and_unknown_plan_answers_name_only_this_channels_plans(queue):
     t = finish(queue, report())
-    plans.handle(queue, "new secret", "U2", "CPRIVATE", TODAY)
-    plans.handle(queue, f"secret block baseline runs=10 trial={t}", "U1", "CPRIVATE", TODAY)
-    plans.handle(queue, "new ours", "U2", "C2", TODAY)
+    plan_command.handle(queue, "new secret", "U2", "CPRIVATE", TODAY)
+    plan_command.handle(queue, f"secret block baseline runs=10 trial={t}", "U1", "CPRIVATE", TODAY)
+    plan_command.handle(queue, "new ours", "U2", "C2", TODAY)
 
     def as_u2(text, channel="C2"):
-        return plans.handle(queue, text, "U2", channel, TODAY)["text"]
+        return plan_command.handle(queue, text, "U2", channel, TODAY)["text"]
     assert "ours" in as_u2("list") and "secret" not in as_u2("list")
     assert "secret" in as_u2("list", "CPRIVATE") and "ours" not in as_u2("list", "CPRIVATE")
     assert "No plans in this channel" in as_u2("list", "CEMPTY")
-    admin = plans.handle(queue, "list", "U1", "CEMPTY", TODAY)["text"]
+    admin = plan_command.handle(queue, "list", "U1", "CEMPTY", TODAY)["text"]
     assert "*secret* in <#CPRIVATE>" in admin and "*ours* in <#C2>" in admin
     missing = as_u2("nope show")
     assert "There is no plan `nope`" in missing and "ours" in missing and "secret" not in missing
     assert "exists already in another channel" in as_u2("new secret")
     for words, says in ((["plan=nope", "block=baseline"], "no plan `nope`"),
                         (["plan=secret", "block=baseline"], "belongs to another channel")):
-        with pytest.raises(plans.PlanError, match=says) as err:
-            plans.take_tags(queue, ["llm-infer", *words], "U2", "C2")
+        with pytest.raises(plan_command.PlanError, match=says) as err:
+            plan_command.take_tags(queue, ["llm-infer", *words], "U2", "C2")
         assert "secret`." not in err.value.message and "baseline" not in err.value.message
-    assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U2", "CPRIVATE")[1]
-    assert plans.take_tags(queue, ["plan=secret", "block=baseline"], "U1", "C2")[1]
+    assert plan_command.take_tags(queue, ["plan=secret", "block=baseline"], "U2", "CPRIVATE")[1]
+    assert plan_command.take_tags(queue, ["plan=secret", "block=baseline"], "U1", "C2")[1]
 
 
 def test_a_block_is_estimated_only_from_trials_of_its_own_channel(queue):
     t = finish(queue, report())  # a trial in C1 (perhaps a private channel)
-    plans.handle(queue, "new theirs", "U2", "C2", TODAY)
-    out = plans.handle(queue, f"theirs block baseline runs=10 trial={t}", "U2", "C2",
+    plan_command.handle(queue, "new theirs", "U2", "C2", TODAY)
+    out = plan_command.handle(queue, f"theirs block baseline runs=10 trial={t}", "U2", "C2",
                        TODAY)["text"]
     assert out.startswith(f":lock: {t} belongs to another channel")
     assert "Nothing was changed" in out and queue.store.blocks("theirs") == []
-    assert "block added" in plans.handle(queue, f"theirs block baseline runs=10 trial={t}",
+    assert "block added" in plan_command.handle(queue, f"theirs block baseline runs=10 trial={t}",
                                          "U1", "C2", TODAY)["text"]  # an admin may
 
 

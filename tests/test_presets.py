@@ -4,10 +4,11 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from bot import commands, scaling
 from worker import arithmetic, launcher, presets, report, spec, summary
 from worker.workloads import llm_infer
 from worker.workloads.decoder import Decoder
+from bot.trials import commands
+from bot.fits import scaling
 
 INFER = "llm-infer preset=llama-3-8b layers=2 batch=8 prompt=4096 gen=256 dtype=bf16"
 

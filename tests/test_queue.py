@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from bot.queue import JobQueue, LeaseLost
+from bot.trials.queue import JobQueue, LeaseLost
 from bot.store import Store
 from worker import report as reports
 from worker.spec import parse
@@ -147,7 +147,7 @@ def test_status_and_list_do_not_load_the_timeline(queue):
 
 
 def test_training_ranks_go_only_to_a_worker_with_a_gpu_or_core_per_rank():
-    from bot.queue import can_run
+    from bot.trials.queue import can_run
     spec = {"workload": "llm-train", "params": {"world": 2, "device": "cuda"}}
     assert not can_run({"gpus": ["H100"]}, spec)
     assert can_run({"gpus": ["H100", "H100"]}, spec)

@@ -4,10 +4,10 @@ import subprocess
 
 import pytest
 
-from bot import routing, trials
-from bot.queue import JobQueue, can_run
+from bot.trials.queue import JobQueue, can_run
 from bot.store import Store
 from conftest import BIN
+from bot.trials import trial_command, routing
 
 QUICK = "llm-infer gen=1 repeats=1 stability=0"
 H100 = {"gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_memory": [85899345920] * 2,
@@ -39,7 +39,7 @@ def workers(queue):
 def test_bad_routing_words_are_refused(queue, words, says):
     with pytest.raises(routing.RouteError, match=says):
         routing.take(["llm-infer", *words], workers(queue))
-    reply, job = trials.handle(queue, " ".join([QUICK, *words]), "U1", "C1")
+    reply, job = trial_command.handle(queue, " ".join([QUICK, *words]), "U1", "C1")
     assert job is None and "Nothing was queued" in reply["text"]
     assert queue.store.jobs() == []
 
@@ -58,7 +58,7 @@ def test_a_route_matches_names_memory_and_labels():
 
 
 def test_a_trial_no_worker_can_satisfy_is_answered_at_once(queue):
-    reply, job = trials.handle(queue, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
+    reply, job = trial_command.handle(queue, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
     assert job is None and "No worker matches `gpu=H100 label=team=nlp`" in reply["text"]
     assert "h100-box: cuda, NVIDIA H100 80GB HBM3 (80 GiB)" in reply["text"]
     assert "labels team=vision" in reply["text"] and queue.store.jobs() == []
@@ -67,7 +67,7 @@ def test_a_trial_no_worker_can_satisfy_is_answered_at_once(queue):
 def test_thirty_mixed_trials_each_run_on_a_matching_worker(queue):
     asks = ["gpu=H100", "gpu=A100", "label=team=nlp", "min_mem=60GB", "label=tier=cheap", ""]
     for i in range(30):
-        reply, job = trials.handle(queue, f"{QUICK} {asks[i % len(asks)]}", f"U{i % 3}", "C1")
+        reply, job = trial_command.handle(queue, f"{QUICK} {asks[i % len(asks)]}", f"U{i % 3}", "C1")
         assert job, reply["text"]
     infos = {w["name"]: w["info"] for w in workers(queue)}
     ran = {}
@@ -90,7 +90,7 @@ def test_thirty_mixed_trials_each_run_on_a_matching_worker(queue):
 def test_the_plan_target_gpu_is_the_default_route(queue):
     queue.store.add_plan("repro", "C1", "U1", {"gpu": "A100"})
     queue.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": []})
-    _, job = trials.handle(queue, f"{QUICK} plan=repro block=baseline", "U1", "C1")
+    _, job = trial_command.handle(queue, f"{QUICK} plan=repro block=baseline", "U1", "C1")
     assert job["spec"]["route"] == {"gpu": "A100"}
     assert queue.lease("h100-box", 0) is None and queue.lease("a100-box", 0)["id"] == job["id"]
 
@@ -98,9 +98,9 @@ def test_the_plan_target_gpu_is_the_default_route(queue):
 def test_one_users_sweep_does_not_starve_anothers_trial(tmp_path):
     q = JobQueue(Store(str(tmp_path / "f.db")))
     q.register("w1", {"cpus": 4})
-    sweep, _ = trials.handle(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1", "UA",
+    sweep, _ = trial_command.handle(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1", "UA",
                              "C1")
-    _, single = trials.handle(q, QUICK, "UB", "C1")
+    _, single = trial_command.handle(q, QUICK, "UB", "C1")
     order = []
     while (job := q.lease("w1", 0)):
         order.append(job["user"])

@@ -9,12 +9,12 @@ import pytest
 from test_plans import finish
 from test_planner import report
 
-from bot import plancmd, plans, slurmactual
-from bot.plancmd import PlanError
-from bot.queue import JobQueue
+from bot.plans.plancmd import PlanError
+from bot.trials.queue import JobQueue
 from bot.store import Store
-from bot.workerapi import WorkerApi
+from bot.http.workerapi import WorkerApi
 from worker import sacct
+from bot.plans import plan_command, plancmd, slurmactual
 
 TODAY = dt.date(2026, 12, 1)
 
@@ -185,7 +185,7 @@ def queue(tmp_path):
 
 
 def say(queue, text, request=None):
-    return plans.handle(queue, text, "U1", "C1", TODAY, request=request)["text"]
+    return plan_command.handle(queue, text, "U1", "C1", TODAY, request=request)["text"]
 
 
 def a_plan(queue):

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from bot import gpus, scaling
 from worker import report as reports
 from worker.spec import parse
+from bot.fits import scaling, gpus
 
 MiB = 2**20
 

@@ -1,7 +1,7 @@
 import pytest
 
-from bot import commands
 from worker import spec
+from bot.trials import commands
 
 
 def test_defaults_fill_every_parameter():

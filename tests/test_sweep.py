@@ -5,14 +5,14 @@ import time
 
 import pytest
 
-from bot import commands, trials
-from bot.queue import JobQueue
+from bot.trials.queue import JobQueue
 from bot.store import Store
 from worker import report as reports
 from worker import spec
 from worker.spec import Workload, Param
 
 from test_console import run_console
+from bot.trials import trial_command, commands
 
 RECIPE = Workload("paper-infer", "a paper's script", (
     Param("batch", "int", 4, low=1, high=512), Param("seq", "int", 256, low=1, high=8192),
@@ -89,10 +89,10 @@ def sweep_messages(queue):
 
 
 def test_the_fit_is_posted_once_when_the_last_trial_ends(queue):
-    reply, last = trials.handle(queue, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
+    reply, last = trial_command.handle(queue, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
     assert "Queued sweep *S1*: T1–T3 (3 trials)" in reply["text"]
     assert last["trial"] == "T3" and last["sweep"] == 1
-    assert "is not finished" in trials.handle(queue, "fit S1", "U1", "C1")[0]["text"]
+    assert "is not finished" in trial_command.handle(queue, "fit S1", "U1", "C1")[0]["text"]
     for n in range(3):
         job = queue.lease("w1", 0)
         assert sweep_messages(queue) == []
@@ -106,7 +106,7 @@ def test_the_fit_is_posted_once_when_the_last_trial_ends(queue):
     assert "256 B per token" not in msg["text"] and "KV cache 2·layers" in msg["text"]
     assert 5 <= len(msg["blocks"]) <= 50 and "\n~" not in msg["text"]
     assert msg["blocks"][-1]["type"] == "context" and "least squares" in msg["text"]
-    answer = trials.handle(queue, "fit S1 batch=16 gpu=H100", "U1", "C1")[0]
+    answer = trial_command.handle(queue, "fit S1 batch=16 gpu=H100", "U1", "C1")[0]
     assert answer["response_type"] == "ephemeral"
     assert "Predicted at batch=16 prompt=64 gen=4" in answer["text"]
     assert "host_rss_peak: 316 MiB" in answer["text"] and "extrapolated 4×" in answer["text"]
@@ -115,7 +115,7 @@ def test_the_fit_is_posted_once_when_the_last_trial_ends(queue):
 
 
 def test_a_sweep_ending_in_a_lost_lease_still_posts_its_fit(queue):
-    trials.handle(queue, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
+    trial_command.handle(queue, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
     for n in range(2):
         job = queue.lease("w1", 0)
         queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * n + 2**28))
@@ -130,15 +130,15 @@ def test_a_sweep_ending_in_a_lost_lease_still_posts_its_fit(queue):
 
 
 def test_fit_questions_that_cannot_be_answered_create_nothing(queue):
-    assert "There is no sweep S7" in trials.handle(queue, "fit S7", "U1", "C1")[0]["text"]
-    trials.handle(queue, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
+    assert "There is no sweep S7" in trial_command.handle(queue, "fit S7", "U1", "C1")[0]["text"]
+    trial_command.handle(queue, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
     for _ in range(2):
         job = queue.lease("w1", 0)
         queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * job["id"]))
-    bad = trials.handle(queue, "fit S1 colour=3", "U1", "C1")[0]["text"]
+    bad = trial_command.handle(queue, "fit S1 colour=3", "U1", "C1")[0]["text"]
     assert bad.startswith(":x: `colour=3`") and "batch" in bad
-    assert "batch=1,2" not in trials.handle(queue, "fit S1 gpu=A100", "U1", "C1")[0]["text"]
-    off = trials.handle(queue, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
+    assert "batch=1,2" not in trial_command.handle(queue, "fit S1 gpu=A100", "U1", "C1")[0]["text"]
+    off = trial_command.handle(queue, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
     assert "cannot say" in off and "sweep the length too" in off
     assert len(queue.store.jobs(100)) == 2
 

@@ -4,8 +4,8 @@ import urllib.request
 
 import pytest
 
-from bot.outbox import ConsoleTransport
-from bot.runtime import Runtime
+from bot.delivery.outbox import ConsoleTransport
+from bot.app.runtime import Runtime
 from worker import report as reports
 from worker.client import ApiError, Client
 from worker.spec import parse
@@ -226,7 +226,7 @@ def snapshot(rt) -> list[str]:
 
 
 def make_token(rt, name: str) -> str:
-    from bot import tokens
+    from bot.http import tokens
     token = tokens.new_token()
     assert rt.store.add_worker_token(name, tokens.digest(token))
     return token
@@ -330,7 +330,7 @@ def test_refused_requests_change_nothing(rt):
 
 
 def test_oversized_bodies_get_413_and_change_nothing(rt):
-    from bot.workerapi import MAX_REPORT, MAX_REQUEST
+    from bot.http.workerapi import MAX_REPORT, MAX_REQUEST
     c = Client(rt.server.url, "wtoken")
     c.register("w1", {})
     rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")

@@ -1,0 +1,150 @@
+"""`trialbot`: `serve` (Slack), `console` (terminal), and the admin commands
+`worker-token` and `backup` (bot/admin.py), which work while the bot runs."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sqlite3
+import sys
+import threading
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trialbot", description="Measure before you rent.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the Slack app, the worker API and /healthz")
+    serve.add_argument("--local-worker", action="store_true",
+                       help="also run a worker on this machine")
+    console = sub.add_parser("console", help="run commands in this terminal with a local worker")
+    console.add_argument("--db", default=os.environ.get("TRIALBOT_DB", "./trialbot.db"),
+                         help="SQLite file (default ./trialbot.db)")
+    console.add_argument("--json", action="store_true",
+                         help="print each message as the JSON payload sent to Slack")
+    db_help = "the bot's SQLite file (default TRIALBOT_DB or ./trialbot.db)"
+    default_db = os.environ.get("TRIALBOT_DB", "./trialbot.db")
+    tok = sub.add_parser("worker-token", help="create, revoke or list per-worker API tokens")
+    tok.add_argument("action", choices=("create", "revoke", "list"))
+    tok.add_argument("name", nargs="?", help="the worker's name (--name of trialbot-worker)")
+    tok.add_argument("--db", default=default_db, help=db_help)
+    bak = sub.add_parser("backup", help="copy the live database (SQLite online backup)")
+    bak.add_argument("path", help="the backup file to write")
+    bak.add_argument("--force", action="store_true", help="replace PATH if it exists")
+    bak.add_argument("--db", default=default_db, help=db_help)
+    args = parser.parse_args(argv)
+    try:
+        import slack_bolt  # noqa: F401
+        import sqlite_utils  # noqa: F401
+    except ImportError as exc:
+        print(f"trialbot: {exc.name} is not installed; install the bot with "
+              "`pip install -e '.[bot]'`", file=sys.stderr)
+        return 2
+    from bot.store.migrations import SchemaTooNew
+    if args.command in ("serve", "console"):
+        from worker import secrecy
+        # Slack tokens sit in our environment and memory, and a local worker's
+        # trials run as our user: they must not read either.
+        secrecy.undumpable()
+    try:
+        if args.command in ("worker-token", "backup"):
+            from bot.app import admin
+            if args.command == "backup":
+                return admin.run_backup(args.db, args.path, args.force)
+            return admin.worker_token(args.db, args.action, args.name)
+        if args.command == "console":
+            from bot.app import console as console_mod
+            logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+            return console_mod.run(args.db, args.json)
+        return run_serve(args.local_worker)
+    except SchemaTooNew as exc:
+        print(f"trialbot: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:
+        print(f"trialbot: cannot use the database: {exc} (set --db or TRIALBOT_DB to a "
+              "writable file)", file=sys.stderr)
+        return 2
+
+
+def run_serve(local_worker: bool) -> int:
+    from bot.app import config
+    try:
+        settings = config.from_env(os.environ)
+    except config.ConfigError as exc:
+        from worker.redact import text  # a token pasted into the wrong variable
+        print(f"trialbot serve: {text(str(exc), ())}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from worker import redact
+    redact.install(redact.secret_values(settings.bot_token, settings.app_token,
+                                        settings.signing_secret, settings.worker_token))
+    from bot.delivery.outbox import SlackTransport
+    from bot.app.runtime import Runtime
+    from bot.slack.slack_app import build_app, web_client
+
+    client = web_client(settings.bot_token, settings.api_url)
+    try:
+        rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
+                     settings.host, settings.port, settings.lease_seconds, settings.policy)
+    except OSError as exc:
+        print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
+              " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
+        return 2
+    app = build_app(rt.queue, client, settings.signing_secret)
+    log = logging.getLogger("trialbot")
+    if settings.socket_mode:
+        from slack_bolt.adapter.socket_mode import SocketModeHandler
+        from slack_sdk.errors import SlackApiError
+        handler = SocketModeHandler(app, settings.app_token)
+        try:
+            handler.connect()
+            log.info("Slack: Socket Mode connected")
+        except SlackApiError as exc:
+            if exc.response.get("error") in AUTH_ERRORS:
+                print(f"trialbot serve: Slack refused SLACK_APP_TOKEN "
+                      f"({exc.response.get('error')}); create an app-level token with "
+                      "connections:write", file=sys.stderr)
+                return 2
+            _connect_later(handler, log, exc)
+        except OSError as exc:  # Slack unreachable: serve workers now, connect when it answers
+            _connect_later(handler, log, exc)
+    else:
+        rt.server.bolt_app = app
+        log.info("Slack: HTTP mode at %s/slack/events", rt.server.url)
+    rt.start()
+    if local_worker:
+        rt.start_local_worker()
+    log.info("listening on %s (worker API, /healthz)", rt.server.url)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rt.stop()
+    return 0
+
+
+AUTH_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
+               "not_allowed_token_type", "token_expired"}
+
+
+def _connect_later(handler, log, first_error) -> None:
+    def retry():
+        delay = 2.0
+        while True:
+            time.sleep(delay)
+            try:
+                handler.connect()
+                log.info("Slack: Socket Mode connected")
+                return
+            except Exception as exc:  # noqa: BLE001 - keep trying; the outbox keeps messages
+                log.warning("Slack: Socket Mode connect failed (%s); retrying in %.0f s",
+                            exc, delay)
+                delay = min(delay * 2, 300)
+    log.warning("Slack: Socket Mode connect failed (%s); serving workers and retrying",
+                first_error)
+    threading.Thread(target=retry, daemon=True, name="socket-mode-connect").start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""`trialbot console`: the same commands in a terminal, with an embedded
+worker and the terminal as the channel. No Slack workspace needed.
+
+When stdin is not a terminal, lines are processed in order and each trial's
+report is printed before the next line is read, so scripts are deterministic.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import sys
+import time
+
+from bot import access
+from bot.delivery.outbox import ConsoleTransport
+from bot.app.runtime import Runtime
+from bot.store import ENDED
+from bot.trials import trial_command
+from bot.plans import plan_command
+
+CHANNEL = "console"
+USER = "console"
+
+
+def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    files = os.path.join(os.path.dirname(os.path.abspath(db)), "trialbot-files")
+    # The console's one user is the operator of this box: an admin, no settings needed.
+    transport = ConsoleTransport(stdout, as_json, files)
+    rt = Runtime(db, secrets.token_urlsafe(24), transport, policy=access.operator(USER))
+    rt.start()
+    rt.start_local_worker()
+    interactive = stdin.isatty()
+    if interactive:
+        print("trialbot console — type `/trial help`, `/trial llm-infer`, or `quit`.",
+              file=stdout, flush=True)
+    try:
+        for line in _lines(stdin, stdout, interactive):
+            if line in ("quit", "exit"):
+                break
+            with transport.lock:  # the reply prints before the messages it causes
+                reply, job = respond(rt, line)
+                show(reply, stdout, as_json)
+            if job and not interactive:
+                wait_for_report(rt, job)
+            elif command_of(line) == "/plan" and not interactive:
+                wait_for_outbox(rt)  # a digest or an export prints before the next line
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rt.stop()
+    return 0
+
+
+def _lines(stdin, stdout, interactive):
+    while True:
+        if interactive:
+            print("> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line:
+            return
+        line = line.strip()
+        if line and not line.startswith("#"):
+            yield line
+
+
+def respond(rt: Runtime, line: str) -> tuple[dict, dict | None]:
+    command, _, text = line.partition(" ")
+    if command == "/trial":
+        return trial_command.handle(rt.queue, text, USER, CHANNEL)
+    if command == "/plan":
+        return plan_command.handle(rt.queue, text, USER, CHANNEL,
+                            dt.datetime.now(dt.timezone.utc).date()), None
+    return {"response_type": "ephemeral",
+            "text": f":x: `{command}` is not a command here; lines start with `/trial` or "
+                    "`/plan` (try `/trial help`)."}, None
+
+
+def show(reply: dict, stdout, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(reply), file=stdout, flush=True)
+    else:
+        print(reply["text"], file=stdout, flush=True)
+
+
+def command_of(line: str) -> str:
+    return line.partition(" ")[0]
+
+
+def wait_for_outbox(rt: Runtime, timeout: float = 60, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while rt.store.unsent(limit=1) and time.monotonic() < deadline:
+        time.sleep(poll)
+
+
+def wait_for_report(rt: Runtime, job: dict, poll: float = 0.1) -> dict:
+    """Block until the job ended and all its messages (report, chart) were printed."""
+    deadline = time.monotonic() + job["spec"]["params"].get("timeout", 1800) + 120
+    while time.monotonic() < deadline:
+        current = rt.store.job(job["id"])
+        if current["status"] in ENDED and not rt.store.unsent_for(job["id"]):
+            return current
+        time.sleep(poll)
+    raise TimeoutError(f"{job['trial']} did not report in time")

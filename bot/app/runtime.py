@@ -1,0 +1,85 @@
+"""Wiring shared by `serve` and `console`: store, queue, outbox, HTTP server,
+the digest schedule, and optionally a worker agent in this process (the
+single-box default)."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from bot import access
+from bot.delivery.outbox import Outbox
+from bot.trials.queue import LEASE_SECONDS, JobQueue
+from bot.digest.schedule import Digests
+from bot.http.server import Server
+from bot.store import Store
+from bot.http.workerapi import WorkerApi
+
+
+class Runtime:
+    def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
+                 port: int = 0, lease_seconds: float = LEASE_SECONDS,
+                 policy: access.Policy | None = None):
+        self.store = Store(db)
+        self.outbox = Outbox(self.store, transport,
+                             update_interval=getattr(transport, "update_interval", None),
+                             on_refused=lambda channel: self.queue.channels.forget(channel))
+        self.queue = JobQueue(self.store, on_message=self.outbox.wake,
+                              lease_seconds=lease_seconds,
+                              policy=policy or access.Policy())  # unconfigured: nobody runs
+        self.worker_token = worker_token
+        self.server = Server((host, port), WorkerApi(self.queue, worker_token),
+                             health=self.health)
+        self.agent = None
+        self.digests = Digests(self.queue)
+        self.queue.digests = self.digests  # `/plan digest` re-reads the schedule through it
+
+    def health(self) -> dict:
+        return {"workers_online": self.queue.online_workers()}
+
+    def start(self) -> None:
+        self.outbox.start()
+        threading.Thread(target=self.server.serve_forever, daemon=True,
+                         name="http").start()
+        threading.Thread(target=self._reap, daemon=True, name="lease-reaper").start()
+        self.digests.start()  # posts weeks missed while the bot was down
+
+    def _reap(self) -> None:
+        """Expired leases are also noticed when no worker is asking for work."""
+        while not self.outbox.stopping.wait(10):
+            try:
+                self.queue.fail_exhausted()
+            except Exception:  # noqa: BLE001 - a locked database now is fine next time
+                pass
+
+    def start_local_worker(self, name: str | None = None):
+        """A worker agent in a thread of this process, talking to our own API
+        over loopback HTTP like any other worker; trials still run in children."""
+        from worker.agent import Agent
+        from worker.client import Client
+        if os.geteuid() == 0:
+            logging.getLogger("trialbot").warning(
+                "the local worker runs trials as root: a recipe can read this bot's Slack "
+                "tokens, worker token and database; run the bot as an unprivileged user, or "
+                "run trials on a trialbot-worker with --trial-user")
+        host, port = self.server.server_address[:2]
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),
+                           name or f"{socket.gethostname()}-local")
+        threading.Thread(target=self.agent.serve_forever, daemon=True, name="agent").start()
+        deadline = time.monotonic() + 10  # so the first reply can already name it
+        while self.agent.name not in self.queue.online_workers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.agent
+
+    def stop(self) -> None:
+        if self.agent:
+            self.agent.stop()
+        self.digests.stop()
+        self.server.shutdown()
+        self.server.server_close()
+        self.outbox.stop()
+        if self.outbox.is_alive():
+            self.outbox.join(timeout=30)

@@ -1,0 +1,387 @@
+"""Delivery of stored messages to a transport (Slack or the console), in
+order within each channel. A message is marked sent only once the transport
+accepted it, so a Slack outage or a restart delays messages and loses none;
+one that Slack refuses for good goes to its requester instead
+(bot/delivery.py says which refusals those are and what the requester reads)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from bot.store import Store
+from bot.trials import chart
+from bot.delivery import refusals
+
+log = logging.getLogger("trialbot.outbox")
+
+
+FILE_TRIES = 3  # a file (chart) is given up after this many failed tries
+# chat.update is Tier 3 (about 50 a minute); progress edits wait their turn
+# rather than spend the app's budget (and coalesce meanwhile: see Store._add_message).
+UPDATE_INTERVAL = 1.2
+
+
+class Undeliverable(Exception):
+    """Slack refused the request itself (HTTP 200, `ok: false`): `error` is
+    its code, which bot/delivery.py sorts into wait, channel or message."""
+
+    def __init__(self, error: str):
+        super().__init__(error)
+        self.error = error
+
+
+class SlackTransport:
+    """chat.postMessage, chat.update and files_upload_v2 through slack_sdk's
+    WebClient (which honours 429 Retry-After through its
+    RateLimitErrorRetryHandler); and the requester's own paths: an ephemeral
+    message, the command's response_url, a direct message."""
+
+    def __init__(self, client):
+        from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+        client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=3))
+        self.client = client
+        self.ims: dict[str, str] = {}  # user -> their direct-message channel with the bot
+
+    def send(self, payload: dict) -> str:
+        from slack_sdk.errors import SlackApiError
+        via = payload.get("via")
+        try:
+            if via == "response_url":
+                return self._respond(payload)
+            if via == "ephemeral":
+                resp = self.client.chat_postEphemeral(channel=payload["channel"],
+                                                      user=payload["user"], text=payload["text"],
+                                                      blocks=payload.get("blocks") or None)
+                return resp.get("message_ts") or "ephemeral"
+            if via == "dm":
+                payload = dict(payload, channel=self._im(payload["user"]))
+            if payload.get("update"):  # replace an earlier message's text in place
+                self.client.chat_update(channel=payload["channel"], ts=payload["ts"],
+                                        text=payload["text"], blocks=payload.get("blocks"))
+                return payload["ts"]
+            if "content" in payload:  # a file into the thread
+                resp = self.client.files_upload_v2(
+                    channel=payload["channel"], thread_ts=payload.get("thread_ts"),
+                    content=payload["content"], filename=payload["file"],
+                    title=payload["text"], initial_comment=payload["text"])
+                return resp["files"][0]["id"] if resp.get("files") else "file"
+            post = {k: v for k, v in payload.items() if k not in ("via", "user")}
+            resp = self.client.chat_postMessage(**post)
+        except SlackApiError as exc:
+            error = exc.response.get("error", "")
+            if error in ("invalid_blocks", "invalid_blocks_format") and payload.get("blocks"):
+                # The text alone still says everything; send that rather than nothing.
+                return self.send({k: v for k, v in payload.items() if k != "blocks"})
+            if exc.response.status_code == 200 and error:
+                raise Undeliverable(error) from exc
+            raise
+        return resp["ts"]
+
+    def _im(self, user: str) -> str:
+        if user not in self.ims:
+            self.ims[user] = self.client.conversations_open(users=user)["channel"]["id"]
+        return self.ims[user]
+
+    def _respond(self, payload: dict) -> str:
+        from slack_sdk.webhook import WebhookClient
+        resp = WebhookClient(payload["url"], timeout=10).send(
+            text=payload["text"], blocks=payload.get("blocks") or None,
+            response_type="ephemeral", replace_original=False)
+        if resp.status_code == 200:
+            return "response_url"
+        if 400 <= resp.status_code < 500 and resp.status_code != 429:
+            raise Undeliverable((resp.body or "").strip()[:60] or f"http_{resp.status_code}")
+        raise ConnectionError(f"response_url answered HTTP {resp.status_code}")
+
+
+class ConsoleTransport:
+    """The terminal as the channel: prints each message; `--json` prints the
+    exact payload that would go to Slack, one object per line."""
+    update_interval = 0.0  # a terminal has no rate limit
+
+    def __init__(self, out, as_json: bool, files_dir: str = "."):
+        self.out, self.as_json, self.count = out, as_json, 0
+        self.files_dir = files_dir
+        self.lock = threading.Lock()
+
+    def send(self, payload: dict) -> str:
+        with self.lock:
+            self.count += 1
+            if "content" in payload:  # files land next to the database
+                os.makedirs(self.files_dir, exist_ok=True)
+                path = os.path.join(self.files_dir, payload.pop("file"))
+                content = payload.pop("content")
+                with open(path, "wb") as f:
+                    f.write(content.encode() if isinstance(content, str) else content)
+                payload["file"] = path
+                if not self.as_json:
+                    payload = dict(payload, text=f"{payload['text']}: {path}")
+            where = (f"#{payload['channel']}" if not payload.get("via") else
+                     f"#{payload['channel']}, to <@{payload['user']}> only"
+                     if payload["via"] == "ephemeral" else f"to <@{payload.get('user')}>")
+            if self.as_json:
+                print(json.dumps({k: v for k, v in payload.items() if k != "url"}),
+                      file=self.out, flush=True)
+            elif payload.get("update"):
+                print(f"[{where}] (updated {payload['ts']})\n{payload['text']}",
+                      file=self.out, flush=True)
+                return payload["ts"]
+            else:
+                indent = "    " if payload.get("thread_ts") else ""
+                body = "\n".join(indent + line for line in payload["text"].splitlines())
+                print(f"[{where}]\n{body}", file=self.out, flush=True)
+            return f"console.{self.count}"
+
+
+def payload(row: dict, store: Store) -> dict:
+    p = {"channel": row["channel"], "text": row["text"]}
+    if row.get("update_of"):
+        return dict(p, update=True, ts=row["thread_ts"], blocks=row["blocks"])
+    if row.get("file"):
+        content = row.get("content")
+        if content is None:  # a trial's chart, drawn from its stored report
+            content = chart.png(store.report_with_timeline(row["job"]))
+        p.update(file=row["file"], content=content)
+    else:
+        p["blocks"] = row["blocks"]
+    if row.get("thread_ts"):
+        p["thread_ts"] = row["thread_ts"]
+    return p
+
+
+def _progress(row: dict) -> bool:
+    """A card's edit while the trial runs: worth nothing once it is stale."""
+    return bool(row["update_of"]) and row["kind"] != "summary"
+
+
+SENT, GONE, AGAIN, WAIT = "sent", "gone", "again", "wait"  # what became of one message
+LANES = 8  # channels delivered at once: a slow one holds only its own thread
+
+
+class Outbox(threading.Thread):
+    """Delivers per channel: each channel's messages go out in order, and a
+    channel that Slack refuses, throttles or answers slowly holds up only its
+    own messages. A dispatcher hands each channel with unsent messages to one
+    of LANES threads; a channel whose message must be retried backs off alone
+    (1 s doubling to `max_backoff`)."""
+
+    def __init__(self, store: Store, transport, max_backoff: float = 60,
+                 update_interval: float | None = None, on_refused=lambda channel: None):
+        super().__init__(daemon=True, name="outbox")
+        self.update_interval = UPDATE_INTERVAL if update_interval is None else update_interval
+        self.store, self.transport = store, transport
+        self.wake_event = threading.Event()
+        self.stopping = threading.Event()
+        self.max_backoff = max_backoff
+        self.on_refused = on_refused  # a channel refused us: its cached "can post" is stale
+        self.lock = threading.Lock()  # guards busy and blocked
+        self.busy: set[str] = set()  # channels a thread is delivering now
+        self.blocked: dict[str, tuple[float, float]] = {}  # channel -> (retry at, backoff)
+        self.update_lock = threading.Lock()
+        self.next_update = 0.0
+        self.pool = None
+
+    def wake(self) -> None:
+        self.wake_event.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake_event.set()
+
+    def run(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+        self.pool = ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="outbox-lane")
+        try:
+            while not self.stopping.is_set():
+                self.wake_event.clear()
+                try:
+                    self.dispatch()
+                except Exception as exc:  # noqa: BLE001 - e.g. the database is busy: next time
+                    log.warning("outbox: dispatch failed (%s)", exc)
+                # Also re-check now and then: nothing is left behind.
+                self.wake_event.wait(self._next_check())
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _next_check(self) -> float:
+        with self.lock:
+            due = [at for at, _ in self.blocked.values()]
+        return max(0.05, min([5.0] + [at - time.monotonic() for at in due]))
+
+    def dispatch(self) -> None:
+        now = time.monotonic()
+        for channel in self.store.unsent_channels():
+            if self._take(channel, now):
+                self.pool.submit(self._lane, channel)
+
+    def _take(self, channel: str, now: float | None) -> bool:
+        """Claim the channel for one thread; with `now`, only once its backoff passed."""
+        with self.lock:
+            if channel in self.busy or (now is not None
+                                        and self.blocked.get(channel, (0.0,))[0] > now):
+                return False
+            self.busy.add(channel)
+            return True
+
+    def _lane(self, channel: str) -> None:
+        try:
+            self.deliver(channel)
+        except Exception as exc:  # noqa: BLE001 - the database, a bug: this channel waits
+            log.warning("outbox: delivery to %s failed (%s)", channel, exc)
+            self._back_off(channel)
+        finally:
+            with self.lock:
+                self.busy.discard(channel)
+            self.wake()  # its newer messages, or another channel waiting for a thread
+
+    def flush(self) -> int:
+        """Deliver every channel now, one after the other in this thread, backoffs
+        ignored (tests, benchmarks); the number of messages sent."""
+        count = 0
+        for channel in self.store.unsent_channels():
+            if self._take(channel, None):
+                try:
+                    count += self.deliver(channel)
+                finally:
+                    with self.lock:
+                        self.busy.discard(channel)
+        return count
+
+    def deliver(self, channel: str) -> int:
+        """Send the channel's unsent messages in order; stop at the first that
+        must wait, so order holds (a report never arrives before its card)."""
+        sent: dict[int, str] = {}  # id -> ts, for replies to parents sent in this batch
+        gave_up: set[int] = set()
+        count = 0
+        while not self.stopping.is_set() and (rows := self.store.unsent(channel=channel)):
+            for row in rows:
+                outcome = self._one(row, sent, gave_up)
+                if outcome == WAIT:
+                    return count
+                count += outcome == SENT
+                if outcome == AGAIN:  # re-read: it goes another way now
+                    break
+        with self.lock:
+            self.blocked.pop(channel, None)
+        return count
+
+    def _one(self, row: dict, sent: dict, gave_up: set) -> str:
+        ref = row["thread_of"] or row["update_of"]  # the message it needs sent first
+        row["thread_ts"] = row["thread_ts"] or sent.get(ref)
+        orphan = row["parent_given_up"] or ref in gave_up
+        if row["via"] == "redirect" or (row["redirect"] and not row["via"]) \
+                or row["parent_via"] == "redirect":
+            return self._redirected(row, gave_up)
+        if ref and not row["thread_ts"] and not orphan:
+            log.warning("outbox: message %s waits for message %s", row["id"], ref)
+            self._back_off(row["channel"])
+            return WAIT
+        if row["update_of"] and orphan:  # nothing left to update
+            return self._give_up(row, "the message to update was given up", gave_up)
+        if row["update_of"]:
+            self._throttle_update()
+        try:
+            out = payload(row, self.store)
+            if row["via"]:  # an ephemeral note to the requester
+                out.update(via=row["via"], user=row["requester"])
+            ts = self.transport.send(out)
+        except Undeliverable as exc:
+            return self._refused(row, exc.error, gave_up)
+        except Exception as exc:  # noqa: BLE001 - Slack down, a network error, a bad chart
+            # A file is an extra: after a few failures (a chart that cannot be drawn,
+            # an install without files:write) it must not hold up reports.
+            if row.get("file") and row["tries"] + 1 >= FILE_TRIES:
+                return self._give_up(row, repr(exc), gave_up)
+            log.warning("outbox: message %s to %s failed (%s); it waits", row["id"],
+                        row["channel"], exc)
+            self.store.mark_failed_try(row["id"], repr(exc))
+            self._back_off(row["channel"])
+            return WAIT
+        if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"]):
+            sent[row["id"]] = ts
+            with self.lock:
+                self.blocked.pop(row["channel"], None)
+            return SENT
+        return AGAIN  # its text changed while it was sent: the newest goes out too
+
+    def _refused(self, row: dict, error: str, gave_up: set) -> str:
+        scope = refusals.classify(error, row["tries"])
+        if scope == "retry":
+            log.warning("outbox: Slack answered %s for message %s; it waits", error, row["id"])
+            self.store.mark_failed_try(row["id"], error)
+            self._back_off(row["channel"])
+            return WAIT
+        if scope == "channel" and row["requester"]:
+            if not row["via"]:
+                self.on_refused(row["channel"])
+            log.warning("outbox: %s refused message %s (%s): to its requester instead",
+                        row["channel"], row["id"], error)
+            self.store.redirect(row["id"], row["job"] if not row["via"] else None, error)
+            return AGAIN
+        notice = None
+        if row["requester"] and not row["via"] and not _progress(row):
+            trial = f"T{row['job']}" if row["job"] else None
+            notice = {"channel": row["channel"], "kind": "notice", "via": "ephemeral",
+                      "user": row["requester"], "response_url": row["url"],
+                      "text": refusals.notice(error, row["channel"], trial, row["kind"])}
+        return self._give_up(row, error, gave_up, notice)
+
+    def _redirected(self, row: dict, gave_up: set) -> str:
+        """To the requester, since the channel refused: the command's response_url
+        while it lasts, else a direct message. A card's progress is not sent on."""
+        if _progress(row):
+            return self._give_up(row, "not sent on: the channel refused this trial's card",
+                                 gave_up)
+        if not row["requester"]:
+            return self._give_up(row, "the channel refused it and nobody asked for it",
+                                 gave_up)
+        error = row["redirect"] or row["last_error"] or "refused"
+        text, blocks = refusals.redirected(row["text"], row["blocks"], error, row["channel"],
+                                           f"T{row['job']}" if row["job"] else None)
+        url = row["url"]
+        path = ("response_url" if url and not row["file"] and self.store.response_url_usable(url)
+                else "dm")
+        out = dict(payload(dict(row, update_of=None, thread_ts=None), self.store),
+                   via=path, user=row["requester"], url=url, text=text)
+        if "content" not in out:
+            out["blocks"] = blocks
+        try:
+            ts = self.transport.send(out)
+        except Undeliverable as exc:
+            if path == "response_url":  # spent or expired: a direct message next
+                self.store.spend_response_url(url)
+                return AGAIN
+            log.error("outbox: message %s reached neither %s nor its requester (%s)",
+                      row["id"], row["channel"], exc.error)
+            return self._give_up(row, f"{error}; the requester could not be reached either "
+                                      f"({exc.error})", gave_up)
+        except Exception as exc:  # noqa: BLE001 - Slack down: this channel waits
+            self.store.mark_failed_try(row["id"], repr(exc))
+            self._back_off(row["channel"])
+            return WAIT
+        self.store.mark_sent(row["id"], ts, row["version"], via=path,
+                             url=url if path == "response_url" else None)
+        return SENT
+
+    def _give_up(self, row: dict, error: str, gave_up: set, notice: dict | None = None) -> str:
+        log.error("outbox: message %s set aside: %s", row["id"], error)
+        self.store.give_up_message(row["id"], error, notice, row["job"])
+        gave_up.add(row["id"])
+        return GONE
+
+    def _back_off(self, channel: str) -> None:
+        with self.lock:
+            _, backoff = self.blocked.get(channel, (0.0, 0.5))
+            backoff = min(backoff * 2, self.max_backoff)
+            self.blocked[channel] = (time.monotonic() + backoff, backoff)
+
+    def _throttle_update(self) -> None:
+        """chat.update calls spaced app-wide, whichever channel they edit."""
+        with self.update_lock:
+            now = time.monotonic()
+            at = max(now, self.next_update)
+            self.next_update = at + self.update_interval
+        time.sleep(at - now)

@@ -1,0 +1,214 @@
+"""The worker API: JSON over HTTP, `Authorization: Bearer <token>`.
+
+    POST /api/workers/register  {worker, info}            -> 200
+    POST /api/lease             {worker, wait, idle, key} -> 200 {job...} | 204 (none yet)
+    POST /api/jobs/<id>/heartbeat {worker, lease, progress} -> 200 {cancel} | 409 lease lost
+    POST /api/jobs/<id>/report  {worker, lease, report, key} -> 200 | 400 bad report | 409
+    POST /api/accounting/<id>/result {worker, lease, result, key} -> 200 | 400 | 409
+      (a Slurm worker's sacct answer for `/plan NAME actual KIND slurm=JOBID`)
+    (a job id the bot never had: 404; a body over `body_limit`: 413)
+
+`key` (optional) is the request's idempotency key, the same on each of its
+retries: a request sent again because its answer was lost is applied once
+(idle counted once, the same lease given again, a report or result answered
+as the first was instead of a 409). Register and heartbeat are idempotent.
+
+The token is the shared TRIALBOT_WORKER_TOKEN (any worker name) or a
+per-worker token (bot/tokens.py), which may act only as its own worker: 403
+otherwise. Requests without a valid token get 401; every refused request
+(4xx) changes nothing.
+"""
+from __future__ import annotations
+
+import re
+
+from bot.trials.queue import JobQueue, LeaseLost
+from worker import report as reports
+from worker.spec import Workload
+from bot.http import tokens
+from bot.trials import routing
+from bot.plans import slurmactual
+
+MAX_WAIT = 30  # seconds a lease request may be held open
+JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
+ACCOUNTING_PATH = re.compile(r"/api/accounting/(\d{1,12})/result")
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Body limits, checked before the body is read. A report carries its memory
+# timeline (at most ~2000 points per part, a few hundred KB) and latency
+# samples: 8 MiB is far above any real one and still bounded. Everything else
+# is small; a registration lists recipes, so 1 MiB.
+MAX_REPORT = 8 * 2**20
+MAX_REQUEST = 2**20
+
+
+def body_limit(path: str) -> int:
+    # A Slurm accounting answer lists an array job task by task: as large as a report.
+    return MAX_REPORT if path.endswith(("/report", "/result")) else MAX_REQUEST
+
+
+def check_info(info: dict) -> str | None:
+    """A registration the bot can use: GPU names, and recipes it can parse (one
+    bad entry must not break /trial for everyone)."""
+    gpus = info.get("gpus", [])
+    if not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
+        return "`info.gpus` must be a list of GPU names"
+    memory = info.get("gpu_memory", [])
+    if not (isinstance(memory, list) and len(memory) in (0, len(gpus)) and all(
+            isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in memory)):
+        return "`info.gpu_memory` must be a list of byte counts, one per GPU"
+    if info.get("device") not in (None, "cuda", "mps", "cpu"):
+        return "`info.device` must be cuda, mps or cpu"
+    labels = info.get("labels", {})
+    if not (isinstance(labels, dict) and len(labels) <= 50 and all(
+            isinstance(k, str) and isinstance(v, str) and routing.LABEL.fullmatch(k)
+            and routing.LABEL.fullmatch(v) for k, v in labels.items())):
+        return "`info.labels` must map label names to values (letters, digits, _.-)"
+    cpus = info.get("cpus")
+    if cpus is not None and not (isinstance(cpus, int) and not isinstance(cpus, bool)
+                                 and cpus > 0):
+        return "`info.cpus` must be a positive whole number"
+    recipes = info.get("recipes", [])
+    if not isinstance(recipes, list):
+        return "`info.recipes` must be a list"
+    for d in recipes:
+        try:
+            Workload.from_dict(d)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            return f"`info.recipes` entry {str(d)[:80]!r} is not a recipe description: {exc!r}"
+    return None
+
+
+def check_progress(progress) -> str | None:
+    """A heartbeat's progress: {phase: name, attempt: n, failed: [error classes]}."""
+    if not isinstance(progress, dict) or set(progress) - {"phase", "attempt", "failed"}:
+        return "`progress` must be an object with phase, attempt and failed only"
+    phase, attempt, failed = progress.get("phase"), progress.get("attempt", 1), \
+        progress.get("failed", [])
+    if phase is not None and not (isinstance(phase, str) and 0 < len(phase) <= 40):
+        return "`progress.phase` must be a phase name (1-40 characters)"
+    if not (isinstance(attempt, int) and not isinstance(attempt, bool) and 1 <= attempt <= 100):
+        return "`progress.attempt` must be a whole number from 1 to 100"
+    if not (isinstance(failed, list) and len(failed) <= 100 and all(
+            isinstance(c, str) and len(c) <= 20 for c in failed)):
+        return "`progress.failed` must be a list of error classes"
+    return None
+
+
+class WorkerApi:
+    def __init__(self, queue: JobQueue, token: str):
+        self.queue, self.token = queue, token
+
+    body_limit = staticmethod(body_limit)
+
+    def handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
+        # Read per request: a token revoked by `trialbot worker-token revoke`
+        # (another process) is refused from the next request on.
+        who = tokens.caller(auth, self.token, self.queue.store.active_token_hashes())
+        if who is None:
+            return 401, {"error": "missing, invalid or revoked worker token: send "
+                                  "`Authorization: Bearer <token>` (TRIALBOT_WORKER_TOKEN or "
+                                  "one from `trialbot worker-token create NAME`)"}
+        if not isinstance(body, dict):
+            return 400, {"error": "the request body must be a JSON object"}
+        worker = body.get("worker")
+        if not isinstance(worker, str) or not worker.strip() or len(worker) > 100:
+            return 400, {"error": "`worker` must be the worker's name (1-100 characters)"}
+        if who is not tokens.SHARED and worker != who:
+            return 403, {"error": f"this token belongs to worker {who!r}, but the request "
+                                  f"names worker {worker!r}; a worker token acts only as "
+                                  "its own worker"}
+        key = body.get("key")
+        if key is not None and not (isinstance(key, str) and 0 < len(key) <= 100):
+            return 400, {"error": "`key` must be the request's idempotency key (1-100 "
+                                  "characters, the same on each retry of one request)"}
+        if path == "/api/workers/register":
+            info = {} if body.get("info") is None else body["info"]  # [] is no object
+            if not isinstance(info, dict):
+                return 400, {"error": "`info` must be a JSON object"}
+            problem = check_info(info)
+            if problem:
+                return 400, {"error": problem}
+            self.queue.register(worker, info)
+            return 200, {"worker": worker, "heartbeat": self.queue.heartbeat_seconds}
+        if path == "/api/lease":
+            wait = body.get("wait", 0)
+            if (not isinstance(wait, (int, float)) or isinstance(wait, bool)
+                    or not 0 <= wait <= MAX_WAIT):
+                return 400, {"error": f"`wait` must be seconds from 0 to {MAX_WAIT}"}
+            idle = {} if body.get("idle") is None else body["idle"]
+            if not (isinstance(idle, dict) and all(
+                    DAY.fullmatch(str(k)) and isinstance(v, (int, float))
+                    and not isinstance(v, bool) and 0 <= v <= 86400
+                    for k, v in idle.items())):
+                return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
+            if not self.queue.known(worker):
+                return 409, {"error": f"unknown worker {worker!r}: register first"}
+            # A key seen before: the request came again (its answer was lost); its idle
+            # is counted already, and the lease it got is given again while held.
+            again = not self.queue.store.add_idle(worker, idle, key)
+            job = (again and self.queue.held(worker, key)) or self.queue.lease(worker, wait, key)
+            if job is None:
+                return 204, None
+            if job.get("kind") == "slurm-accounting":
+                return 200, {"kind": job["kind"], "id": job["id"], "request": f"A{job['id']}",
+                             "lease": job["lease"], "jobs": job["jobs"],
+                             "heartbeat": self.queue.heartbeat_seconds}
+            return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
+                         "spec": job["spec"], "attempt": job["attempts"],
+                         "heartbeat": self.queue.heartbeat_seconds}
+        m = ACCOUNTING_PATH.fullmatch(path)
+        if m:
+            return self.accounting(int(m.group(1)), worker, body, key)
+        m = JOB_PATH.fullmatch(path)
+        if not m:
+            return 404, {"error": f"no such endpoint: {path}"}
+        job_id, action = int(m.group(1)), m.group(2)
+        lease = body.get("lease")
+        if not isinstance(lease, str) or not 0 < len(lease) <= 100:
+            return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
+        try:
+            if action == "heartbeat":
+                progress = {} if body.get("progress") is None else body["progress"]
+                problem = check_progress(progress)
+                if problem:
+                    return 400, {"error": problem}
+                return 200, {"cancel": self.queue.heartbeat(job_id, worker, lease, progress)}
+            if not isinstance(body.get("report"), dict):
+                return 400, {"error": "`report` must be a JSON object (a trialbot.trial/1 "
+                                      "report)"}
+            problems = reports.validate(body.get("report"))
+            if problems:
+                return 400, {"error": "invalid report: " + "; ".join(problems)}
+            job = self.queue.finish(job_id, worker, lease, body["report"], key)
+            return 200, {"trial": job["trial"], "status": job["status"]}
+        except LeaseLost as exc:
+            job = self.queue.store.job(job_id)
+            if job is None:
+                return 404, {"error": f"there is no job {job_id} (T{job_id})"}
+            if action == "report" and self._answered(worker, key, "report", job=job_id):
+                return 200, {"trial": job["trial"], "status": job["status"]}
+            return 409, {"error": str(exc)}
+
+    def _answered(self, worker: str, key: str | None, kind: str, **ref) -> bool:
+        """The request with this key was applied before (its answer was lost)."""
+        first = key and self.queue.store.worker_request(worker, key)
+        return bool(first) and first["kind"] == kind and all(first[k] == v
+                                                              for k, v in ref.items())
+
+    def accounting(self, req_id: int, worker: str, body: dict,
+                   key: str | None = None) -> tuple[int, dict | None]:
+        lease = body.get("lease")
+        if not isinstance(lease, str) or not 0 < len(lease) <= 100:
+            return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
+        problem = slurmactual.check(body.get("result"))
+        if problem:
+            return 400, {"error": problem}
+        try:
+            req = self.queue.finish_slurm_actual(req_id, worker, lease, body["result"], key)
+        except LeaseLost as exc:
+            req = self.queue.store.slurm_actual(req_id)
+            if req is None:
+                return 404, {"error": f"there is no Slurm accounting request A{req_id}"}
+            if not self._answered(worker, key, "result", request=req_id):
+                return 409, {"error": str(exc)}
+        return 200, {"request": f"A{req_id}", "status": req["status"]}

@@ -1,0 +1,455 @@
+"""Parsing of `/plan` text into a command, and checking of every value a plan
+stores. Pure: no Slack, no SQL, no clock (today's date is passed in)."""
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import zoneinfo
+from dataclasses import dataclass, field
+
+from bot.trials import commands
+
+USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|block KIND runs=N "
+         "trial=T12 ...|lock|unlock|advise|actual KIND hours=H|slurm=JOBID|review|export] | "
+         "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan prices | "
+         "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan help")
+
+BLOCK_KINDS = ("baseline", "compare", "scale", "verify")
+
+# The reproduction checklist, in the order a reproduction settles it.
+CHECKLIST = {
+    "paper": "paper and version (e.g. arXiv 2405.01234v2)",
+    "baseline": "the baseline to reproduce",
+    "configs": "the configs to compare",
+    "repo": "repository and commit",
+    "command": "run command",
+    "framework": "framework and dependencies",
+    "model": "model and weights",
+    "access": "access conditions of the weights",
+    "licence": "licence of code and weights",
+    "inputs": "input lengths and batch conditions",
+    "data": "data preparation",
+    "scope": "results in scope",
+    "excluded": "results excluded",
+    "gpu": "target GPU kind (e.g. H100)",
+    "platform": "target platform: cuda, rocm, mps, cpu or tpu",
+}
+# Items the lock fixes: the input conditions of the experiment.
+LOCKED_ITEMS = ("baseline", "configs", "inputs", "data", "model", "repo", "command")
+
+# Planning facts the estimate and the advice read.
+SETTINGS = {
+    "rental": "single | per-block: one rental session for the whole plan, or one per "
+              "block (prep is paid again in every session)",
+    "handoff": "hours a rented GPU waits between blocks (a declared hand-off gap)",
+    "idle": "measured | none: count the workers' measured idle share, or no idle",
+    "pattern": "concentrated | steady: is the work bunched in one period or steady",
+    "period": "how long the work lasts, e.g. 10d, 6w, 3mo, 1y",
+    "later_use": "uncertain | planned: is there use for the GPUs after this work",
+    "needs_cuda": "yes | no: does the code need CUDA (its support matrix, not the GPU name)",
+    "utilization": "share of the time an owned GPU would be busy, e.g. 0.6 or 60%",
+}
+CHOICES = {"rental": ("single", "per-block"), "idle": ("measured", "none"),
+           "pattern": ("concentrated", "steady"), "later_use": ("uncertain", "planned"),
+           "needs_cuda": ("yes", "no"), "platform": ("cuda", "rocm", "mps", "cpu", "tpu")}
+
+RESERVED = {"new", "list", "help", "price", "prices", "digest"}
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+
+
+class PlanError(ValueError):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PlanCommand:
+    action: str
+    plan: str | None = None
+    args: dict = field(default_factory=dict)
+
+
+def parse(text: str, today: dt.date) -> PlanCommand:
+    try:
+        words = commands.split(text)
+    except ValueError as exc:
+        raise PlanError(getattr(exc, "message", str(exc))) from None
+    if not words or words[0] == "help":
+        return PlanCommand("help")
+    head, rest = words[0], words[1:]
+    if head == "list":
+        _no_more(rest, "/plan list")
+        return PlanCommand("list")
+    if head == "prices":
+        _no_more(rest, "/plan prices")
+        return PlanCommand("prices")
+    if head == "price":
+        return PlanCommand("price", args=parse_price(rest, today))
+    if head == "new":
+        if not rest:
+            raise PlanError("Name the plan: `/plan new NAME`, e.g. `/plan new adkv-repro`")
+        name = plan_name(rest[0])
+        return PlanCommand("new", name, {"facts": parse_facts(rest[1:])})
+    if head == "digest":
+        return parse_digest(rest)
+    name = plan_name(head)
+    action, rest = (rest[0], rest[1:]) if rest else ("show", [])
+    if action in ("show", "export", "lock", "unlock", "advise", "review"):
+        _no_more(rest, f"/plan {name} {action}")
+        return PlanCommand(action, name)
+    if action == "set":
+        if not rest:
+            raise PlanError(f"`/plan {name} set` needs key=value pairs, e.g. "
+                            f"`/plan {name} set gpu=H100 platform=cuda`. {keys_help()}")
+        return PlanCommand("set", name, {"facts": parse_facts(rest)})
+    if action == "block":
+        return PlanCommand("block", name, parse_block(rest))
+    if action == "actual":
+        return PlanCommand("actual", name, parse_actual(rest))
+    raise PlanError(f"`{action}` is not something a plan does; use one of show, set, block, "
+                    f"lock, unlock, advise, actual, review, export. Usage: `{USAGE}`")
+
+
+def plan_name(word: str) -> str:
+    if word in RESERVED:
+        raise PlanError(f"`{word}` needs more words here; usage: `{USAGE}`")
+    if not NAME.fullmatch(word):
+        raise PlanError(f"`{word}` is not a plan name: use lower-case letters, digits, `-` "
+                        "and `_`, at most 40 characters (e.g. `adkv-repro`)")
+    return word
+
+
+def _no_more(rest: list[str], what: str) -> None:
+    if rest:
+        raise PlanError(f"`{rest[0]}`: `{what}` takes nothing more")
+
+
+def _pairs(words: list[str], allowed: tuple[str, ...], what: str) -> dict:
+    out = {}
+    for word in words:
+        key, eq, raw = word.partition("=")
+        if not eq or not key or not raw.strip():
+            raise PlanError(f"`{word}`: write key=value (quote values with spaces: "
+                            f"note=\"like this\"); {what} takes {', '.join(allowed)}")
+        if key not in allowed:
+            raise PlanError(f"`{word}`: {what} has no `{key}`; it takes {', '.join(allowed)}")
+        if key in out:
+            raise PlanError(f"`{word}`: {key} is given twice")
+        out[key] = raw.strip()
+    return out
+
+
+def keys_help() -> str:
+    return ("Checklist: " + ", ".join(CHECKLIST) + ". Settings: " + ", ".join(SETTINGS)
+            + ". `/plan help` explains each.")
+
+
+def parse_facts(words: list[str]) -> dict:
+    """Checklist items and settings, each value checked."""
+    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), "a plan")
+    out = {}
+    for key, raw in pairs.items():
+        if len(raw) > 500:
+            raise PlanError(f"`{key}`: at most 500 characters")
+        if key in CHOICES:
+            value = raw.lower()
+            if value not in CHOICES[key]:
+                raise PlanError(f"`{key}={raw}`: {key} must be one of {', '.join(CHOICES[key])}")
+            out[key] = value
+        elif key == "handoff":
+            out[key] = hours(raw, key)
+        elif key == "period":
+            out[key] = period_days(raw)
+        elif key == "utilization":
+            out[key] = utilization(raw)
+        else:
+            out[key] = raw
+    return out
+
+
+def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise PlanError(f"`{what}={raw}`: {what} must be a number") from None
+    if not math.isfinite(value):
+        raise PlanError(f"`{what}={raw}`: {what} must be a finite number")
+    if value < low or (positive and value <= 0):
+        raise PlanError(f"`{what}={raw}`: {what} must be "
+                        + ("greater than 0" if positive else f"at least {low:g}"))
+    return value
+
+
+def hours(raw: str, what: str) -> float:
+    """`2`, `2h`, `90m` or `1.5h` as hours."""
+    m = re.fullmatch(r"([0-9.]+)\s*(h|m|min)?", raw.strip().lower())
+    if not m:
+        raise PlanError(f"`{what}={raw}`: {what} is hours, e.g. {what}=2 or {what}=90m")
+    value = number(m.group(1), what)
+    return value / 60 if m.group(2) in ("m", "min") else value
+
+
+def period_days(raw: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)\s*(d|w|mo|y)", raw.strip().lower())
+    if not m:
+        raise PlanError(f"`period={raw}`: write a length with a unit: 10d, 6w, 3mo or 1y")
+    return number(m.group(1), "period", positive=True) * {"d": 1, "w": 7, "mo": 30.44,
+                                                          "y": 365.25}[m.group(2)]
+
+
+def utilization(raw: str) -> float:
+    pct = raw.endswith("%")
+    value = number(raw.rstrip("%"), "utilization", positive=True)
+    value = value / 100 if pct else value
+    if value > 1:
+        raise PlanError(f"`utilization={raw}`: a share from 0 to 1 (or 0% to 100%)")
+    return value
+
+
+def trial_ids(raw: str) -> list[int]:
+    ids = []
+    for word in raw.split(","):
+        m = re.fullmatch(r"[Tt]?(\d{1,12})", word.strip())
+        if not m:
+            raise PlanError(f"`trial={raw}`: `{word}` is not a trial id; write trial=T12 or "
+                            "trial=T12,T13 (trials of the same config)")
+        if int(m.group(1)) in ids:
+            raise PlanError(f"`trial={raw}`: T{m.group(1)} is given twice")
+        ids.append(int(m.group(1)))
+    return ids
+
+
+def count(raw: str, what: str, high: int = 10**7) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise PlanError(f"`{what}={raw}`: {what} must be a whole number from 1 to {high}") \
+            from None
+    if not 1 <= value <= high:
+        raise PlanError(f"`{what}={raw}`: {what} must be from 1 to {high}")
+    return value
+
+
+BLOCK_KEYS = ("runs", "configs", "gpus", "trial", "sweep", "note", "handoff", "batch",
+              "prompt", "gen", "layers")
+
+
+def parse_block(words: list[str]) -> dict:
+    if not words or words[0] not in BLOCK_KINDS:
+        got = f"`{words[0]}` is not a block kind" if words else "Name the block kind"
+        raise PlanError(f"{got}: one of {', '.join(BLOCK_KINDS)}. Usage: `/plan NAME block "
+                        "KIND runs=N [configs=M] trial=T12 [note=\"open variable ...\"]`")
+    kind = words[0]
+    pairs = _pairs(words[1:], BLOCK_KEYS, f"a {kind} block")
+    if "runs" not in pairs:
+        raise PlanError(f"a {kind} block needs runs=N: how many runs the experiment makes")
+    if ("trial" in pairs) == ("sweep" in pairs):
+        raise PlanError(f"a {kind} block is estimated from measured trials: give trial=T12 "
+                        "(or trial=T12,T13), or sweep=S12 with the config to predict")
+    block = {"kind": kind, "runs": count(pairs["runs"], "runs"),
+             "configs": count(pairs.get("configs", "1"), "configs", 10000),
+             "gpus": count(pairs.get("gpus", "1"), "gpus", 4096),
+             "note": pairs.get("note"), "trials": [], "sweep": None, "predict": {},
+             "handoff": hours(pairs["handoff"], "handoff") if "handoff" in pairs else None}
+    predict = {k: count(pairs[k], k) for k in ("batch", "prompt", "gen", "layers") if k in pairs}
+    if "trial" in pairs:
+        if predict:
+            raise PlanError(f"`{next(iter(predict))}=`: a config to predict goes with sweep=S12; "
+                            "a block from trial=T12 is estimated at that trial's own config")
+        block["trials"] = trial_ids(pairs["trial"])
+    else:
+        m = re.fullmatch(r"[Ss]?(\d{1,12})", pairs["sweep"])
+        if not m:
+            raise PlanError(f"`sweep={pairs['sweep']}`: sweep ids look like S12")
+        if not predict:
+            raise PlanError("a block from a sweep needs the config to predict, e.g. "
+                            "sweep=S12 batch=32 prompt=2048")
+        block["sweep"], block["predict"] = int(m.group(1)), predict
+    return block
+
+
+SLURM_JOB = re.compile(r"\d{1,12}(_\d{1,9})?")  # a job id, or an array task (123_4)
+MAX_SLURM_JOBS = 100
+
+
+def parse_actual(words: list[str]) -> dict:
+    if not words or words[0] not in BLOCK_KINDS:
+        got = f"`{words[0]}` is not a block kind" if words else "Name the block"
+        raise PlanError(f"{got}: one of {', '.join(BLOCK_KINDS)}. Usage: `/plan NAME actual "
+                        "KIND hours=H [prep=H] [data=H] [retries=H] [idle=H] [runs=N] "
+                        "[note=...]`, or `/plan NAME actual KIND slurm=JOBID[,JOBID...] "
+                        "[runs=N] [note=...]`")
+    pairs = _pairs(words[1:], ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
+                               "note"), "an actual")
+    if "slurm" in pairs:
+        return parse_slurm_actual(words[0], pairs)
+    if "hours" not in pairs:
+        raise PlanError("an actual needs hours=H (the GPU-hours the block really took) or "
+                        "slurm=JOBID (read them from Slurm's accounting)")
+    total = number(pairs["hours"], "hours", positive=True)
+    parts = {k: number(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
+    if sum(parts.values()) > total:
+        raise PlanError(f"prep, data, retries and idle add up to {sum(parts.values()):g} h, "
+                        f"more than hours={total:g}")
+    return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
+            "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
+
+
+def parse_slurm_actual(kind: str, pairs: dict) -> dict:
+    """`slurm=123,124`: the hours come from Slurm's accounting, so hours= and the
+    parts (prep, data, retries, idle) cannot be given beside it."""
+    given = [k for k in ("hours", "prep", "data", "retries", "idle") if k in pairs]
+    if given:
+        raise PlanError(f"`{given[0]}=` and `slurm=` together: slurm= reads the hours from "
+                        "Slurm's accounting (jobs that did not complete count as retries); "
+                        "give hours=H or slurm=JOBID, not both")
+    ids = []
+    for word in pairs["slurm"].split(","):
+        word = word.strip()
+        if not SLURM_JOB.fullmatch(word):
+            raise PlanError(f"`slurm={pairs['slurm']}`: `{word}` is not a Slurm job id; write "
+                            "the numbers sbatch printed, e.g. slurm=123456 or "
+                            "slurm=123456,123457 (an array task: 123456_7)")
+        if word in ids:
+            raise PlanError(f"`slurm={pairs['slurm']}`: job {word} is given twice")
+        ids.append(word)
+    if len(ids) > MAX_SLURM_JOBS:
+        raise PlanError(f"`slurm=`: at most {MAX_SLURM_JOBS} job ids at once (an array job's "
+                        "id counts once for all its tasks)")
+    return {"block": kind, "slurm": ids, "hours": None, "parts": {}, "note": pairs.get("note"),
+            "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
+
+
+def parse_price(words: list[str], today: dt.date) -> dict:
+    """`H100 2.49/h`, `H100 buy=30000`, `H100 resale=9000`, `H100 power=0.7kW`,
+    `electricity 0.12/kWh`, each with source= and date=."""
+    usage = ("Usage: `/plan price H100 2.49/h source=URL-or-quote date=YYYY-MM-DD` "
+             "(also buy=, resale=, power=KW per GPU, and `/plan price electricity 0.12/kWh`)")
+    if not words:
+        raise PlanError(f"Name what the price is for. {usage}")
+    item, rest = words[0], words[1:]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}", item):
+        raise PlanError(f"`{item}` is not a GPU name; e.g. H100, A100-80GB. {usage}")
+    value_words = [w for w in rest if not w.startswith(("source=", "date="))]
+    pairs = _pairs([w for w in rest if w.startswith(("source=", "date="))],
+                   ("source", "date"), "a price")
+    if len(value_words) != 1:
+        raise PlanError(f"Give exactly one figure for {item}. {usage}")
+    word = value_words[0]
+    currency = ""
+    if item.lower() == "electricity":
+        m = re.fullmatch(r"([$€£]?)([^/]+)/kWh", word, re.IGNORECASE)
+        if not m:
+            raise PlanError(f"`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh")
+        kind, unit, currency = "electricity", "per kWh", m.group(1)
+        value = number(m.group(2), "electricity", positive=True)
+    elif "=" in word:
+        kind, _, raw = word.partition("=")
+        if kind not in ("buy", "resale", "power"):
+            raise PlanError(f"`{word}`: a GPU's figures are RATE/h, buy=, resale= or power=. "
+                            f"{usage}")
+        if kind == "power":
+            m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+            if not m:
+                raise PlanError(f"`{word}`: power is a draw per GPU with its unit, e.g. "
+                                "power=0.7kW or power=700W")
+            value = number(m.group(1), "power", positive=True)
+            value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
+        else:
+            currency, raw = (raw[0], raw[1:]) if raw.startswith(("$", "€", "£")) else ("", raw)
+            value = number(raw, kind, positive=(kind == "buy"))
+            unit = "per GPU"
+    else:
+        m = re.fullmatch(r"([$€£]?)([^/]+)/(h|hr|hour)", word, re.IGNORECASE)
+        if not m:
+            raise PlanError(f"`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h. {usage}")
+        kind, unit, currency = "rent", "per GPU-hour", m.group(1)
+        value = number(m.group(2), "rate", positive=True)
+    if "source" not in pairs:
+        raise PlanError(f"A price needs source=: the URL or quote it comes from, so others "
+                        f"can check it. {usage}")
+    if "date" not in pairs:
+        raise PlanError(f"A price needs date=YYYY-MM-DD: when it was confirmed. {usage}")
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", pairs["date"]):
+            raise ValueError(pairs["date"])
+        date = dt.date.fromisoformat(pairs["date"])
+    except ValueError:
+        raise PlanError(f"`date={pairs['date']}`: write the date as YYYY-MM-DD") from None
+    if date > today:
+        raise PlanError(f"`date={pairs['date']}` is in the future (today is {today}); give the "
+                        "date the price was confirmed")
+    return {"item": "electricity" if kind == "electricity" else item.upper(), "kind": kind,
+            "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
+            "date": date.isoformat()}
+
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+DIGEST_USAGE = ("`/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, a 24-hour time and an "
+                "IANA timezone), `/plan digest now`, `/plan digest off`, or `/plan digest` to "
+                "see the schedule")
+
+
+def parse_digest(words: list[str]) -> PlanCommand:
+    """`digest` (show), `digest now`, `digest off`, `digest weekly DAY HH:MM TZ`."""
+    if not words:
+        return PlanCommand("digest")
+    if words[0] in ("now", "off"):
+        _no_more(words[1:], f"/plan digest {words[0]}")
+        return PlanCommand("digest-" + words[0])
+    if words[0] != "weekly":
+        raise PlanError(f"`{words[0]}`: the digest takes weekly, now or off. {DIGEST_USAGE}")
+    if len(words) != 4:
+        raise PlanError("A weekly digest needs a weekday, a time and a timezone, e.g. "
+                        "`/plan digest weekly mon 09:00 Asia/Seoul`")
+    day, at, tz = words[1:]
+    return PlanCommand("digest-weekly", args={"weekday": weekday(day), **time_of_day(at),
+                                              "tz": timezone(tz)})
+
+
+def weekday(raw: str) -> str:
+    word = raw.lower()
+    day = next((d for d in WEEKDAYS if word == d or (len(word) >= 3 and
+                any(full.startswith(word) for full in _FULL_DAYS[d]))), None)
+    if day is None:
+        raise PlanError(f"`{raw}` is not a weekday: write mon, tue, wed, thu, fri, sat or sun "
+                        "(e.g. `/plan digest weekly mon 09:00 Asia/Seoul`)")
+    return day
+
+
+_FULL_DAYS = {"mon": ("monday",), "tue": ("tuesday", "tues"), "wed": ("wednesday",),
+              "thu": ("thursday", "thurs"), "fri": ("friday",), "sat": ("saturday",),
+              "sun": ("sunday",)}
+
+
+def time_of_day(raw: str) -> dict:
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw)
+    if not m:
+        raise PlanError(f"`{raw}` is not a time of day: write 24-hour HH:MM, e.g. 09:00 or 17:30")
+    hour, minute = int(m.group(1)), int(m.group(2))
+    if hour > 23:
+        raise PlanError(f"`{raw}`: hours go from 00 to 23 (midnight is 00:00), e.g. 09:00")
+    if minute > 59:
+        raise PlanError(f"`{raw}`: minutes go from 00 to 59, e.g. 09:30")
+    return {"hour": hour, "minute": minute}
+
+
+def timezone(raw: str) -> str:
+    """An IANA name (Asia/Seoul, Europe/Berlin, UTC), checked against the tz database."""
+    try:
+        if not re.fullmatch(r"[A-Za-z0-9_+\-/]{1,60}", raw) or ".." in raw:
+            raise ValueError(raw)
+        zoneinfo.ZoneInfo(raw)
+        return raw
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError, OSError):
+        pass
+    import difflib  # only when a name is wrong
+    names = {n.lower(): n for n in zoneinfo.available_timezones()}
+    if raw.lower() in names:
+        return names[raw.lower()]  # asia/seoul is Asia/Seoul
+    close = difflib.get_close_matches(raw.lower(), list(names), n=1, cutoff=0.75)
+    hint = f"did you mean {names[close[0]]}? " if close else ""
+    raise PlanError(f"`{raw}` is not an IANA timezone: {hint}write Area/City as in the tz "
+                    "database, e.g. Asia/Seoul, Europe/Berlin, America/New_York, or UTC")

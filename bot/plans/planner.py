@@ -1,0 +1,445 @@
+"""The estimate of DESIGN §3, per block and for a plan, and the review of
+estimate against actual. Pure: the handler passes in the trials, attempts,
+measured idle and fits it read from the store.
+
+    hours = prep + successful runs + retries + data prep + idle wait
+
+A *run* is one repetition of the trial's measured unit: one request for
+`llm-infer` (its latency samples), or one run phase of a recipe's program
+(each trial of the recipe is one sample). Every component carries where it
+came from.
+"""
+from __future__ import annotations
+
+import math
+import re
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from bot.fits.scaling import t_quantile
+
+PREP_PHASES = ("setup", "weights", "warmup")
+# Parameters that change how a trial measures, not what it runs.
+RUN_CONTROL = {"repeats", "stability", "run_cap", "warmup", "seed", "timeout", "on_oom",
+               "attempts"}
+LEVEL = 0.90  # the prediction interval shown
+
+
+class EstimateError(ValueError):
+    """Trials a block cannot be estimated from; the message says why."""
+
+
+def hours(seconds: float, places: int) -> Decimal:
+    return (Decimal(float(seconds)) / 3600).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
+
+
+def places_for(total_seconds: float) -> int:
+    """Decimal places of the GPU-hours shown: enough for three significant
+    digits of the plan's total, from 2 to 6."""
+    h = total_seconds / 3600
+    if h <= 0:
+        return 4
+    return max(2, min(6, 2 - math.floor(math.log10(h))))
+
+
+def in_hours(estimates: list[dict]) -> list[dict]:
+    """Round every component to the plan's places; each block's total and the
+    interval are sums of what is shown, so the arithmetic on screen is exact."""
+    places = places_for(sum(c["seconds"] for e in estimates for c in e["components"]))
+    for e in estimates:
+        e["places"] = places
+        for c in e["components"]:
+            c["hours"] = hours(c["seconds"], places)
+        e["hours"] = sum((c["hours"] for c in e["components"]), Decimal(0))
+        e["interval"] = None
+        if e["half"] is not None:
+            w = hours(e["half"], places)
+            e["interval"] = (max(Decimal(0), e["hours"] - w), e["hours"] + w)
+    return estimates
+
+
+def phase_seconds(report: dict, name: str) -> float:
+    return sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
+
+
+def teardown_seconds(report: dict) -> float:
+    """Wall time of the trial outside its phases: the child's exit, memory being
+    freed, the gaps between phases. A rented GPU is paid for it too."""
+    inside = sum(p["seconds"] for p in report.get("phases") or [])
+    return max(0.0, (report.get("seconds") or 0.0) - inside)
+
+
+def prep_seconds(report: dict) -> float:
+    return sum(phase_seconds(report, p) for p in PREP_PHASES) + teardown_seconds(report)
+
+
+def config(report: dict) -> dict:
+    """What a trial ran, without the knobs that only change how it measured."""
+    what = {k: v for k, v in (report.get("params") or {}).items() if k not in RUN_CONTROL}
+    if report.get("recipe"):
+        what["recipe"] = report["recipe"]
+    return {"workload": report["workload"], **what}
+
+
+def env_kind(report: dict) -> str:
+    e = report.get("env") or {}
+    if e.get("gpu_count"):
+        return f"{e['gpu_count']}× {e['gpu_name']}"
+    return f"CPU ({e.get('cpu') or 'unknown'})"
+
+
+def code_version(report: dict) -> str:
+    e = report.get("env") or {}
+    if report.get("recipe"):
+        return e.get("code_version") or "unrecorded"
+    return f"built-in {report['workload']}, torch {e.get('torch')}"
+
+
+def matches_gpu(report: dict, target: str | None) -> bool | None:
+    """Did the trial run on the plan's target GPU kind? None when no target is set."""
+    if not target:
+        return None
+    e = report.get("env") or {}
+    if target.lower() in ("cpu", "none"):
+        return not e.get("gpu_count")
+    # Whole words: A10 is not an A100, L4 is not an L40S.
+    have = set(re.findall(r"[a-z0-9]+", (e.get("gpu_name") or "").lower()))
+    want = re.findall(r"[a-z0-9]+", target.lower())
+    return bool(e.get("gpu_count")) and bool(want) and all(w in have for w in want)
+
+
+def lock_differences(lock: dict, report_config: dict, code: str) -> list[str]:
+    """How a trial differs from what the plan's lock fixed; empty when comparable."""
+    diff = differences(lock["config"], report_config)
+    if code != lock["code"]:
+        diff.append(f"code {lock['code']} → {code}")
+    return diff
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    a, b = _with_defaults(a), _with_defaults(b)
+    keys = sorted(set(a) | set(b))
+    return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _with_defaults(c: dict) -> dict:
+    """A built-in workload's config from before `malloc=` existed ran with
+    glibc's default: the same config as malloc=glibc today."""
+    if c.get("workload") in ("llm-infer", "llm-train") and "malloc" not in c:
+        return {**c, "malloc": "glibc"}
+    return c
+
+
+def run_seconds(report: dict) -> float:
+    """The trial's wall time minus prep and data: its run phase(s)."""
+    return max(0.0, (report.get("seconds") or 0.0) - prep_seconds(report)
+               - phase_seconds(report, "data"))
+
+
+def per_run(trials: list[dict]) -> dict:
+    """One run's time: the run phase over the requests it measured (so the
+    time between requests is counted too), with the spread of the requests'
+    latencies; for a recipe, one run phase per trial."""
+    reports = [t["report"] for t in trials]
+    names = ", ".join(t["trial"] for t in trials)
+    if all((r.get("latency") or {}).get("count") for r in reports):
+        n = [r["latency"]["count"] for r in reports]
+        m = [r["latency"]["mean"] for r in reports]
+        s = [r["latency"]["stdev"] or 0.0 for r in reports]
+        k = sum(n)
+        lat = sum(ni * mi for ni, mi in zip(n, m)) / k
+        ss = sum((ni - 1) * si ** 2 + ni * (mi - lat) ** 2 for ni, mi, si in zip(n, m, s))
+        sd = math.sqrt(ss / (k - 1)) if k > 1 else None
+        mean = sum(run_seconds(r) for r in reports) / k
+        return {"k": k, "mean": mean, "sd": sd, "unit": "request",
+                "trial_means": [run_seconds(r) / ni for r, ni in zip(reports, n)],
+                "source": f"{names}: run phase over {k} measured requests (latency mean "
+                          f"{lat:.4g} s" + (f", sd {sd:.3g} s" if sd is not None else "") + ")"}
+    samples = [run_seconds(r) for r in reports]
+    k = len(samples)
+    mean = sum(samples) / k
+    sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (k - 1)) if k > 1 else None
+    return {"k": k, "mean": mean, "sd": sd, "unit": "run phase",
+            "source": f"{names}: run phase of {k} trial(s), mean {mean:.4g} s"
+                      + (f", sd {sd:.3g} s" if sd is not None else "")}
+
+
+def failure_rate(trials: list[dict], attempts: dict[int, list[dict]]) -> dict:
+    """Failed attempts over all attempts, counting only attempts at the config
+    the trial finally measured (a halve-batch retry's OOMs at the larger batch
+    are not failures of the smaller one)."""
+    tries = []
+    for t in trials:
+        mine = attempts.get(t["id"], [])
+        final = mine[-1].get("changed") if mine else None
+        tries += [a for a in mine if a.get("changed") == final]
+    n = max(len(tries), len(trials))
+    failed = [a for a in tries if a["status"] != "ok"]
+    causes = ", ".join(sorted({a["error_class"] or "failed" for a in failed}))
+    return {"n": n, "failed": len(failed), "p": len(failed) / n, "causes": causes}
+
+
+def check_trials(trials: list[dict]) -> None:
+    """Refuse trials a block cannot rest on: missing, unfinished, failed, or
+    of different configs or environments."""
+    for t in trials:
+        if t["status"] in ("queued", "running"):
+            raise EstimateError(f"{t['trial']} is still {t['status']}; add the block when it "
+                                "has reported")
+        if t["status"] != "done" or not t.get("report") or t["report"]["status"] != "ok":
+            raise EstimateError(f"{t['trial']} failed, so it measured no successful run; "
+                                "estimate from a trial that succeeded")
+    first = trials[0]["report"]
+    for t in trials[1:]:
+        diff = differences(config(first), config(t["report"]))
+        if diff:
+            raise EstimateError(f"{trials[0]['trial']} and {t['trial']} ran different configs "
+                                f"({'; '.join(diff)}); a block is estimated from trials of one "
+                                "config")
+        if env_kind(t["report"]) != env_kind(first):
+            raise EstimateError(f"{trials[0]['trial']} ran on {env_kind(first)} and "
+                                f"{t['trial']} on {env_kind(t['report'])}; a block is estimated "
+                                "from one kind of environment")
+
+
+def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dict]],
+                   facts: dict, pays_prep: bool, usage: dict | None = None,
+                   predicted: dict | None = None) -> dict:
+    """One block's estimate. `trials` are the jobs it rests on (for a sweep block,
+    the sweep's successful trials); `predicted` is a sweep fit's prediction for
+    the block's config: {"seconds", "se", "dof", "source"}."""
+    reports = [t["report"] for t in trials]
+    names = ", ".join(t["trial"] for t in trials)
+    runs = block["runs"] * block["configs"]
+    times = (f"{block['runs']} runs × {block['configs']} configs" if block["configs"] > 1
+             else f"{block['runs']} runs")
+    if predicted:
+        x = predicted["seconds"]
+        if x <= 0:
+            raise EstimateError(f"the fit predicts {x:.3g} s per run at this config: it is "
+                                "extrapolated too far to mean anything; sweep closer to it")
+        run_source = f"{times} × {x:.4g} s {predicted['source']}"
+        half = None
+        if predicted.get("dof") and predicted.get("sd"):
+            # se² = sd²·(1 + h): the new runs' own spread plus the fit's error at this config.
+            h = max(0.0, (predicted["se"] / predicted["sd"]) ** 2 - 1)
+            half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
+                    * math.sqrt(runs + runs ** 2 * h))
+        why_no_interval = (predicted.get("no_interval")
+                           or "the fit has no residual degrees of freedom")
+    else:
+        pr = per_run(trials)
+        x = pr["mean"]
+        run_source = f"{times} × {x:.4g} s per {pr['unit']} ({pr['source']})"
+        half = None
+        means = pr.get("trial_means") or []
+        if len(means) >= 2 and pr["sd"] is not None:
+            # Trials at different times see different speeds: the mean's uncertainty
+            # comes from the spread between trials (n−1 dof), each run's from within.
+            n = len(means)
+            mm = sum(means) / n
+            between = sum((m - mm) ** 2 for m in means) / (n - 1)
+            half = t_quantile(n - 1, LEVEL) * math.sqrt(runs * pr["sd"] ** 2
+                                                         + runs ** 2 * between / n)
+        elif pr["k"] >= 2 and pr["sd"] is not None:
+            half = t_quantile(pr["k"] - 1, LEVEL) * pr["sd"] * math.sqrt(runs + runs ** 2 / pr["k"])
+        why_no_interval = ("one measurement has no spread; run the trial again (trial=T12,T13) "
+                           "or with more repeats")
+    run_s = runs * x
+
+    fr = failure_rate(trials, attempts)
+    if fr["failed"]:
+        retry_s = run_s * fr["p"] / (1 - fr["p"])
+        retry_source = (f"{fr['failed']} of {fr['n']} trial attempts failed ({fr['causes']}): "
+                        f"expected attempts per run 1/(1−{fr['p']:.2f}); a failed run is "
+                        "redone whole")
+    else:
+        retry_s = 0.0
+        retry_source = (f"0 of {fr['n']} attempts failed; so few attempts do not rule out a "
+                        f"failure rate up to {min(1.0, 3 / fr['n']):.0%} (rule of three)")
+
+    if pays_prep:
+        def mean_of(f) -> float:
+            return sum(f(r) for r in reports) / len(reports)
+        prep_s = mean_of(prep_seconds)
+        prep_source = (f"{names}: " + " + ".join(
+            f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in PREP_PHASES)
+            + f" + teardown {mean_of(teardown_seconds):.3g} s (mean), once for this block's "
+              "rental session")
+        factor = (predicted or {}).get("weights_factor")
+        if factor:  # a partial-depth trial built a fraction of the weights
+            prep_s += (factor - 1) * mean_of(lambda r: phase_seconds(r, "weights"))
+            prep_source += (f"; weights phase ×{factor:.3g} for the full depth's parameters "
+                            "(a model estimate)")
+    else:
+        prep_s = 0.0
+        prep_source = "0: same rental session as an earlier block (rental=single)"
+
+    data_each = sum(phase_seconds(r, "data") for r in reports) / len(reports)
+    data_s = data_each * block["configs"]
+    data_source = (f"{names}: data phase {data_each:.3g} s (mean)"
+                   + (f" × {block['configs']} configs" if block["configs"] > 1 else ""))
+
+    busy = prep_s + run_s + retry_s + data_s
+    handoff = block.get("handoff") if block.get("handoff") is not None else facts.get("handoff")
+    if handoff is not None:
+        idle_s, idle_source = handoff * 3600, f"declared hand-off gap {handoff:g} h"
+    elif facts.get("idle") == "measured" and usage and usage["idle"] + usage["busy"] > 0:
+        share = usage["idle"] / (usage["idle"] + usage["busy"])
+        idle_s = busy * share / (1 - share) if share < 1 else float("inf")
+        idle_source = (f"worker {usage['worker']} sat idle {share:.0%} of its measured time "
+                       f"({usage['idle'] / 3600:.2f} h idle, {usage['busy'] / 3600:.2f} h busy "
+                       f"over {usage['days']} days)")
+        if not math.isfinite(idle_s):
+            raise EstimateError(f"worker {usage['worker']} ran nothing while idle was measured; "
+                                "its idle share says nothing about a block: declare handoff=H")
+    elif facts.get("idle") == "measured":
+        idle_s, idle_source = 0.0, "no idle measured yet for the trial's worker"
+    else:
+        idle_s, idle_source = 0.0, ("not counted: `set handoff=H` (a declared gap) or "
+                                    "`set idle=measured` (the workers' measured idle share)")
+
+    gpus = block["gpus"]
+    parts = [("prep", prep_s, prep_source), ("runs", run_s, run_source),
+             ("retries", retry_s, retry_source), ("data", data_s, data_source),
+             ("idle", idle_s, idle_source)]
+    # GPU-seconds; `in_hours` turns them into the GPU-hours shown.
+    components = [{"name": n, "seconds": s * gpus, "source": src} for n, s, src in parts]
+    first = reports[0]
+    return {"kind": block["kind"], "runs": block["runs"], "configs": block["configs"],
+            "gpus": gpus, "components": components,
+            "half": half * gpus if half is not None else None,
+            "interval_note": (f"{LEVEL:.0%} prediction interval of the runs" + (
+                "" if predicted else
+                f", with the spread between {len(trials)} trials" if len(trials) > 1 else
+                f" from {trials[0]['trial']}'s consecutive repeats: slowdowns that come and go "
+                "over minutes are not in it; trials at other times (trial=T12,T13) widen it")
+                if half is not None
+                              else f"no interval: {why_no_interval}"),
+            "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
+            "config": {**config(first), **(block.get("predict") or {}),
+                       **(predicted or {}).get("config", {})},
+            "code": code_version(first), "note": block.get("note"),
+            "sweep": block.get("sweep"), "predicted": bool(predicted),
+            "partial": (predicted or {}).get("partial")}
+
+
+def total(estimates: list[dict]) -> dict:
+    """The plan's total: the sum of the blocks as shown. The interval adds the
+    blocks' half-widths (blocks may rest on the same trial, so their errors are
+    not assumed independent)."""
+    hours_ = sum((e["hours"] for e in estimates), Decimal(0))
+    widths = [e["interval"] for e in estimates]
+    if estimates and all(widths):
+        lo = sum((e["hours"] - e["interval"][0] for e in estimates), Decimal(0))
+        hi = sum((e["interval"][1] - e["hours"] for e in estimates), Decimal(0))
+        return {"hours": hours_, "interval": (max(Decimal(0), hours_ - lo), hours_ + hi)}
+    return {"hours": hours_, "interval": None}
+
+
+def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
+    """A tagged trial's measured GPU-seconds, split like an estimate. A failed
+    or cancelled trial ran no successful run: all its time is retries."""
+    r = job["report"] or {}
+    failed = sum(a["seconds"] or 0 for a in attempts if a["status"] != "ok")
+    if r.get("status") != "ok":
+        return {"prep": 0.0, "data": 0.0, "runs": 0.0, "retries": failed * gpus, "count": 0}
+    count = (r.get("latency") or {}).get("count") or 1
+    return {"prep": prep_seconds(r) * gpus, "data": phase_seconds(r, "data") * gpus,
+            "runs": run_seconds(r) * gpus, "retries": failed * gpus, "count": count}
+
+
+def _label(delta: float, more: str, fewer: str, same: str) -> str:
+    return more if delta > 0 else fewer if delta < 0 else same
+
+
+def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict]],
+                 manual: list[dict], locked: dict | None) -> dict:
+    """Estimate against actual for one block, and why they differ (GPU-seconds
+    inside; hours out)."""
+    parts = {k: 0.0 for k in ("prep", "data", "runs", "retries")}
+    idle, run_count, counted, sources = None, 0, True, []
+    config_changes, not_comparable = [], []
+    lock = (locked or {}).get(estimate["kind"])
+    for job in jobs:
+        a = actual_of_job(job, attempts.get(job["id"], []), estimate["gpus"])
+        for k in parts:
+            parts[k] += a[k]
+        run_count += a["count"]
+        sources.append(job["trial"])
+        if job.get("report"):
+            diff = differences(estimate["config"], config(job["report"]))
+            if diff:
+                config_changes.append(f"{job['trial']}: {'; '.join(diff)}")
+            if lock and lock_differences(lock, config(job["report"]),
+                                         code_version(job["report"])):
+                not_comparable.append(job["trial"])
+    for m in manual:
+        extra = m["parts"]
+        for k in ("prep", "data", "retries"):
+            parts[k] += extra.get(k, 0.0) * 3600
+        if "idle" in extra:
+            idle = (idle or 0.0) + extra["idle"] * 3600
+        parts["runs"] += (m["hours"] - sum(extra.values())) * 3600
+        if m.get("runs"):
+            run_count += m["runs"]
+        else:
+            counted = False
+        if m.get("slurm"):  # read from Slurm's accounting by a Slurm worker
+            sources.append(m["note"])  # "Slurm accounting: jobs …, Elapsed …, MaxRSS …"
+        else:
+            sources.append("manual" + (f" ({m['note']})" if m.get("note") else ""))
+    if not sources:
+        return {"kind": estimate["kind"], "actual": None}
+    est = {c["name"]: c["seconds"] for c in estimate["components"]}
+    why = []
+    d_runs = parts["runs"] - est["runs"]
+    planned = estimate["runs"] * estimate["configs"]
+    if counted and run_count:
+        count_part = (run_count - planned) * estimate["per_run"] * estimate["gpus"]
+        why.append((_label(count_part, "more runs", "fewer runs", "runs as planned"),
+                    count_part, f"{run_count} runs done, {planned} planned"))
+        why.append((_label(d_runs - count_part, "slower runs", "faster runs", "runs as fast"),
+                    d_runs - count_part,
+                    f"{parts['runs'] / run_count / estimate['gpus']:.4g} s per run measured, "
+                    f"{estimate['per_run']:.4g} s estimated"))
+    else:
+        why.append(("runs", d_runs, "run count not recorded: slower runs and more runs "
+                    "cannot be told apart (give runs=N with the actual)"))
+    waiting = parts["prep"] + parts["data"] - est["prep"] - est["data"]
+    what = "prep + data"
+    if idle is not None:
+        waiting += idle - est["idle"]
+        what += " + idle"
+    else:
+        what += "; idle not measured in the actuals (give idle=H with `/plan NAME actual`)"
+    why.append((_label(waiting, "longer prep or waiting", "shorter prep or waiting",
+                       "prep and waiting as estimated"), waiting, what))
+    d_retry = parts["retries"] - est["retries"]
+    why.append((_label(d_retry, "more retries", "fewer retries", "retries as estimated"),
+                d_retry, "failed attempts' and cancelled trials' time"))
+    actual = sum(parts.values()) + (idle or 0.0)
+    estimated = sum(est.values()) - (0.0 if idle is not None else est["idle"])
+    return {"kind": estimate["kind"], "estimate": estimated / 3600, "actual": actual / 3600,
+            "why": [(name, v / 3600, note) for name, v, note in why], "sources": sources,
+            "runs_done": run_count, "config_changes": config_changes,
+            "not_comparable": not_comparable, "idle_compared": idle is not None,
+            "places": estimate["places"]}
+
+
+MEMORY_METHODS = (("peak_allocated", "torch allocator peak allocated"),
+                  ("process_used_peak", "NVML per-process used peak"),
+                  ("host_rss_peak", "host RSS peak of the child tree"))
+
+
+def memory_compare(estimate_reports: list[dict], actual_reports: list[dict]) -> list[str]:
+    """Peak memory, estimate trial against actual, only where both sides were
+    measured by the same method."""
+    out = []
+    for field, label in MEMORY_METHODS:
+        est = [r["memory"].get(field) for r in estimate_reports if r["memory"].get(field)]
+        act = [r["memory"].get(field) for r in actual_reports if r["memory"].get(field)]
+        if est and act:
+            e, a = max(est), max(act)
+            out.append(f"{label}: {e / 2**30:.3f} GiB in the estimate's trial, "
+                       f"{a / 2**30:.3f} GiB in the actual ({(a - e) / e:+.1%})")
+    return out

@@ -1,0 +1,363 @@
+"""`/plan` replies as Slack payloads, and the plan's CSV and Markdown exports.
+Pure: the same payload goes to Slack and to the console."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from decimal import Decimal
+
+from bot.render import _context, _section, chunks, reply, table_text
+from bot.plans import plancmd, planner, prices
+
+
+def error(message: str) -> dict:
+    return reply(f":x: {message}\nNothing was stored. `/plan help` lists the commands.")
+
+
+def help_text() -> dict:
+    lines = ["*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
+             "confirmed prices) and rent/buy guidance.",
+             "• `/plan new NAME` · `/plan list` · `/plan NAME show` · `/plan NAME export`",
+             "• `/plan NAME set key=value ...` fills the checklist and the planning facts",
+             "• `/plan NAME block KIND runs=N [configs=M] [gpus=G] trial=T12[,T13] "
+             "[note=\"open variable\"] [handoff=H]`, KIND one of "
+             + ", ".join(plancmd.BLOCK_KINDS),
+             "• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
+             "estimated from a sweep's fit (a depth sweep: `sweep=S12 layers=32`; it and a "
+             "partial-depth trial are marked until a full-depth trial replaces them)",
+             "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
+             "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "
+             "`/plan NAME review`",
+             "• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the actual "
+             "from Slurm's accounting, read by a Slurm worker with sacct: GPU-h = Σ Elapsed × "
+             "allocated GPUs (jobs that did not complete count as retries; no GPU allocated: "
+             "node-hours), with MaxRSS and GPU TRES usage in its note",
+             "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
+             "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
+             "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
+             "• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
+             "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel",
+             "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.CHECKLIST.items()),
+             "*Settings*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.SETTINGS.items()),
+             "A run is one repetition of the trial's measured unit: one request for llm-infer, "
+             "one run phase of a recipe's program."]
+    return reply("\n".join(lines))
+
+
+def open_items(plan: dict) -> list[str]:
+    return [k for k in plancmd.CHECKLIST if not plan["facts"].get(k)]
+
+
+def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
+    """This channel's plans; `everywhere` (an admin's list): every plan, with its channel."""
+    if not plans:
+        return reply(f"No plans{'' if everywhere else ' in this channel'} yet. Start one with "
+                     "`/plan new NAME`.")
+    lines = [f"• *{p['name']}*" + (f" in <#{p['channel']}>" if everywhere else "")
+             + (" (locked)" if p["locked"] else "")
+             + f" — target {p['facts'].get('gpu') or 'not set'}, {len(open_items(p))} "
+               "checklist items open" for p in plans]
+    return reply(f"Plans in {'every' if everywhere else 'this'} channel:\n" + "\n".join(lines))
+
+
+def created(plan: dict) -> dict:
+    return reply(f"Plan *{plan['name']}* started. Open checklist items: "
+                 f"{', '.join(open_items(plan)) or 'none'}.\nNext: `/plan {plan['name']} set "
+                 f"gpu=H100 platform=cuda paper=...`, then `/plan {plan['name']} block baseline "
+                 "runs=N trial=T12`.")
+
+
+def facts_set(plan: dict, facts: dict) -> dict:
+    done = ", ".join(f"{k}={v}" for k, v in facts.items())
+    left = open_items(plan)
+    return reply(f"Plan *{plan['name']}*: set {done}.\nOpen checklist items: "
+                 f"{', '.join(left) if left else 'none — the checklist is complete'}.")
+
+
+def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
+    out = []
+    target = plan["facts"].get("gpu")
+    for r, name in zip(reports, est["trials"]):
+        on = planner.matches_gpu(r, target)
+        if on is None:
+            out.append("no target GPU is set (`set gpu=H100`), so nobody checked that "
+                       f"{name} ran on it")
+            break
+        if not on:
+            out.append(f"{name} ran on {planner.env_kind(r)}, not the plan's target {target}: "
+                       "its times and memory are not the target's")
+        if r["params"].get("malloc") == "live" and not (r.get("env") or {}).get("gpu_count"):
+            out.append(f"{name} ran on the CPU with malloc=live: its time includes the page "
+                       "faults that pinning glibc's mmap threshold costs (35% in "
+                       "scripts/bench_depth.py's shape)")
+        changed = {k: v for k, v in (r.get("requested") or {}).items()
+                   if r["params"].get(k) != v}
+        if changed:
+            out.append(f"{name} was measured at a different config than requested ("
+                       + ", ".join(f"{k}={r['params'][k]}, requested {v}"
+                                   for k, v in changed.items()) + ")")
+    lock = (plan.get("locked") or {}).get(est["kind"])
+    diff = planner.lock_differences(lock, est["config"], est["code"]) if lock else []
+    if diff:
+        out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
+    if est.get("partial"):
+        out.append(f"PREDICTED FROM A PARTIAL-DEPTH TRIAL ({est['partial']}): a full-depth "
+                   "trial on the target replaces it — run it and re-add the block with "
+                   "trial=T..")
+    elif est.get("predicted"):
+        out.append("predicted from a sweep's fit, not measured at this config: run a trial at "
+                   "it and re-add the block to replace the prediction")
+    return out
+
+
+def _h(x: Decimal | None) -> str:
+    """Decimal GPU-hours print with the places they were rounded to."""
+    return "n/a" if x is None else f"{x:,}"
+
+
+def _plain(x: Decimal | None) -> str:
+    return "" if x is None else str(x)
+
+
+def _interval(est: dict) -> str:
+    if not est["interval"]:
+        return "no interval"
+    lo, hi = est["interval"]
+    return f"{_h(lo)}–{_h(hi)}"
+
+
+def components_text(est: dict) -> str:
+    return "\n".join(f"  {c['name']:<8} {_h(c['hours'])} GPU-h  ← {c['source']}"
+                     for c in est["components"])
+
+
+def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> dict:
+    verb = "replaced" if replaced else "added"
+    spread = (f"{_interval(est)}; {est['interval_note']}" if est["interval"]
+              else est["interval_note"])
+    text = (f"Plan *{plan['name']}*: {est['kind']} block {verb} — {_h(est['hours'])} GPU-h "
+            f"({spread}), from {', '.join(est['trials'])} on "
+            f"{est['env']}.\n```{components_text(est)}\n  total    {_h(est['hours'])} GPU-h```")
+    text += "".join(f"\n:warning: {w}" for w in warnings)
+    return reply(text)
+
+
+def cost_view(plan: dict, price_list: list[dict], today: dt.date):
+    """(rent price or None, the line that says which)."""
+    target = plan["facts"].get("gpu")
+    if not target:
+        return None, "cost unconfirmed: no target GPU set (`set gpu=H100`)"
+    rent = prices.find(price_list, target, "rent")
+    if rent is None:
+        return None, (f"cost unconfirmed: no confirmed price for {target} "
+                      f"(`/plan price {target} RATE/h source=... date=YYYY-MM-DD`)")
+    return rent, "cost at " + prices.cited(rent, today)
+
+
+def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[str]:
+    """The cost cell of each block, then of the total. Money only from a confirmed
+    rate, only for hours measured on the target GPU; the total is the sum of the
+    blocks' costs as shown, so the column adds up."""
+    rent, _ = cost_view(plan, price_list, today)
+    if rent is None:
+        return ["unconfirmed"] * (len(ests) + 1)
+    stale = " (stale)" if prices.is_stale(rent, today) else ""
+    cells, amounts = [], []
+    for _, e, trials in ests:
+        if not all(planner.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
+            cells.append(f"n/a: not measured on {plan['facts']['gpu']}")
+            continue
+        amounts.append(prices.cost(e["hours"], rent))
+        cells.append(prices.money(amounts[-1], rent["currency"]) + stale)
+    if len(amounts) < len(ests):
+        return cells + ["unconfirmed: not every block was measured on the target"]
+    return cells + [prices.money(sum(amounts, Decimal(0)), rent["currency"]) + stale]
+
+
+def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[list]:
+    cost = costs(plan, ests, price_list, today)
+    rows = [["block", "runs", "GPU-h", "90% interval", "cost"]]
+    for (_, e, _), c in zip(ests, cost):
+        runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
+        kind = e["kind"] + (" (partial depth)" if e.get("partial") else "")
+        rows.append([kind, runs, _h(e["hours"]), _interval(e), c])
+    tot = planner.total([e for _, e, _ in ests])
+    iv = (f"{_h(tot['interval'][0])}–{_h(tot['interval'][1])}" if tot["interval"]
+          else "no interval")
+    rows.append(["total", "", _h(tot["hours"]), iv, cost[-1]])
+    return rows
+
+
+def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
+    """Trials tagged with the plan (its actuals), each checked against the lock."""
+    out = []
+    for j in jobs:
+        line = f"• {j['trial']} ({j['block']}): {j['status']}"
+        lock = (plan.get("locked") or {}).get(j["block"])
+        if lock and j.get("report"):
+            diff = planner.lock_differences(lock, planner.config(j["report"]),
+                                            planner.code_version(j["report"]))
+            if diff:
+                line += " — NOT COMPARABLE with the locked plan: " + "; ".join(diff)
+        out.append(line)
+    return out
+
+
+def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
+         tagged: list[dict] | None = None) -> dict:
+    _, cost_line = cost_view(plan, price_list, today)
+    f = plan["facts"]
+    head = (f"*Plan {plan['name']}*" + (f" (locked {plan['locked']['at']})" if plan["locked"]
+                                         else "")
+            + f" — target {f.get('gpu') or 'not set'} ({f.get('platform') or 'platform not set'})"
+            + f", rental {f.get('rental', 'per-block')}")
+    if not ests:
+        body = (f"No blocks yet: `/plan {plan['name']} block baseline runs=N trial=T12`.")
+        text = f"{head}\n{body}"
+    else:
+        body = table_text(table_rows(plan, ests, price_list, today))
+        detail = "\n".join(f"{e['kind']} (from {', '.join(e['trials'])} on {e['env']}):\n"
+                           f"{components_text(e)}" for _, e, _ in ests)
+        text = f"{head}\n```{body}```\n{cost_line}\n```{detail}```"
+    notes = [f"• {e['kind']}: {e['note']}" for _, e, _ in ests if e.get("note")]
+    warn = [f"• {e['kind']}: {w}" for b, e, ts in ests
+            for w in block_warnings(plan, e, [t["report"] for t in ts])]
+    left = open_items(plan)
+    actual = tagged_lines(plan, tagged or [])
+    text += ("\n*Actual trials*:\n" + "\n".join(actual) if actual else "")
+    text += ("\n*Open checklist items*: " + (", ".join(left) if left else "none")
+             + ("\n*Open variables*:\n" + "\n".join(notes) if notes else "")
+             + ("\n*Warnings*:\n" + "\n".join(warn) if warn else ""))
+    blocks = [_section(part) for part in chunks(text)]
+    blocks.append(_context("GPU-hours = measured wall time × GPUs; each component names its "
+                           "trial and phase. Interval: runs' spread only (prep and data are "
+                           "single measurements)."))
+    return {"response_type": "in_channel", "text": text, "blocks": blocks}
+
+
+def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:
+    _, cost_line = cost_view(plan, price_list, today)
+    cost = costs(plan, ests, price_list, today)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["plan", "block", "runs", "configs", "gpus", "component", "gpu_hours",
+                "interval_low", "interval_high", "cost", "source"])
+    for (_, e, _), c in zip(ests, cost):
+        lo, hi = e["interval"] or (None, None)
+        for comp in e["components"]:
+            w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"],
+                        comp["name"], _plain(comp["hours"]), "", "", "", comp["source"]])
+        w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], "total",
+                    _plain(e["hours"]), _plain(lo), _plain(hi), c, e["interval_note"]
+                    + (f"; predicted from a partial-depth trial ({e['partial']})"
+                       if e.get("partial") else "")])
+    tot = planner.total([e for _, e, _ in ests])
+    lo, hi = tot["interval"] or (None, None)
+    w.writerow([plan["name"], "total", "", "", "", "total", _plain(tot["hours"]),
+                _plain(lo), _plain(hi), cost[-1], cost_line])
+    return buf.getvalue()
+
+
+def markdown(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:
+    _, cost_line = cost_view(plan, price_list, today)
+    rows = table_rows(plan, ests, price_list, today)
+    lines = [f"# Plan {plan['name']}", "",
+             f"Exported {today.isoformat()}. Target {plan['facts'].get('gpu') or 'not set'}. "
+             f"{cost_line}.", "",
+             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows[1:]]
+    for _, e, _ in ests:
+        lines += ["", f"## {e['kind']}", "", f"From {', '.join(e['trials'])} on {e['env']}; "
+                  f"{e['interval_note']}.", ""]
+        lines += [f"- {c['name']}: {_h(c['hours'])} GPU-h — {c['source']}"
+                  for c in e["components"]]
+        if e.get("partial"):
+            lines.append(f"- predicted from a partial-depth trial ({e['partial']}) until a "
+                         "full-depth trial on the target replaces it")
+        if e.get("note"):
+            lines.append(f"- open variable: {e['note']}")
+    lines += ["", "## Checklist", ""]
+    lines += [f"- [{'x' if plan['facts'].get(k) else ' '}] {label}: "
+              f"{plan['facts'].get(k) or '(open)'}" for k, label in plancmd.CHECKLIST.items()]
+    return "\n".join(lines) + "\n"
+
+
+def export_file(plan: dict, channel: str, ext: str, content: str) -> dict:
+    return {"channel": channel, "kind": "export", "file": f"{plan['name']}-plan.{ext}",
+            "content": content, "text": f"Plan {plan['name']} ({ext.upper()} export)"}
+
+
+def locked(plan: dict) -> dict:
+    lock = plan["locked"]
+    lines = [f"Plan *{plan['name']}* locked on {lock['at']}: later trials of a block with a "
+             "different config or code version are marked *not comparable*, and the input "
+             f"conditions ({', '.join(plancmd.LOCKED_ITEMS)}) cannot be set until "
+             f"`/plan {plan['name']} unlock`."]
+    for kind, v in lock.items():
+        if kind != "at":
+            cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
+            lines.append(f"• {kind}: `{cfg}`, code {v['code']} (from {', '.join(v['trials'])})")
+    return reply("\n".join(lines))
+
+
+def advice(plan: dict, a: dict) -> dict:
+    if a["rule"] is None and a.get("undecided"):
+        text = (f"*Plan {plan['name']}*: rule {a['undecided']} ({a['title']}) cannot be "
+                "decided without these facts — I won't guess:\n"
+                + "\n".join(f"• {m}" for m in a["missing"]))
+    else:
+        which = f"Rule {a['rule']} fired — {a['title']}" if a["rule"] else "No rule fired"
+        text = (f"*Plan {plan['name']}*: {which}.\n{a['answer']}\nFacts: "
+                + "; ".join(a.get("facts", [])))
+        for other in a.get("also", []):
+            text += f"\nAlso rule {other['rule']} ({other['title']}): {other['answer']}"
+        if a.get("missing"):
+            text += "\nStill missing: " + "; ".join(a["missing"])
+    return reply(text)
+
+
+def review(plan: dict, rows: list[dict]) -> dict:
+    lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
+    for r in rows:
+        if r.get("actual") is None:
+            lines.append(f"• {r['kind']}: no actual yet (tag trials with `plan={plan['name']} "
+                         f"block={r['kind']}`, or `/plan {plan['name']} actual {r['kind']} "
+                         "hours=H` or `slurm=JOBID`)")
+            continue
+        n = r["places"]
+        diff = r["actual"] - r["estimate"]
+        rel = f" ({diff / r['estimate']:+.0%})" if r["estimate"] else ""
+        idle = "" if r["idle_compared"] else " (idle left out on both sides)"
+        lines.append(f"• *{r['kind']}*: estimated {r['estimate']:.{n}f}, actual "
+                     f"{r['actual']:.{n}f} GPU-h{rel}{idle}, from {', '.join(r['sources'])}")
+        lines += [f"    {name}: {value:+.{n}f} GPU-h ({why})" for name, value, why in r["why"]]
+        lines += [f"    config changed: {c}" for c in r["config_changes"]]
+        if r["not_comparable"]:
+            lines.append(f"    NOT COMPARABLE with the locked plan: {', '.join(r['not_comparable'])}")
+        lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]
+    return reply("\n".join(lines))
+
+
+def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str]) -> dict:
+    """The ephemeral answer to `actual KIND slurm=...`: asked, and where the result goes."""
+    who = (f"a Slurm worker ({', '.join(online)} online)" if online else
+           f"a Slurm worker; none is online now (registered: {', '.join(registered)}), so "
+           "it waits for one")
+    return reply(f"Asked {who} for Slurm's accounting of job {', '.join(req['jobs'])} "
+                 f"(request A{req['id']}). The actual for *{plan['name']}* {req['block']} is "
+                 f"recorded and posted in <#{plan['channel']}> when sacct has answered; "
+                 "nothing is recorded for a job that is unknown or still running.")
+
+
+def price_recorded(price: dict, today: dt.date) -> dict:
+    return reply(f"Recorded: {prices.cited(price, today)}. Plans use it where every price they "
+                 "need is confirmed.")
+
+
+def price_list(price_list_: list[dict], today: dt.date) -> dict:
+    if not price_list_:
+        return reply("No confirmed prices. trialbot has no built-in price list: record one with "
+                     "`/plan price H100 RATE/h source=URL date=YYYY-MM-DD`.")
+    return reply("Confirmed prices (latest per item):\n"
+                 + "\n".join(f"• {prices.cited(p, today)}" for p in price_list_))

@@ -1,0 +1,44 @@
+"""The Bolt app: Slack's half of `trialbot serve`."""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from slack_bolt import App
+from slack_sdk import WebClient
+
+from bot.slack import slackgroups, slackchannels, listeners
+
+log = logging.getLogger("trialbot.slack")
+LISTENER_THREADS = 64
+
+
+def web_client(bot_token: str, api_url: str | None) -> WebClient:
+    if api_url:
+        return WebClient(token=bot_token, base_url=api_url.rstrip("/") + "/")
+    return WebClient(token=bot_token)
+
+
+def build_app(queue, client: WebClient, signing_secret: str | None) -> App:
+    # Token verification calls auth.test at start-up; skipped so a Slack outage
+    # never stops the bot from starting (messages wait in the outbox instead).
+    # Bolt runs listeners on a pool of 5 threads by default; a burst of slash
+    # commands then queues behind it. Listeners here only touch SQLite, so more
+    # threads cost little (scripts/bench_trial_loop.py measures the burst).
+    app = App(client=client, signing_secret=signing_secret or None,
+              token_verification_enabled=False,
+              # Run each listener in the request's own thread and answer when it
+              # returns: ours only touch SQLite, and Bolt's other runner polls for
+              # the ack in 10 ms sleeps (scripts/bench_load.py measures both).
+              process_before_response=True,
+              request_verification_enabled=bool(signing_secret),
+              listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS))
+    queue.members = slackgroups.Members(client)  # user groups in the access policy
+    queue.channels = slackchannels.ChannelCheck(client)  # is the bot in the channel?
+    listeners.register(app, queue)
+
+    @app.error
+    def on_error(error, body):
+        log.error("listener failed: %s (request type %s)", error, body.get("type"))
+
+    return app

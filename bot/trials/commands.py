@@ -1,0 +1,212 @@
+"""Parsing of `/trial` text into a command. Pure: no Slack, no SQL, no clock."""
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from worker import spec as specs
+from bot.trials import ladder, ab
+from bot.fits import gpus
+
+USAGE = specs.general_usage()
+SWEEP_USAGE = ("/trial sweep llm-infer batch=1,2,4,8 prompt=512  |  "
+               "/trial sweep llm-infer preset=llama-3-8b layers=1,2,4  |  "
+               "/trial sweep recipe NAME batch=1,2,4")
+FIT_USAGE = "/trial fit S12 [batch=32] [prompt=2048] [gen=64] [layers=32] [gpu=H100]"
+MAX_SWEEP = 16  # trials in one sweep
+# What a sweep may vary: the fit models batch and length (DESIGN.md §3 "Scaling").
+LLM_SWEEPABLE = ("batch", "prompt", "gen", "layers")  # layers: a depth sweep, alone
+NOT_SWEEPABLE = ("timeout", "attempts")
+LIST_FILTERS = ("mine", "running", "failed")  # how a trial is run, not what it measures
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # help status list run sweep fit ladder ab cancel workers
+    job_id: int | None = None
+    spec: specs.TrialSpec | None = None
+    specs: tuple = ()           # sweep: one TrialSpec per config
+    words: tuple = ()           # sweep: the words of each config
+    sweep_id: int | None = None  # fit
+    params: dict = field(default_factory=dict)  # fit: the config to predict
+    gpu: gpus.Gpu | None = None  # fit: the GPU to answer "largest batch" for
+    budget: int | None = None    # ladder: the memory budget in bytes
+    which: str | None = None     # list: mine | running | failed (None: all recent)
+
+
+def split(text: str) -> list[str]:
+    try:
+        return shlex.split(text or "")
+    except ValueError as exc:  # an unclosed quote
+        raise specs.SpecError(text, f"could not read `{text}`: {exc}", USAGE) from None
+
+
+def parse_trial(text: str, recipes: dict | None = None) -> Command:
+    words = split(text)
+    if not words or words[0] == "help":
+        return Command("help")
+    head, rest = words[0], words[1:]
+    if head == "status":
+        if len(rest) != 1:
+            raise specs.SpecError(" ".join(words), "`/trial status` takes one trial id, "
+                                  "e.g. `/trial status T12`", USAGE)
+        return Command("status", job_id=parse_trial_id(rest[0]))
+    if head == "cancel":
+        if len(rest) != 1:
+            raise specs.SpecError(" ".join(words), "`/trial cancel` takes one trial id, "
+                                  "e.g. `/trial cancel T12`", USAGE)
+        return Command("cancel", job_id=parse_trial_id(rest[0]))
+    if head == "workers":
+        if rest:
+            raise specs.SpecError(rest[0], f"`{rest[0]}`: `/trial workers` takes no arguments",
+                                  USAGE)
+        return Command("workers")
+    if head == "list":
+        if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
+            raise specs.SpecError(" ".join(rest), f"`{' '.join(rest)}`: `/trial list` takes "
+                                  f"one of {', '.join(LIST_FILTERS)} or nothing", USAGE)
+        return Command("list", which=rest[0] if rest else None)
+    if head == "sweep":
+        return parse_sweep(rest, recipes)
+    if head == "ab":
+        pair, lines, _ = ab.parse(rest)
+        return Command("ab", specs=tuple(pair), words=tuple(lines))
+    if head == "ladder":
+        steps, budget = ladder.parse(rest)
+        return Command("ladder", specs=tuple(s for _, s, _ in steps),
+                       words=tuple(w for _, _, w in steps), budget=budget)
+    if head == "fit":
+        return parse_fit(rest)
+    return Command("run", spec=specs.parse(words, recipes))
+
+
+def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
+    """`llm-infer batch=1,2,4 prompt=512` → one spec per config of the cartesian
+    product of the comma lists, each parsed exactly as a single trial."""
+    if not words or (words[0] == "recipe" and len(words) < 2):
+        raise specs.SpecError(" ".join(words), "Name what to sweep, e.g. "
+                              "`/trial sweep llm-infer batch=1,2,4 prompt=512`", SWEEP_USAGE)
+    n_head = 2 if words[0] == "recipe" else 1
+    head, rest = words[:n_head], words[n_head:]
+    workload = ((recipes or {}).get(words[1]) if words[0] == "recipe"
+                else specs.WORKLOADS.get(words[0]))
+    if workload is None:
+        specs.parse(head, recipes)  # raises the single trial's error (unknown workload/recipe)
+    usage = SWEEP_USAGE
+    lists: dict[str, list[int]] = {}
+    for word in rest:
+        key, eq, raw = word.partition("=")
+        if not eq or "," not in raw:
+            continue  # a single value: the single-trial parse below judges it
+        param = workload.param(key)
+        if param is None:
+            raise specs.SpecError(word, f"`{word}`: {workload.name} has no parameter `{key}`; "
+                                  f"it takes {', '.join(p.name for p in workload.params)}", usage)
+        if param.kind != "int":
+            raise specs.SpecError(word, f"`{word}`: only whole-number parameters take a list "
+                                  f"in a sweep; {key} is a {param.kind}", usage)
+        if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
+            allowed = ("batch, prompt, gen or layers" if not workload.recipe else
+                       "batch and one length-like parameter")
+            raise specs.SpecError(word, f"`{word}`: a sweep varies {allowed} — the fits "
+                                  f"model batch, length and depth only; give {key} one value",
+                                  usage)
+        if key in lists:
+            raise specs.SpecError(word, f"`{word}`: {key} is given twice", usage)
+        values = []
+        for item in raw.split(","):
+            if not item:
+                raise specs.SpecError(word, f"`{word}`: an empty item in the list; write "
+                                      f"values separated by commas, e.g. {key}=1,2,4", usage)
+            try:
+                value = param.parse(item, usage)
+            except specs.SpecError as exc:
+                raise specs.SpecError(word, f"`{word}`: in the list, {exc.message}",
+                                      usage) from None
+            if value in values:
+                raise specs.SpecError(word, f"`{word}`: {value} is listed twice; give each "
+                                      "value once", usage)
+            values.append(value)
+        lists[key] = values
+    if not lists:
+        raise specs.SpecError(" ".join(words), "a sweep needs at least 2 configs: give a "
+                              "parameter a comma list, e.g. `batch=1,2,4`", usage)
+    depth = "layers" in lists and not workload.recipe
+    if depth and workload.name != "llm-infer":
+        raise specs.SpecError(" ".join(words), f"`layers=` as a list is a depth sweep, which "
+                              f"llm-infer runs (its fit is of inference memory and time); "
+                              f"give {workload.name} one layers value", usage)
+    if depth and len(lists) > 1:
+        raise specs.SpecError(" ".join(f"{k}=..." for k in lists), "a depth sweep varies "
+                              "layers alone (the fit is fixed + per-layer × layers); give "
+                              f"{', '.join(k for k in lists if k != 'layers')} one value, or "
+                              "run a separate batch sweep", usage)
+    if depth and not any(w.startswith("malloc=") and w != "malloc=auto" for w in rest):
+        # Host RSS that extrapolates by layer (worker/spec.py, malloc).
+        rest = [w for w in rest if w != "malloc=auto"] + ["malloc=live"]
+    others = [k for k in lists if k != "batch"]
+    if workload.recipe and len(others) > 1:
+        raise specs.SpecError(" ".join(f"{k}=..." for k in others), f"a recipe sweep varies "
+                              f"`batch` and at most one other (length-like) parameter; this "
+                              f"one lists {', '.join(others)}", usage)
+    count = 1
+    for values in lists.values():
+        count *= len(values)
+    if count > MAX_SWEEP:
+        sizes = " × ".join(f"{len(v)} {k}" for k, v in lists.items())
+        raise specs.SpecError(" ".join(words), f"{sizes} = {count} trials; a sweep runs at "
+                              f"most {MAX_SWEEP}: shorten a list", usage)
+    configs, all_words = [], []
+    for combo in itertools.product(*lists.values()):
+        chosen = dict(zip(lists, combo))
+        one = head + [f"{w.partition('=')[0]}={chosen[w.partition('=')[0]]}"
+                      if w.partition("=")[0] in chosen else w for w in rest]
+        configs.append(specs.parse(one, recipes))  # refused exactly as a single trial
+        all_words.append(" ".join(one))
+    return Command("sweep", specs=tuple(configs), words=tuple(all_words))
+
+
+def parse_fit(words: list[str]) -> Command:
+    """`S12 batch=32 prompt=2048 gpu=H100`: a question to a finished sweep."""
+    if not words:
+        raise specs.SpecError("fit", "`/trial fit` takes a sweep id, e.g. "
+                              "`/trial fit S12 batch=32 gpu=H100`", FIT_USAGE)
+    sweep_id = parse_sweep_id(words[0])
+    params: dict[str, int] = {}
+    gpu = None
+    for word in words[1:]:
+        key, eq, raw = word.partition("=")
+        if not eq or not key or not raw:
+            raise specs.SpecError(word, f"`{word}`: write key=value, e.g. batch=32 or gpu=H100",
+                                  FIT_USAGE)
+        if key in params or (key == "gpu" and gpu is not None):
+            raise specs.SpecError(word, f"`{word}`: {key} is given twice", FIT_USAGE)
+        if key == "gpu":
+            try:
+                gpu = gpus.lookup(raw)
+            except ValueError as exc:
+                raise specs.SpecError(word, f"`{word}`: {exc}", FIT_USAGE) from None
+            continue
+        if not re.fullmatch(r"\d{1,9}", raw) or int(raw) < 1:
+            raise specs.SpecError(word, f"`{word}`: {key} must be a whole number ≥ 1 (a fit "
+                                  "answers one config at a time)", FIT_USAGE)
+        params[key] = int(raw)
+    return Command("fit", sweep_id=sweep_id, params=params, gpu=gpu)
+
+
+def parse_sweep_id(word: str) -> int:
+    m = re.fullmatch(r"[Ss]?(\d{1,12})", word)
+    if not m:
+        raise specs.SpecError(word, f"`{word}` is not a sweep id; sweep ids look like S12 "
+                              "(the reply to `/trial sweep` names it)", FIT_USAGE)
+    return int(m.group(1))
+
+
+def parse_trial_id(word: str) -> int:
+    m = re.fullmatch(r"[Tt]?(\d{1,12})", word)
+    if not m:
+        raise specs.SpecError(word, f"`{word}` is not a trial id; trial ids look like T12",
+                              USAGE)
+    return int(m.group(1))

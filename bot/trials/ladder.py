@@ -1,0 +1,251 @@
+"""The optimization ladder (DESIGN §5): precision → activation checkpointing →
+ZeRO-1, each step on top of the previous, measured as trials and judged by the
+loss after the same steps from the same seed. Pure: specs in, table and
+recommendation out."""
+from __future__ import annotations
+
+from worker import spec as specs
+from worker.summary import gib
+from bot.fits import scaling, gpus
+
+STEPS = ("baseline", "precision", "checkpointing", "zero-1")
+ADAM_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per parameter
+QUALITY_TOLERANCE = 0.01  # relative to the fp32 baseline's final loss
+REFERENCES = {
+    "precision": "NVIDIA AMP: mixed precision up to 3× faster on Tensor Core GPUs",
+    "checkpointing": "full-layer recomputation ≈30% more compute per layer (Megatron Bridge "
+                     "docs); selective recomputation: 70% less activation memory for 2.7% more "
+                     "FLOPs (GPT-3, via HF Accelerate's Megatron-LM guide)",
+    "zero-1": "ZeRO-1 divides optimizer-state memory by the data-parallel degree "
+              "(Adam in mixed precision: 12 bytes/param, 1.5B params → 18 GB → 2.25 GB on 8 ranks)",
+}
+USAGE = "/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] [budget=24GB]"
+
+
+def size(raw: str) -> int:
+    value = gpus.parse_size(raw)
+    if not value:
+        raise specs.SpecError(f"budget={raw}", f"`budget={raw}` is not a size; write e.g. "
+                              "budget=24GB or budget=80GiB", USAGE)
+    return value
+
+
+def parse(words: list[str]) -> tuple[list[tuple[str, specs.TrialSpec, str]], int | None]:
+    """`llm-train k=v ... [budget=24GB]` → the ladder's trials, each parsed as a
+    single trial would be, and the memory budget in bytes (or None)."""
+    if not words or words[0] != "llm-train":
+        raise specs.SpecError(" ".join(words[:1]) or "ladder", "the ladder runs the training "
+                              "workload: `/trial ladder llm-train ...`", USAGE)
+    given = dict(w.partition("=")[::2] for w in words[1:] if "=" in w)
+    budget = size(given.pop("budget")) if "budget" in given else None
+    for fixed in ("checkpointing", "zero"):
+        if fixed in given:
+            raise specs.SpecError(f"{fixed}={given[fixed]}", f"`{fixed}=`: the ladder sets it "
+                                  "itself, one step at a time; leave it out", USAGE)
+    precision = given.pop("precision", "bf16")
+    if precision == "fp32":
+        raise specs.SpecError("precision=fp32", "`precision=fp32`: the ladder's first step "
+                              "lowers precision from the fp32 baseline; give bf16 or fp16", USAGE)
+    world = given.pop("world", "2")
+    rest = [f"{k}={v}" for k, v in given.items()]
+    for w in words[1:]:
+        if "=" not in w:
+            raise specs.SpecError(w, f"`{w}`: parameters are written key=value", USAGE)
+    steps = [("baseline", ["precision=fp32", "checkpointing=none", "zero=0", "world=1"]),
+             ("precision", [f"precision={precision}", "checkpointing=none", "zero=0", "world=1"]),
+             ("checkpointing", [f"precision={precision}", "checkpointing=full", "zero=0",
+                                "world=1"]),
+             ("zero-1", [f"precision={precision}", "checkpointing=full", "zero=1",
+                         f"world={world}"])]
+    out = []
+    for name, extra in steps:
+        one = ["llm-train", *rest, *extra]
+        out.append((name, specs.parse(one), " ".join(one)))
+    return out, budget
+
+
+def peak(report: dict) -> tuple[int | None, str, int]:
+    """The step's peak memory per rank (the largest rank), how it was measured,
+    and the part of it that is the runtime's own (host RSS before the model)."""
+    ranks = (report.get("training") or {}).get("ranks") or []
+    allocated = [r["peak_allocated"] for r in ranks if r.get("peak_allocated")]
+    if allocated:
+        return max(allocated), "torch allocator peak allocated, largest rank", 0
+    rss = [r for r in ranks if r.get("host_rss_peak")]
+    if rss:
+        top = max(rss, key=lambda r: r["host_rss_peak"])
+        return (top["host_rss_peak"], "host max RSS (getrusage), largest rank",
+                top.get("host_rss_start") or 0)
+    return None, "not measured", 0
+
+
+def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
+    base = reports[0] if reports and reports[0] and reports[0]["status"] == "ok" else None
+    base_loss = base["training"]["loss_final"] if base else None
+    out, prev = [], None
+    for name, r in zip(names, reports):
+        if not r or r["status"] != "ok":
+            err = (r or {}).get("error") or {}
+            out.append({"step": name, "ok": False,
+                        "why": f"{err.get('class', 'not run')}: "
+                               f"{(err.get('message') or '').strip().splitlines()[-1:] or ''}"})
+            continue
+        mem, method, runtime = peak(r)
+        t = r["training"]
+        row = {"step": name, "ok": True, "trial": r.get("trial"), "memory": mem,
+               "method": method, "seconds": r["latency"]["mean"], "loss": t["loss_final"],
+               "steps": t["steps"], "world": t["world"], "params": r["params"],
+               "runtime": runtime}
+        if base_loss is not None:
+            row["quality"] = (t["loss_final"] - base_loss) / base_loss
+            row["quality_ok"] = abs(row["quality"]) <= QUALITY_TOLERANCE
+        for ref, key in ((prev, "prev"), (base, "base")):
+            if ref is not None and ref is not r:
+                ref_mem, ref_method, _ = peak(ref)
+                row[f"dmem_{key}"] = (mem - ref_mem) / ref_mem if (
+                    mem and ref_mem and ref_method == method) else None
+                row[f"dtime_{key}"] = row["seconds"] / ref["latency"]["mean"] - 1
+        if name == "zero-1":
+            row["zero"] = [(x["rank"], x["optimizer_state_bytes"]) for x in t["ranks"]]
+            row["zero_theory"] = t["optimizer_state_theory_per_rank"]
+        out.append(row)
+        prev = r
+    return out
+
+
+def recommend(table: list[dict], budget: int | None) -> list[str]:
+    """Adopt a step when it saves what it claims and quality holds; go on while
+    the run still exceeds the budget; when nothing fits, say what to change."""
+    lines, adopted = [], []
+    current = table[0] if table and table[0]["ok"] else None
+    if current is None:
+        return ["The baseline did not run, so no step can be judged; fix it first."]
+    if budget is not None and current["memory"] and current["memory"] <= budget:
+        return [f"The baseline already fits the budget ({gib(current['memory'])} ≤ "
+                f"{gib(budget)}): adopt nothing for memory's sake."]
+    for row in table[1:]:
+        if not row["ok"]:
+            lines.append(f"{row['step']}: did not run ({row['why']}); not adopted.")
+            continue
+        if not row.get("quality_ok", False):
+            lines.append(f"{row['step']}: quality broke (loss {row['quality']:+.2%} against "
+                         f"the fp32 baseline, tolerance ±{QUALITY_TOLERANCE:.0%}): not adopted, "
+                         "whatever it saves.")
+            continue
+        saves = row.get("dmem_prev") is not None and row["dmem_prev"] < 0
+        faster = row.get("dtime_prev") is not None and row["dtime_prev"] < 0
+        if saves or faster:
+            adopted.append(row["step"])
+            current = row
+            cost = (f", at {row['dtime_prev']:+.0%} step time"
+                    if row.get("dtime_prev") and not faster else "")
+            lines.append(f"{row['step']}: adopt — "
+                         + ", ".join(x for x in (
+                             f"{-row['dmem_prev']:.0%} less memory" if saves else "",
+                             f"{-row['dtime_prev']:.0%} faster" if faster else "") if x)
+                         + cost + ", quality held.")
+        else:
+            lines.append(f"{row['step']}: saved neither memory nor time here; not adopted.")
+        if budget is not None and current["memory"] and current["memory"] <= budget:
+            lines.append(f"Fits the budget after {', '.join(adopted)}: {gib(current['memory'])} "
+                         f"≤ {gib(budget)}. Stop here.")
+            return lines
+    if budget is not None and current["memory"]:
+        lines.append(f"Nothing fits {gib(budget)}: the best is {gib(current['memory'])} "
+                     f"({gib(current['memory'] - budget)} over). Redefine the goal:")
+        lines.extend(redefine(current, budget, per_sequence(table)))
+    return lines
+
+
+def fixed_bytes(p: dict, world: int) -> tuple[int, int]:
+    """Bytes that do not grow with batch or sequence, by arithmetic: fp32 weights
+    (4 B/param), fp32 gradients (4) and AdamW's two moments (8, ÷ world under
+    ZeRO-1). Returns (all of them, one transformer layer's share)."""
+    counts = scaling.weight_params(p)
+    per_param = 8 + ADAM_BYTES / (world if p.get("zero") else 1)
+    return int(counts["total"] * per_param), int(counts["per_layer"] * per_param)
+
+
+def per_sequence(table: list[dict]) -> int | None:
+    """Activation bytes per sequence on a rank, measured: the checkpointing step
+    (world 1, the whole batch) less the ZeRO-1 step (batch/world per rank), less
+    the optimizer states ZeRO-1 moved off the rank by arithmetic. The runtime's
+    share cancels; what the ranks add (DDP, gloo) makes it smaller, so a batch
+    predicted from it errs toward fitting less. None without both steps."""
+    ok = {r["step"]: r for r in table if r["ok"]}
+    a, z = ok.get("checkpointing"), ok.get("zero-1")
+    if not (a and z and a["memory"] and z["memory"] and a["method"] == z["method"]):
+        return None
+    world, batch = z["world"], z["params"]["batch"]
+    moved = ADAM_BYTES * scaling.weight_params(z["params"])["total"] * (1 - 1 / world)
+    value = int((a["memory"] - z["memory"] - moved) / (batch - batch / world))
+    return value if value > 0 else None
+
+
+def goal(row: dict, budget: int, per_seq: int | None = None) -> dict:
+    """What would fit `budget` if the goal changed, predicted from the measured
+    peak. Activations on the rank are `per_seq` × its sequences when measured
+    (see per_sequence), else the peak less the runtime's own share (host RSS
+    before the model; none for the GPU allocator) and the fixed bytes. They are
+    taken as linear in the rank's batch and in seq. Attention that materialises
+    its scores grows faster than linearly in seq, and fewer layers keep all the
+    activations, so those answers err toward fitting less. None for a value that
+    nothing makes fit; no activations when they come out at or below zero."""
+    p, mem, runtime = row["params"], row["memory"], row.get("runtime") or 0
+    fixed, per_layer = fixed_bytes(p, row["world"])
+    share = p["batch"] // row["world"]
+    rest = per_seq * share if per_seq else mem - fixed - runtime
+    out = {"fixed": fixed, "runtime": runtime, "activations": rest, "per_seq": per_seq,
+           "bytes_per_param": fixed / scaling.weight_params(p)["total"],
+           "per_layer": per_layer, "batch": None, "seq": None, "layers": None,
+           "gpu": min((g for g in gpus.TABLE.values() if g.bytes >= mem),
+                      key=lambda g: g.bytes, default=None)}
+    over = mem - budget
+    if rest > 0 and over < rest:
+        keep = (rest - over) / rest  # the share of the activations that may stay
+        out["batch"] = int(share * keep) * row["world"] or None
+        out["seq"] = int(p["seq"] * keep) or None
+    if rest > 0:
+        layers = p["layers"] - -(-over // per_layer)  # drop whole layers until it fits
+        out["layers"] = layers if layers >= 1 else None
+    return out
+
+
+def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
+    """`goal`'s numbers as the recommendation's lines, each with its basis."""
+    p, mem, g = row["params"], row["memory"], goal(row, budget, per_seq)
+    out = []
+    if g["activations"] <= 0:
+        out.append(f"(the measured peak {gib(mem)} leaves nothing for activations once the "
+                   f"weights', gradients' and states' {gib(g['fixed'])}"
+                   f"{' and the runtime' if g['runtime'] else ''} are taken out, so no "
+                   "prediction is made from it)")
+    else:
+        basis = (f"{gib(g['per_seq'])} of activations per sequence, measured as the "
+                 "checkpointing step's peak less the ZeRO-1 step's (fewer sequences per "
+                 "rank) less the states ZeRO-1 moved off the rank" if g["per_seq"] else
+                 f"the peak {gib(mem)} less {gib(g['fixed'])} of weights, gradients and AdamW "
+                 f"states ({g['bytes_per_param']:g} B/param)"
+                 + (f" and {gib(g['runtime'])} of runtime (host RSS before the model)"
+                    if g["runtime"] else "")
+                 + f" leaves {gib(g['activations'])} taken as activations")
+        options = [f"{k}={g[k]} (now {p[k]})" for k in ("batch", "seq") if g[k]]
+        out.append(f"{' or '.join(options)} predicted to fit: {basis}, linear in batch·seq"
+                   if options else
+                   f"no smaller batch or sequence fits: {gib(mem - budget)} over is more than "
+                   f"the rank's {gib(g['activations'])} of activations ({basis})")
+        out.append(f"layers={g['layers']} (now {p['layers']}) predicted to fit: each layer "
+                   f"holds {gib(g['per_layer'])} of weights, gradients and states; activations "
+                   "kept as measured" if g["layers"] else
+                   f"fewer layers alone cannot fit: all {p['layers']} layers' weights, "
+                   f"gradients and states are {gib(g['per_layer'] * p['layers'])}, and it is "
+                   f"{gib(mem - budget)} over (their activations taken as kept)")
+    gpu = g["gpu"]
+    out.append(f"a bigger GPU: the smallest in the datasheet table above {gib(mem)} is "
+               f"{gpu.name} ({gpu.datasheet_gb:g} GB)"
+               + (" — measured as host memory on a CPU worker; a GPU's peak differs, so "
+                  "run the ladder on a GPU worker before renting" if "host" in row["method"]
+                  else "")
+               if gpu else f"no GPU in the datasheet table holds {gib(mem)} on one card")
+    return [f"  – {x}" for x in out] + ["  (predictions, not measurements: run the ladder "
+                                        "again with the change to confirm)"]

@@ -1,0 +1,100 @@
+"""Where a trial may run: `gpu=H100`, `min_mem=80GB` and `label=team=nlp` on
+`/trial`, matched against what workers registered (GPU names and memory,
+device, labels). Pure: words and worker infos in, a route and answers out."""
+from __future__ import annotations
+
+import re
+
+from bot.fits import gpus
+from bot.plans import planner
+
+KEYS = ("gpu=", "min_mem=", "label=")
+LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+
+
+class RouteError(ValueError):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
+    """Take the routing words out of `words` (they are not workload parameters):
+    the rest, and the route {gpu, min_mem, labels} (empty when none). An unknown
+    GPU name, a min_mem that is not a size or a malformed label raises."""
+    route: dict = {}
+    rest = []
+    for w in words:
+        if not w.startswith(KEYS):
+            rest.append(w)
+            continue
+        key, _, value = w.partition("=")
+        if key in route and key != "label":
+            raise RouteError(f"`{w}`: {key}= is given twice; give one")
+        if key == "gpu":
+            route["gpu"] = gpu_name(value, workers)
+        elif key == "min_mem":
+            size = gpus.parse_size(value)
+            if not size:
+                raise RouteError(f"`{w}`: min_mem is a size, e.g. `min_mem=80GB` or "
+                                 "`min_mem=40GiB`")
+            route["min_mem"] = size
+        else:
+            k, eq, v = value.partition("=")
+            if not (eq and LABEL.fullmatch(k) and LABEL.fullmatch(v)):
+                raise RouteError(f"`{w}`: a label is written `label=KEY=VALUE`, e.g. "
+                                 "`label=team=nlp` (letters, digits, `_.-`)")
+            route.setdefault("labels", {})[k] = v
+    return rest, route
+
+
+def gpu_name(name: str, workers: list[dict]) -> str:
+    """A GPU name from the datasheet table or one a worker registered."""
+    if any(planner.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
+        return name
+    try:
+        gpus.lookup(name)
+    except ValueError as exc:
+        raise RouteError(f"`gpu={name}`: {exc}") from None
+    return name
+
+
+def matches(info: dict, route: dict | None) -> bool:
+    """Whether a worker with `info` satisfies `route`."""
+    if not route:
+        return True
+    names, memory = info.get("gpus") or [], info.get("gpu_memory") or []
+    if "gpu" in route and not any(planner.matches_gpu(_env(n), route["gpu"]) for n in names):
+        return False
+    if "min_mem" in route and not (memory and max(memory) >= route["min_mem"]):
+        return False
+    labels = info.get("labels") or {}
+    return all(labels.get(k) == v for k, v in (route.get("labels") or {}).items())
+
+
+def describe(route: dict) -> str:
+    parts = [f"gpu={route['gpu']}"] if "gpu" in route else []
+    if "min_mem" in route:
+        parts.append(f"min_mem={route['min_mem'] / 2**30:.1f}GiB")
+    parts += [f"label={k}={v}" for k, v in (route.get("labels") or {}).items()]
+    return " ".join(parts)
+
+
+def worker_line(w: dict) -> str:
+    """A worker and what it has, for answers that list them."""
+    info = w["info"]
+    names, memory = info.get("gpus") or [], info.get("gpu_memory") or []
+    hw = (", ".join(f"{n} ({m / 2**30:.0f} GiB)" if m else n
+                    for n, m in zip(names, memory or [None] * len(names)))
+          or f"no GPU, {info.get('cpus', '?')} CPU cores")
+    labels = " ".join(f"{k}={v}" for k, v in sorted((info.get("labels") or {}).items()))
+    return (f"{w['name']}: {info.get('device') or ('cuda' if names else 'cpu')}, {hw}"
+            + (f", labels {labels}" if labels else ""))
+
+
+def _gpus(w: dict) -> list[str]:
+    return w["info"].get("gpus") or []
+
+
+def _env(gpu: str) -> dict:
+    return {"env": {"gpu_count": 1, "gpu_name": gpu}}

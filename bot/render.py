@@ -2,7 +2,7 @@
 Pure: the same payload goes to Slack, to the console, and to `--json`."""
 from __future__ import annotations
 
-from bot.store import ENDED
+from bot.trials.job import ENDED
 from worker import spec as specs
 from worker import summary
 from worker.summary import secs

@@ -16,7 +16,7 @@ import time
 from bot import access
 from bot.delivery.outbox import ConsoleTransport
 from bot.app.runtime import Runtime
-from bot.store import ENDED
+from bot.trials.job import ENDED
 from bot.trials import trial_command
 from bot.plans import plan_command
 

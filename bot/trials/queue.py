@@ -10,7 +10,8 @@ import threading
 import time
 
 from bot import access, render
-from bot.store import ENDED, Store
+from bot.store import Store
+from bot.trials.job import ENDED
 from worker import report as reports
 from worker.spec import Workload
 from bot.trials import trialcard, routing, chart

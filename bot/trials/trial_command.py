@@ -7,7 +7,8 @@ import time
 
 from bot import render
 from bot.trials.queue import ONLINE_SECONDS, JobQueue, can_run, recipes_of
-from bot.store import ENDED, DuplicateRequest
+from bot.store import DuplicateRequest
+from bot.trials.job import ENDED
 from worker import spec as specs
 from bot.trials import commands, routing, workerlist
 from bot.fits import scaling

@@ -1,0 +1,71 @@
+"""The weekly digest: one schedule per channel, one row per channel and
+week posted, and the week's trials as the digest adds them up."""
+from __future__ import annotations
+
+import json
+import time
+
+
+class Digests:
+    def set_digest(self, schedule: dict) -> dict | None:
+        """Schedule the channel's digest; the schedule it replaced, if any."""
+        old = self.digest(schedule["channel"])
+        with self.tx():
+            self.db["digests"].upsert(dict(schedule, created=time.time()), pk="channel")
+        return old
+
+    def digest(self, channel: str) -> dict | None:
+        rows = list(self.db["digests"].rows_where("channel = ?", [channel]))
+        return rows[0] if rows else None
+
+    def digests(self) -> list[dict]:
+        return list(self.db["digests"].rows_where(order_by="channel"))
+
+    def delete_digest(self, channel: str) -> bool:
+        with self.tx():
+            cur = self.db.execute("delete from digests where channel = ?", [channel])
+        return cur.rowcount == 1
+
+    def digest_sent(self, channel: str, week: str) -> bool:
+        return self.db.execute("select 1 from digests_sent where channel = ? and week = ?",
+                               [channel, week]).fetchone() is not None
+
+    def post_digest(self, channel: str, week: str | None, messages: list[dict]) -> bool:
+        """Store the digest and the messages in its thread (the chart, the
+        replies that continue its lists) in one transaction, with the row that
+        says `week` was posted: False, storing nothing, when it was already.
+        `week` None (`digest now`) records no week."""
+        with self.tx():
+            if week is not None:
+                cur = self.db.execute(
+                    "insert into digests_sent (channel, week, posted) values (?, ?, ?) "
+                    "on conflict do nothing", [channel, week, time.time()])
+                if cur.rowcount != 1:
+                    return False
+            parent = self._add_message(messages[0], None)
+            for message in messages[1:]:
+                self._add_message(dict(message, thread_of=parent), None)
+            if week is not None:
+                self.db.execute("update digests_sent set message = ? where channel = ? and "
+                                "week = ?", [parent, channel, week])
+        return True
+
+    def digest_trials(self, channel: str, start: float, end: float) -> list[dict]:
+        """The channel's trials that ended in [start, end), with the few report
+        fields a digest adds up taken out in SQL (a report is large) and their
+        attempts counted: all tries, and the seconds the failed ones cost."""
+        return [dict(r, phases=json.loads(r["phases"] or "[]")) for r in self.db.query(
+            "select j.id, j.status, j.finished, j.worker, "
+            "json_extract(j.report, '$.status') as report_status, "
+            "json_extract(j.report, '$.seconds') as seconds, "
+            "json_extract(j.report, '$.phases') as phases, "
+            "json_extract(j.report, '$.latency.count') as count, "
+            "json_extract(j.report, '$.env.gpu_count') as gpu_count, "
+            "json_extract(j.report, '$.env.gpu_name') as gpu_name, "
+            "(select count(*) from attempts a where a.job = j.id) as tries, "
+            "(select count(*) from attempts a where a.job = j.id and a.status != 'ok') "
+            "as failed_tries, "
+            "(select coalesce(sum(a.seconds), 0) from attempts a where a.job = j.id "
+            "and a.status != 'ok') as failed_seconds "
+            "from jobs j where j.channel = ? and j.finished >= ? and j.finished < ? "
+            "and j.report is not null order by j.finished", [channel, start, end])]

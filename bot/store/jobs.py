@@ -1,0 +1,290 @@
+"""Jobs (a trial request and its lease) and their attempts (every try, the
+worker's own retries and leases that expired)."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+# Every jobs column but the timeline, which only the chart reads.
+JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
+               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block, "
+               "ladder, budget, group_kind, progress, cancel, cancelled_by, response_url, redirect")
+
+
+class Jobs:
+    def add_job(self, spec: dict, words: str, user: str, channel: str) -> dict:
+        return self.add_jobs([spec], [words], user, channel)[0]
+
+    def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
+                 sweep: bool = False, tags: dict | None = None, group: str | None = None,
+                 budget: float | None = None, request: str | None = None,
+                 response_url: str | None = None) -> list[dict]:
+        """Queue several jobs in one transaction; with `sweep`, all of them carry
+        the first one's id as their sweep id; `tags` ({plan, block}) make them a
+        plan's actuals. A `request` key already used raises DuplicateRequest and
+        queues nothing; `request` is Slack's trigger_id, or a list of (key,
+        seconds it holds or None for a day). `response_url` (the command's)
+        reaches the requester if the channel refuses the trial's messages."""
+        ids = []
+        tags = tags or {}
+        keys = [(request, None)] if isinstance(request, str) else [
+            (key, within) for key, within in request or [] if key is not None]
+        with self.tx():
+            for key, within in keys:
+                self._claim(key, within)
+            if response_url:
+                self._add_response_url(response_url)
+            for spec, w in zip(specs, words):
+                cur = self.db.execute(
+                    "insert into jobs (workload, spec, words, user, channel, status, created, "
+                    "plan, block, response_url) values (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                    [spec["workload"], json.dumps(spec), w, user, channel, time.time(),
+                     tags.get("plan"), tags.get("block"), response_url])
+                ids.append(cur.lastrowid)
+            column = "sweep" if sweep else "ladder" if group else None
+            if column:  # the group's id is its first job's
+                self.db.execute(f"update jobs set {column} = ?, budget = ?, group_kind = ? "
+                                f"where id in ({','.join('?' * len(ids))})",
+                                [ids[0], budget, group, *ids])
+            for key, _ in keys:
+                self.db.execute("update requests set jobs = ? where key = ?",
+                                [json.dumps(ids), key])
+        return [self.job(i) for i in ids]
+
+    def sweep_jobs(self, sweep: int) -> list[dict]:
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            "sweep = ?", [sweep], order_by="id", select=JOB_COLUMNS)]
+
+    def ladder_jobs(self, ladder: int) -> list[dict]:
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            "ladder = ?", [ladder], order_by="id", select=JOB_COLUMNS)]
+
+    def job(self, job_id: int) -> dict | None:
+        rows = list(self.db["jobs"].rows_where("id = ?", [job_id], select=JOB_COLUMNS))
+        return _job(rows[0]) if rows else None
+
+    def report_with_timeline(self, job_id: int) -> dict:
+        """The full report, memory timeline included (for the chart)."""
+        row = self.db.execute("select report, timeline from jobs where id = ?",
+                              [job_id]).fetchone()
+        report = json.loads(row[0])
+        report["timeline"] = json.loads(row[1]) if row[1] else None
+        return report
+
+    def jobs(self, limit: int = 10, channel: str | None = None, user: str | None = None,
+             status: tuple[str, ...] = ()) -> list[dict]:
+        """Newest first; `user` and `status` narrow it (`/trial list mine|running|failed`)."""
+        clauses, args = [], []
+        for column, value in (("channel", channel), ("user", user)):
+            if value:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if status:
+            clauses.append(f"status in ({','.join('?' * len(status))})")
+            args += list(status)
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            " and ".join(clauses) or None, args or None, order_by="id desc", limit=limit,
+            select=JOB_COLUMNS)]
+
+    def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True,
+                   max_leases: int = 2, key: str | None = None) -> dict | None:
+        """Give a queued job (or one whose lease expired, fewer than `max_leases`
+        times leased) that `worker` can run: fairly across users — first the job
+        whose owner has had the fewest jobs started since it was queued, then
+        the oldest — so one user's sweep of 50 does not starve another's single
+        trial. The conditional UPDATE makes racing workers safe: only one matches."""
+        now = time.time()
+        for row in list(self.db.query(
+                "select id, status, spec, worker, started from jobs j where status = 'queued' "
+                "or (status = 'running' and lease_expires < ? and attempts < ? "
+                "and cancel is null) order by "
+                "(select count(*) from jobs r where r.user = j.user and r.started >= j.created),"
+                " id limit 50", [now, max_leases])):
+            if not can_run(json.loads(row["spec"])):
+                continue
+            lease = uuid.uuid4().hex
+            with self.tx():
+                cur = self.db.execute(
+                    "update jobs set status = 'running', worker = ?, lease = ?, "
+                    "lease_expires = ?, attempts = attempts + 1, started = ? "
+                    "where id = ? and (status = 'queued' or "
+                    "(status = 'running' and lease_expires < ? and cancel is null))",
+                    [worker, lease, now + seconds, now, row["id"], now])
+                if cur.rowcount != 1:
+                    continue  # another worker took it first: it records the lost lease
+                if row["status"] == "running":  # the previous worker went silent
+                    self._add_attempt(row["id"], row["worker"], {
+                        "status": "failed", "error_class": "killed",
+                        "message": f"lease expired: {row['worker']} sent no heartbeat "
+                                   "(worker died, or lost its network); re-queued",
+                        "seconds": now - (row["started"] or now)})
+                self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
+                                [row["id"], now, worker])
+                self._leased_under(worker, key, lease, job=row["id"])
+                return self.job(row["id"])
+        return None
+
+    def expired_jobs(self, max_leases: int) -> list[dict]:
+        """Running jobs whose lease expired after their last allowed lease, or
+        that were cancelled before their worker went silent (never re-leased)."""
+        rows = self.db["jobs"].rows_where(
+            "status = 'running' and lease_expires < ? and (attempts >= ? or cancel is not null)",
+            [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
+        return [_job(r) for r in rows]
+
+    def fail_expired(self, job: dict, report: dict, messages: list[dict]) -> bool:
+        """End a job whose last lease expired; only if it is still that lease."""
+        lost = {"status": "failed", "error_class": report["error"]["class"],
+                "message": report["error"]["message"],
+                "seconds": time.time() - (job["started"] or time.time())}
+        return self._finish(job["id"], job["worker"], job["lease"], report, messages, [lost],
+                            expired=True)
+
+    def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:
+        with self.tx():
+            cur = self.db.execute(
+                "update jobs set lease_expires = ? where id = ? and worker = ? and lease = ? "
+                "and status = 'running'", [time.time() + seconds, job_id, worker, lease])
+            if cur.rowcount == 1:  # a refused heartbeat changes nothing, not even last_seen
+                self.db.execute("update workers set last_seen = ? where name = ?",
+                                [time.time(), worker])
+        return cur.rowcount == 1
+
+    def finish_job(self, job_id: int, worker: str, lease: str, report: dict,
+                   messages: list[dict], key: str | None = None) -> bool:
+        """Store the report and its outbox messages in one transaction, only if
+        `lease` still holds the job: a late worker cannot overwrite a newer attempt.
+        The worker's request `key` is kept with it (a retry finds it answered)."""
+        tries = report.get("attempts") or [{
+            "status": report["status"], "error_class": (report.get("error") or {}).get("class"),
+            "message": (report.get("error") or {}).get("message"),
+            "seconds": report.get("seconds")}]
+        return self._finish(job_id, worker, lease, report, messages, tries, key=key)
+
+    def _finish(self, job_id, worker, lease, report, messages, tries, expired=False,
+                key=None) -> bool:
+        error = (report.get("error") or {}).get("class")
+        status = ("done" if report["status"] == "ok" else
+                  "cancelled" if error == "cancelled" else "failed")
+        now = time.time()
+        light = {k: v for k, v in report.items() if k != "timeline"}
+        timeline = json.dumps(report["timeline"]) if report.get("timeline") else None
+        with self.tx():
+            cur = self.db.execute(
+                "update jobs set status = ?, report = ?, timeline = ?, error_class = ?, "
+                "finished = ?, lease = null, lease_expires = null where id = ? and worker = ? "
+                "and lease = ? and status = 'running'"
+                + (" and lease_expires < ?" if expired else ""),
+                [status, json.dumps(light), timeline, error, now, job_id, worker, lease]
+                + ([now] if expired else []))
+            if cur.rowcount != 1:
+                return False
+            if expired:  # the worker went silent: not "seen"
+                self.db.execute("update workers set job = null where name = ?", [worker])
+            else:
+                self.db.execute("update workers set job = null, last_seen = ? where name = ?",
+                                [now, worker])
+            for attempt in tries:
+                self._add_attempt(job_id, worker, attempt)
+            for message in messages:
+                self._add_message(message, job_id)
+            if key is not None:
+                self._worker_key(worker, key, "report", lease, job=job_id)
+        return True
+
+    def _add_attempt(self, job_id: int, worker: str, a: dict) -> None:
+        n = self.db.execute("select count(*) from attempts where job = ?", [job_id]).fetchone()[0]
+        self.db.execute(
+            "insert into attempts (job, n, worker, status, error_class, message, seconds, "
+            "changed, next, recorded) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [job_id, n + 1, worker, a["status"], a.get("error_class"),
+             (a.get("message") or "")[-500:], a.get("seconds"), json.dumps(a.get("changed") or {}),
+             a.get("next"), time.time()])
+
+    def attempts(self, job_id: int) -> list[dict]:
+        return list(self.db["attempts"].rows_where("job = ?", [job_id], order_by="n"))
+
+    def attempts_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
+        """Several jobs' attempts in one query (a plan's trials)."""
+        out = {i: [] for i in job_ids}
+        for chunk in range(0, len(job_ids), 500):
+            ids = job_ids[chunk:chunk + 500]
+            for row in self.db.query(f"select * from attempts where job in "
+                                     f"({','.join('?' * len(ids))}) order by job, n", ids):
+                out[row["job"]].append(row)
+        return out
+
+    def set_started_message(self, job_id: int, message: dict) -> int:
+        """The trial's card; on a re-lease, an edit of the card it already has."""
+        with self.tx():
+            card = self.db.execute("select started_msg from jobs where id = ?",
+                                   [job_id]).fetchone()[0]
+            if card:
+                self._add_message(dict(message, update_of=card), job_id)
+                return card
+            msg_id = self._add_message(message, job_id)
+            self.db.execute("update jobs set started_msg = ? where id = ?", [msg_id, job_id])
+        return msg_id
+
+    def set_progress(self, job_id: int, lease: str, progress: dict,
+                     messages: list[dict]) -> bool:
+        """Store the worker's progress and queue its messages (the card's edit, a
+        failed try in the thread), while `lease` still holds the job."""
+        with self.tx():
+            cur = self.db.execute("update jobs set progress = ? where id = ? and lease = ? "
+                                  "and status = 'running'", [json.dumps(progress), job_id, lease])
+            if cur.rowcount != 1:
+                return False
+            cancelled = self.db.execute("select cancel from jobs where id = ?",
+                                        [job_id]).fetchone()[0]
+            for message in messages:
+                if cancelled and message.get("update_of"):
+                    continue  # a cancel landed since the card was drawn: its card stays
+                self._add_message(message, job_id)
+        return True
+
+    def cancel_queued(self, job_id: int, user: str, report: dict, messages: list[dict]) -> bool:
+        """Cancel a job no worker has leased yet; False if one has."""
+        with self.tx():
+            cur = self.db.execute(
+                "update jobs set status = 'cancelled', cancel = ?, cancelled_by = ?, "
+                "finished = ?, report = ?, error_class = 'cancelled' where id = ? and "
+                "status = 'queued'", [time.time(), user, time.time(), json.dumps(report), job_id])
+            if cur.rowcount != 1:
+                return False
+            for message in messages:
+                self._add_message(message, job_id)
+        return True
+
+    def request_cancel(self, job_id: int, user: str, card: dict | None) -> bool:
+        """Mark a running job to be cancelled (the next heartbeat tells its worker);
+        `card` is the card's edit, None while the job has no card yet."""
+        with self.tx():
+            cur = self.db.execute("update jobs set cancel = ?, cancelled_by = ? where id = ? "
+                                  "and status = 'running' and cancel is null",
+                                  [time.time(), user, job_id])
+            if cur.rowcount != 1:
+                return False
+            if card:
+                self._add_message(card, job_id)
+        return True
+
+    def tag_job(self, job_id: int, plan: str, block: str) -> None:
+        with self.tx():
+            self.db.execute("update jobs set plan = ?, block = ? where id = ?",
+                            [plan, block, job_id])
+
+    def plan_jobs(self, plan: str) -> list[dict]:
+        """Jobs tagged with the plan: the experiment's actual runs."""
+        return [_job(r) for r in self.db["jobs"].rows_where(
+            "plan = ?", [plan], order_by="id", select=JOB_COLUMNS)]
+
+
+def _job(row: dict) -> dict:
+    row = dict(row)
+    row["spec"] = json.loads(row["spec"])
+    row["report"] = json.loads(row["report"]) if row.get("report") else None
+    row["progress"] = json.loads(row["progress"]) if row.get("progress") else None
+    row["trial"] = f"T{row['id']}"
+    return row

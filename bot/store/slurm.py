@@ -1,0 +1,90 @@
+"""Slurm accounting requests for plan actuals: stored, leased to a Slurm
+worker that runs sacct (the bot is not on the cluster), and answered."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+
+class SlurmActuals:
+    def add_slurm_actual(self, row: dict, request: str | None = None) -> dict:
+        """Queue a request; a `request` key seen before (Slack retried) raises
+        DuplicateRequest with the id it queued, and queues nothing."""
+        with self.tx():
+            self._claim(request)
+            cur = self.db.execute(
+                "insert into slurm_actuals (plan, block, jobs, runs, note, user, channel, "
+                "created) values (?, ?, ?, ?, ?, ?, ?, ?)",
+                [row["plan"], row["block"], json.dumps(row["jobs"]), row.get("runs"),
+                 row.get("note"), row["user"], row["channel"], time.time()])
+            if request is not None:
+                self.db.execute("update requests set jobs = ? where key = ?",
+                                [json.dumps([cur.lastrowid]), request])
+        return self.slurm_actual(cur.lastrowid)
+
+    def slurm_actual(self, req_id: int) -> dict | None:
+        rows = list(self.db["slurm_actuals"].rows_where("id = ?", [req_id]))
+        if not rows:
+            return None
+        row = rows[0]
+        return dict(row, jobs=json.loads(row["jobs"]),
+                    result=json.loads(row["result"]) if row["result"] else None)
+
+    def lease_slurm_actual(self, worker: str, seconds: float, max_leases: int,
+                           key: str | None = None) -> dict | None:
+        """The oldest queued request, or one whose lease expired fewer than
+        `max_leases` times; the conditional UPDATE lets one racing worker win."""
+        now = time.time()
+        for (req_id,) in self.db.execute(
+                "select id from slurm_actuals where status = 'queued' or (status = 'running' "
+                "and lease_expires < ? and attempts < ?) order by id limit 20",
+                [now, max_leases]).fetchall():
+            lease = uuid.uuid4().hex
+            with self.tx():
+                cur = self.db.execute(
+                    "update slurm_actuals set status = 'running', worker = ?, lease = ?, "
+                    "lease_expires = ?, attempts = attempts + 1 where id = ? and "
+                    "(status = 'queued' or (status = 'running' and lease_expires < ?))",
+                    [worker, lease, now + seconds, req_id, now])
+                if cur.rowcount != 1:
+                    continue
+                self.db.execute("update workers set last_seen = ? where name = ?", [now, worker])
+                self._leased_under(worker, key, lease, request=req_id)
+            return self.slurm_actual(req_id)
+        return None
+
+    def expired_slurm_actuals(self, max_leases: int) -> list[dict]:
+        """Requests whose last allowed lease expired: their workers went silent."""
+        return [self.slurm_actual(r[0]) for r in self.db.execute(
+            "select id from slurm_actuals where status = 'running' and lease_expires < ? and "
+            "attempts >= ? order by id", [time.time(), max_leases]).fetchall()]
+
+    def finish_slurm_actual(self, req: dict, status: str, result: dict, text: str,
+                            actual: dict | None, messages: list[dict],
+                            expired: bool = False, key: str | None = None) -> bool:
+        """End a request held by `req`'s worker and lease: the actual (if any),
+        the request's outcome, the channel's message and the worker's request
+        `key` in one transaction, so a crash records all of it or none. False
+        when the lease is no longer theirs (or, with `expired`, when it has not
+        expired)."""
+        now = time.time()
+        with self.tx():
+            cur = self.db.execute(
+                "update slurm_actuals set status = ?, result = ?, message = ?, finished = ?, "
+                "lease = null, lease_expires = null where id = ? and worker = ? and lease = ? "
+                "and status = 'running'" + (" and lease_expires < ?" if expired else ""),
+                [status, json.dumps(result), text, now, req["id"], req["worker"], req["lease"]]
+                + ([now] if expired else []))
+            if cur.rowcount != 1:
+                return False
+            if actual is not None:
+                actual_id = self.db["actuals"].insert(dict(
+                    actual, parts=json.dumps(actual.get("parts") or {}), recorded=now)).last_pk
+                self.db.execute("update slurm_actuals set actual = ? where id = ?",
+                                [actual_id, req["id"]])
+            for message in messages:
+                self._add_message(message, None)
+            if key is not None:
+                self._worker_key(req["worker"], key, "result", req["lease"], request=req["id"])
+        return True

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 
-from bot import render
 from bot.trials import ladder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +43,7 @@ def main() -> int:
         jobs.append({"id": i, "trial": f"T{i}", "channel": "bench"})
         print(f"{name}: {line} -> {report['status'] if report else 'no report'}", flush=True)
     print(f"whole ladder: {time.monotonic() - t0:.0f} s\n")
-    print(render.ladder_table(jobs, reports, budget)["text"])
+    print(ladder.message(jobs, reports, budget)["text"])
     rows = ladder.rows(list(ladder.STEPS), reports)
     table = {r["step"]: r for r in rows if r["ok"]}
     ok = True

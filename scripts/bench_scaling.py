@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 from bot.fits import scaling
+from bot.fits.sweep import fit_sweep, predict_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -68,7 +69,7 @@ def bench(label: str, model: str, batches: list[int], factor: int, timeout: floa
         r["trial"] = f"b{b}"
         small.append(r)
     target = trial([f"batch={big}", *model.split(), *MEASURE.split()], timeout)
-    fit = scaling.fit_sweep(small)
+    fit = fit_sweep(small)
     if fit["error"] or target["status"] != "ok":
         print(f"   FAIL: {fit['error'] or 'the batch-' + str(big) + ' trial failed'}")
         return False
@@ -98,7 +99,7 @@ def bench(label: str, model: str, batches: list[int], factor: int, timeout: floa
             print(f"   {'':18} (a check on the sampled peak: the kernel's max RSS of the "
                   f"batch-{big} child is {mib(kernel).strip()})")
     if fit["time"] and target.get("latency"):
-        value, se, dof = scaling.predict_seconds(fit, {"batch": big})
+        value, se, dof = predict_seconds(fit, {"batch": big})
         measured = target["latency"]["mean"]
         print(f"   {'latency mean':18} batch {big}: predicted {value * 1e3:.1f} ms, measured "
               f"{measured * 1e3:.1f} ms: error {value / measured - 1:+.1%} (no target: CPU "

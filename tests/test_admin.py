@@ -98,7 +98,7 @@ def test_backup_command(tmp_path):
     Store(str(db)).add_job({"workload": "llm-infer", "params": {}}, "llm-infer", "U1", "C1")
     out = tmp_path / "b.db"
     done = trialbot("backup", str(out), "--db", str(db))
-    assert done.returncode == 0 and "1 jobs" in done.stdout and "MiB" in done.stdout
+    assert done.returncode == 0 and "1 jobs" in done.stdout and " KiB" in done.stdout
     assert sqlite3.connect(out).execute("pragma integrity_check").fetchone()[0] == "ok"
     for args, says in [((str(out),), "--force"),
                        ((str(tmp_path / "nope" / "b.db"),), "no directory"),

@@ -8,7 +8,6 @@ import math
 
 import pytest
 
-from bot import render
 from bot.trials.queue import JobQueue
 from bot.store import Store
 from worker import arithmetic, launcher, stats
@@ -17,6 +16,7 @@ from worker import spec as specs
 from bot.trials import trial_command, commands
 from bot.fits import depth, gpus
 from bot.plans import plan_command
+from bot.trials import views
 
 LLAMA = ["llm-infer", "preset=llama-3-8b", "batch=8", "prompt=4096", "gen=256", "dtype=bf16"]
 GIB = 2**30
@@ -113,7 +113,7 @@ def test_the_decode_estimate_is_bytes_over_bandwidth_and_labelled_a_model():
     assert len(by["H100-80GB"]["seconds"]) == 2           # SXM5 and PCIe differ
     assert "A10G" in d["no_bandwidth"] and "A10G" not in by
     assert "model estimate, not measured" in d["what"]
-    text = render.report_blocks(dict(gpu_report(), status="ok"))
+    text = views.report_blocks(dict(gpu_report(), status="ok"))
     body = json.dumps(text)
     assert "model estimate, not measured" in body and "Fits on" in body
     assert "llama-3-8b at full depth (32 layers; this trial ran 2)" in body
@@ -311,7 +311,7 @@ def test_a_cuda_trial_extrapolates_gpu_memory_only():
     pred = depth.from_trial(r)
     assert pred["memory"]["host_rss_peak"]["predicted"] is None
     assert pred["memory"]["peak_allocated"]["predicted"] > r["memory"]["peak_allocated"]
-    assert "not extrapolated" in render.report(
+    assert "not extrapolated" in views.report(
         {"channel": "C1", "trial": "T1", "started_msg": None}, r)["text"]
 
 

@@ -1,5 +1,7 @@
 """Each Slack listener, through the real Bolt app and HTTP server in-process,
 with requests signed as Slack signs them."""
+from bot.blocks import reply
+from bot.trials import views
 from slackfake import post, signed_headers, slash_body
 
 
@@ -40,8 +42,7 @@ def test_plan_new_then_show_and_a_bad_block(bot):
 
 
 def test_a_long_reply_is_split_into_sections_not_cut():
-    from bot import render
-    text = render.help_text()
-    blocks = render.reply(text)["blocks"]
+    text = views.help_text()
+    blocks = reply(text)["blocks"]
     assert len(text) > 3000 and all(len(b["text"]["text"]) <= 3000 for b in blocks)
     assert "".join(b["text"]["text"] for b in blocks).replace("\n", "") == text.replace("\n", "")

@@ -8,7 +8,6 @@ from worker import arithmetic, launcher, presets, report, spec, summary
 from worker.workloads import llm_infer
 from worker.workloads.decoder import Decoder
 from bot.trials import commands
-from bot.fits import scaling
 
 INFER = "llm-infer preset=llama-3-8b layers=2 batch=8 prompt=4096 gen=256 dtype=bf16"
 
@@ -43,11 +42,11 @@ def test_ffn_defaults_to_4_hidden_and_is_counted():
     p = spec.parse(["llm-infer", "hidden=96", "heads=6", "kv_heads=2", "vocab=300"]).params
     assert p["ffn"] == 0 and arithmetic.ffn_width(p) == 4 * 96
     old = {k: v for k, v in p.items() if k not in ("ffn", "preset")}  # a report from before
-    assert scaling.weight_params(old) == scaling.weight_params(p)
+    assert arithmetic.weight_params(old) == arithmetic.weight_params(p)
     narrow = spec.parse(["llm-infer", "hidden=96", "heads=6", "kv_heads=2", "vocab=300",
                          "ffn=40", "layers=3"]).params
-    assert scaling.weight_params(narrow)["total"] == meta_count(narrow)
-    assert (scaling.weight_params(p)["per_layer"] - scaling.weight_params(narrow)["per_layer"]
+    assert arithmetic.weight_params(narrow)["total"] == meta_count(narrow)
+    assert (arithmetic.weight_params(p)["per_layer"] - arithmetic.weight_params(narrow)["per_layer"]
             == 3 * 96 * (4 * 96 - 40))
 
 
@@ -83,7 +82,7 @@ def test_llm_train_counts_the_ffn_it_was_given():
              "seq=16", "steps=1", "ffn=48"]
     r = launcher.run_trial(spec.parse(words))
     assert r["status"] == "ok", r.get("error")
-    assert r["training"]["params"] == scaling.weight_params(r["params"])["total"]
+    assert r["training"]["params"] == arithmetic.weight_params(r["params"])["total"]
 
 
 def test_a_preset_fills_the_shape_and_keeps_the_layers():

@@ -125,7 +125,7 @@ def test_gpu_hours_are_elapsed_times_gpus_and_incomplete_jobs_are_retries():
     assert actual["note"].startswith("Slurm accounting: jobs 8117657 COMPLETED 1:30:00 × 1 GPU, "
                                      "8117678 TIMEOUT 0:10:00 × 2 GPU; Elapsed 1:40:00 in all; "
                                      "MaxRSS max 9.89 GiB (8117657.batch); GPU TRES usage: "
-                                     "gres/gpumem max 37.98 GiB, gres/gpuutil max 100%")
+                                     "gres/gpumem max 38 GiB, gres/gpuutil max 100%")
     assert actual["note"].endswith("; first run")
     assert "1.833 GPU-h actual (0.3333 of it in jobs that did not complete" in text
 
@@ -134,7 +134,7 @@ def test_cpu_only_jobs_are_node_hours_and_say_so():
     actual, text = slurmactual.outcome(request(["1"]), {"records": sacct.parse(LIVE)})
     assert actual["hours"] == pytest.approx(2 / 3600) and actual["parts"] == {}
     assert "node-h actual" in text and "counted as node-hours" in actual["note"]
-    assert "MaxRSS max 116.1 MiB (1.batch)" in actual["note"]
+    assert "MaxRSS max 116 MiB (1.batch)" in actual["note"]
     assert "GPU TRES usage not gathered" in actual["note"]
 
 

@@ -8,6 +8,9 @@ import pytest
 from worker import report as reports
 from worker.spec import parse
 from bot.fits import scaling, gpus
+from bot.fits.sweep import fit_sweep, predict_seconds
+from bot.fits import ols
+from worker import arithmetic
 
 MiB = 2**20
 
@@ -38,7 +41,7 @@ def test_exact_recovery_of_a_known_linear_model():
                      memory={"host_rss_peak": W + k * b * (p + 16)},
                      seconds=t0 + t1 * b + t2 * b * (p + 16))
           for i, (b, p) in enumerate([(b, p) for b in (1, 2, 4) for p in (64, 128, 256)])]
-    fit = scaling.fit_sweep(rs)
+    fit = fit_sweep(rs)
     assert fit["error"] is None and fit["variables"] == {"batch": "batch",
                                                          "length": ["prompt", "gen"]}
     mem = fit["memory"]["host_rss_peak"]
@@ -49,7 +52,7 @@ def test_exact_recovery_of_a_known_linear_model():
     tm = fit["time"]
     assert tm["features"] == ["1", "b", "b*s"]
     assert tm["coef"] == pytest.approx([t0, t1, t2], rel=1e-9)
-    value, se, dof = scaling.predict_seconds(fit, {"batch": 16, "prompt": 512, "gen": 16})
+    value, se, dof = predict_seconds(fit, {"batch": 16, "prompt": 512, "gen": 16})
     assert value == pytest.approx(t0 + t1 * 16 + t2 * 16 * 528, rel=1e-9) and dof == 6
     value, se, dof = scaling.predict_memory(fit, "host_rss_peak", {"batch": 16, "prompt": 512})
     assert value == pytest.approx(W + k * 16 * 528, rel=1e-9) and dof == 7
@@ -58,7 +61,7 @@ def test_exact_recovery_of_a_known_linear_model():
 
 def test_quadratic_length_term_only_when_the_data_shows_it():
     def sweep(q):
-        return scaling.fit_sweep([
+        return fit_sweep([
             llm_report(f"T{i}", b, prompt=p, gen=16,
                        memory={"host_rss_peak": 200 * MiB + 30_000 * b * (p + 16)
                                + q * b * (p + 16) ** 2})
@@ -74,7 +77,7 @@ def test_held_out_error_is_the_largest_config_predicted_from_the_others():
     rs = [llm_report("T1", 1, memory={"host_rss_peak": 100 * MiB}, seconds=1.0),
           llm_report("T2", 2, memory={"host_rss_peak": 110 * MiB}, seconds=2.0),
           llm_report("T3", 4, memory={"host_rss_peak": 140 * MiB}, seconds=4.0)]
-    mem = scaling.fit_sweep(rs)["memory"]["host_rss_peak"]
+    mem = fit_sweep(rs)["memory"]["host_rss_peak"]
     held = mem["held_out"]
     assert held["trial"] == "T3" and held["b"] == 4
     assert held["predicted"] == pytest.approx(130 * MiB)   # the line through T1 and T2
@@ -83,15 +86,15 @@ def test_held_out_error_is_the_largest_config_predicted_from_the_others():
 
 
 def test_two_points_are_a_line_with_no_check_and_one_point_is_refused():
-    two = scaling.fit_sweep([llm_report("T1", 1, memory={"host_rss_peak": 100 * MiB}),
+    two = fit_sweep([llm_report("T1", 1, memory={"host_rss_peak": 100 * MiB}),
                              llm_report("T2", 2, memory={"host_rss_peak": 110 * MiB})])
     mem = two["memory"]["host_rss_peak"]
     assert mem["dof"] == 0 and mem["residual_sd"] is None and mem["held_out"] is None
     assert "needs 3 distinct configs" in mem["held_out_why"]
     value, se, dof = scaling.predict_memory(two, "host_rss_peak", {"batch": 4})
     assert value == pytest.approx(130 * MiB) and math.isnan(se) and dof == 0
-    assert scaling.interval(value, se, dof) is None
-    one = scaling.fit_sweep([llm_report("T1", 1, memory={"host_rss_peak": 100 * MiB}),
+    assert ols.interval(value, se, dof) is None
+    one = fit_sweep([llm_report("T1", 1, memory={"host_rss_peak": 100 * MiB}),
                              llm_report("T2", 2, status="failed", error_class="crash")])
     assert "at least 2 configs" in one["error"]
     with pytest.raises(ValueError, match="at least 2 configs"):
@@ -99,7 +102,7 @@ def test_two_points_are_a_line_with_no_check_and_one_point_is_refused():
 
 
 def test_host_rss_never_answers_what_fits_a_gpu():
-    fit = scaling.fit_sweep([llm_report(f"T{b}", b, memory={"host_rss_peak": (300 + 20 * b) * MiB})
+    fit = fit_sweep([llm_report(f"T{b}", b, memory={"host_rss_peak": (300 + 20 * b) * MiB})
                              for b in (1, 2, 4)])
     ans = scaling.largest_batch(fit, gpus.lookup("H100").bytes)
     assert not ans["ok"] and ans["batch"] is None
@@ -113,7 +116,7 @@ def test_largest_batch_and_margin_from_nvml_and_the_allocator_caveat():
                                               "peak_reserved": 5 * 10**8 + 2 * 10**8 * b,
                                               "host_rss_peak": 900 * MiB}))
           for b in (1, 2, 4)]
-    fit = scaling.fit_sweep(rs)
+    fit = fit_sweep(rs)
     assert set(fit["memory"]) == {"process_used_peak", "peak_reserved", "host_rss_peak"}
     assert fit["measured_gpu"] == {"name": "NVIDIA H200", "memory": 150_000_000_000}
     ans = scaling.largest_batch(fit, int(10.1e9))
@@ -130,7 +133,7 @@ def test_largest_batch_and_margin_from_nvml_and_the_allocator_caveat():
 
 def test_noisy_points_make_the_conservative_batch_smaller():
     noise = {1: 3e7, 2: -4e7, 4: 3e7, 8: -1e7}
-    fit = scaling.fit_sweep([cuda(llm_report(f"T{b}", b, memory={
+    fit = fit_sweep([cuda(llm_report(f"T{b}", b, memory={
         "peak_allocated": 10**9 + 2 * 10**8 * b + noise[b]})) for b in noise])
     ans = scaling.largest_batch(fit, 20 * 10**9, method="peak_allocated")
     assert ans["ok"] and ans["batch_upper"] < ans["batch"]
@@ -141,7 +144,7 @@ def test_methods_are_fitted_apart_never_mixed():
     rs = [cuda(llm_report("T1", 1, memory={"peak_allocated": 1000, "host_rss_peak": 5000})),
           cuda(llm_report("T2", 2, memory={"peak_allocated": 1100, "host_rss_peak": 7000})),
           cuda(llm_report("T3", 4, memory={"peak_allocated": 1300}))]  # RSS not measured
-    fit = scaling.fit_sweep(rs)
+    fit = fit_sweep(rs)
     assert fit["memory"]["peak_allocated"]["coef"] == pytest.approx([900, 100])
     rss = fit["memory"]["host_rss_peak"]
     assert rss["coef"] == pytest.approx([3000, 2000]) and rss["n"] == 2 and rss["missing"] == 1
@@ -156,7 +159,7 @@ def test_failed_trials_are_excluded_and_the_oom_boundary_is_said():
     retried["attempts"] = [{"attempt": 1, "status": "failed", "error_class": "oom",
                             "changed": {}}, {"attempt": 2, "status": "ok", "error_class": None,
                                              "changed": {"batch": 8}}]
-    fit = scaling.fit_sweep(rs + [retried])
+    fit = fit_sweep(rs + [retried])
     assert [p["trial"] for p in fit["points"]] == ["T1", "T2", "T3", "T5"]
     assert fit["points"][-1]["retried"]
     assert fit["failed"] == [{"trial": "T4", "params": {"batch": 8, "prompt": 64, "gen": 16},
@@ -166,7 +169,7 @@ def test_failed_trials_are_excluded_and_the_oom_boundary_is_said():
 
 
 def test_a_question_outside_what_the_sweep_measured_is_refused():
-    fit = scaling.fit_sweep([llm_report(f"T{b}", b, memory={"host_rss_peak": (300 + 20 * b) * MiB})
+    fit = fit_sweep([llm_report(f"T{b}", b, memory={"host_rss_peak": (300 + 20 * b) * MiB})
                              for b in (1, 2, 4)])
     with pytest.raises(ValueError, match="hidden=256"):
         scaling.predict_memory(fit, "host_rss_peak", {"batch": 8, "hidden": 512})
@@ -175,7 +178,7 @@ def test_a_question_outside_what_the_sweep_measured_is_refused():
     with pytest.raises(ValueError, match="no peak_allocated fit"):
         scaling.predict_memory(fit, "peak_allocated", {"batch": 8})
     assert scaling.predict_memory(fit, "host_rss_peak", {"batch": 8, "repeats": 50})[0] > 0
-    varied = scaling.fit_sweep([llm_report(f"T{b}", 1, prompt=b, memory={"host_rss_peak": b})
+    varied = fit_sweep([llm_report(f"T{b}", 1, prompt=b, memory={"host_rss_peak": b})
                                 for b in (64, 128, 256)])
     with pytest.raises(ValueError, match="give prompt=N"):
         scaling.predict_memory(varied, "host_rss_peak", {})
@@ -189,7 +192,7 @@ def test_recipe_sweep_uses_batch_and_the_swept_length_and_run_phase_time():
         r["memory"]["host_rss_peak"] = 100 * MiB + 1000 * batch * seq
         r["phases"] = [{"name": "launch", "seconds": 1.0}, {"name": "run", "seconds": 0.5 * batch}]
         return r
-    fit = scaling.fit_sweep([recipe("T1", 1, 256), recipe("T2", 2, 256), recipe("T3", 4, 256)])
+    fit = fit_sweep([recipe("T1", 1, 256), recipe("T2", 2, 256), recipe("T3", 4, 256)])
     assert fit["variables"] == {"batch": "batch", "length": ["seq"]}
     assert fit["recipe"] == "paper-infer"
     assert fit["memory"]["host_rss_peak"]["coef"] == pytest.approx([100 * MiB, 256_000])
@@ -203,12 +206,12 @@ def test_architecture_arithmetic_matches_the_decoder():
                "batch=3", "prompt=40", "gen=10"]).params
     model = Decoder(p["vocab"], p["hidden"], p["layers"], p["heads"], p["kv_heads"],
                     4 * p["hidden"])
-    assert scaling.weight_params(p)["total"] == sum(t.numel() for t in model.parameters())
-    assert scaling.weight_bytes(p) == 4 * scaling.weight_params(p)["total"]
+    assert arithmetic.weight_params(p)["total"] == sum(t.numel() for t in model.parameters())
+    assert arithmetic.weight_bytes(p) == 4 * arithmetic.weight_params(p)["total"]
     cache = model.new_cache(3, 50)
-    assert scaling.kv_cache_bytes(p) == sum(t.numel() * t.element_size()
+    assert arithmetic.kv_cache_bytes(p) == sum(t.numel() * t.element_size()
                                             for pair in cache for t in pair)
-    assert scaling.kv_bytes_per_token(dict(p, dtype="bf16")) == 2 * 3 * 2 * 16 * 2
+    assert arithmetic.kv_bytes_per_token(dict(p, dtype="bf16")) == 2 * 3 * 2 * 16 * 2
 
 
 def test_gpu_lookup_names_aliases_ambiguity_and_sizes():

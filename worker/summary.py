@@ -2,28 +2,14 @@
 uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
-
-def gib(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    return f"{n / 2**20:.0f} MiB"
-
-
-def secs(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if x < 1:
-        return f"{x * 1000:.1f} ms"
-    return f"{x:.2f} s"
+from worker.units import duration, size
 
 
 def headline_figure(r: dict) -> str:
     h = r.get("headline")
     if not h:
         return ""
-    value = secs(h["value"]) if h["unit"] == "s" else f"{h['value']:.1f} {h['unit']}"
+    value = duration(h["value"]) if h["unit"] == "s" else f"{h['value']:.1f} {h['unit']}"
     where = f"{r['scenario']}: " if r.get("scenario") else ""
     return f" — {where}{h['metric']} {value}"
 
@@ -32,7 +18,7 @@ def headline(r: dict) -> str:
     who = r.get("trial") or "trial"
     what = f"recipe {r['recipe']}" if r.get("recipe") else r["workload"]
     where = r.get("worker") or r.get("env", {}).get("host") or "?"
-    took = f" in {secs(r['seconds'])}" if r.get("seconds") is not None else ""
+    took = f" in {duration(r['seconds'])}" if r.get("seconds") is not None else ""
     if r["status"] == "failed":
         err = r.get("error") or {}
         return (f"{who} {what} FAILED ({err.get('class')}, phase "
@@ -41,7 +27,7 @@ def headline(r: dict) -> str:
 
 
 def phases_line(r: dict) -> str:
-    return "phases: " + ", ".join(f"{p['name']} {secs(p['seconds'])}" for p in r["phases"])
+    return "phases: " + ", ".join(f"{p['name']} {duration(p['seconds'])}" for p in r["phases"])
 
 
 def facts(r: dict) -> list[tuple[str, str]]:
@@ -52,16 +38,16 @@ def facts(r: dict) -> list[tuple[str, str]]:
     tr = r.get("training")
     unit = "step" if tr else "request"
     if lat and lat.get("count"):
-        spread = f", stdev {secs(lat['stdev'])}" if lat.get("stdev") is not None else ""
-        out.append(("time per step" if tr else "latency per request", f"p50 {secs(lat['p50'])}, p90 {secs(lat['p90'])}, "
-                    f"p99 {secs(lat['p99'])}, mean {secs(lat['mean'])}{spread} over "
+        spread = f", stdev {duration(lat['stdev'])}" if lat.get("stdev") is not None else ""
+        out.append(("time per step" if tr else "latency per request", f"p50 {duration(lat['p50'])}, p90 {duration(lat['p90'])}, "
+                    f"p99 {duration(lat['p99'])}, mean {duration(lat['mean'])}{spread} over "
                     f"{lat['count']} {unit}s"))
     if tr:
         out.append(("training", training(tr)))
     ttft, dec = r.get("ttft"), r.get("decode_per_token")
     if ttft and ttft.get("count"):
-        per = f"; decode per token p50 {secs(dec['p50'])}, p90 {secs(dec['p90'])}" if dec else ""
-        out.append(("time to first token", f"p50 {secs(ttft['p50'])}, p90 {secs(ttft['p90'])}"
+        per = f"; decode per token p50 {duration(dec['p50'])}, p90 {duration(dec['p90'])}" if dec else ""
+        out.append(("time to first token", f"p50 {duration(ttft['p50'])}, p90 {duration(ttft['p90'])}"
                     + per))
     st = r.get("stability")
     if st:
@@ -69,13 +55,13 @@ def facts(r: dict) -> list[tuple[str, str]]:
     if thr:
         out.append(("throughput", f"{thr['value']:.1f} {thr['unit']}"))
     if m.get("peak_allocated") is not None:
-        out.append(("GPU peak allocated / reserved", f"{gib(m['peak_allocated'])} / "
-                    f"{gib(m['peak_reserved'])} (torch allocator)"))
+        out.append(("GPU peak allocated / reserved", f"{size(m['peak_allocated'])} / "
+                    f"{size(m['peak_reserved'])} (torch allocator)"))
     if m.get("device_used_peak") is not None:
-        out.append(("GPU device used / trial processes", f"{gib(m['device_used_peak'])} / "
-                    f"{gib(m['process_used_peak'])} (NVML, sampled ~100 Hz)"))
-    out.append(("host RSS peak", f"{gib(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz;"
-                f" kernel max RSS {gib(m.get('host_rss_peak_kernel'))})"))
+        out.append(("GPU device used / trial processes", f"{size(m['device_used_peak'])} / "
+                    f"{size(m['process_used_peak'])} (NVML, sampled ~100 Hz)"))
+    out.append(("host RSS peak", f"{size(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz;"
+                f" kernel max RSS {size(m.get('host_rss_peak_kernel'))})"))
     if sc and tr:
         out.append(("scale", f"batch {sc['batch']} × seq {sc['prompt_tokens']}, "
                     f"{sc['tokens']} tokens trained in the measured steps"))
@@ -93,8 +79,8 @@ def full_depth(fd: dict) -> str:
     """A preset's full depth by the decoder's arithmetic: no trial ran it."""
     return (f"{fd['preset']} at {fd['layers']} layers (this trial {fd['trial_layers']}): "
             f"{fd['params']:,} params ({fd['relative_error']:+.3%} vs the published "
-            f"{fd['published_text']}), {gib(fd['weight_bytes'])} of {fd['dtype']} weights; "
-            f"KV cache {fd['kv_formula']} = {gib(fd['kv_cache_bytes'])}")
+            f"{fd['published_text']}), {size(fd['weight_bytes'])} of {fd['dtype']} weights; "
+            f"KV cache {fd['kv_formula']} = {size(fd['kv_cache_bytes'])}")
 
 
 def slurm_line(s: dict) -> str:
@@ -104,7 +90,7 @@ def slurm_line(s: dict) -> str:
     jobs = s.get("jobs") or []
     again = f", {len(jobs)} submissions" if len(jobs) > 1 else ""
     return (f"job {s['job_id']} {s['state']} on {s['partition']}/{s.get('node')}: queue wait "
-            f"{secs(s.get('queue_wait_s'))}, ran {secs(s.get('run_s'))}{again}")
+            f"{duration(s.get('queue_wait_s'))}, ran {duration(s.get('run_s'))}{again}")
 
 
 def training(tr: dict) -> str:
@@ -135,7 +121,7 @@ def env_line(r: dict) -> str:
                if e.get("gpu_count") else "no CUDA allocator seen")
         return (f"env: {e.get('host', '?')}: {gpu}; code {e.get('code_version')} in "
                 f"{e.get('recipe_cwd')}")
-    gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({gib(e['gpu_memory'])}), driver {e.get('driver')}, "
+    gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({size(e['gpu_memory'])}), driver {e.get('driver')}, "
            f"CUDA {e.get('cuda')}" if e.get("gpu_count") else f"CPU {e.get('cpu', '?')}")
     return (f"env: {e.get('device', '?')} on {e.get('host', '?')}: {gpu}; torch "
             f"{e.get('torch', '?')}, Python {e.get('python', '?')}")
@@ -152,7 +138,7 @@ def retry_line(r: dict) -> str | None:
     measured = ", ".join(f"{k}={v} (requested {r['requested'][k]})" for k, v in changed.items())
     verb = "measured at" if r["status"] == "ok" else "last tried at"
     return (f"RETRIED: {verb} {measured}, not the requested config. {said}. "
-            f"{secs(r.get('seconds_lost'))} lost to failed tries")
+            f"{duration(r.get('seconds_lost'))} lost to failed tries")
 
 
 def text(r: dict) -> str:

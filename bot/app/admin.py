@@ -9,6 +9,7 @@ import sys
 import time
 
 from bot.store.migrations import SchemaTooNew
+from worker.units import size
 from bot.store import Store, backup
 from bot.http import tokens
 
@@ -84,7 +85,7 @@ def run_backup(db: str, path: str, force: bool) -> int:
         if os.path.exists(path + ".partial"):
             os.remove(path + ".partial")
         return _fail(f"cannot back up {db} to {path}: {exc}")
-    print(f"Backed up {db} to {path}: {copied['bytes'] / 2**20:.1f} MiB, {copied['jobs']} "
+    print(f"Backed up {db} to {path}: {size(copied['bytes'])}, {copied['jobs']} "
           f"jobs, schema version {copied['version']}.")
     return 0
 

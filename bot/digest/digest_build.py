@@ -13,8 +13,8 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from bot.plans.plancmd import WEEKDAYS
-from bot.render import _context, _section, chunks
 from bot.plans import planner, planview, prices
+from bot.blocks import chunks, context, section
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")
 MAX_LINES = 15  # plans listed in one message (it has to stay readable); the rest in replies
@@ -255,8 +255,8 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
 
 
 def message(channel: str, body: str) -> dict:
-    blocks = [_section(part) for part in chunks(body)][:48]
-    blocks.append(_context("GPU-hours are measured wall time × GPUs; the chart (GPU-hours "
+    blocks = [section(part) for part in chunks(body)][:48]
+    blocks.append(context("GPU-hours are measured wall time × GPUs; the chart (GPU-hours "
                            "by component per day, planned vs actual per block) is in the "
                            "thread."))
     return {"channel": channel, "kind": "digest", "text": body, "blocks": blocks}
@@ -266,7 +266,7 @@ def thread_message(channel: str, body: str) -> dict:
     """A reply continuing the digest (MAX_LINES lines: a few sections, far under
     Slack's 50 blocks and 40,000 characters)."""
     return {"channel": channel, "kind": "digest-more", "text": body,
-            "blocks": [_section(part) for part in chunks(body)]}
+            "blocks": [section(part) for part in chunks(body)]}
 
 
 def chart_message(channel: str, label: str, png: bytes) -> dict:

@@ -14,9 +14,9 @@ from zoneinfo import ZoneInfo
 
 from bot.plans.plancmd import PlanError
 from bot.trials.queue import JobQueue
-from bot.render import reply
 from bot.plans import plan_command, planner, planview
 from bot.digest import digest_build, digestchart
+from bot.blocks import reply
 
 log = logging.getLogger("trialbot.digest")
 

@@ -12,7 +12,7 @@ depth, each labelled with what it rests on (DESIGN.md §3):
   the logits, embedding and lm head are there once.
 * a depth sweep (`fit_depth`, `/trial sweep llm-infer ... layers=1,2,4`):
   peak = fixed + per_layer·L by least squares on measured points, the same
-  fit (bot/scaling.fit_target) as a batch sweep; the deepest point held out
+  fit (bot/fits/ols.fit_target) as a batch sweep; the deepest point held out
   checks it.
 
 From a predicted full-depth peak at the trial's batch b0, the "fits on" list
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from worker import arithmetic, presets
-from bot.fits import scaling, gpus
+from bot.fits import ols, scaling, gpus
 
 SCHEMA = "trialbot.depth/1"
 # The kernel's max RSS too: an exact high-water mark, where 100 Hz sampling can
@@ -171,12 +171,12 @@ def fit_depth(reports: list[dict]) -> dict:
     out["preset"] = first.get("preset") if first.get("preset") != "none" else None
     out["per_layer"] = layer_bytes(first)
     for r in ok:
-        secs, _ = scaling._seconds(r)
+        secs, _ = scaling.seconds_of(r)
         dec = (r.get("decode_per_token") or {}).get("mean")
         out["points"].append({"trial": r.get("trial"), "layers": r["params"]["layers"],
                               "memory": {m: (r.get("memory") or {}).get(m) for m in METHODS},
                               "seconds": secs, "decode": dec})
-    workers = sorted({(r.get("worker") or "?", scaling._device(r)) for r in ok})
+    workers = sorted({(r.get("worker") or "?", scaling.device_of(r)) for r in ok})
     out["workers"] = [{"worker": w, "device": d} for w, d in workers]
     if len(workers) > 1:
         out["notes"].append(f"the trials ran on {len(workers)} workers/devices: their times "
@@ -188,13 +188,13 @@ def fit_depth(reports: list[dict]) -> dict:
         rows = [(p["layers"], 1, p["memory"][m], p["trial"]) for p in out["points"]
                 if p["memory"].get(m) is not None]
         if rows:
-            out["memory"][m] = scaling.fit_target(rows, "memory", "b", m, "bytes", WHAT[m])
+            out["memory"][m] = ols.fit_target(rows, "memory", "b", m, "bytes", WHAT[m])
     for key, what in (("seconds", "mean latency per request (prefill + decode of the batch)"),
                       ("decode", "mean decode step (one token for the whole batch)")):
         rows = [(p["layers"], 1, p[key], p["trial"]) for p in out["points"]
                 if p[key] is not None]
         if rows:
-            out["time" if key == "seconds" else "decode"] = scaling.fit_target(
+            out["time" if key == "seconds" else "decode"] = ols.fit_target(
                 rows, "time", "b", key, "s", what)
     return out
 
@@ -215,8 +215,8 @@ def question_layers(fit: dict, params: dict) -> int:
 def predict(model: dict, layers: int, level: float = 0.90) -> dict:
     """A depth model's value at `layers`, with its interval when the fit has
     residual degrees of freedom."""
-    value, se, dof = scaling.predict_model(model, layers, 1)
-    return {"value": value, "interval": scaling.interval(value, se, dof, level) if dof else None,
+    value, se, dof = ols.predict_model(model, layers, 1)
+    return {"value": value, "interval": ols.interval(value, se, dof, level) if dof else None,
             "dof": dof}
 
 

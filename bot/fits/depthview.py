@@ -1,12 +1,14 @@
-"""Partial-depth predictions (bot/depth.py) as message text.
+"""Partial-depth predictions (bot/fits/depth.py) as message text, and a depth
+sweep's fit.
 
 Pure. Measured figures, predictions and model estimates each say which they
 are; the decode estimate sits in its own paragraph, never in a measured row.
 """
 from __future__ import annotations
 
-from bot import render
-from bot.render import _bytes, _secs
+from bot.blocks import section, table_text
+from bot.fits import depth
+from worker.units import duration, size
 
 LEVEL = 0.90
 _SHORT = {"process_used_peak": "NVML per-process", "peak_reserved": "peak reserved",
@@ -21,16 +23,16 @@ def trial_text(pred: dict) -> str:
     lines = [f"*{pred['preset']} at full depth ({deep} layers; this trial ran {depth})*"]
     for m, v in pred["memory"].items():
         if v["predicted"] is None:
-            lines.append(f"• {_SHORT[m]}: measured {_bytes(v['measured'])} at {depth} layers, "
+            lines.append(f"• {_SHORT[m]}: measured {size(v['measured'])} at {depth} layers, "
                          "not extrapolated (CPU side: on the GPU the weights and KV cache are "
                          "in device memory)")
         elif depth < deep:
-            lines.append(f"• {_SHORT[m]}: predicted *{_bytes(v['predicted'])}* = measured "
-                         f"{_bytes(v['measured'])} + {deep - depth} × {_bytes(per['total'])} "
-                         f"per layer ({_bytes(per['weights'])} weights + {_bytes(per['kv'])} "
+            lines.append(f"• {_SHORT[m]}: predicted *{size(v['predicted'])}* = measured "
+                         f"{size(v['measured'])} + {deep - depth} × {size(per['total'])} "
+                         f"per layer ({size(per['weights'])} weights + {size(per['kv'])} "
                          "KV cache, arithmetic)")
         else:
-            lines.append(f"• {_SHORT[m]}: measured *{_bytes(v['measured'])}*")
+            lines.append(f"• {_SHORT[m]}: measured *{size(v['measured'])}*")
     lines.append(f"_{pred['what']}. A depth sweep measures the per-layer part: "
                  f"`/trial sweep llm-infer preset={pred['preset']} layers=1,2,4 ...`_"
                  if depth < deep else f"_{pred['what']}_")
@@ -40,15 +42,15 @@ def trial_text(pred: dict) -> str:
 def fits_text(fits: dict) -> str:
     rows = [["GPU", "memory", f"margin at batch {fits['batch']}", "largest batch"]]
     for g in fits["gpus"]:
-        rows.append([g["gpu"], _bytes(g["bytes"]),
-                     _bytes(g["margin"]) + ("" if g["fits"] else " (does not fit)"),
+        rows.append([g["gpu"], size(g["bytes"]),
+                     size(g["margin"]) + ("" if g["fits"] else " (does not fit)"),
                      str(g["largest_batch"]) if g["largest_batch"] else "none"])
     fitting = [g["gpu"] for g in fits["gpus"] if g["fits"]]
     head = (f"*Fits on* {', '.join(fitting)}" if fitting else
             "*Fits on* no GPU in the table at this batch")
-    return (f"{head} — peak {_bytes(fits['peak'])} at batch {fits['batch']} "
-            f"(weights {_bytes(fits['weights'])}, KV cache {_bytes(fits['kv_per_sequence'])} "
-            f"per sequence, rest {_bytes(fits['rest'])}):\n```{render.table_text(rows)}```\n"
+    return (f"{head} — peak {size(fits['peak'])} at batch {fits['batch']} "
+            f"(weights {size(fits['weights'])}, KV cache {size(fits['kv_per_sequence'])} "
+            f"per sequence, rest {size(fits['rest'])}):\n```{table_text(rows)}```\n"
             f"_Basis: {fits['basis']}. Sizes are datasheet GB read as 10^9 B; a real card's "
             "usable total is a little different._")
 
@@ -58,14 +60,14 @@ def decode_text(d: dict, layers: int, only: str | None = None) -> str:
     for g in d["gpus"]:
         if only and g["gpu"] != only:
             continue
-        each = [f"{_secs(s)} at {bw:,.0f} GB/s" for s, bw in zip(g["seconds"], g["bandwidth_gbs"])]
+        each = [f"{duration(s)} at {bw:,.0f} GB/s" for s, bw in zip(g["seconds"], g["bandwidth_gbs"])]
         parts.append(f"{g['gpu']} {' – '.join(each)}")
     if not parts:
         parts = [f"{only}: no datasheet bandwidth in the table, no estimate"]
     none = (f" No datasheet bandwidth for {', '.join(d['no_bandwidth'])}: no estimate."
             if d["no_bandwidth"] else "")
     return (f"*Decode step at {layers} layers, batch {d['batch']} — model estimate, not "
-            f"measured*: {_bytes(d['bytes_per_step'])} read per step; at peak bandwidth "
+            f"measured*: {size(d['bytes_per_step'])} read per step; at peak bandwidth "
             f"{'; '.join(parts)}.\n_{d['what']}.{none}_")
 
 
@@ -74,7 +76,7 @@ def _trial_parts(pred: dict) -> list[str]:
 
 
 def trial_blocks(pred: dict) -> list[dict]:
-    return [render._section(t) for t in _trial_parts(pred)]
+    return [section(t) for t in _trial_parts(pred)]
 
 
 def trial_plain(pred: dict) -> str:
@@ -87,7 +89,6 @@ def trial_plain(pred: dict) -> str:
 def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> str:
     if model.get("error"):
         return f"*{title}*: no fit — {model['error']}"
-    from bot.fits import depth
     fixed, per = model["coef"][model["features"].index("1")], depth.slope(model)
     line = f"*{title}* = {fmt(fixed)} + {fmt(per)} × layers"
     if per_layer_arith:
@@ -105,7 +106,6 @@ def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> 
 
 def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = None,
                 gpu=None) -> list[str]:
-    from bot.fits import depth
     ok = sum(1 for j in jobs if j["status"] == "done")
     failed = len(fit.get("failed") or [])
     what = f"preset {fit['preset']}" if fit.get("preset") else "llm-infer"
@@ -117,8 +117,8 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         rows = [["trial", "layers", *[_SHORT[m] for m in methods], "time/request"]]
         for p in sorted(pts, key=lambda p: p["layers"]):
             rows.append([p["trial"] or "?", str(p["layers"]),
-                         *[_bytes(p["memory"].get(m)) for m in methods], _secs(p["seconds"])])
-        parts.append(f"*Measured points*:\n```{render.table_text(rows)}```")
+                         *[size(p["memory"].get(m)) for m in methods], duration(p["seconds"])])
+        parts.append(f"*Measured points*:\n```{table_text(rows)}```")
     if fit.get("failed"):
         parts.append("*Failed, excluded:* " + "; ".join(
             f"{f['trial']} (layers={f['layers']}): {f['error_class']}" for f in fit["failed"]))
@@ -127,10 +127,10 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         return parts
     per = fit["per_layer"]
     for m, model in fit["memory"].items():
-        parts.append(_model_line(f"Peak memory — {m}", model, per["total"], _bytes))
+        parts.append(_model_line(f"Peak memory — {m}", model, per["total"], size))
     for key, title in (("time", "Time per request"), ("decode", "Decode step")):
         if fit.get(key):
-            parts.append(_model_line(title, fit[key], None, _secs))
+            parts.append(_model_line(title, fit[key], None, duration))
     try:
         pred = depth.from_sweep(fit, layers)
     except ValueError as exc:
@@ -140,10 +140,10 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         lines = [f"*Predicted at {pred['layers']} layers* (from the fit; ± {LEVEL:.0%} "
                  "prediction interval where the fit has residual degrees of freedom):"]
         for m, v in pred["memory"].items():
-            lines.append(f"• {_SHORT[m]}: {_bytes(v['value'])}" + _interval(v, _bytes))
+            lines.append(f"• {_SHORT[m]}: {size(v['value'])}" + _interval(v, size))
         if pred["time"]:
-            lines.append(f"• time per request: {_secs(pred['time']['value'])}"
-                         + _interval(pred["time"], _secs) + " (on the sweep's worker)")
+            lines.append(f"• time per request: {duration(pred['time']['value'])}"
+                         + _interval(pred["time"], duration) + " (on the sweep's worker)")
         parts.append("\n".join(lines))
         fits = pred["fits"]
         if gpu is not None:
@@ -167,15 +167,3 @@ def _interval(v: dict, fmt) -> str:
         return " (no interval: 2 depths leave no residual to judge the fit)"
     lo, hi = v["interval"]
     return f" [{fmt(lo)} … {fmt(hi)}]"
-
-
-def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
-    parts = sweep_parts(sweep, jobs, fit)
-    return {"channel": jobs[0]["channel"], "kind": "sweep", "text": render._plain(parts),
-            "blocks": render._sweep_blocks(parts)}
-
-
-def sweep_answer(sweep: int, jobs: list[dict], fit: dict, layers: int | None, gpu) -> dict:
-    parts = sweep_parts(sweep, jobs, fit, layers, gpu)
-    return {"response_type": "ephemeral", "text": render._plain(parts),
-            "blocks": render._sweep_blocks(parts)}

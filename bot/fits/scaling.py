@@ -3,7 +3,7 @@
 Pure: no Slack, no SQL, no clock. Input is the ok and failed trial reports of
 one sweep (`trialbot.trial/1`); output is plain JSON-serialisable data.
 
-The model (DESIGN.md §3 "Scaling")
+The model (docs/design.md §3, "Scaling")
 ---------------------------------
 Each point is a trial at batch `b` and length `s`:
 
@@ -36,15 +36,8 @@ tree's RSS, the CPU side). Time is the mean per-request latency for llm-infer
 (prefill + decode of the whole batch) and the `run` phase's seconds for a
 recipe (which has no per-request samples).
 
-Ordinary least squares (numpy). For a new config `x` the prediction is `x·β`
-and its standard error as a new observation `sd·sqrt(1 + x'(X'X)⁻¹x)`, with
-`sd` the residual standard deviation on `dof = n − p` degrees of freedom; a
-`t(dof)` quantile turns it into an interval. With `dof = 0` (2 points and a
-line) there is no residual: the standard error is NaN and nothing checks the fit.
-
-Checks: *held out* — refit without the largest config (largest `b·s`) and
-predict it (needs 3 distinct configs); *leave-one-out* — the same for every
-config. With 1 distinct config nothing is fitted.
+Ordinary least squares with its checks (held out, leave-one-out) and
+prediction intervals: bot/fits/ols.py. With 1 distinct config nothing is fitted.
 
 API (the planner's entry points)
 --------------------------------
@@ -70,20 +63,21 @@ API (the planner's entry points)
     The largest integer batch whose predicted memory ≤ `gpu_bytes`, with the
     margin; only from a GPU memory method (refused from host RSS).
 """
+
 from __future__ import annotations
 
-import functools
 import math
 
-import numpy as np
-
+from bot.fits import ols
 from worker import arithmetic
 
 SCHEMA = "trialbot.scaling/1"
 
 # Preference order for GPU questions: NVML per-process includes the CUDA context.
 GPU_METHODS = ("process_used_peak", "peak_reserved", "peak_allocated")
+
 METHODS = (*GPU_METHODS, "host_rss_peak")
+
 METHOD_WHAT = {
     "process_used_peak": "NVML per-process used, the trial's processes, sampled ~100 Hz "
                          "(includes the CUDA context)",
@@ -92,6 +86,7 @@ METHOD_WHAT = {
                       "allocator's cache and the CUDA context)",
     "host_rss_peak": "host RSS of the child process tree, sampled ~100 Hz (CPU side)",
 }
+
 GPU_CAVEAT = {
     "process_used_peak": "",
     "peak_reserved": "the CUDA context (~300 MB+) is not in the allocator's figure: leave "
@@ -104,183 +99,12 @@ GPU_CAVEAT = {
 # or how long one request takes: they may differ between a sweep and a question.
 MEASUREMENT_PARAMS = {"repeats", "stability", "run_cap", "warmup", "seed", "timeout",
                       "on_oom", "attempts"}
+
 LLM_LENGTH = ("prompt", "gen")
+
 LENGTH_WORDS = ("seq", "len", "length", "prompt", "gen", "token", "context", "ctx")
+
 DTYPE_BYTES = arithmetic.DTYPE_BYTES
-RICHER_FACTOR = 0.8  # a richer model must cut the leave-one-out error by 20%...
-NEGLIGIBLE = 1e-6    # ...of a default whose error is not already negligible (rounding)
-
-FEATURES = {
-    "1": lambda b, s: 1.0,
-    "b": lambda b, s: float(b),
-    "s": lambda b, s: float(s),
-    "s^2": lambda b, s: float(s) ** 2,
-    "b*s": lambda b, s: float(b) * s,
-    "b*s^2": lambda b, s: float(b) * s * s,
-}
-CANDIDATES = {
-    "memory": {"b": [["1", "b"]],
-               "s": [["1", "s"], ["1", "s", "s^2"]],
-               "bs": [["1", "b*s"], ["1", "b", "b*s"], ["1", "b*s", "b*s^2"]]},
-    "time": {"b": [["1", "b"]],
-             "s": [["1", "s"], ["1", "s", "s^2"]],
-             "bs": [["1", "b", "b*s"], ["1", "b*s"], ["1", "b", "b*s", "b*s^2"]]},
-}
-
-
-# --- the architecture's own arithmetic (llm-infer) ---------------------------
-# worker/arithmetic.py holds it, so a worker's report (a preset's full depth)
-# and this fit count the same way.
-
-weight_params = arithmetic.weight_params
-weight_bytes = arithmetic.weight_bytes
-kv_bytes_per_token = arithmetic.kv_bytes_per_token
-kv_cache_bytes = arithmetic.kv_cache_bytes
-
-
-# --- fitting ----------------------------------------------------------------
-
-def _design(features: list[str], bs: list[tuple[float, float]]) -> np.ndarray:
-    return np.array([[FEATURES[f](b, s) for f in features] for b, s in bs], dtype=float)
-
-
-def _lstsq(X: np.ndarray, y: np.ndarray):
-    """Least squares on column-scaled X (b·s² can be 1e10 next to 1); returns
-    (coef, (X'X)⁻¹, rank)."""
-    scale = np.linalg.norm(X, axis=0)
-    scale[scale == 0] = 1.0
-    Z = X / scale
-    coef, _, rank, _ = np.linalg.lstsq(Z, y, rcond=None)
-    if rank < X.shape[1]:
-        return None, None, rank
-    cov = np.linalg.pinv(Z.T @ Z) / np.outer(scale, scale)
-    return coef / scale, cov, rank
-
-
-def _fit_rows(features, rows):
-    """rows: [(b, s, y, trial)] → (coef, cov) or None when rank-deficient."""
-    X = _design(features, [(r[0], r[1]) for r in rows])
-    coef, cov, _ = _lstsq(X, np.array([r[2] for r in rows], dtype=float))
-    return None if coef is None else (coef, cov)
-
-
-def _configs(rows) -> list[tuple]:
-    return sorted({(r[0], r[1]) for r in rows}, key=lambda c: (c[0] * c[1], c[0], c[1]))
-
-
-def _loo(features, rows) -> dict | None:
-    """Leave each distinct config out, refit, predict it (relative errors)."""
-    errors = []
-    for config in _configs(rows):
-        rest = [r for r in rows if (r[0], r[1]) != config]
-        if len(_configs(rest)) < len(features):
-            return None
-        fit = _fit_rows(features, rest)
-        if fit is None:
-            return None
-        x = _design(features, [config])[0]
-        for r in rows:
-            if (r[0], r[1]) == config and r[2]:
-                errors.append(float(x @ fit[0]) / r[2] - 1)
-    if not errors:
-        return None
-    e = np.array(errors)
-    return {"max_relative": float(np.max(np.abs(e))), "rms_relative": float(np.sqrt(np.mean(e**2))),
-            "count": len(errors)}
-
-
-def _held_out(features, rows) -> tuple[dict | None, str | None]:
-    configs = _configs(rows)
-    if len(configs) < 3:
-        return None, (f"needs 3 distinct configs, the sweep has {len(configs)}: a line through "
-                      "2 points has nothing left to check it with")
-    largest = configs[-1]
-    rest = [r for r in rows if (r[0], r[1]) != largest]
-    if len(_configs(rest)) < len(features):
-        return None, (f"the {len(features)}-term model needs {len(features)} configs besides "
-                      "the largest")
-    fit = _fit_rows(features, rest)
-    if fit is None:
-        return None, "the configs besides the largest cannot determine the model"
-    held = [r for r in rows if (r[0], r[1]) == largest]
-    measured = float(np.mean([r[2] for r in held]))
-    predicted = float(_design(features, [largest])[0] @ fit[0])
-    return {"trial": held[0][3], "b": largest[0], "s": largest[1], "predicted": predicted,
-            "measured": measured,
-            "relative_error": predicted / measured - 1 if measured else None}, None
-
-
-def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str,
-               what: str) -> dict:
-    """Fit one target. rows: [(b, s, y, trial)]; kind: "memory" | "time";
-    varied: "b" | "s" | "bs". Returns a model dict, or {"error": ...}."""
-    configs = _configs(rows)
-    if len(configs) < 2:
-        return {"target": target, "error": f"{len(configs)} distinct config measured: at least "
-                "2 are needed to fit anything"}
-    tried = []
-    for features in CANDIDATES[kind][varied]:
-        if len(configs) < len(features):
-            continue
-        fit = _fit_rows(features, rows)
-        if fit is None:
-            continue
-        tried.append({"features": features,
-                      "loo": _loo(features, rows) if len(configs) > len(features) else None})
-    if not tried:
-        return {"target": target, "error": "the measured configs cannot determine even a line"}
-    chosen, why = tried[0], "the default model for what the sweep varied"
-    base = (chosen["loo"] or {}).get("rms_relative")
-    for cand in tried[1:]:
-        err = (cand["loo"] or {}).get("rms_relative")
-        if (len(configs) >= len(cand["features"]) + 2 and base is not None and err is not None
-                and base > NEGLIGIBLE and err < RICHER_FACTOR * base):
-            chosen, why = cand, (f"{' + '.join(cand['features'])}: leave-one-out error "
-                                 f"{err:.1%} against {base:.1%} for the default")
-            base = err
-    features = chosen["features"]
-    coef, cov = _fit_rows(features, rows)
-    X = _design(features, [(r[0], r[1]) for r in rows])
-    y = np.array([r[2] for r in rows], dtype=float)
-    resid = y - X @ coef
-    dof = len(rows) - len(features)
-    sd = float(np.sqrt(resid @ resid / dof)) if dof > 0 else None
-    held, held_why = _held_out(features, rows)
-    return {
-        "target": target, "unit": unit, "what": what, "features": features,
-        "coef": [float(c) for c in coef], "n": len(rows), "distinct": len(configs), "dof": dof,
-        "residual_sd": sd, "cov_unscaled": cov.tolist(),
-        "held_out": held, "held_out_why": held_why,
-        "loo": chosen["loo"],
-        "candidates": [{"features": c["features"],
-                        "loo_rms_relative": (c["loo"] or {}).get("rms_relative")}
-                       for c in tried],
-        "why": why,
-        "range": {"b": [min(c[0] for c in configs), max(c[0] for c in configs)],
-                  "s": [min(c[1] for c in configs), max(c[1] for c in configs)]},
-    }
-
-
-def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
-    """(value, standard error of a new observation, dof) at batch b, length s.
-    A model without a batch (length) term only holds at the batch (length) the
-    sweep measured: asking elsewhere raises ValueError."""
-    for axis, value, name in (("b", b, "batch"), ("s", s, "length")):
-        lo, hi = model["range"][axis]
-        if not any(axis in f for f in model["features"]) and not lo <= value <= hi:
-            at = f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}"
-            raise ValueError(f"the sweep measured {name} {at} only, so its {model['target']} "
-                             f"fit cannot say what happens at {name} {value:g}: sweep the "
-                             f"{name} too")
-    x = _design(model["features"], [(b, s)])[0]
-    value = float(x @ np.array(model["coef"]))
-    if not model["dof"] or model["residual_sd"] is None:
-        return value, math.nan, 0
-    leverage = float(x @ np.array(model["cov_unscaled"]) @ x)
-    return value, model["residual_sd"] * math.sqrt(1 + max(leverage, 0.0)), model["dof"]
-
-
-# --- reports → points ---------------------------------------------------------
 
 def variables(workload: str, params_list: list[dict]) -> dict:
     """Which parameter is the batch and which make up the length `s`."""
@@ -295,14 +119,12 @@ def variables(workload: str, params_list: list[dict]) -> dict:
         varied = [k for k in ints if k != batch and any(w in k.lower() for w in LENGTH_WORDS)][:1]
     return {"batch": batch, "length": varied}
 
-
 def _bs(vars_: dict, p: dict) -> tuple[int, int]:
     b = p[vars_["batch"]] if vars_["batch"] else 1
     s = sum(p[k] for k in vars_["length"]) if vars_["length"] else 1
     return b, s
 
-
-def _seconds(r: dict) -> tuple[float | None, str]:
+def seconds_of(r: dict) -> tuple[float | None, str]:
     lat = r.get("latency")
     if lat and lat.get("mean") is not None:
         return lat["mean"], "mean latency per request (prefill + decode of the whole batch)"
@@ -310,7 +132,6 @@ def _seconds(r: dict) -> tuple[float | None, str]:
     if run:
         return sum(run), "seconds of the run phase (one run of the program)"
     return None, ""
-
 
 def _oom_batches(r: dict, batch: str | None) -> list[int]:
     """Batches that ran out of memory in this report: the failed trial's own,
@@ -326,14 +147,10 @@ def _oom_batches(r: dict, batch: str | None) -> list[int]:
         out.append(r["params"].get(batch))
     return sorted({b for b in out if isinstance(b, int)})
 
-
 def fit_sweep(reports: list[dict]) -> dict:
-    """Fit every memory method and the time of one sweep's reports (see module doc).
-    A sweep of llm-infer's `layers` is a depth sweep: bot/depth.py fits it."""
+    """Fit every memory method and the time of one batch/length sweep's reports
+    (see the module's doc; bot/fits/sweep.py sends a depth sweep to depth.py)."""
     reports = [r for r in reports if r]
-    from bot.fits import depth  # depth builds on this module's fit_target
-    if depth.is_depth_sweep(reports):
-        return depth.fit_depth(reports)
     ok = [r for r in reports if r.get("status") == "ok"]
     out = {"schema": SCHEMA, "workload": None, "recipe": None, "variables": None,
            "defaults": {}, "points": [], "failed": [], "oom": None, "memory": {}, "time": None,
@@ -369,7 +186,7 @@ def fit_sweep(reports: list[dict]) -> dict:
         return out
     for r in ok:
         b, s = _bs(vars_, r["params"])
-        secs, _ = _seconds(r)
+        secs, _ = seconds_of(r)
         mem = r.get("memory") or {}
         out["points"].append({"trial": r.get("trial"), "worker": r.get("worker"),
                               "params": _axis_params(vars_, r), "b": b, "s": s,
@@ -383,7 +200,7 @@ def fit_sweep(reports: list[dict]) -> dict:
         name, total = next(iter(gpus))
         if name and total:  # the worker's own GPU: its exact total memory
             out["measured_gpu"] = {"name": name, "memory": total}
-    workers = sorted({(r.get("worker") or "?", _device(r)) for r in ok})
+    workers = sorted({(r.get("worker") or "?", device_of(r)) for r in ok})
     out["workers"] = [{"worker": w, "device": d} for w, d in workers]
     if len(workers) > 1:
         out["notes"].append(f"the trials ran on {len(workers)} different workers/devices ("
@@ -401,7 +218,7 @@ def fit_sweep(reports: list[dict]) -> dict:
         if not rows:
             continue
         missing = len(out["points"]) - len(rows)
-        model = fit_target(rows, "memory", _varied({(r[0], r[1]) for r in rows}) or varied,
+        model = ols.fit_target(rows, "memory", _varied({(r[0], r[1]) for r in rows}) or varied,
                            m, "bytes", METHOD_WHAT[m])
         if missing:
             model["missing"] = missing
@@ -409,30 +226,28 @@ def fit_sweep(reports: list[dict]) -> dict:
     time_rows = [(p["b"], p["s"], p["seconds"], p["trial"]) for p in out["points"]
                  if p["seconds"] is not None]
     if time_rows:
-        out["time"] = fit_target(time_rows, "time", varied, "seconds", "s", _seconds(ok[0])[1])
+        out["time"] = ols.fit_target(time_rows, "time", varied, "seconds", "s", seconds_of(ok[0])[1])
     if out["workload"] == "llm-infer":
         d = out["defaults"]
         if all(k in d for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "dtype")):
-            wp = weight_params(d)
+            wp = arithmetic.weight_params(d)
             out["arithmetic"] = {
-                "weight_params": wp["total"], "weight_bytes": weight_bytes(d),
+                "weight_params": wp["total"], "weight_bytes": arithmetic.weight_bytes(d),
                 "dtype": d["dtype"], "dtype_bytes": DTYPE_BYTES[d["dtype"]],
                 "parts": {k: wp[k] for k in ("embedding", "layers", "final_norm", "lm_head")},
                 "tied_embedding": False,
-                "kv_bytes_per_token": kv_bytes_per_token(d),
+                "kv_bytes_per_token": arithmetic.kv_bytes_per_token(d),
                 "kv_formula": "2·layers·kv_heads·head_dim·(prompt+gen)·batch·bytes = "
                               f"2·{d['layers']}·{d['kv_heads']}·{d['hidden'] // d['heads']}"
                               f"·s·b·{DTYPE_BYTES[d['dtype']]}",
             }
     return out
 
-
-def _device(r: dict) -> str:
+def device_of(r: dict) -> str:
     e = r.get("env") or {}
     if e.get("gpu_count") and str(e.get("device", "")).startswith("cuda"):
         return f"{e.get('gpu_name')}"
     return str(e.get("device") or "?")
-
 
 def _varied(bs_set) -> str | None:
     bs = {b for b, _ in bs_set}
@@ -445,11 +260,9 @@ def _varied(bs_set) -> str | None:
         return "s"
     return None
 
-
 def _axis_params(vars_: dict, r: dict) -> dict:
     p = r.get("params") or {}
     return {k: p.get(k) for k in [vars_["batch"], *vars_["length"]] if k}
-
 
 def _oom_summary(out, reports, ok, vars_) -> None:
     batch = vars_["batch"]
@@ -459,9 +272,6 @@ def _oom_summary(out, reports, ok, vars_) -> None:
     oks = [r["params"][batch] for r in ok if batch in r["params"]]
     out["oom"] = {"largest_ok_batch": max(oks) if oks else None,
                   "smallest_oom_batch": min(ooms), "oom_batches": ooms}
-
-
-# --- questions ---------------------------------------------------------------
 
 def _point(fit: dict, params: dict) -> tuple[int, int]:
     """(b, s) for a question's params, the sweep's defaults filling the rest."""
@@ -481,7 +291,6 @@ def _point(fit: dict, params: dict) -> tuple[int, int]:
                          + " ".join(f"{k}=N" for k in missing))
     return _bs(vars_, merged)
 
-
 def predict_memory(fit: dict, method: str, params: dict) -> tuple[float, float, int]:
     """(predicted bytes, standard error of a new observation, dof) for `method`."""
     if fit.get("error"):
@@ -491,8 +300,7 @@ def predict_memory(fit: dict, method: str, params: dict) -> tuple[float, float, 
         raise ValueError(f"the sweep has no {method} fit"
                          + (f": {model['error']}" if model else
                             f"; it measured {', '.join(fit['memory']) or 'no memory'}"))
-    return predict_model(model, *_point(fit, params))
-
+    return ols.predict_model(model, *_point(fit, params))
 
 def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
     """(predicted seconds per request, standard error of a new observation, dof).
@@ -503,30 +311,7 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
     if model is None or model.get("error"):
         raise ValueError("the sweep has no time fit"
                          + (f": {model['error']}" if model else ""))
-    if fit.get("kind") == "depth":
-        from bot.fits import depth
-        return predict_model(model, depth.question_layers(fit, params), 1)
-    return predict_model(model, *_point(fit, params))
-
-
-@functools.lru_cache(maxsize=512)  # scipy's ppf costs ~0.3 ms; a digest asks it per block
-def t_quantile(dof: int, level: float = 0.90) -> float:
-    """Two-sided Student-t quantile (scipy when present; normal as a floor)."""
-    if not dof:
-        return math.nan
-    try:
-        from scipy import stats
-        return float(stats.t.ppf(0.5 + level / 2, dof))
-    except ImportError:  # the worker side has no scipy; 1.645 understates small dof
-        return 1.6448536269514722
-
-
-def interval(value: float, se: float, dof: int, level: float = 0.90) -> tuple[float, float] | None:
-    if not dof or math.isnan(se):
-        return None
-    half = t_quantile(dof, level) * se
-    return value - half, value + half
-
+    return ols.predict_model(model, *_point(fit, params))
 
 def gpu_method(fit: dict) -> str | None:
     """The memory method to answer GPU questions from, or None."""
@@ -535,7 +320,6 @@ def gpu_method(fit: dict) -> str | None:
         if model and not model.get("error"):
             return m
     return None
-
 
 def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: float = 0.90,
                   **params) -> dict:
@@ -577,8 +361,8 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
         out["reason"] = str(exc)
         return out
     try:
-        c0 = predict_model(model, 0, s)[0]
-        c1 = predict_model(model, 1, s)[0] - c0
+        c0 = ols.predict_model(model, 0, s)[0]
+        c1 = ols.predict_model(model, 1, s)[0] - c0
     except ValueError as exc:
         out["reason"] = str(exc)
         return out
@@ -600,8 +384,8 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     # The conservative answer: the largest batch whose upper bound still fits.
     if model["dof"]:
         def upper(n):
-            v, se, dof = predict_model(model, n, s)
-            return v + t_quantile(dof, level) * se
+            v, se, dof = ols.predict_model(model, n, s)
+            return v + ols.t_quantile(dof, level) * se
         lo, hi = 0, b
         while lo < hi:
             mid = (lo + hi + 1) // 2

@@ -12,8 +12,9 @@ import numpy as np
 from bot.plans.plancmd import PlanError
 from bot.trials.queue import JobQueue
 from bot.store import DuplicateRequest
-from bot.fits import scaling, depth
+from bot.fits import depth
 from bot.plans import plancmd, planner, planview, advice
+from bot.fits.sweep import fit_sweep, predict_seconds
 
 log = logging.getLogger("trialbot.plans")
 
@@ -175,10 +176,10 @@ def _sweep_prediction(queue: JobQueue, block: dict) -> tuple[list[dict], dict]:
                         "at least 2")
     params = {**ok[0]["report"]["params"], **block["predict"]}
     try:
-        fit = scaling.fit_sweep([j["report"] for j in ok])
+        fit = fit_sweep([j["report"] for j in ok])
         if fit.get("kind") == "depth":
             _check_depth_block(block, params)
-        seconds, se, dof = scaling.predict_seconds(fit, params)
+        seconds, se, dof = predict_seconds(fit, params)
     except PlanError:
         raise
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:

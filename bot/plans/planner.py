@@ -15,7 +15,7 @@ import math
 import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from bot.fits.scaling import t_quantile
+from bot.fits.ols import t_quantile
 
 PREP_PHASES = ("setup", "weights", "warmup")
 # Parameters that change how a trial measures, not what it runs.

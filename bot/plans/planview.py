@@ -7,8 +7,8 @@ import datetime as dt
 import io
 from decimal import Decimal
 
-from bot.render import _context, _section, chunks, reply, table_text
 from bot.plans import plancmd, planner, prices
+from bot.blocks import chunks, context, reply, section, table_text
 
 
 def error(message: str) -> dict:
@@ -116,7 +116,7 @@ def _h(x: Decimal | None) -> str:
     return "n/a" if x is None else f"{x:,}"
 
 
-def _plain(x: Decimal | None) -> str:
+def plain(x: Decimal | None) -> str:
     return "" if x is None else str(x)
 
 
@@ -229,8 +229,8 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     text += ("\n*Open checklist items*: " + (", ".join(left) if left else "none")
              + ("\n*Open variables*:\n" + "\n".join(notes) if notes else "")
              + ("\n*Warnings*:\n" + "\n".join(warn) if warn else ""))
-    blocks = [_section(part) for part in chunks(text)]
-    blocks.append(_context("GPU-hours = measured wall time × GPUs; each component names its "
+    blocks = [section(part) for part in chunks(text)]
+    blocks.append(context("GPU-hours = measured wall time × GPUs; each component names its "
                            "trial and phase. Interval: runs' spread only (prep and data are "
                            "single measurements)."))
     return {"response_type": "in_channel", "text": text, "blocks": blocks}
@@ -247,15 +247,15 @@ def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> 
         lo, hi = e["interval"] or (None, None)
         for comp in e["components"]:
             w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"],
-                        comp["name"], _plain(comp["hours"]), "", "", "", comp["source"]])
+                        comp["name"], plain(comp["hours"]), "", "", "", comp["source"]])
         w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], "total",
-                    _plain(e["hours"]), _plain(lo), _plain(hi), c, e["interval_note"]
+                    plain(e["hours"]), plain(lo), plain(hi), c, e["interval_note"]
                     + (f"; predicted from a partial-depth trial ({e['partial']})"
                        if e.get("partial") else "")])
     tot = planner.total([e for _, e, _ in ests])
     lo, hi = tot["interval"] or (None, None)
-    w.writerow([plan["name"], "total", "", "", "", "total", _plain(tot["hours"]),
-                _plain(lo), _plain(hi), cost[-1], cost_line])
+    w.writerow([plan["name"], "total", "", "", "", "total", plain(tot["hours"]),
+                plain(lo), plain(hi), cost[-1], cost_line])
     return buf.getvalue()
 
 

@@ -15,6 +15,7 @@ gres/gpu in AccountingStorageTRES) the figure is node-hours, Σ ElapsedRaw /
 from __future__ import annotations
 
 from worker.sacct import NOT_ENDED
+from worker.units import size
 
 SHOWN = 12  # jobs named one by one in the note; the sums count them all
 
@@ -101,13 +102,13 @@ def summary_text(jobs: list[dict], gpu: bool) -> str:
     top = max(rss, key=lambda r: r["max_rss"]) if rss else None
     out = f"Slurm accounting: jobs {each}"
     out += (f"; Elapsed {_elapsed(sum(r['elapsed_s'] for r in jobs))} in all")
-    out += (f"; MaxRSS max {_mib(top['max_rss'])} ({top.get('max_rss_step') or top['job_id']})"
+    out += (f"; MaxRSS max {size(top['max_rss'])} ({top.get('max_rss_step') or top['job_id']})"
             if top else "; MaxRSS not recorded (no job step was gathered)")
     mem = [r["gpu_tres_max"]["gpumem"] for r in jobs if "gpumem" in r.get("gpu_tres_max", {})]
     util = [r["gpu_tres_max"]["gpuutil"] for r in jobs if "gpuutil" in r.get("gpu_tres_max", {})]
     if mem or util:
         out += "; GPU TRES usage: " + ", ".join(
-            ([f"gres/gpumem max {_mib(max(mem))}"] if mem else [])
+            ([f"gres/gpumem max {size(max(mem))}"] if mem else [])
             + ([f"gres/gpuutil max {max(util):g}%"] if util else []))
     else:
         out += "; GPU TRES usage not gathered (no gres/gpumem, gres/gpuutil)"
@@ -124,7 +125,3 @@ def _states(jobs: list[dict]) -> str:
 def _elapsed(seconds: int) -> str:
     h, rest = divmod(int(seconds), 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
+from bot.blocks import reply, section
 from worker import spec as specs
+from worker import units
 
 USAGE = "/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...]  |  /trial ab llm-train precision=fp32,bf16"
 # Relative RMS difference of the probed logits, in units of their spread. bf16
@@ -67,3 +69,39 @@ def compare(a: dict, b: dict) -> dict:
     else:
         out["quality"] = None
     return out
+
+
+# the posted comparison --------------------------------------------------------
+
+def queued(jobs: list[dict]) -> dict:
+    return reply(f"Queued an A/B: A {jobs[0]['trial']} `{jobs[0]['words']}`, "
+                 f"B {jobs[1]['trial']} `{jobs[1]['words']}`. The comparison is posted in this "
+                 "channel when both have ended.")
+
+
+def message(jobs: list[dict], reports: list[dict | None]) -> dict:
+    a, b = reports
+    head = (f"*A/B*: A {jobs[0]['trial']} `{jobs[0]['words']}` vs "
+            f"B {jobs[1]['trial']} `{jobs[1]['words']}`")
+    bad = [j["trial"] for j, r in zip(jobs, reports) if not r or r["status"] != "ok"]
+    if bad:
+        text = f"{head}\n:x: {', '.join(bad)} did not succeed, so there is nothing to compare."
+    else:
+        c = compare(a, b)
+        unit = "step" if a.get("training") else "request"
+        lines = [f"• time per {unit}: A {units.duration(a['latency']['mean'])}, B "
+                 f"{units.duration(b['latency']['mean'])} ({c['time']:+.1%}; B is "
+                 f"{1 / (1 + c['time']):.2f}× A's speed)"]
+        lines.append(f"• peak memory ({c['memory_method']}): {c['memory']:+.1%}"
+                     if c["memory"] is not None else
+                     "• peak memory: not compared (A and B were not measured the same way)")
+        q = c["quality"]
+        if q:
+            verdict = "held" if q["held"] else "BROKE"
+            lines.append(f"• quality {verdict}: {q['value']:+.2%} against a tolerance of "
+                         f"±{q['tolerance']:.0%} — {q['what']}")
+        else:
+            lines.append("• quality: this workload reports nothing to compare")
+        text = head + "\n" + "\n".join(lines)
+    return {"channel": jobs[0]["channel"], "kind": "ab", "text": text,
+            "blocks": [section(text)]}

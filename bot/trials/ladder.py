@@ -4,9 +4,11 @@ loss after the same steps from the same seed. Pure: specs in, table and
 recommendation out."""
 from __future__ import annotations
 
+from bot.blocks import chunks, reply, section, table_text
+from bot.fits import gpus
 from worker import spec as specs
-from worker.summary import gib
-from bot.fits import scaling, gpus
+from worker import units
+from worker import arithmetic
 
 STEPS = ("baseline", "precision", "checkpointing", "zero-1")
 ADAM_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per parameter
@@ -121,8 +123,8 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
     if current is None:
         return ["The baseline did not run, so no step can be judged; fix it first."]
     if budget is not None and current["memory"] and current["memory"] <= budget:
-        return [f"The baseline already fits the budget ({gib(current['memory'])} ≤ "
-                f"{gib(budget)}): adopt nothing for memory's sake."]
+        return [f"The baseline already fits the budget ({units.size(current['memory'])} ≤ "
+                f"{units.size(budget)}): adopt nothing for memory's sake."]
     for row in table[1:]:
         if not row["ok"]:
             lines.append(f"{row['step']}: did not run ({row['why']}); not adopted.")
@@ -147,12 +149,12 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
         else:
             lines.append(f"{row['step']}: saved neither memory nor time here; not adopted.")
         if budget is not None and current["memory"] and current["memory"] <= budget:
-            lines.append(f"Fits the budget after {', '.join(adopted)}: {gib(current['memory'])} "
-                         f"≤ {gib(budget)}. Stop here.")
+            lines.append(f"Fits the budget after {', '.join(adopted)}: {units.size(current['memory'])} "
+                         f"≤ {units.size(budget)}. Stop here.")
             return lines
     if budget is not None and current["memory"]:
-        lines.append(f"Nothing fits {gib(budget)}: the best is {gib(current['memory'])} "
-                     f"({gib(current['memory'] - budget)} over). Redefine the goal:")
+        lines.append(f"Nothing fits {units.size(budget)}: the best is {units.size(current['memory'])} "
+                     f"({units.size(current['memory'] - budget)} over). Redefine the goal:")
         lines.extend(redefine(current, budget, per_sequence(table)))
     return lines
 
@@ -161,7 +163,7 @@ def fixed_bytes(p: dict, world: int) -> tuple[int, int]:
     """Bytes that do not grow with batch or sequence, by arithmetic: fp32 weights
     (4 B/param), fp32 gradients (4) and AdamW's two moments (8, ÷ world under
     ZeRO-1). Returns (all of them, one transformer layer's share)."""
-    counts = scaling.weight_params(p)
+    counts = arithmetic.weight_params(p)
     per_param = 8 + ADAM_BYTES / (world if p.get("zero") else 1)
     return int(counts["total"] * per_param), int(counts["per_layer"] * per_param)
 
@@ -177,7 +179,7 @@ def per_sequence(table: list[dict]) -> int | None:
     if not (a and z and a["memory"] and z["memory"] and a["method"] == z["method"]):
         return None
     world, batch = z["world"], z["params"]["batch"]
-    moved = ADAM_BYTES * scaling.weight_params(z["params"])["total"] * (1 - 1 / world)
+    moved = ADAM_BYTES * arithmetic.weight_params(z["params"])["total"] * (1 - 1 / world)
     value = int((a["memory"] - z["memory"] - moved) / (batch - batch / world))
     return value if value > 0 else None
 
@@ -196,7 +198,7 @@ def goal(row: dict, budget: int, per_seq: int | None = None) -> dict:
     share = p["batch"] // row["world"]
     rest = per_seq * share if per_seq else mem - fixed - runtime
     out = {"fixed": fixed, "runtime": runtime, "activations": rest, "per_seq": per_seq,
-           "bytes_per_param": fixed / scaling.weight_params(p)["total"],
+           "bytes_per_param": fixed / arithmetic.weight_params(p)["total"],
            "per_layer": per_layer, "batch": None, "seq": None, "layers": None,
            "gpu": min((g for g in gpus.TABLE.values() if g.bytes >= mem),
                       key=lambda g: g.bytes, default=None)}
@@ -216,36 +218,103 @@ def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
     p, mem, g = row["params"], row["memory"], goal(row, budget, per_seq)
     out = []
     if g["activations"] <= 0:
-        out.append(f"(the measured peak {gib(mem)} leaves nothing for activations once the "
-                   f"weights', gradients' and states' {gib(g['fixed'])}"
+        out.append(f"(the measured peak {units.size(mem)} leaves nothing for activations once the "
+                   f"weights', gradients' and states' {units.size(g['fixed'])}"
                    f"{' and the runtime' if g['runtime'] else ''} are taken out, so no "
                    "prediction is made from it)")
     else:
-        basis = (f"{gib(g['per_seq'])} of activations per sequence, measured as the "
+        basis = (f"{units.size(g['per_seq'])} of activations per sequence, measured as the "
                  "checkpointing step's peak less the ZeRO-1 step's (fewer sequences per "
                  "rank) less the states ZeRO-1 moved off the rank" if g["per_seq"] else
-                 f"the peak {gib(mem)} less {gib(g['fixed'])} of weights, gradients and AdamW "
+                 f"the peak {units.size(mem)} less {units.size(g['fixed'])} of weights, gradients and AdamW "
                  f"states ({g['bytes_per_param']:g} B/param)"
-                 + (f" and {gib(g['runtime'])} of runtime (host RSS before the model)"
+                 + (f" and {units.size(g['runtime'])} of runtime (host RSS before the model)"
                     if g["runtime"] else "")
-                 + f" leaves {gib(g['activations'])} taken as activations")
+                 + f" leaves {units.size(g['activations'])} taken as activations")
         options = [f"{k}={g[k]} (now {p[k]})" for k in ("batch", "seq") if g[k]]
         out.append(f"{' or '.join(options)} predicted to fit: {basis}, linear in batch·seq"
                    if options else
-                   f"no smaller batch or sequence fits: {gib(mem - budget)} over is more than "
-                   f"the rank's {gib(g['activations'])} of activations ({basis})")
+                   f"no smaller batch or sequence fits: {units.size(mem - budget)} over is more than "
+                   f"the rank's {units.size(g['activations'])} of activations ({basis})")
         out.append(f"layers={g['layers']} (now {p['layers']}) predicted to fit: each layer "
-                   f"holds {gib(g['per_layer'])} of weights, gradients and states; activations "
+                   f"holds {units.size(g['per_layer'])} of weights, gradients and states; activations "
                    "kept as measured" if g["layers"] else
                    f"fewer layers alone cannot fit: all {p['layers']} layers' weights, "
-                   f"gradients and states are {gib(g['per_layer'] * p['layers'])}, and it is "
-                   f"{gib(mem - budget)} over (their activations taken as kept)")
+                   f"gradients and states are {units.size(g['per_layer'] * p['layers'])}, and it is "
+                   f"{units.size(mem - budget)} over (their activations taken as kept)")
     gpu = g["gpu"]
-    out.append(f"a bigger GPU: the smallest in the datasheet table above {gib(mem)} is "
+    out.append(f"a bigger GPU: the smallest in the datasheet table above {units.size(mem)} is "
                f"{gpu.name} ({gpu.datasheet_gb:g} GB)"
                + (" — measured as host memory on a CPU worker; a GPU's peak differs, so "
                   "run the ladder on a GPU worker before renting" if "host" in row["method"]
                   else "")
-               if gpu else f"no GPU in the datasheet table holds {gib(mem)} on one card")
+               if gpu else f"no GPU in the datasheet table holds {units.size(mem)} on one card")
     return [f"  – {x}" for x in out] + ["  (predictions, not measurements: run the ladder "
                                         "again with the change to confirm)"]
+
+
+# the posted table -------------------------------------------------------------
+
+def queued(jobs: list[dict], budget: int | None) -> dict:
+    steps = "\n".join(f"• {j['trial']} {name}: `{j['words']}`" for j, name in zip(jobs, STEPS))
+    goal = f" against a budget of {units.size(budget)}" if budget else ""
+    return reply(f"Queued ladder *L{jobs[0]['id']}*{goal}: each step on top of the previous, "
+                 f"judged by the loss after the same steps from the same seed.\n{steps}\n"
+                 "The table is posted in this channel when the last step ends.")
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.0%}"
+
+
+def message(jobs: list[dict], reports: list[dict | None], budget: int | None) -> dict:
+    table = rows(list(STEPS), reports)
+    head = ["step", "trial", "peak mem", "step time", "Δmem prev/base", "Δtime prev/base",
+            "loss Δ vs fp32"]
+    cells = [head]
+    for row in table:
+        if not row["ok"]:
+            cells.append([row["step"], "", row["why"][:60], "", "", "", ""])
+            continue
+        quality = ("—" if "quality" not in row else
+                   f"{row['quality']:+.3%}" + (" ok" if row["quality_ok"] else " BROKE"))
+        cells.append([row["step"], row.get("trial") or "",
+                      units.size(row["memory"]),
+                      units.duration(row["seconds"]),
+                      f"{_pct(row.get('dmem_prev'))} / {_pct(row.get('dmem_base'))}",
+                      f"{_pct(row.get('dtime_prev'))} / {_pct(row.get('dtime_base'))}",
+                      quality])
+    grid = table_text(cells)
+    ok = {r["step"]: r for r in table if r["ok"]}
+    notes = []
+    if "baseline" in ok:
+        notes.append(f"Memory: {ok['baseline']['method']}; quality: loss after "
+                     f"{ok['baseline']['steps']} steps from the same seed, tolerance "
+                     f"±{QUALITY_TOLERANCE:.0%} of the fp32 baseline.")
+    if "precision" in ok and ok["precision"].get("dtime_prev") is not None:
+        speed = 1 / (1 + ok["precision"]["dtime_prev"])
+        notes.append(f"Precision: {speed:.2f}× the fp32 speed "
+                     + ("— no speed-up on this device" if speed <= 1 else "")
+                     + f" (reference: {REFERENCES['precision']}).")
+    if "checkpointing" in ok and ok["checkpointing"].get("dtime_prev") is not None:
+        c = ok["checkpointing"]
+        notes.append(f"Checkpointing: memory {_pct(c.get('dmem_prev'))}, time "
+                     f"{_pct(c['dtime_prev'])} per step (reference: "
+                     f"{REFERENCES['checkpointing']}).")
+    if "zero-1" in ok:
+        z = ok["zero-1"]
+        per = ", ".join(f"rank {r} {b / 2**20:.2f} MiB" for r, b in z["zero"])
+        worst = max(abs(b - z["zero_theory"]) / z["zero_theory"] for _, b in z["zero"])
+        notes.append(f"ZeRO-1 over {z['world']} ranks: optimizer states measured {per}; theory "
+                     f"{z['zero_theory'] / 2**20:.2f} MiB per rank (AdamW's two fp32 moments, 8 "
+                     f"bytes/param, ÷ {z['world']}; autocast keeps the weights fp32, so there "
+                     "is no separate master copy — the reference's 12 bytes/param counts "
+                     f"one), worst rank {worst:.2%} off. Each rank also holds "
+                     f"only batch/{z['world']} sequences of activations, so its peak falls by "
+                     "more than the states alone. (Reference: "
+                     f"{REFERENCES['zero-1']}.)")
+    advice = recommend(table, budget)
+    text = (f"*Ladder L{jobs[0]['id']}* ({jobs[0]['trial']}–{jobs[-1]['trial']})\n```{grid}```\n"
+            + "\n".join(notes) + "\n*Recommendation*:\n" + "\n".join(a if a.startswith(" ") else f"• {a}" for a in advice))
+    return {"channel": jobs[0]["channel"], "kind": "ladder", "text": text,
+            "blocks": [section(part) for part in chunks(text)]}

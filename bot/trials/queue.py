@@ -9,15 +9,20 @@ from __future__ import annotations
 import threading
 import time
 
-from bot import access, render
+from bot import access
 from bot.store import Store
 from bot.trials.job import ENDED
 from worker import report as reports
 from worker.spec import Workload
 from bot.trials import trialcard, routing, chart
-from bot.fits import scaling
 from bot.plans import slurmactual
 from bot.delivery import refusals
+from bot.blocks import message
+from bot.fits import sweepview
+from bot.trials import ab
+from bot.trials import ladder
+from bot.trials import views
+from bot.fits.sweep import fit_sweep
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
 ONLINE_SECONDS = 90     # a worker seen within this is "online"
@@ -127,10 +132,10 @@ class JobQueue:
             reports_ = [report if j["id"] == job["id"] else j["report"] for j in jobs]
             try:
                 if job.get("group_kind") == "ab":
-                    return render.ab_table(jobs, reports_)
-                return render.ladder_table(jobs, reports_, job.get("budget"))
+                    return ab.message(jobs, reports_)
+                return ladder.message(jobs, reports_, job.get("budget"))
             except Exception as exc:  # noqa: BLE001 - the trial's report matters more
-                return render.reply_message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} "
+                return message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} "
                                             f"ended, but its table failed: {exc!r}")
         return self.sweep_message(job, report)
 
@@ -146,10 +151,10 @@ class JobQueue:
         jobs = [dict(j, report=report, status="done" if report["status"] == "ok" else "failed")
                 if j["id"] == job["id"] else j for j in jobs]
         try:
-            fit = scaling.fit_sweep([j["report"] for j in jobs])
-            return render.sweep_fit(job["sweep"], jobs, fit)
+            fit = fit_sweep([j["report"] for j in jobs])
+            return sweepview.sweep_fit(job["sweep"], jobs, fit)
         except Exception as exc:  # noqa: BLE001 - the report matters more than the fit
-            return render.sweep_fit_failed(job["sweep"], jobs, exc)
+            return sweepview.sweep_fit_failed(job["sweep"], jobs, exc)
 
     def online_workers(self) -> list[str]:
         return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)]
@@ -190,7 +195,7 @@ class JobQueue:
             raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
         actual, text = slurmactual.outcome(req, result)
         if not self.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
-                                              actual, [dict(render.reply_message(
+                                              actual, [dict(message(
                                                   req["channel"], text), user=req["user"])],
                                               key=key):
             raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
@@ -252,7 +257,7 @@ class JobQueue:
                     f"{', '.join(req['jobs'])}): {why}. Nothing was recorded (asked by "
                     f"<@{req['user']}>); ask again when a Slurm worker runs.")
             if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
-                                              [dict(render.reply_message(req["channel"], text),
+                                              [dict(message(req["channel"], text),
                                                     user=req["user"])],
                                               expired=True):
                 self.on_message()
@@ -321,7 +326,7 @@ class JobQueue:
             report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
                                   "cancelled", said, None)
             report["trial"] = job["trial"]
-            note = render.reply_message(job["channel"], f":no_entry_sign: *{job['trial']}* "
+            note = message(job["channel"], f":no_entry_sign: *{job['trial']}* "
                                         f"{said}: `{job['words']}`")
             with self.sweep_lock:  # the last of a sweep or ladder to end posts its message
                 group = self.group_message(job, report)
@@ -342,7 +347,7 @@ class JobQueue:
     def ended(self, job: dict, report: dict) -> list[dict]:
         """The messages of an ended trial: its card's final state, the report in
         the thread."""
-        out = [render.report(job, report)]
+        out = [views.report(job, report)]
         if job.get("started_msg"):
             job = self.store.job(job["id"]) or job  # who cancelled, if anyone
             out.insert(0, dict(trialcard.final(job, report), update_of=job["started_msg"]))
@@ -356,7 +361,7 @@ class JobQueue:
         report["trial"], report["worker"] = job["trial"], worker
         messages = self.ended(job, report)
         if chart.has_timeline(report):
-            messages.append(render.chart(job, report))
+            messages.append(views.chart(job, report))
         with self.sweep_lock:
             fit = self.group_message(job, report)
             if not self.store.finish_job(job_id, worker, lease, report,

@@ -5,14 +5,18 @@ from __future__ import annotations
 import shlex
 import time
 
-from bot import render
 from bot.trials.queue import ONLINE_SECONDS, JobQueue, can_run, recipes_of
 from bot.store import DuplicateRequest
 from bot.trials.job import ENDED
 from worker import spec as specs
 from bot.trials import commands, routing, workerlist
-from bot.fits import scaling
 from bot.plans import plan_command
+from bot.blocks import reply
+from bot.fits import sweepview
+from bot.trials import ab
+from bot.trials import ladder
+from bot.trials import views
+from bot.fits.sweep import fit_sweep
 
 
 def handle(queue: JobQueue, text: str, user: str, channel: str,
@@ -25,7 +29,7 @@ def handle(queue: JobQueue, text: str, user: str, channel: str,
         return _handle(queue, text, user, channel, request, response_url)
     except DuplicateRequest as exc:
         trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
-        return render.reply(f"Already received: this request (Slack retried it, or it came "
+        return reply(f"Already received: this request (Slack retried it, or it came "
                             f"twice) queued {trials}. Nothing new was queued."), None
 
 
@@ -44,11 +48,11 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, workers)
         cmd = commands.parse_trial(shlex.join(words), recipes)
     except specs.SpecError as exc:
-        return render.error(exc), None
+        return views.error(exc), None
     except (plan_command.PlanError, routing.RouteError) as exc:
-        return render.reply(f":x: {exc.message}\nNothing was queued."), None
+        return reply(f":x: {exc.message}\nNothing was queued."), None
     if (tags or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
-        return render.reply(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
+        return reply(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
                             f"that runs; `/trial {cmd.name}` takes none. Nothing was queued."), None
     if tags and "gpu" not in route:  # the plan's target GPU is the default
         target = (queue.store.plan(tags["plan"]) or {}).get("facts", {}).get("gpu")
@@ -63,32 +67,32 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         # right here is the right to change it.
         refused = queue.allows("run", user, channel)
         if refused:
-            return render.reply(f":lock: {refused} Nothing was queued."), None
+            return reply(f":lock: {refused} Nothing was queued."), None
     if cmd.name == "help":
-        return render.reply(render.help_text(recipes)), None
+        return reply(views.help_text(recipes)), None
     if cmd.name == "list":
         narrow = {"mine": {"user": user}, "running": {"status": ("queued", "running")},
                   "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
-        return render.job_list(queue.store.jobs(limit=15, channel=channel, **narrow),
+        return views.job_list(queue.store.jobs(limit=15, channel=channel, **narrow),
                                cmd.which), None
     if cmd.name == "workers":
         now = time.time()
-        return render.reply(workerlist.text(queue.store.worker_states(
+        return reply(workerlist.text(queue.store.worker_states(
             workerlist.week_start(now)), now, ONLINE_SECONDS)), None
     if cmd.name == "cancel":
         try:
-            return render.reply(f":no_entry_sign: {queue.cancel(cmd.job_id, user)}."), None
+            return reply(f":no_entry_sign: {queue.cancel(cmd.job_id, user)}."), None
         except ValueError as exc:
-            return render.reply(f":x: {exc}."), None
+            return reply(f":x: {exc}."), None
     if cmd.name == "status":
         job = queue.store.job(cmd.job_id)
         if job is None:
-            return render.reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
+            return reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
                                 "recent ones."), None
         if queue.hides(job["channel"], user, channel):
-            return render.reply(f":lock: T{cmd.job_id} belongs to another channel; ask "
+            return reply(f":lock: T{cmd.job_id} belongs to another channel; ask "
                                 "there (or an admin can ask anywhere)."), None
-        return render.status(job, queue.store.attempts(job["id"])), None
+        return views.status(job, queue.store.attempts(job["id"])), None
     if cmd.name == "fit":
         return fit(queue, cmd, user, channel), None
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
@@ -96,7 +100,7 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         have = "\n".join(f"• {routing.worker_line(w)}" for w in workers)
         from_plan = (" (the plan's target GPU; give `gpu=` to run elsewhere)"
                      if tags and route.get("gpu") and "gpu=" not in text else "")
-        return render.reply(f":x: No worker matches `{routing.describe(route)}`{from_plan}. "
+        return reply(f":x: No worker matches `{routing.describe(route)}`{from_plan}. "
                             f"Workers:\n{have}\nChange the constraint, or start a worker "
                             "that has it (`trialbot-worker --label KEY=VALUE`). Nothing was "
                             "queued."), None
@@ -109,50 +113,50 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
     if workers and wide:
         have = "; ".join(f"{w['name']}: {len(w['info'].get('gpus') or [])} GPU(s), "
                          f"{w['info'].get('cpus', '?')} cores" for w in workers)
-        return render.reply(f":x: No worker can run `world={wide.params.get('world')}` ranks on "
+        return reply(f":x: No worker can run `world={wide.params.get('world')}` ranks on "
                             f"device={wide.params.get('device')}: a rank needs its own GPU (or "
                             f"CPU core). Workers: {have}. Use a smaller world, or start a worker "
                             "with enough GPUs. Nothing was queued."), None
     if first.recipe and not runnable(first):
-        return render.reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
+        return reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
                             "and every worker with it in its recipe file has no NVIDIA GPU. "
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
     unpostable = queue.channels.refusal(channel)  # asked last: it may be a call to Slack
     if unpostable:
-        return render.reply(f":x: {unpostable}; then run the command again. Nothing was "
+        return reply(f":x: {unpostable}; then run the command again. Nothing was "
                             "queued."), None
     where = {"request": request, "route": route, "response_url": response_url}
     if cmd.name == "ladder":
         jobs = queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tags, **where)
-        return render.ladder_queued(jobs, cmd.budget), jobs[-1]
+        return ladder.queued(jobs, cmd.budget), jobs[-1]
     if cmd.name == "ab":
         jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags, **where)
-        return render.ab_queued(jobs), jobs[-1]
+        return ab.queued(jobs), jobs[-1]
     if cmd.name == "sweep":
         jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags, **where)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
-        return render.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
+        return views.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
     job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags, **where)
-    return render.queued(job, queue.online_for(job["spec"])), job
+    return views.queued(job, queue.online_for(job["spec"])), job
 
 
 def fit(queue: JobQueue, cmd: commands.Command, user: str, channel: str) -> dict:
     """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep, in its own channel."""
     jobs = queue.store.sweep_jobs(cmd.sweep_id)
     if not jobs:
-        return render.sweep_not_found(cmd.sweep_id)
+        return views.sweep_not_found(cmd.sweep_id)
     if queue.hides(jobs[0]["channel"], user, channel):
-        return render.reply(f":lock: S{cmd.sweep_id} belongs to another channel; ask there (or "
+        return reply(f":lock: S{cmd.sweep_id} belongs to another channel; ask there (or "
                             "an admin can ask anywhere).")
     if any(j["status"] not in ENDED for j in jobs):
-        return render.sweep_unfinished(cmd.sweep_id, jobs)
-    result = scaling.fit_sweep([j["report"] for j in jobs])
+        return views.sweep_unfinished(cmd.sweep_id, jobs)
+    result = fit_sweep([j["report"] for j in jobs])
     if result.get("kind") == "depth" and not result.get("error"):
         for key, value in cmd.params.items():
             if key != "layers":
-                return render.reply(f":x: `{key}={value}`: S{cmd.sweep_id} is a depth sweep; "
+                return reply(f":x: `{key}={value}`: S{cmd.sweep_id} is a depth sweep; "
                                     f"it answers layers=N (e.g. `/trial fit S{cmd.sweep_id} "
                                     "layers=32 gpu=H100`).")
     elif not result.get("error"):
@@ -162,10 +166,10 @@ def fit(queue: JobQueue, cmd: commands.Command, user: str, channel: str) -> dict
             if key not in known:
                 axes = [k for k in (result["variables"]["batch"], *result["variables"]["length"])
                         if k] or ["batch"]
-                return render.reply(f":x: `{key}={value}`: sweep S{cmd.sweep_id} has no "
+                return reply(f":x: `{key}={value}`: sweep S{cmd.sweep_id} has no "
                                     f"parameter `{key}`; ask with {', '.join(axes)} (e.g. "
                                     f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
-    return render.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
+    return sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
 
 
 
@@ -180,32 +184,32 @@ def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None,
     so a double click is caught by card and user."""
     old = queue.store.job(job_id)
     if old is None:
-        return render.reply(f":x: There is no trial T{job_id} any more; nothing was queued.")
+        return reply(f":x: There is no trial T{job_id} any more; nothing was queued.")
     refused = queue.allows("run", user, old["channel"])
     if refused:
-        return render.reply(f":lock: {refused} Nothing was queued.")
+        return reply(f":lock: {refused} Nothing was queued.")
     try:
         spec = specs.TrialSpec.from_dict(old["spec"])
     except (KeyError, TypeError, ValueError) as exc:
-        return render.reply(f":x: T{job_id}'s stored spec cannot be read ({exc}); type the "
+        return reply(f":x: T{job_id}'s stored spec cannot be read ({exc}); type the "
                             f"command again: `/trial {old['words']}`. Nothing was queued.")
     workers = queue.store.workers()
     if workers and not any(can_run(w["info"], old["spec"]) for w in workers):
-        return render.reply(f":x: No registered worker can run T{job_id} again (its recipe, "
+        return reply(f":x: No registered worker can run T{job_id} again (its recipe, "
                             "ranks or route need a worker that is not there). Nothing was "
                             "queued.")
     unpostable = queue.channels.refusal(old["channel"])
     if unpostable:
-        return render.reply(f":x: {unpostable}; then click again. Nothing was queued.")
+        return reply(f":x: {unpostable}; then click again. Nothing was queued.")
     try:
         keys = [(request, None), (card and f"rerun:{card}:{user}", CLICK_SECONDS)]
         job = queue.submit(spec, old["words"], user, old["channel"], request=keys,
                            route=old["spec"].get("route"), response_url=response_url)
     except DuplicateRequest as exc:
-        return render.reply(f"Already received: your click on this card queued "
+        return reply(f"Already received: your click on this card queued "
                             f"T{exc.jobs[0]}; nothing new was queued. To run it once more, "
                             f"click again after {CLICK_SECONDS} s.")
-    return render.queued(job, queue.online_for(job["spec"]))
+    return views.queued(job, queue.online_for(job["spec"]))
 
 
 def plan_choices(queue: JobQueue, user: str, channel: str) -> list[tuple[str, str]]:

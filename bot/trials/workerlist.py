@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from worker.summary import secs
+from worker.units import duration
 
 
 def week_start(now: float) -> str:
@@ -18,7 +18,7 @@ def _since(t: float | None, now: float) -> str:
     if not t:
         return ""
     stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%a %H:%M UTC")
-    return f" since {stamp} ({secs(max(0.0, now - t))} ago)"
+    return f" since {stamp} ({duration(max(0.0, now - t))} ago)"
 
 
 def state(w: dict, now: float, online_seconds: float) -> str:

@@ -1,0 +1,192 @@
+"""Ordinary least squares for the scaling fits, with the checks a fit is
+judged by: a held-out point, leave-one-out errors, and a Student-t prediction
+interval for a new observation. Pure (numpy; scipy for the t quantile).
+
+For a new config `x` the prediction is `x·β` and its standard error as a new
+observation `sd·sqrt(1 + x'(X'X)⁻¹x)`, with `sd` the residual standard
+deviation on `dof = n − p` degrees of freedom; a `t(dof)` quantile turns it
+into an interval. With `dof = 0` (2 points and a line) there is no residual:
+the standard error is NaN and nothing checks the fit.
+
+Checks: *held out* — refit without the largest config (largest `b·s`) and
+predict it (needs 3 distinct configs); *leave-one-out* — the same for every
+config. A richer model replaces the default only when it has `p + 2` distinct
+configs and cuts the leave-one-out error by RICHER_FACTOR.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+RICHER_FACTOR = 0.8  # a richer model must cut the leave-one-out error by 20%...
+
+NEGLIGIBLE = 1e-6    # ...of a default whose error is not already negligible (rounding)
+
+FEATURES = {
+    "1": lambda b, s: 1.0,
+    "b": lambda b, s: float(b),
+    "s": lambda b, s: float(s),
+    "s^2": lambda b, s: float(s) ** 2,
+    "b*s": lambda b, s: float(b) * s,
+    "b*s^2": lambda b, s: float(b) * s * s,
+}
+
+CANDIDATES = {
+    "memory": {"b": [["1", "b"]],
+               "s": [["1", "s"], ["1", "s", "s^2"]],
+               "bs": [["1", "b*s"], ["1", "b", "b*s"], ["1", "b*s", "b*s^2"]]},
+    "time": {"b": [["1", "b"]],
+             "s": [["1", "s"], ["1", "s", "s^2"]],
+             "bs": [["1", "b", "b*s"], ["1", "b*s"], ["1", "b", "b*s", "b*s^2"]]},
+}
+
+def design(features: list[str], bs: list[tuple[float, float]]) -> np.ndarray:
+    return np.array([[FEATURES[f](b, s) for f in features] for b, s in bs], dtype=float)
+
+def _lstsq(X: np.ndarray, y: np.ndarray):
+    """Least squares on column-scaled X (b·s² can be 1e10 next to 1); returns
+    (coef, (X'X)⁻¹, rank)."""
+    scale = np.linalg.norm(X, axis=0)
+    scale[scale == 0] = 1.0
+    Z = X / scale
+    coef, _, rank, _ = np.linalg.lstsq(Z, y, rcond=None)
+    if rank < X.shape[1]:
+        return None, None, rank
+    cov = np.linalg.pinv(Z.T @ Z) / np.outer(scale, scale)
+    return coef / scale, cov, rank
+
+def _fit_rows(features, rows):
+    """rows: [(b, s, y, trial)] → (coef, cov) or None when rank-deficient."""
+    X = design(features, [(r[0], r[1]) for r in rows])
+    coef, cov, _ = _lstsq(X, np.array([r[2] for r in rows], dtype=float))
+    return None if coef is None else (coef, cov)
+
+def _configs(rows) -> list[tuple]:
+    return sorted({(r[0], r[1]) for r in rows}, key=lambda c: (c[0] * c[1], c[0], c[1]))
+
+def _loo(features, rows) -> dict | None:
+    """Leave each distinct config out, refit, predict it (relative errors)."""
+    errors = []
+    for config in _configs(rows):
+        rest = [r for r in rows if (r[0], r[1]) != config]
+        if len(_configs(rest)) < len(features):
+            return None
+        fit = _fit_rows(features, rest)
+        if fit is None:
+            return None
+        x = design(features, [config])[0]
+        for r in rows:
+            if (r[0], r[1]) == config and r[2]:
+                errors.append(float(x @ fit[0]) / r[2] - 1)
+    if not errors:
+        return None
+    e = np.array(errors)
+    return {"max_relative": float(np.max(np.abs(e))), "rms_relative": float(np.sqrt(np.mean(e**2))),
+            "count": len(errors)}
+
+def _held_out(features, rows) -> tuple[dict | None, str | None]:
+    configs = _configs(rows)
+    if len(configs) < 3:
+        return None, (f"needs 3 distinct configs, the sweep has {len(configs)}: a line through "
+                      "2 points has nothing left to check it with")
+    largest = configs[-1]
+    rest = [r for r in rows if (r[0], r[1]) != largest]
+    if len(_configs(rest)) < len(features):
+        return None, (f"the {len(features)}-term model needs {len(features)} configs besides "
+                      "the largest")
+    fit = _fit_rows(features, rest)
+    if fit is None:
+        return None, "the configs besides the largest cannot determine the model"
+    held = [r for r in rows if (r[0], r[1]) == largest]
+    measured = float(np.mean([r[2] for r in held]))
+    predicted = float(design(features, [largest])[0] @ fit[0])
+    return {"trial": held[0][3], "b": largest[0], "s": largest[1], "predicted": predicted,
+            "measured": measured,
+            "relative_error": predicted / measured - 1 if measured else None}, None
+
+def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str,
+               what: str) -> dict:
+    """Fit one target. rows: [(b, s, y, trial)]; kind: "memory" | "time";
+    varied: "b" | "s" | "bs". Returns a model dict, or {"error": ...}."""
+    configs = _configs(rows)
+    if len(configs) < 2:
+        return {"target": target, "error": f"{len(configs)} distinct config measured: at least "
+                "2 are needed to fit anything"}
+    tried = []
+    for features in CANDIDATES[kind][varied]:
+        if len(configs) < len(features):
+            continue
+        fit = _fit_rows(features, rows)
+        if fit is None:
+            continue
+        tried.append({"features": features,
+                      "loo": _loo(features, rows) if len(configs) > len(features) else None})
+    if not tried:
+        return {"target": target, "error": "the measured configs cannot determine even a line"}
+    chosen, why = tried[0], "the default model for what the sweep varied"
+    base = (chosen["loo"] or {}).get("rms_relative")
+    for cand in tried[1:]:
+        err = (cand["loo"] or {}).get("rms_relative")
+        if (len(configs) >= len(cand["features"]) + 2 and base is not None and err is not None
+                and base > NEGLIGIBLE and err < RICHER_FACTOR * base):
+            chosen, why = cand, (f"{' + '.join(cand['features'])}: leave-one-out error "
+                                 f"{err:.1%} against {base:.1%} for the default")
+            base = err
+    features = chosen["features"]
+    coef, cov = _fit_rows(features, rows)
+    X = design(features, [(r[0], r[1]) for r in rows])
+    y = np.array([r[2] for r in rows], dtype=float)
+    resid = y - X @ coef
+    dof = len(rows) - len(features)
+    sd = float(np.sqrt(resid @ resid / dof)) if dof > 0 else None
+    held, held_why = _held_out(features, rows)
+    return {
+        "target": target, "unit": unit, "what": what, "features": features,
+        "coef": [float(c) for c in coef], "n": len(rows), "distinct": len(configs), "dof": dof,
+        "residual_sd": sd, "cov_unscaled": cov.tolist(),
+        "held_out": held, "held_out_why": held_why,
+        "loo": chosen["loo"],
+        "candidates": [{"features": c["features"],
+                        "loo_rms_relative": (c["loo"] or {}).get("rms_relative")}
+                       for c in tried],
+        "why": why,
+        "range": {"b": [min(c[0] for c in configs), max(c[0] for c in configs)],
+                  "s": [min(c[1] for c in configs), max(c[1] for c in configs)]},
+    }
+
+def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
+    """(value, standard error of a new observation, dof) at batch b, length s.
+    A model without a batch (length) term only holds at the batch (length) the
+    sweep measured: asking elsewhere raises ValueError."""
+    for axis, value, name in (("b", b, "batch"), ("s", s, "length")):
+        lo, hi = model["range"][axis]
+        if not any(axis in f for f in model["features"]) and not lo <= value <= hi:
+            at = f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}"
+            raise ValueError(f"the sweep measured {name} {at} only, so its {model['target']} "
+                             f"fit cannot say what happens at {name} {value:g}: sweep the "
+                             f"{name} too")
+    x = design(model["features"], [(b, s)])[0]
+    value = float(x @ np.array(model["coef"]))
+    if not model["dof"] or model["residual_sd"] is None:
+        return value, math.nan, 0
+    leverage = float(x @ np.array(model["cov_unscaled"]) @ x)
+    return value, model["residual_sd"] * math.sqrt(1 + max(leverage, 0.0)), model["dof"]
+
+@functools.lru_cache(maxsize=512)  # scipy's ppf costs ~0.3 ms; a digest asks it per block
+def t_quantile(dof: int, level: float = 0.90) -> float:
+    """Two-sided Student-t quantile (scipy when present; normal as a floor)."""
+    if not dof:
+        return math.nan
+    try:
+        from scipy import stats
+        return float(stats.t.ppf(0.5 + level / 2, dof))
+    except ImportError:  # the worker side has no scipy; 1.645 understates small dof
+        return 1.6448536269514722
+
+def interval(value: float, se: float, dof: int, level: float = 0.90) -> tuple[float, float] | None:
+    if not dof or math.isnan(se):
+        return None
+    half = t_quantile(dof, level) * se
+    return value - half, value + half

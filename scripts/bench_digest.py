@@ -22,7 +22,7 @@ import time
 from bot.trials.queue import JobQueue  # noqa: E402
 from bot.store import Store  # noqa: E402
 from worker.report import new_report  # noqa: E402
-from bot.digest import schedule
+from bot.digest import command as schedule
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -125,10 +125,10 @@ def main(argv=None) -> int:
         store.db.conn.close()
         print(f"generated {args.trials} trials, {args.plans} plans over {args.weeks} weeks in "
               f"{time.perf_counter() - t0:.1f} s ({os.path.getsize(path) / 2**20:.0f} MiB)")
-        queue = JobQueue(Store(path))  # a fresh connection, as a restarted bot has
+        ctx = JobQueue(Store(path))  # a fresh connection, as a restarted bot has
         sched = {"channel": CHANNEL, "weekday": "mon", "hour": 9, "minute": 0,
                  "tz": "Asia/Seoul"}
-        from bot.digest import digest_build
+        from bot.digest import build as digest_build
         end = digest_build.last_fire(sched, dt.datetime.fromtimestamp(now, dt.timezone.utc))
         t0 = time.perf_counter()  # a process-start cost, not the digest's: timed apart
         import matplotlib.pyplot  # noqa: F401
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         runs = []
         for _ in range(2):  # the first on a cold connection, as a weekly digest runs
             t0 = time.perf_counter()
-            messages = schedule.build(queue, CHANNEL, end, digest_build.week_key(end))
+            messages = schedule.build(ctx, CHANNEL, end, digest_build.week_key(end))
             runs.append(time.perf_counter() - t0)
         took = runs[0]
         print(f"week {digest_build.week_key(end)}: {messages[0]['text'].splitlines()[1]}")

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from bot.delivery.outbox import Outbox, SlackTransport  # noqa: E402
-from bot.slack.slack_app import web_client  # noqa: E402
+from bot.slack.app import web_client  # noqa: E402
 from bot.store import Store  # noqa: E402
 from slackfake import FakeSlack  # noqa: E402
 

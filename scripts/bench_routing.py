@@ -22,7 +22,7 @@ from bot.delivery.outbox import ConsoleTransport  # noqa: E402
 from bot.app.runtime import Runtime  # noqa: E402
 from worker import report as reports  # noqa: E402
 from worker.client import Client  # noqa: E402
-from bot.trials import trial_command, routing
+from bot.trials import command as trial_command, routing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -51,7 +51,7 @@ def main() -> int:
     for name, info in WORKERS.items():
         clients[name].register(name, info)
     for i in range(args.trials):
-        _, job = trial_command.handle(rt.queue, f"llm-infer gen=1 repeats=1 {ASKS[i % len(ASKS)]}",
+        _, job = trial_command.handle(rt.ctx, f"llm-infer gen=1 repeats=1 {ASKS[i % len(ASKS)]}",
                                f"U{i % 3}", "C1")
         assert job, f"trial {i} was not queued"
     ran: dict[int, str] = {}

@@ -27,12 +27,12 @@ def fake_slack():
 
 def bolt_runtime(db: str, fake_slack, policy):
     """The Bolt app and HTTP server in-process on `db`, started; stop() it."""
-    from bot.delivery.outbox import SlackTransport
+    from bot.slack.transport import SlackTransport
     from bot.app.runtime import Runtime
-    from bot.slack.slack_app import build_app, web_client
+    from bot.slack.app import build_app, web_client
     client = web_client("xoxb-test", fake_slack.api_url)
     rt = Runtime(db, "wtoken", SlackTransport(client), policy=policy)
-    rt.server.bolt_app = build_app(rt.queue, client, "s3cret")
+    rt.server.bolt_app = build_app(rt.ctx, client, "s3cret")
     rt.start()
     return rt
 

@@ -15,8 +15,7 @@ from slackfake import post, signed_headers, slash_body
 from bot import access
 from bot.access import Policy
 from bot.app.config import ConfigError
-from bot.delivery.outbox import ConsoleTransport
-from bot.trials.queue import JobQueue
+from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
 from bot.store import Store
 from worker import recipes, redact
@@ -24,9 +23,10 @@ from worker.agent import Agent
 from worker.client import Client
 from worker.spec import parse
 from bot.app import console
-from bot.slack import slackgroups
-from bot.trials import trial_command
-from bot.plans import plan_command
+from bot.slack import groups as slackgroups
+from bot.trials import command as trial_command
+from bot.plans import command as plan_command
+from bot.app.runtime import context
 
 QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
 TODAY = dt.date(2026, 12, 1)
@@ -34,7 +34,7 @@ PRICE = "price H100 2.49/h source=quote date=2026-11-30"
 
 
 def queue_with(tmp_path, policy):
-    return JobQueue(Store(str(tmp_path / "a.db")), policy=policy)
+    return context(Store(str(tmp_path / "a.db")), policy=policy)
 
 
 # --- loading ---------------------------------------------------------------------
@@ -196,7 +196,7 @@ def responses(fake_slack, n):
 
 
 def test_rerun_by_a_stranger_is_refused_through_bolt(bot, fake_slack):
-    job = trial_command.handle(bot.queue, QUICK, "U1", "C1")[1]
+    job = trial_command.handle(bot.ctx, QUICK, "U1", "C1")[1]
     assert click(bot, fake_slack, "trial_rerun", job["id"], "U9")[0] == 200
     said = responses(fake_slack, 1)[0]
     assert "permission: run" in said["text"] and said["response_type"] == "ephemeral"

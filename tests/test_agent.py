@@ -7,7 +7,7 @@ import urllib.request
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from bot.delivery.outbox import ConsoleTransport
+from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
 from worker import agent as agent_mod
 from worker.agent import Agent, split_by_day

@@ -8,15 +8,15 @@ import math
 
 import pytest
 
-from bot.trials.queue import JobQueue
 from bot.store import Store
 from worker import arithmetic, launcher, stats
 from worker import report as reports
 from worker import spec as specs
-from bot.trials import trial_command, commands
+from bot.trials import command as trial_command, parse
 from bot.fits import depth, gpus
-from bot.plans import plan_command
+from bot.plans import command as plan_command
 from bot.trials import views
+from bot.app.runtime import context
 
 LLAMA = ["llm-infer", "preset=llama-3-8b", "batch=8", "prompt=4096", "gen=256", "dtype=bf16"]
 GIB = 2**30
@@ -156,15 +156,15 @@ def test_a_depth_fit_refuses_trials_that_differ_in_more_than_layers():
 
 
 def test_a_depth_sweep_is_parsed_with_live_host_memory_and_alone():
-    cmd = commands.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=2")
+    cmd = parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=2")
     assert [s.params["layers"] for s in cmd.specs] == [1, 2, 4]
     assert {s.params["malloc"] for s in cmd.specs} == {"live"}
-    kept = commands.parse_trial("sweep llm-infer layers=1,2 malloc=glibc")
+    kept = parse.parse_trial("sweep llm-infer layers=1,2 malloc=glibc")
     assert {s.params["malloc"] for s in kept.specs} == {"glibc"}
     with pytest.raises(specs.SpecError, match="varies layers alone"):
-        commands.parse_trial("sweep llm-infer layers=1,2 batch=1,2")
+        parse.parse_trial("sweep llm-infer layers=1,2 batch=1,2")
     with pytest.raises(specs.SpecError, match="llama-3-8b has 32 layers"):
-        commands.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
+        parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
 
 
 def test_malloc_auto_is_live_for_a_preset_and_glibc_otherwise():
@@ -185,63 +185,63 @@ def test_a_live_malloc_trial_pins_glibcs_threshold_in_the_child():
 # --- through the bot -------------------------------------------------------------
 
 @pytest.fixture
-def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
 
 
-def run_depth_sweep(queue, text="sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=8 "
+def run_depth_sweep(ctx, text="sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=8 "
                                 "prompt=4096 gen=256 dtype=bf16"):
-    trial_command.handle(queue, text, "U1", "C1")
+    trial_command.handle(ctx, text, "U1", "C1")
     for _ in range(3):
-        job = queue.lease("w1", 0)
+        job = ctx.queue.lease("w1", 0)
         n = job["spec"]["params"]["layers"]
         r = gpu_report(layers=n, trial=job["trial"])
         r["params"] = job["spec"]["params"]
-        queue.finish(job["id"], "w1", job["lease"], r)
+        ctx.queue.finish(job["id"], "w1", job["lease"], r)
 
 
-def test_a_depth_sweep_posts_its_fit_and_answers_layers_and_a_gpu(queue):
-    run_depth_sweep(queue)
-    (msg,) = [m for m in queue.store.unsent(100) if m["kind"] == "sweep"]
+def test_a_depth_sweep_posts_its_fit_and_answers_layers_and_a_gpu(ctx):
+    run_depth_sweep(ctx)
+    (msg,) = [m for m in ctx.store.unsent(100) if m["kind"] == "sweep"]
     assert "*Depth sweep S1*" in msg["text"] and "3 ok, 0 failed" in msg["text"]
     assert "held out T3 at 4 layers: predicted 7.11 GiB, measured 7.11 GiB" in msg["text"]
     assert "Predicted at 32 layers" in msg["text"] and "model estimate, not measured" in msg["text"]
     assert len(msg["blocks"]) <= 50 and all(len(json.dumps(b)) < 3200 for b in msg["blocks"])
-    answer = trial_command.handle(queue, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
+    answer = trial_command.handle(ctx, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
     assert "Predicted at 16 layers" in answer and "H100-80GB" in answer
     assert "L4" not in answer.split("Fits on")[1].split("Decode")[0]
-    exact = trial_command.handle(queue, "fit S1 layers=32 gpu=79.6GiB", "U1", "C1")[0]["text"]
+    exact = trial_command.handle(ctx, "fit S1 layers=32 gpu=79.6GiB", "U1", "C1")[0]["text"]
     assert "79.6GiB GPU" in exact and "largest batch" in exact
-    bad = trial_command.handle(queue, "fit S1 batch=32", "U1", "C1")[0]["text"]
+    bad = trial_command.handle(ctx, "fit S1 batch=32", "U1", "C1")[0]["text"]
     assert bad.startswith(":x: `batch=32`") and "depth sweep" in bad
-    deep = trial_command.handle(queue, "fit S1 layers=33", "U1", "C1")[0]["text"]
+    deep = trial_command.handle(ctx, "fit S1 layers=33", "U1", "C1")[0]["text"]
     assert "32 layers" in deep
 
 
-def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(queue):
-    run_depth_sweep(queue)
+def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(ctx):
+    run_depth_sweep(ctx)
     def say(text):
-        return plan_command.handle(queue, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
+        return plan_command.handle(ctx, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
     say("new repro gpu=H100")
     out = say("repro block scale runs=100 sweep=S1 layers=32")
     assert "PREDICTED FROM A PARTIAL-DEPTH TRIAL" in out and "layers 1, 2, 4" in out
     assert "100 runs × 17 s" in out
     out = say("repro block baseline runs=10 trial=T2")
     assert "PREDICTED FROM A PARTIAL-DEPTH TRIAL (T2: 2 of 32 layers" in out
-    k = depth.time_factor(queue.store.job(2)["report"]["params"])["factor"]
+    k = depth.time_factor(ctx.store.job(2)["report"]["params"])["factor"]
     assert 5 < k < 10 and f"scaled ×{k:.3g}" in out
     assert "no interval: a model-scaled time" in out
     assert "(partial depth)" in say("repro show")
-    before = queue.store.db["outbox"].count
+    before = ctx.store.db["outbox"].count
     say("repro export")
-    csv_text, md = [r["content"] for r in list(queue.store.db["outbox"].rows)[before:]
+    csv_text, md = [r["content"] for r in list(ctx.store.db["outbox"].rows)[before:]
                     if r["kind"] == "export"]
     assert "predicted from a partial-depth trial (T2: 2 of 32 layers" in csv_text
     assert "| baseline (partial depth) |" in md and "- predicted from a partial-depth" in md
     # A full-depth trial replaces the prediction.
-    job = queue.submit(specs.parse([*LLAMA, "layers=32"]), "llm-infer", "U1", "C1")
-    leased = queue.store.lease_next("w1", 60)
-    queue.finish(job["id"], "w1", leased["lease"], gpu_report(layers=32, trial=job["trial"]))
+    job = ctx.queue.submit(specs.parse([*LLAMA, "layers=32"]), "llm-infer", "U1", "C1")
+    leased = ctx.store.lease_next("w1", 60)
+    ctx.queue.finish(job["id"], "w1", leased["lease"], gpu_report(layers=32, trial=job["trial"]))
     out = say(f"repro block baseline runs=10 trial={job['trial']}")
     assert "PARTIAL-DEPTH" not in out and "replaced" in out
     assert math.isfinite(float(out.split("— ")[1].split(" GPU-h")[0].replace(",", "")))
@@ -272,13 +272,13 @@ def test_a_depth_sweep_through_the_console_runs_real_trials_and_answers(tmp_path
 
 # --- what the review found --------------------------------------------------------
 
-def test_a_plan_block_from_a_recipe_sweep_still_estimates(queue):
+def test_a_plan_block_from_a_recipe_sweep_still_estimates(ctx):
     from test_sweep import RECIPE
     specs_ = [specs.parse(["recipe", "paper-infer", f"batch={b}"], {"paper-infer": RECIPE})
               for b in (1, 2, 4)]
-    jobs = queue.submit_sweep(specs_, ["recipe paper-infer"] * 3, "U1", "C1")
+    jobs = ctx.queue.submit_sweep(specs_, ["recipe paper-infer"] * 3, "U1", "C1")
     for job, s in zip(jobs, specs_):
-        leased = queue.store.lease_next("w1", 60)
+        leased = ctx.store.lease_next("w1", 60)
         b = s.params["batch"]
         r = reports.new_report("recipe", s.params)
         r.update(trial=job["trial"], status="ok", recipe="paper-infer", env={"device": "cpu"},
@@ -286,9 +286,9 @@ def test_a_plan_block_from_a_recipe_sweep_still_estimates(queue):
                  phases=[{"name": "launch", "seconds": 1.0},
                          {"name": "run", "seconds": 0.5 * b + 0.01 * (b == 2)}])
         r["memory"]["host_rss_peak"] = 2**27 + 2**18 * b
-        queue.finish(job["id"], "w1", leased["lease"], r)
-    plan_command.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
-    out = plan_command.handle(queue, "repro block scale runs=10 sweep=S1 batch=16", "U1", "C1",
+        ctx.queue.finish(job["id"], "w1", leased["lease"], r)
+    plan_command.handle(ctx, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = plan_command.handle(ctx, "repro block scale runs=10 sweep=S1 batch=16", "U1", "C1",
                        dt.date(2026, 12, 1))["text"]
     assert "scale block added" in out and "PARTIAL-DEPTH" not in out
 
@@ -297,11 +297,11 @@ def test_layers_lists_are_a_depth_sweep_of_llm_infer_only():
     from test_sweep import RECIPE
     deep = dataclasses.replace(RECIPE, params=(*RECIPE.params,
                                                specs._int("layers", 2, 1, 64, "depth")))
-    cmd = commands.parse_trial("sweep recipe paper-infer layers=1,2,4", {"paper-infer": deep})
+    cmd = parse.parse_trial("sweep recipe paper-infer layers=1,2,4", {"paper-infer": deep})
     assert all("malloc" not in s.params for s in cmd.specs)   # a recipe's own parameter
     with pytest.raises(specs.SpecError, match="llm-infer runs"):
-        commands.parse_trial("sweep llm-train layers=1,2")
-    auto = commands.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
+        parse.parse_trial("sweep llm-train layers=1,2")
+    auto = parse.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
     assert {s.params["malloc"] for s in auto.specs} == {"live"}
 
 
@@ -315,32 +315,32 @@ def test_a_cuda_trial_extrapolates_gpu_memory_only():
         {"channel": "C1", "trial": "T1", "started_msg": None}, r)["text"]
 
 
-def test_a_depth_sweep_with_one_ok_depth_is_still_a_depth_sweep(queue):
-    trial_command.handle(queue, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=8 prompt=4096 "
+def test_a_depth_sweep_with_one_ok_depth_is_still_a_depth_sweep(ctx):
+    trial_command.handle(ctx, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=8 prompt=4096 "
                          "gen=256 dtype=bf16", "U1", "C1")
-    job = queue.lease("w1", 0)
+    job = ctx.queue.lease("w1", 0)
     r = gpu_report(layers=1, trial=job["trial"])
     r["params"] = job["spec"]["params"]
-    queue.finish(job["id"], "w1", job["lease"], r)
-    job = queue.lease("w1", 0)
+    ctx.queue.finish(job["id"], "w1", job["lease"], r)
+    job = ctx.queue.lease("w1", 0)
     failed = reports.fail(reports.new_report("llm-infer", job["spec"]["params"]), "oom",
                           "CUDA out of memory", "weights")
-    queue.finish(job["id"], "w1", job["lease"], failed)
-    (msg,) = [m for m in queue.store.unsent(100) if m["kind"] == "sweep"]
+    ctx.queue.finish(job["id"], "w1", job["lease"], failed)
+    (msg,) = [m for m in ctx.store.unsent(100) if m["kind"] == "sweep"]
     assert "*Depth sweep S1*" in msg["text"] and "T2 (layers=2): oom" in msg["text"]
     assert "1 distinct depth succeeded" in msg["text"]
 
 
-def test_a_depth_sweep_block_names_its_depth(queue):
-    run_depth_sweep(queue)
-    plan_command.handle(queue, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
-    out = plan_command.handle(queue, "repro block verify runs=10 sweep=S1 gen=256", "U1", "C1",
+def test_a_depth_sweep_block_names_its_depth(ctx):
+    run_depth_sweep(ctx)
+    plan_command.handle(ctx, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = plan_command.handle(ctx, "repro block verify runs=10 sweep=S1 gen=256", "U1", "C1",
                        dt.date(2026, 12, 1))["text"]
     assert "is a depth sweep: give the depth" in out and "layers=32" in out
-    assert queue.store.blocks("repro") == []
+    assert ctx.store.blocks("repro") == []
 
 
-def test_a_partial_depth_trial_is_not_peak_memory_measured_for_advice(queue):
+def test_a_partial_depth_trial_is_not_peak_memory_measured_for_advice(ctx):
     from bot.plans import advice
     r = gpu_report(layers=2)
     plan = {"facts": {"gpu": "H200", "pattern": "steady"}, "locked": {"at": "x"}}

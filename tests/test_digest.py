@@ -10,27 +10,29 @@ import pytest
 from test_planner import report
 from test_plans import finish
 
-from bot.trials.queue import JobQueue
 from bot.store import Store
-from bot.plans import plan_command
-from bot.digest import digest_build, schedule
+from bot.plans import command as plan_command
+from bot.digest import build as digest_build
+from bot.digest import command as schedule
+from bot.digest import scheduler
+from bot.app.runtime import context
 
 UTC = dt.timezone.utc
 SEOUL = {"weekday": "mon", "hour": 9, "minute": 0, "tz": "Asia/Seoul"}
 
 
 @pytest.fixture
-def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
 
 
-def say(queue, text, now=None, channel="C1"):
+def say(ctx, text, now=None, channel="C1"):
     now = now or dt.datetime.now(UTC)
-    return plan_command.handle(queue, text, "U1", channel, now.date(), now)["text"]
+    return plan_command.handle(ctx, text, "U1", channel, now.date(), now)["text"]
 
 
-def digests_posted(queue):
-    return [r for r in queue.store.db["outbox"].rows if r["kind"] == "digest"]
+def digests_posted(ctx):
+    return [r for r in ctx.store.db["outbox"].rows if r["kind"] == "digest"]
 
 
 @pytest.mark.parametrize("text, says", [
@@ -45,39 +47,39 @@ def digests_posted(queue):
     ("digest monthly", "the digest takes weekly, now or off"),
     ("digest off", "No digest is scheduled in this channel"),
 ])
-def test_a_bad_digest_spec_is_answered_and_schedules_nothing(queue, text, says):
-    out = say(queue, text)
+def test_a_bad_digest_spec_is_answered_and_schedules_nothing(ctx, text, says):
+    out = say(ctx, text)
     assert out.startswith(":x:") and says in out and "Nothing was stored" in out
-    assert queue.store.digests() == [] and queue.store.db["outbox"].count == 0
+    assert ctx.store.digests() == [] and ctx.store.db["outbox"].count == 0
 
 
-def test_schedule_show_and_off(queue):
+def test_schedule_show_and_off(ctx):
     now = dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-    out = say(queue, "digest weekly Monday 9:00 asia/seoul", now)
+    out = say(ctx, "digest weekly Monday 9:00 asia/seoul", now)
     assert "every Mon at 09:00 Asia/Seoul; next Mon 2026-12-07 09:00 KST" in out
-    assert queue.store.digest("C1")["tz"] == "Asia/Seoul"
-    out = say(queue, "digest weekly fri 17:30 Europe/Berlin", now)
+    assert ctx.store.digest("C1")["tz"] == "Asia/Seoul"
+    out = say(ctx, "digest weekly fri 17:30 Europe/Berlin", now)
     assert "It replaces every Mon at 09:00 Asia/Seoul" in out
     assert "every Fri at 17:30 Europe/Berlin; next Fri 2026-12-04 17:30 CET" in say(
-        queue, "digest", now)
-    assert "stopped" in say(queue, "digest off", now)
-    assert queue.store.digests() == [] and "No digest is scheduled" in say(queue, "digest", now)
+        ctx, "digest", now)
+    assert "stopped" in say(ctx, "digest off", now)
+    assert ctx.store.digests() == [] and "No digest is scheduled" in say(ctx, "digest", now)
 
 
 def test_the_cron_trigger_fires_in_the_channels_timezone():
-    t = schedule.trigger(SEOUL)
+    t = scheduler.trigger(SEOUL)
     nxt = t.get_next_fire_time(None, dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
     assert nxt == dt.datetime(2026, 12, 7, 0, 0, tzinfo=UTC)  # Mon 09:00 KST
     # Across a DST change the wall-clock time holds: 09:00 CET, then 09:00 CEST.
     berlin = {"weekday": "fri", "hour": 9, "minute": 0, "tz": "Europe/Berlin"}
-    t = schedule.trigger(berlin)
+    t = scheduler.trigger(berlin)
     first = t.get_next_fire_time(None, dt.datetime(2027, 3, 22, tzinfo=UTC))
     second = t.get_next_fire_time(first, first + dt.timedelta(seconds=1))
     assert first == dt.datetime(2027, 3, 26, 8, 0, tzinfo=UTC)
     assert second == dt.datetime(2027, 4, 2, 7, 0, tzinfo=UTC)
     # The week a fire belongs to agrees with the trigger, at any "now".
     for s in (SEOUL, berlin):
-        t = schedule.trigger(s)
+        t = scheduler.trigger(s)
         for hours in range(0, 24 * 21, 7):
             now = dt.datetime(2027, 3, 15, tzinfo=UTC) + dt.timedelta(hours=hours)
             last, nxt = digest_build.last_fire(s, now), t.get_next_fire_time(None, now)
@@ -88,26 +90,26 @@ def test_the_cron_trigger_fires_in_the_channels_timezone():
         == "2026-W50"
 
 
-def build_week(queue, now):
+def build_week(ctx, now):
     """A small week: an ok trial, a failed one, a tagged actual, idle and a price."""
-    queue.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"]})
-    t = finish(queue, report())  # 30 + 60 + 5 prep, 120 data, 10 × 2 s runs
-    finish(queue, dict(report(), status="failed",
+    ctx.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"]})
+    t = finish(ctx, report())  # 30 + 60 + 5 prep, 120 data, 10 × 2 s runs
+    finish(ctx, dict(report(), status="failed",
                        error={"class": "oom", "message": "CUDA out of memory", "phase": "run"}))
-    say(queue, "new repro gpu=H100 platform=cuda", now)
-    say(queue, f"repro block baseline runs=10 trial={t}", now)
-    finish(queue, report(mean=3.0), tags=("repro", "baseline"))  # 10 × 3 s: slower runs
-    queue.store.add_idle("w1", {(now - dt.timedelta(days=1)).date().isoformat(): 1800})
-    say(queue, f"price H100 $2.50/h source=https://x.example/q date={now.date()}", now)
-    say(queue, f"price electricity 0.12/kWh source=bill date={now.date() - dt.timedelta(days=35)}",
+    say(ctx, "new repro gpu=H100 platform=cuda", now)
+    say(ctx, f"repro block baseline runs=10 trial={t}", now)
+    finish(ctx, report(mean=3.0), tags=("repro", "baseline"))  # 10 × 3 s: slower runs
+    ctx.store.add_idle("w1", {(now - dt.timedelta(days=1)).date().isoformat(): 1800})
+    say(ctx, f"price H100 $2.50/h source=https://x.example/q date={now.date()}", now)
+    say(ctx, f"price electricity 0.12/kWh source=bill date={now.date() - dt.timedelta(days=35)}",
         now)
 
 
-def test_digest_now_posts_the_measured_figures_and_a_chart_in_its_thread(queue):
+def test_digest_now_posts_the_measured_figures_and_a_chart_in_its_thread(ctx):
     now = dt.datetime.now(UTC)
-    build_week(queue, now)
-    assert "Posting the budget digest" in say(queue, "digest now")
-    rows = list(queue.store.db["outbox"].rows)
+    build_week(ctx, now)
+    assert "Posting the budget digest" in say(ctx, "digest now")
+    rows = list(ctx.store.db["outbox"].rows)
     post, chart = rows[-2], rows[-1]
     text = post["text"]
     assert "*Trials*: 3 ended (2 ok, 1 failed)" in text
@@ -127,92 +129,92 @@ def test_digest_now_posts_the_measured_figures_and_a_chart_in_its_thread(queue):
     assert chart["kind"] == "digest-chart" and chart["thread_of"] == post["id"]
     assert chart["content"][:8] == b"\x89PNG\r\n\x1a\n"
     # `now` records no week: the scheduled digest still posts.
-    assert queue.store.db["digests_sent"].count == 0
+    assert ctx.store.db["digests_sent"].count == 0
 
 
-def test_no_price_says_unconfirmed(queue):
-    finish(queue, report())
-    say(queue, "digest now")
-    text = digests_posted(queue)[-1]["text"]
+def test_no_price_says_unconfirmed(ctx):
+    finish(ctx, report())
+    say(ctx, "digest now")
+    text = digests_posted(ctx)[-1]["text"]
     assert "NVIDIA H100 80GB HBM3: 0.0653 GPU-h, cost unconfirmed (no confirmed price" in text
     assert "$" not in text
 
 
-def test_a_double_fire_posts_the_week_once(queue):
+def test_a_double_fire_posts_the_week_once(ctx):
     now = dt.datetime.now(UTC)
-    finish(queue, report())
-    say(queue, "digest weekly mon 09:00 Asia/Seoul", now)
-    s = queue.store.digest("C1")
-    fire = schedule.trigger(s).get_next_fire_time(None, now)
-    assert schedule.post_scheduled(queue, s, fire + dt.timedelta(seconds=2))
-    assert not schedule.post_scheduled(queue, s, fire + dt.timedelta(seconds=3))
+    finish(ctx, report())
+    say(ctx, "digest weekly mon 09:00 Asia/Seoul", now)
+    s = ctx.store.digest("C1")
+    fire = scheduler.trigger(s).get_next_fire_time(None, now)
+    assert schedule.post_scheduled(ctx, s, fire + dt.timedelta(seconds=2))
+    assert not schedule.post_scheduled(ctx, s, fire + dt.timedelta(seconds=3))
     week = digest_build.week_key(fire)
-    assert not queue.store.post_digest("C1", week, [{"channel": "C1", "text": "again"}])
-    posted = digests_posted(queue)
+    assert not ctx.store.post_digest("C1", week, [{"channel": "C1", "text": "again"}])
+    posted = digests_posted(ctx)
     assert len(posted) == 1 and f"*Weekly budget digest* {week}" in posted[0]["text"]
     assert "late" not in posted[0]["text"]
-    charts = [r for r in queue.store.db["outbox"].rows if r["kind"] == "digest-chart"]
+    charts = [r for r in ctx.store.db["outbox"].rows if r["kind"] == "digest-chart"]
     assert len(charts) == 1  # the digest and its chart, once
     # The next week posts again.
-    assert schedule.post_scheduled(queue, s, fire + dt.timedelta(days=7, seconds=2))
-    assert len(digests_posted(queue)) == 2
+    assert schedule.post_scheduled(ctx, s, fire + dt.timedelta(days=7, seconds=2))
+    assert len(digests_posted(ctx)) == 2
 
 
-def test_a_week_missed_while_down_is_posted_at_start_and_only_once(queue):
+def test_a_week_missed_while_down_is_posted_at_start_and_only_once(ctx):
     now = dt.datetime.now(UTC)
-    say(queue, "digest weekly mon 09:00 Asia/Seoul", now)
+    say(ctx, "digest weekly mon 09:00 Asia/Seoul", now)
     yesterday = (now - dt.timedelta(days=1)).astimezone(ZoneInfo("Asia/Seoul"))
-    say(queue, f"digest weekly {digest_build.WEEKDAYS[yesterday.weekday()]} "
+    say(ctx, f"digest weekly {digest_build.WEEKDAYS[yesterday.weekday()]} "
                f"{yesterday:%H:%M} Asia/Seoul", now, channel="C2")
     # C2's last time was before it was scheduled: nothing to catch up.
-    assert schedule.catch_up(queue, now) == []
+    assert schedule.catch_up(ctx, now) == []
     # The bot was down over C1's next fire; it starts 3 hours later.
-    fire = schedule.trigger(queue.store.digest("C1")).get_next_fire_time(None, now)
+    fire = scheduler.trigger(ctx.store.digest("C1")).get_next_fire_time(None, now)
     later = fire + dt.timedelta(hours=3)
-    assert "C1" in schedule.catch_up(queue, later)
-    posted = [r for r in digests_posted(queue) if r["channel"] == "C1"]
+    assert "C1" in schedule.catch_up(ctx, later)
+    posted = [r for r in digests_posted(ctx) if r["channel"] == "C1"]
     assert len(posted) == 1 and "late: the bot was not running at the scheduled" in \
         posted[0]["text"]
-    assert schedule.catch_up(queue, later + dt.timedelta(minutes=5)) in ([], ["C2"])
-    assert len([r for r in digests_posted(queue) if r["channel"] == "C1"]) == 1
+    assert schedule.catch_up(ctx, later + dt.timedelta(minutes=5)) in ([], ["C2"])
+    assert len([r for r in digests_posted(ctx) if r["channel"] == "C1"]) == 1
 
 
-def test_the_running_scheduler_follows_digest_commands(queue):
-    d = schedule.Digests(queue)
-    queue.digests = d
+def test_the_running_scheduler_follows_digest_commands(ctx):
+    d = scheduler.Digests(ctx)
+    ctx.digests = d
     d.start()
     try:
-        say(queue, "digest weekly mon 09:00 Asia/Seoul")
+        say(ctx, "digest weekly mon 09:00 Asia/Seoul")
         job = d.scheduler.get_job("digest:C1")
         assert job is not None and str(job.trigger.timezone) == "Asia/Seoul"
-        assert job.misfire_grace_time == schedule.MISFIRE_GRACE and job.coalesce
+        assert job.misfire_grace_time == scheduler.MISFIRE_GRACE and job.coalesce
         assert job.next_run_time.astimezone(ZoneInfo("Asia/Seoul")).strftime("%a %H:%M") \
             == "Mon 09:00"
-        say(queue, "digest off")
+        say(ctx, "digest off")
         assert d.scheduler.get_job("digest:C1") is None
     finally:
         d.stop()
 
 
-def test_a_cancelled_trials_time_is_counted_as_retries(queue):
+def test_a_cancelled_trials_time_is_counted_as_retries(ctx):
     from test_plans import cancel_running
-    queue.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"]})
-    finish(queue, report())  # 235 s: runs 20, prep 95, data 120
-    cancel_running(queue, seconds=360.0)  # killed after 6 minutes on the GPU
-    say(queue, "digest now")
-    text = digests_posted(queue)[-1]["text"]
+    ctx.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"]})
+    finish(ctx, report())  # 235 s: runs 20, prep 95, data 120
+    cancel_running(ctx, seconds=360.0)  # killed after 6 minutes on the GPU
+    say(ctx, "digest now")
+    text = digests_posted(ctx)[-1]["text"]
     assert "*Trials*: 2 ended (1 ok, 0 failed, 1 cancelled)" in text
     # 595 s = 0.165 GPU-h: the cancelled trial's 360 s are retries
     assert "0.165 GPU-h = runs 0.006 + prep 0.026 + data 0.033 + retries 0.100" in text
     assert "retries = failed attempts' and cancelled trials' seconds" in text
 
 
-def test_plans_past_the_cap_continue_in_the_digests_thread(queue):
+def test_plans_past_the_cap_continue_in_the_digests_thread(ctx):
     for i in range(1, 41):  # 40 plans, each with open checklist items
-        say(queue, f"new p{i:02d} gpu=H100")
-    say(queue, "new elsewhere", channel="C2")
-    say(queue, "digest now")
-    rows = [r for r in queue.store.db["outbox"].rows if r["channel"] == "C1"]
+        say(ctx, f"new p{i:02d} gpu=H100")
+    say(ctx, "new elsewhere", channel="C2")
+    say(ctx, "digest now")
+    rows = [r for r in ctx.store.db["outbox"].rows if r["channel"] == "C1"]
     parent, chart, *more = rows
     assert parent["kind"] == "digest" and chart["kind"] == "digest-chart"
     assert "• … and 25 more plans, continued in the thread" in parent["text"]

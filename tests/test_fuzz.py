@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.trials.queue import JobQueue
 from bot.store import Store
-from bot.trials import trial_command
-from bot.plans import plan_command
+from bot.trials import command as trial_command
+from bot.plans import command as plan_command
+from bot.app.runtime import context
 
 KEYS = ["batch", "prompt", "gen", "dtype", "layers", "hidden", "seq", "steps", "world", "zero",
         "precision", "budget", "plan", "block", "repeats", "timeout", "", "=", "x"]
@@ -38,22 +38,22 @@ FUZZ = settings(max_examples=400, deadline=None,
 
 
 @pytest.fixture(scope="module")
-def queue(tmp_path_factory):
-    return JobQueue(Store(str(tmp_path_factory.mktemp("fuzz") / "f.db")))
+def ctx(tmp_path_factory):
+    return context(Store(str(tmp_path_factory.mktemp("fuzz") / "f.db")))
 
 
-def _jobs(queue) -> int:
-    return queue.store.db.execute("select count(*) from jobs").fetchone()[0]
+def _jobs(ctx) -> int:
+    return ctx.store.db.execute("select count(*) from jobs").fetchone()[0]
 
 
 @FUZZ
 @given(text=command_text)
-def test_trial_never_raises_and_bad_input_creates_nothing(queue, text):
-    before = _jobs(queue)
-    reply, job = trial_command.handle(queue, text, "U1", "C1")
+def test_trial_never_raises_and_bad_input_creates_nothing(ctx, text):
+    before = _jobs(ctx)
+    reply, job = trial_command.handle(ctx, text, "U1", "C1")
     assert reply["response_type"] == "ephemeral" and reply["text"]
     if job is None:
-        assert _jobs(queue) == before, (text, reply["text"])
+        assert _jobs(ctx) == before, (text, reply["text"])
     if reply["text"].startswith(":x:") and "Nothing was queued" in reply["text"]:
         # the refusal names the offending word (in backticks) or the usage
         assert re.search(r"`[^`]*`", reply["text"]), reply["text"]
@@ -66,6 +66,6 @@ def test_trial_never_raises_and_bad_input_creates_nothing(queue, text):
                                "digest", "digest weekly", "demo actual", "demo lock", "help"]),
               st.lists(word, max_size=6)),
     st.text(max_size=200)))
-def test_plan_never_raises_or_falls_back_to_the_last_resort(queue, text):
-    reply = plan_command.handle(queue, text, "U1", "C1", dt.date(2026, 12, 1))
+def test_plan_never_raises_or_falls_back_to_the_last_resort(ctx, text):
+    reply = plan_command.handle(ctx, text, "U1", "C1", dt.date(2026, 12, 1))
     assert reply["text"] and "Something went wrong on our side" not in reply["text"], text

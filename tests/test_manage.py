@@ -8,97 +8,99 @@ import urllib.parse
 import pytest
 
 from bot.access import Policy
-from bot.delivery.outbox import Outbox, SlackTransport
+from bot.delivery.outbox import Outbox
+from bot.slack.transport import SlackTransport
 from bot.trials.queue import JobQueue
 from bot.app.runtime import Runtime
-from bot.slack.slack_app import web_client
+from bot.slack.app import web_client
 from bot.store import Store
 from slackfake import post, signed_headers
 from worker import report as reports
 from worker.spec import parse
-from bot.trials import trial_command, workerlist
+from bot.trials import command as trial_command, workerlist
+from bot.app.runtime import context
 
 QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
 
 
 @pytest.fixture
-def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "m.db")), admins=frozenset({"UADMIN"}))
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "m.db")), admins=frozenset({"UADMIN"}))
 
 
-def submit(queue, user="U1", words=QUICK):
-    return trial_command.handle(queue, words, user, "C1")[1]
+def submit(ctx, user="U1", words=QUICK):
+    return trial_command.handle(ctx, words, user, "C1")[1]
 
 
-def test_progress_edits_the_card_and_pending_edits_coalesce(queue):
-    job = submit(queue)
-    leased = queue.lease("w1", 0)
-    assert queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "weights",
+def test_progress_edits_the_card_and_pending_edits_coalesce(ctx):
+    job = submit(ctx)
+    leased = ctx.queue.lease("w1", 0)
+    assert ctx.queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "weights",
                                                               "attempt": 1}) is False
-    queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run", "attempt": 2,
+    ctx.queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run", "attempt": 2,
                                                        "failed": ["oom"]})
-    queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run", "attempt": 2,
+    ctx.queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run", "attempt": 2,
                                                        "failed": ["oom"]})  # no change
-    rows = queue.store.unsent()
+    rows = ctx.store.unsent()
     assert [r["kind"] for r in rows] == ["started", "progress", "attempt"]  # one pending edit
     assert rows[1]["update_of"] == rows[0]["id"] and rows[1]["version"] == 1
     assert rows[2]["thread_of"] == rows[0]["id"]
     assert rows[2]["text"].endswith("T1 try 1 failed (oom); try 2 started")
     assert "phase `run` · try 2 (try 1: oom)" in rows[1]["text"]
     # an edit replaced while it was being sent is not marked sent: the newest goes out
-    assert queue.store.mark_sent(rows[1]["id"], "ts", version=0) is False
-    assert queue.store.mark_sent(rows[1]["id"], "ts", version=1) is True
+    assert ctx.store.mark_sent(rows[1]["id"], "ts", version=0) is False
+    assert ctx.store.mark_sent(rows[1]["id"], "ts", version=1) is True
 
 
-def test_a_queued_trial_is_cancelled_by_its_owner_or_an_admin_only(queue):
-    job = submit(queue)
-    other, _ = trial_command.handle(queue, f"cancel {job['trial']}", "U2", "C1")
-    assert "only they or an admin" in other["text"] and queue.store.job(1)["status"] == "queued"
-    reply, _ = trial_command.handle(queue, f"cancel {job['trial']}", "UADMIN", "C1")
+def test_a_queued_trial_is_cancelled_by_its_owner_or_an_admin_only(ctx):
+    job = submit(ctx)
+    other, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "U2", "C1")
+    assert "only they or an admin" in other["text"] and ctx.store.job(1)["status"] == "queued"
+    reply, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "UADMIN", "C1")
     assert "is cancelled; it will not run" in reply["text"]
-    ended = queue.store.job(job["id"])
+    ended = ctx.store.job(job["id"])
     assert ended["status"] == "cancelled" and ended["cancelled_by"] == "UADMIN"
-    assert queue.lease("w1", 0) is None  # a cancelled trial is never leased
-    note = queue.store.unsent()[-1]
+    assert ctx.queue.lease("w1", 0) is None  # a cancelled trial is never leased
+    note = ctx.store.unsent()[-1]
     assert "cancelled by <@UADMIN> before it started" in note["text"]
-    again, _ = trial_command.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+    again, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "U1", "C1")
     assert "already ended (cancelled)" in again["text"]
-    missing, _ = trial_command.handle(queue, "cancel T99", "U1", "C1")
+    missing, _ = trial_command.handle(ctx, "cancel T99", "U1", "C1")
     assert "there is no trial T99" in missing["text"]
-    bad, _ = trial_command.handle(queue, "cancel twelve", "U1", "C1")
+    bad, _ = trial_command.handle(ctx, "cancel twelve", "U1", "C1")
     assert "is not a trial id" in bad["text"]
 
 
-def test_a_running_trial_is_cancelled_at_its_next_heartbeat(queue):
-    job = submit(queue)
-    leased = queue.lease("w1", 0)
-    reply, _ = trial_command.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+def test_a_running_trial_is_cancelled_at_its_next_heartbeat(ctx):
+    job = submit(ctx)
+    leased = ctx.queue.lease("w1", 0)
+    reply, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "U1", "C1")
     assert "kills it at its next heartbeat" in reply["text"]
-    assert "cancelling" in queue.store.unsent()[-1]["text"]
-    assert queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
+    assert "cancelling" in ctx.store.unsent()[-1]["text"]
+    assert ctx.queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
     r = reports.fail(reports.new_report("llm-infer", {}), "cancelled", "killed", "run")
-    queue.finish(job["id"], "w1", leased["lease"], r)
-    assert queue.store.job(job["id"])["status"] == "cancelled"
-    card = [m for m in queue.store.unsent() if m["kind"] == "summary"][0]
+    ctx.queue.finish(job["id"], "w1", leased["lease"], r)
+    assert ctx.store.job(job["id"])["status"] == "cancelled"
+    card = [m for m in ctx.store.unsent() if m["kind"] == "summary"][0]
     assert "T1* cancelled by <@U1>" in card["text"]
 
 
-def test_list_filters_and_workers(queue):
-    queue.register("w1", {"gpus": ["NVIDIA H100 80GB HBM3"] * 2})
-    first, _ = submit(queue), submit(queue, user="U2")
-    leased = queue.lease("w1", 0)
-    queue.finish(first["id"], "w1", leased["lease"],
+def test_list_filters_and_workers(ctx):
+    ctx.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"] * 2})
+    first, _ = submit(ctx), submit(ctx, user="U2")
+    leased = ctx.queue.lease("w1", 0)
+    ctx.queue.finish(first["id"], "w1", leased["lease"],
                  reports.fail(reports.new_report("llm-infer", {}), "oom", "x", "run"))
-    text = lambda words, user="U1": trial_command.handle(queue, words, user, "C1")[0]["text"]  # noqa
+    text = lambda words, user="U1": trial_command.handle(ctx, words, user, "C1")[0]["text"]  # noqa
     assert "T1" in text("list mine") and "T2" not in text("list mine")
     assert "T2" in text("list running") and "T1" not in text("list running")
     assert "T1" in text("list failed") and "T2" not in text("list failed")
     assert "takes one of mine, running, failed" in text("list everything")
     now = time.time()
-    queue.store.add_idle("w1", {workerlist.week_start(now): 1800.0, "2000-01-03": 99999})
+    ctx.store.add_idle("w1", {workerlist.week_start(now): 1800.0, "2000-01-03": 99999})
     workers = text("workers")
     assert "*w1* — 2× NVIDIA H100 80GB HBM3 — idle since" in workers and "idle 0.5 h this week" in workers
-    queue.lease("w1", 0)
+    ctx.queue.lease("w1", 0)
     assert "busy with *T2*" in text("workers")
     assert "takes no arguments" in text("workers all")
 
@@ -117,13 +119,13 @@ def test_a_real_worker_kills_a_cancelled_trial(tmp_path, fake_slack):
         rt.start_local_worker("w1")
         long = "llm-infer gen=2 repeats=10000 stability=0 run_cap=600 layers=1 hidden=64 " \
                "heads=2 kv_heads=1 vocab=256"
-        job = trial_command.handle(rt.queue, long, "U1", "C1")[1]
+        job = trial_command.handle(rt.ctx, long, "U1", "C1")[1]
         deadline = time.monotonic() + 60
         while (rt.store.job(job["id"])["progress"] or {}).get("phase") != "run":
             assert time.monotonic() < deadline, rt.store.job(job["id"])
             time.sleep(0.2)
         t0 = time.monotonic()
-        assert "next heartbeat" in trial_command.handle(rt.queue, "cancel T1", "U1", "C1")[0]["text"]
+        assert "next heartbeat" in trial_command.handle(rt.ctx, "cancel T1", "U1", "C1")[0]["text"]
         while rt.store.job(job["id"])["status"] == "running":
             assert time.monotonic() - t0 < 30
             time.sleep(0.2)
@@ -171,7 +173,7 @@ def wait_calls(fake_slack, method, n=1):
 
 
 def test_buttons_rerun_cancel_and_add_to_plan(bot, fake_slack):
-    job = submit(bot.queue)
+    job = submit(bot.ctx)
     assert click(bot, fake_slack, "trial_rerun", job["id"])[0] == 200
     said = wait_calls(fake_slack, "respond")[0]
     assert "Queued as *T2*" in said["text"] and bot.store.job(2)["words"] == QUICK
@@ -222,29 +224,29 @@ def test_an_update_waits_for_its_message_and_goes_out_after(tmp_path, fake_slack
     assert edit["ts"] == started["_ts"] and "phase `run`" in edit["text"]
 
 
-def test_a_cancelled_trial_whose_worker_died_ends_cancelled_and_never_runs_again(queue):
-    job = submit(queue)
-    queue.lease_seconds = 0.1
-    queue.lease("w1", 0)
-    trial_command.handle(queue, f"cancel {job['trial']}", "U1", "C1")
+def test_a_cancelled_trial_whose_worker_died_ends_cancelled_and_never_runs_again(ctx):
+    job = submit(ctx)
+    ctx.queue.lease_seconds = 0.1
+    ctx.queue.lease("w1", 0)
+    trial_command.handle(ctx, f"cancel {job['trial']}", "U1", "C1")
     time.sleep(0.15)  # w1 went silent before its next heartbeat
-    assert queue.lease("w2", 0) is None  # not handed to another worker
-    ended = queue.store.job(job["id"])
+    assert ctx.queue.lease("w2", 0) is None  # not handed to another worker
+    ended = ctx.store.job(job["id"])
     assert ended["status"] == "cancelled" and "stopped heartbeating" in \
         ended["report"]["error"]["message"]
-    cards = [m for m in queue.store.unsent() if m["kind"] in ("started", "progress", "summary")]
+    cards = [m for m in ctx.store.unsent() if m["kind"] in ("started", "progress", "summary")]
     assert [c["update_of"] for c in cards][1:] == [cards[0]["id"]] * (len(cards) - 1)
 
 
-def test_a_cancel_before_the_card_exists_posts_no_second_card(queue):
-    job = submit(queue)
-    leased = queue.store.lease_next("w1", 60)  # leased, its card not yet written
+def test_a_cancel_before_the_card_exists_posts_no_second_card(ctx):
+    job = submit(ctx)
+    leased = ctx.store.lease_next("w1", 60)  # leased, its card not yet written
     assert "kills it at its next heartbeat" in trial_command.handle(
-        queue, f"cancel {job['trial']}", "U1", "C1")[0]["text"]
-    queue.store.set_started_message(job["id"], {"channel": "C1", "kind": "started",
+        ctx, f"cancel {job['trial']}", "U1", "C1")[0]["text"]
+    ctx.store.set_started_message(job["id"], {"channel": "C1", "kind": "started",
                                                 "text": "card"})
-    assert [m["kind"] for m in queue.store.unsent()] == ["started"]
-    assert queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
+    assert [m["kind"] for m in ctx.store.unsent()] == ["started"]
+    assert ctx.queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
 
 
 def test_a_secret_cut_by_truncation_is_still_masked():
@@ -255,18 +257,18 @@ def test_a_secret_cut_by_truncation_is_still_masked():
     assert redact.text("an ordinary line", [secret]) == "an ordinary line"
 
 
-def test_status_of_another_channels_trial_is_not_shown(queue):
-    job = submit(queue)
+def test_status_of_another_channels_trial_is_not_shown(ctx):
+    job = submit(ctx)
     assert "belongs to another channel" in trial_command.handle(
-        queue, f"status {job['trial']}", "U1", "CPRIVATE")[0]["text"]
-    assert f"*{job['trial']}*" in trial_command.handle(queue, f"status {job['trial']}", "U1",
+        ctx, f"status {job['trial']}", "U1", "CPRIVATE")[0]["text"]
+    assert f"*{job['trial']}*" in trial_command.handle(ctx, f"status {job['trial']}", "U1",
                                                   "C1")[0]["text"]
-    assert f"*{job['trial']}*" in trial_command.handle(queue, f"status {job['trial']}", "UADMIN",
+    assert f"*{job['trial']}*" in trial_command.handle(ctx, f"status {job['trial']}", "UADMIN",
                                                   "CPRIVATE")[0]["text"]
 
 
 def test_add_to_plan_offers_and_takes_only_this_channels_plans(bot, fake_slack):
-    job = submit(bot.queue)
+    job = submit(bot.ctx)
     for name, channel in (("secret", "CPRIVATE"), ("ours", "C1")):
         bot.store.add_plan(name, channel, "U1", {})
         bot.store.put_block({"plan": name, "kind": "baseline", "runs": 5, "trials": ["T1"]})
@@ -285,7 +287,7 @@ def test_add_to_plan_offers_and_takes_only_this_channels_plans(bot, fake_slack):
 
 
 def test_a_second_rerun_click_on_a_card_queues_nothing_and_names_the_first(bot, fake_slack):
-    job = submit(bot.queue)
+    job = submit(bot.ctx)
     click(bot, fake_slack, "trial_rerun", job["id"])
     assert "Queued as *T2*" in wait_calls(fake_slack, "respond")[0]["text"]
     click(bot, fake_slack, "trial_rerun", job["id"])  # a new trigger_id, the same card
@@ -300,26 +302,26 @@ def test_a_second_rerun_click_on_a_card_queues_nothing_and_names_the_first(bot, 
     assert "Queued as *T4*" in wait_calls(fake_slack, "respond", 4)[3]["text"]
 
 
-def test_a_rerun_click_after_the_window_queues_again(queue):
-    job = submit(queue)
-    assert "Queued as *T2*" in trial_command.rerun(queue, job["id"], "U1", "trig-1", card="C1:1.1")["text"]
-    assert "queued T2" in trial_command.rerun(queue, job["id"], "U1", "trig-2", card="C1:1.1")["text"]
-    with queue.store.tx():  # the first click's key, older than the window
-        queue.store.db.execute("update requests set created = created - ?",
+def test_a_rerun_click_after_the_window_queues_again(ctx):
+    job = submit(ctx)
+    assert "Queued as *T2*" in trial_command.rerun(ctx, job["id"], "U1", "trig-1", card="C1:1.1")["text"]
+    assert "queued T2" in trial_command.rerun(ctx, job["id"], "U1", "trig-2", card="C1:1.1")["text"]
+    with ctx.store.tx():  # the first click's key, older than the window
+        ctx.store.db.execute("update requests set created = created - ?",
                                [trial_command.CLICK_SECONDS + 1])
-    assert "Queued as *T3*" in trial_command.rerun(queue, job["id"], "U1", "trig-3", card="C1:1.1")["text"]
-    assert "queued T2" in trial_command.rerun(queue, job["id"], "U1", "trig-1")["text"]  # Slack retried
+    assert "Queued as *T3*" in trial_command.rerun(ctx, job["id"], "U1", "trig-3", card="C1:1.1")["text"]
+    assert "queued T2" in trial_command.rerun(ctx, job["id"], "U1", "trig-1")["text"]  # Slack retried
 
 
-def test_a_fit_of_another_channels_sweep_is_not_answered(queue):
-    trial_command.handle(queue, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
-    for job in queue.store.sweep_jobs(1):  # ended (failed): the fit question is answerable
-        leased = queue.lease("w1", 0)
-        queue.finish(job["id"], "w1", leased["lease"],
+def test_a_fit_of_another_channels_sweep_is_not_answered(ctx):
+    trial_command.handle(ctx, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
+    for job in ctx.store.sweep_jobs(1):  # ended (failed): the fit question is answerable
+        leased = ctx.queue.lease("w1", 0)
+        ctx.queue.finish(job["id"], "w1", leased["lease"],
                      reports.fail(reports.new_report("llm-infer", {}), "crash", "x", "run"))
-    hidden = trial_command.handle(queue, "fit S1 batch=8", "U1", "CPRIVATE")[0]["text"]
+    hidden = trial_command.handle(ctx, "fit S1 batch=8", "U1", "CPRIVATE")[0]["text"]
     assert "S1 belongs to another channel" in hidden and "batch=1" not in hidden
-    assert "belongs to another channel" not in trial_command.handle(queue, "fit S1", "U1",
+    assert "belongs to another channel" not in trial_command.handle(ctx, "fit S1", "U1",
                                                              "C1")[0]["text"]
-    assert "belongs to another channel" not in trial_command.handle(queue, "fit S1", "UADMIN",
+    assert "belongs to another channel" not in trial_command.handle(ctx, "fit S1", "UADMIN",
                                                              "CPRIVATE")[0]["text"]

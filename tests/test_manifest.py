@@ -3,9 +3,9 @@ from pathlib import Path
 
 import yaml
 
-from bot.delivery.outbox import ConsoleTransport
+from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
-from bot.slack.slack_app import build_app, web_client
+from bot.slack.app import build_app, web_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def test_manifest_commands_scopes_and_modes(tmp_path, fake_slack):
     from slack_bolt.request import BoltRequest
     from slackfake import signed_headers, slash_body
     rt = Runtime(str(tmp_path / "m.db"), "t", ConsoleTransport(io.StringIO(), False, str(tmp_path)))
-    app = build_app(rt.queue, web_client("xoxb-x", fake_slack.api_url), "secret")
+    app = build_app(rt.ctx, web_client("xoxb-x", fake_slack.api_url), "secret")
     for name in commands:  # every manifest command has a listener that answers
         body = slash_body("help", command=name)
         headers = {k.lower(): [v] for k, v in signed_headers("secret", body).items()}

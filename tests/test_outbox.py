@@ -1,6 +1,8 @@
 """The outbox against a failing transport and the fake Slack Web API."""
-from bot.delivery.outbox import Outbox, SlackTransport, Undeliverable
-from bot.slack.slack_app import web_client
+from bot.delivery.outbox import Outbox
+from bot.slack.transport import SlackTransport
+from bot.delivery.refusals import Undeliverable
+from bot.slack.app import web_client
 from bot.store import Store
 
 

@@ -6,6 +6,7 @@ from decimal import Decimal
 import pytest
 from scipy import stats
 
+from bot.fits import gpus
 from worker.report import new_report
 from bot.plans import planner, advice, prices
 
@@ -252,11 +253,11 @@ def test_rule_3_waits_for_rules_4_and_5_and_checks_the_prices():
 
 
 def test_gpu_names_match_whole_words():
-    assert planner.matches_gpu(report(gpu="NVIDIA H100 80GB HBM3"), "H100")
-    assert not planner.matches_gpu(report(gpu="NVIDIA A100-SXM4-80GB"), "A10")
-    assert not planner.matches_gpu(report(gpu="NVIDIA L40S"), "L4")
-    assert planner.matches_gpu(report(gpu="NVIDIA A100-SXM4-80GB"), "A100-80GB")
-    assert planner.matches_gpu(report(gpu=None), "cpu")
+    assert gpus.matches_gpu(report(gpu="NVIDIA H100 80GB HBM3"), "H100")
+    assert not gpus.matches_gpu(report(gpu="NVIDIA A100-SXM4-80GB"), "A10")
+    assert not gpus.matches_gpu(report(gpu="NVIDIA L40S"), "L4")
+    assert gpus.matches_gpu(report(gpu="NVIDIA A100-SXM4-80GB"), "A100-80GB")
+    assert gpus.matches_gpu(report(gpu=None), "cpu")
 
 
 def test_a_run_is_the_run_phase_over_its_requests():

@@ -1,61 +1,64 @@
 """`/plan` through its handler on a real SQLite store, with trials finished
-through the queue as a worker finishes them."""
+through the ctx as a worker finishes them."""
 import datetime as dt
 
 import pytest
 from test_planner import report
 
-from bot.trials.queue import JobQueue
 from bot.store import Store
 from worker.spec import parse
-from bot.plans import plan_command
+from bot.plans import command as plan_command
+from bot.app.runtime import context
+from bot.plans import service
+from bot.trials import tags
+from bot.trials import command as trial_command
 
 TODAY = dt.date(2026, 12, 1)
 
 
 @pytest.fixture
-def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "p.db")), admins=frozenset({"U1"}))
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "p.db")), admins=frozenset({"U1"}))
 
 
-def finish(queue, r, tags=None):
+def finish(ctx, r, tags=None):
     """Queue a trial, lease it and report `r` as a worker would."""
-    job = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
+    job = ctx.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
                        dict(zip(("plan", "block"), tags)) if tags else None)
-    leased = queue.store.lease_next("w1", 60)
-    queue.finish(job["id"], "w1", leased["lease"], dict(r))
+    leased = ctx.store.lease_next("w1", 60)
+    ctx.queue.finish(job["id"], "w1", leased["lease"], dict(r))
     return f"T{job['id']}"
 
 
-def say(queue, text):
-    return plan_command.handle(queue, text, "U1", "C1", TODAY)["text"]
+def say(ctx, text):
+    return plan_command.handle(ctx, text, "U1", "C1", TODAY)["text"]
 
 
-def counts(queue):
-    db = queue.store.db
+def counts(ctx):
+    db = ctx.store.db
     return {t: db[t].count for t in ("plans", "blocks", "prices", "actuals", "outbox")}
 
 
-def test_a_plan_from_new_to_show(queue):
-    t = finish(queue, report())
-    assert "started" in say(queue, "new repro gpu=H100 platform=cuda")
-    out = say(queue, f'repro block baseline runs=200 trial={t} note="which prompts?"')
+def test_a_plan_from_new_to_show(ctx):
+    t = finish(ctx, report())
+    assert "started" in say(ctx, "new repro gpu=H100 platform=cuda")
+    out = say(ctx, f'repro block baseline runs=200 trial={t} note="which prompts?"')
     assert "baseline block added" in out and "prep" in out and ":warning:" not in out
-    out = say(queue, "repro show")
+    out = say(ctx, "repro show")
     assert "baseline" in out and "total" in out
     assert "cost unconfirmed: no confirmed price for H100" in out
     assert "which prompts?" in out and "Open checklist items" in out and "paper" in out
 
 
-def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(queue):
-    t = finish(queue, report())
-    say(queue, "new repro gpu=H100")
-    say(queue, f"repro block baseline runs=100 trial={t}")
-    assert "Recorded" in say(queue, "price H100 $2.50/h source=https://x.example/q date=2026-11-30")
-    out = say(queue, "repro show")
+def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=100 trial={t}")
+    assert "Recorded" in say(ctx, "price H100 $2.50/h source=https://x.example/q date=2026-11-30")
+    out = say(ctx, "repro show")
     assert "cost at H100 rent $2.5 per GPU-hour" in out and "unconfirmed" not in out
-    say(queue, "price H100 2.50/h source=quote date=2026-09-01")
-    assert "STALE: 91 days old" in say(queue, "repro show")
+    say(ctx, "price H100 2.50/h source=quote date=2026-09-01")
+    assert "STALE: 91 days old" in say(ctx, "repro show")
 
 
 @pytest.mark.parametrize("text, says", [
@@ -81,218 +84,218 @@ def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(queue):
     ("price H100 nan/h source=quote date=2026-11-01", "must be a finite number"),
     ("price H100 2/h source=quote date=20261101", "YYYY-MM-DD"),
 ])
-def test_bad_input_is_answered_and_stores_nothing(queue, text, says):
-    finish(queue, report())
+def test_bad_input_is_answered_and_stores_nothing(ctx, text, says):
+    finish(ctx, report())
     failed = dict(report(), status="failed",
                   error={"class": "oom", "message": "CUDA out of memory", "phase": "run"})
-    finish(queue, failed)
-    say(queue, "new repro")
-    before = counts(queue)
-    out = say(queue, text)
+    finish(ctx, failed)
+    say(ctx, "new repro")
+    before = counts(ctx)
+    out = say(ctx, text)
     assert out.startswith(":x:") and says in out and "Nothing was stored" in out
-    assert counts(queue) == before
+    assert counts(ctx) == before
 
 
-def test_a_trial_on_another_gpu_kind_is_accepted_with_a_warning(queue):
-    t = finish(queue, report(gpu=None))
-    say(queue, "new repro gpu=H100")
-    out = say(queue, f"repro block baseline runs=10 trial={t}")
+def test_a_trial_on_another_gpu_kind_is_accepted_with_a_warning(ctx):
+    t = finish(ctx, report(gpu=None))
+    say(ctx, "new repro gpu=H100")
+    out = say(ctx, f"repro block baseline runs=10 trial={t}")
     assert "block added" in out and ":warning:" in out and "not the plan's target H100" in out
-    assert queue.store.db["blocks"].count == 1
+    assert ctx.store.db["blocks"].count == 1
 
 
-def test_lock_fixes_inputs_and_marks_a_different_config_not_comparable(queue):
-    t1 = finish(queue, report())
-    t2 = finish(queue, report(batch=8))
-    say(queue, "new repro gpu=H100")
-    say(queue, f"repro block baseline runs=10 trial={t1}")
-    assert "locked" in say(queue, "repro lock")
-    assert "is fixed while plan repro is locked" in say(queue, "repro set inputs=4x512")
-    out = say(queue, f"repro block baseline runs=10 trial={t2}")
+def test_lock_fixes_inputs_and_marks_a_different_config_not_comparable(ctx):
+    t1 = finish(ctx, report())
+    t2 = finish(ctx, report(batch=8))
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t1}")
+    assert "locked" in say(ctx, "repro lock")
+    assert "is fixed while plan repro is locked" in say(ctx, "repro set inputs=4x512")
+    out = say(ctx, f"repro block baseline runs=10 trial={t2}")
     assert "NOT COMPARABLE with the locked plan: batch 4 → 8" in out
-    finish(queue, report(batch=8), tags=("repro", "baseline"))
+    finish(ctx, report(batch=8), tags=("repro", "baseline"))
     assert "(baseline): done — NOT COMPARABLE with the locked plan: batch 4 → 8" in say(
-        queue, "repro show")
-    assert "unlocked" in say(queue, "repro unlock")
-    assert "set inputs=4x512" in say(queue, "repro set inputs=4x512")
+        ctx, "repro show")
+    assert "unlocked" in say(ctx, "repro unlock")
+    assert "set inputs=4x512" in say(ctx, "repro set inputs=4x512")
 
 
-def test_export_queues_csv_and_markdown_files(queue):
-    t = finish(queue, report())
-    say(queue, "new repro gpu=H100")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    before = queue.store.db["outbox"].count
-    assert "Exporting" in say(queue, "repro export")
-    rows = list(queue.store.db["outbox"].rows)[before:]
+def test_export_queues_csv_and_markdown_files(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    before = ctx.store.db["outbox"].count
+    assert "Exporting" in say(ctx, "repro export")
+    rows = list(ctx.store.db["outbox"].rows)[before:]
     assert [r["file"] for r in rows] == ["repro-plan.csv", "repro-plan.md"]
     csv_text, md = rows[0]["content"], rows[1]["content"]
     assert csv_text.startswith("plan,block,runs") and "baseline" in csv_text
     assert md.startswith("# Plan repro") and "| baseline |" in md
 
 
-def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(queue):
-    t = finish(queue, report(mean=2.0, count=10))
-    say(queue, "new repro gpu=H100")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    say(queue, f"repro block compare runs=10 trial={t}")
+def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(ctx):
+    t = finish(ctx, report(mean=2.0, count=10))
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    say(ctx, f"repro block compare runs=10 trial={t}")
     # the real baseline: slower runs, as a tagged trial
-    finish(queue, report(mean=3.0, count=10), tags=("repro", "baseline"))
-    say(queue, "repro actual compare hours=0.5 prep=0.1 runs=10 note=\"from the cluster\"")
-    out = say(queue, "repro review")
+    finish(ctx, report(mean=3.0, count=10), tags=("repro", "baseline"))
+    say(ctx, "repro actual compare hours=0.5 prep=0.1 runs=10 note=\"from the cluster\"")
+    out = say(ctx, "repro review")
     assert "*baseline*" in out and "slower runs: +0.003 GPU-h" in out  # 10 runs × 1 s more: 0.0028 h
     assert "*compare*" in out and "from manual (from the cluster)" in out
     assert "memory, same method" in out
 
 
-def test_advise_names_the_rule_and_its_facts(queue):
-    t = finish(queue, report(gpu=None))
-    say(queue, "new repro gpu=H100")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    out = say(queue, "repro advise")
+def test_advise_names_the_rule_and_its_facts(ctx):
+    t = finish(ctx, report(gpu=None))
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    out = say(ctx, "repro advise")
     assert "Rule 1 fired" in out and "CPU (EPYC)" in out
-    say(queue, "new other")
-    assert "cannot be decided" in say(queue, "other advise") and "set gpu=" in say(
-        queue, "other advise")
+    say(ctx, "new other")
+    assert "cannot be decided" in say(ctx, "other advise") and "set gpu=" in say(
+        ctx, "other advise")
 
 
-def test_trial_tags_are_taken_out_and_checked(queue):
-    t = finish(queue, report())
-    say(queue, "new repro")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    words, tags = plan_command.take_tags(queue, ["llm-infer", "batch=2", "plan=repro",
-                                          "block=baseline"], "U1", "C1")
-    assert words == ["llm-infer", "batch=2"] and tags == {"plan": "repro", "block": "baseline"}
-    assert plan_command.take_tags(queue, ["llm-infer"], "U1", "C1") == (["llm-infer"], None)
+def test_trial_tags_are_taken_out_and_checked(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    words, tagged = tags.take(ctx, ["llm-infer", "batch=2", "plan=repro", "block=baseline"],
+                              "U1", "C1")
+    assert words == ["llm-infer", "batch=2"] and tagged == {"plan": "repro", "block": "baseline"}
+    assert tags.take(ctx, ["llm-infer"], "U1", "C1") == (["llm-infer"], None)
     for bad, says in ((["plan=repro"], "both plan=NAME and block=KIND"),
                       (["plan=nope", "block=baseline"], "no plan `nope`"),
                       (["plan=repro", "block=verify"], "has no such block")):
-        with pytest.raises(plan_command.PlanError, match=says):
-            plan_command.take_tags(queue, ["llm-infer", *bad], "U1", "C1")
+        with pytest.raises(tags.TagError, match=says):
+            tags.take(ctx, ["llm-infer", *bad], "U1", "C1")
 
 
-def test_a_scale_block_rests_on_a_sweeps_time_fit(queue):
+def test_a_scale_block_rests_on_a_sweeps_time_fit(ctx):
     specs = [parse(["llm-infer", f"batch={b}"]) for b in (1, 2, 4)]
-    jobs = queue.submit_sweep(specs, ["llm-infer"] * 3, "U1", "C1")
+    jobs = ctx.queue.submit_sweep(specs, ["llm-infer"] * 3, "U1", "C1")
     for job, b in zip(jobs, (1, 2, 4)):
-        leased = queue.store.lease_next("w1", 60)
+        leased = ctx.store.lease_next("w1", 60)
         r = report(mean=0.1 + 0.05 * b, sd=0.001, batch=b, prompt=64, gen=16)
         r["params"] = {**specs[0].params, **r["params"]}
-        queue.finish(job["id"], "w1", leased["lease"], r)
-    say(queue, "new repro gpu=H100")
-    out = say(queue, f"repro block scale runs=10 sweep=S{jobs[0]['id']} batch=16")
+        ctx.queue.finish(job["id"], "w1", leased["lease"], r)
+    say(ctx, "new repro gpu=H100")
+    out = say(ctx, f"repro block scale runs=10 sweep=S{jobs[0]['id']} batch=16")
     assert "scale block added" in out and "predicted for batch=16 (at the sweep's prompt=64, gen=16) by the time fit" in out
     assert "not measured at this config" in out
-    est = plan_command.estimates(queue, queue.store.plan("repro"))[0][1]
+    est = service.estimates(ctx, ctx.store.plan("repro"))[0][1]
     assert est["per_run"] == pytest.approx(0.1 + 0.05 * 16, rel=1e-3)
-    assert "cannot predict" in say(queue, f"repro block verify runs=10 sweep=S{jobs[0]['id']} "
+    assert "cannot predict" in say(ctx, f"repro block verify runs=10 sweep=S{jobs[0]['id']} "
                                           "prompt=4096")
 
 
-def test_prices_and_costs_add_up_and_names_are_one_gpu(queue):
-    t = finish(queue, report())
-    say(queue, "new repro gpu=H100")
+def test_prices_and_costs_add_up_and_names_are_one_gpu(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro gpu=H100")
     for kind in ("baseline", "compare", "verify"):
-        say(queue, f"repro block {kind} runs=13 trial={t}")
-    say(queue, "price h100 1.00/h source=old date=2026-11-01")
-    say(queue, "price H100 2.49/h source=new date=2026-11-30")
-    assert [p["value"] for p in queue.store.prices()] == [2.49]  # one H100, the latest
-    plan = queue.store.plan("repro")
-    ests = plan_command.estimates(queue, plan)
+        say(ctx, f"repro block {kind} runs=13 trial={t}")
+    say(ctx, "price h100 1.00/h source=old date=2026-11-01")
+    say(ctx, "price H100 2.49/h source=new date=2026-11-30")
+    assert [p["value"] for p in ctx.store.prices()] == [2.49]  # one H100, the latest
+    plan = ctx.store.plan("repro")
+    ests = service.estimates(ctx, plan)
     from bot.plans import planview
-    cells = planview.costs(plan, ests, queue.store.prices(), TODAY)
+    cells = planview.costs(plan, ests, ctx.store.prices(), TODAY)
     money = [float(c) for c in cells]
     assert money[-1] == pytest.approx(sum(money[:-1]))
 
 
-def test_off_target_blocks_get_no_money_and_a_replaced_block_keeps_its_place(queue):
-    on, off = finish(queue, report()), finish(queue, report(gpu=None))
-    say(queue, "new repro gpu=H100 rental=single")
-    say(queue, f"repro block baseline runs=10 trial={on}")
-    say(queue, f"repro block compare runs=10 trial={off}")
-    say(queue, "price H100 2.49/h source=q date=2026-11-30")
-    out = say(queue, "repro show")
+def test_off_target_blocks_get_no_money_and_a_replaced_block_keeps_its_place(ctx):
+    on, off = finish(ctx, report()), finish(ctx, report(gpu=None))
+    say(ctx, "new repro gpu=H100 rental=single")
+    say(ctx, f"repro block baseline runs=10 trial={on}")
+    say(ctx, f"repro block compare runs=10 trial={off}")
+    say(ctx, "price H100 2.49/h source=q date=2026-11-30")
+    out = say(ctx, "repro show")
     assert "n/a: not measured on H100" in out and "unconfirmed: not every block" in out
-    say(queue, f"repro block baseline runs=20 trial={on}")  # replaced: still first, pays prep
-    first = plan_command.estimates(queue, queue.store.plan("repro"))[0][1]
+    say(ctx, f"repro block baseline runs=20 trial={on}")  # replaced: still first, pays prep
+    first = service.estimates(ctx, ctx.store.plan("repro"))[0][1]
     assert first["kind"] == "baseline" and first["components"][0]["seconds"] > 0
 
 
-def test_locking_twice_and_tagging_twice_are_refused(queue):
-    t = finish(queue, report())
-    say(queue, "new repro")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    say(queue, "repro lock")
-    assert "unlock` first" in say(queue, "repro lock")
-    with pytest.raises(plan_command.PlanError, match="given twice"):
-        plan_command.take_tags(queue, ["llm-infer", "plan=repro", "plan=other", "block=baseline"],
+def test_locking_twice_and_tagging_twice_are_refused(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    say(ctx, "repro lock")
+    assert "unlock` first" in say(ctx, "repro lock")
+    with pytest.raises(tags.TagError, match="given twice"):
+        tags.take(ctx, ["llm-infer", "plan=repro", "plan=other", "block=baseline"],
                         "U1", "C1")
 
 
-def test_a_retried_manual_actual_is_recorded_once(queue):
-    t = finish(queue, report())
-    say(queue, "new repro gpu=H100")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    first = plan_command.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
+def test_a_retried_manual_actual_is_recorded_once(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    first = plan_command.handle(ctx, "repro actual baseline hours=2", "U1", "C1", TODAY,
                          request="trig-9")["text"]
-    again = plan_command.handle(queue, "repro actual baseline hours=2", "U1", "C1", TODAY,
+    again = plan_command.handle(ctx, "repro actual baseline hours=2", "U1", "C1", TODAY,
                          request="trig-9")["text"]
     assert "Recorded" in first and "Already recorded" in again
-    assert queue.store.db["actuals"].count == 1
-    plan_command.handle(queue, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
-    assert queue.store.db["actuals"].count == 2  # a new command is a new actual
+    assert ctx.store.db["actuals"].count == 1
+    plan_command.handle(ctx, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
+    assert ctx.store.db["actuals"].count == 2  # a new command is a new actual
 
 
 @pytest.mark.parametrize("text", [
     "secret", "secret show", "secret review", "secret export", "secret advise",
     "secret set paper=x", "secret block compare runs=1 trial=T1", "secret lock",
     "secret unlock", "secret actual baseline hours=1"])
-def test_a_plan_is_reached_only_in_its_own_channel_or_by_an_admin(queue, text):
-    t = finish(queue, report())
-    say(queue, "new secret gpu=H100 paper=private-notes")  # U1 (an admin) in C1
-    say(queue, f"secret block baseline runs=10 trial={t}")
-    before = counts(queue)
-    out = plan_command.handle(queue, text, "U2", "COTHER", TODAY)["text"]
+def test_a_plan_is_reached_only_in_its_own_channel_or_by_an_admin(ctx, text):
+    t = finish(ctx, report())
+    say(ctx, "new secret gpu=H100 paper=private-notes")  # U1 (an admin) in C1
+    say(ctx, f"secret block baseline runs=10 trial={t}")
+    before = counts(ctx)
+    out = plan_command.handle(ctx, text, "U2", "COTHER", TODAY)["text"]
     assert out.startswith(":lock: Plan `secret` belongs to another channel; ask there (or an "
                           "admin can ask anywhere)")
     assert "baseline" not in out and "private-notes" not in out
-    assert counts(queue) == before
-    assert not plan_command.handle(queue, text, "U2", "C1", TODAY)["text"].startswith(":lock:")
-    assert not plan_command.handle(queue, text, "U1", "COTHER", TODAY)["text"].startswith(":lock:")
+    assert counts(ctx) == before
+    assert not plan_command.handle(ctx, text, "U2", "C1", TODAY)["text"].startswith(":lock:")
+    assert not plan_command.handle(ctx, text, "U1", "COTHER", TODAY)["text"].startswith(":lock:")
 
 
-def test_list_and_unknown_plan_answers_name_only_this_channels_plans(queue):
-    t = finish(queue, report())
-    plan_command.handle(queue, "new secret", "U2", "CPRIVATE", TODAY)
-    plan_command.handle(queue, f"secret block baseline runs=10 trial={t}", "U1", "CPRIVATE", TODAY)
-    plan_command.handle(queue, "new ours", "U2", "C2", TODAY)
+def test_list_and_unknown_plan_answers_name_only_this_channels_plans(ctx):
+    t = finish(ctx, report())
+    plan_command.handle(ctx, "new secret", "U2", "CPRIVATE", TODAY)
+    plan_command.handle(ctx, f"secret block baseline runs=10 trial={t}", "U1", "CPRIVATE", TODAY)
+    plan_command.handle(ctx, "new ours", "U2", "C2", TODAY)
 
     def as_u2(text, channel="C2"):
-        return plan_command.handle(queue, text, "U2", channel, TODAY)["text"]
+        return plan_command.handle(ctx, text, "U2", channel, TODAY)["text"]
     assert "ours" in as_u2("list") and "secret" not in as_u2("list")
     assert "secret" in as_u2("list", "CPRIVATE") and "ours" not in as_u2("list", "CPRIVATE")
     assert "No plans in this channel" in as_u2("list", "CEMPTY")
-    admin = plan_command.handle(queue, "list", "U1", "CEMPTY", TODAY)["text"]
+    admin = plan_command.handle(ctx, "list", "U1", "CEMPTY", TODAY)["text"]
     assert "*secret* in <#CPRIVATE>" in admin and "*ours* in <#C2>" in admin
     missing = as_u2("nope show")
     assert "There is no plan `nope`" in missing and "ours" in missing and "secret" not in missing
     assert "exists already in another channel" in as_u2("new secret")
     for words, says in ((["plan=nope", "block=baseline"], "no plan `nope`"),
                         (["plan=secret", "block=baseline"], "belongs to another channel")):
-        with pytest.raises(plan_command.PlanError, match=says) as err:
-            plan_command.take_tags(queue, ["llm-infer", *words], "U2", "C2")
+        with pytest.raises(tags.TagError, match=says) as err:
+            tags.take(ctx, ["llm-infer", *words], "U2", "C2")
         assert "secret`." not in err.value.message and "baseline" not in err.value.message
-    assert plan_command.take_tags(queue, ["plan=secret", "block=baseline"], "U2", "CPRIVATE")[1]
-    assert plan_command.take_tags(queue, ["plan=secret", "block=baseline"], "U1", "C2")[1]
+    assert tags.take(ctx, ["plan=secret", "block=baseline"], "U2", "CPRIVATE")[1]
+    assert tags.take(ctx, ["plan=secret", "block=baseline"], "U1", "C2")[1]
 
 
-def test_a_block_is_estimated_only_from_trials_of_its_own_channel(queue):
-    t = finish(queue, report())  # a trial in C1 (perhaps a private channel)
-    plan_command.handle(queue, "new theirs", "U2", "C2", TODAY)
-    out = plan_command.handle(queue, f"theirs block baseline runs=10 trial={t}", "U2", "C2",
+def test_a_block_is_estimated_only_from_trials_of_its_own_channel(ctx):
+    t = finish(ctx, report())  # a trial in C1 (perhaps a private channel)
+    plan_command.handle(ctx, "new theirs", "U2", "C2", TODAY)
+    out = plan_command.handle(ctx, f"theirs block baseline runs=10 trial={t}", "U2", "C2",
                        TODAY)["text"]
     assert out.startswith(f":lock: {t} belongs to another channel")
-    assert "Nothing was changed" in out and queue.store.blocks("theirs") == []
-    assert "block added" in plan_command.handle(queue, f"theirs block baseline runs=10 trial={t}",
+    assert "Nothing was changed" in out and ctx.store.blocks("theirs") == []
+    assert "block added" in plan_command.handle(ctx, f"theirs block baseline runs=10 trial={t}",
                                          "U1", "C2", TODAY)["text"]  # an admin may
 
 
@@ -306,43 +309,43 @@ class Refusing:
         pass
 
 
-def test_what_posts_in_a_channel_the_bot_is_not_in_is_refused_and_stores_nothing(queue):
-    t = finish(queue, report())
-    say(queue, "new repro")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    queue.channels = Refusing()
-    before = counts(queue)
+def test_what_posts_in_a_channel_the_bot_is_not_in_is_refused_and_stores_nothing(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    ctx.channels = Refusing()
+    before = counts(ctx)
     for text in ("repro export", "digest now", "digest weekly mon 09:00 UTC"):
-        out = say(queue, text)
+        out = say(ctx, text)
         assert "invite me with `/invite @trialbot`" in out and "Nothing was changed" in out
-    assert counts(queue) == before and queue.store.digests() == []
-    assert "baseline" in say(queue, "repro show")  # reading posts nothing: not asked
+    assert counts(ctx) == before and ctx.store.digests() == []
+    assert "baseline" in say(ctx, "repro show")  # reading posts nothing: not asked
 
 
-def cancel_running(queue, tags=None, seconds=360.0):
+def cancel_running(ctx, tags=None, seconds=360.0):
     """A trial cancelled while it ran: its worker killed it after `seconds`."""
     from worker import report as reports
-    job = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
+    job = ctx.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
                        dict(zip(("plan", "block"), tags)) if tags else None)
-    leased = queue.store.lease_next("w1", 60)
-    assert "kills it at its next heartbeat" in queue.cancel(job["id"], "U1")
+    leased = ctx.store.lease_next("w1", 60)
+    assert "kills it at its next heartbeat" in trial_command.cancel(ctx, job["id"], "U1")
     killed = reports.fail(reports.new_report("llm-infer", {}), "cancelled", "killed", "run")
     killed.update(seconds=seconds, env=report()["env"], attempts=[{
         "attempt": 1, "status": "failed", "error_class": "cancelled", "seconds": seconds}])
-    queue.finish(job["id"], "w1", leased["lease"], killed)
-    assert queue.store.job(job["id"])["status"] == "cancelled"
+    ctx.queue.finish(job["id"], "w1", leased["lease"], killed)
+    assert ctx.store.job(job["id"])["status"] == "cancelled"
     return f"T{job['id']}"
 
 
-def test_a_cancelled_trials_time_counts_as_retries_in_its_block(queue):
-    t = finish(queue, report())
-    say(queue, "new repro gpu=H100")
-    say(queue, f"repro block baseline runs=10 trial={t}")
-    ran = finish(queue, report(), tags=("repro", "baseline"))
-    cancelled = cancel_running(queue, ("repro", "baseline"))
-    never = queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
+def test_a_cancelled_trials_time_counts_as_retries_in_its_block(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+    ran = finish(ctx, report(), tags=("repro", "baseline"))
+    cancelled = cancel_running(ctx, ("repro", "baseline"))
+    never = ctx.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1",
                          {"plan": "repro", "block": "baseline"})
-    queue.cancel(never["id"], "U1")  # before it started: it cost nothing
-    out = say(queue, "repro review")
+    trial_command.cancel(ctx, never["id"], "U1")  # before it started: it cost nothing
+    out = say(ctx, "repro review")
     assert f"from {ran}, {cancelled}\n" in out
     assert "more retries: +0.1000 GPU-h (failed attempts' and cancelled trials' time)" in out

@@ -7,7 +7,7 @@ import torch
 from worker import arithmetic, launcher, presets, report, spec, summary
 from worker.workloads import llm_infer
 from worker.workloads.decoder import Decoder
-from bot.trials import commands
+from bot.trials import parse
 
 INFER = "llm-infer preset=llama-3-8b layers=2 batch=8 prompt=4096 gen=256 dtype=bf16"
 
@@ -95,7 +95,7 @@ def test_a_preset_fills_the_shape_and_keeps_the_layers():
     assert spec.parse(["llm-infer", "preset=llama-3-70b", "layers=80"]).params["layers"] == 80
     # the preset's own value is no conflict
     assert spec.parse(["llm-infer", "preset=mistral-7b", "vocab=32000"]).params["vocab"] == 32000
-    assert commands.parse_trial(INFER).spec == s
+    assert parse.parse_trial(INFER).spec == s
 
 
 @pytest.mark.parametrize("words, token, says", [

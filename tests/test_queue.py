@@ -1,18 +1,20 @@
-"""The store and queue on a real SQLite file: leases, expiry, late workers."""
+"""The store and ctx on a real SQLite file: leases, expiry, late workers."""
 import threading
 import time
 
 import pytest
 
-from bot.trials.queue import JobQueue, LeaseLost
+from bot.trials.queue import LeaseLost
 from bot.store import Store
 from worker import report as reports
 from worker.spec import parse
+from bot.app.runtime import context
+from bot.trials import workers
 
 
 @pytest.fixture
-def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "q.db")))
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "q.db")))
 
 
 def ok_report():
@@ -21,22 +23,22 @@ def ok_report():
     return r
 
 
-def submit(queue, words="llm-infer"):
-    return queue.submit(parse(words.split()), words, "U1", "C1")
+def submit(ctx, words="llm-infer"):
+    return ctx.queue.submit(parse(words.split()), words, "U1", "C1")
 
 
 def test_job_survives_a_new_store_on_the_same_file(tmp_path):
-    q = JobQueue(Store(str(tmp_path / "q.db")))
+    q = context(Store(str(tmp_path / "q.db")))
     job = submit(q)
     again = Store(str(tmp_path / "q.db"))
     assert again.job(job["id"])["status"] == "queued"
     assert again.db.execute("pragma journal_mode").fetchone()[0] == "wal"
 
 
-def test_two_racing_workers_get_one_job_once(queue):
-    submit(queue)
+def test_two_racing_workers_get_one_job_once(ctx):
+    submit(ctx)
     got = []
-    threads = [threading.Thread(target=lambda n=n: got.append(queue.lease(f"w{n}", 0)))
+    threads = [threading.Thread(target=lambda n=n: got.append(ctx.queue.lease(f"w{n}", 0)))
                for n in range(8)]
     for t in threads:
         t.start()
@@ -46,80 +48,80 @@ def test_two_racing_workers_get_one_job_once(queue):
     assert len(leased) == 1 and leased[0]["attempts"] == 1
 
 
-def test_long_poll_returns_when_a_job_arrives(queue):
-    threading.Timer(0.3, lambda: submit(queue)).start()
+def test_long_poll_returns_when_a_job_arrives(ctx):
+    threading.Timer(0.3, lambda: submit(ctx)).start()
     t0 = time.monotonic()
-    job = queue.lease("w1", 10)
+    job = ctx.queue.lease("w1", 10)
     assert job and time.monotonic() - t0 < 3
 
 
-def test_lease_is_answered_empty_after_wait(queue):
+def test_lease_is_answered_empty_after_wait(ctx):
     t0 = time.monotonic()
-    assert queue.lease("w1", 0.3) is None
+    assert ctx.queue.lease("w1", 0.3) is None
     assert time.monotonic() - t0 >= 0.3
 
 
-def test_expired_lease_requeues_and_late_worker_cannot_report(queue):
-    submit(queue)
-    queue.lease_seconds = 0.2
-    first = queue.lease("w1", 0)
+def test_expired_lease_requeues_and_late_worker_cannot_report(ctx):
+    submit(ctx)
+    ctx.queue.lease_seconds = 0.2
+    first = ctx.queue.lease("w1", 0)
     time.sleep(0.3)
-    second = queue.lease("w2", 0)
+    second = ctx.queue.lease("w2", 0)
     assert second["id"] == first["id"] and second["attempts"] == 2
     with pytest.raises(LeaseLost):
-        queue.heartbeat(first["id"], "w1", first["lease"])
+        ctx.queue.heartbeat(first["id"], "w1", first["lease"])
     with pytest.raises(LeaseLost):
-        queue.finish(first["id"], "w1", first["lease"], ok_report())
-    done = queue.finish(second["id"], "w2", second["lease"], ok_report())
+        ctx.queue.finish(first["id"], "w1", first["lease"], ok_report())
+    done = ctx.queue.finish(second["id"], "w2", second["lease"], ok_report())
     assert done["status"] == "done" and done["report"]["worker"] == "w2"
 
 
-def test_finish_queues_report_threaded_under_started(queue):
-    job = submit(queue)
-    leased = queue.lease("w1", 0)
+def test_finish_queues_report_threaded_under_started(ctx):
+    job = submit(ctx)
+    leased = ctx.queue.lease("w1", 0)
     r = reports.fail(reports.new_report("llm-infer", {}), "oom", "CUDA out of memory", "run")
-    queue.finish(job["id"], "w1", leased["lease"], r)
-    rows = queue.store.unsent()
+    ctx.queue.finish(job["id"], "w1", leased["lease"], r)
+    rows = ctx.store.unsent()
     assert [m["kind"] for m in rows] == ["started", "summary", "report"]
     assert rows[1]["update_of"] == rows[0]["id"] and rows[2]["thread_of"] == rows[0]["id"]
     assert "FAILED (oom" in rows[1]["text"] and "Details in the thread" in rows[1]["text"]
-    assert queue.store.job(job["id"])["error_class"] == "oom"
+    assert ctx.store.job(job["id"])["error_class"] == "oom"
 
 
-def test_a_job_whose_workers_keep_dying_fails_with_the_reason(queue):
-    job = submit(queue)
-    queue.lease_seconds = 0.1
-    queue.lease("w1", 0)
+def test_a_job_whose_workers_keep_dying_fails_with_the_reason(ctx):
+    job = submit(ctx)
+    ctx.queue.lease_seconds = 0.1
+    ctx.queue.lease("w1", 0)
     time.sleep(0.15)
-    queue.lease("w2", 0)  # second and last lease
+    ctx.queue.lease("w2", 0)  # second and last lease
     time.sleep(0.15)
-    assert queue.lease("w3", 0) is None
-    failed = queue.store.job(job["id"])
+    assert ctx.queue.lease("w3", 0) is None
+    failed = ctx.store.job(job["id"])
     assert failed["status"] == "failed" and failed["error_class"] == "killed"
     assert "lease expired 2 times" in failed["report"]["error"]["message"]
-    lost = queue.store.attempts(job["id"])
+    lost = ctx.store.attempts(job["id"])
     assert [a["error_class"] for a in lost] == ["killed", "killed"]
-    assert [m["kind"] for m in queue.store.unsent()][-1] == "report"
+    assert [m["kind"] for m in ctx.store.unsent()][-1] == "report"
 
 
-def test_idle_seconds_add_up_per_worker_and_day(queue):
-    queue.store.add_idle("w1", {"2026-11-30": 10.5})
-    queue.store.add_idle("w1", {"2026-11-30": 4.5, "2026-12-01": 1})
-    assert [(r["day"], r["seconds"]) for r in queue.store.idle("w1")] == [
+def test_idle_seconds_add_up_per_worker_and_day(ctx):
+    ctx.store.add_idle("w1", {"2026-11-30": 10.5})
+    ctx.store.add_idle("w1", {"2026-11-30": 4.5, "2026-12-01": 1})
+    assert [(r["day"], r["seconds"]) for r in ctx.store.idle("w1")] == [
         ("2026-11-30", 15.0), ("2026-12-01", 1.0)]
 
 
-def test_recipes_go_only_to_workers_that_can_run_them(queue):
+def test_recipes_go_only_to_workers_that_can_run_them(ctx):
     from worker.spec import Workload
     recipe = {"name": "adkv", "summary": "", "requires": "cuda", "params": []}
-    queue.register("mac", {"gpus": [], "recipes": [recipe]})
-    queue.register("plain", {"gpus": ["NVIDIA H100"]})
-    queue.register("h100", {"gpus": ["NVIDIA H100"], "recipes": [recipe]})
+    ctx.store.upsert_worker("mac", {"gpus": [], "recipes": [recipe]})
+    ctx.store.upsert_worker("plain", {"gpus": ["NVIDIA H100"]})
+    ctx.store.upsert_worker("h100", {"gpus": ["NVIDIA H100"], "recipes": [recipe]})
     spec = parse(["recipe", "adkv"], {"adkv": Workload.from_dict(recipe)})
-    job = queue.submit(spec, "recipe adkv", "U1", "C1")
-    assert queue.online_for(job["spec"]) == ["h100"]
-    assert queue.lease("mac", 0) is None and queue.lease("plain", 0) is None
-    assert queue.lease("h100", 0)["id"] == job["id"]
+    job = ctx.queue.submit(spec, "recipe adkv", "U1", "C1")
+    assert workers.online_for(ctx.store, job["spec"]) == ["h100"]
+    assert ctx.queue.lease("mac", 0) is None and ctx.queue.lease("plain", 0) is None
+    assert ctx.queue.lease("h100", 0)["id"] == job["id"]
 
 
 def test_an_older_database_file_is_brought_up_to_the_schema(tmp_path):
@@ -136,18 +138,18 @@ def test_an_older_database_file_is_brought_up_to_the_schema(tmp_path):
     assert [m["text"] for m in store.unsent()] == ["kept"]
 
 
-def test_status_and_list_do_not_load_the_timeline(queue):
-    job = submit(queue)
-    leased = queue.lease("w1", 0)
+def test_status_and_list_do_not_load_the_timeline(ctx):
+    job = submit(ctx)
+    leased = ctx.queue.lease("w1", 0)
     r = ok_report()
     r["timeline"] = {"sampled": {"columns": ["t", "host_rss"], "rows": [[1.0, 5]] * 2000}}
-    queue.finish(job["id"], "w1", leased["lease"], r)
-    assert "timeline" not in queue.store.job(job["id"])["report"]
-    assert len(queue.store.report_with_timeline(job["id"])["timeline"]["sampled"]["rows"]) == 2000
+    ctx.queue.finish(job["id"], "w1", leased["lease"], r)
+    assert "timeline" not in ctx.store.job(job["id"])["report"]
+    assert len(ctx.store.report_with_timeline(job["id"])["timeline"]["sampled"]["rows"]) == 2000
 
 
 def test_training_ranks_go_only_to_a_worker_with_a_gpu_or_core_per_rank():
-    from bot.trials.queue import can_run
+    from bot.trials.workers import can_run
     spec = {"workload": "llm-train", "params": {"world": 2, "device": "cuda"}}
     assert not can_run({"gpus": ["H100"]}, spec)
     assert can_run({"gpus": ["H100", "H100"]}, spec)

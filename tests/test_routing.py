@@ -4,10 +4,11 @@ import subprocess
 
 import pytest
 
-from bot.trials.queue import JobQueue, can_run
+from bot.app.runtime import context
+from bot.trials.workers import can_run
 from bot.store import Store
 from conftest import BIN
-from bot.trials import trial_command, routing
+from bot.trials import command as trial_command, routing
 
 QUICK = "llm-infer gen=1 repeats=1 stability=0"
 H100 = {"gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_memory": [85899345920] * 2,
@@ -19,15 +20,15 @@ CPU = {"gpus": [], "gpu_memory": [], "device": "cpu", "cpus": 4, "labels": {"tea
 
 
 @pytest.fixture
-def queue(tmp_path):
-    q = JobQueue(Store(str(tmp_path / "r.db")))
+def ctx(tmp_path):
+    ctx = context(Store(str(tmp_path / "r.db")))
     for name, info in (("h100-box", H100), ("a100-box", A100), ("cpu-box", CPU)):
-        q.register(name, info)
-    return q
+        ctx.store.upsert_worker(name, info)
+    return ctx
 
 
-def workers(queue):
-    return queue.store.workers()
+def workers(ctx):
+    return ctx.store.workers()
 
 
 @pytest.mark.parametrize("words, says", [
@@ -36,12 +37,12 @@ def workers(queue):
     (["label=team"], "a label is written `label=KEY=VALUE`"),
     (["gpu=H100", "gpu=A100-80GB"], "gpu= is given twice"),
 ])
-def test_bad_routing_words_are_refused(queue, words, says):
+def test_bad_routing_words_are_refused(ctx, words, says):
     with pytest.raises(routing.RouteError, match=says):
-        routing.take(["llm-infer", *words], workers(queue))
-    reply, job = trial_command.handle(queue, " ".join([QUICK, *words]), "U1", "C1")
+        routing.take(["llm-infer", *words], workers(ctx))
+    reply, job = trial_command.handle(ctx, " ".join([QUICK, *words]), "U1", "C1")
     assert job is None and "Nothing was queued" in reply["text"]
-    assert queue.store.jobs() == []
+    assert ctx.store.jobs() == []
 
 
 def test_a_route_matches_names_memory_and_labels():
@@ -57,52 +58,52 @@ def test_a_route_matches_names_memory_and_labels():
     assert routing.take(["gpu=A6000"], odd)[1] == {"gpu": "A6000"}
 
 
-def test_a_trial_no_worker_can_satisfy_is_answered_at_once(queue):
-    reply, job = trial_command.handle(queue, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
+def test_a_trial_no_worker_can_satisfy_is_answered_at_once(ctx):
+    reply, job = trial_command.handle(ctx, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
     assert job is None and "No worker matches `gpu=H100 label=team=nlp`" in reply["text"]
     assert "h100-box: cuda, NVIDIA H100 80GB HBM3 (80 GiB)" in reply["text"]
-    assert "labels team=vision" in reply["text"] and queue.store.jobs() == []
+    assert "labels team=vision" in reply["text"] and ctx.store.jobs() == []
 
 
-def test_thirty_mixed_trials_each_run_on_a_matching_worker(queue):
+def test_thirty_mixed_trials_each_run_on_a_matching_worker(ctx):
     asks = ["gpu=H100", "gpu=A100", "label=team=nlp", "min_mem=60GB", "label=tier=cheap", ""]
     for i in range(30):
-        reply, job = trial_command.handle(queue, f"{QUICK} {asks[i % len(asks)]}", f"U{i % 3}", "C1")
+        reply, job = trial_command.handle(ctx, f"{QUICK} {asks[i % len(asks)]}", f"U{i % 3}", "C1")
         assert job, reply["text"]
-    infos = {w["name"]: w["info"] for w in workers(queue)}
+    infos = {w["name"]: w["info"] for w in workers(ctx)}
     ran = {}
     while True:
-        leased = [queue.lease(name, 0) for name in infos]
+        leased = [ctx.queue.lease(name, 0) for name in infos]
         if not any(leased):
             break
         for name, job in zip(infos, leased):
             if job:
                 assert can_run(infos[name], job["spec"]), (name, job["spec"])
                 ran[job["id"]] = name
-                queue.store.db.execute("update jobs set status = 'done' where id = ?",
+                ctx.store.db.execute("update jobs set status = 'done' where id = ?",
                                        [job["id"]])
     assert len(ran) == 30
     for job_id, name in ran.items():
-        route = queue.store.job(job_id)["spec"].get("route")
+        route = ctx.store.job(job_id)["spec"].get("route")
         assert routing.matches(infos[name], route)
 
 
-def test_the_plan_target_gpu_is_the_default_route(queue):
-    queue.store.add_plan("repro", "C1", "U1", {"gpu": "A100"})
-    queue.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": []})
-    _, job = trial_command.handle(queue, f"{QUICK} plan=repro block=baseline", "U1", "C1")
+def test_the_plan_target_gpu_is_the_default_route(ctx):
+    ctx.store.add_plan("repro", "C1", "U1", {"gpu": "A100"})
+    ctx.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": []})
+    _, job = trial_command.handle(ctx, f"{QUICK} plan=repro block=baseline", "U1", "C1")
     assert job["spec"]["route"] == {"gpu": "A100"}
-    assert queue.lease("h100-box", 0) is None and queue.lease("a100-box", 0)["id"] == job["id"]
+    assert ctx.queue.lease("h100-box", 0) is None and ctx.queue.lease("a100-box", 0)["id"] == job["id"]
 
 
 def test_one_users_sweep_does_not_starve_anothers_trial(tmp_path):
-    q = JobQueue(Store(str(tmp_path / "f.db")))
-    q.register("w1", {"cpus": 4})
+    q = context(Store(str(tmp_path / "f.db")))
+    q.store.upsert_worker("w1", {"cpus": 4})
     sweep, _ = trial_command.handle(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1", "UA",
                              "C1")
     _, single = trial_command.handle(q, QUICK, "UB", "C1")
     order = []
-    while (job := q.lease("w1", 0)):
+    while (job := q.queue.lease("w1", 0)):
         order.append(job["user"])
         q.store.db.execute("update jobs set status = 'done' where id = ?", [job["id"]])
     assert order[:2] == ["UA", "UB"] and len(order) == 9

@@ -1,6 +1,6 @@
 """Slurm actuals without a cluster: sacct's output parsed (recorded lines), the
 actual it gives, `/plan NAME actual KIND slurm=...` answered and queued, and the
-request leased and answered through the queue and the worker API as a Slurm
+request leased and answered through the ctx and the worker API as a Slurm
 worker does. The live path is in tests/test_slurm.py."""
 import datetime as dt
 import json
@@ -14,7 +14,9 @@ from bot.trials.queue import JobQueue
 from bot.store import Store
 from bot.http.workerapi import WorkerApi
 from worker import sacct
-from bot.plans import plan_command, plancmd, slurmactual
+from bot.plans import command as plan_command, plancmd, slurmactual
+from bot.app.runtime import context
+from bot.plans import service
 
 TODAY = dt.date(2026, 12, 1)
 
@@ -180,46 +182,46 @@ def test_a_slurm_actual_parses_ids_and_array_tasks():
 
 
 @pytest.fixture
-def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "s.db")), admins=frozenset({"U1"}))
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "s.db")), admins=frozenset({"U1"}))
 
 
-def say(queue, text, request=None):
-    return plan_command.handle(queue, text, "U1", "C1", TODAY, request=request)["text"]
+def say(ctx, text, request=None):
+    return plan_command.handle(ctx, text, "U1", "C1", TODAY, request=request)["text"]
 
 
-def a_plan(queue):
-    t = finish(queue, report())
-    say(queue, "new repro")
-    say(queue, f"repro block baseline runs=10 trial={t}")
+def a_plan(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
 
 
-def requests(queue):
-    return queue.store.db["slurm_actuals"].count
+def requests(ctx):
+    return ctx.store.db["slurm_actuals"].count
 
 
-def test_without_a_slurm_worker_the_answer_says_how_to_start_one(queue):
-    a_plan(queue)
-    queue.register("gpu-box", {"gpus": []})  # a plain worker cannot run sacct
-    out = say(queue, "repro actual baseline slurm=12")
+def test_without_a_slurm_worker_the_answer_says_how_to_start_one(ctx):
+    a_plan(ctx)
+    ctx.store.upsert_worker("gpu-box", {"gpus": []})  # a plain worker cannot run sacct
+    out = say(ctx, "repro actual baseline slurm=12")
     assert "No Slurm worker is registered" in out and "--executor slurm" in out
-    assert "Nothing was stored" in out and requests(queue) == 0
-    out = say(queue, "repro actual verify slurm=12")
-    assert "has no verify block" in out and requests(queue) == 0
+    assert "Nothing was stored" in out and requests(ctx) == 0
+    out = say(ctx, "repro actual verify slurm=12")
+    assert "has no verify block" in out and requests(ctx) == 0
 
 
-def test_a_slurm_worker_leases_the_request_and_its_answer_records_the_actual(queue):
-    a_plan(queue)
-    queue.register("hpc", {"executor": "slurm", "partition": "gpu"})
-    queue.register("box", {"gpus": []})
-    out = say(queue, "repro actual baseline slurm=8117657,8117678 runs=10", request="trig-1")
+def test_a_slurm_worker_leases_the_request_and_its_answer_records_the_actual(ctx):
+    a_plan(ctx)
+    ctx.store.upsert_worker("hpc", {"executor": "slurm", "partition": "gpu"})
+    ctx.store.upsert_worker("box", {"gpus": []})
+    out = say(ctx, "repro actual baseline slurm=8117657,8117678 runs=10", request="trig-1")
     assert "Asked a Slurm worker (hpc online)" in out and "request A1" in out
-    again = say(queue, "repro actual baseline slurm=8117657,8117678 runs=10", request="trig-1")
-    assert "Already received" in again and requests(queue) == 1  # Slack's retry asks once
-    assert queue.lease("box", 0) is None  # only a Slurm worker reads accounting
-    job = queue.lease("hpc", 0)
+    again = say(ctx, "repro actual baseline slurm=8117657,8117678 runs=10", request="trig-1")
+    assert "Already received" in again and requests(ctx) == 1  # Slack's retry asks once
+    assert ctx.queue.lease("box", 0) is None  # only a Slurm worker reads accounting
+    job = ctx.queue.lease("hpc", 0)
     assert job["kind"] == "slurm-accounting" and job["jobs"] == ["8117657", "8117678"]
-    api = WorkerApi(queue, "tok")
+    api = WorkerApi(ctx, "tok")
     assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok",
                       {"worker": "hpc", "lease": job["lease"], "result": {"records": "x"}}
                       )[0] == 400
@@ -227,17 +229,17 @@ def test_a_slurm_worker_leases_the_request_and_its_answer_records_the_actual(que
                       {"worker": "hpc", "lease": "l", "result": {"error": "x"}})[0] == 404
     assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok",
                       {"worker": "hpc", "lease": "other", "result": {"error": "x"}})[0] == 409
-    assert queue.store.db["actuals"].count == 0
+    assert ctx.store.db["actuals"].count == 0
     status, body = api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok",
                               {"worker": "hpc", "lease": job["lease"],
                                "result": {"records": sacct.parse(GPU)}})
     assert (status, body) == (200, {"request": "A1", "status": "done"})
-    [actual] = queue.store.actuals("repro")
+    [actual] = ctx.store.actuals("repro")
     assert actual["slurm"] == ["8117657", "8117678"] and actual["runs"] == 10
     assert actual["hours"] == pytest.approx(6600 / 3600)
-    posted = [m for m in queue.store.unsent() if "Recorded for *repro* baseline" in m["text"]]
+    posted = [m for m in ctx.store.unsent() if "Recorded for *repro* baseline" in m["text"]]
     assert len(posted) == 1 and posted[0]["channel"] == "C1"
-    review = say(queue, "repro review")
+    review = say(ctx, "repro review")
     assert "from Slurm accounting: jobs 8117657 COMPLETED" in review and "manual" not in review
     assert "more retries" in review
     assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok",
@@ -245,49 +247,50 @@ def test_a_slurm_worker_leases_the_request_and_its_answer_records_the_actual(que
                       )[0] == 409  # answered once; a late second answer changes nothing
 
 
-def test_a_result_sent_again_records_one_actual_and_gets_the_first_answer(queue):
-    a_plan(queue)
-    queue.register("hpc", {"executor": "slurm"})
-    say(queue, "repro actual baseline slurm=8117657,8117678")
-    job = queue.lease("hpc", 0)
-    api = WorkerApi(queue, "tok")
+def test_a_result_sent_again_records_one_actual_and_gets_the_first_answer(ctx):
+    a_plan(ctx)
+    ctx.store.upsert_worker("hpc", {"executor": "slurm"})
+    say(ctx, "repro actual baseline slurm=8117657,8117678")
+    job = ctx.queue.lease("hpc", 0)
+    api = WorkerApi(ctx, "tok")
     body = {"worker": "hpc", "lease": job["lease"], "result": {"records": sacct.parse(GPU)},
             "key": "result-1"}
     first = api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok", body)
     assert first == (200, {"request": "A1", "status": "done"})
     assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok", body) == first
-    assert len(queue.store.actuals("repro")) == 1
+    assert len(ctx.store.actuals("repro")) == 1
     assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok",
                       dict(body, key="result-2"))[0] == 409
 
 
-def test_an_unknown_job_posts_why_and_records_nothing(queue):
-    a_plan(queue)
-    queue.register("hpc", {"executor": "slurm"})
-    say(queue, "repro actual baseline slurm=99")
-    job = queue.lease("hpc", 0)
-    req = queue.finish_slurm_actual(job["id"], "hpc", job["lease"], {"records": []})
+def test_an_unknown_job_posts_why_and_records_nothing(ctx):
+    a_plan(ctx)
+    ctx.store.upsert_worker("hpc", {"executor": "slurm"})
+    say(ctx, "repro actual baseline slurm=99")
+    job = ctx.queue.lease("hpc", 0)
+    req = service.answer_slurm(ctx, job["id"], "hpc", job["lease"], {"records": []})
     assert req["status"] == "failed" and req["actual"] is None
-    assert queue.store.actuals("repro") == []
-    assert any("sacct does not know job 99" in m["text"] for m in queue.store.unsent())
+    assert ctx.store.actuals("repro") == []
+    assert any("sacct does not know job 99" in m["text"] for m in ctx.store.unsent())
 
 
 def test_a_silent_slurm_worker_loses_the_lease_and_the_request_fails_after_two(tmp_path):
-    queue = JobQueue(Store(str(tmp_path / "s.db")), lease_seconds=0.05)
-    a_plan(queue)
-    queue.register("hpc", {"executor": "slurm"})
-    say(queue, "repro actual baseline slurm=5")
-    first = queue.lease("hpc", 0)
+    ctx = context(Store(str(tmp_path / "s.db")), JobQueue(Store(str(tmp_path / "s.db")),
+                                                          lease_seconds=0.05))
+    a_plan(ctx)
+    ctx.store.upsert_worker("hpc", {"executor": "slurm"})
+    say(ctx, "repro actual baseline slurm=5")
+    first = ctx.queue.lease("hpc", 0)
     import time
     time.sleep(0.1)
-    second = queue.lease("hpc", 0)  # expired: leased again, attempt 2
+    second = ctx.queue.lease("hpc", 0)  # expired: leased again, attempt 2
     assert second["id"] == first["id"] and second["lease"] != first["lease"]
     time.sleep(0.1)
-    assert queue.lease("hpc", 0) is None  # the second expiry ends it
-    req = queue.store.slurm_actual(first["id"])
+    assert ctx.queue.lease("hpc", 0) is None  # the second expiry ends it
+    req = ctx.store.slurm_actual(first["id"])
     assert req["status"] == "failed" and "stopped answering" in req["message"]
-    assert any("stopped answering" in m["text"] for m in queue.store.unsent())
-    assert queue.store.actuals("repro") == []
-    result = json.loads(queue.store.db.execute(
+    assert any("stopped answering" in m["text"] for m in ctx.store.unsent())
+    assert ctx.store.actuals("repro") == []
+    result = json.loads(ctx.store.db.execute(
         "select result from slurm_actuals").fetchone()[0])
     assert "lease expired 2 times" in result["error"]

@@ -1,7 +1,7 @@
 import pytest
 
 from worker import spec
-from bot.trials import commands
+from bot.trials import parse
 
 
 def test_defaults_fill_every_parameter():
@@ -34,12 +34,12 @@ def test_bad_words_name_the_token(words, token, says):
 
 
 def test_trial_subcommands():
-    assert commands.parse_trial("").name == "help"
-    assert commands.parse_trial("help").name == "help"
-    assert commands.parse_trial("list").name == "list"
-    assert commands.parse_trial("status T12").job_id == 12
-    assert commands.parse_trial("status 7").job_id == 7
-    run = commands.parse_trial("llm-infer batch=2")
+    assert parse.parse_trial("").name == "help"
+    assert parse.parse_trial("help").name == "help"
+    assert parse.parse_trial("list").name == "list"
+    assert parse.parse_trial("status T12").job_id == 12
+    assert parse.parse_trial("status 7").job_id == 7
+    run = parse.parse_trial("llm-infer batch=2")
     assert run.name == "run" and run.spec.params["batch"] == 2
 
 
@@ -47,5 +47,5 @@ def test_trial_subcommands():
                                          ("list mine now", "mine"), ('llm-infer "oops', '')])
 def test_bad_subcommands(text, token):
     with pytest.raises(spec.SpecError) as err:
-        commands.parse_trial(text)
+        parse.parse_trial(text)
     assert token in err.value.token

@@ -1,18 +1,18 @@
-"""`/trial sweep` and `/trial fit`: parsing, the queue posting the fit once when
+"""`/trial sweep` and `/trial fit`: parsing, the ctx posting the fit once when
 a sweep's last trial ends, and one sweep through `trialbot console`."""
 import json
 import time
 
 import pytest
 
-from bot.trials.queue import JobQueue
 from bot.store import Store
 from worker import report as reports
 from worker import spec
 from worker.spec import Workload, Param
 
 from test_console import run_console
-from bot.trials import trial_command, commands
+from bot.trials import command as trial_command, parse
+from bot.app.runtime import context
 
 RECIPE = Workload("paper-infer", "a paper's script", (
     Param("batch", "int", 4, low=1, high=512), Param("seq", "int", 256, low=1, high=8192),
@@ -21,14 +21,14 @@ RECIPE = Workload("paper-infer", "a paper's script", (
 
 
 def test_sweep_is_the_cartesian_product_each_parsed_as_a_trial():
-    cmd = commands.parse_trial("sweep llm-infer batch=1,2,4 prompt=64,128 gen=8 dtype=bf16")
+    cmd = parse.parse_trial("sweep llm-infer batch=1,2,4 prompt=64,128 gen=8 dtype=bf16")
     assert cmd.name == "sweep" and len(cmd.specs) == 6
     assert [(s.params["batch"], s.params["prompt"]) for s in cmd.specs] == [
         (1, 64), (1, 128), (2, 64), (2, 128), (4, 64), (4, 128)]
     assert all(s.params["gen"] == 8 and s.params["dtype"] == "bf16" for s in cmd.specs)
     assert cmd.words[0] == "llm-infer batch=1 prompt=64 gen=8 dtype=bf16"
     assert cmd.specs[0] == spec.parse(cmd.words[0].split())
-    recipe = commands.parse_trial("sweep recipe paper-infer batch=1,2,4 seq=64",
+    recipe = parse.parse_trial("sweep recipe paper-infer batch=1,2,4 seq=64",
                                   {"paper-infer": RECIPE})
     assert [s.params["batch"] for s in recipe.specs] == [1, 2, 4]
     assert recipe.specs[0].recipe == "paper-infer" and recipe.specs[0].params["seq"] == 64
@@ -65,15 +65,15 @@ def test_sweep_is_the_cartesian_product_each_parsed_as_a_trial():
 ])
 def test_bad_sweep_and_fit_words_name_the_problem(text, token, says):
     with pytest.raises(spec.SpecError) as err:
-        commands.parse_trial(text, {"paper-infer": RECIPE})
+        parse.parse_trial(text, {"paper-infer": RECIPE})
     assert says in err.value.message
     if token is not None:
         assert err.value.token == token
 
 
 @pytest.fixture
-def queue(tmp_path):
-    return JobQueue(Store(str(tmp_path / "s.db")))
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "s.db")))
 
 
 def ok_report(job, rss):
@@ -84,21 +84,21 @@ def ok_report(job, rss):
     return r
 
 
-def sweep_messages(queue):
-    return [m for m in queue.store.unsent(100) if m["kind"] == "sweep"]
+def sweep_messages(ctx):
+    return [m for m in ctx.store.unsent(100) if m["kind"] == "sweep"]
 
 
-def test_the_fit_is_posted_once_when_the_last_trial_ends(queue):
-    reply, last = trial_command.handle(queue, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
+def test_the_fit_is_posted_once_when_the_last_trial_ends(ctx):
+    reply, last = trial_command.handle(ctx, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
     assert "Queued sweep *S1*: T1–T3 (3 trials)" in reply["text"]
     assert last["trial"] == "T3" and last["sweep"] == 1
-    assert "is not finished" in trial_command.handle(queue, "fit S1", "U1", "C1")[0]["text"]
+    assert "is not finished" in trial_command.handle(ctx, "fit S1", "U1", "C1")[0]["text"]
     for n in range(3):
-        job = queue.lease("w1", 0)
-        assert sweep_messages(queue) == []
-        queue.finish(job["id"], "w1", job["lease"],
+        job = ctx.queue.lease("w1", 0)
+        assert sweep_messages(ctx) == []
+        ctx.queue.finish(job["id"], "w1", job["lease"],
                      ok_report(job, 300 * 2**20 + job["spec"]["params"]["batch"] * 2**20))
-    (msg,) = sweep_messages(queue)
+    (msg,) = sweep_messages(ctx)
     assert msg["channel"] == "C1" and msg["job"] == 3 and msg["thread_of"] is None
     assert "*Sweep S1*" in msg["text"] and "3 ok, 0 failed" in msg["text"]
     assert "held out T3" in msg["text"] and "error +0.0%" in msg["text"]
@@ -106,7 +106,7 @@ def test_the_fit_is_posted_once_when_the_last_trial_ends(queue):
     assert "256 B per token" not in msg["text"] and "KV cache 2·layers" in msg["text"]
     assert 5 <= len(msg["blocks"]) <= 50 and "\n~" not in msg["text"]
     assert msg["blocks"][-1]["type"] == "context" and "least squares" in msg["text"]
-    answer = trial_command.handle(queue, "fit S1 batch=16 gpu=H100", "U1", "C1")[0]
+    answer = trial_command.handle(ctx, "fit S1 batch=16 gpu=H100", "U1", "C1")[0]
     assert answer["response_type"] == "ephemeral"
     assert "Predicted at batch=16 prompt=64 gen=4" in answer["text"]
     assert "host_rss_peak: 316 MiB" in answer["text"] and "extrapolated 4×" in answer["text"]
@@ -114,33 +114,33 @@ def test_the_fit_is_posted_once_when_the_last_trial_ends(queue):
     json.dumps(answer)
 
 
-def test_a_sweep_ending_in_a_lost_lease_still_posts_its_fit(queue):
-    trial_command.handle(queue, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
+def test_a_sweep_ending_in_a_lost_lease_still_posts_its_fit(ctx):
+    trial_command.handle(ctx, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
     for n in range(2):
-        job = queue.lease("w1", 0)
-        queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * n + 2**28))
-    queue.lease_seconds, queue.max_leases = 0.1, 1
-    queue.lease("w1", 0)
+        job = ctx.queue.lease("w1", 0)
+        ctx.queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * n + 2**28))
+    ctx.queue.lease_seconds, ctx.queue.max_leases = 0.1, 1
+    ctx.queue.lease("w1", 0)
     time.sleep(0.2)
-    queue.fail_exhausted()
-    (msg,) = sweep_messages(queue)
+    ctx.queue.fail_exhausted()
+    (msg,) = sweep_messages(ctx)
     assert "2 ok, 1 failed" in msg["text"] and "T3 (batch=4 prompt=64 gen=4): killed" in msg["text"]
     assert "held-out error cannot be computed" in msg["text"]   # two points: a line
-    assert queue.store.job(3)["status"] == "failed"
+    assert ctx.store.job(3)["status"] == "failed"
 
 
-def test_fit_questions_that_cannot_be_answered_create_nothing(queue):
-    assert "There is no sweep S7" in trial_command.handle(queue, "fit S7", "U1", "C1")[0]["text"]
-    trial_command.handle(queue, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
+def test_fit_questions_that_cannot_be_answered_create_nothing(ctx):
+    assert "There is no sweep S7" in trial_command.handle(ctx, "fit S7", "U1", "C1")[0]["text"]
+    trial_command.handle(ctx, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
     for _ in range(2):
-        job = queue.lease("w1", 0)
-        queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * job["id"]))
-    bad = trial_command.handle(queue, "fit S1 colour=3", "U1", "C1")[0]["text"]
+        job = ctx.queue.lease("w1", 0)
+        ctx.queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * job["id"]))
+    bad = trial_command.handle(ctx, "fit S1 colour=3", "U1", "C1")[0]["text"]
     assert bad.startswith(":x: `colour=3`") and "batch" in bad
-    assert "batch=1,2" not in trial_command.handle(queue, "fit S1 gpu=A100", "U1", "C1")[0]["text"]
-    off = trial_command.handle(queue, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
+    assert "batch=1,2" not in trial_command.handle(ctx, "fit S1 gpu=A100", "U1", "C1")[0]["text"]
+    off = trial_command.handle(ctx, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
     assert "cannot say" in off and "sweep the length too" in off
-    assert len(queue.store.jobs(100)) == 2
+    assert len(ctx.store.jobs(100)) == 2
 
 
 def test_sweep_through_the_console_posts_the_fit_once(tmp_path):

@@ -4,7 +4,7 @@ import urllib.request
 
 import pytest
 
-from bot.delivery.outbox import ConsoleTransport
+from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
 from worker import report as reports
 from worker.client import ApiError, Client

@@ -78,9 +78,9 @@ def run_serve(local_worker: bool) -> int:
     from worker import redact
     redact.install(redact.secret_values(settings.bot_token, settings.app_token,
                                         settings.signing_secret, settings.worker_token))
-    from bot.delivery.outbox import SlackTransport
+    from bot.slack.transport import SlackTransport
     from bot.app.runtime import Runtime
-    from bot.slack.slack_app import build_app, web_client
+    from bot.slack.app import build_app, web_client
 
     client = web_client(settings.bot_token, settings.api_url)
     try:
@@ -90,7 +90,7 @@ def run_serve(local_worker: bool) -> int:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
         return 2
-    app = build_app(rt.queue, client, settings.signing_secret)
+    app = build_app(rt.ctx, client, settings.signing_secret)
     log = logging.getLogger("trialbot")
     if settings.socket_mode:
         from slack_bolt.adapter.socket_mode import SocketModeHandler

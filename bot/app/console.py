@@ -11,14 +11,14 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
 
 from bot import access
-from bot.delivery.outbox import ConsoleTransport
 from bot.app.runtime import Runtime
 from bot.trials.job import ENDED
-from bot.trials import trial_command
-from bot.plans import plan_command
+from bot.trials import command as trial_command
+from bot.plans import command as plan_command
 
 CHANNEL = "console"
 USER = "console"
@@ -69,9 +69,9 @@ def _lines(stdin, stdout, interactive):
 def respond(rt: Runtime, line: str) -> tuple[dict, dict | None]:
     command, _, text = line.partition(" ")
     if command == "/trial":
-        return trial_command.handle(rt.queue, text, USER, CHANNEL)
+        return trial_command.handle(rt.ctx, text, USER, CHANNEL)
     if command == "/plan":
-        return plan_command.handle(rt.queue, text, USER, CHANNEL,
+        return plan_command.handle(rt.ctx, text, USER, CHANNEL,
                             dt.datetime.now(dt.timezone.utc).date()), None
     return {"response_type": "ephemeral",
             "text": f":x: `{command}` is not a command here; lines start with `/trial` or "
@@ -104,3 +104,42 @@ def wait_for_report(rt: Runtime, job: dict, poll: float = 0.1) -> dict:
             return current
         time.sleep(poll)
     raise TimeoutError(f"{job['trial']} did not report in time")
+
+
+class ConsoleTransport:
+    """The terminal as the channel: prints each message; `--json` prints the
+    exact payload that would go to Slack, one object per line."""
+    update_interval = 0.0  # a terminal has no rate limit
+
+    def __init__(self, out, as_json: bool, files_dir: str = "."):
+        self.out, self.as_json, self.count = out, as_json, 0
+        self.files_dir = files_dir
+        self.lock = threading.Lock()
+
+    def send(self, payload: dict) -> str:
+        with self.lock:
+            self.count += 1
+            if "content" in payload:  # files land next to the database
+                os.makedirs(self.files_dir, exist_ok=True)
+                path = os.path.join(self.files_dir, payload.pop("file"))
+                content = payload.pop("content")
+                with open(path, "wb") as f:
+                    f.write(content.encode() if isinstance(content, str) else content)
+                payload["file"] = path
+                if not self.as_json:
+                    payload = dict(payload, text=f"{payload['text']}: {path}")
+            where = (f"#{payload['channel']}" if not payload.get("via") else
+                     f"#{payload['channel']}, to <@{payload['user']}> only"
+                     if payload["via"] == "ephemeral" else f"to <@{payload.get('user')}>")
+            if self.as_json:
+                print(json.dumps({k: v for k, v in payload.items() if k != "url"}),
+                      file=self.out, flush=True)
+            elif payload.get("update"):
+                print(f"[{where}] (updated {payload['ts']})\n{payload['text']}",
+                      file=self.out, flush=True)
+                return payload["ts"]
+            else:
+                indent = "    " if payload.get("thread_ts") else ""
+                body = "\n".join(indent + line for line in payload["text"].splitlines())
+                print(f"[{where}]\n{body}", file=self.out, flush=True)
+            return f"console.{self.count}"

@@ -1,6 +1,6 @@
 """Wiring shared by `serve` and `console`: store, queue, outbox, HTTP server,
-the digest schedule, and optionally a worker agent in this process (the
-single-box default)."""
+the digest schedule, the one Context the commands read, and optionally a
+worker agent in this process (the single-box default)."""
 from __future__ import annotations
 
 import logging
@@ -10,12 +10,27 @@ import threading
 import time
 
 from bot import access
+from bot.context import Context
 from bot.delivery.outbox import Outbox
-from bot.trials.queue import LEASE_SECONDS, JobQueue
-from bot.digest.schedule import Digests
+from bot.digest import command as digest_command
+from bot.digest.scheduler import Digests
 from bot.http.server import Server
-from bot.store import Store
 from bot.http.workerapi import WorkerApi
+from bot.store import Store
+from bot.trials import workers
+from bot.trials.queue import LEASE_SECONDS, JobQueue
+
+
+def context(store: Store, queue: JobQueue | None = None, policy: access.Policy | None = None,
+            admins: frozenset[str] = frozenset(), notify=lambda: None) -> Context:
+    """A Context over `store` with its own queue unless one is given, and no
+    Slack: scripts and tests (anyone may run; `admins` are admins), and the
+    runtime below with the configured policy."""
+    queue = queue or JobQueue(store, on_message=notify)
+    ctx = Context(store=store, queue=queue, notify=notify,
+                  policy=policy or access.Policy(run_everyone=True, admins=admins))
+    ctx.digest_command = digest_command.command
+    return ctx
 
 
 class Runtime:
@@ -25,19 +40,20 @@ class Runtime:
         self.store = Store(db)
         self.outbox = Outbox(self.store, transport,
                              update_interval=getattr(transport, "update_interval", None),
-                             on_refused=lambda channel: self.queue.channels.forget(channel))
+                             on_refused=lambda channel: self.ctx.channels.forget(channel))
         self.queue = JobQueue(self.store, on_message=self.outbox.wake,
-                              lease_seconds=lease_seconds,
-                              policy=policy or access.Policy())  # unconfigured: nobody runs
+                              lease_seconds=lease_seconds)
+        # Unconfigured, nobody may run (access.Policy()): the commands say how to set it.
+        self.ctx = context(self.store, self.queue, policy or access.Policy(),
+                           notify=self.outbox.wake)
         self.worker_token = worker_token
-        self.server = Server((host, port), WorkerApi(self.queue, worker_token),
+        self.server = Server((host, port), WorkerApi(self.ctx, worker_token),
                              health=self.health)
         self.agent = None
-        self.digests = Digests(self.queue)
-        self.queue.digests = self.digests  # `/plan digest` re-reads the schedule through it
+        self.digests = self.ctx.digests = Digests(self.ctx)  # `/plan digest` re-reads it
 
     def health(self) -> dict:
-        return {"workers_online": self.queue.online_workers()}
+        return {"workers_online": workers.online(self.store)}
 
     def start(self) -> None:
         self.outbox.start()
@@ -70,7 +86,8 @@ class Runtime:
                            name or f"{socket.gethostname()}-local")
         threading.Thread(target=self.agent.serve_forever, daemon=True, name="agent").start()
         deadline = time.monotonic() + 10  # so the first reply can already name it
-        while self.agent.name not in self.queue.online_workers() and time.monotonic() < deadline:
+        while (self.agent.name not in workers.online(self.store)
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         return self.agent
 

@@ -5,15 +5,14 @@ one that Slack refuses for good goes to its requester instead
 (bot/delivery.py says which refusals those are and what the requester reads)."""
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 
 from bot.store import Store
 from bot.trials import chart
 from bot.delivery import refusals
+from bot.delivery.refusals import Undeliverable
 
 log = logging.getLogger("trialbot.outbox")
 
@@ -22,118 +21,6 @@ FILE_TRIES = 3  # a file (chart) is given up after this many failed tries
 # chat.update is Tier 3 (about 50 a minute); progress edits wait their turn
 # rather than spend the app's budget (and coalesce meanwhile: see Store._add_message).
 UPDATE_INTERVAL = 1.2
-
-
-class Undeliverable(Exception):
-    """Slack refused the request itself (HTTP 200, `ok: false`): `error` is
-    its code, which bot/delivery.py sorts into wait, channel or message."""
-
-    def __init__(self, error: str):
-        super().__init__(error)
-        self.error = error
-
-
-class SlackTransport:
-    """chat.postMessage, chat.update and files_upload_v2 through slack_sdk's
-    WebClient (which honours 429 Retry-After through its
-    RateLimitErrorRetryHandler); and the requester's own paths: an ephemeral
-    message, the command's response_url, a direct message."""
-
-    def __init__(self, client):
-        from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
-        client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=3))
-        self.client = client
-        self.ims: dict[str, str] = {}  # user -> their direct-message channel with the bot
-
-    def send(self, payload: dict) -> str:
-        from slack_sdk.errors import SlackApiError
-        via = payload.get("via")
-        try:
-            if via == "response_url":
-                return self._respond(payload)
-            if via == "ephemeral":
-                resp = self.client.chat_postEphemeral(channel=payload["channel"],
-                                                      user=payload["user"], text=payload["text"],
-                                                      blocks=payload.get("blocks") or None)
-                return resp.get("message_ts") or "ephemeral"
-            if via == "dm":
-                payload = dict(payload, channel=self._im(payload["user"]))
-            if payload.get("update"):  # replace an earlier message's text in place
-                self.client.chat_update(channel=payload["channel"], ts=payload["ts"],
-                                        text=payload["text"], blocks=payload.get("blocks"))
-                return payload["ts"]
-            if "content" in payload:  # a file into the thread
-                resp = self.client.files_upload_v2(
-                    channel=payload["channel"], thread_ts=payload.get("thread_ts"),
-                    content=payload["content"], filename=payload["file"],
-                    title=payload["text"], initial_comment=payload["text"])
-                return resp["files"][0]["id"] if resp.get("files") else "file"
-            post = {k: v for k, v in payload.items() if k not in ("via", "user")}
-            resp = self.client.chat_postMessage(**post)
-        except SlackApiError as exc:
-            error = exc.response.get("error", "")
-            if error in ("invalid_blocks", "invalid_blocks_format") and payload.get("blocks"):
-                # The text alone still says everything; send that rather than nothing.
-                return self.send({k: v for k, v in payload.items() if k != "blocks"})
-            if exc.response.status_code == 200 and error:
-                raise Undeliverable(error) from exc
-            raise
-        return resp["ts"]
-
-    def _im(self, user: str) -> str:
-        if user not in self.ims:
-            self.ims[user] = self.client.conversations_open(users=user)["channel"]["id"]
-        return self.ims[user]
-
-    def _respond(self, payload: dict) -> str:
-        from slack_sdk.webhook import WebhookClient
-        resp = WebhookClient(payload["url"], timeout=10).send(
-            text=payload["text"], blocks=payload.get("blocks") or None,
-            response_type="ephemeral", replace_original=False)
-        if resp.status_code == 200:
-            return "response_url"
-        if 400 <= resp.status_code < 500 and resp.status_code != 429:
-            raise Undeliverable((resp.body or "").strip()[:60] or f"http_{resp.status_code}")
-        raise ConnectionError(f"response_url answered HTTP {resp.status_code}")
-
-
-class ConsoleTransport:
-    """The terminal as the channel: prints each message; `--json` prints the
-    exact payload that would go to Slack, one object per line."""
-    update_interval = 0.0  # a terminal has no rate limit
-
-    def __init__(self, out, as_json: bool, files_dir: str = "."):
-        self.out, self.as_json, self.count = out, as_json, 0
-        self.files_dir = files_dir
-        self.lock = threading.Lock()
-
-    def send(self, payload: dict) -> str:
-        with self.lock:
-            self.count += 1
-            if "content" in payload:  # files land next to the database
-                os.makedirs(self.files_dir, exist_ok=True)
-                path = os.path.join(self.files_dir, payload.pop("file"))
-                content = payload.pop("content")
-                with open(path, "wb") as f:
-                    f.write(content.encode() if isinstance(content, str) else content)
-                payload["file"] = path
-                if not self.as_json:
-                    payload = dict(payload, text=f"{payload['text']}: {path}")
-            where = (f"#{payload['channel']}" if not payload.get("via") else
-                     f"#{payload['channel']}, to <@{payload['user']}> only"
-                     if payload["via"] == "ephemeral" else f"to <@{payload.get('user')}>")
-            if self.as_json:
-                print(json.dumps({k: v for k, v in payload.items() if k != "url"}),
-                      file=self.out, flush=True)
-            elif payload.get("update"):
-                print(f"[{where}] (updated {payload['ts']})\n{payload['text']}",
-                      file=self.out, flush=True)
-                return payload["ts"]
-            else:
-                indent = "    " if payload.get("thread_ts") else ""
-                body = "\n".join(indent + line for line in payload["text"].splitlines())
-                print(f"[{where}]\n{body}", file=self.out, flush=True)
-            return f"console.{self.count}"
 
 
 def payload(row: dict, store: Store) -> dict:

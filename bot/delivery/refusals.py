@@ -110,11 +110,10 @@ def can_post(channel: str, info: dict | None, error: str | None) -> str | None:
     return None
 
 
-class NoCheck:
-    """Where there is no Slack to ask (the console, tests): every channel can be posted in."""
+class Undeliverable(Exception):
+    """Slack refused the request itself (HTTP 200, `ok: false`): `error` is
+    its code, which bot/delivery.py sorts into wait, channel or message."""
 
-    def refusal(self, channel: str) -> str | None:
-        return None
-
-    def forget(self, channel: str) -> None:
-        pass
+    def __init__(self, error: str):
+        super().__init__(error)
+        self.error = error

@@ -137,3 +137,16 @@ def lookup(name: str) -> Gpu:
     raise ValueError(f"`{text}` is not a GPU I know; known: {', '.join(TABLE)}; or give a "
                      "size such as `80GiB` or `81559MiB` (what nvidia-smi shows as "
                      "memory.total)")
+
+
+def matches_gpu(report: dict, target: str | None) -> bool | None:
+    """Did the trial run on the plan's target GPU kind? None when no target is set."""
+    if not target:
+        return None
+    e = report.get("env") or {}
+    if target.lower() in ("cpu", "none"):
+        return not e.get("gpu_count")
+    # Whole words: A10 is not an A100, L4 is not an L40S.
+    have = set(re.findall(r"[a-z0-9]+", (e.get("gpu_name") or "").lower()))
+    want = re.findall(r"[a-z0-9]+", target.lower())
+    return bool(e.get("gpu_count")) and bool(want) and all(w in have for w in want)

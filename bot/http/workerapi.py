@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import re
 
-from bot.trials.queue import JobQueue, LeaseLost
+from bot.trials import workers
+from bot.trials.queue import LeaseLost
 from worker import report as reports
 from worker.spec import Workload
 from bot.http import tokens
 from bot.trials import routing
-from bot.plans import slurmactual
+from bot.plans import service, slurmactual
 
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
@@ -95,15 +96,15 @@ def check_progress(progress) -> str | None:
 
 
 class WorkerApi:
-    def __init__(self, queue: JobQueue, token: str):
-        self.queue, self.token = queue, token
+    def __init__(self, ctx, token: str):
+        self.ctx, self.token = ctx, token
 
     body_limit = staticmethod(body_limit)
 
     def handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
         # Read per request: a token revoked by `trialbot worker-token revoke`
         # (another process) is refused from the next request on.
-        who = tokens.caller(auth, self.token, self.queue.store.active_token_hashes())
+        who = tokens.caller(auth, self.token, self.ctx.store.active_token_hashes())
         if who is None:
             return 401, {"error": "missing, invalid or revoked worker token: send "
                                   "`Authorization: Bearer <token>` (TRIALBOT_WORKER_TOKEN or "
@@ -128,8 +129,8 @@ class WorkerApi:
             problem = check_info(info)
             if problem:
                 return 400, {"error": problem}
-            self.queue.register(worker, info)
-            return 200, {"worker": worker, "heartbeat": self.queue.heartbeat_seconds}
+            self.ctx.store.upsert_worker(worker, info)
+            return 200, {"worker": worker, "heartbeat": self.ctx.queue.heartbeat_seconds}
         if path == "/api/lease":
             wait = body.get("wait", 0)
             if (not isinstance(wait, (int, float)) or isinstance(wait, bool)
@@ -141,21 +142,21 @@ class WorkerApi:
                     and not isinstance(v, bool) and 0 <= v <= 86400
                     for k, v in idle.items())):
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
-            if not self.queue.known(worker):
+            if not workers.known(self.ctx.store, worker):
                 return 409, {"error": f"unknown worker {worker!r}: register first"}
             # A key seen before: the request came again (its answer was lost); its idle
             # is counted already, and the lease it got is given again while held.
-            again = not self.queue.store.add_idle(worker, idle, key)
-            job = (again and self.queue.held(worker, key)) or self.queue.lease(worker, wait, key)
+            again = not self.ctx.store.add_idle(worker, idle, key)
+            job = (again and self.ctx.queue.held(worker, key)) or self.ctx.queue.lease(worker, wait, key)
             if job is None:
                 return 204, None
             if job.get("kind") == "slurm-accounting":
                 return 200, {"kind": job["kind"], "id": job["id"], "request": f"A{job['id']}",
                              "lease": job["lease"], "jobs": job["jobs"],
-                             "heartbeat": self.queue.heartbeat_seconds}
+                             "heartbeat": self.ctx.queue.heartbeat_seconds}
             return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
                          "spec": job["spec"], "attempt": job["attempts"],
-                         "heartbeat": self.queue.heartbeat_seconds}
+                         "heartbeat": self.ctx.queue.heartbeat_seconds}
         m = ACCOUNTING_PATH.fullmatch(path)
         if m:
             return self.accounting(int(m.group(1)), worker, body, key)
@@ -172,17 +173,17 @@ class WorkerApi:
                 problem = check_progress(progress)
                 if problem:
                     return 400, {"error": problem}
-                return 200, {"cancel": self.queue.heartbeat(job_id, worker, lease, progress)}
+                return 200, {"cancel": self.ctx.queue.heartbeat(job_id, worker, lease, progress)}
             if not isinstance(body.get("report"), dict):
                 return 400, {"error": "`report` must be a JSON object (a trialbot.trial/1 "
                                       "report)"}
             problems = reports.validate(body.get("report"))
             if problems:
                 return 400, {"error": "invalid report: " + "; ".join(problems)}
-            job = self.queue.finish(job_id, worker, lease, body["report"], key)
+            job = self.ctx.queue.finish(job_id, worker, lease, body["report"], key)
             return 200, {"trial": job["trial"], "status": job["status"]}
         except LeaseLost as exc:
-            job = self.queue.store.job(job_id)
+            job = self.ctx.store.job(job_id)
             if job is None:
                 return 404, {"error": f"there is no job {job_id} (T{job_id})"}
             if action == "report" and self._answered(worker, key, "report", job=job_id):
@@ -191,7 +192,7 @@ class WorkerApi:
 
     def _answered(self, worker: str, key: str | None, kind: str, **ref) -> bool:
         """The request with this key was applied before (its answer was lost)."""
-        first = key and self.queue.store.worker_request(worker, key)
+        first = key and self.ctx.store.worker_request(worker, key)
         return bool(first) and first["kind"] == kind and all(first[k] == v
                                                               for k, v in ref.items())
 
@@ -204,9 +205,9 @@ class WorkerApi:
         if problem:
             return 400, {"error": problem}
         try:
-            req = self.queue.finish_slurm_actual(req_id, worker, lease, body["result"], key)
+            req = service.answer_slurm(self.ctx, req_id, worker, lease, body["result"], key)
         except LeaseLost as exc:
-            req = self.queue.store.slurm_actual(req_id)
+            req = self.ctx.store.slurm_actual(req_id)
             if req is None:
                 return 404, {"error": f"there is no Slurm accounting request A{req_id}"}
             if not self._answered(worker, key, "result", request=req_id):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from bot.fits import gpus
 from bot.fits import depth
 from bot.plans import planner, prices
 
@@ -21,7 +22,7 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
              prep_hours: float) -> dict:
     f = plan["facts"]
     target = f.get("gpu")
-    on_target = [r for r in reports if planner.matches_gpu(r, target)]
+    on_target = [r for r in reports if gpus.matches_gpu(r, target)]
     # A partial-depth trial's full-depth peak is predicted, not measured.
     whole, partial = [], []
     for r in reports:

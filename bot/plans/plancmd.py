@@ -8,7 +8,7 @@ import re
 import zoneinfo
 from dataclasses import dataclass, field
 
-from bot.trials import commands
+from bot.trials.parse import split
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|block KIND runs=N "
          "trial=T12 ...|lock|unlock|advise|actual KIND hours=H|slurm=JOBID|review|export] | "
@@ -73,7 +73,7 @@ class PlanCommand:
 
 def parse(text: str, today: dt.date) -> PlanCommand:
     try:
-        words = commands.split(text)
+        words = split(text)
     except ValueError as exc:
         raise PlanError(getattr(exc, "message", str(exc))) from None
     if not words or words[0] == "help":

@@ -12,7 +12,6 @@ came from.
 from __future__ import annotations
 
 import math
-import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from bot.fits.ols import t_quantile
@@ -92,19 +91,6 @@ def code_version(report: dict) -> str:
     if report.get("recipe"):
         return e.get("code_version") or "unrecorded"
     return f"built-in {report['workload']}, torch {e.get('torch')}"
-
-
-def matches_gpu(report: dict, target: str | None) -> bool | None:
-    """Did the trial run on the plan's target GPU kind? None when no target is set."""
-    if not target:
-        return None
-    e = report.get("env") or {}
-    if target.lower() in ("cpu", "none"):
-        return not e.get("gpu_count")
-    # Whole words: A10 is not an A100, L4 is not an L40S.
-    have = set(re.findall(r"[a-z0-9]+", (e.get("gpu_name") or "").lower()))
-    want = re.findall(r"[a-z0-9]+", target.lower())
-    return bool(e.get("gpu_count")) and bool(want) and all(w in have for w in want)
 
 
 def lock_differences(lock: dict, report_config: dict, code: str) -> list[str]:

@@ -7,6 +7,7 @@ import datetime as dt
 import io
 from decimal import Decimal
 
+from bot.fits import gpus
 from bot.plans import plancmd, planner, prices
 from bot.blocks import chunks, context, reply, section, table_text
 
@@ -79,7 +80,7 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     out = []
     target = plan["facts"].get("gpu")
     for r, name in zip(reports, est["trials"]):
-        on = planner.matches_gpu(r, target)
+        on = gpus.matches_gpu(r, target)
         if on is None:
             out.append("no target GPU is set (`set gpu=H100`), so nobody checked that "
                        f"{name} ran on it")
@@ -165,7 +166,7 @@ def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> lis
     stale = " (stale)" if prices.is_stale(rent, today) else ""
     cells, amounts = [], []
     for _, e, trials in ests:
-        if not all(planner.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
+        if not all(gpus.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
             cells.append(f"n/a: not measured on {plan['facts']['gpu']}")
             continue
         amounts.append(prices.cost(e["hours"], rent))

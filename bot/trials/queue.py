@@ -1,56 +1,22 @@
-"""The job queue: submit, lease (long-poll), heartbeat, finish.
+"""The job queue: submit, lease (long-poll), heartbeat, finish, cancel.
 
 State is in the store; this adds the waiting. A lease request waits on a
 condition that `submit` notifies, and re-checks the store every second so
-expired leases and jobs added by another process are seen too.
+expired leases and jobs added by another process are seen too. What an ending
+trial posts is bot/trials/outcome.py's; which worker may run what,
+bot/trials/workers.py's.
 """
 from __future__ import annotations
 
 import threading
 import time
 
-from bot import access
-from bot.store import Store
-from bot.trials.job import ENDED
-from worker import report as reports
-from worker.spec import Workload
-from bot.trials import trialcard, routing, chart
-from bot.plans import slurmactual
-from bot.delivery import refusals
 from bot.blocks import message
-from bot.fits import sweepview
-from bot.trials import ab
-from bot.trials import ladder
-from bot.trials import views
-from bot.fits.sweep import fit_sweep
+from bot.trials import card, chart, outcome, views, workers
+from worker import report as reports
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
-ONLINE_SECONDS = 90     # a worker seen within this is "online"
 MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)
-
-
-def can_run(info: dict, spec: dict) -> bool:
-    """A recipe goes only to a worker whose file has it, and a CUDA recipe only
-    to a worker with an NVIDIA GPU (a cloud Mac is not a CUDA box); a training
-    run of `world` ranks only to a worker with a GPU per rank (or, on CPU,
-    a core per rank where the worker said how many it has); and any trial only
-    where its route (`gpu=`, `min_mem=`, `label=`) matches."""
-    if not routing.matches(info, spec.get("route")):
-        return False
-    if spec.get("recipe") is None:
-        return fits_ranks(info, spec.get("params", {}))
-    recipe = next((r for r in info.get("recipes", []) if r["name"] == spec["recipe"]), None)
-    cuda = info.get("device") == "cuda" or (info.get("device") is None and bool(info.get("gpus")))
-    return recipe is not None and (recipe.get("requires") != "cuda" or cuda)
-
-
-def recipes_of(workers: list[dict]) -> dict[str, Workload]:
-    """The recipes these workers declared from their recipe files, by name."""
-    out = {}
-    for w in workers:
-        for d in w["info"].get("recipes", []):
-            out.setdefault(d["name"], Workload.from_dict(d))
-    return out
 
 
 def _dicts(specs: list, route: dict | None) -> list[dict]:
@@ -58,30 +24,14 @@ def _dicts(specs: list, route: dict | None) -> list[dict]:
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
 
-def fits_ranks(info: dict, params: dict) -> bool:
-    world = params.get("world", 1)
-    if world <= 1:
-        return True
-    gpus, cpus = len(info.get("gpus") or []), info.get("cpus")
-    device = params.get("device", "auto")
-    if device == "cuda" or (device == "auto" and gpus):
-        return gpus >= world
-    return cpus is None or cpus >= world
-
-
 class LeaseLost(Exception):
     """The job is no longer held by this worker and lease."""
 
 
 class JobQueue:
-    def __init__(self, store: Store, on_message=lambda: None,
-                 lease_seconds: float = LEASE_SECONDS, max_leases: int = MAX_LEASES,
-                 admins: frozenset[str] = frozenset(), policy: access.Policy | None = None):
+    def __init__(self, store, on_message=lambda: None,
+                 lease_seconds: float = LEASE_SECONDS, max_leases: int = MAX_LEASES):
         self.store = store
-        # Alone (tests, scripts) anyone may run; Runtime passes the configured policy.
-        self.policy = policy or access.Policy(run_everyone=True, admins=admins)
-        self.members = access.no_groups  # user group -> its users; the Slack app sets it
-        self.channels = refusals.NoCheck()  # can the bot post there? The Slack app sets it
         self.lease_seconds, self.max_leases = lease_seconds, max_leases
         # Workers heartbeat several times per lease, so one lost beat loses nothing.
         self.heartbeat_seconds = min(10.0, lease_seconds / 4)
@@ -123,84 +73,11 @@ class JobQueue:
             self.changed.notify_all()
         return jobs
 
-    def group_message(self, job: dict, report: dict) -> dict | None:
-        """The sweep's fit or the ladder's table, when `job` is its group's last to end."""
-        if job.get("ladder"):
-            jobs = self.store.ladder_jobs(job["ladder"])
-            if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
-                return None
-            reports_ = [report if j["id"] == job["id"] else j["report"] for j in jobs]
-            try:
-                if job.get("group_kind") == "ab":
-                    return ab.message(jobs, reports_)
-                return ladder.message(jobs, reports_, job.get("budget"))
-            except Exception as exc:  # noqa: BLE001 - the trial's report matters more
-                return message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} "
-                                            f"ended, but its table failed: {exc!r}")
-        return self.sweep_message(job, report)
-
-    def sweep_message(self, job: dict, report: dict) -> dict | None:
-        """The sweep's fit message when `job` (ending now with `report`) is the last
-        of its sweep to end, else None. Never raises: a failing fit becomes a
-        message that says so, and the trial's own report is kept either way."""
-        if not job.get("sweep"):
-            return None
-        jobs = self.store.sweep_jobs(job["sweep"])
-        if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
-            return None
-        jobs = [dict(j, report=report, status="done" if report["status"] == "ok" else "failed")
-                if j["id"] == job["id"] else j for j in jobs]
-        try:
-            fit = fit_sweep([j["report"] for j in jobs])
-            return sweepview.sweep_fit(job["sweep"], jobs, fit)
-        except Exception as exc:  # noqa: BLE001 - the report matters more than the fit
-            return sweepview.sweep_fit_failed(job["sweep"], jobs, exc)
-
-    def online_workers(self) -> list[str]:
-        return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)]
-
-    def known(self, worker: str) -> bool:
-        return any(w["name"] == worker for w in self.store.workers())
-
-    def register(self, worker: str, info: dict) -> None:
-        self.store.upsert_worker(worker, info)
-
-    def recipes(self) -> dict[str, Workload]:
-        """Recipes the workers declared from their recipe files, by name."""
-        return recipes_of(self.store.workers())
-
-    def online_for(self, spec: dict) -> list[str]:
-        """Online workers that could run `spec`."""
-        return [w["name"] for w in self.store.workers(seen_within=ONLINE_SECONDS)
-                if can_run(w["info"], spec)]
-
-    def slurm_workers(self) -> list[dict]:
-        """Registered workers that submit to Slurm: they can run sacct for the bot."""
-        return [w for w in self.store.workers() if w["info"].get("executor") == "slurm"]
-
     def submit_slurm_actual(self, row: dict, request: str | None = None) -> dict:
         req = self.store.add_slurm_actual(row, request)
         with self.changed:
             self.changed.notify_all()
         return req
-
-    def finish_slurm_actual(self, req_id: int, worker: str, lease: str, result: dict,
-                            key: str | None = None) -> dict:
-        """A Slurm worker's sacct answer: the actual recorded (or why not) and
-        posted in the plan's channel, in one transaction."""
-        req = self.store.slurm_actual(req_id)
-        if req is None:
-            raise LeaseLost(f"there is no Slurm accounting request A{req_id}")
-        if req["worker"] != worker or req["lease"] != lease:
-            raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
-        actual, text = slurmactual.outcome(req, result)
-        if not self.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
-                                              actual, [dict(message(
-                                                  req["channel"], text), user=req["user"])],
-                                              key=key):
-            raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
-        self.on_message()
-        return self.store.slurm_actual(req_id)
 
     def lease(self, worker: str, wait: float, key: str | None = None) -> dict | None:
         """A trial job for `worker`; for a Slurm worker, first any Slurm accounting
@@ -218,9 +95,9 @@ class JobQueue:
                 if req:
                     return dict(req, kind="slurm-accounting")
             job = self.store.lease_next(worker, self.lease_seconds,
-                                        lambda spec: can_run(info, spec), self.max_leases, key)
+                                        lambda spec: workers.can_run(info, spec), self.max_leases, key)
             if job:
-                self.store.set_started_message(job["id"], trialcard.started(job, worker))
+                self.store.set_started_message(job["id"], card.started(job, worker))
                 self.on_message()
                 return self.store.job(job["id"])
             left = deadline - time.monotonic()
@@ -274,8 +151,8 @@ class JobQueue:
                              None)
             report["trial"], report["worker"] = job["trial"], job["worker"]
             with self.sweep_lock:
-                fit = self.group_message(job, report)
-                if not self.store.fail_expired(job, report, self.ended(job, report)):
+                fit = outcome.group_message(self.store, job, report)
+                if not self.store.fail_expired(job, report, outcome.ended(self.store, job, report)):
                     continue
                 if fit:  # fail_expired takes one message: the fit follows it
                     self.store.add_messages([fit])
@@ -288,37 +165,23 @@ class JobQueue:
             raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         job = self.store.job(job_id)
         if progress and progress != job.get("progress") and job.get("started_msg"):
-            messages = [dict(trialcard.started(job, worker, progress),
+            messages = [dict(card.started(job, worker, progress),
                              update_of=job["started_msg"])]
-            messages += trialcard.failed_tries(job, (job.get("progress") or {}).get("failed"),
+            messages += card.failed_tries(job, (job.get("progress") or {}).get("failed"),
                                                progress)
             if self.store.set_progress(job_id, lease, progress, messages):
                 self.on_message()
         return bool(job.get("cancel"))
 
-    def allows(self, action: str, user: str, channel: str, what: str | None = None
-               ) -> str | None:
-        """None when allowed, else the refusal (bot.access)."""
-        return access.allows(self.policy, action, user, channel, self.members, what)
-
-    def hides(self, home: str, user: str, channel: str) -> bool:
-        """A trial or a plan is read in its own channel (it may be a private
-        one) or by an admin anywhere."""
-        return home != channel and self.allows("admin", user, channel) is not None
-
     def cancel(self, job_id: int, user: str) -> str:
-        """Cancel a queued trial now, or ask the worker running it to kill it.
-        Returns what happened; raises ValueError naming why it cannot."""
+        """Cancel a queued trial now, or ask the worker running it to kill it
+        (who may: bot/trials/command.py). Returns what happened; raises
+        ValueError naming why it cannot."""
         job = self.store.job(job_id)
         if job is None:
             raise ValueError(f"there is no trial T{job_id}; `/trial list` shows recent ones")
         if job["status"] not in ("queued", "running"):
             raise ValueError(f"{job['trial']} already ended ({job['status']}); nothing to cancel")
-        if job["user"] != user:
-            refused = self.allows("admin", user, job["channel"], "cancel someone else's trial")
-            if refused:
-                raise ValueError(f"{job['trial']} was started by <@{job['user']}>; only they or "
-                                 f"an admin can cancel it. {refused.rstrip('.')}")
         if job["cancel"]:
             return f"{job['trial']} is already being cancelled"
         if job["status"] == "queued":
@@ -329,29 +192,20 @@ class JobQueue:
             note = message(job["channel"], f":no_entry_sign: *{job['trial']}* "
                                         f"{said}: `{job['words']}`")
             with self.sweep_lock:  # the last of a sweep or ladder to end posts its message
-                group = self.group_message(job, report)
+                group = outcome.group_message(self.store, job, report)
                 cancelled = self.store.cancel_queued(job_id, user, report,
                                                      [note] + ([group] if group else []))
             if cancelled:
                 self.on_message()
                 return f"{job['trial']} was queued and is cancelled; it will not run"
             return self.cancel(job_id, user)  # a worker leased it meanwhile: ask it
-        card = trialcard.started(dict(job, cancel=1), job["worker"], job.get("progress"))
-        card = dict(card, update_of=job["started_msg"]) if job["started_msg"] else None
-        if not self.store.request_cancel(job_id, user, card):
+        edit = card.started(dict(job, cancel=1), job["worker"], job.get("progress"))
+        edit = dict(edit, update_of=job["started_msg"]) if job["started_msg"] else None
+        if not self.store.request_cancel(job_id, user, edit):
             return self.cancel(job_id, user)  # it ended meanwhile: say so
         self.on_message()
         return (f"{job['trial']} is running on {job['worker']}: the worker kills it at its next "
                 "heartbeat and the report will say cancelled")
-
-    def ended(self, job: dict, report: dict) -> list[dict]:
-        """The messages of an ended trial: its card's final state, the report in
-        the thread."""
-        out = [views.report(job, report)]
-        if job.get("started_msg"):
-            job = self.store.job(job["id"]) or job  # who cancelled, if anyone
-            out.insert(0, dict(trialcard.final(job, report), update_of=job["started_msg"]))
-        return out
 
     def finish(self, job_id: int, worker: str, lease: str, report: dict,
                key: str | None = None) -> dict:
@@ -359,11 +213,11 @@ class JobQueue:
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")
         report["trial"], report["worker"] = job["trial"], worker
-        messages = self.ended(job, report)
+        messages = outcome.ended(self.store, job, report)
         if chart.has_timeline(report):
             messages.append(views.chart(job, report))
         with self.sweep_lock:
-            fit = self.group_message(job, report)
+            fit = outcome.group_message(self.store, job, report)
             if not self.store.finish_job(job_id, worker, lease, report,
                                          messages + ([fit] if fit else []), key):
                 raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 from bot.fits import gpus
-from bot.plans import planner
 
 KEYS = ("gpu=", "min_mem=", "label=")
 LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")
@@ -50,7 +49,7 @@ def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
 
 def gpu_name(name: str, workers: list[dict]) -> str:
     """A GPU name from the datasheet table or one a worker registered."""
-    if any(planner.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
+    if any(gpus.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
         return name
     try:
         gpus.lookup(name)
@@ -64,7 +63,7 @@ def matches(info: dict, route: dict | None) -> bool:
     if not route:
         return True
     names, memory = info.get("gpus") or [], info.get("gpu_memory") or []
-    if "gpu" in route and not any(planner.matches_gpu(_env(n), route["gpu"]) for n in names):
+    if "gpu" in route and not any(gpus.matches_gpu(_env(n), route["gpu"]) for n in names):
         return False
     if "min_mem" in route and not (memory and max(memory) >= route["min_mem"]):
         return False

@@ -1,11 +1,11 @@
-"""Slack listeners, split by kind as in Bolt's starter template. Each is thin:
-ack, call the core, render."""
+"""Slack listeners, split by kind as in Bolt's starter template. Each is a
+named callback, thin: ack, call the core with the Context, answer."""
 from __future__ import annotations
 
 from bot.slack.listeners import actions, commands, views
 
 
-def register(app, queue) -> None:
-    commands.register(app, queue)
-    actions.register(app, queue)
-    views.register(app, queue)
+def register(app) -> None:
+    commands.register(app)
+    actions.register(app)
+    views.register(app)

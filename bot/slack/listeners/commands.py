@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import datetime as dt
 
-from bot.trials import trial_command
-from bot.plans import plan_command
+from bot.plans import command as plan_command
+from bot.trials import command as trial_command
 
 
-def register(app, queue) -> None:
-    @app.command("/trial")
-    def trial(ack, command):
-        # trigger_id is the same on Slack's retries (HTTP and Socket Mode): the dedupe key.
-        reply, _ = trial_command.handle(queue, command.get("text", ""), command["user_id"],
-                                 command["channel_id"], command.get("trigger_id"),
-                                 command.get("response_url"))
-        ack(**reply)
+def trial_callback(ack, command, context) -> None:
+    # trigger_id is the same on Slack's retries (HTTP and Socket Mode): the dedupe key.
+    reply, _ = trial_command.handle(context["trialbot"], command.get("text", ""),
+                                    command["user_id"], command["channel_id"],
+                                    command.get("trigger_id"), command.get("response_url"))
+    ack(**reply)
 
-    @app.command("/plan")
-    def plan(ack, command):
-        ack(**plan_command.handle(queue, command.get("text", ""), command["user_id"],
-                           command["channel_id"], dt.datetime.now(dt.timezone.utc).date(),
-                           request=command.get("trigger_id"),
-                           response_url=command.get("response_url")))
+
+def plan_callback(ack, command, context) -> None:
+    ack(**plan_command.handle(context["trialbot"], command.get("text", ""), command["user_id"],
+                              command["channel_id"], dt.datetime.now(dt.timezone.utc).date(),
+                              request=command.get("trigger_id"),
+                              response_url=command.get("response_url")))
+
+
+def register(app) -> None:
+    app.command("/trial")(trial_callback)
+    app.command("/plan")(plan_callback)

@@ -5,28 +5,23 @@ from __future__ import annotations
 import shlex
 import time
 
-from bot.trials.queue import ONLINE_SECONDS, JobQueue, can_run, recipes_of
-from bot.store import DuplicateRequest
-from bot.trials.job import ENDED
-from worker import spec as specs
-from bot.trials import commands, routing, workerlist
-from bot.plans import plan_command
 from bot.blocks import reply
 from bot.fits import sweepview
-from bot.trials import ab
-from bot.trials import ladder
-from bot.trials import views
 from bot.fits.sweep import fit_sweep
+from bot.store import DuplicateRequest
+from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
+from bot.trials.job import ENDED
+from worker import spec as specs
 
 
-def handle(queue: JobQueue, text: str, user: str, channel: str,
+def handle(ctx, text: str, user: str, channel: str,
            request: str | None = None, response_url: str | None = None
            ) -> tuple[dict, dict | None]:
     """Returns (ephemeral reply, the queued job or None). `request` (Slack's
     trigger_id) makes a retried or doubled request queue nothing a second time;
     `response_url` reaches the requester if the channel refuses the trial's messages."""
     try:
-        return _handle(queue, text, user, channel, request, response_url)
+        return _handle(ctx, text, user, channel, request, response_url)
     except DuplicateRequest as exc:
         trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
         return reply(f"Already received: this request (Slack retried it, or it came "
@@ -36,36 +31,36 @@ def handle(queue: JobQueue, text: str, user: str, channel: str,
 READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")
 
 
-def _handle(queue: JobQueue, text: str, user: str, channel: str,
+def _handle(ctx, text: str, user: str, channel: str,
             request: str | None, response_url: str | None) -> tuple[dict, dict | None]:
-    workers = queue.store.workers()  # read once: /trial must ack within Slack's 3 s
-    recipes = recipes_of(workers)
+    registered = ctx.store.workers()  # read once: /trial must ack within Slack's 3 s
+    recipes = workers.recipes_of(registered)
     try:
         # `plan=NAME block=KIND` make the trial a plan's actual, and `gpu= min_mem=
         # label=` say where it may run; none of them are workload parameters.
-        words, tags = plan_command.take_tags(queue, commands.split(text), user, channel)
+        words, tagged = tags.take(ctx, parse.split(text), user, channel)
         # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
-        words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, workers)
-        cmd = commands.parse_trial(shlex.join(words), recipes)
+        words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, registered)
+        cmd = parse.parse_trial(shlex.join(words), recipes)
     except specs.SpecError as exc:
         return views.error(exc), None
-    except (plan_command.PlanError, routing.RouteError) as exc:
+    except (tags.TagError, routing.RouteError) as exc:
         return reply(f":x: {exc.message}\nNothing was queued."), None
-    if (tags or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
+    if (tagged or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
         return reply(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
                             f"that runs; `/trial {cmd.name}` takes none. Nothing was queued."), None
-    if tags and "gpu" not in route:  # the plan's target GPU is the default
-        target = (queue.store.plan(tags["plan"]) or {}).get("facts", {}).get("gpu")
+    if tagged and "gpu" not in route:  # the plan's target GPU is the default
+        target = (ctx.store.plan(tagged["plan"]) or {}).get("facts", {}).get("gpu")
         try:  # a target that names no GPU (`gpu=cpu`, a typo) routes nowhere
-            route["gpu"] = routing.gpu_name(target, workers) if target else None
+            route["gpu"] = routing.gpu_name(target, registered) if target else None
         except routing.RouteError:
             pass
         if not route.get("gpu"):
             route.pop("gpu", None)
     if cmd.name not in READ_ONLY:  # cancel checks owner-or-admin itself
-        # A tagged plan is this channel's or the user an admin (take_tags): the
+        # A tagged plan is this channel's or the user an admin (bot/trials/tags.py): the
         # right here is the right to change it.
-        refused = queue.allows("run", user, channel)
+        refused = ctx.allows("run", user, channel)
         if refused:
             return reply(f":lock: {refused} Nothing was queued."), None
     if cmd.name == "help":
@@ -73,46 +68,46 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
     if cmd.name == "list":
         narrow = {"mine": {"user": user}, "running": {"status": ("queued", "running")},
                   "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
-        return views.job_list(queue.store.jobs(limit=15, channel=channel, **narrow),
+        return views.job_list(ctx.store.jobs(limit=15, channel=channel, **narrow),
                                cmd.which), None
     if cmd.name == "workers":
         now = time.time()
-        return reply(workerlist.text(queue.store.worker_states(
-            workerlist.week_start(now)), now, ONLINE_SECONDS)), None
+        return reply(workerlist.text(ctx.store.worker_states(
+            workerlist.week_start(now)), now, workers.ONLINE_SECONDS)), None
     if cmd.name == "cancel":
         try:
-            return reply(f":no_entry_sign: {queue.cancel(cmd.job_id, user)}."), None
+            return reply(f":no_entry_sign: {cancel(ctx, cmd.job_id, user)}."), None
         except ValueError as exc:
             return reply(f":x: {exc}."), None
     if cmd.name == "status":
-        job = queue.store.job(cmd.job_id)
+        job = ctx.store.job(cmd.job_id)
         if job is None:
             return reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
                                 "recent ones."), None
-        if queue.hides(job["channel"], user, channel):
+        if ctx.hides(job["channel"], user, channel):
             return reply(f":lock: T{cmd.job_id} belongs to another channel; ask "
                                 "there (or an admin can ask anywhere)."), None
-        return views.status(job, queue.store.attempts(job["id"])), None
+        return views.status(job, ctx.store.attempts(job["id"])), None
     if cmd.name == "fit":
-        return fit(queue, cmd, user, channel), None
+        return fit(ctx, cmd, user, channel), None
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
-    if workers and route and not any(routing.matches(w["info"], route) for w in workers):
-        have = "\n".join(f"• {routing.worker_line(w)}" for w in workers)
+    if registered and route and not any(routing.matches(w["info"], route) for w in registered):
+        have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
         from_plan = (" (the plan's target GPU; give `gpu=` to run elsewhere)"
-                     if tags and route.get("gpu") and "gpu=" not in text else "")
+                     if tagged and route.get("gpu") and "gpu=" not in text else "")
         return reply(f":x: No worker matches `{routing.describe(route)}`{from_plan}. "
                             f"Workers:\n{have}\nChange the constraint, or start a worker "
                             "that has it (`trialbot-worker --label KEY=VALUE`). Nothing was "
                             "queued."), None
 
     def runnable(spec) -> bool:
-        return any(can_run(w["info"], dict(spec.to_dict(), route=route)) for w in workers)
+        return any(workers.can_run(w["info"], dict(spec.to_dict(), route=route)) for w in registered)
 
     wide = next((s for s in (cmd.specs or (cmd.spec,)) if not s.recipe and not runnable(s)),
                 None)
-    if workers and wide:
+    if registered and wide:
         have = "; ".join(f"{w['name']}: {len(w['info'].get('gpus') or [])} GPU(s), "
-                         f"{w['info'].get('cpus', '?')} cores" for w in workers)
+                         f"{w['info'].get('cpus', '?')} cores" for w in registered)
         return reply(f":x: No worker can run `world={wide.params.get('world')}` ranks on "
                             f"device={wide.params.get('device')}: a rank needs its own GPU (or "
                             f"CPU core). Workers: {have}. Use a smaller world, or start a worker "
@@ -121,33 +116,45 @@ def _handle(queue: JobQueue, text: str, user: str, channel: str,
         return reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
                             "and every worker with it in its recipe file has no NVIDIA GPU. "
                             "Start a GPU worker with that recipe file. Nothing was queued."), None
-    unpostable = queue.channels.refusal(channel)  # asked last: it may be a call to Slack
+    unpostable = ctx.channels.refusal(channel)  # asked last: it may be a call to Slack
     if unpostable:
         return reply(f":x: {unpostable}; then run the command again. Nothing was "
                             "queued."), None
     where = {"request": request, "route": route, "response_url": response_url}
     if cmd.name == "ladder":
-        jobs = queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
-                                  tags, **where)
+        jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
+                                  tagged, **where)
         return ladder.queued(jobs, cmd.budget), jobs[-1]
     if cmd.name == "ab":
-        jobs = queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tags, **where)
+        jobs = ctx.queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tagged, **where)
         return ab.queued(jobs), jobs[-1]
     if cmd.name == "sweep":
-        jobs = queue.submit_sweep(cmd.specs, cmd.words, user, channel, tags, **where)
+        jobs = ctx.queue.submit_sweep(cmd.specs, cmd.words, user, channel, tagged, **where)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
-        return views.sweep_queued(jobs, queue.online_for(jobs[0]["spec"])), jobs[-1]
-    job = queue.submit(cmd.spec, " ".join(text.split()), user, channel, tags, **where)
-    return views.queued(job, queue.online_for(job["spec"])), job
+        return views.sweep_queued(jobs, workers.online_for(ctx.store, jobs[0]["spec"])), jobs[-1]
+    job = ctx.queue.submit(cmd.spec, " ".join(text.split()), user, channel, tagged, **where)
+    return views.queued(job, workers.online_for(ctx.store, job["spec"])), job
 
 
-def fit(queue: JobQueue, cmd: commands.Command, user: str, channel: str) -> dict:
+def cancel(ctx, job_id: int, user: str) -> str:
+    """`/trial cancel T12` and the card's Cancel button: the trial's owner, or an
+    admin. Returns what happened; raises ValueError naming why it cannot."""
+    job = ctx.store.job(job_id)
+    if job is not None and job["user"] != user and job["status"] in ("queued", "running"):
+        refused = ctx.allows("admin", user, job["channel"], "cancel someone else's trial")
+        if refused:
+            raise ValueError(f"{job['trial']} was started by <@{job['user']}>; only they or an "
+                             f"admin can cancel it. {refused.rstrip('.')}")
+    return ctx.queue.cancel(job_id, user)
+
+
+def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
     """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep, in its own channel."""
-    jobs = queue.store.sweep_jobs(cmd.sweep_id)
+    jobs = ctx.store.sweep_jobs(cmd.sweep_id)
     if not jobs:
         return views.sweep_not_found(cmd.sweep_id)
-    if queue.hides(jobs[0]["channel"], user, channel):
+    if ctx.hides(jobs[0]["channel"], user, channel):
         return reply(f":lock: S{cmd.sweep_id} belongs to another channel; ask there (or "
                             "an admin can ask anywhere).")
     if any(j["status"] not in ENDED for j in jobs):
@@ -176,16 +183,16 @@ def fit(queue: JobQueue, cmd: commands.Command, user: str, channel: str) -> dict
 CLICK_SECONDS = 30  # a user's clicks on one card within this are one click
 
 
-def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None,
+def rerun(ctx, job_id: int, user: str, request: str | None = None,
           response_url: str | None = None, card: str | None = None) -> dict:
     """The "Re-run" button: the same trial again, by whoever clicked, in its
     channel. `request` is the click's trigger_id (Slack's retries repeat it);
     `card` names the message clicked on: each click has a trigger_id of its own,
     so a double click is caught by card and user."""
-    old = queue.store.job(job_id)
+    old = ctx.store.job(job_id)
     if old is None:
         return reply(f":x: There is no trial T{job_id} any more; nothing was queued.")
-    refused = queue.allows("run", user, old["channel"])
+    refused = ctx.allows("run", user, old["channel"])
     if refused:
         return reply(f":lock: {refused} Nothing was queued.")
     try:
@@ -193,43 +200,20 @@ def rerun(queue: JobQueue, job_id: int, user: str, request: str | None = None,
     except (KeyError, TypeError, ValueError) as exc:
         return reply(f":x: T{job_id}'s stored spec cannot be read ({exc}); type the "
                             f"command again: `/trial {old['words']}`. Nothing was queued.")
-    workers = queue.store.workers()
-    if workers and not any(can_run(w["info"], old["spec"]) for w in workers):
+    registered = ctx.store.workers()
+    if registered and not any(workers.can_run(w["info"], old["spec"]) for w in registered):
         return reply(f":x: No registered worker can run T{job_id} again (its recipe, "
                             "ranks or route need a worker that is not there). Nothing was "
                             "queued.")
-    unpostable = queue.channels.refusal(old["channel"])
+    unpostable = ctx.channels.refusal(old["channel"])
     if unpostable:
         return reply(f":x: {unpostable}; then click again. Nothing was queued.")
     try:
         keys = [(request, None), (card and f"rerun:{card}:{user}", CLICK_SECONDS)]
-        job = queue.submit(spec, old["words"], user, old["channel"], request=keys,
+        job = ctx.queue.submit(spec, old["words"], user, old["channel"], request=keys,
                            route=old["spec"].get("route"), response_url=response_url)
     except DuplicateRequest as exc:
         return reply(f"Already received: your click on this card queued "
                             f"T{exc.jobs[0]}; nothing new was queued. To run it once more, "
                             f"click again after {CLICK_SECONDS} s.")
-    return views.queued(job, queue.online_for(job["spec"]))
-
-
-def plan_choices(queue: JobQueue, user: str, channel: str) -> list[tuple[str, str]]:
-    """(plan, block kind) pairs a trial of `channel` can be added to by `user`:
-    that channel's plans (every plan for an admin)."""
-    return [(p["name"], b["kind"]) for p in plan_command.visible_plans(queue, user, channel)[0]
-            for b in queue.store.blocks(p["name"])]
-
-
-def add_to_plan(queue: JobQueue, job_id: int, plan: str, block: str, user: str) -> str:
-    """The "Add to plan…" button's choice: the trial becomes an actual of the block.
-    Raises plans.PlanError naming what is wrong."""
-    job = queue.store.job(job_id)
-    if job is None:
-        raise plan_command.PlanError(f"there is no trial T{job_id}")
-    # both must exist, and the plan be the trial's channel's (or the user an admin)
-    plan_command.take_tags(queue, [f"plan={plan}", f"block={block}"], user, job["channel"])
-    refused = queue.allows("run", user, job["channel"], "change plans")
-    if refused:
-        raise plan_command.PlanError(refused + " Nothing was changed.")
-    queue.store.tag_job(job_id, plan, block)
-    return (f"{job['trial']} now counts as an actual of plan *{plan}*, {block} block "
-            f"(`/plan {plan} review`).")
+    return views.queued(job, workers.online_for(ctx.store, job["spec"]))

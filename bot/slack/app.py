@@ -1,4 +1,6 @@
-"""The Bolt app: Slack's half of `trialbot serve`."""
+"""The Bolt app: Slack's half of `trialbot serve`. The listeners are named
+callbacks (bot/slack/listeners/); each finds the core's Context in Bolt's
+per-request context, put there by one middleware."""
 from __future__ import annotations
 
 import logging
@@ -7,10 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from bot.slack import slackgroups, slackchannels, listeners
+from bot.slack import channels, groups, listeners
 
 log = logging.getLogger("trialbot.slack")
 LISTENER_THREADS = 64
+CONTEXT_KEY = "trialbot"  # where the listeners find the Context in Bolt's context
 
 
 def web_client(bot_token: str, api_url: str | None) -> WebClient:
@@ -19,7 +22,9 @@ def web_client(bot_token: str, api_url: str | None) -> WebClient:
     return WebClient(token=bot_token)
 
 
-def build_app(queue, client: WebClient, signing_secret: str | None) -> App:
+def build_app(ctx, client: WebClient, signing_secret: str | None) -> App:
+    """The Bolt app over `ctx`, which gains what only Slack knows: user groups
+    (for access rules) and whether the bot can post in a channel."""
     # Token verification calls auth.test at start-up; skipped so a Slack outage
     # never stops the bot from starting (messages wait in the outbox instead).
     # Bolt runs listeners on a pool of 5 threads by default; a burst of slash
@@ -33,9 +38,15 @@ def build_app(queue, client: WebClient, signing_secret: str | None) -> App:
               process_before_response=True,
               request_verification_enabled=bool(signing_secret),
               listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS))
-    queue.members = slackgroups.Members(client)  # user groups in the access policy
-    queue.channels = slackchannels.ChannelCheck(client)  # is the bot in the channel?
-    listeners.register(app, queue)
+    ctx.members = groups.Members(client)  # user groups in the access policy
+    ctx.channels = channels.ChannelCheck(client)  # is the bot in the channel?
+
+    @app.use
+    def with_context(context, next):  # noqa: A002 - Bolt passes the chain as `next`
+        context[CONTEXT_KEY] = ctx
+        next()
+
+    listeners.register(app)
 
     @app.error
     def on_error(error, body):

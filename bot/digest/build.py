@@ -12,6 +12,7 @@ import datetime as dt
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from bot.fits import gpus
 from bot.plans.plancmd import WEEKDAYS
 from bot.plans import planner, planview, prices
 from bot.blocks import chunks, context, section
@@ -113,7 +114,7 @@ def rent_for(gpu_name: str, price_list: list[dict]) -> dict | None:
     """The confirmed rental rate whose item names this GPU (`H100` for
     "NVIDIA H100 80GB HBM3"); the most specific name wins."""
     env = {"env": {"gpu_count": 1, "gpu_name": gpu_name}}
-    found = [p for p in price_list if p["kind"] == "rent" and planner.matches_gpu(env, p["item"])]
+    found = [p for p in price_list if p["kind"] == "rent" and gpus.matches_gpu(env, p["item"])]
     return max(found, key=lambda p: len(p["item"]), default=None)
 
 

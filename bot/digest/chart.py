@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from bot.digest.digest_build import COMPONENTS
+from bot.digest.build import COMPONENTS
 
 MAX_BLOCKS = 12  # the blocks with the largest variance; more bars are unreadable
 

@@ -1,0 +1,69 @@
+"""What every command reads: the store, the queue, who may do what, and what
+only the Slack adapter knows (who is in a user group, whether the bot can post
+in a channel). One explicit object, made by bot/app/runtime.py and completed
+by the Slack app, handed to the trials, plans and digest commands."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from bot import access
+
+
+class AnyChannel:
+    """Where there is no Slack to ask (the console, tests): every channel can be posted in."""
+
+    def refusal(self, channel: str) -> str | None:
+        return None
+
+    def forget(self, channel: str) -> None:
+        pass
+
+
+def _anyone() -> access.Policy:
+    return access.Policy(run_everyone=True)
+
+
+@dataclass
+class Context:
+    store: Any  # bot.store.Store
+    queue: Any  # bot.trials.queue.JobQueue
+    # Alone (tests, scripts) anyone may run; the runtime passes the configured policy.
+    policy: access.Policy = field(default_factory=_anyone)
+    members: Callable[[str], Iterable[str]] = access.no_groups  # a user group's users (Slack)
+    channels: Any = field(default_factory=AnyChannel)  # can the bot post there (Slack)
+    digests: Any = None  # the running digest schedule, re-read when a schedule changes
+    digest_command: Callable | None = None  # `/plan digest ...` (bot/digest/command.py)
+    notify: Callable[[], None] = lambda: None  # wakes the outbox: messages were stored
+
+    def allows(self, action: str, user: str, channel: str, what: str | None = None
+               ) -> str | None:
+        """None when allowed, else the refusal (bot/access.py)."""
+        return access.allows(self.policy, action, user, channel, self.members, what)
+
+    def hides(self, home: str, user: str, channel: str) -> bool:
+        """A trial or a plan is read in its own channel (it may be a private
+        one) or by an admin anywhere."""
+        return home != channel and self.allows("admin", user, channel) is not None
+
+    def visible_plans(self, user: str, channel: str) -> tuple[list[dict], bool]:
+        """The plans `user` may reach from `channel`: its own, or every plan for an
+        admin (then True)."""
+        if self.allows("admin", user, channel) is None:
+            return self.store.plans(), True
+        return self.store.plans(channel), False
+
+    def plan(self, name: str, user: str, channel: str) -> dict:
+        """The plan, if `user` may reach it from `channel`; a refusal names the
+        plan and nothing of it. Raises LookupError (no such plan: the message
+        lists those reachable here) or PermissionError (another channel's)."""
+        plan = self.store.plan(name)
+        if plan is None:
+            seen, admin = self.visible_plans(user, channel)
+            known = ", ".join(p["name"] for p in seen) or "none yet"
+            raise LookupError(f"There is no plan `{name}`. Plans{'' if admin else ' here'}: "
+                              f"{known}. Start one with `/plan new {name}`")
+        if self.hides(plan["channel"], user, channel):
+            raise PermissionError(f"Plan `{name}` belongs to another channel; ask there (or an "
+                                  "admin can ask anywhere).")
+        return plan

@@ -1,0 +1,139 @@
+"""`/plan digest ...` and the posting of a digest: a week posted once per
+channel (a `digests_sent` row in the transaction that stores its messages, so
+a double fire or a restart never posts a week twice), a week missed while the
+bot was down posted at start, marked late.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from zoneinfo import ZoneInfo
+
+from bot.blocks import reply
+from bot.digest import build as digest
+from bot.digest import chart
+from bot.digest.scheduler import trigger
+from bot.plans import planner, planview, service
+from bot.plans.plancmd import PlanError
+
+log = logging.getLogger("trialbot.digest")
+
+LATE = dt.timedelta(minutes=10)  # posted later than this after its time: the digest says so
+
+
+def collect(ctx, channel: str, start: dt.datetime, end: dt.datetime,
+            today: dt.date) -> tuple[dict, list[dict], list[dict]]:
+    """The store's rows for one digest: the week's measured figures, each plan
+    of the channel summarised, and the confirmed prices."""
+    store = ctx.store
+    trials = store.digest_trials(channel, start.timestamp(), end.timestamp())
+    idle = store.idle_by_worker(*digest.idle_days(start))
+    m = digest.measure(trials, idle, start, end.tzinfo)
+    price_list = store.prices()
+    summaries = []
+    for plan in store.plans(channel):
+        try:
+            ests = service.estimates(ctx, plan)
+            costs = planview.costs(plan, ests, price_list, today)
+            summaries.append(digest.plan_summary(plan, ests, service.review_rows(ctx, plan, ests),
+                                                 costs))
+        except (PlanError, planner.EstimateError) as exc:
+            summaries.append({"name": plan["name"], "error": str(exc),
+                              "open": planview.open_items(plan)})
+        except Exception as exc:  # noqa: BLE001 - one odd plan must not lose the digest
+            log.exception("digest: plan %s could not be summarised", plan["name"])
+            summaries.append({"name": plan["name"], "error": f"could not be summarised "
+                              f"({type(exc).__name__}; in the bot's log)",
+                              "open": planview.open_items(plan)})
+    return m, summaries, price_list
+
+
+def build(ctx, channel: str, end: dt.datetime, week: str | None,
+          late: str | None = None, user: str | None = None,
+          response_url: str | None = None) -> list[dict]:
+    """The digest message, then its chart and the replies that continue its
+    longer lists (for its thread). `user` (and `response_url`) is told if the
+    channel refuses them: who scheduled it, or who asked for it now."""
+    start, end = digest.window(end)
+    today = end.date()
+    m, summaries, price_list = collect(ctx, channel, start, end, today)
+    body, more = digest.text(start, end, week, m, summaries, price_list, today, late)
+    png = chart.png(m, summaries, f"#{channel} digest {week or ''} — "
+                                  f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} {end.tzinfo}")
+    whom = {k: v for k, v in (("user", user), ("response_url", response_url)) if v}
+    return [dict(msg, **whom) for msg in (
+        digest.message(channel, body),
+        digest.chart_message(channel, week or f"{end:%Y-%m-%d-%H%M}", png),
+        *(digest.thread_message(channel, part) for part in more))]
+
+
+def post_scheduled(ctx, schedule: dict, now: dt.datetime) -> bool:
+    """Post the digest of the most recent scheduled time, unless that week was
+    posted already. True when posted."""
+    fire = digest.last_fire(schedule, now)
+    week = digest.week_key(fire)
+    if ctx.store.digest_sent(schedule["channel"], week):
+        return False
+    late = None
+    if now - fire > LATE:
+        late = (f"Posted {now.astimezone(fire.tzinfo):%a %H:%M}, late: the bot was not running "
+                f"at the scheduled {digest.schedule_text(schedule)}.")
+    posted = ctx.store.post_digest(schedule["channel"], week,
+                                     build(ctx, schedule["channel"], fire, week, late,
+                                           schedule.get("user")))
+    if posted:
+        ctx.notify()
+    return posted
+
+
+def catch_up(ctx, now: dt.datetime) -> list[str]:
+    """At start: a week whose time passed while the bot was down (after the
+    schedule was made) and was not posted is posted now. The channels posted."""
+    out = []
+    for schedule in ctx.store.digests():
+        fire = digest.last_fire(schedule, now)
+        if fire.timestamp() >= schedule["created"] and post_scheduled(ctx, schedule, now):
+            out.append(schedule["channel"])
+    return out
+
+
+def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
+            response_url: str | None = None) -> dict:
+    store = ctx.store
+    current = store.digest(channel)
+    if cmd.action == "digest-weekly":
+        schedule = dict(cmd.args, channel=channel, user=user)
+        old = store.set_digest(schedule)
+        _resync(ctx)
+        nxt = trigger(schedule).get_next_fire_time(None, now)
+        text = (f"Budget digest scheduled in this channel {digest.schedule_text(schedule)}; "
+                f"next {nxt:%a %Y-%m-%d %H:%M %Z}."
+                + (f" It replaces {digest.schedule_text(old)}." if old else "")
+                + " `/plan digest now` posts one now; `/plan digest off` stops it.")
+        return reply(text)
+    if cmd.action == "digest-off":
+        if not store.delete_digest(channel):
+            raise PlanError("No digest is scheduled in this channel; nothing to stop")
+        _resync(ctx)
+        return reply(f"Budget digest stopped in this channel (it was "
+                     f"{digest.schedule_text(current)}).")
+    if cmd.action == "digest-now":
+        tz = ZoneInfo(current["tz"]) if current else dt.timezone.utc
+        end = now.astimezone(tz)
+        store.post_digest(channel, None, build(ctx, channel, end, None, user=user,
+                                               response_url=response_url))
+        ctx.notify()
+        return reply("Posting the budget digest of the last 7 days in this channel (the chart "
+                     "follows in its thread).")
+    if current is None:
+        return reply("No digest is scheduled in this channel. `/plan digest weekly mon 09:00 "
+                     "Asia/Seoul` schedules one (any weekday, time and IANA timezone); "
+                     "`/plan digest now` posts one now.")
+    nxt = trigger(current).get_next_fire_time(None, now)
+    return reply(f"Budget digest in this channel {digest.schedule_text(current)}; next "
+                 f"{nxt:%a %Y-%m-%d %H:%M %Z}. `/plan digest off` stops it.")
+
+
+def _resync(ctx) -> None:
+    if ctx.digests is not None:  # the running schedule, when one runs
+        ctx.digests.sync()

@@ -1,0 +1,171 @@
+"""The plan services that read the store: each block's estimate from its
+trials or sweep, and the review of estimates against actuals (also the
+digest's), and a Slurm worker's accounting answer recorded."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bot.blocks import message
+from bot.fits import depth
+from bot.fits.sweep import fit_sweep, predict_seconds
+from bot.plans import planner, slurmactual
+from bot.plans.plancmd import PlanError
+from bot.trials.queue import LeaseLost
+
+
+
+def _trials(ctx, ids: list[int]) -> list[dict]:
+    jobs = []
+    for i in ids:
+        job = ctx.store.job(i)
+        if job is None:
+            raise PlanError(f"There is no trial T{i}; `/trial list` shows recent ones")
+        jobs.append(job)
+    planner.check_trials(jobs)
+    return jobs
+
+
+def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
+    jobs = ctx.store.sweep_jobs(block["sweep"])
+    if not jobs:
+        raise PlanError(f"There is no sweep S{block['sweep']}; `/trial sweep ...` starts one")
+    waiting = [j["trial"] for j in jobs if j["status"] in ("queued", "running")]
+    if waiting:
+        raise PlanError(f"Sweep S{block['sweep']} is still running ({', '.join(waiting)}); add "
+                        "the block when it has reported")
+    ok = [j for j in jobs if j["report"] and j["report"]["status"] == "ok"]
+    if len(ok) < 2:
+        raise PlanError(f"Sweep S{block['sweep']} has {len(ok)} successful trial(s); a fit needs "
+                        "at least 2")
+    params = {**ok[0]["report"]["params"], **block["predict"]}
+    try:
+        fit = fit_sweep([j["report"] for j in ok])
+        if fit.get("kind") == "depth":
+            _check_depth_block(block, params)
+        seconds, se, dof = predict_seconds(fit, params)
+    except PlanError:
+        raise
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
+    shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
+    held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
+    unit = "per run phase" if ok[0]["report"].get("recipe") else "per request"
+    source = (f"{unit}, predicted for {shown}"
+              + (f" (at the sweep's {', '.join(f'{k}={params[k]}' for k in held)})"
+                 if held else "")
+              + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
+              "estimate, not measured at this config)")
+    out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
+           "source": source, "partial": None}
+    if fit.get("kind") == "depth":
+        depths = sorted({j["report"]["params"]["layers"] for j in ok})
+        if params["layers"] > depths[-1]:
+            out["partial"] = (f"sweep S{block['sweep']} measured layers "
+                              f"{', '.join(map(str, depths))}; predicted at {params['layers']}")
+    elif ok[0]["report"]["workload"] in ("llm-infer", "llm-train"):
+        # A batch sweep of a partial-depth model: its fit is the partial model's time.
+        part = depth.partial({"workload": ok[0]["report"]["workload"],
+                              "params": fit["defaults"], "trial": f"sweep S{block['sweep']}"})
+        if part:
+            k = depth.time_factor(fit["defaults"])
+            sd = out["sd"] * k["factor"] if out["sd"] is not None else None
+            out.update(seconds=seconds * k["factor"], se=se * k["factor"], sd=sd,
+                       source=f"{source}, {k['what']}", partial=part,
+                       weights_factor=k["weights_factor"],
+                       config={"layers": depth.full_params(fit["defaults"])["layers"]})
+    return ok, out
+
+
+def _check_depth_block(block: dict, params: dict) -> None:
+    """A block from a depth sweep names the depth it is for (the sweep ran several)."""
+    full = depth.full_params(params)
+    if "layers" not in block["predict"]:
+        raise PlanError(f"Sweep S{block['sweep']} is a depth sweep: give the depth the block "
+                        "is for, layers=N" + (f" ({params['preset']}'s full depth is "
+                                              f"layers={full['layers']})" if full else ""))
+    if full and block["predict"]["layers"] > full["layers"]:
+        raise PlanError(f"{params['preset']} has {full['layers']} layers; predict at "
+                        f"layers=1..{full['layers']}")
+
+
+def _partial_prediction(trials: list[dict]) -> dict | None:
+    """A block from a partial-depth trial: its time at the full depth, by a
+    stated model (bot/depth.time_factor), marked until a full-depth trial
+    replaces it."""
+    first = trials[0]["report"]
+    part = depth.partial(first)
+    if part is None:
+        return None
+    pr = planner.per_run(trials)
+    k = depth.time_factor(first["params"])
+    return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
+            "source": f"per {pr['unit']} ({pr['source']}), {k['what']}", "partial": part,
+            "no_interval": "a model-scaled time has no measured spread at the full depth",
+            "weights_factor": k["weights_factor"],
+            "config": {"layers": depth.full_params(first["params"])["layers"]}}
+
+
+def estimates(ctx, plan: dict, blocks: list[dict] | None = None
+              ) -> list[tuple[dict, dict, list[dict]]]:
+    """(block, estimate, its trials) for every block, in the order they were added."""
+    out = []
+    facts = plan["facts"]
+    single = facts.get("rental") == "single"
+    blocks = ctx.store.blocks(plan["name"]) if blocks is None else blocks
+    for i, block in enumerate(blocks):
+        if block["sweep"]:
+            trials, predicted = _sweep_prediction(ctx, block)
+        else:
+            trials = _trials(ctx, block["trials"])
+            predicted = _partial_prediction(trials)
+        attempts = ctx.store.attempts_of([t["id"] for t in trials])
+        usage = None
+        if facts.get("idle") == "measured" and trials[0].get("worker"):
+            usage = dict(ctx.store.worker_usage(trials[0]["worker"]),
+                         worker=trials[0]["worker"])
+        est = planner.estimate_block(block, trials, attempts, facts,
+                                     pays_prep=not single or i == 0, usage=usage,
+                                     predicted=predicted)
+        out.append((block, est, trials))
+    planner.in_hours([e for _, e, _ in out])
+    return out
+
+
+def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
+    """Estimate against actual for each block (the review, and the digest's)."""
+    # A trial cancelled while it ran held its GPUs too (one cancelled before it
+    # started cost nothing).
+    jobs = [j for j in ctx.store.plan_jobs(plan["name"]) if j["status"] in ("done", "failed")
+            or (j["status"] == "cancelled" and j["started"])]
+    manual = ctx.store.actuals(plan["name"])
+    rows = []
+    for block, est, trials in ests:
+        mine = [j for j in jobs if j["block"] == block["kind"]]
+        mine_manual = [m for m in manual if m["block"] == block["kind"]]
+        attempts = ctx.store.attempts_of([j["id"] for j in mine])
+        row = planner.review_block(est, mine, attempts, mine_manual, plan["locked"])
+        row["memory"] = planner.memory_compare([t["report"] for t in trials],
+                                               [j["report"] for j in mine if j["report"]])
+        rows.append(row)
+    return rows
+
+
+def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: dict,
+                 key: str | None = None) -> dict:
+    """A Slurm worker's sacct answer: the actual recorded (or why not) and
+    posted in the plan's channel, in one transaction. Raises LeaseLost when the
+    request is not leased to `worker` under `lease`."""
+    req = ctx.store.slurm_actual(req_id)
+    if req is None:
+        raise LeaseLost(f"there is no Slurm accounting request A{req_id}")
+    if req["worker"] != worker or req["lease"] != lease:
+        raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
+    actual, text = slurmactual.outcome(req, result)
+    if not ctx.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
+                                         actual, [dict(message(req["channel"], text),
+                                                       user=req["user"])], key=key):
+        raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
+    ctx.notify()
+    return ctx.store.slurm_actual(req_id)

@@ -1,0 +1,48 @@
+"""What an ending trial posts: its card's final state and the report in its
+thread; and, when it is the last of a sweep, ladder or A/B to end, the group's
+fit or table. Reads the group's other jobs from the store; never raises for a
+failing fit or table: that becomes a message saying so."""
+from __future__ import annotations
+
+from bot.blocks import message
+from bot.fits import sweepview
+from bot.fits.sweep import fit_sweep
+from bot.trials import ab, card, ladder, views
+from bot.trials.job import ENDED
+
+
+def ended(store, job: dict, report: dict) -> list[dict]:
+    """The card's final state (an edit, when the trial has a card) and the report."""
+    out = [views.report(job, report)]
+    if job.get("started_msg"):
+        job = store.job(job["id"]) or job  # who cancelled, if anyone
+        out.insert(0, dict(card.final(job, report), update_of=job["started_msg"]))
+    return out
+
+
+def group_message(store, job: dict, report: dict) -> dict | None:
+    """The sweep's fit or the ladder's (A/B's) table, when `job` (ending now
+    with `report`) is the last of its group to end; else None."""
+    if job.get("ladder"):
+        jobs = store.ladder_jobs(job["ladder"])
+        if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
+            return None
+        reports = [report if j["id"] == job["id"] else j["report"] for j in jobs]
+        try:
+            if job.get("group_kind") == "ab":
+                return ab.message(jobs, reports)
+            return ladder.message(jobs, reports, job.get("budget"))
+        except Exception as exc:  # noqa: BLE001 - the trial's report matters more
+            return message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} ended, but its "
+                                               f"table failed: {exc!r}")
+    if not job.get("sweep"):
+        return None
+    jobs = store.sweep_jobs(job["sweep"])
+    if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
+        return None
+    jobs = [dict(j, report=report, status="done" if report["status"] == "ok" else "failed")
+            if j["id"] == job["id"] else j for j in jobs]
+    try:
+        return sweepview.sweep_fit(job["sweep"], jobs, fit_sweep([j["report"] for j in jobs]))
+    except Exception as exc:  # noqa: BLE001 - the report matters more than the fit
+        return sweepview.sweep_fit_failed(job["sweep"], jobs, exc)

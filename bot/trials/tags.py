@@ -1,0 +1,60 @@
+"""`plan=NAME block=KIND` on `/trial` (and the "Add to plan…" button): a
+trial tagged as a plan block's actual. Checked against the store, so a trial
+is never tagged to nothing, nor to a plan its user cannot reach from here."""
+from __future__ import annotations
+
+
+class TagError(ValueError):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def take(ctx, words: list[str], user: str, channel: str) -> tuple[list[str], dict | None]:
+    """The words without `plan=` and `block=` (they are not workload
+    parameters), and the tags {plan, block} or None."""
+    tagged = [w.partition("=") for w in words if w.startswith(("plan=", "block="))]
+    tags = {key: value for key, _, value in tagged}
+    if len(tags) < len(tagged):
+        twice = " ".join(f"`{k}={v}`" for k, _, v in tagged)
+        raise TagError(f"{twice}: plan= or block= is given twice; tag a trial to one plan "
+                       "and block")
+    rest = [w for w in words if not w.startswith(("plan=", "block="))]
+    if not tags:
+        return rest, None
+    if set(tags) != {"plan", "block"}:
+        given = " ".join(f"`{k}={v}`" for k, v in tags.items())
+        raise TagError(f"{given}: tag a trial with both plan=NAME and block=KIND, e.g. "
+                       "`plan=adkv block=baseline`")
+    try:
+        plan = ctx.plan(tags["plan"], user, channel)
+    except (LookupError, PermissionError) as exc:
+        raise TagError(str(exc)) from None
+    kinds = [b["kind"] for b in ctx.store.blocks(plan["name"])]
+    if tags["block"] not in kinds:
+        raise TagError(f"`block={tags['block']}`: plan {plan['name']} has no such block; its "
+                       "blocks: " + (", ".join(kinds) or "none yet"))
+    return rest, tags
+
+
+def choices(ctx, user: str, channel: str) -> list[tuple[str, str]]:
+    """(plan, block kind) pairs a trial of `channel` can be added to by `user`:
+    that channel's plans (every plan for an admin)."""
+    return [(p["name"], b["kind"]) for p in ctx.visible_plans(user, channel)[0]
+            for b in ctx.store.blocks(p["name"])]
+
+
+def add(ctx, job_id: int, plan: str, block: str, user: str) -> str:
+    """The "Add to plan…" choice: the trial becomes an actual of the block.
+    Raises TagError naming what is wrong."""
+    job = ctx.store.job(job_id)
+    if job is None:
+        raise TagError(f"there is no trial T{job_id}")
+    # both must exist, and the plan be the trial's channel's (or the user an admin)
+    take(ctx, [f"plan={plan}", f"block={block}"], user, job["channel"])
+    refused = ctx.allows("run", user, job["channel"], "change plans")
+    if refused:
+        raise TagError(refused + " Nothing was changed.")
+    ctx.store.tag_job(job_id, plan, block)
+    return (f"{job['trial']} now counts as an actual of plan *{plan}*, {block} block "
+            f"(`/plan {plan} review`).")

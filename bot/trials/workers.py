@@ -1,0 +1,62 @@
+"""The registered workers: which can run a trial, which are online, which
+declared which recipes. Read from the store's `workers` rows; pure besides."""
+from __future__ import annotations
+
+from bot.trials import routing
+from worker.spec import Workload
+
+ONLINE_SECONDS = 90  # a worker seen within this is "online"
+
+
+def can_run(info: dict, spec: dict) -> bool:
+    """A recipe goes only to a worker whose file has it, and a CUDA recipe only
+    to a worker with an NVIDIA GPU (a cloud Mac is not a CUDA box); a training
+    run of `world` ranks only to a worker with a GPU per rank (or, on CPU,
+    a core per rank where the worker said how many it has); and any trial only
+    where its route (`gpu=`, `min_mem=`, `label=`) matches."""
+    if not routing.matches(info, spec.get("route")):
+        return False
+    if spec.get("recipe") is None:
+        return fits_ranks(info, spec.get("params", {}))
+    recipe = next((r for r in info.get("recipes", []) if r["name"] == spec["recipe"]), None)
+    cuda = info.get("device") == "cuda" or (info.get("device") is None and bool(info.get("gpus")))
+    return recipe is not None and (recipe.get("requires") != "cuda" or cuda)
+
+
+def fits_ranks(info: dict, params: dict) -> bool:
+    world = params.get("world", 1)
+    if world <= 1:
+        return True
+    gpus, cpus = len(info.get("gpus") or []), info.get("cpus")
+    device = params.get("device", "auto")
+    if device == "cuda" or (device == "auto" and gpus):
+        return gpus >= world
+    return cpus is None or cpus >= world
+
+
+def recipes_of(workers: list[dict]) -> dict[str, Workload]:
+    """The recipes these workers declared from their recipe files, by name."""
+    out = {}
+    for w in workers:
+        for d in w["info"].get("recipes", []):
+            out.setdefault(d["name"], Workload.from_dict(d))
+    return out
+
+
+def online(store) -> list[str]:
+    return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)]
+
+
+def online_for(store, spec: dict) -> list[str]:
+    """Online workers that could run `spec`."""
+    return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)
+            if can_run(w["info"], spec)]
+
+
+def known(store, worker: str) -> bool:
+    return any(w["name"] == worker for w in store.workers())
+
+
+def slurm(store) -> list[dict]:
+    """Registered workers that submit to Slurm: they can run sacct for the bot."""
+    return [w for w in store.workers() if w["info"].get("executor") == "slurm"]

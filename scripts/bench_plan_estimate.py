@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from bot.plans import planner
+from bot.plans import estimate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -52,7 +52,7 @@ def main() -> int:
         job = {"id": 1, "trial": "short", "status": "done", "report": short}
         block = {"kind": "baseline", "runs": args.runs, "configs": 1, "gpus": 1,
                  "handoff": None, "note": None, "sweep": None}
-        est = planner.estimate_block(block, [job], {1: short["attempts"]}, {}, pays_prep=True)
+        est = estimate.estimate_block(block, [job], {1: short["attempts"]}, {}, pays_prep=True)
         total = sum(c["seconds"] for c in est["components"])
         lo, hi = total - est["half"], total + est["half"]
         ref = trial(CONFIG + [f"repeats={args.runs}", "run_cap=3600"])

@@ -351,12 +351,12 @@ def test_a_partial_depth_trial_is_not_peak_memory_measured_for_advice(ctx):
 
 
 def test_reports_from_before_malloc_compare_as_glibc():
-    from bot.plans import planner
+    from bot.plans import estimate
     old = gpu_report(layers=2)
     old["params"] = {k: v for k, v in old["params"].items() if k != "malloc"}
     new = gpu_report(layers=2, malloc="glibc")
-    assert planner.differences(planner.config(old), planner.config(new)) == []
-    assert planner.differences(planner.config(old), planner.config(gpu_report(layers=2))) \
+    assert estimate.differences(estimate.config(old), estimate.config(new)) == []
+    assert estimate.differences(estimate.config(old), estimate.config(gpu_report(layers=2))) \
         == ["malloc glibc → live"]
 
 

@@ -8,7 +8,8 @@ from scipy import stats
 
 from bot.fits import gpus
 from worker.report import new_report
-from bot.plans import planner, advice, prices
+from bot.plans import advice, prices, review
+from bot.plans import estimate as planner
 
 TODAY = dt.date(2026, 12, 1)
 
@@ -275,7 +276,7 @@ def test_a_halve_batch_retry_is_not_a_failure_of_the_smaller_batch():
 
 def test_a_failed_tagged_trial_is_all_retries():
     failed = dict(report(), status="failed")
-    a = planner.actual_of_job(job(2, failed, status="failed"),
+    a = review.actual_of_job(job(2, failed, status="failed"),
                               [{"status": "failed", "seconds": 235.0}], gpus=1)
     assert a == {"prep": 0.0, "data": 0.0, "runs": 0.0, "retries": 235.0, "count": 0}
 

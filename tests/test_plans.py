@@ -201,7 +201,7 @@ def test_prices_and_costs_add_up_and_names_are_one_gpu(ctx):
     assert [p["value"] for p in ctx.store.prices()] == [2.49]  # one H100, the latest
     plan = ctx.store.plan("repro")
     ests = service.estimates(ctx, plan)
-    from bot.plans import planview
+    from bot.plans import views as planview
     cells = planview.costs(plan, ests, ctx.store.prices(), TODAY)
     money = [float(c) for c in cells]
     assert money[-1] == pytest.approx(sum(money[:-1]))

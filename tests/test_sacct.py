@@ -9,12 +9,14 @@ import pytest
 from test_plans import finish
 from test_planner import report
 
-from bot.plans.plancmd import PlanError
+from bot.plans.parse import PlanError
 from bot.trials.queue import JobQueue
 from bot.store import Store
 from bot.http.workerapi import WorkerApi
 from worker import sacct
-from bot.plans import command as plan_command, plancmd, slurmactual
+from bot.plans import command as plan_command
+from bot.plans import parse as plancmd
+from bot.plans import slurm as slurmactual
 from bot.app.runtime import context
 from bot.plans import service
 

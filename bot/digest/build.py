@@ -13,8 +13,9 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from bot.fits import gpus
-from bot.plans.plancmd import WEEKDAYS
-from bot.plans import planner, planview, prices
+from bot.plans.parse import WEEKDAYS
+from bot.plans import estimate, prices, review
+from bot.plans import views
 from bot.blocks import chunks, context, section
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")
@@ -64,7 +65,7 @@ def trial_parts(row: dict) -> dict:
     job = {"report": {"status": row["report_status"], "seconds": row["seconds"] or 0.0,
                       "phases": row["phases"], "latency": {"count": row["count"]}}}
     failed = [{"status": "failed", "seconds": row["failed_seconds"] or 0.0}]
-    return planner.actual_of_job(job, failed, max(1, row["gpu_count"] or 0))
+    return review.actual_of_job(job, failed, max(1, row["gpu_count"] or 0))
 
 
 def measure(trials: list[dict], idle: list[dict], start: dt.datetime, tz) -> dict:
@@ -123,9 +124,9 @@ def plan_summary(plan: dict, ests: list, review: list[dict], costs: list[str]) -
     review's cause for it."""
     done = [r for r in review if r.get("actual") is not None]
     out = {"name": plan["name"], "gpu": plan["facts"].get("gpu"),
-           "estimate": planner.total([e for _, e, _ in ests])["hours"] if ests else None,
+           "estimate": estimate.total([e for _, e, _ in ests])["hours"] if ests else None,
            "blocks": len(ests), "cost": costs[-1] if ests else None,
-           "open": planview.open_items(plan), "actual": None, "biggest": None,
+           "open": views.open_items(plan), "actual": None, "biggest": None,
            "rows": done}
     if done:
         out["actual"] = sum(r["actual"] for r in done)
@@ -145,8 +146,8 @@ def _hm(d: dt.datetime) -> str:
 
 def _split(seconds: dict, unit: str) -> tuple[str, Decimal]:
     """"4.20 = runs 3.00 + ...": each part rounded alike, the total their sum."""
-    places = planner.places_for(sum(seconds.values()))
-    parts = {c: planner.hours(seconds[c], places) for c in COMPONENTS}
+    places = estimate.places_for(sum(seconds.values()))
+    parts = {c: estimate.hours(seconds[c], places) for c in COMPONENTS}
     total = sum(parts.values(), Decimal(0))
     return (f"{total:,} {unit} = " + " + ".join(f"{c} {parts[c]:,}" for c in COMPONENTS),
             total)
@@ -154,9 +155,9 @@ def _split(seconds: dict, unit: str) -> tuple[str, Decimal]:
 
 def cost_lines(by_gpu: dict, price_list: list[dict], today: dt.date) -> list[str]:
     out = []
-    places = planner.places_for(sum(by_gpu.values()))
+    places = estimate.places_for(sum(by_gpu.values()))
     for name, seconds in sorted(by_gpu.items()):
-        h = planner.hours(seconds, places)
+        h = estimate.hours(seconds, places)
         rent = rent_for(name, price_list)
         if rent is None:
             out.append(f"• {name}: {h:,} GPU-h, cost unconfirmed (no confirmed price; "

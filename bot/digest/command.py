@@ -13,8 +13,9 @@ from bot.blocks import reply
 from bot.digest import build as digest
 from bot.digest import chart
 from bot.digest.scheduler import trigger
-from bot.plans import planner, planview, service
-from bot.plans.plancmd import PlanError
+from bot.plans import estimate, service
+from bot.plans import views
+from bot.plans.parse import PlanError
 
 log = logging.getLogger("trialbot.digest")
 
@@ -34,17 +35,17 @@ def collect(ctx, channel: str, start: dt.datetime, end: dt.datetime,
     for plan in store.plans(channel):
         try:
             ests = service.estimates(ctx, plan)
-            costs = planview.costs(plan, ests, price_list, today)
+            costs = views.costs(plan, ests, price_list, today)
             summaries.append(digest.plan_summary(plan, ests, service.review_rows(ctx, plan, ests),
                                                  costs))
-        except (PlanError, planner.EstimateError) as exc:
+        except (PlanError, estimate.EstimateError) as exc:
             summaries.append({"name": plan["name"], "error": str(exc),
-                              "open": planview.open_items(plan)})
+                              "open": views.open_items(plan)})
         except Exception as exc:  # noqa: BLE001 - one odd plan must not lose the digest
             log.exception("digest: plan %s could not be summarised", plan["name"])
             summaries.append({"name": plan["name"], "error": f"could not be summarised "
                               f"({type(exc).__name__}; in the bot's log)",
-                              "open": planview.open_items(plan)})
+                              "open": views.open_items(plan)})
     return m, summaries, price_list
 
 

@@ -28,7 +28,8 @@ from worker import report as reports
 from worker.spec import Workload
 from bot.http import tokens
 from bot.trials import routing
-from bot.plans import service, slurmactual
+from bot.plans import service
+from bot.plans import slurm as slurmactual
 
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")

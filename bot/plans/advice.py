@@ -7,7 +7,7 @@ import datetime as dt
 
 from bot.fits import gpus
 from bot.fits import depth
-from bot.plans import planner, prices
+from bot.plans import estimate, prices
 
 RULES = {
     1: "Code not yet run successfully on the target environment",
@@ -39,7 +39,7 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
             "fixed": bool(plan.get("locked")), "trials": len(reports),
             "on_target": [r.get("trial") for r in on_target], "partial": partial,
             "peak_on_target": bool(gpu_mem) or (target or "").lower() == "cpu" and bool(host_mem),
-            "envs": sorted({planner.env_kind(r) for r in reports}),
+            "envs": sorted({estimate.env_kind(r) for r in reports}),
             "prices": {k: prices.find(price_list, "electricity" if k == "electricity" else target,
                                       k)
                        for k in ("rent", "buy", "resale", "power", "electricity")},

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from bot.plans import advice, plancmd, planner, planview, service
-from bot.plans.plancmd import PlanError
+from bot.plans import advice, estimate, export, service
+from bot.plans import parse
+from bot.plans import views
+from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest
 from bot.trials import workers
 
@@ -20,7 +22,7 @@ def handle(ctx, text: str, user: str, channel: str, today: dt.date,
     `response_url` reaches the requester if the channel refuses what is posted."""
     need = None
     try:
-        cmd = plancmd.parse(text, today)
+        cmd = parse.parse(text, today)
         if cmd.action == "actual":
             cmd.args["request"] = request
         need, what = NEEDS.get(cmd.action, (None, None))
@@ -28,11 +30,11 @@ def handle(ctx, text: str, user: str, channel: str, today: dt.date,
         # this channel's right is the plan's too: an admin has it everywhere)
         refused = need and ctx.allows(need, user, channel, what)
         if refused:
-            return planview.reply(f":lock: {refused} Nothing was changed.")
+            return views.reply(f":lock: {refused} Nothing was changed.")
         if cmd.action in POSTS or (cmd.action == "actual" and cmd.args.get("slurm")):
             unpostable = ctx.channels.refusal(channel)  # its messages go to this channel
             if unpostable:
-                return planview.error(f"{unpostable}; then run the command again. Nothing "
+                return views.error(f"{unpostable}; then run the command again. Nothing "
                                       "was changed.")
         if cmd.action.startswith("digest"):  # bot/digest/command.py, through the context
             return ctx.digest_command(ctx, cmd, user, channel,
@@ -41,12 +43,12 @@ def handle(ctx, text: str, user: str, channel: str, today: dt.date,
             cmd.args["response_url"] = response_url
         return ACTIONS[cmd.action](ctx, cmd, user, channel, today)
     except PlanHidden as exc:
-        return planview.reply(f":lock: {exc}" + (" Nothing was changed." if need else ""))
-    except (PlanError, planner.EstimateError) as exc:
-        return planview.error(str(exc))
+        return views.reply(f":lock: {exc}" + (" Nothing was changed." if need else ""))
+    except (PlanError, estimate.EstimateError) as exc:
+        return views.error(str(exc))
     except Exception:  # noqa: BLE001 - a bug must still get an answer, and a log line
         log.exception("/plan %r failed", text)
-        return planview.error("Something went wrong on our side answering this; it is in the "
+        return views.error("Something went wrong on our side answering this; it is in the "
                               "bot's log. Try again, or report it with the command you typed.")
 
 
@@ -78,11 +80,11 @@ def _plan(ctx, name: str, user: str, channel: str) -> dict:
 
 
 def _help(ctx, cmd, user, channel, today):
-    return planview.help_text()
+    return views.help_text()
 
 
 def _list(ctx, cmd, user, channel, today):
-    return planview.plan_list(*ctx.visible_plans(user, channel))
+    return views.plan_list(*ctx.visible_plans(user, channel))
 
 
 def _new(ctx, cmd, user, channel, today):
@@ -92,18 +94,18 @@ def _new(ctx, cmd, user, channel, today):
                             "another name")
         raise PlanError(f"A plan `{cmd.plan}` exists already; `/plan {cmd.plan} show` shows it, "
                         "or choose another name")
-    return planview.created(ctx.store.plan(cmd.plan))
+    return views.created(ctx.store.plan(cmd.plan))
 
 
 def _set(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     facts = cmd.args["facts"]
-    fixed = [k for k in facts if k in plancmd.LOCKED_ITEMS]
+    fixed = [k for k in facts if k in parse.LOCKED_ITEMS]
     if plan["locked"] and fixed:
         raise PlanError(f"`{fixed[0]}` is fixed while plan {cmd.plan} is locked; "
                         f"`/plan {cmd.plan} unlock` first (its estimates then need re-checking)")
     ctx.store.set_plan_facts(cmd.plan, {**plan["facts"], **facts})
-    return planview.facts_set(ctx.store.plan(cmd.plan), facts)
+    return views.facts_set(ctx.store.plan(cmd.plan), facts)
 
 
 def _block(ctx, cmd, user, channel, today):
@@ -123,15 +125,15 @@ def _block(ctx, cmd, user, channel, today):
     # Estimated before it is stored: a block that cannot be estimated is not kept.
     block_est, trials = next((e, t) for b, e, t in service.estimates(ctx, plan, blocks)
                              if b["kind"] == block["kind"])
-    warnings = planview.block_warnings(plan, block_est, [t["report"] for t in trials])
+    warnings = views.block_warnings(plan, block_est, [t["report"] for t in trials])
     replaced = ctx.store.put_block(block)
-    return planview.block_added(plan, block_est, warnings, replaced)
+    return views.block_added(plan, block_est, warnings, replaced)
 
 
 def _show(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
-    return planview.show(plan, ests, ctx.store.prices(), today,
+    return views.show(plan, ests, ctx.store.prices(), today,
                          ctx.store.plan_jobs(plan["name"]))
 
 
@@ -141,12 +143,12 @@ def _export(ctx, cmd, user, channel, today):
     price_list = ctx.store.prices()
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
     ctx.store.add_messages([
-        dict(planview.export_file(plan, channel, "csv", planview.csv_text(plan, ests, price_list,
+        dict(export.file(plan, channel, "csv", export.csv_text(plan, ests, price_list,
                                                                            today)), **whom),
-        dict(planview.export_file(plan, channel, "md", planview.markdown(plan, ests, price_list,
+        dict(export.file(plan, channel, "md", export.markdown(plan, ests, price_list,
                                                                           today)), **whom)])
     ctx.notify()
-    return planview.reply(f"Exporting plan *{plan['name']}*: `{plan['name']}-plan.csv` and "
+    return views.reply(f"Exporting plan *{plan['name']}*: `{plan['name']}-plan.csv` and "
                           f"`{plan['name']}-plan.md` are being uploaded to this channel.")
 
 
@@ -163,7 +165,7 @@ def _lock(ctx, cmd, user, channel, today):
               for b, e, _ in ests}
     locked["at"] = today.isoformat()
     ctx.store.set_plan_lock(cmd.plan, locked)
-    return planview.locked(ctx.store.plan(cmd.plan))
+    return views.locked(ctx.store.plan(cmd.plan))
 
 
 def _unlock(ctx, cmd, user, channel, today):
@@ -171,7 +173,7 @@ def _unlock(ctx, cmd, user, channel, today):
     if not plan["locked"]:
         raise PlanError(f"Plan {cmd.plan} is not locked")
     ctx.store.set_plan_lock(cmd.plan, None)
-    return planview.reply(f"Plan *{cmd.plan}* is unlocked: its input conditions and code "
+    return views.reply(f"Plan *{cmd.plan}* is unlocked: its input conditions and code "
                           "version may change again; `/plan NAME lock` fixes them anew.")
 
 
@@ -179,11 +181,11 @@ def _advise(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
     reports = [dict(t["report"], trial=t["trial"]) for _, _, ts in ests for t in ts]
-    total = planner.total([e for _, e, _ in ests])
+    total = estimate.total([e for _, e, _ in ests])
     prep = sum(float(c["hours"]) for _, e, _ in ests for c in e["components"]
                if c["name"] == "prep")
     fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep)
-    return planview.advice(plan, advice.advise(fx, today))
+    return views.advice(plan, advice.advise(fx, today))
 
 
 def _actual(ctx, cmd, user, channel, today):
@@ -199,9 +201,9 @@ def _actual(ctx, cmd, user, channel, today):
                                 "parts": cmd.args["parts"], "runs": cmd.args["runs"],
                                 "note": cmd.args["note"], "user": user}, cmd.args.get("request"))
     except DuplicateRequest:
-        return planview.reply(f"Already recorded: this {kind} actual arrived twice (Slack "
+        return views.reply(f"Already recorded: this {kind} actual arrived twice (Slack "
                               "retried); it is counted once.")
-    return planview.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
+    return views.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
                           f"actual. `/plan {plan['name']} review` compares it with the estimate.")
 
 
@@ -224,25 +226,25 @@ def _slurm_actual(ctx, cmd, plan, user):
     try:
         req = ctx.queue.submit_slurm_actual(row, cmd.args.get("request"))
     except DuplicateRequest as dup:
-        return planview.reply(f"Already received: Slurm accounting request A{dup.jobs[0]} is "
+        return views.reply(f"Already received: Slurm accounting request A{dup.jobs[0]} is "
                               "asked for; its answer will be posted in the plan's channel.")
     online = set(workers.online(ctx.store))
-    return planview.slurm_asked(plan, req, [w["name"] for w in slurm],
+    return views.slurm_asked(plan, req, [w["name"] for w in slurm],
                                 [w["name"] for w in slurm if w["name"] in online])
 
 
 def _review(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
-    return planview.review(plan, service.review_rows(ctx, plan, service.estimates(ctx, plan)))
+    return views.review(plan, service.review_rows(ctx, plan, service.estimates(ctx, plan)))
 
 
 def _price(ctx, cmd, user, channel, today):
     ctx.store.add_price(dict(cmd.args, user=user))
-    return planview.price_recorded(cmd.args, today)
+    return views.price_recorded(cmd.args, today)
 
 
 def _prices(ctx, cmd, user, channel, today):
-    return planview.price_list(ctx.store.prices(), today)
+    return views.price_list(ctx.store.prices(), today)
 
 
 ACTIONS = {"help": _help, "list": _list, "new": _new, "set": _set, "block": _block,

@@ -10,8 +10,9 @@ import numpy as np
 from bot.blocks import message
 from bot.fits import depth
 from bot.fits.sweep import fit_sweep, predict_seconds
-from bot.plans import planner, slurmactual
-from bot.plans.plancmd import PlanError
+from bot.plans import estimate, review
+from bot.plans import slurm
+from bot.plans.parse import PlanError
 from bot.trials.queue import LeaseLost
 
 
@@ -23,7 +24,7 @@ def _trials(ctx, ids: list[int]) -> list[dict]:
         if job is None:
             raise PlanError(f"There is no trial T{i}; `/trial list` shows recent ones")
         jobs.append(job)
-    planner.check_trials(jobs)
+    estimate.check_trials(jobs)
     return jobs
 
 
@@ -98,7 +99,7 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     part = depth.partial(first)
     if part is None:
         return None
-    pr = planner.per_run(trials)
+    pr = estimate.per_run(trials)
     k = depth.time_factor(first["params"])
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
             "source": f"per {pr['unit']} ({pr['source']}), {k['what']}", "partial": part,
@@ -125,11 +126,11 @@ def estimates(ctx, plan: dict, blocks: list[dict] | None = None
         if facts.get("idle") == "measured" and trials[0].get("worker"):
             usage = dict(ctx.store.worker_usage(trials[0]["worker"]),
                          worker=trials[0]["worker"])
-        est = planner.estimate_block(block, trials, attempts, facts,
+        est = estimate.estimate_block(block, trials, attempts, facts,
                                      pays_prep=not single or i == 0, usage=usage,
                                      predicted=predicted)
         out.append((block, est, trials))
-    planner.in_hours([e for _, e, _ in out])
+    estimate.in_hours([e for _, e, _ in out])
     return out
 
 
@@ -145,8 +146,8 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
         mine = [j for j in jobs if j["block"] == block["kind"]]
         mine_manual = [m for m in manual if m["block"] == block["kind"]]
         attempts = ctx.store.attempts_of([j["id"] for j in mine])
-        row = planner.review_block(est, mine, attempts, mine_manual, plan["locked"])
-        row["memory"] = planner.memory_compare([t["report"] for t in trials],
+        row = review.review_block(est, mine, attempts, mine_manual, plan["locked"])
+        row["memory"] = review.memory_compare([t["report"] for t in trials],
                                                [j["report"] for j in mine if j["report"]])
         rows.append(row)
     return rows
@@ -162,7 +163,7 @@ def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: dict,
         raise LeaseLost(f"there is no Slurm accounting request A{req_id}")
     if req["worker"] != worker or req["lease"] != lease:
         raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
-    actual, text = slurmactual.outcome(req, result)
+    actual, text = slurm.outcome(req, result)
     if not ctx.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
                                          actual, [dict(message(req["channel"], text),
                                                        user=req["user"])], key=key):

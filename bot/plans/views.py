@@ -1,14 +1,13 @@
-"""`/plan` replies as Slack payloads, and the plan's CSV and Markdown exports.
-Pure: the same payload goes to Slack and to the console."""
+"""`/plan` replies as Slack payloads (the exports are export.py). Pure: the
+same payload goes to Slack and to the console."""
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 from decimal import Decimal
 
 from bot.fits import gpus
-from bot.plans import plancmd, planner, prices
+from bot.plans import estimate, prices
+from bot.plans import parse
 from bot.blocks import chunks, context, reply, section, table_text
 
 
@@ -23,7 +22,7 @@ def help_text() -> dict:
              "• `/plan NAME set key=value ...` fills the checklist and the planning facts",
              "• `/plan NAME block KIND runs=N [configs=M] [gpus=G] trial=T12[,T13] "
              "[note=\"open variable\"] [handoff=H]`, KIND one of "
-             + ", ".join(plancmd.BLOCK_KINDS),
+             + ", ".join(parse.BLOCK_KINDS),
              "• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
              "estimated from a sweep's fit (a depth sweep: `sweep=S12 layers=32`; it and a "
              "partial-depth trial are marked until a full-depth trial replaces them)",
@@ -39,15 +38,15 @@ def help_text() -> dict:
              "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
              "• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
              "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel",
-             "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.CHECKLIST.items()),
-             "*Settings*: " + "; ".join(f"`{k}` {v}" for k, v in plancmd.SETTINGS.items()),
+             "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in parse.CHECKLIST.items()),
+             "*Settings*: " + "; ".join(f"`{k}` {v}" for k, v in parse.SETTINGS.items()),
              "A run is one repetition of the trial's measured unit: one request for llm-infer, "
              "one run phase of a recipe's program."]
     return reply("\n".join(lines))
 
 
 def open_items(plan: dict) -> list[str]:
-    return [k for k in plancmd.CHECKLIST if not plan["facts"].get(k)]
+    return [k for k in parse.CHECKLIST if not plan["facts"].get(k)]
 
 
 def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
@@ -86,7 +85,7 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
                        f"{name} ran on it")
             break
         if not on:
-            out.append(f"{name} ran on {planner.env_kind(r)}, not the plan's target {target}: "
+            out.append(f"{name} ran on {estimate.env_kind(r)}, not the plan's target {target}: "
                        "its times and memory are not the target's")
         if r["params"].get("malloc") == "live" and not (r.get("env") or {}).get("gpu_count"):
             out.append(f"{name} ran on the CPU with malloc=live: its time includes the page "
@@ -99,7 +98,7 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
                        + ", ".join(f"{k}={r['params'][k]}, requested {v}"
                                    for k, v in changed.items()) + ")")
     lock = (plan.get("locked") or {}).get(est["kind"])
-    diff = planner.lock_differences(lock, est["config"], est["code"]) if lock else []
+    diff = estimate.lock_differences(lock, est["config"], est["code"]) if lock else []
     if diff:
         out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
     if est.get("partial"):
@@ -112,7 +111,7 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     return out
 
 
-def _h(x: Decimal | None) -> str:
+def hours_text(x: Decimal | None) -> str:
     """Decimal GPU-hours print with the places they were rounded to."""
     return "n/a" if x is None else f"{x:,}"
 
@@ -125,11 +124,11 @@ def _interval(est: dict) -> str:
     if not est["interval"]:
         return "no interval"
     lo, hi = est["interval"]
-    return f"{_h(lo)}–{_h(hi)}"
+    return f"{hours_text(lo)}–{hours_text(hi)}"
 
 
 def components_text(est: dict) -> str:
-    return "\n".join(f"  {c['name']:<8} {_h(c['hours'])} GPU-h  ← {c['source']}"
+    return "\n".join(f"  {c['name']:<8} {hours_text(c['hours'])} GPU-h  ← {c['source']}"
                      for c in est["components"])
 
 
@@ -137,9 +136,9 @@ def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> d
     verb = "replaced" if replaced else "added"
     spread = (f"{_interval(est)}; {est['interval_note']}" if est["interval"]
               else est["interval_note"])
-    text = (f"Plan *{plan['name']}*: {est['kind']} block {verb} — {_h(est['hours'])} GPU-h "
+    text = (f"Plan *{plan['name']}*: {est['kind']} block {verb} — {hours_text(est['hours'])} GPU-h "
             f"({spread}), from {', '.join(est['trials'])} on "
-            f"{est['env']}.\n```{components_text(est)}\n  total    {_h(est['hours'])} GPU-h```")
+            f"{est['env']}.\n```{components_text(est)}\n  total    {hours_text(est['hours'])} GPU-h```")
     text += "".join(f"\n:warning: {w}" for w in warnings)
     return reply(text)
 
@@ -182,11 +181,11 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date) -
     for (_, e, _), c in zip(ests, cost):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
         kind = e["kind"] + (" (partial depth)" if e.get("partial") else "")
-        rows.append([kind, runs, _h(e["hours"]), _interval(e), c])
-    tot = planner.total([e for _, e, _ in ests])
-    iv = (f"{_h(tot['interval'][0])}–{_h(tot['interval'][1])}" if tot["interval"]
+        rows.append([kind, runs, hours_text(e["hours"]), _interval(e), c])
+    tot = estimate.total([e for _, e, _ in ests])
+    iv = (f"{hours_text(tot['interval'][0])}–{hours_text(tot['interval'][1])}" if tot["interval"]
           else "no interval")
-    rows.append(["total", "", _h(tot["hours"]), iv, cost[-1]])
+    rows.append(["total", "", hours_text(tot["hours"]), iv, cost[-1]])
     return rows
 
 
@@ -197,8 +196,8 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
         line = f"• {j['trial']} ({j['block']}): {j['status']}"
         lock = (plan.get("locked") or {}).get(j["block"])
         if lock and j.get("report"):
-            diff = planner.lock_differences(lock, planner.config(j["report"]),
-                                            planner.code_version(j["report"]))
+            diff = estimate.lock_differences(lock, estimate.config(j["report"]),
+                                            estimate.code_version(j["report"]))
             if diff:
                 line += " — NOT COMPARABLE with the locked plan: " + "; ".join(diff)
         out.append(line)
@@ -237,63 +236,11 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     return {"response_type": "in_channel", "text": text, "blocks": blocks}
 
 
-def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:
-    _, cost_line = cost_view(plan, price_list, today)
-    cost = costs(plan, ests, price_list, today)
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["plan", "block", "runs", "configs", "gpus", "component", "gpu_hours",
-                "interval_low", "interval_high", "cost", "source"])
-    for (_, e, _), c in zip(ests, cost):
-        lo, hi = e["interval"] or (None, None)
-        for comp in e["components"]:
-            w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"],
-                        comp["name"], plain(comp["hours"]), "", "", "", comp["source"]])
-        w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], "total",
-                    plain(e["hours"]), plain(lo), plain(hi), c, e["interval_note"]
-                    + (f"; predicted from a partial-depth trial ({e['partial']})"
-                       if e.get("partial") else "")])
-    tot = planner.total([e for _, e, _ in ests])
-    lo, hi = tot["interval"] or (None, None)
-    w.writerow([plan["name"], "total", "", "", "", "total", plain(tot["hours"]),
-                plain(lo), plain(hi), cost[-1], cost_line])
-    return buf.getvalue()
-
-
-def markdown(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> str:
-    _, cost_line = cost_view(plan, price_list, today)
-    rows = table_rows(plan, ests, price_list, today)
-    lines = [f"# Plan {plan['name']}", "",
-             f"Exported {today.isoformat()}. Target {plan['facts'].get('gpu') or 'not set'}. "
-             f"{cost_line}.", "",
-             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows[1:]]
-    for _, e, _ in ests:
-        lines += ["", f"## {e['kind']}", "", f"From {', '.join(e['trials'])} on {e['env']}; "
-                  f"{e['interval_note']}.", ""]
-        lines += [f"- {c['name']}: {_h(c['hours'])} GPU-h — {c['source']}"
-                  for c in e["components"]]
-        if e.get("partial"):
-            lines.append(f"- predicted from a partial-depth trial ({e['partial']}) until a "
-                         "full-depth trial on the target replaces it")
-        if e.get("note"):
-            lines.append(f"- open variable: {e['note']}")
-    lines += ["", "## Checklist", ""]
-    lines += [f"- [{'x' if plan['facts'].get(k) else ' '}] {label}: "
-              f"{plan['facts'].get(k) or '(open)'}" for k, label in plancmd.CHECKLIST.items()]
-    return "\n".join(lines) + "\n"
-
-
-def export_file(plan: dict, channel: str, ext: str, content: str) -> dict:
-    return {"channel": channel, "kind": "export", "file": f"{plan['name']}-plan.{ext}",
-            "content": content, "text": f"Plan {plan['name']} ({ext.upper()} export)"}
-
-
 def locked(plan: dict) -> dict:
     lock = plan["locked"]
     lines = [f"Plan *{plan['name']}* locked on {lock['at']}: later trials of a block with a "
              "different config or code version are marked *not comparable*, and the input "
-             f"conditions ({', '.join(plancmd.LOCKED_ITEMS)}) cannot be set until "
+             f"conditions ({', '.join(parse.LOCKED_ITEMS)}) cannot be set until "
              f"`/plan {plan['name']} unlock`."]
     for kind, v in lock.items():
         if kind != "at":

@@ -1,0 +1,116 @@
+"""A block's estimate against what it really took, and why they differ:
+more or fewer runs, slower or faster runs, longer prep or waiting, more
+retries (docs/design.md §3, "Review"). Pure: the handler passes in the
+tagged trials, their attempts and the recorded actuals."""
+from __future__ import annotations
+
+from bot.plans.estimate import code_version, config, differences, lock_differences, phase_seconds, prep_seconds, run_seconds
+
+
+def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
+    """A tagged trial's measured GPU-seconds, split like an estimate. A failed
+    or cancelled trial ran no successful run: all its time is retries."""
+    r = job["report"] or {}
+    failed = sum(a["seconds"] or 0 for a in attempts if a["status"] != "ok")
+    if r.get("status") != "ok":
+        return {"prep": 0.0, "data": 0.0, "runs": 0.0, "retries": failed * gpus, "count": 0}
+    count = (r.get("latency") or {}).get("count") or 1
+    return {"prep": prep_seconds(r) * gpus, "data": phase_seconds(r, "data") * gpus,
+            "runs": run_seconds(r) * gpus, "retries": failed * gpus, "count": count}
+
+
+def _label(delta: float, more: str, fewer: str, same: str) -> str:
+    return more if delta > 0 else fewer if delta < 0 else same
+
+
+def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict]],
+                 manual: list[dict], locked: dict | None) -> dict:
+    """Estimate against actual for one block, and why they differ (GPU-seconds
+    inside; hours out)."""
+    parts = {k: 0.0 for k in ("prep", "data", "runs", "retries")}
+    idle, run_count, counted, sources = None, 0, True, []
+    config_changes, not_comparable = [], []
+    lock = (locked or {}).get(estimate["kind"])
+    for job in jobs:
+        a = actual_of_job(job, attempts.get(job["id"], []), estimate["gpus"])
+        for k in parts:
+            parts[k] += a[k]
+        run_count += a["count"]
+        sources.append(job["trial"])
+        if job.get("report"):
+            diff = differences(estimate["config"], config(job["report"]))
+            if diff:
+                config_changes.append(f"{job['trial']}: {'; '.join(diff)}")
+            if lock and lock_differences(lock, config(job["report"]),
+                                         code_version(job["report"])):
+                not_comparable.append(job["trial"])
+    for m in manual:
+        extra = m["parts"]
+        for k in ("prep", "data", "retries"):
+            parts[k] += extra.get(k, 0.0) * 3600
+        if "idle" in extra:
+            idle = (idle or 0.0) + extra["idle"] * 3600
+        parts["runs"] += (m["hours"] - sum(extra.values())) * 3600
+        if m.get("runs"):
+            run_count += m["runs"]
+        else:
+            counted = False
+        if m.get("slurm"):  # read from Slurm's accounting by a Slurm worker
+            sources.append(m["note"])  # "Slurm accounting: jobs …, Elapsed …, MaxRSS …"
+        else:
+            sources.append("manual" + (f" ({m['note']})" if m.get("note") else ""))
+    if not sources:
+        return {"kind": estimate["kind"], "actual": None}
+    est = {c["name"]: c["seconds"] for c in estimate["components"]}
+    why = []
+    d_runs = parts["runs"] - est["runs"]
+    planned = estimate["runs"] * estimate["configs"]
+    if counted and run_count:
+        count_part = (run_count - planned) * estimate["per_run"] * estimate["gpus"]
+        why.append((_label(count_part, "more runs", "fewer runs", "runs as planned"),
+                    count_part, f"{run_count} runs done, {planned} planned"))
+        why.append((_label(d_runs - count_part, "slower runs", "faster runs", "runs as fast"),
+                    d_runs - count_part,
+                    f"{parts['runs'] / run_count / estimate['gpus']:.4g} s per run measured, "
+                    f"{estimate['per_run']:.4g} s estimated"))
+    else:
+        why.append(("runs", d_runs, "run count not recorded: slower runs and more runs "
+                    "cannot be told apart (give runs=N with the actual)"))
+    waiting = parts["prep"] + parts["data"] - est["prep"] - est["data"]
+    what = "prep + data"
+    if idle is not None:
+        waiting += idle - est["idle"]
+        what += " + idle"
+    else:
+        what += "; idle not measured in the actuals (give idle=H with `/plan NAME actual`)"
+    why.append((_label(waiting, "longer prep or waiting", "shorter prep or waiting",
+                       "prep and waiting as estimated"), waiting, what))
+    d_retry = parts["retries"] - est["retries"]
+    why.append((_label(d_retry, "more retries", "fewer retries", "retries as estimated"),
+                d_retry, "failed attempts' and cancelled trials' time"))
+    actual = sum(parts.values()) + (idle or 0.0)
+    estimated = sum(est.values()) - (0.0 if idle is not None else est["idle"])
+    return {"kind": estimate["kind"], "estimate": estimated / 3600, "actual": actual / 3600,
+            "why": [(name, v / 3600, note) for name, v, note in why], "sources": sources,
+            "runs_done": run_count, "config_changes": config_changes,
+            "not_comparable": not_comparable, "idle_compared": idle is not None,
+            "places": estimate["places"]}
+
+
+MEMORY_METHODS = (("peak_allocated", "torch allocator peak allocated"),
+                  ("process_used_peak", "NVML per-process used peak"),
+                  ("host_rss_peak", "host RSS peak of the child tree"))
+
+
+def memory_compare(estimate_reports: list[dict], actual_reports: list[dict]) -> list[str]:
+    """Peak memory, estimate trial against actual, only where both sides were
+    measured by the same method."""
+    out = []
+    for field, label in MEMORY_METHODS:
+        est = [r["memory"].get(field) for r in estimate_reports if r["memory"].get(field)]
+        act = [r["memory"].get(field) for r in actual_reports if r["memory"].get(field)]
+        if est and act:
+            e, a = max(est), max(act)
+            out.append(f"{label}: {e / 2**30:.3f} GiB in the estimate's trial, "
+                       f"{a / 2**30:.3f} GiB in the actual ({(a - e) / e:+.1%})")
+    return out

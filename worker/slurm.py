@@ -33,7 +33,7 @@ import time
 import uuid
 
 from worker import report as reports
-from worker.launcher import read_json
+from worker.launcher.process import read_json
 from worker.spec import TrialSpec
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

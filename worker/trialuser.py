@@ -78,7 +78,7 @@ def warnings(user: TrialUser | None, hidden: bool, token_file: str | None,
 
 
 def _cannot(user: TrialUser) -> list[str]:
-    from worker.launcher import PACKAGE_ROOT, SHIM, child_env
+    from worker.launcher.process import PACKAGE_ROOT, SHIM, child_env
     out = []
     check = subprocess.run(
         [sys.executable, SHIM, *user.shim_args(), sys.executable, "-c", "import worker.child"],

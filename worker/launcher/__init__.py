@@ -1,0 +1,203 @@
+"""Process isolation: run one trial try in fresh child processes and sample
+them from outside.
+
+A built-in workload runs as `python -m worker.child`, which measures phases and
+the allocator from inside. A recipe runs the admin's argv with an injected
+probe (`worker/probe/sitecustomize.py` on PYTHONPATH) and marks phases from
+`TRIALBOT_PHASE <name>` lines on its stdout. Either way this side samples host
+RSS and NVML at ~100 Hz, enforces the timeout, cancels by killing the child's
+process group, and turns a child that died without finishing into a failed
+report with the error class. Whatever happens, a report comes back.
+
+Here: one try, from spec to report (run_trial), for a built-in workload or a
+recipe. The child process is process.py's, the sampler sampler.py's, the
+verdict on a child that did not finish judge.py's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+
+from worker import machine, timeline
+from worker import report as reports
+from worker.env import cpu_name
+from worker.launcher.judge import KERNEL_METHOD, judge, oom_kills, wait_gpu_released
+from worker.launcher.process import (PROBE_DIR, Run, builtin_env, child_env, pythonpath,
+                                     read_json)
+from worker.launcher.sampler import SAMPLE_HZ
+from worker.probes.host import HostRssTracker
+from worker.probes.nvml import NvmlTracker
+from worker.spec import SpecError, TrialSpec, check_params
+
+PHASE_MEMORY = ("peak_allocated", "peak_reserved", "allocated", "reserved")
+ALLOCATOR_FIELDS = PHASE_MEMORY + ("num_alloc_retries", "num_ooms")
+LIVE_NOTE = ("; glibc's mmap threshold pinned at 64 KiB (malloc=live), so freed tensors "
+             "leave RSS: the live peak")
+
+
+def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
+              hz: float = SAMPLE_HZ, progress: dict | None = None, user=None) -> dict:
+    """Run one try of `spec` in child processes and return its report (never
+    raises for a failing trial: the failure is in the report). `user`, a
+    worker.trialuser.TrialUser, runs the children as that user."""
+    cancel = cancel or threading.Event()
+    timeout = spec.params.get("timeout", 1800)
+    deadline = time.monotonic() + timeout
+    host, nvml = HostRssTracker(), NvmlTracker()
+    kills_before = oom_kills()
+    started = time.time()
+    if spec.recipe:
+        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, [host, nvml], hz,
+                                  progress, user)
+    else:
+        report, run = _run_builtin(spec, deadline, cancel, [host, nvml], hz, progress, user)
+    if run is not None:
+        killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
+                            and oom_kills() not in (None, kills_before))
+        judge(report, run, timeout, killed_by_kernel)
+        memory = report["memory"]
+        for tracker in (host, nvml):
+            memory.update(tracker.result())
+            memory["method"].update(tracker.method)
+        if spec.params.get("malloc") == "live":
+            memory["method"]["host_rss_peak"] += LIVE_NOTE
+        informative = run.max_rss is not None and run.max_rss > run.parent_rss
+        memory["host_rss_peak_kernel"] = run.max_rss if informative else None
+        memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD if informative else (
+            f"not measured: the kernel's max RSS ({(run.max_rss or 0) / 2**20:.0f} MiB) is no "
+            f"more than the worker's own peak RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
+            "which Linux counts into the child's at exec")
+        report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
+        report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
+                           "sampler_cpu_seconds": run.sampler.cpu_seconds,
+                           "what": "worker-side sampling thread: its own CPU time, the cost "
+                                   "of measuring (scripts/bench_probes.py compares on/off)"}
+        wait_gpu_released(nvml, run)
+    report["env"]["driver"] = nvml.driver()
+    nvml.close()
+    report["started"] = report.get("started") or started
+    report["finished"] = time.time()
+    report["seconds"] = report["finished"] - started
+    return report
+
+
+def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None, user=None):
+    with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
+        spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec.to_dict(), f)
+        if user is not None:
+            user.own(tmp)  # the child writes its report here
+        env = builtin_env(spec)
+        run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
+                  deadline, cancel, trackers, hz, progress, user)
+        report = _read(report_path, spec)
+    return report, run
+
+
+def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, user=None):
+    from worker import codeversion
+    report = reports.new_report("recipe", spec.params)
+    report["recipe"] = spec.recipe
+    recipe = recipes.get(spec.recipe)
+    if recipe is None:
+        reports.fail(report, "unsupported", f"recipe `{spec.recipe}` is not in this worker's "
+                     "recipe file; only recipes in the file can run", "setup")
+        return report, None
+    try:
+        check_params(recipe.workload(), spec.params)
+    except SpecError as exc:
+        reports.fail(report, "unsupported", f"refused by this worker's recipe file: "
+                     f"{exc.message}", "setup")
+        return report, None
+    gpus = machine.gpus()
+    report["env"] = {"device": "cpu or unknown (the probe saw no CUDA allocator)",
+                     "host": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
+                     "cpu": cpu_name(), "python": None, "gpu_count": len(gpus),
+                     "gpu_name": gpus[0]["name"] if gpus else None,
+                     "gpu_memory": gpus[0]["memory"] if gpus else None,
+                     "recipe_cwd": recipe.cwd, **codeversion.of(recipe.cwd)}
+    if recipe.requires == "cuda" and not machine.has_cuda():
+        reports.fail(report, "unsupported", f"recipe `{recipe.name}` requires CUDA and this "
+                     "worker has none (NVML sees no NVIDIA GPU and torch no CUDA device)",
+                     "setup")
+        return report, None
+    env = child_env(**recipe.env)
+    start = time.time()
+    for argv in recipe.setup:  # the admin's own commands: deps, weights
+        run = Run(list(argv), recipe.cwd, env, deadline, cancel, user=user)
+        if run.code != 0 or run.stopped:
+            report["phases"].append(_phase("setup", start, time.time()))
+            return report, run
+    if recipe.setup:
+        report["phases"].append(_phase("setup", start, time.time()))
+    with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
+        if user is not None:
+            user.own(tmp)  # the probe writes here
+        env.update(PYTHONPATH=pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
+                   TRIALBOT_PROBE_OUT=tmp)
+        run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz,
+                  progress, user)
+        probe = _probe_result(tmp, run)
+    report["phases"] += _marked_phases(run, probe.get("phases", []))
+    report["output_tail"] = run.tail()  # what the paper's script printed: its own results
+    report["memory"].update(probe.get("totals", {}))
+    report["memory"]["method"].update(probe.get("method") or {
+        k: "not measured: the probe saw no CUDA allocator in the recipe's process (a CPU "
+           "program, or not Python)" for k in ALLOCATOR_FIELDS})
+    report["allocator_samples"] = probe.get("samples", [])
+    report["env"].update(probe.get("env", {}))
+    if run.code == 0 and not run.stopped:
+        report["status"] = "ok"
+    return report, run
+
+
+def _probe_result(directory: str, run: Run) -> dict:
+    """The probe file of the recipe's main process, else the Python process
+    that held the most GPU memory (a launcher script may start the real one)."""
+    found = [read_json(os.path.join(directory, n)) for n in sorted(os.listdir(directory))
+             if n.endswith(".json")]
+    found = [f for f in found if f]
+    if run.proc is not None:
+        main = read_json(os.path.join(directory, f"probe-{run.proc.pid}.json"))
+        if main and main.get("totals"):
+            return main
+    with_gpu = [f for f in found if f.get("totals")]
+    if with_gpu:
+        return max(with_gpu, key=lambda f: f["totals"]["peak_allocated"])
+    return found[0] if found else {}
+
+
+def _marked_phases(run: Run, probed: list[dict]) -> list[dict]:
+    """Phases from TRIALBOT_PHASE lines: each mark ends the phase before it.
+    Time before the first mark is `launch` (interpreter, imports); a program
+    with no marks is one `run` phase. Allocator peaks come from the probe,
+    paired by position from the last phase back (the probe always has a
+    `launch` entry first; names may repeat)."""
+    marks = run.marks or [("run", run.started)]
+    if marks[0][1] - run.started > 0.001:
+        marks = [("launch", run.started)] + marks
+    end = max(run.ended, marks[-1][1])
+    phases = [_phase(name, t, marks[i + 1][1] if i + 1 < len(marks) else end)
+              for i, (name, t) in enumerate(marks)]
+    for phase, seen in zip(reversed(phases), reversed(probed)):
+        phase.update({k: seen.get(k) for k in PHASE_MEMORY})
+    return phases
+
+
+def _phase(name: str, start: float, end: float) -> dict:
+    return {"name": name, "start": start, "end": end, "seconds": end - start}
+
+
+def _read(path: str, spec: TrialSpec) -> dict:
+    return read_json(path) or reports.new_report(spec.workload, spec.params)
+
+

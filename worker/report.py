@@ -1,9 +1,15 @@
-"""The trial report: one JSON document shared by the worker and the bot.
+"""The trial report: one JSON document shared by the worker and the bot, and
+its one definition (the TypedDicts below) and validator.
 
 The worker builds it, the bot stores and renders it, other tools read it.
-Field names are a contract (README, "The trial report").
+Field names are a contract (docs/report-schema.md). The types say what each
+field holds; `validate` checks what the bot relies on before it stores one.
 """
 from __future__ import annotations
+
+import types
+import typing
+from typing import Literal, TypedDict
 
 from worker import arithmetic
 
@@ -25,12 +31,98 @@ MEMORY_FIELDS = (
 
 ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled")
 
+# "class" is a keyword: the functional form spells it.
+TrialError = TypedDict("TrialError", {"class": str, "message": str, "phase": "str | None"})
 
-def new_report(workload: str, params: dict) -> dict:
+
+class Phase(TypedDict, total=False):
+    name: str          # setup, weights, data, warmup, run (a recipe: launch, its marks)
+    start: float       # Unix time
+    end: float
+    seconds: float
+    peak_allocated: int | None  # CUDA only: peaks reset at the phase's start
+    peak_reserved: int | None
+    allocated: int | None       # ... and at its end
+    reserved: int | None
+
+
+class Memory(TypedDict, total=False):
+    method: dict[str, str]  # for every field: how it was measured, or why not
+    allocated: int | None
+    reserved: int | None
+    peak_allocated: int | None
+    peak_reserved: int | None
+    device_used_peak: int | None
+    process_used_peak: int | None
+    host_rss_peak: int | None
+    host_rss_peak_kernel: int | None
+    num_alloc_retries: int | None
+    num_ooms: int | None
+    devices: list[dict]  # per GPU: index, name, used_peak, process_used_peak, utilization
+
+
+class Stats(TypedDict, total=False):
+    """Latency (per request or training step), time to first token, decode step."""
+    count: int
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    stdev: float | None
+    unit: str
+    what: str
+
+
+class Attempt(TypedDict, total=False):
+    attempt: int
+    status: str
+    error_class: str | None
+    message: str
+    seconds: float | None
+    changed: dict      # parameters that differ from the request
+    next: str | None   # what changed for the next try
+
+
+class Report(TypedDict, total=False):
+    schema: str                        # SCHEMA
+    trial: str | None                  # T12, set by the bot's queue
+    worker: str | None
+    workload: str                      # llm-infer, llm-train, recipe
+    params: dict                       # every parameter, resolved
+    status: Literal["running", "ok", "failed"]
+    error: TrialError | None
+    started: float | None
+    finished: float | None
+    seconds: float | None
+    phases: list[Phase]
+    memory: Memory
+    latency: Stats | None
+    ttft: Stats | None
+    decode_per_token: Stats | None
+    stability: dict | None
+    throughput: dict | None            # {value, unit, what}
+    scale: dict | None
+    scenario: str | None
+    headline: dict | None              # {metric, value, unit}
+    quality_probe: dict | None
+    training: dict | None
+    full_depth: dict                   # llm-infer with preset=: arithmetic, not measured
+    env: dict
+    requested: dict
+    attempts: list[Attempt]
+    seconds_lost: float
+    timeline: dict | None              # {sampled, allocator}: {columns, rows, method}
+    probe: dict
+    recipe: str | None
+    output_tail: str
+    slurm: dict
+
+
+def new_report(workload: str, params: dict) -> Report:
     """An empty report in the schema's shape; the child and launcher fill it.
     An llm-infer trial with `preset=` carries the preset's full-depth
     arithmetic from the start, so a failed try reports it too."""
-    report = {
+    report: Report = {
         "schema": SCHEMA,
         "trial": None,
         "worker": None,
@@ -53,7 +145,7 @@ def new_report(workload: str, params: dict) -> dict:
     return report
 
 
-def fail(report: dict, error_class: str, message: str, phase: str | None = None) -> dict:
+def fail(report: Report, error_class: str, message: str, phase: str | None = None) -> Report:
     """Mark a report failed. The message is kept to its last 2000 characters
     because the tail of a traceback or log names the cause."""
     assert error_class in ERROR_CLASSES, error_class
@@ -102,11 +194,49 @@ def validate(report: object) -> list[str]:
                     and all(v is None or _number(v) for v in r) for r in part["rows"])
             for part in timeline.values())):
         problems.append("timeline parts must be {columns, rows} with numeric rows of that width")
-    for key in ("latency", "throughput", "scale", "stability"):
-        if report.get(key) is not None and not isinstance(report[key], dict):
-            problems.append(f"{key} must be an object or null")
+    problems += [f"{key} must be {what}" for key, what in _shapes(report)]
     return problems
 
 
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# Fields `validate` checks more closely than their type.
+_CHECKED = {"schema", "status", "workload", "params", "phases", "memory", "error", "timeline"}
+
+
+def _kinds(hint) -> tuple[tuple[type, ...], str]:
+    """The JSON types a field's annotation allows, and their name."""
+    args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    allowed, names = [], []
+    for a in args:
+        origin = typing.get_origin(a) or a
+        if a is type(None):
+            names.append("null")
+        elif origin is Literal or a is str:
+            allowed.append(str)
+            names.append("a string")
+        elif a in (int, float):
+            allowed += [int, float]
+            names.append("a number")
+        elif origin is list:
+            allowed.append(list)
+            names.append("a list")
+        else:  # dict or a TypedDict
+            allowed.append(dict)
+            names.append("an object")
+    return tuple(allowed) + ((type(None),) if "null" in names else ()), " or ".join(
+        dict.fromkeys(names))
+
+
+def _shapes(report: dict) -> list[tuple[str, str]]:
+    """Fields present with a JSON type their Report annotation does not allow."""
+    out = []
+    for key, hint in typing.get_type_hints(Report).items():
+        if key in report and key not in _CHECKED:
+            allowed, what = _kinds(hint)
+            value = report[key]
+            if not isinstance(value, allowed) or isinstance(value, bool) and bool not in allowed:
+                out.append((key, what))
+    return out

@@ -3,9 +3,10 @@ uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
 from worker.units import duration, size
+from worker.report import Report
 
 
-def headline_figure(r: dict) -> str:
+def headline_figure(r: Report) -> str:
     h = r.get("headline")
     if not h:
         return ""
@@ -14,7 +15,7 @@ def headline_figure(r: dict) -> str:
     return f" — {where}{h['metric']} {value}"
 
 
-def headline(r: dict) -> str:
+def headline(r: Report) -> str:
     who = r.get("trial") or "trial"
     what = f"recipe {r['recipe']}" if r.get("recipe") else r["workload"]
     where = r.get("worker") or r.get("env", {}).get("host") or "?"
@@ -26,11 +27,11 @@ def headline(r: dict) -> str:
     return f"{who} {what} ok on {where}{took}{headline_figure(r)}"
 
 
-def phases_line(r: dict) -> str:
+def phases_line(r: Report) -> str:
     return "phases: " + ", ".join(f"{p['name']} {duration(p['seconds'])}" for p in r["phases"])
 
 
-def facts(r: dict) -> list[tuple[str, str]]:
+def facts(r: Report) -> list[tuple[str, str]]:
     """(label, value) pairs of the measured results, each value saying how it
     was measured; the text summary and the Slack fields both show these."""
     out = []
@@ -114,7 +115,7 @@ def stability(st: dict) -> str:
             f"requests ({st['stopped_by']}); treat these figures with care")
 
 
-def env_line(r: dict) -> str:
+def env_line(r: Report) -> str:
     e = r.get("env") or {}
     if r.get("recipe"):
         gpu = (f"{e['gpu_count']}× {e['gpu_name']}, CUDA {e.get('cuda')}, torch {e.get('torch')}"
@@ -127,7 +128,7 @@ def env_line(r: dict) -> str:
             f"{e.get('torch', '?')}, Python {e.get('python', '?')}")
 
 
-def retry_line(r: dict) -> str | None:
+def retry_line(r: Report) -> str | None:
     """Say plainly when the measured config is not the requested one."""
     tries = r.get("attempts") or []
     if len(tries) < 2:
@@ -141,7 +142,7 @@ def retry_line(r: dict) -> str | None:
             f"{duration(r.get('seconds_lost'))} lost to failed tries")
 
 
-def text(r: dict) -> str:
+def text(r: Report) -> str:
     lines = [headline(r)]
     if retry_line(r):
         lines.append(retry_line(r))

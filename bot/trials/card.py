@@ -4,6 +4,7 @@ fail. Details, the chart and each failed try go into its thread. Pure."""
 from __future__ import annotations
 
 from worker import summary
+from worker.report import Report
 
 # action_id of each button; bot/listeners/actions.py answers them.
 CANCEL, RERUN, ADD_TO_PLAN = "trial_cancel", "trial_rerun", "trial_add_to_plan"
@@ -54,7 +55,7 @@ def started(job: dict, worker: str, progress: dict | None = None) -> dict:
     return _card(job, text, buttons, "progress" if progress or job.get("cancel") else "started")
 
 
-def final(job: dict, r: dict) -> dict:
+def final(job: dict, r: Report) -> dict:
     """The card once the trial ended: its one-line summary; the report is in the thread."""
     if (r.get("error") or {}).get("class") == "cancelled":
         who = f" by <@{job['cancelled_by']}>" if job.get("cancelled_by") else ""

@@ -9,9 +9,10 @@ from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
 from bot.trials import ab, card, ladder, views
 from bot.trials.job import ENDED
+from worker.report import Report
 
 
-def ended(store, job: dict, report: dict) -> list[dict]:
+def ended(store, job: dict, report: Report) -> list[dict]:
     """The card's final state (an edit, when the trial has a card) and the report."""
     out = [views.report(job, report)]
     if job.get("started_msg"):
@@ -20,7 +21,7 @@ def ended(store, job: dict, report: dict) -> list[dict]:
     return out
 
 
-def group_message(store, job: dict, report: dict) -> dict | None:
+def group_message(store, job: dict, report: Report) -> dict | None:
     """The sweep's fit or the ladder's (A/B's) table, when `job` (ending now
     with `report`) is the last of its group to end; else None."""
     if job.get("ladder"):

@@ -7,6 +7,7 @@ from bot.trials.job import ENDED
 from worker import spec as specs
 from worker import summary
 from worker.units import duration
+from worker.report import Report
 
 
 def error(exc: specs.SpecError) -> dict:
@@ -94,7 +95,7 @@ def job_list(jobs: list[dict], which: str | None = None) -> dict:
     return reply("\n".join(lines))
 
 
-def report(job: dict, r: dict) -> dict:
+def report(job: dict, r: Report) -> dict:
     """The posted report, threaded under the job's "started" message."""
     from bot.fits import depth
     from bot.fits import depthview
@@ -104,7 +105,7 @@ def report(job: dict, r: dict) -> dict:
             "text": text, "blocks": report_blocks(r, pred)}
 
 
-def chart(job: dict, r: dict) -> dict:
+def chart(job: dict, r: Report) -> dict:
     """The memory timeline PNG, uploaded into the trial's thread (drawn at send time
     from the stored report, so the outbox row holds no image)."""
     return {"channel": job["channel"], "kind": "chart", "thread_of": job.get("started_msg"),
@@ -112,7 +113,7 @@ def chart(job: dict, r: dict) -> dict:
             "file": f"{job['trial']}-memory.png"}
 
 
-def report_blocks(r: dict, pred: dict | None = None) -> list[dict]:
+def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     """`pred`: the report's partial-depth prediction (bot/depth.from_trial), worked
     out here when the caller has not (a report without one returns at once)."""
     icon = ":white_check_mark:" if r["status"] == "ok" else ":x:"

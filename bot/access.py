@@ -10,20 +10,13 @@ open to anyone who can type the command; a trial or a plan only in its own
 channel, or by an admin (JobQueue.hides). With nothing configured nobody may
 run and nobody is an admin (see README, "Who may do what").
 
-Pure: the Slack adapter supplies user-group membership as a callable.
+Pure: the Slack adapter supplies user-group membership as a callable; the
+settings (environment, TOML) are read by bot/app/config.py.
 """
 from __future__ import annotations
 
-import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Callable, Iterable
-
-from bot.app.config import ConfigError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 SETUP = ("whoever runs `trialbot serve` sets TRIALBOT_RUN_USERS, TRIALBOT_RUN_CHANNELS, "
          "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (README, \"Who may do what\")")
@@ -115,72 +108,3 @@ def _ask(policy: Policy) -> str:
         return "Ask whoever runs the bot to add you."
     shown = sorted(policy.admins)[:3]
     return "Ask an admin (" + ", ".join(f"<@{a}>" for a in shown) + ") to add you."
-
-
-# Loading: environment variables, and an [access] table in TRIALBOT_CONFIG.
-# A variable that is set replaces the file's key of the same meaning.
-
-ENV = {"run_users": "TRIALBOT_RUN_USERS", "run_usergroups": "TRIALBOT_RUN_USERGROUPS",
-       "run_channels": "TRIALBOT_RUN_CHANNELS", "admins": "TRIALBOT_ADMINS",
-       "admin_usergroups": "TRIALBOT_ADMIN_USERGROUPS", "run_everyone": "TRIALBOT_RUN_EVERYONE"}
-KINDS = {"run_users": ("a Slack user id", "UW", "U0123ABCD"),
-         "admins": ("a Slack user id", "UW", "U0123ABCD"),
-         "run_usergroups": ("a Slack user group id", "S", "S0123ABCD"),
-         "admin_usergroups": ("a Slack user group id", "S", "S0123ABCD"),
-         "run_channels": ("a Slack channel id", "CG", "C0123ABCD")}
-ID = re.compile(r"[A-Z][A-Z0-9]+")
-TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def load(env) -> Policy:
-    """The policy from `env` (a mapping); raises ConfigError in one line."""
-    raw = _file(env["TRIALBOT_CONFIG"]) if env.get("TRIALBOT_CONFIG") else {}
-    where = {key: f"TRIALBOT_CONFIG={env.get('TRIALBOT_CONFIG')} [access] {key}"
-             for key in raw}
-    for key, name in ENV.items():
-        value = (env.get(name) or "").strip()
-        if value:
-            raw[key], where[key] = value, name
-            if key != "run_everyone":
-                raw[key] = [v.strip() for v in value.split(",") if v.strip()]
-    out = {}
-    for key, value in raw.items():
-        if key == "run_everyone":
-            out[key] = _flag(value, where[key])
-            continue
-        what, first, example = KINDS[key]
-        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"{where[key]}: give a list of ids, e.g. [\"{example}\"]")
-        bad = [v for v in value if not (ID.fullmatch(v) and v[0] in first)]
-        if bad:
-            starts = " or ".join(f"{c}…" for c in first)
-            raise ConfigError(f"{where[key]}: {bad[0]!r} is not {what} ({starts}); give ids "
-                              f"separated by commas, e.g. {example}")
-        out[key] = frozenset(value)
-    return Policy(**out)
-
-
-def _file(path: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"TRIALBOT_CONFIG={path}: cannot read it: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"TRIALBOT_CONFIG={path}: not valid TOML: {exc}") from None
-    table = data.get("access", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"TRIALBOT_CONFIG={path}: `access` must be a table [access]")
-    unknown = sorted(set(table) - set(ENV))
-    if unknown:
-        raise ConfigError(f"TRIALBOT_CONFIG={path}: unknown key `{unknown[0]}` in [access]; "
-                          f"known: {', '.join(ENV)}")
-    return dict(table)
-
-
-def _flag(value, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in TRUE + FALSE:
-        return value.lower() in TRUE
-    raise ConfigError(f"{where}: {value!r} is not true or false (1 or 0)")

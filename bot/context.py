@@ -4,8 +4,9 @@ in a channel). One explicit object, made by bot/app/runtime.py and completed
 by the Slack app, handed to the trials, plans and digest commands."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from bot import access
 

@@ -21,8 +21,8 @@ import subprocess
 import sys
 import time
 
-from worker import presets  # noqa: E402
 from bot.fits import depth
+from worker import presets  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)

@@ -19,10 +19,10 @@ import sys
 import tempfile
 import time
 
-from bot.trials.queue import JobQueue  # noqa: E402
-from bot.store import Store  # noqa: E402
-from worker.report import new_report  # noqa: E402
 from bot.digest import command as schedule
+from bot.store import Store  # noqa: E402
+from bot.trials.queue import JobQueue  # noqa: E402
+from worker.report import new_report  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,7 +54,6 @@ def generate(store: Store, n_trials: int, n_plans: int, weeks: int, now: float,
     rng = random.Random(seed)
     span = weeks * 7 * 86400
     jobs, attempts = [], []
-    tagged = {}  # job id -> (plan, block)
     kinds = ("baseline", "compare", "verify")
     for i in range(1, n_trials + 1):
         ok = rng.random() > 0.08

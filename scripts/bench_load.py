@@ -103,7 +103,8 @@ def main() -> int:
             results = list(pool.map(lambda _: slash(url, QUICK), range(args.concurrent)))
         lat = np.array([s for _, s in results]) * 1000
         made = count(db, "select count(*) from jobs")
-        print(f"1. {args.concurrent} concurrent signed /trial: acked {sum(s == 200 for s, _ in results)}"
+        acked = sum(s == 200 for s, _ in results)
+        print(f"1. {args.concurrent} concurrent signed /trial: acked {acked}"
               f", p50 {np.percentile(lat, 50):.0f} ms, p99 {np.percentile(lat, 99):.0f} ms, "
               f"max {lat.max():.0f} ms; jobs created {made} (want {args.concurrent})")
         if made != args.concurrent or max(lat) > 3000:

@@ -33,7 +33,6 @@ from bot.slack.app import web_client  # noqa: E402
 from bot.store import Store  # noqa: E402
 from slackfake import FakeSlack  # noqa: E402
 
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
@@ -73,7 +72,8 @@ def checks(slack: FakeSlack, channels: list[str], n: int) -> dict:
         posts = [a for a in slack.posts() if a["channel"] == channel]
         ids = [int(a["text"].split()[1]) for a in posts if a["text"].startswith("card")]
         want = [t for i in ids for t in (f"card {i}", f"report {i}")]
-        out["once"] &= sorted(a["text"] for a in posts) == sorted(want) and len(set(ids)) == len(ids)
+        out["once"] &= (sorted(a["text"] for a in posts) == sorted(want)
+                        and len(set(ids)) == len(ids))
         out["in_order"] &= ids == sorted(ids) and [a["text"] for a in posts] == want
     edits = [e for e in slack.calls_of("chat.update") if e["channel"] in channels]
     out["once"] &= len(edits) == n and len({e["text"] for e in edits}) == n
@@ -157,8 +157,9 @@ def main() -> int:
         troubled.append(took)
         ok &= all(last["good"].values())
         ok &= last["responds"] == 30 and last["refused"] == 10 and last["slow"] == 10
-    spread = (lambda xs: f"median {statistics.median(xs):.2f} s (min {min(xs):.2f}, "
-              f"max {max(xs):.2f})")
+    def spread(xs):
+        return f"median {statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f})"
+
     print(f"2. {args.trials} trials in {args.channels} working channels, delivered: alone "
           f"{spread(alone)}; beside 10 trials in a channel answering not_in_channel and 5 in "
           f"one answering after {args.slow:g} s, queued ahead of them: {spread(troubled)} "

@@ -17,12 +17,13 @@ import threading
 import time
 from collections import Counter
 
-from bot import access
-from bot.delivery.outbox import ConsoleTransport  # noqa: E402
+from bot.app import config
 from bot.app.runtime import Runtime  # noqa: E402
+from bot.delivery.outbox import ConsoleTransport  # noqa: E402
+from bot.trials import command as trial_command
+from bot.trials import routing
 from worker import report as reports  # noqa: E402
 from worker.client import Client  # noqa: E402
-from bot.trials import command as trial_command, routing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -44,7 +45,7 @@ def main() -> int:
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="trialbot-routing-")
     rt = Runtime(f"{tmp}/r.db", "wtoken", ConsoleTransport(io.StringIO(), True, tmp),
-                 policy=access.load({"TRIALBOT_RUN_EVERYONE": "1"}))
+                 policy=config.load_access({"TRIALBOT_RUN_EVERYONE": "1"}))
     rt.start()
     url = rt.server.url
     clients = {name: Client(url, "wtoken") for name in WORKERS}

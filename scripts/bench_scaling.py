@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
 from bot.fits import scaling
 from bot.fits.sweep import fit_sweep, predict_seconds
 

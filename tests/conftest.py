@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from slackfake import FakeSlack  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -27,9 +28,9 @@ def fake_slack():
 
 def bolt_runtime(db: str, fake_slack, policy):
     """The Bolt app and HTTP server in-process on `db`, started; stop() it."""
-    from bot.slack.transport import SlackTransport
     from bot.app.runtime import Runtime
     from bot.slack.app import build_app, web_client
+    from bot.slack.transport import SlackTransport
     client = web_client("xoxb-test", fake_slack.api_url)
     rt = Runtime(db, "wtoken", SlackTransport(client), policy=policy)
     rt.server.bolt_app = build_app(rt.ctx, client, "s3cret")

@@ -1,9 +1,9 @@
 """A/B trials: parsing, the comparison (pure), and one A/B through the console."""
 import pytest
-from test_console import run_console
 
-from worker.spec import SpecError
 from bot.trials import ab
+from test_console import run_console
+from worker.spec import SpecError
 
 
 def test_one_parameter_with_two_values_makes_a_and_b():

@@ -9,24 +9,23 @@ import time
 import urllib.parse
 
 import pytest
-from conftest import BIN, ROOT, bolt_runtime
-from slackfake import post, signed_headers, slash_body
 
 from bot import access
 from bot.access import Policy
+from bot.app import config, console
 from bot.app.config import ConfigError
 from bot.app.console import ConsoleTransport
-from bot.app.runtime import Runtime
+from bot.app.runtime import Runtime, context
+from bot.plans import command as plan_command
+from bot.slack import groups as slackgroups
 from bot.store import Store
+from bot.trials import command as trial_command
+from conftest import BIN, ROOT, bolt_runtime
+from slackfake import post, signed_headers, slash_body
 from worker import recipes, redact
 from worker.agent import Agent
 from worker.client import Client
 from worker.spec import parse
-from bot.app import console
-from bot.slack import groups as slackgroups
-from bot.trials import command as trial_command
-from bot.plans import command as plan_command
-from bot.app.runtime import context
 
 QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
 TODAY = dt.date(2026, 12, 1)
@@ -41,12 +40,12 @@ def queue_with(tmp_path, policy):
 
 
 def test_env_settings_are_read_and_checked():
-    p = access.load({"TRIALBOT_RUN_USERS": "U1, W2", "TRIALBOT_RUN_CHANNELS": "C1,G2",
+    p = config.load_access({"TRIALBOT_RUN_USERS": "U1, W2", "TRIALBOT_RUN_CHANNELS": "C1,G2",
                      "TRIALBOT_RUN_USERGROUPS": "S1", "TRIALBOT_ADMINS": "UADMIN",
                      "TRIALBOT_ADMIN_USERGROUPS": "S9", "TRIALBOT_RUN_EVERYONE": "0"})
     assert p == Policy(frozenset({"U1", "W2"}), frozenset({"S1"}), frozenset({"C1", "G2"}),
                        frozenset({"UADMIN"}), frozenset({"S9"}), False)
-    assert access.load({}) == Policy() and not Policy().configured
+    assert config.load_access({}) == Policy() and not Policy().configured
 
 
 @pytest.mark.parametrize("env, says", [
@@ -59,7 +58,7 @@ def test_env_settings_are_read_and_checked():
 ])
 def test_bad_env_settings_are_one_line_errors(env, says):
     with pytest.raises(ConfigError) as err:
-        access.load(env)
+        config.load_access(env)
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
@@ -67,7 +66,7 @@ def test_toml_file_and_env_that_replaces_a_key(tmp_path):
     path = tmp_path / "trialbot.toml"
     path.write_text('[access]\nrun_users = ["U1"]\nrun_channels = ["C7"]\nadmins = ["UA"]\n'
                     "run_everyone = false\n")
-    p = access.load({"TRIALBOT_CONFIG": str(path), "TRIALBOT_ADMINS": "UB"})
+    p = config.load_access({"TRIALBOT_CONFIG": str(path), "TRIALBOT_ADMINS": "UB"})
     assert p == Policy(run_users=frozenset({"U1"}), run_channels=frozenset({"C7"}),
                        admins=frozenset({"UB"}))
 
@@ -83,7 +82,7 @@ def test_bad_toml_files_are_one_line_errors(tmp_path, body, says):
     path = tmp_path / "trialbot.toml"
     path.write_text(body)
     with pytest.raises(ConfigError) as err:
-        access.load({"TRIALBOT_CONFIG": str(path)})
+        config.load_access({"TRIALBOT_CONFIG": str(path)})
     assert says in str(err.value) and str(path) in str(err.value)
 
 
@@ -145,7 +144,8 @@ def test_cancelling_someone_elses_trial_needs_admin(tmp_path):
     said = trial_command.handle(q, f"cancel {job['trial']}", "U2", "C1")[0]["text"]
     assert "only they or an admin can cancel it" in said and "permission: admin" in said
     assert q.store.job(job["id"])["status"] == "queued"
-    assert "is cancelled" in trial_command.handle(q, f"cancel {job['trial']}", "UA", "C1")[0]["text"]
+    assert "is cancelled" in trial_command.handle(q, f"cancel {job['trial']}", "UA",
+                                                  "C1")[0]["text"]
 
 
 def test_prices_digests_and_plan_changes_are_refused_without_creating_rows(tmp_path):
@@ -321,10 +321,11 @@ def test_secret_env_must_name_variables(tmp_path):
 
 def test_a_plan_is_changed_only_with_the_right_in_its_own_channel(tmp_path):
     today = dt.date(2026, 12, 1)
-    q = queue_with(tmp_path, access.load({"TRIALBOT_RUN_CHANNELS": "CSANDBOX,CTEAM",
+    q = queue_with(tmp_path, config.load_access({"TRIALBOT_RUN_CHANNELS": "CSANDBOX,CTEAM",
                                           "TRIALBOT_RUN_USERS": "UTEAM"}))
     assert "started" in plan_command.handle(q, "new secret", "UTEAM", "CTEAM", today)["text"]
-    q.policy = access.load({"TRIALBOT_RUN_CHANNELS": "CSANDBOX", "TRIALBOT_RUN_USERS": "UTEAM"})
+    q.policy = config.load_access({"TRIALBOT_RUN_CHANNELS": "CSANDBOX",
+                                   "TRIALBOT_RUN_USERS": "UTEAM"})
     # a stranger allowed in the sandbox cannot reach a plan that lives in CTEAM
     refused = plan_command.handle(q, "secret set paper=hacked", "USTRANGER", "CSANDBOX", today)
     assert "Nothing was changed" in refused["text"]

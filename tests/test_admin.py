@@ -5,11 +5,10 @@ import subprocess
 import threading
 
 import pytest
-from conftest import BIN, ROOT
 
-from bot.store import migrations
-from bot.store import Store, backup
 from bot.http import tokens
+from bot.store import Store, backup, migrations
+from conftest import BIN, ROOT
 
 
 def trialbot(*args, env=None):
@@ -113,7 +112,8 @@ def test_worker_token_commands(tmp_path):
     db = tmp_path / "bot.db"
     Store(str(db))
     done = trialbot("worker-token", "create", "gpu-a", "--db", str(db))
-    assert done.returncode == 0 and "trialbot-worker" in done.stdout and "--name gpu-a" in done.stdout
+    assert done.returncode == 0
+    assert "trialbot-worker" in done.stdout and "--name gpu-a" in done.stdout
     token = next(w for w in done.stdout.split() if len(w) == 43)  # token_urlsafe(32)
     hashes = Store(str(db)).active_token_hashes()
     assert hashes == [("gpu-a", tokens.digest(token))]

@@ -16,7 +16,8 @@ from worker.spec import parse
 
 
 def test_a_worker_side_error_still_ends_the_job_with_a_report(tmp_path, monkeypatch):
-    rt = Runtime(str(tmp_path / "a.db"), "tok", ConsoleTransport(io.StringIO(), True, str(tmp_path)))
+    rt = Runtime(str(tmp_path / "a.db"), "tok", ConsoleTransport(io.StringIO(), True,
+                                                                 str(tmp_path)))
     rt.start()
 
     def broken(*args, **kwargs):
@@ -85,7 +86,8 @@ class _Forward(BaseHTTPRequestHandler):
 
 
 def test_a_lease_whose_answer_was_lost_is_retried_with_its_key_and_runs(tmp_path):
-    rt = Runtime(str(tmp_path / "k.db"), "tok", ConsoleTransport(io.StringIO(), True, str(tmp_path)))
+    rt = Runtime(str(tmp_path / "k.db"), "tok", ConsoleTransport(io.StringIO(), True,
+                                                                 str(tmp_path)))
     rt.start()
     proxy = LosingProxy(rt.server.url)
     a = Agent(Client(proxy.url, "tok"), "w1")

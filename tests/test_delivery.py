@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from bot.delivery import refusals
 from slackfake import post, signed_headers, slash_body
 from worker import report as reports
 from worker.spec import parse
-from bot.delivery import refusals
 
 SPEC = parse(["llm-infer", "gen=2", "repeats=1", "stability=0"])
 QUICK = "llm-infer gen=2 repeats=1 stability=0"

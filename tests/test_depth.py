@@ -8,15 +8,15 @@ import math
 
 import pytest
 
+from bot.app.runtime import context
+from bot.fits import depth, gpus
+from bot.plans import command as plan_command
 from bot.store import Store
+from bot.trials import command as trial_command
+from bot.trials import parse, views
 from worker import arithmetic, launcher, stats
 from worker import report as reports
 from worker import spec as specs
-from bot.trials import command as trial_command, parse
-from bot.fits import depth, gpus
-from bot.plans import command as plan_command
-from bot.trials import views
-from bot.app.runtime import context
 
 LLAMA = ["llm-infer", "preset=llama-3-8b", "batch=8", "prompt=4096", "gen=256", "dtype=bf16"]
 GIB = 2**30

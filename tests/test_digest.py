@@ -7,15 +7,15 @@ import json
 from zoneinfo import ZoneInfo
 
 import pytest
-from test_planner import report
-from test_plans import finish
 
-from bot.store import Store
-from bot.plans import command as plan_command
+from bot.app.runtime import context
 from bot.digest import build as digest_build
 from bot.digest import command as schedule
 from bot.digest import scheduler
-from bot.app.runtime import context
+from bot.plans import command as plan_command
+from bot.store import Store
+from test_planner import report
+from test_plans import finish
 
 UTC = dt.timezone.utc
 SEOUL = {"weekday": "mon", "hour": 9, "minute": 0, "tz": "Asia/Seoul"}
@@ -67,19 +67,19 @@ def test_schedule_show_and_off(ctx):
 
 
 def test_the_cron_trigger_fires_in_the_channels_timezone():
-    t = scheduler.trigger(SEOUL)
+    t = digest_build.trigger(SEOUL)
     nxt = t.get_next_fire_time(None, dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
     assert nxt == dt.datetime(2026, 12, 7, 0, 0, tzinfo=UTC)  # Mon 09:00 KST
     # Across a DST change the wall-clock time holds: 09:00 CET, then 09:00 CEST.
     berlin = {"weekday": "fri", "hour": 9, "minute": 0, "tz": "Europe/Berlin"}
-    t = scheduler.trigger(berlin)
+    t = digest_build.trigger(berlin)
     first = t.get_next_fire_time(None, dt.datetime(2027, 3, 22, tzinfo=UTC))
     second = t.get_next_fire_time(first, first + dt.timedelta(seconds=1))
     assert first == dt.datetime(2027, 3, 26, 8, 0, tzinfo=UTC)
     assert second == dt.datetime(2027, 4, 2, 7, 0, tzinfo=UTC)
     # The week a fire belongs to agrees with the trigger, at any "now".
     for s in (SEOUL, berlin):
-        t = scheduler.trigger(s)
+        t = digest_build.trigger(s)
         for hours in range(0, 24 * 21, 7):
             now = dt.datetime(2027, 3, 15, tzinfo=UTC) + dt.timedelta(hours=hours)
             last, nxt = digest_build.last_fire(s, now), t.get_next_fire_time(None, now)
@@ -145,7 +145,7 @@ def test_a_double_fire_posts_the_week_once(ctx):
     finish(ctx, report())
     say(ctx, "digest weekly mon 09:00 Asia/Seoul", now)
     s = ctx.store.digest("C1")
-    fire = scheduler.trigger(s).get_next_fire_time(None, now)
+    fire = digest_build.trigger(s).get_next_fire_time(None, now)
     assert schedule.post_scheduled(ctx, s, fire + dt.timedelta(seconds=2))
     assert not schedule.post_scheduled(ctx, s, fire + dt.timedelta(seconds=3))
     week = digest_build.week_key(fire)
@@ -169,7 +169,7 @@ def test_a_week_missed_while_down_is_posted_at_start_and_only_once(ctx):
     # C2's last time was before it was scheduled: nothing to catch up.
     assert schedule.catch_up(ctx, now) == []
     # The bot was down over C1's next fire; it starts 3 hours later.
-    fire = scheduler.trigger(ctx.store.digest("C1")).get_next_fire_time(None, now)
+    fire = digest_build.trigger(ctx.store.digest("C1")).get_next_fire_time(None, now)
     later = fire + dt.timedelta(hours=3)
     assert "C1" in schedule.catch_up(ctx, later)
     posted = [r for r in digests_posted(ctx) if r["channel"] == "C1"]

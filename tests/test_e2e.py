@@ -141,6 +141,7 @@ def test_socket_mode_with_slack_unreachable_still_serves_workers(bot_env, tmp_pa
 def test_worker_killed_mid_trial_loses_the_lease_and_another_worker_finishes(
         bot_env, tmp_path, start_worker, fake_slack):
     import signal
+
     from conftest import Proc, wait_http
     env = dict(bot_env, TRIALBOT_LEASE_SECONDS="3")
     bot = Proc([str(BIN / "trialbot"), "serve"], env, tmp_path / "bot.log")

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.app.runtime import context
+from bot.plans import command as plan_command
 from bot.store import Store
 from bot.trials import command as trial_command
-from bot.plans import command as plan_command
-from bot.app.runtime import context
 
 KEYS = ["batch", "prompt", "gen", "dtype", "layers", "hidden", "seq", "steps", "world", "zero",
         "precision", "budget", "plan", "block", "repeats", "timeout", "", "=", "x"]

@@ -1,11 +1,11 @@
 """The optimization ladder: its steps, its table, its recommendation (pure), and
 one whole ladder through the console on a tiny model."""
 import pytest
-from test_console import run_console
 
-from worker.spec import SpecError
 from bot.trials import ladder
+from test_console import run_console
 from worker import arithmetic
+from worker.spec import SpecError
 
 TINY = "llm-train layers=2 hidden=64 heads=2 kv_heads=1 vocab=256 seq=32 batch=4 steps=3"
 

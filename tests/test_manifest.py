@@ -25,6 +25,7 @@ def test_manifest_commands_scopes_and_modes(tmp_path, fake_slack):
     import io
 
     from slack_bolt.request import BoltRequest
+
     from slackfake import signed_headers, slash_body
     rt = Runtime(str(tmp_path / "m.db"), "t", ConsoleTransport(io.StringIO(), False, str(tmp_path)))
     app = build_app(rt.ctx, web_client("xoxb-x", fake_slack.api_url), "secret")

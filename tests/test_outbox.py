@@ -1,8 +1,8 @@
 """The outbox against a failing transport and the fake Slack Web API."""
 from bot.delivery.outbox import Outbox
-from bot.slack.transport import SlackTransport
 from bot.delivery.refusals import Undeliverable
 from bot.slack.app import web_client
+from bot.slack.transport import SlackTransport
 from bot.store import Store
 
 

@@ -7,9 +7,9 @@ import pytest
 from scipy import stats
 
 from bot.fits import gpus
-from worker.report import new_report
 from bot.plans import advice, prices, review
 from bot.plans import estimate as planner
+from worker.report import new_report
 
 TODAY = dt.date(2026, 12, 1)
 

@@ -3,15 +3,15 @@ through the ctx as a worker finishes them."""
 import datetime as dt
 
 import pytest
-from test_planner import report
 
-from bot.store import Store
-from worker.spec import parse
-from bot.plans import command as plan_command
 from bot.app.runtime import context
+from bot.plans import command as plan_command
 from bot.plans import service
-from bot.trials import tags
+from bot.store import Store
 from bot.trials import command as trial_command
+from bot.trials import tags
+from test_planner import report
+from worker.spec import parse
 
 TODAY = dt.date(2026, 12, 1)
 
@@ -142,7 +142,8 @@ def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(ctx)
     finish(ctx, report(mean=3.0, count=10), tags=("repro", "baseline"))
     say(ctx, "repro actual compare hours=0.5 prep=0.1 runs=10 note=\"from the cluster\"")
     out = say(ctx, "repro review")
-    assert "*baseline*" in out and "slower runs: +0.003 GPU-h" in out  # 10 runs × 1 s more: 0.0028 h
+    # 10 runs × 1 s more: 0.0028 h
+    assert "*baseline*" in out and "slower runs: +0.003 GPU-h" in out
     assert "*compare*" in out and "from manual (from the cluster)" in out
     assert "memory, same method" in out
 
@@ -183,7 +184,8 @@ def test_a_scale_block_rests_on_a_sweeps_time_fit(ctx):
         ctx.queue.finish(job["id"], "w1", leased["lease"], r)
     say(ctx, "new repro gpu=H100")
     out = say(ctx, f"repro block scale runs=10 sweep=S{jobs[0]['id']} batch=16")
-    assert "scale block added" in out and "predicted for batch=16 (at the sweep's prompt=64, gen=16) by the time fit" in out
+    assert "scale block added" in out
+    assert "predicted for batch=16 (at the sweep's prompt=64, gen=16) by the time fit" in out
     assert "not measured at this config" in out
     est = service.estimates(ctx, ctx.store.plan("repro"))[0][1]
     assert est["per_run"] == pytest.approx(0.1 + 0.05 * 16, rel=1e-3)

@@ -4,10 +4,10 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from bot.trials import parse
 from worker import arithmetic, launcher, presets, report, spec, summary
 from worker.workloads import llm_infer
 from worker.workloads.decoder import Decoder
-from bot.trials import parse
 
 INFER = "llm-infer preset=llama-3-8b layers=2 batch=8 prompt=4096 gen=256 dtype=bf16"
 
@@ -103,7 +103,8 @@ def test_a_preset_fills_the_shape_and_keeps_the_layers():
     ("llm-infer preset=gpt-9", "preset=gpt-9", "qwen2.5-7b"),
     ("llm-infer preset=llama-3-8b layers=33", "layers=33", "32 layers"),
     ("llm-train preset=qwen2.5-7b layers=29", "layers=29", "layers=1..28"),
-    ("llm-infer preset=llama-3-8b hidden=1024", "hidden=1024", "preset=llama-3-8b sets hidden=4096"),
+    ("llm-infer preset=llama-3-8b hidden=1024", "hidden=1024",
+     "preset=llama-3-8b sets hidden=4096"),
     ("llm-infer preset=llama-3-8b ffn=0", "ffn=0", "sets ffn=14336"),
     ("llm-train preset=mistral-7b kv_heads=32", "kv_heads=32", "sets kv_heads=8"),
     ("llm-infer hidden=100 heads=3", "heads=3", "divide evenly"),

@@ -4,12 +4,12 @@ import time
 
 import pytest
 
-from bot.trials.queue import LeaseLost
+from bot.app.runtime import context
 from bot.store import Store
+from bot.trials import workers
+from bot.trials.queue import LeaseLost
 from worker import report as reports
 from worker.spec import parse
-from bot.app.runtime import context
-from bot.trials import workers
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ import subprocess
 import pytest
 
 from bot.app.runtime import context
-from bot.trials.workers import can_run
 from bot.store import Store
+from bot.trials import command as trial_command
+from bot.trials import routing
+from bot.trials.workers import can_run
 from conftest import BIN
-from bot.trials import command as trial_command, routing
 
 QUICK = "llm-infer gen=1 repeats=1 stability=0"
 H100 = {"gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_memory": [85899345920] * 2,
@@ -93,13 +94,15 @@ def test_the_plan_target_gpu_is_the_default_route(ctx):
     ctx.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": []})
     _, job = trial_command.handle(ctx, f"{QUICK} plan=repro block=baseline", "U1", "C1")
     assert job["spec"]["route"] == {"gpu": "A100"}
-    assert ctx.queue.lease("h100-box", 0) is None and ctx.queue.lease("a100-box", 0)["id"] == job["id"]
+    assert ctx.queue.lease("h100-box", 0) is None and ctx.queue.lease("a100-box",
+                                                                      0)["id"] == job["id"]
 
 
 def test_one_users_sweep_does_not_starve_anothers_trial(tmp_path):
     q = context(Store(str(tmp_path / "f.db")))
     q.store.upsert_worker("w1", {"cpus": 4})
-    sweep, _ = trial_command.handle(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1", "UA",
+    sweep, _ = trial_command.handle(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1",
+                                    "UA",
                              "C1")
     _, single = trial_command.handle(q, QUICK, "UB", "C1")
     order = []

@@ -6,19 +6,19 @@ import datetime as dt
 import json
 
 import pytest
-from test_plans import finish
-from test_planner import report
 
-from bot.plans.parse import PlanError
-from bot.trials.queue import JobQueue
-from bot.store import Store
+from bot.app.runtime import context
 from bot.http.workerapi import WorkerApi
-from worker import sacct
 from bot.plans import command as plan_command
 from bot.plans import parse as plancmd
-from bot.plans import slurm as slurmactual
-from bot.app.runtime import context
 from bot.plans import service
+from bot.plans import slurm as slurmactual
+from bot.plans.parse import PlanError
+from bot.store import Store
+from bot.trials.queue import JobQueue
+from test_planner import report
+from test_plans import finish
+from worker import sacct
 
 TODAY = dt.date(2026, 12, 1)
 

@@ -5,12 +5,11 @@ import math
 
 import pytest
 
+from bot.fits import gpus, ols, scaling
+from bot.fits.sweep import fit_sweep, predict_seconds
+from worker import arithmetic
 from worker import report as reports
 from worker.spec import parse
-from bot.fits import scaling, gpus
-from bot.fits.sweep import fit_sweep, predict_seconds
-from bot.fits import ols
-from worker import arithmetic
 
 MiB = 2**20
 

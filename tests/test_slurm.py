@@ -205,7 +205,8 @@ def test_trial_from_slash_command_through_a_slurm_worker(cluster, served_bot, st
 def test_a_refused_partition_is_reported_and_the_worker_keeps_serving(
         cluster, served_bot, start_worker, fake_slack, bot_env, tmp_path):
     worker = start_worker(served_bot.url, "hpc", "wtoken", "--executor", "slurm",
-                          "--partition", "nope", "--shared-dir", str(tmp_path / "shared"), "--gpus", "0")
+                          "--partition", "nope", "--shared-dir", str(tmp_path / "shared"),
+                          "--gpus", "0")
     for _ in range(2):
         body = slash_body(FAST)
         assert post(served_bot.url + "/slack/events", body,

@@ -1,7 +1,7 @@
 import pytest
 
-from worker import spec
 from bot.trials import parse
+from worker import spec
 
 
 def test_defaults_fill_every_parameter():

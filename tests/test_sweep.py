@@ -5,14 +5,14 @@ import time
 
 import pytest
 
+from bot.app.runtime import context
 from bot.store import Store
+from bot.trials import command as trial_command
+from bot.trials import parse
+from test_console import run_console
 from worker import report as reports
 from worker import spec
-from worker.spec import Workload, Param
-
-from test_console import run_console
-from bot.trials import command as trial_command, parse
-from bot.app.runtime import context
+from worker.spec import Param, Workload
 
 RECIPE = Workload("paper-infer", "a paper's script", (
     Param("batch", "int", 4, low=1, high=512), Param("seq", "int", 256, low=1, high=8192),

@@ -8,7 +8,8 @@ they name. Two setups:
 - trial-user (the README's advice): the worker runs as root with
   `--trial-user nobody`;
 - same-user: worker and trial share one unprivileged identity, so only
-  PR_SET_DUMPABLE (and the token out of environ and argv) stands between them. Tests run as root here, so this is uid
+  PR_SET_DUMPABLE (and the token out of environ and argv) stands between
+  them. Tests run as root here, so this is uid
   0 with every capability dropped (setpriv): the kernel's checks are those of
   any unprivileged user (same uid, no CAP_SYS_PTRACE).
 """

@@ -117,7 +117,8 @@ def test_heartbeat_and_report_need_the_token(rt):
     rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
     job = c.lease("w1", 1)
     thief = Client(rt.server.url, "guess")
-    for call in (lambda: thief.heartbeat("w1", job), lambda: thief.report("w1", job, report_with())):
+    for call in (lambda: thief.heartbeat("w1", job), lambda: thief.report("w1", job,
+                                                                          report_with())):
         with pytest.raises(ApiError) as err:
             call()
         assert err.value.status == 401

@@ -96,6 +96,7 @@ def main(spec_path: str, report_path: str) -> int:
     try:
         with trial.phase("setup"):  # importing torch and the workload, picking the device
             import torch
+
             from worker import env, workloads
             device = pick_device(torch, spec["params"].get("device", "auto"))
             report["env"] = env.fingerprint(torch, device)

@@ -111,7 +111,7 @@ def load(path: str) -> dict[str, Recipe]:
     return recipes
 
 
-def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
+def _recipe(name: str, t, where: _Locator, base: str) -> Recipe:
     at = where.table(name)
     if not NAME.fullmatch(name):
         raise RecipeError(f"{at}: recipe name `{name}` must be lower-case letters, digits, "
@@ -182,7 +182,7 @@ def _recipe(name: str, t, where: "_Locator", base: str) -> Recipe:
                   timeout, params, t.get("description", ""), tuple(secret_env))
 
 
-def _param(recipe: str, name: str, d, where: "_Locator") -> Param:
+def _param(recipe: str, name: str, d, where: _Locator) -> Param:
     at = where.key(recipe + ".params", name)
     if not PARAM_NAME.fullmatch(name) or name == "python":
         raise RecipeError(f"{at}: param name `{name}` must be lower-case letters, digits and "
@@ -245,7 +245,8 @@ class _Locator:
         self.path, self.lines = path, text.splitlines()
 
     def _header(self, table: str) -> int | None:
-        pattern = re.compile(r"\s*\[\s*recipes\s*\.\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*")
+        pattern = re.compile(r"\s*\[\s*recipes\s*\.\s*"
+                             + re.escape(table).replace(r"\.", r"\s*\.\s*")
                              + r"\s*\]")
         return next((i for i, line in enumerate(self.lines) if pattern.match(line)), None)
 

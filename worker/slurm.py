@@ -207,7 +207,8 @@ class SlurmExecutor:
                        f"{job['exit_code']}, node {job['node']}\n"
                        + ((report.get("error") or {}).get("message") or tail))
             reports.fail(report, "killed" if klass == "retry" else klass, message,
-                         (report.get("error") or {}).get("phase") or ("run" if started else "setup"))
+                         (report.get("error") or {}).get("phase")
+                         or ("run" if started else "setup"))
         report["started"] = report.get("started") or started or submitted
         report["finished"] = report.get("finished") or collected
         report["seconds"] = report.get("seconds") or report["finished"] - report["started"]
@@ -361,7 +362,8 @@ def job_main(argv: list[str]) -> int:
         f.write(f"{time.time()} {socket.gethostname()}\n")
     # scancel and the time limit send SIGTERM: unwind so the launcher kills the trial's group.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    from worker import attempts, recipes as recipe_file
+    from worker import attempts
+    from worker import recipes as recipe_file
     from worker.spec import resolve
     recipes = recipe_file.load(opts.recipes) if opts.recipes else {}
     with open(opts.spec) as f:

@@ -46,7 +46,8 @@ class Param:
         if self.kind == "choice":
             return "|".join(self.choices)
         if self.kind == "string":
-            return f"text matching {self.pattern or DEFAULT_PATTERN}, at most {self.max_length} chars"
+            return (f"text matching {self.pattern or DEFAULT_PATTERN}, "
+                    f"at most {self.max_length} chars")
         return f"{self.low}..{self.high}"
 
     def describe(self) -> str:
@@ -93,7 +94,7 @@ class Param:
         return {k: v for k, v in asdict(self).items() if v not in (None, (), "")}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Param":
+    def from_dict(cls, d: dict) -> Param:
         return cls(**{**d, "choices": tuple(d.get("choices", ()))})
 
 
@@ -115,7 +116,7 @@ class Workload:
                 "params": [p.to_dict() for p in self.params]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Workload":
+    def from_dict(cls, d: dict) -> Workload:
         return cls(d["name"], d.get("summary", ""), tuple(Param.from_dict(p) for p in d["params"]),
                    recipe=True, requires=d.get("requires", "any"))
 
@@ -231,7 +232,7 @@ class TrialSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrialSpec":
+    def from_dict(cls, d: dict) -> TrialSpec:
         return cls(d["workload"], dict(d["params"]), d.get("recipe"))
 
 

@@ -2,8 +2,8 @@
 uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
-from worker.units import duration, size
 from worker.report import Report
+from worker.units import duration, size
 
 
 def headline_figure(r: Report) -> str:
@@ -40,15 +40,18 @@ def facts(r: Report) -> list[tuple[str, str]]:
     unit = "step" if tr else "request"
     if lat and lat.get("count"):
         spread = f", stdev {duration(lat['stdev'])}" if lat.get("stdev") is not None else ""
-        out.append(("time per step" if tr else "latency per request", f"p50 {duration(lat['p50'])}, p90 {duration(lat['p90'])}, "
+        out.append(("time per step" if tr else "latency per request",
+                    f"p50 {duration(lat['p50'])}, p90 {duration(lat['p90'])}, "
                     f"p99 {duration(lat['p99'])}, mean {duration(lat['mean'])}{spread} over "
                     f"{lat['count']} {unit}s"))
     if tr:
         out.append(("training", training(tr)))
     ttft, dec = r.get("ttft"), r.get("decode_per_token")
     if ttft and ttft.get("count"):
-        per = f"; decode per token p50 {duration(dec['p50'])}, p90 {duration(dec['p90'])}" if dec else ""
-        out.append(("time to first token", f"p50 {duration(ttft['p50'])}, p90 {duration(ttft['p90'])}"
+        per = (f"; decode per token p50 {duration(dec['p50'])}, p90 {duration(dec['p90'])}"
+               if dec else "")
+        out.append(("time to first token",
+                    f"p50 {duration(ttft['p50'])}, p90 {duration(ttft['p90'])}"
                     + per))
     st = r.get("stability")
     if st:
@@ -122,7 +125,8 @@ def env_line(r: Report) -> str:
                if e.get("gpu_count") else "no CUDA allocator seen")
         return (f"env: {e.get('host', '?')}: {gpu}; code {e.get('code_version')} in "
                 f"{e.get('recipe_cwd')}")
-    gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({size(e['gpu_memory'])}), driver {e.get('driver')}, "
+    gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({size(e['gpu_memory'])}), "
+           f"driver {e.get('driver')}, "
            f"CUDA {e.get('cuda')}" if e.get("gpu_count") else f"CPU {e.get('cpu', '?')}")
     return (f"env: {e.get('device', '?')} on {e.get('host', '?')}: {gpu}; torch "
             f"{e.get('torch', '?')}, Python {e.get('python', '?')}")

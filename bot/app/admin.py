@@ -8,10 +8,10 @@ import sqlite3
 import sys
 import time
 
+from bot.http import tokens
+from bot.store import Store, backup
 from bot.store.migrations import SchemaTooNew
 from worker.units import size
-from bot.store import Store, backup
-from bot.http import tokens
 
 
 def _fail(message: str) -> int:

@@ -78,9 +78,9 @@ def run_serve(local_worker: bool) -> int:
     from worker import redact
     redact.install(redact.secret_values(settings.bot_token, settings.app_token,
                                         settings.signing_secret, settings.worker_token))
-    from bot.slack.transport import SlackTransport
     from bot.app.runtime import Runtime
     from bot.slack.app import build_app, web_client
+    from bot.slack.transport import SlackTransport
 
     client = web_client(settings.bot_token, settings.api_url)
     try:

@@ -1,7 +1,16 @@
-"""Settings for `trialbot serve`, from the environment."""
+"""Settings for `trialbot serve`, from the environment; and the access policy
+(bot/access.py) from the environment and an [access] table in TRIALBOT_CONFIG."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from bot.access import Policy
 
 
 @dataclass(frozen=True)
@@ -49,11 +58,79 @@ def from_env(env) -> Settings:
     except (ValueError, AssertionError):
         raise ConfigError(f"TRIALBOT_LEASE_SECONDS={env.get('TRIALBOT_LEASE_SECONDS')!r} must "
                           "be seconds from 1 to 3600") from None
-    from bot import access  # it raises ConfigError from here
-    policy = access.load(env)
+    policy = load_access(env)
     return Settings(
         bot_token=env["SLACK_BOT_TOKEN"], app_token=env.get("SLACK_APP_TOKEN") or None,
         signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
         worker_token=env["TRIALBOT_WORKER_TOKEN"], db=env.get("TRIALBOT_DB", "./trialbot.db"),
         host=env.get("TRIALBOT_HOST", "0.0.0.0"), port=port,
         api_url=env.get("SLACK_API_URL") or None, lease_seconds=lease, policy=policy)
+
+
+# The access policy: environment variables, and an [access] table in TRIALBOT_CONFIG.
+# A variable that is set replaces the file's key of the same meaning.
+
+ENV = {"run_users": "TRIALBOT_RUN_USERS", "run_usergroups": "TRIALBOT_RUN_USERGROUPS",
+       "run_channels": "TRIALBOT_RUN_CHANNELS", "admins": "TRIALBOT_ADMINS",
+       "admin_usergroups": "TRIALBOT_ADMIN_USERGROUPS", "run_everyone": "TRIALBOT_RUN_EVERYONE"}
+KINDS = {"run_users": ("a Slack user id", "UW", "U0123ABCD"),
+         "admins": ("a Slack user id", "UW", "U0123ABCD"),
+         "run_usergroups": ("a Slack user group id", "S", "S0123ABCD"),
+         "admin_usergroups": ("a Slack user group id", "S", "S0123ABCD"),
+         "run_channels": ("a Slack channel id", "CG", "C0123ABCD")}
+ID = re.compile(r"[A-Z][A-Z0-9]+")
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def load_access(env) -> Policy:
+    """The policy from `env` (a mapping); raises ConfigError in one line."""
+    raw = _file(env["TRIALBOT_CONFIG"]) if env.get("TRIALBOT_CONFIG") else {}
+    where = {key: f"TRIALBOT_CONFIG={env.get('TRIALBOT_CONFIG')} [access] {key}"
+             for key in raw}
+    for key, name in ENV.items():
+        value = (env.get(name) or "").strip()
+        if value:
+            raw[key], where[key] = value, name
+            if key != "run_everyone":
+                raw[key] = [v.strip() for v in value.split(",") if v.strip()]
+    out = {}
+    for key, value in raw.items():
+        if key == "run_everyone":
+            out[key] = _flag(value, where[key])
+            continue
+        what, first, example = KINDS[key]
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where[key]}: give a list of ids, e.g. [\"{example}\"]")
+        bad = [v for v in value if not (ID.fullmatch(v) and v[0] in first)]
+        if bad:
+            starts = " or ".join(f"{c}…" for c in first)
+            raise ConfigError(f"{where[key]}: {bad[0]!r} is not {what} ({starts}); give ids "
+                              f"separated by commas, e.g. {example}")
+        out[key] = frozenset(value)
+    return Policy(**out)
+
+
+def _file(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: cannot read it: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: not valid TOML: {exc}") from None
+    table = data.get("access", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: `access` must be a table [access]")
+    unknown = sorted(set(table) - set(ENV))
+    if unknown:
+        raise ConfigError(f"TRIALBOT_CONFIG={path}: unknown key `{unknown[0]}` in [access]; "
+                          f"known: {', '.join(ENV)}")
+    return dict(table)
+
+
+def _flag(value, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in TRUE + FALSE:
+        return value.lower() in TRUE
+    raise ConfigError(f"{where}: {value!r} is not true or false (1 or 0)")

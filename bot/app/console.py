@@ -16,9 +16,9 @@ import time
 
 from bot import access
 from bot.app.runtime import Runtime
-from bot.trials.job import ENDED
-from bot.trials import command as trial_command
 from bot.plans import command as plan_command
+from bot.trials import command as trial_command
+from bot.trials.job import ENDED
 
 CHANNEL = "console"
 USER = "console"

@@ -9,10 +9,10 @@ import logging
 import threading
 import time
 
-from bot.store import Store
-from bot.trials import chart
 from bot.delivery import refusals
 from bot.delivery.refusals import Undeliverable
+from bot.store import Store
+from bot.trials import chart
 
 log = logging.getLogger("trialbot.outbox")
 

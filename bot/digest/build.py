@@ -12,17 +12,23 @@ import datetime as dt
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
-from bot.fits import gpus
-from bot.plans.parse import WEEKDAYS
-from bot.plans import estimate, prices, review
-from bot.plans import views
 from bot.blocks import chunks, context, section
+from bot.fits import gpus
+from bot.plans import estimate, prices, review, views
+from bot.plans.parse import WEEKDAYS
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")
 MAX_LINES = 15  # plans listed in one message (it has to stay readable); the rest in replies
 
 
 # the week ----------------------------------------------------------------
+
+def trigger(schedule: dict):
+    """The schedule as an APScheduler cron trigger in its own timezone."""
+    from apscheduler.triggers.cron import CronTrigger
+    return CronTrigger(day_of_week=schedule["weekday"], hour=schedule["hour"],
+                       minute=schedule["minute"], timezone=ZoneInfo(schedule["tz"]))
+
 
 def _at(day: dt.date, schedule: dict, tz: ZoneInfo) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(schedule["hour"], schedule["minute"]), tzinfo=tz)

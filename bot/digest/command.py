@@ -12,9 +12,7 @@ from zoneinfo import ZoneInfo
 from bot.blocks import reply
 from bot.digest import build as digest
 from bot.digest import chart
-from bot.digest.scheduler import trigger
-from bot.plans import estimate, service
-from bot.plans import views
+from bot.plans import estimate, service, views
 from bot.plans.parse import PlanError
 
 log = logging.getLogger("trialbot.digest")
@@ -106,7 +104,7 @@ def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
         schedule = dict(cmd.args, channel=channel, user=user)
         old = store.set_digest(schedule)
         _resync(ctx)
-        nxt = trigger(schedule).get_next_fire_time(None, now)
+        nxt = digest.trigger(schedule).get_next_fire_time(None, now)
         text = (f"Budget digest scheduled in this channel {digest.schedule_text(schedule)}; "
                 f"next {nxt:%a %Y-%m-%d %H:%M %Z}."
                 + (f" It replaces {digest.schedule_text(old)}." if old else "")
@@ -130,7 +128,7 @@ def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
         return reply("No digest is scheduled in this channel. `/plan digest weekly mon 09:00 "
                      "Asia/Seoul` schedules one (any weekday, time and IANA timezone); "
                      "`/plan digest now` posts one now.")
-    nxt = trigger(current).get_next_fire_time(None, now)
+    nxt = digest.trigger(current).get_next_fire_time(None, now)
     return reply(f"Budget digest in this channel {digest.schedule_text(current)}; next "
                  f"{nxt:%a %Y-%m-%d %H:%M %Z}. `/plan digest off` stops it.")
 

@@ -6,19 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from zoneinfo import ZoneInfo
+
+from bot.digest import build as digest
+from bot.digest import command
 
 log = logging.getLogger("trialbot.digest")
 
 # A fire delayed up to this (a suspended VM, a busy host) still posts; the
 # catch-up at start covers longer gaps.
 MISFIRE_GRACE = 6 * 3600
-
-
-def trigger(schedule: dict):
-    from apscheduler.triggers.cron import CronTrigger
-    return CronTrigger(day_of_week=schedule["weekday"], hour=schedule["hour"],
-                       minute=schedule["minute"], timezone=ZoneInfo(schedule["tz"]))
 
 
 class Digests:
@@ -52,11 +48,10 @@ class Digests:
             if job.id.startswith("digest:") and job.id not in wanted:
                 job.remove()
         for job_id, s in wanted.items():
-            self.scheduler.add_job(self.fire, trigger(s), args=[s["channel"]], id=job_id,
+            self.scheduler.add_job(self.fire, digest.trigger(s), args=[s["channel"]], id=job_id,
                                    replace_existing=True)
 
     def fire(self, channel: str) -> None:
-        from bot.digest import command  # it schedules through this module
         schedule = self.ctx.store.digest(channel)
         if schedule is None:
             return
@@ -66,7 +61,6 @@ class Digests:
             log.exception("digest for %s failed", channel)
 
     def catch_up(self) -> None:
-        from bot.digest import command
         try:
             posted = command.catch_up(self.ctx, self.clock())
             if posted:

@@ -4,10 +4,8 @@ largest batch for a GPU. Pure."""
 from __future__ import annotations
 
 from bot.blocks import table_text
-from bot.fits import depth, scaling
+from bot.fits import depth, ols, scaling
 from worker.units import duration, size
-from bot.fits import ols
-
 
 LEVEL = 0.90  # prediction intervals shown in sweep messages
 
@@ -259,7 +257,7 @@ def _gpu_text(fit: dict, sweep: int) -> str:
             return (":warning: *No GPU answer from this sweep*: it measured host RSS on a CPU, "
                     "and CPU memory does not say what fits a GPU. Run the same sweep on a "
                     "CUDA worker (add `device=cuda`), then ask "
-                    f"`/trial fit S<new id> gpu=H100`.")
+                    "`/trial fit S<new id> gpu=H100`.")
         return ""
     gpu = fit.get("measured_gpu")
     text = ""

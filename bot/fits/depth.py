@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 
+from bot.fits import gpus, ols, scaling
 from worker import arithmetic, presets
-from bot.fits import ols, scaling, gpus
 
 SCHEMA = "trialbot.depth/1"
 # The kernel's max RSS too: an exact high-water mark, where 100 Hz sampling can

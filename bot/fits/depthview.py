@@ -60,7 +60,8 @@ def decode_text(d: dict, layers: int, only: str | None = None) -> str:
     for g in d["gpus"]:
         if only and g["gpu"] != only:
             continue
-        each = [f"{duration(s)} at {bw:,.0f} GB/s" for s, bw in zip(g["seconds"], g["bandwidth_gbs"])]
+        each = [f"{duration(s)} at {bw:,.0f} GB/s" for s, bw in zip(g["seconds"],
+                                                                    g["bandwidth_gbs"])]
         parts.append(f"{g['gpu']} {' – '.join(each)}")
     if not parts:
         parts = [f"{only}: no datasheet bandwidth in the table, no estimate"]

@@ -226,7 +226,8 @@ def fit_sweep(reports: list[dict]) -> dict:
     time_rows = [(p["b"], p["s"], p["seconds"], p["trial"]) for p in out["points"]
                  if p["seconds"] is not None]
     if time_rows:
-        out["time"] = ols.fit_target(time_rows, "time", varied, "seconds", "s", seconds_of(ok[0])[1])
+        out["time"] = ols.fit_target(time_rows, "time", varied, "seconds", "s",
+                                     seconds_of(ok[0])[1])
     if out["workload"] == "llm-infer":
         d = out["defaults"]
         if all(k in d for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "dtype")):

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import re
 
-from bot.trials import workers
+from bot.http import tokens
+from bot.plans import service
+from bot.plans import slurm as slurmactual
+from bot.trials import routing, workers
 from bot.trials.queue import LeaseLost
 from worker import report as reports
 from worker.spec import Workload
-from bot.http import tokens
-from bot.trials import routing
-from bot.plans import service
-from bot.plans import slurm as slurmactual
 
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
@@ -148,7 +147,8 @@ class WorkerApi:
             # A key seen before: the request came again (its answer was lost); its idle
             # is counted already, and the lease it got is given again while held.
             again = not self.ctx.store.add_idle(worker, idle, key)
-            job = (again and self.ctx.queue.held(worker, key)) or self.ctx.queue.lease(worker, wait, key)
+            job = (again and self.ctx.queue.held(worker, key)) or self.ctx.queue.lease(worker,
+                                                                                       wait, key)
             if job is None:
                 return 204, None
             if job.get("kind") == "slurm-accounting":

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from bot.fits import gpus
-from bot.fits import depth
+from bot.fits import depth, gpus
 from bot.plans import estimate, prices
 
 RULES = {

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from bot.plans import advice, estimate, export, service
-from bot.plans import parse
-from bot.plans import views
+
+from bot.plans import advice, estimate, export, parse, service, views
 from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest
 from bot.trials import workers

@@ -4,7 +4,15 @@ retries (docs/design.md §3, "Review"). Pure: the handler passes in the
 tagged trials, their attempts and the recorded actuals."""
 from __future__ import annotations
 
-from bot.plans.estimate import code_version, config, differences, lock_differences, phase_seconds, prep_seconds, run_seconds
+from bot.plans.estimate import (
+    code_version,
+    config,
+    differences,
+    lock_differences,
+    phase_seconds,
+    prep_seconds,
+    run_seconds,
+)
 
 
 def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:

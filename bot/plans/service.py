@@ -10,11 +10,9 @@ import numpy as np
 from bot.blocks import message
 from bot.fits import depth
 from bot.fits.sweep import fit_sweep, predict_seconds
-from bot.plans import estimate, review
-from bot.plans import slurm
+from bot.plans import estimate, review, slurm
 from bot.plans.parse import PlanError
 from bot.trials.queue import LeaseLost
-
 
 
 def _trials(ctx, ids: list[int]) -> list[dict]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from bot.fits import gpus
-from bot.plans import estimate, prices
-from bot.plans import parse
 from bot.blocks import chunks, context, reply, section, table_text
+from bot.fits import gpus
+from bot.plans import estimate, parse, prices
 
 
 def error(message: str) -> dict:
@@ -138,7 +137,8 @@ def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> d
               else est["interval_note"])
     text = (f"Plan *{plan['name']}*: {est['kind']} block {verb} — {hours_text(est['hours'])} GPU-h "
             f"({spread}), from {', '.join(est['trials'])} on "
-            f"{est['env']}.\n```{components_text(est)}\n  total    {hours_text(est['hours'])} GPU-h```")
+            f"{est['env']}.\n```{components_text(est)}\n"
+            f"  total    {hours_text(est['hours'])} GPU-h```")
     text += "".join(f"\n:warning: {w}" for w in warnings)
     return reply(text)
 
@@ -282,7 +282,8 @@ def review(plan: dict, rows: list[dict]) -> dict:
         lines += [f"    {name}: {value:+.{n}f} GPU-h ({why})" for name, value, why in r["why"]]
         lines += [f"    config changed: {c}" for c in r["config_changes"]]
         if r["not_comparable"]:
-            lines.append(f"    NOT COMPARABLE with the locked plan: {', '.join(r['not_comparable'])}")
+            lines.append("    NOT COMPARABLE with the locked plan: "
+                         f"{', '.join(r['not_comparable'])}")
         lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]
     return reply("\n".join(lines))
 

@@ -86,7 +86,8 @@ class Base:
     def _create(self) -> None:
         """Create the tables, or bring a file from before schema versions up to
         the baseline (version 1; sqlite-utils' transform adds columns, rows
-        kept; bot/store/schema.py); then the versioned steps in bot/store/migrations.py. A file already at
+        kept; bot/store/schema.py); then the versioned steps in
+        bot/store/migrations.py. A file already at
         the baseline or later is not transformed: transform drops columns it
         does not list, which would undo a later step's `alter table ... add`.
         A file from a newer trialbot is refused before anything is written."""

@@ -8,7 +8,8 @@ import uuid
 
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
-               "attempts, created, started, finished, report, error_class, started_msg, sweep, plan, block, "
+               "attempts, created, started, finished, report, error_class, started_msg, sweep, "
+               "plan, block, "
                "ladder, budget, group_kind, progress, cancel, cancelled_by, response_url, redirect")
 
 

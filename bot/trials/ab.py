@@ -8,7 +8,8 @@ from bot.blocks import reply, section
 from worker import spec as specs
 from worker import units
 
-USAGE = "/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...]  |  /trial ab llm-train precision=fp32,bf16"
+USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...]  |  "
+         "/trial ab llm-train precision=fp32,bf16")
 # Relative RMS difference of the probed logits, in units of their spread. bf16
 # keeps about 3 significant digits and its rounding adds up over the layers.
 LOGITS_TOLERANCE = 0.20

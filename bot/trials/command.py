@@ -101,7 +101,8 @@ def _handle(ctx, text: str, user: str, channel: str,
                             "queued."), None
 
     def runnable(spec) -> bool:
-        return any(workers.can_run(w["info"], dict(spec.to_dict(), route=route)) for w in registered)
+        return any(workers.can_run(w["info"], dict(spec.to_dict(),
+                                                   route=route)) for w in registered)
 
     wide = next((s for s in (cmd.specs or (cmd.spec,)) if not s.recipe and not runnable(s)),
                 None)
@@ -126,7 +127,8 @@ def _handle(ctx, text: str, user: str, channel: str,
                                   tagged, **where)
         return ladder.queued(jobs, cmd.budget), jobs[-1]
     if cmd.name == "ab":
-        jobs = ctx.queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tagged, **where)
+        jobs = ctx.queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tagged,
+                                      **where)
         return ab.queued(jobs), jobs[-1]
     if cmd.name == "sweep":
         jobs = ctx.queue.submit_sweep(cmd.specs, cmd.words, user, channel, tagged, **where)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from bot.blocks import chunks, reply, section, table_text
 from bot.fits import gpus
+from worker import arithmetic, units
 from worker import spec as specs
-from worker import units
-from worker import arithmetic
 
 STEPS = ("baseline", "precision", "checkpointing", "zero-1")
 ADAM_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per parameter
@@ -149,11 +148,13 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
         else:
             lines.append(f"{row['step']}: saved neither memory nor time here; not adopted.")
         if budget is not None and current["memory"] and current["memory"] <= budget:
-            lines.append(f"Fits the budget after {', '.join(adopted)}: {units.size(current['memory'])} "
+            lines.append(f"Fits the budget after {', '.join(adopted)}: "
+                         f"{units.size(current['memory'])} "
                          f"≤ {units.size(budget)}. Stop here.")
             return lines
     if budget is not None and current["memory"]:
-        lines.append(f"Nothing fits {units.size(budget)}: the best is {units.size(current['memory'])} "
+        lines.append(f"Nothing fits {units.size(budget)}: the best is "
+                     f"{units.size(current['memory'])} "
                      f"({units.size(current['memory'] - budget)} over). Redefine the goal:")
         lines.extend(redefine(current, budget, per_sequence(table)))
     return lines
@@ -226,7 +227,8 @@ def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
         basis = (f"{units.size(g['per_seq'])} of activations per sequence, measured as the "
                  "checkpointing step's peak less the ZeRO-1 step's (fewer sequences per "
                  "rank) less the states ZeRO-1 moved off the rank" if g["per_seq"] else
-                 f"the peak {units.size(mem)} less {units.size(g['fixed'])} of weights, gradients and AdamW "
+                 f"the peak {units.size(mem)} less {units.size(g['fixed'])} of weights, "
+                 "gradients and AdamW "
                  f"states ({g['bytes_per_param']:g} B/param)"
                  + (f" and {units.size(g['runtime'])} of runtime (host RSS before the model)"
                     if g["runtime"] else "")
@@ -234,13 +236,16 @@ def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
         options = [f"{k}={g[k]} (now {p[k]})" for k in ("batch", "seq") if g[k]]
         out.append(f"{' or '.join(options)} predicted to fit: {basis}, linear in batch·seq"
                    if options else
-                   f"no smaller batch or sequence fits: {units.size(mem - budget)} over is more than "
+                   f"no smaller batch or sequence fits: {units.size(mem - budget)} over is "
+                   "more than "
                    f"the rank's {units.size(g['activations'])} of activations ({basis})")
         out.append(f"layers={g['layers']} (now {p['layers']}) predicted to fit: each layer "
-                   f"holds {units.size(g['per_layer'])} of weights, gradients and states; activations "
+                   f"holds {units.size(g['per_layer'])} of weights, gradients and states; "
+                   "activations "
                    "kept as measured" if g["layers"] else
                    f"fewer layers alone cannot fit: all {p['layers']} layers' weights, "
-                   f"gradients and states are {units.size(g['per_layer'] * p['layers'])}, and it is "
+                   "gradients and states are "
+                   f"{units.size(g['per_layer'] * p['layers'])}, and it is "
                    f"{units.size(mem - budget)} over (their activations taken as kept)")
     gpu = g["gpu"]
     out.append(f"a bigger GPU: the smallest in the datasheet table above {units.size(mem)} is "
@@ -315,6 +320,7 @@ def message(jobs: list[dict], reports: list[dict | None], budget: int | None) ->
                      f"{REFERENCES['zero-1']}.)")
     advice = recommend(table, budget)
     text = (f"*Ladder L{jobs[0]['id']}* ({jobs[0]['trial']}–{jobs[-1]['trial']})\n```{grid}```\n"
-            + "\n".join(notes) + "\n*Recommendation*:\n" + "\n".join(a if a.startswith(" ") else f"• {a}" for a in advice))
+            + "\n".join(notes) + "\n*Recommendation*:\n"
+            + "\n".join(a if a.startswith(" ") else f"• {a}" for a in advice))
     return {"channel": jobs[0]["channel"], "kind": "ladder", "text": text,
             "blocks": [section(part) for part in chunks(text)]}

@@ -6,9 +6,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from worker import spec as specs
-from bot.trials import ladder, ab
 from bot.fits import gpus
+from bot.trials import ab, ladder
+from worker import spec as specs
 
 USAGE = specs.general_usage()
 SWEEP_USAGE = ("/trial sweep llm-infer batch=1,2,4,8 prompt=512  |  "

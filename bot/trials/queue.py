@@ -95,7 +95,8 @@ class JobQueue:
                 if req:
                     return dict(req, kind="slurm-accounting")
             job = self.store.lease_next(worker, self.lease_seconds,
-                                        lambda spec: workers.can_run(info, spec), self.max_leases, key)
+                                        lambda spec: workers.can_run(info, spec),
+                                        self.max_leases, key)
             if job:
                 self.store.set_started_message(job["id"], card.started(job, worker))
                 self.on_message()

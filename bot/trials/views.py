@@ -3,11 +3,12 @@ help, the threaded report and its chart. Pure: payloads only."""
 from __future__ import annotations
 
 from bot.blocks import context, reply, section
+from bot.fits import depth, depthview
 from bot.trials.job import ENDED
 from worker import spec as specs
 from worker import summary
-from worker.units import duration
 from worker.report import Report
+from worker.units import duration
 
 
 def error(exc: specs.SpecError) -> dict:
@@ -97,8 +98,6 @@ def job_list(jobs: list[dict], which: str | None = None) -> dict:
 
 def report(job: dict, r: Report) -> dict:
     """The posted report, threaded under the job's "started" message."""
-    from bot.fits import depth
-    from bot.fits import depthview
     pred = depth.from_trial(r)
     text = summary.text(r) + (f"\n{depthview.trial_plain(pred)}" if pred else "")
     return {"channel": job["channel"], "kind": "report", "thread_of": job.get("started_msg"),
@@ -127,8 +126,6 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     fields = [f"*{label[0].upper()}{label[1:]}*\n{value}" for label, value in summary.facts(r)]
     blocks.append({"type": "section",
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
-    from bot.fits import depth
-    from bot.fits import depthview
     pred = pred or depth.from_trial(r)
     if pred:
         blocks += depthview.trial_blocks(pred)

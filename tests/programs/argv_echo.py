@@ -1,4 +1,5 @@
-"""Test program: prints its argv as JSON (and writes it to $ECHO_OUT) and marks phases; exits non-zero
+"""Test program: prints its argv as JSON (and writes it to $ECHO_OUT) and marks
+phases; exits non-zero
 with a MemoryError when --batch is over --fits."""
 import json
 import os

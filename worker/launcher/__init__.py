@@ -25,13 +25,11 @@ import tempfile
 import threading
 import time
 
-
 from worker import machine, timeline
 from worker import report as reports
 from worker.env import cpu_name
 from worker.launcher.judge import KERNEL_METHOD, judge, oom_kills, wait_gpu_released
-from worker.launcher.process import (PROBE_DIR, Run, builtin_env, child_env, pythonpath,
-                                     read_json)
+from worker.launcher.process import PROBE_DIR, Run, builtin_env, child_env, pythonpath, read_json
 from worker.launcher.sampler import SAMPLE_HZ
 from worker.probes.host import HostRssTracker
 from worker.probes.nvml import NvmlTracker
@@ -120,7 +118,8 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
         return report, None
     gpus = machine.gpus()
     report["env"] = {"device": "cpu or unknown (the probe saw no CUDA allocator)",
-                     "host": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
+                     "host": socket.gethostname(),
+                     "os": f"{platform.system()} {platform.release()}",
                      "cpu": cpu_name(), "python": None, "gpu_count": len(gpus),
                      "gpu_name": gpus[0]["name"] if gpus else None,
                      "gpu_memory": gpus[0]["memory"] if gpus else None,

@@ -256,6 +256,7 @@ def results(p: dict, ranks: list[dict]) -> dict:
             "theory": ("AdamW keeps exp_avg and exp_avg_sq in fp32: 8 bytes/param"
                        + (f", divided over {p['world']} ranks by ZeRO-1" if p["zero"] else "")),
             "ranks": [{k: r[k] for k in ("rank", "optimizer_state_bytes", "shard_params",
-                                         "host_rss_start", "host_rss_peak", "peak_allocated")} for r in ranks],
+                                         "host_rss_start", "host_rss_peak", "peak_allocated")}
+                      for r in ranks],
         },
     }

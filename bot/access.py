@@ -8,7 +8,7 @@
 Reading (help, list, status, workers, fit, /plan show, review, prices…) is
 open to anyone who can type the command; a trial or a plan only in its own
 channel, or by an admin (JobQueue.hides). With nothing configured nobody may
-run and nobody is an admin (see README, "Who may do what").
+run and nobody is an admin (see docs/operations.md, "Who may do what").
 
 Pure: the Slack adapter supplies user-group membership as a callable; the
 settings (environment, TOML) are read by bot/app/config.py.
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
 SETUP = ("whoever runs `trialbot serve` sets TRIALBOT_RUN_USERS, TRIALBOT_RUN_CHANNELS, "
-         "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (README, \"Who may do what\")")
+         "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (docs/operations.md, \"Who may do what\")")
 
 
 def _ids() -> frozenset:
@@ -85,8 +85,8 @@ def allows(policy: Policy, action: str, user: str, channel: str,
         doing = what or "do this"
         if not (policy.admins or policy.admin_usergroups):
             return (f"Only an admin may {doing} (permission: admin), and no admin is configured: "
-                    "whoever runs `trialbot serve` sets TRIALBOT_ADMINS (README, \"Who may do "
-                    "what\").")
+                    "whoever runs `trialbot serve` sets TRIALBOT_ADMINS (docs/operations.md, "
+                    "\"Who may do what\").")
         where = "TRIALBOT_ADMINS" + (" or TRIALBOT_ADMIN_USERGROUPS"
                                      if policy.admin_usergroups else "")
         return (f"Only an admin may {doing} (permission: admin): you are not in {where}."

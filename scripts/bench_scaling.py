@@ -8,7 +8,7 @@ Each trial is `python -m worker.cli trial llm-infer ... --json` in a child
 process run from the repo root, so this runs on a GPU box with the repo not
 pip-installed (`PYTHON=python3 python3 scripts/bench_scaling.py`). The model
 is big enough that the KV cache and activations matter next to the ~250 MB
-torch baseline. The fit is bot/scaling.py's, the one the bot posts.
+torch baseline. The fit is bot/fits/scaling.py's, the one the bot posts.
 
     python scripts/bench_scaling.py [--batches 1,2,4] [--factor 4] [--cuda auto|yes|no]
 """

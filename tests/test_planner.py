@@ -1,4 +1,4 @@
-"""The estimate's arithmetic (DESIGN §3), prices and the rent/buy rules: pure."""
+"""The estimate's arithmetic (docs/design.md §3), prices and the rent/buy rules: pure."""
 import datetime as dt
 import math
 from decimal import Decimal

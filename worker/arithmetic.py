@@ -1,7 +1,7 @@
 """The decoder's exact arithmetic: parameter count, weight bytes, KV-cache bytes.
 
 Pure and torch-free, so the worker puts it in a report and the bot's scaling
-fit (bot/scaling.py) uses the same numbers. `p` is a dict of llm-infer /
+fit (bot/fits/scaling.py) uses the same numbers. `p` is a dict of llm-infer /
 llm-train parameters; `ffn` 0 (or absent, in reports from before it existed)
 means 4·hidden.
 """
@@ -45,7 +45,7 @@ def kv_cache_bytes(p: dict) -> int:
 
 def layer_bytes(p: dict) -> dict:
     """One layer's weights and its share of the KV cache at p's batch and lengths:
-    what each layer adds to an inference peak (bot/depth.py, scripts/gpu-check)."""
+    what each layer adds to an inference peak (bot/fits/depth.py, scripts/gpu-check)."""
     one = {**p, "layers": 1}
     weights = weight_params(one)["per_layer"] * DTYPE_BYTES[p["dtype"]]
     kv = kv_cache_bytes(one)

@@ -87,7 +87,7 @@ def help_text(recipes: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")  # as bot/routing.py reads them
+LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")  # as bot/trials/routing.py reads them
 
 
 def serve_command(argv: list[str]) -> int:
@@ -109,7 +109,7 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--recipes", help="recipe file (TOML) of commands this worker may run")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                         help="a label trials can ask for with label=KEY=VALUE (repeatable)")
-    slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see README, Slurm)")
+    slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see docs/slurm.md)")
     slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
                        help="local: a child process here (default); slurm: sbatch from this "
                             "login node")

@@ -157,7 +157,7 @@ MODEL_SHAPE = (
 DEVICE = _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when present")
 # glibc keeps freed memory in RSS by allocation history (two identical runs
 # differed by 7%), so host RSS neither repeats nor extrapolates by layer;
-# pinning its mmap threshold returns each freed tensor (DESIGN.md §2).
+# pinning its mmap threshold returns each freed tensor (docs/design.md §2, "Memory, by method").
 MALLOC = _choice("malloc", "auto", ("auto", "live", "glibc"),
                  "host memory: live pins glibc's mmap threshold at 64 KiB so host RSS is the "
                  "live peak, which extrapolates (CPU time then pays page faults, ~35% on the "

@@ -1,5 +1,5 @@
 """`trialbot`: `serve` (Slack), `console` (terminal), and the admin commands
-`worker-token` and `backup` (bot/admin.py), which work while the bot runs."""
+`worker-token` and `backup` (bot/app/admin.py), which work while the bot runs."""
 from __future__ import annotations
 
 import argparse

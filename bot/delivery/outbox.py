@@ -2,7 +2,7 @@
 order within each channel. A message is marked sent only once the transport
 accepted it, so a Slack outage or a restart delays messages and loses none;
 one that Slack refuses for good goes to its requester instead
-(bot/delivery.py says which refusals those are and what the requester reads)."""
+(bot/delivery/refusals.py says which refusals those are and what the requester reads)."""
 from __future__ import annotations
 
 import logging

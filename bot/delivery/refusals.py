@@ -112,7 +112,7 @@ def can_post(channel: str, info: dict | None, error: str | None) -> str | None:
 
 class Undeliverable(Exception):
     """Slack refused the request itself (HTTP 200, `ok: false`): `error` is
-    its code, which bot/delivery.py sorts into wait, channel or message."""
+    its code, which bot/delivery/refusals.py sorts into wait, channel or message."""
 
     def __init__(self, error: str):
         super().__init__(error)

@@ -3,7 +3,7 @@
 Pure: reports in, JSON-serialisable data out; no Slack, no SQL, no clock.
 A trial of `llm-infer preset=llama-3-8b layers=2` runs the real model's width,
 vocabulary and attention layout at 2 of its 32 layers. Two routes to the full
-depth, each labelled with what it rests on (DESIGN.md §3):
+depth, each labelled with what it rests on (docs/design.md §3, "Depth"):
 
 * one trial (`from_trial`): the measured peak at L layers plus (F − L) times
   one layer's weights and KV cache by the decoder's arithmetic
@@ -16,7 +16,7 @@ depth, each labelled with what it rests on (DESIGN.md §3):
   checks it.
 
 From a predicted full-depth peak at the trial's batch b0, the "fits on" list
-asks each GPU in bot/gpus.py's table for its largest batch under a bound that
+asks each GPU in bot/fits/gpus.py's table for its largest batch under a bound that
 errs toward fitting less: peak(b) = weights + b·KV per sequence +
 R·max(1, b/b0), with R the measured rest (activations, logits, workspace) at
 b0 — kept whole below b0, grown in proportion above it.

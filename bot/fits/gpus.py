@@ -3,7 +3,7 @@ GPU and the memory-bound decode estimate.
 
 Facts only: each entry is the memory size and peak memory bandwidth printed on
 the vendor's public datasheet or spec page (named in `source`). Never prices —
-a built-in price list goes stale (DESIGN.md §3). Where one name covers parts
+a built-in price list goes stale (docs/design.md §3, "Money"). Where one name covers parts
 with different bandwidth (H100 SXM5 3.35 TB/s, H100 PCIe 2 TB/s) the entry
 keeps both as a range; where the source prints no bandwidth (A10G, RTX 4090's
 spec page) it is None and no time is estimated for that GPU.

@@ -14,7 +14,7 @@ retries: a request sent again because its answer was lost is applied once
 as the first was instead of a 409). Register and heartbeat are idempotent.
 
 The token is the shared TRIALBOT_WORKER_TOKEN (any worker name) or a
-per-worker token (bot/tokens.py), which may act only as its own worker: 403
+per-worker token (bot/http/tokens.py), which may act only as its own worker: 403
 otherwise. Requests without a valid token get 401; every refused request
 (4xx) changes nothing.
 """

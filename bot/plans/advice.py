@@ -1,4 +1,4 @@
-"""Rent/buy guidance: the ordered rules of DESIGN §4 applied to a plan's facts.
+"""Rent/buy guidance: the ordered rules of docs/design.md §4 applied to a plan's facts.
 Pure. The first rule that fires answers; a rule that needs a fact nobody gave
 stops the walk and asks for it, instead of guessing."""
 from __future__ import annotations

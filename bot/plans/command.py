@@ -207,8 +207,8 @@ def _actual(ctx, cmd, user, channel, today):
 
 
 SLURM_WORKER_HELP = ("start one on the cluster's login node: `trialbot-worker --server "
-                     "http://BOT-HOST:3000 --name hpc --executor slurm --partition P` (README, "
-                     "Slurm)")
+                     "http://BOT-HOST:3000 --name hpc --executor slurm --partition P` "
+                     "(docs/slurm.md)")
 
 
 def _slurm_actual(ctx, cmd, plan, user):

@@ -47,7 +47,7 @@ def cited(price: dict, today: dt.date) -> str:
 
 def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electricity: dict,
               utilization: float) -> dict:
-    """DESIGN §4 rule 3: H = (hardware − resale) / (rent per h − power per h),
+    """docs/design.md §4, rule 3: H = (hardware − resale) / (rent per h − power per h),
     days = H / (24 · utilization). Power per h = kW × electricity rate."""
     power_per_h = power["value"] * electricity["value"]
     net = buy["value"] - (resale["value"] if resale else 0.0)

@@ -8,7 +8,7 @@ one transaction with its version bump: a crash mid-step leaves the file at
 the step before, and the next start runs it again. New schema changes go
 here, not in `_create`, so a file always says what shape it has.
 
-Store-adjacent: like bot/store.py, this module holds SQL.
+Store-adjacent: like bot/store/, this module holds SQL.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from worker import summary
 from worker.report import Report
 
-# action_id of each button; bot/listeners/actions.py answers them.
+# action_id of each button; bot/slack/listeners/actions.py answers them.
 CANCEL, RERUN, ADD_TO_PLAN = "trial_cancel", "trial_rerun", "trial_add_to_plan"
 
 

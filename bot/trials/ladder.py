@@ -1,4 +1,4 @@
-"""The optimization ladder (DESIGN §5): precision → activation checkpointing →
+"""The optimization ladder (docs/design.md §5): precision → activation checkpointing →
 ZeRO-1, each step on top of the previous, measured as trials and judged by the
 loss after the same steps from the same seed. Pure: specs in, table and
 recommendation out."""

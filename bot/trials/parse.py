@@ -16,7 +16,7 @@ SWEEP_USAGE = ("/trial sweep llm-infer batch=1,2,4,8 prompt=512  |  "
                "/trial sweep recipe NAME batch=1,2,4")
 FIT_USAGE = "/trial fit S12 [batch=32] [prompt=2048] [gen=64] [layers=32] [gpu=H100]"
 MAX_SWEEP = 16  # trials in one sweep
-# What a sweep may vary: the fit models batch and length (DESIGN.md §3 "Scaling").
+# What a sweep may vary: the fit models batch and length (docs/design.md §3, "Scaling fits").
 LLM_SWEEPABLE = ("batch", "prompt", "gen", "layers")  # layers: a depth sweep, alone
 NOT_SWEEPABLE = ("timeout", "attempts")
 LIST_FILTERS = ("mine", "running", "failed")  # how a trial is run, not what it measures

@@ -6,7 +6,7 @@
 2. requests that must be refused: forged, unsigned, stale and stale-replayed
    (401), a fresh replay of one request (deduplicated by its trigger_id);
 3. W workers draining J queued jobs through the real worker API (each "trial"
-   reports at once: this measures the ctx, not torch), with the bot killed
+   reports at once: this measures the queue, not torch), with the bot killed
    with SIGKILL part-way and restarted: every job ends exactly once.
 
 Bounded: about a minute on a 2-core box with the defaults.
@@ -125,7 +125,7 @@ def main() -> int:
         if refused != [401] * 3 or after - made != 1:
             failures.append("refusals")
 
-        # 3. ctx J jobs, drain with W workers, SIGKILL the bot part-way
+        # 3. queue J jobs, drain with W workers, SIGKILL the bot part-way
         with sqlite3.connect(db) as c:
             spec = c.execute("select spec, words from jobs limit 1").fetchone()
             c.executemany("insert into jobs (workload, spec, words, user, channel, status, "

@@ -44,7 +44,7 @@ def main() -> int:
         ex = SlurmExecutor(args.partition, shared_dir=shared, mem="2G", gpus="0")
         ex(spec)  # warm the page cache (Python, torch) for both sides alike
         attempts.run(spec)
-        to_running, submit, ctx, local, slurm, inner = [], [], [], [], [], []
+        to_running, submit, queue, local, slurm, inner = [], [], [], [], [], []
         for _ in range(args.runs):
             t = time.time()
             r = attempts.run(spec)
@@ -55,13 +55,13 @@ def main() -> int:
             assert r["status"] == "ok", r.get("error")
             job = r["slurm"]["jobs"][0]
             submit.append(job["submit_s"])
-            ctx.append(job["queue_wait_s"])
+            queue.append(job["queue_wait_s"])
             to_running.append(job["submit_s"] + job["queue_wait_s"])
             inner.append(r["slurm"]["wall_s"] - r["seconds"])
     print(f"trial: {TRIAL}, partition {args.partition}, {args.runs} runs")
     print(describe("lease → job running", to_running))
     print(describe("  of which sbatch", submit))
-    print(describe("  of which ctx wait (sbatch accepted → entry started)", ctx))
+    print(describe("  of which queue wait (sbatch accepted → entry started)", queue))
     print(describe("plain worker wall", local))
     print(describe("Slurm executor wall", slurm))
     print(describe("overhead (Slurm − plain, paired)", [s - p for s, p in zip(slurm, local)]))

@@ -6,7 +6,7 @@
    default CPU trial, over a few sequential runs,
 3. ack latency of N concurrent slash commands, a read (`status`) and a write
    that queues a job (Bolt dispatched from a thread per request, so they
-   should not ctx behind each other).
+   should not queue behind each other).
 
     python scripts/bench_trial_loop.py [--runs 5] [--concurrent 100]
 """

@@ -1,5 +1,5 @@
 """`/plan` through its handler on a real SQLite store, with trials finished
-through the ctx as a worker finishes them."""
+through the queue as a worker finishes them."""
 import datetime as dt
 
 import pytest

@@ -1,4 +1,4 @@
-"""The store and ctx on a real SQLite file: leases, expiry, late workers."""
+"""The store and queue on a real SQLite file: leases, expiry, late workers."""
 import threading
 import time
 

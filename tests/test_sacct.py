@@ -1,6 +1,6 @@
 """Slurm actuals without a cluster: sacct's output parsed (recorded lines), the
 actual it gives, `/plan NAME actual KIND slurm=...` answered and queued, and the
-request leased and answered through the ctx and the worker API as a Slurm
+request leased and answered through the queue and the worker API as a Slurm
 worker does. The live path is in tests/test_slurm.py."""
 import datetime as dt
 import json

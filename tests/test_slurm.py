@@ -17,7 +17,7 @@ import pytest
 
 from conftest import BIN, ROOT
 from slackfake import post, signed_headers, slash_body
-from worker import slurm
+from worker import slurm, units
 from worker.slurm import SlurmExecutor, SubmitError, outcome
 from worker.spec import TrialSpec, parse, resolve
 
@@ -67,7 +67,7 @@ def test_a_trial_runs_as_a_job_with_the_probes_measurements_and_queue_wait(clust
     assert [a["status"] for a in report["attempts"]] == ["ok"]
     assert not (tmp_path / "shared").exists() or not list((tmp_path / "shared").iterdir())
     from worker import summary
-    assert "Slurm: job " in summary.text(report) and "ctx wait" in summary.text(report)
+    assert "Slurm: job " in summary.text(report) and "queue wait" in summary.text(report)
 
 
 def test_a_trial_over_its_timeout_is_a_timeout(cluster, tmp_path):
@@ -196,7 +196,7 @@ def test_trial_from_slash_command_through_a_slurm_worker(cluster, served_bot, st
     assert "T1* started on *hpc*" in started["text"]
     assert "T1 llm-infer ok on hpc" in report["text"]
     assert "Slurm: job " in report["text"] and "on debug/" in report["text"]
-    assert "ctx wait" in report["text"]
+    assert "queue wait" in report["text"]
     with sqlite3.connect(bot_env["TRIALBOT_DB"]) as db:
         info = json.loads(db.execute("select info from workers where name = 'hpc'").fetchone()[0])
     assert info["executor"] == "slurm" and info["partition"] == "debug"
@@ -338,7 +338,7 @@ def test_a_slurm_actual_from_slash_command_through_a_slurm_worker(
     [record] = result["records"]
     assert 6 <= record["elapsed_s"] < 30 and hours == pytest.approx(record["elapsed_s"] / 3600)
     assert 100 * 2**20 <= record["max_rss"] < 400 * 2**20, record
-    assert f"MaxRSS max {record['max_rss'] / 2**20:.1f} MiB ({job_id}.batch)" in note
+    assert f"MaxRSS max {units.size(record['max_rss'])} ({job_id}.batch)" in note
     review = slash("repro review")
     assert f"from Slurm accounting: jobs {job_id} COMPLETED" in review, review
     with sqlite3.connect(bot_env["TRIALBOT_DB"]) as db:  # the three asks, each answered

@@ -1,4 +1,4 @@
-"""`/trial sweep` and `/trial fit`: parsing, the ctx posting the fit once when
+"""`/trial sweep` and `/trial fit`: parsing, the queue posting the fit once when
 a sweep's last trial ends, and one sweep through `trialbot console`."""
 import json
 import time

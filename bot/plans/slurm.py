@@ -1,5 +1,5 @@
 """A block's actual from Slurm accounting: what a Slurm worker's sacct records
-(worker/sacct.py) become. Pure: the queue passes the request and the result in,
+(worker/sacct.py) become. Pure: bot/plans/service.py passes the request and the result in,
 and stores what comes out.
 
     GPU-hours = Σ ElapsedRaw × allocated GPUs (AllocTRES gres/gpu) / 3600

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import time
 
-from bot.fits import depth
-from worker import presets  # noqa: E402
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bot.fits import depth  # noqa: E402
+from worker import presets  # noqa: E402
 
 TARGET = 0.10
 

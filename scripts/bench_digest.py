@@ -19,12 +19,12 @@ import sys
 import tempfile
 import time
 
-from bot.digest import command as schedule
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bot.digest import command as schedule  # noqa: E402
 from bot.store import Store  # noqa: E402
 from bot.trials.queue import JobQueue  # noqa: E402
 from worker.report import new_report  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHANNEL = "C1"
 GPU = "NVIDIA H100 80GB HBM3"

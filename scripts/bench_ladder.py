@@ -17,10 +17,10 @@ import subprocess
 import sys
 import time
 
-from bot.trials import ladder
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bot.trials import ladder  # noqa: E402
 
 DEFAULT = ["llm-train", "layers=8", "hidden=128", "heads=2", "kv_heads=1", "vocab=512",
            "seq=1024", "batch=8", "steps=2", "warmup=1"]

@@ -28,13 +28,14 @@ import sys
 import tempfile
 import time
 
-from bot.delivery.outbox import Outbox, SlackTransport  # noqa: E402
-from bot.slack.app import web_client  # noqa: E402
-from bot.store import Store  # noqa: E402
-from slackfake import FakeSlack  # noqa: E402
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+from bot.delivery.outbox import Outbox  # noqa: E402
+from bot.slack.app import web_client  # noqa: E402
+from bot.slack.transport import SlackTransport  # noqa: E402
+from bot.store import Store  # noqa: E402
+from slackfake import FakeSlack  # noqa: E402
 
 
 def store_trials(store: Store, trials: int, channels: list[str], url: str | None = None,

@@ -18,10 +18,10 @@ import os
 import subprocess
 import sys
 
-from bot.plans import estimate
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bot.plans import estimate  # noqa: E402
 
 CONFIG = ["llm-infer", "layers=4", "hidden=512", "heads=8", "kv_heads=4", "batch=2",
           "prompt=128", "gen=32", "warmup=1", "stability=0"]

@@ -17,16 +17,16 @@ import threading
 import time
 from collections import Counter
 
-from bot.app import config
-from bot.app.runtime import Runtime  # noqa: E402
-from bot.delivery.outbox import ConsoleTransport  # noqa: E402
-from bot.trials import command as trial_command
-from bot.trials import routing
-from worker import report as reports  # noqa: E402
-from worker.client import Client  # noqa: E402
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bot.app import config  # noqa: E402
+from bot.app.console import ConsoleTransport  # noqa: E402
+from bot.app.runtime import Runtime  # noqa: E402
+from bot.trials import command as trial_command  # noqa: E402
+from bot.trials import routing  # noqa: E402
+from worker import report as reports  # noqa: E402
+from worker.client import Client  # noqa: E402
 
 WORKERS = {
     "h100-box": {"gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_memory": [85899345920] * 2,

@@ -22,11 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from bot.fits import scaling
-from bot.fits.sweep import fit_sweep, predict_seconds
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bot.fits import scaling  # noqa: E402
+from bot.fits.sweep import fit_sweep, predict_seconds  # noqa: E402
 
 PYTHON = os.environ.get("PYTHON") or sys.executable
 CPU_MODEL = ("device=cpu dtype=fp32 layers=4 hidden=512 heads=8 kv_heads=8 vocab=8192 "

@@ -4,11 +4,37 @@ in a channel). One explicit object, made by bot/app/runtime.py and completed
 by the Slack app, handed to the trials, plans and digest commands."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot import access
+
+PLAN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+PLAN_WORDS = {"new", "list", "help", "price", "prices", "digest"}  # /plan's own: never a name
+
+
+def plan_name_problem(word: str) -> str | None:
+    """Why `word` cannot name a plan, or None."""
+    if word in PLAN_WORDS:
+        return f"`{word}` is one of `/plan`'s own words, not a plan name"
+    if not PLAN_NAME.fullmatch(word):
+        return (f"`{word}` is not a plan name: use lower-case letters, digits, `-` and `_`, "
+                "at most 40 characters (e.g. `adkv-repro`)")
+    return None
+
+
+class PlanUnreachable(Exception):
+    """No plan of that name (or no such name can be), as the user may be told."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class HiddenPlan(PlanUnreachable):
+    """The plan lives in another channel (perhaps a private one)."""
 
 
 class AnyChannel:
@@ -56,15 +82,19 @@ class Context:
 
     def plan(self, name: str, user: str, channel: str) -> dict:
         """The plan, if `user` may reach it from `channel`; a refusal names the
-        plan and nothing of it. Raises LookupError (no such plan: the message
-        lists those reachable here) or PermissionError (another channel's)."""
+        plan and nothing of it. Raises PlanUnreachable (a name no plan can
+        have, or no such plan: the message lists those reachable here) or
+        HiddenPlan (another channel's)."""
+        problem = plan_name_problem(name)
+        if problem:
+            raise PlanUnreachable(problem)
         plan = self.store.plan(name)
         if plan is None:
             seen, admin = self.visible_plans(user, channel)
             known = ", ".join(p["name"] for p in seen) or "none yet"
-            raise LookupError(f"There is no plan `{name}`. Plans{'' if admin else ' here'}: "
-                              f"{known}. Start one with `/plan new {name}`")
+            raise PlanUnreachable(f"There is no plan `{name}`. Plans{'' if admin else ' here'}: "
+                                  f"{known}. Start one with `/plan new {name}`")
         if self.hides(plan["channel"], user, channel):
-            raise PermissionError(f"Plan `{name}` belongs to another channel; ask there (or an "
-                                  "admin can ask anywhere).")
+            raise HiddenPlan(f"Plan `{name}` belongs to another channel; ask there (or an admin "
+                             "can ask anywhere).")
         return plan

@@ -66,3 +66,27 @@ def test_a_crashing_child_still_reports():
     r = launcher.run_trial(TrialSpec("no-such-workload", {"timeout": 60}))
     assert r["status"] == "failed" and r["error"]["class"] == "crash"
     assert r["error"]["phase"] == "setup"
+
+
+def test_a_trials_json_file_is_read_only_if_it_is_a_small_regular_file(tmp_path):
+    """The trial may own the directory its report is read from (--trial-user)
+    while the worker is root: a link, a FIFO or an endless file is no report."""
+    import os
+    import threading
+
+    from worker.launcher.process import read_json
+    good = tmp_path / "report.json"
+    good.write_text('{"status": "ok"}')
+    assert read_json(str(good)) == {"status": "ok"}
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "shadow.json").symlink_to(good)
+    os.mkfifo(tmp_path / "fifo.json")
+    big = tmp_path / "big.json"
+    big.write_text('"' + "x" * 4096 + '"')
+    done = []
+    reader = threading.Thread(target=lambda: done.append(
+        [read_json(str(tmp_path / n)) for n in ("zero.json", "shadow.json", "fifo.json")]
+        + [read_json(str(big), limit=1024)]))
+    reader.start()
+    reader.join(5)
+    assert done == [[None, None, None, None]], "a link, a FIFO or an oversized file is refused"

@@ -121,3 +121,35 @@ def test_a_plan_export_is_uploaded_with_its_stored_text(fake_slack, tmp_path):
     done = fake_slack.calls_of("files.completeUploadExternal")[0]
     assert done["channel_id"] == "C1"
     assert next(iter(fake_slack.uploads.values())) == b"plan,block\nrepro,baseline\n"
+
+
+def test_a_file_slack_keeps_refusing_is_set_aside_after_three_tries(fake_slack, tmp_path):
+    # An install without files:write: Slack answers missing_scope (an app error,
+    # waited out for a message) for the upload. A file is an extra: it goes.
+    store = Store(str(tmp_path / "o.db"))
+    store.add_messages([{"channel": "C1", "kind": "export", "file": "x.csv", "content": "a,b\n",
+                         "text": "export"}, {"channel": "C1", "text": "after the file"}])
+    fake_slack.errors["files.getUploadURLExternal"] = ["missing_scope"] * 10
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    assert [box.flush() for _ in range(3)] == [0, 0, 1]
+    assert [p["text"] for p in fake_slack.posts()] == ["after the file"]
+    row = store.db.execute("select given_up, last_error from outbox where file = 'x.csv'"
+                           ).fetchone()
+    assert row[0] is not None and "missing_scope" in row[1]
+
+
+def test_a_redirected_message_waits_out_slacks_own_trouble(fake_slack, tmp_path):
+    from bot.trials.queue import JobQueue
+    from worker.spec import parse
+    store = Store(str(tmp_path / "o.db"))
+    job = JobQueue(store).submit(parse(["llm-infer"]), "llm-infer", "U1", "CBAD")
+    with store.tx():
+        store._add_message({"channel": "CBAD", "text": "the report"}, job["id"])
+    fake_slack.channel_errors["CBAD"] = "not_in_channel"  # no response_url: a DM
+    fake_slack.errors["chat.postMessage"] = ["service_unavailable"]
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    assert box.flush() == 0  # Slack itself failed the DM: it waits, nothing is lost
+    assert store.unsent()[0]["tries"] == 1
+    assert box.flush() == 1
+    dm = fake_slack.posts()[0]
+    assert dm["channel"] == "DU1" and "the report" in dm["text"] and "url" not in dm

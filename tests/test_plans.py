@@ -169,6 +169,8 @@ def test_trial_tags_are_taken_out_and_checked(ctx):
     assert tags.take(ctx, ["llm-infer"], "U1", "C1") == (["llm-infer"], None)
     for bad, says in ((["plan=repro"], "both plan=NAME and block=KIND"),
                       (["plan=nope", "block=baseline"], "no plan `nope`"),
+                      (["plan=Bad!", "block=baseline"], "`Bad!` is not a plan name"),
+                      (["plan=new", "block=baseline"], "one of `/plan`'s own words"),
                       (["plan=repro", "block=verify"], "has no such block")):
         with pytest.raises(tags.TagError, match=says):
             tags.take(ctx, ["llm-infer", *bad], "U1", "C1")

@@ -167,7 +167,8 @@ class Outbox(threading.Thread):
             self._back_off(row["channel"])
             return WAIT
         if row["update_of"] and orphan:  # nothing left to update
-            return self._give_up(row, "the message to update was given up", gave_up)
+            return self._give_up(row, "the message to update was given up", gave_up,
+                                 quiet=True)
         if row["update_of"]:
             self._throttle_update()
         try:
@@ -178,15 +179,7 @@ class Outbox(threading.Thread):
         except Undeliverable as exc:
             return self._refused(row, exc.error, gave_up)
         except Exception as exc:  # noqa: BLE001 - Slack down, a network error, a bad chart
-            # A file is an extra: after a few failures (a chart that cannot be drawn,
-            # an install without files:write) it must not hold up reports.
-            if row.get("file") and row["tries"] + 1 >= FILE_TRIES:
-                return self._give_up(row, repr(exc), gave_up)
-            log.warning("outbox: message %s to %s failed (%s); it waits", row["id"],
-                        row["channel"], exc)
-            self.store.mark_failed_try(row["id"], repr(exc))
-            self._back_off(row["channel"])
-            return WAIT
+            return self._wait(row, repr(exc), gave_up)
         if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"]):
             sent[row["id"]] = ts
             with self.lock:
@@ -194,13 +187,22 @@ class Outbox(threading.Thread):
             return SENT
         return AGAIN  # its text changed while it was sent: the newest goes out too
 
+    def _wait(self, row: dict, error: str, gave_up: set) -> str:
+        """The message waits and its channel backs off. A file is an extra: after
+        a few failures (a chart that cannot be drawn, an install without
+        files:write) it is set aside rather than hold up the channel for ever."""
+        if row.get("file") and row["tries"] + 1 >= FILE_TRIES:
+            return self._give_up(row, error, gave_up)
+        log.warning("outbox: message %s to %s failed (%s); it waits", row["id"],
+                    row["channel"], error)
+        self.store.mark_failed_try(row["id"], error)
+        self._back_off(row["channel"])
+        return WAIT
+
     def _refused(self, row: dict, error: str, gave_up: set) -> str:
         scope = refusals.classify(error, row["tries"])
         if scope == "retry":
-            log.warning("outbox: Slack answered %s for message %s; it waits", error, row["id"])
-            self.store.mark_failed_try(row["id"], error)
-            self._back_off(row["channel"])
-            return WAIT
+            return self._wait(row, error, gave_up)
         if scope == "channel" and row["requester"]:
             if not row["via"]:
                 self.on_refused(row["channel"])
@@ -221,7 +223,7 @@ class Outbox(threading.Thread):
         while it lasts, else a direct message. A card's progress is not sent on."""
         if _progress(row):
             return self._give_up(row, "not sent on: the channel refused this trial's card",
-                                 gave_up)
+                                 gave_up, quiet=True)
         if not row["requester"]:
             return self._give_up(row, "the channel refused it and nobody asked for it",
                                  gave_up)
@@ -231,30 +233,34 @@ class Outbox(threading.Thread):
         url = row["url"]
         path = ("response_url" if url and not row["file"] and self.store.response_url_usable(url)
                 else "dm")
-        out = dict(payload(dict(row, update_of=None, thread_ts=None), self.store),
-                   via=path, user=row["requester"], url=url, text=text)
-        if "content" not in out:
-            out["blocks"] = blocks
         try:
+            out = dict(payload(dict(row, update_of=None, thread_ts=None), self.store),
+                       via=path, user=row["requester"], text=text)
+            if path == "response_url":
+                out["url"] = url
+            if "content" not in out:
+                out["blocks"] = blocks
             ts = self.transport.send(out)
         except Undeliverable as exc:
             if path == "response_url":  # spent or expired: a direct message next
                 self.store.spend_response_url(url)
                 return AGAIN
+            if refusals.classify(exc.error, row["tries"]) == "retry":  # Slack's own trouble
+                return self._wait(row, exc.error, gave_up)
             log.error("outbox: message %s reached neither %s nor its requester (%s)",
                       row["id"], row["channel"], exc.error)
             return self._give_up(row, f"{error}; the requester could not be reached either "
                                       f"({exc.error})", gave_up)
-        except Exception as exc:  # noqa: BLE001 - Slack down: this channel waits
-            self.store.mark_failed_try(row["id"], repr(exc))
-            self._back_off(row["channel"])
-            return WAIT
+        except Exception as exc:  # noqa: BLE001 - Slack down, a chart that cannot be drawn
+            return self._wait(row, repr(exc), gave_up)
         self.store.mark_sent(row["id"], ts, row["version"], via=path,
                              url=url if path == "response_url" else None)
         return SENT
 
-    def _give_up(self, row: dict, error: str, gave_up: set, notice: dict | None = None) -> str:
-        log.error("outbox: message %s set aside: %s", row["id"], error)
+    def _give_up(self, row: dict, error: str, gave_up: set, notice: dict | None = None,
+                 quiet: bool = False) -> str:
+        """Set the message aside; `quiet` for what is meant to go (a stale edit)."""
+        (log.info if quiet else log.error)("outbox: message %s set aside: %s", row["id"], error)
         self.store.give_up_message(row["id"], error, notice, row["job"])
         gave_up.add(row["id"])
         return GONE

@@ -125,10 +125,10 @@ def rent_for(gpu_name: str, price_list: list[dict]) -> dict | None:
     return max(found, key=lambda p: len(p["item"]), default=None)
 
 
-def plan_summary(plan: dict, ests: list, review: list[dict], costs: list[str]) -> dict:
+def plan_summary(plan: dict, ests: list, reviewed: list[dict], costs: list[str]) -> dict:
     """A plan's estimate, its actuals so far and the biggest variance with the
     review's cause for it."""
-    done = [r for r in review if r.get("actual") is not None]
+    done = [r for r in reviewed if r.get("actual") is not None]
     out = {"name": plan["name"], "gpu": plan["facts"].get("gpu"),
            "estimate": estimate.total([e for _, e, _ in ests])["hours"] if ests else None,
            "blocks": len(ests), "cost": costs[-1] if ests else None,

@@ -19,23 +19,23 @@ _SHORT = {"process_used_peak": "NVML per-process", "peak_reserved": "peak reserv
 def trial_text(pred: dict) -> str:
     """The report's paragraph for a trial with `preset=`."""
     per = pred["per_layer"]
-    deep, depth = pred["layers"], pred["trial_layers"]
-    lines = [f"*{pred['preset']} at full depth ({deep} layers; this trial ran {depth})*"]
+    deep, ran = pred["layers"], pred["trial_layers"]
+    lines = [f"*{pred['preset']} at full depth ({deep} layers; this trial ran {ran})*"]
     for m, v in pred["memory"].items():
         if v["predicted"] is None:
-            lines.append(f"• {_SHORT[m]}: measured {size(v['measured'])} at {depth} layers, "
+            lines.append(f"• {_SHORT[m]}: measured {size(v['measured'])} at {ran} layers, "
                          "not extrapolated (CPU side: on the GPU the weights and KV cache are "
                          "in device memory)")
-        elif depth < deep:
+        elif ran < deep:
             lines.append(f"• {_SHORT[m]}: predicted *{size(v['predicted'])}* = measured "
-                         f"{size(v['measured'])} + {deep - depth} × {size(per['total'])} "
+                         f"{size(v['measured'])} + {deep - ran} × {size(per['total'])} "
                          f"per layer ({size(per['weights'])} weights + {size(per['kv'])} "
                          "KV cache, arithmetic)")
         else:
             lines.append(f"• {_SHORT[m]}: measured *{size(v['measured'])}*")
     lines.append(f"_{pred['what']}. A depth sweep measures the per-layer part: "
                  f"`/trial sweep llm-infer preset={pred['preset']} layers=1,2,4 ...`_"
-                 if depth < deep else f"_{pred['what']}_")
+                 if ran < deep else f"_{pred['what']}_")
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from bot.context import HiddenPlan, PlanUnreachable
 from bot.plans import advice, estimate, export, parse, service, views
 from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest
@@ -72,10 +73,10 @@ def _plan(ctx, name: str, user: str, channel: str) -> dict:
     plan may live in a private channel); its name is all a refusal tells."""
     try:
         return ctx.plan(name, user, channel)
-    except LookupError as exc:
-        raise PlanError(str(exc)) from None
-    except PermissionError as exc:
-        raise PlanHidden(str(exc)) from None
+    except HiddenPlan as exc:
+        raise PlanHidden(exc.message) from None
+    except PlanUnreachable as exc:
+        raise PlanError(exc.message) from None
 
 
 def _help(ctx, cmd, user, channel, today):

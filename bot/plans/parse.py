@@ -13,6 +13,7 @@ import re
 import zoneinfo
 from dataclasses import dataclass, field
 
+from bot.context import PLAN_WORDS, plan_name_problem
 from bot.trials.parse import split
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|block KIND runs=N "
@@ -59,8 +60,6 @@ CHOICES = {"rental": ("single", "per-block"), "idle": ("measured", "none"),
            "pattern": ("concentrated", "steady"), "later_use": ("uncertain", "planned"),
            "needs_cuda": ("yes", "no"), "platform": ("cuda", "rocm", "mps", "cpu", "tpu")}
 
-RESERVED = {"new", "list", "help", "price", "prices", "digest"}
-NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 class PlanError(ValueError):
@@ -118,11 +117,11 @@ def parse(text: str, today: dt.date) -> PlanCommand:
 
 
 def plan_name(word: str) -> str:
-    if word in RESERVED:
+    if word in PLAN_WORDS:
         raise PlanError(f"`{word}` needs more words here; usage: `{USAGE}`")
-    if not NAME.fullmatch(word):
-        raise PlanError(f"`{word}` is not a plan name: use lower-case letters, digits, `-` "
-                        "and `_`, at most 40 characters (e.g. `adkv-repro`)")
+    problem = plan_name_problem(word)
+    if problem:
+        raise PlanError(problem)
     return word
 
 

@@ -40,7 +40,9 @@ class ChannelCheck:
             if error != "channel_not_found":
                 log.warning("conversations.info for %s failed (%s); not checked", channel, error)
         refused = refusals.can_post(channel, info, error)
-        if refused is None and error is None:
+        # An answer that says nothing (a missing scope) is kept too: asking again on every
+        # command would spend its 1.5 s each time for the same answer.
+        if refused is None:
             with self.lock:
                 self.ok[channel] = now
         return refused

@@ -40,7 +40,7 @@ class SlackTransport:
                     content=payload["content"], filename=payload["file"],
                     title=payload["text"], initial_comment=payload["text"])
                 return resp["files"][0]["id"] if resp.get("files") else "file"
-            post = {k: v for k, v in payload.items() if k not in ("via", "user")}
+            post = {k: v for k, v in payload.items() if k not in ("via", "user", "url")}
             resp = self.client.chat_postMessage(**post)
         except SlackApiError as exc:
             error = exc.response.get("error", "")

@@ -3,6 +3,8 @@ trial tagged as a plan block's actual. Checked against the store, so a trial
 is never tagged to nothing, nor to a plan its user cannot reach from here."""
 from __future__ import annotations
 
+from bot.context import PlanUnreachable
+
 
 class TagError(ValueError):
     def __init__(self, message: str):
@@ -28,8 +30,8 @@ def take(ctx, words: list[str], user: str, channel: str) -> tuple[list[str], dic
                        "`plan=adkv block=baseline`")
     try:
         plan = ctx.plan(tags["plan"], user, channel)
-    except (LookupError, PermissionError) as exc:
-        raise TagError(str(exc)) from None
+    except PlanUnreachable as exc:
+        raise TagError(exc.message) from None
     kinds = [b["kind"] for b in ctx.store.blocks(plan["name"])]
     if tags["block"] not in kinds:
         raise TagError(f"`block={tags['block']}`: plan {plan['name']} has no such block; its "

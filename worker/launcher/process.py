@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -147,9 +148,33 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def read_json(path: str):
+MAX_JSON = 64 * 2**20  # a report and its timeline are a few MB (the bot takes 8 MiB)
+
+
+def read_json(path: str, limit: int = MAX_JSON):
+    """A JSON file the trial wrote, or None. The trial may own the directory
+    (`--trial-user`) and this process may be root: the file is opened without
+    following a link or blocking on a FIFO, must be a regular file, and is read
+    to `limit` bytes at most, so a trial cannot make the worker read /dev/zero
+    or another user's file."""
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(b"".join(chunks))
+    except ValueError:
         return None

@@ -7,6 +7,7 @@ field holds; `validate` checks what the bot relies on before it stores one.
 """
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from typing import Literal, TypedDict
@@ -230,12 +231,18 @@ def _kinds(hint) -> tuple[tuple[type, ...], str]:
         dict.fromkeys(names))
 
 
+@functools.cache
+def _field_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
+    """Each Report field's allowed JSON types, worked out once (every report is checked)."""
+    return {key: _kinds(hint) for key, hint in typing.get_type_hints(Report).items()
+            if key not in _CHECKED}
+
+
 def _shapes(report: dict) -> list[tuple[str, str]]:
     """Fields present with a JSON type their Report annotation does not allow."""
     out = []
-    for key, hint in typing.get_type_hints(Report).items():
-        if key in report and key not in _CHECKED:
-            allowed, what = _kinds(hint)
+    for key, (allowed, what) in _field_kinds().items():
+        if key in report:
             value = report[key]
             if not isinstance(value, allowed) or isinstance(value, bool) and bool not in allowed:
                 out.append((key, what))

@@ -94,9 +94,12 @@ class Outbox(threading.Thread):
             self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _next_check(self) -> float:
+        """Until the next backoff ends (one already over waits for its lane's
+        thread, which wakes the dispatcher when it is done), at most 5 s."""
+        now = time.monotonic()
         with self.lock:
-            due = [at for at, _ in self.blocked.values()]
-        return max(0.05, min([5.0] + [at - time.monotonic() for at in due]))
+            due = [at - now for at, _ in self.blocked.values() if at > now]
+        return max(0.05, min([5.0, *due]))
 
     def dispatch(self) -> None:
         now = time.monotonic()

@@ -84,6 +84,35 @@ class Attempt(TypedDict, total=False):
     next: str | None   # what changed for the next try
 
 
+class Window(TypedDict, total=False):
+    """One stretch of consecutive measured runs (requests or steps) in the run
+    phase; the spread between windows is the drift within the trial."""
+    start: float           # Unix time of the window's first run
+    end: float             # ... and of its last run's end
+    count: int
+    mean: float            # seconds per run in the window
+    sd: float | None
+    others_cpu: float | None  # share of all CPUs other processes used meanwhile
+    contended: bool        # others_cpu or steal over the contention threshold
+
+
+class Windows(TypedDict, total=False):
+    unit: str              # request or step
+    what: str
+    rows: list[Window]
+
+
+class Contention(TypedDict, total=False):
+    """What else used the machine while the trial ran (worker/probes/contention.py)."""
+    flagged: bool          # past a threshold in warmup or run: the figures are suspect
+    summary: str | None    # plain words for the card, or None when quiet
+    cpus: int
+    threshold: dict        # {others_cpu, steal, gpu_others_memory}: the stated limits
+    phases: dict           # phase name -> {seconds, others_cpu, others_cpu_max, steal, load_max}
+    gpu: dict | None       # CUDA: per device others' processes, utilisation, throttle reasons
+    method: dict[str, str]
+
+
 class Report(TypedDict, total=False):
     schema: str                        # SCHEMA
     trial: str | None                  # T12, set by the bot's queue
@@ -117,6 +146,8 @@ class Report(TypedDict, total=False):
     recipe: str | None
     output_tail: str
     slurm: dict
+    windows: Windows | None            # the run phase in windows (drift inside the trial)
+    contention: Contention | None      # what else ran on the machine meanwhile
 
 
 def new_report(workload: str, params: dict) -> Report:

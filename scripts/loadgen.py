@@ -1,0 +1,75 @@
+"""A noisy neighbour for the benchmarks: one CPU-bound process per core,
+switched on and off at random moments drawn from a fixed seed.
+
+    with LoadGenerator(seed=7) as load:
+        ...  # run trials
+        load.overlap(start, end)  # seconds the load was on inside [start, end]
+
+The spinners are started once and paused with SIGSTOP / resumed with SIGCONT,
+so switching costs no process start. Every on-window is logged in Unix time,
+the clock the trial reports use, so a bench can tell which trials it touched.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+SPIN = "while True: pass"
+
+
+class LoadGenerator:
+    def __init__(self, seed: int, on: tuple[float, float] = (1.0, 6.0),
+                 off: tuple[float, float] = (4.0, 20.0), cores: int | None = None):
+        self.rng = random.Random(seed)
+        self.on, self.off = on, off
+        self.cores = cores or os.cpu_count() or 1
+        self.windows: list[list[float]] = []  # [start, end]; end is None while on
+        self.procs: list[subprocess.Popen] = []
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._switch, daemon=True, name="loadgen")
+
+    def __enter__(self) -> LoadGenerator:
+        self.procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(self.cores)]
+        for p in self.procs:
+            os.kill(p.pid, signal.SIGSTOP)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_flag.set()
+        self.thread.join()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+    def _set(self, running: bool) -> None:
+        for p in self.procs:
+            os.kill(p.pid, signal.SIGCONT if running else signal.SIGSTOP)
+
+    def _switch(self) -> None:
+        while not self.stop_flag.wait(self.rng.uniform(*self.off)):
+            self._set(True)
+            self.windows.append([time.time(), None])
+            self.stop_flag.wait(self.rng.uniform(*self.on))
+            self._set(False)
+            self.windows[-1][1] = time.time()
+        if self.windows and self.windows[-1][1] is None:
+            self.windows[-1][1] = time.time()
+
+    def overlap(self, start: float, end: float) -> float:
+        """Seconds the load was on inside [start, end]."""
+        now = time.time()
+        return sum(max(0.0, min(end, e or now) - max(start, s)) for s, e in self.windows)
+
+    def duty(self) -> float:
+        """Share of the time since the first switch the load was on."""
+        if not self.windows:
+            return 0.0
+        now = time.time()
+        on = sum((e or now) - s for s, e in self.windows)
+        return on / max(1e-9, now - self.windows[0][0])

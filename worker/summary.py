@@ -55,7 +55,7 @@ def facts(r: Report) -> list[tuple[str, str]]:
                     + per))
     st = r.get("stability")
     if st:
-        out.append(("stability", stability(st)))
+        out.append(("stability", stability(st, unit)))
     if thr:
         out.append(("throughput", f"{thr['value']:.1f} {thr['unit']}"))
     if m.get("peak_allocated") is not None:
@@ -108,14 +108,23 @@ def training(tr: dict) -> str:
             f"{tr['theory']})")
 
 
-def stability(st: dict) -> str:
+def stability(st: dict, unit: str = "request") -> str:
     ratio = "n/a" if st["iqr_over_median"] is None else f"{st['iqr_over_median']:.1%}"
+    runs = f"{st['count']} {unit}{'s' * (st['count'] != 1)}"
+    bound = st.get("bound")
+    if not st.get("threshold") and bound:  # a fixed count, judged against a stated bound
+        if st["stable"] is None:
+            return f"IQR/median {ratio} over a fixed {runs}: too few to judge"
+        if st["stable"]:
+            return f"IQR/median {ratio} over a fixed {runs}, under the {bound:.0%} bound"
+        return (f"UNSTABLE: IQR/median {ratio} ≥ the {bound:.0%} bound over a fixed {runs}; "
+                "treat these figures with care")
     if st["stable"] is None:
-        return f"IQR/median {ratio} over a fixed {st['count']} requests"
+        return f"IQR/median {ratio} over a fixed {runs}"
     if st["stable"]:
-        return f"stable: IQR/median {ratio} < {st['threshold']:.0%} after {st['count']} requests"
-    return (f"UNSTABLE: IQR/median {ratio} ≥ {st['threshold']:.0%} after {st['count']} "
-            f"requests ({st['stopped_by']}); treat these figures with care")
+        return f"stable: IQR/median {ratio} < {st['threshold']:.0%} after {runs}"
+    return (f"UNSTABLE: IQR/median {ratio} ≥ {st['threshold']:.0%} after {runs} "
+            f"({st['stopped_by']}); treat these figures with care")
 
 
 def env_line(r: Report) -> str:

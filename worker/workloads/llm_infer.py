@@ -66,6 +66,7 @@ def run(p: dict, trial) -> dict:
     with trial.phase("run"):
         samples, stability = repeat.adaptive(request, p["repeats"], p["stability"] / 100,
                                              p["run_cap"])
+    stability = stats.judged(stability)  # stability=0: a fixed count, still judged
     latencies = [s["latency"] for s in samples]
     per_token = [s["decode"] for s in samples if s["decode"] is not None]
     generated = p["batch"] * p["gen"]

@@ -139,8 +139,10 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
         for _ in range(p["warmup"]):
             step()
     with phase("run"):
+        t0 = time.perf_counter()
         samples = [step() for _ in range(p["steps"])]
-    return {"rank": rank, "params": params, "losses": losses,
+        run_seconds = time.perf_counter() - t0
+    return {"run_seconds": run_seconds, "rank": rank, "params": params, "losses": losses,
             "latencies": [s["latency"] for s in samples],
             "optimizer_state_bytes": optimizer_state_bytes(opt),
             "shard_params": shard_params(opt),
@@ -242,6 +244,8 @@ def results(p: dict, ranks: list[dict]) -> dict:
     return {
         "headline": {"metric": "step time", "value": step["mean"], "unit": "s"},
         "latency": step,
+        # A fixed count of steps: judged against the stated bound (worker/stats.py).
+        "stability": stats.fixed_stability(lead["latencies"], lead.get("run_seconds")),
         "throughput": {"value": tokens / step["mean"], "unit": "tokens/s",
                        "what": "training tokens per second: batch·seq / mean step time"},
         "scale": {"batch": p["batch"], "prompt_tokens": p["seq"], "gen_tokens": 0,

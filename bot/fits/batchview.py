@@ -4,7 +4,7 @@ largest batch for a GPU. Pure."""
 from __future__ import annotations
 
 from bot.blocks import table_text
-from bot.fits import depth, ols, scaling
+from bot.fits import depth, ols, scaling, usable
 from worker.units import duration, size
 
 LEVEL = 0.90  # prediction intervals shown in sweep messages
@@ -123,8 +123,13 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     if model.get("error"):
         return f"*{title}*: no fit — {model['error']}"
     fmt = size if model["unit"] == "bytes" else duration
-    lines = [f"*{title}* ({model['what']}):",
-             f"≈ {_formula(model)}  _(terms: {', '.join(model['features'])}; {model['why']})_"]
+    v = model.get("verdict") or {}
+    lines = [f"*{title}* ({model['what']}):"]
+    if v and not v["usable"]:
+        lines.append(f":no_entry: *{usable.text(v)}*")
+    lines.append(f"≈ {_formula(model)}  _(terms: {', '.join(model['features'])}; {model['why']}"
+                 + ("; shown for the record, not to use" if v and not v["usable"] else "")
+                 + ")_")
     check = []
     if model["residual_sd"] is not None:
         check.append(f"residual sd {fmt(model['residual_sd'])} on {model['dof']} dof")
@@ -145,6 +150,10 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     if model.get("missing"):
         check.append(f"{model['missing']} trial(s) had no {model['target']} figure")
     lines.append("; ".join(check))
+    if v and usable.text(v) and v["usable"]:
+        lines.append(f"_{usable.text(v)}_")
+    if v and usable.marks_text(v):
+        lines.append(f"_{usable.marks_text(v)}_")
     if model["target"] == "host_rss_peak" and fit["defaults"].get("malloc") != "live":
         lines.append("_Host RSS also counts memory the C allocator kept after frees (glibc keeps "
                      "freed blocks under its mmap threshold, at most 32 MiB each), so growth "
@@ -211,8 +220,18 @@ def _prediction_lines(fit: dict, params: dict, why: str) -> list[str]:
         band = ols.interval(value, se, dof, LEVEL)
         spread = (f" ± {fmt((band[1] - band[0]) / 2)} ({LEVEL:.0%} PI, dof {dof})" if band
                   else " (no interval: 2 points, dof 0)")
+        v = _verdict_at(fit, name, params, value)
+        if not v["usable"]:
+            lines.append(f"• {name}: *{usable.text(v)}* (the fit says {fmt(value)}{spread})")
+            continue
         lines.append(f"• {name}: {fmt(value)}{spread}{_extrapolation(fit, name, params)}")
     return lines
+
+
+def _verdict_at(fit: dict, name: str, params: dict, value: float) -> dict:
+    model = fit["time"] if name == "time" else fit["memory"][name]
+    return usable.verdict(model, fit.get("points") or [], (*scaling.point(fit, params), value),
+                          fit["variables"]["batch"])
 
 
 def _extrapolation(fit: dict, name: str, params: dict) -> str:

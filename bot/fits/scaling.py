@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 
-from bot.fits import ols
+from bot.fits import ols, usable
 from worker import arithmetic
 
 SCHEMA = "trialbot.scaling/1"
@@ -191,7 +191,7 @@ def fit_sweep(reports: list[dict]) -> dict:
         out["points"].append({"trial": r.get("trial"), "worker": r.get("worker"),
                               "params": _axis_params(vars_, r), "b": b, "s": s,
                               "memory": {m: mem.get(m) for m in METHODS},
-                              "seconds": secs,
+                              "seconds": secs, "marks": usable.marks(r),
                               "retried": bool(r.get("requested")) and any(
                                   r["requested"].get(k) != v for k, v in r["params"].items())})
     gpus = {((r.get("env") or {}).get("gpu_name"), (r.get("env") or {}).get("gpu_memory"))
@@ -228,6 +228,9 @@ def fit_sweep(reports: list[dict]) -> dict:
     if time_rows:
         out["time"] = ols.fit_target(time_rows, "time", varied, "seconds", "s",
                                      seconds_of(ok[0])[1])
+    for model in [*out["memory"].values(), out["time"]]:
+        if model:
+            model["verdict"] = usable.verdict(model, out["points"], axis=vars_["batch"])
     if out["workload"] == "llm-infer":
         d = out["defaults"]
         if all(k in d for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "dtype")):
@@ -291,6 +294,10 @@ def _point(fit: dict, params: dict) -> tuple[int, int]:
         raise ValueError(f"the sweep varied {', '.join(missing)}: give "
                          + " ".join(f"{k}=N" for k in missing))
     return _bs(vars_, merged)
+
+def point(fit: dict, params: dict) -> tuple[int, int]:
+    """(b, s) of a question (ValueError when the sweep cannot answer it)."""
+    return _point(fit, params)
 
 def predict_memory(fit: dict, method: str, params: dict) -> tuple[float, float, int]:
     """(predicted bytes, standard error of a new observation, dof) for `method`."""

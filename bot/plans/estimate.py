@@ -201,9 +201,10 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
              else f"{block['runs']} runs")
     if predicted:
         x = predicted["seconds"]
-        if x <= 0:
-            raise EstimateError(f"the fit predicts {x:.3g} s per run at this config: it is "
-                                "extrapolated too far to mean anything; sweep closer to it")
+        if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
+            raise EstimateError(f"the fit predicts {x:.3g} s per run at this config, and a "
+                                "time is positive: the fit is unusable here; `/trial fit S"
+                                f"{block.get('sweep') or '..'}` says why and what to run")
         run_source = f"{times} × {x:.4g} s {predicted['source']}"
         half = None
         if predicted.get("dof") and predicted.get("sd"):
@@ -307,6 +308,7 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
                        **(predicted or {}).get("config", {})},
             "code": code_version(first), "note": block.get("note"),
             "sweep": block.get("sweep"), "predicted": bool(predicted),
+            "marks": (predicted or {}).get("marks"),
             "partial": (predicted or {}).get("partial")}
 
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from bot.blocks import message
-from bot.fits import depth
-from bot.fits.sweep import fit_sweep, predict_seconds
+from bot.fits import depth, usable
+from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import estimate, review, slurm
 from bot.plans.parse import PlanError
 from bot.trials.queue import LeaseLost
@@ -44,11 +44,16 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
         if fit.get("kind") == "depth":
             _check_depth_block(block, params)
         seconds, se, dof = predict_seconds(fit, params)
+        verdict = judge_seconds(fit, params, seconds)
     except PlanError:
         raise
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
     shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
+    if not verdict["usable"]:  # the real cause, not a blanket "extrapolated too far"
+        raise PlanError(f"Sweep S{block['sweep']}'s time fit is {usable.text(verdict)}. "
+                        f"`/trial fit S{block['sweep']} {shown}` shows the fit; nothing was "
+                        "added")
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     unit = "per run phase" if ok[0]["report"].get("recipe") else "per request"
     source = (f"{unit}, predicted for {shown}"
@@ -57,7 +62,10 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
               + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
               "estimate, not measured at this config)")
     out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
-           "source": source, "partial": None}
+           "source": source, "partial": None,
+           # The points' own marks travel into the block's warnings.
+           "marks": {"marked": verdict["marked"], "unmeasured": verdict["unmeasured"],
+                     "unchecked": None if verdict["checked"] else usable.text(verdict)}}
     if fit.get("kind") == "depth":
         depths = sorted({j["report"]["params"]["layers"] for j in ok})
         if params["layers"] > depths[-1]:

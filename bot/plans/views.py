@@ -6,7 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 from bot.blocks import chunks, context, reply, section, table_text
-from bot.fits import gpus
+from bot.fits import gpus, usable
 from bot.plans import estimate, parse, prices
 
 
@@ -100,6 +100,15 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     diff = estimate.lock_differences(lock, est["config"], est["code"]) if lock else []
     if diff:
         out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
+    marks = est.get("marks") or {}
+    if marks.get("marked"):
+        out.append(f"rests on marked sweep points: {', '.join(marks['marked'])}; their times "
+                   "are suspect, so is the fit's — re-run them on a quiet machine")
+    if marks.get("unmeasured"):
+        out.append(f"contention not measured for {usable.names(marks['unmeasured'])} (reports "
+                   "from before the probe): nobody checked the machine was quiet")
+    if marks.get("unchecked"):
+        out.append(f"the sweep's time fit is {marks['unchecked']}")
     if est.get("partial"):
         out.append(f"PREDICTED FROM A PARTIAL-DEPTH TRIAL ({est['partial']}): a full-depth "
                    "trial on the target replaces it — run it and re-add the block with "

@@ -39,7 +39,8 @@ def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
         lengths = {k: top["params"][k] for k in vars_["length"] if k in top["params"]}
         for factor in (2, 4):
             q = {vars_["batch"]: factor * top["params"][vars_["batch"]], **lengths}
-            parts.append("\n".join(_prediction_lines(fit, q, f" ({factor}× the largest batch)")))
+            parts.append("\n".join(_prediction_lines(fit, q, f" ({factor}× the largest batch)",
+                                                      brief=True)))
     parts.append(_gpu_text(fit, sweep))
     for note in [*(fit.get("notes") or []), _partial_note(fit)]:
         if note:
@@ -152,7 +153,7 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     lines.append("; ".join(check))
     if v and usable.text(v) and v["usable"]:
         lines.append(f"_{usable.text(v)}_")
-    if v and usable.marks_text(v):
+    if v and usable.marks_text(v) and v["cause"] != "noise":  # noise already names them
         lines.append(f"_{usable.marks_text(v)}_")
     if model["target"] == "host_rss_peak" and fit["defaults"].get("malloc") != "live":
         lines.append("_Host RSS also counts memory the C allocator kept after frees (glibc keeps "
@@ -201,7 +202,7 @@ def _arithmetic_text(fit: dict) -> str:
     return "\n".join(lines)
 
 
-def _prediction_lines(fit: dict, params: dict, why: str) -> list[str]:
+def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) -> list[str]:
     axes = [k for k in (fit["variables"]["batch"], *fit["variables"]["length"]) if k]
     merged = {**fit["defaults"], **params}
     shown = {**{k: merged[k] for k in axes if k in merged},
@@ -222,16 +223,22 @@ def _prediction_lines(fit: dict, params: dict, why: str) -> list[str]:
                   else " (no interval: 2 points, dof 0)")
         v = _verdict_at(fit, name, params, value)
         if not v["usable"]:
-            lines.append(f"• {name}: *{usable.text(v)}* (the fit says {fmt(value)}{spread})")
+            said = (f"unusable, as its fit above ({v['cause']})" if brief and v["problem"]
+                    == ((_model(fit, name).get("verdict") or {}).get("problem"))
+                    else usable.text(v))
+            lines.append(f"• {name}: *{said}* (the fit says {fmt(value)}{spread})")
             continue
         lines.append(f"• {name}: {fmt(value)}{spread}{_extrapolation(fit, name, params)}")
     return lines
 
 
+def _model(fit: dict, name: str) -> dict:
+    return fit["time"] if name == "time" else fit["memory"][name]
+
+
 def _verdict_at(fit: dict, name: str, params: dict, value: float) -> dict:
-    model = fit["time"] if name == "time" else fit["memory"][name]
-    return usable.verdict(model, fit.get("points") or [], (*scaling.point(fit, params), value),
-                          fit["variables"]["batch"])
+    return usable.verdict(_model(fit, name), fit.get("points") or [],
+                          (*scaling.point(fit, params), value), fit["variables"]["batch"])
 
 
 def _extrapolation(fit: dict, name: str, params: dict) -> str:

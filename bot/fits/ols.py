@@ -156,7 +156,7 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
         "range": {"b": [min(c[0] for c in configs), max(c[0] for c in configs)],
                   "s": [min(c[1] for c in configs), max(c[1] for c in configs)]},
         # What bot/fits/usable.py judges a fit by: its points, their size, the smallest.
-        "trials": [r[3] for r in rows], "mean": float(np.mean(y)),
+        "trials": [r[3] for r in rows], "mean": float(np.mean(y)), "min": float(np.min(y)),
         "configs": [list(c) for c in configs],
         "smallest": {"b": small[0], "s": small[1],
                      "measured": float(np.mean([r[2] for r in rows if (r[0], r[1]) == small]))},

@@ -4,10 +4,10 @@ verdict for batch/length fits (scaling.py) and depth fits (depth.py). Pure.
 A fit is *unusable*
 * with too few points for its model (fewer configs than terms);
 * when its held-out error is over HELD_OUT_BOUND;
-* at a config where it predicts what cannot be: a time ≤ 0, or a peak below the
-  smallest config's measured peak at a config no smaller than it (the weights
-  and the runtime are in every peak: memory does not shrink as batch, length
-  or depth grow).
+* at a config where it predicts what cannot be: a time ≤ 0, or a peak whose
+  interval lies below every measured peak at a config no smaller than the
+  smallest measured (the weights and the runtime are in every peak: memory
+  does not shrink as batch, length or depth grow).
 The cause is named, from what the points say:
 * *noisy points*: time points whose trial was UNSTABLE or ran on a busy machine
   (report["contention"]["flagged"]), by name;
@@ -26,6 +26,7 @@ import math
 
 from bot.fits import ols
 from worker.stats import FIXED_BOUND
+from worker.units import duration, size
 
 # A plan multiplies a time fit's error by its run count; a fit that misses the
 # one config it is checked on by over a quarter cannot tell a block from one a
@@ -122,22 +123,22 @@ def _cause_held(out: dict, model: dict, axis: str | None) -> None:
 
 def _judge_at(out: dict, model: dict, at: tuple, axis: str | None) -> None:
     b, s, value = at
-    small = model["smallest"]
+    small = model["smallest"]  # the least config: a larger one holds at least its memory
     if model["unit"] == "s":
         if value > 0:
             return
-        out["problem"] = f"predicts {value:.3g} s, and a time is positive"
+        out["problem"] = f"predicts {duration(value)} per run, and a time is positive"
     else:
         # Below the smallest peak beyond the fit's own noise: the interval's top too.
         _, se, dof = ols.predict_model(model, b, s)
         top = value + ols.t_quantile(dof) * se if dof and not math.isnan(se) else value
         if value > 0 and not (b >= small["b"] and s >= small["s"]
-                              and top < small["measured"] * (1 - 1e-9)):
+                              and top < model["min"] * (1 - 1e-9)):
             return
-        out["problem"] = (f"predicts {value:.4g} bytes, below the {small['measured']:.4g} "
-                          "measured at the smallest config, and memory does not shrink as "
-                          "the config grows" if value > 0 else
-                          f"predicts {value:.4g} bytes, and memory is positive")
+        out["problem"] = (f"predicts {size(value)}, below every measured peak (the least "
+                          f"{size(model['min'])}) at a config no smaller than the smallest, and "
+                          "memory does not shrink as the config grows" if value > 0 else
+                          f"predicts {size(value)}, and memory is positive")
     out["usable"] = False
     h = ols.leverage(model, b, s)
     far = h is not None and h > FAR_LEVERAGE

@@ -153,8 +153,9 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     lines.append("; ".join(check))
     if v and usable.text(v) and v["usable"]:
         lines.append(f"_{usable.text(v)}_")
-    if v and usable.marks_text(v) and v["cause"] != "noise":  # noise already names them
-        lines.append(f"_{usable.marks_text(v)}_")
+    marks = usable.marks_text(v, unmeasured_only=v["cause"] == "noise") if v else ""
+    if marks:  # a noise verdict has named the marked points already
+        lines.append(f"_{marks}_")
     if model["target"] == "host_rss_peak" and fit["defaults"].get("malloc") != "live":
         lines.append("_Host RSS also counts memory the C allocator kept after frees (glibc keeps "
                      "freed blocks under its mmap threshold, at most 32 MiB each), so growth "

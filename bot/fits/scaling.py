@@ -51,7 +51,9 @@ API (the planner's entry points)
     `n`, `distinct`, `dof`, `residual_sd` (None when dof = 0), `cov_unscaled`
     ((X'X)⁻¹), `held_out` ({trial, b, s, predicted, measured, relative_error}
     or None), `held_out_why` (why there is none), `loo` ({max_relative,
-    rms_relative, count} or None), `candidates`, `why`.
+    rms_relative, count} or None), `candidates`, `why`, and `verdict`
+    (bot/fits/usable.py: whether it can be used, and if not why and what to
+    run instead). Each point carries its report's `marks` (UNSTABLE, contended).
 `predict_memory(fit, method, params) -> (bytes, se, dof)`
 `predict_seconds(fit, params) -> (seconds per request, se, dof)`
     `params` are trial parameters (`{"batch": 32, "prompt": 2048}`); the rest

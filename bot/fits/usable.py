@@ -226,10 +226,10 @@ def names(trials: list[str]) -> str:
         f"{trials[0]}–{trials[-1]} ({len(trials)} trials)"
 
 
-def marks_text(v: dict) -> str:
+def marks_text(v: dict, unmeasured_only: bool = False) -> str:
     """The marked and unmeasured points, for a usable fit too."""
     bits = []
-    if v["marked"]:
+    if v["marked"] and not unmeasured_only:
         bits.append("points marked: " + ", ".join(v["marked"]))
     if v["unmeasured"]:
         bits.append(f"contention not measured for {names(v['unmeasured'])}")

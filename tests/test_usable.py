@@ -157,3 +157,15 @@ def test_a_depth_fit_with_a_busy_deepest_point_is_unusable_and_says_so():
     assert "time per request: " in text and "— *unusable:" in text
     with pytest.raises(ValueError):  # a depth question needs layers=
         judge_seconds(fit, {}, 1.0)
+
+
+def test_an_unusable_gpu_memory_fit_answers_no_largest_batch():
+    from test_scaling import cuda
+    GIB = 2**30
+    rs = [cuda(llm_report(f"T{i}", b, memory={"process_used_peak": m * GIB}))
+          for i, (b, m) in enumerate(zip((1, 2, 4, 8), (10, 12, 30, 14)), 1)]
+    fit = fit_sweep(rs)
+    v = fit["memory"]["process_used_peak"]["verdict"]
+    assert not v["usable"] and v["cause"] == "shape" and not v["marked"]  # memory: no noise marks
+    ans = scaling.largest_batch(fit, 80 * 10**9)
+    assert not ans["ok"] and ans["reason"].startswith("the process_used_peak fit is unusable:")

@@ -255,7 +255,10 @@ def from_sweep(fit: dict, layers: int | None = None) -> dict:
             "fits": fits_on(at, {m: v["interval"][1] if v["interval"] else v["value"]
                                  for m, v in good.items()},
                             bounded={m for m, v in good.items() if v["interval"]}),
-            "decode_estimate": decode_estimate(at)}
+            "decode_estimate": decode_estimate(at),
+            "fits_note": ("the GPU memory fits are unusable (above), so this list falls back "
+                          "to the arithmetic" if any(m in FIT_METHODS for m in mem)
+                          and not any(m in FIT_METHODS for m in good) else None)}
 
 
 # --- what fits where ------------------------------------------------------------

@@ -156,6 +156,8 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         if gpu is not None:
             fits = dict(fits, gpus=[g for g in fits["gpus"] if g["gpu"] == gpu.name]
                         or [depth.fit_row(fits, gpu)])
+        if pred.get("fits_note"):
+            parts.append(f":warning: {pred['fits_note']}.")
         parts.append(fits_text(fits))
         parts.append(decode_text(pred["decode_estimate"], pred["layers"],
                                  gpu.name if gpu is not None else None))

@@ -361,6 +361,9 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     if model.get("error"):
         out["reason"] = model["error"]
         return out
+    if not (model.get("verdict") or {}).get("usable", True):
+        out["reason"] = f"the {method} fit is {usable.text(model['verdict'])}"
+        return out
     out["method"], out["caveat"] = method, GPU_CAVEAT[method] or None
     if not vars_.get("batch") or not any("b" in f for f in model["features"]):
         out["reason"] = "the sweep did not vary batch, so the fit says nothing about it"

@@ -50,16 +50,16 @@ def marks(r: dict) -> dict:
             "contention": c.get("summary") if isinstance(c, dict) else None}
 
 
-def marked(model: dict, points: list[dict]) -> list[str]:
+def marked(model: dict, points: list[dict], which=("unstable", "contended")) -> list[str]:
     """"T14 UNSTABLE (IQR/median 40.0%)", "T15 contended (busy machine: …)" for
     the model's own points."""
     out = []
     for p in _own(model, points):
         m = p.get("marks") or {}
-        if m.get("unstable"):
+        if m.get("unstable") and "unstable" in which:
             spread = f"IQR/median {m['spread']:.1%}" if m.get("spread") is not None else "spread"
             out.append(f"{p['trial']} UNSTABLE ({spread})")
-        if m.get("contended"):
+        if m.get("contended") and "contended" in which:
             out.append(f"{p['trial']} contended ({m.get('contention') or 'busy machine'})")
     return out
 

@@ -64,7 +64,10 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
            "source": source, "partial": None,
            # The points' own marks travel into the block's warnings.
-           "marks": {"marked": verdict["marked"], "unmeasured": verdict["unmeasured"],
+           # (a busy trial is warned of per trial already: bot/plans/views.block_warnings)
+           "marks": {"marked": usable.marked(fit["time"], fit.get("points") or [],
+                                             which=("unstable",)),
+                     "unmeasured": verdict["unmeasured"],
                      "unchecked": None if verdict["checked"] else usable.text(verdict)}}
     if fit.get("kind") == "depth":
         depths = sorted({j["report"]["params"]["layers"] for j in ok})

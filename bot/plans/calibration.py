@@ -45,6 +45,29 @@ CAUSES = {"runs": ("slower runs", "faster runs"), "prep": ("longer prep", "short
           "idle": ("more idle", "less idle")}
 
 
+def scope_of(est: dict) -> str:
+    """The scope a block is calibrated in: its environment kind (GPU count and
+    name, or the CPU) and its workload (a recipe by its name)."""
+    cfg = est.get("config") or {}
+    return f"{est['env']} · {cfg.get('recipe') or cfg.get('workload')}"
+
+
+def pair_of(plan: str, est: dict, row: dict) -> dict | None:
+    """A block's pair from its estimate (bot/plans/estimate.py, in hours) and its
+    review row (bot/plans/review.py); None without an actual."""
+    if row.get("actual") is None:
+        return None
+    interval = None
+    if est.get("interval") and est["hours"] > 0:
+        interval = tuple(float(x / est["hours"]) for x in est["interval"])
+    return {"plan": plan, "block": est["kind"], "scope": scope_of(est),
+            "estimate": row["estimate"] * 3600, "actual": row["actual"] * 3600,
+            "estimate_parts": row.get("estimate_parts") or {},
+            "actual_parts": row.get("actual_parts") or {},
+            "contended": row.get("contended") or [], "unmeasured": row.get("unmeasured") or [],
+            "interval": interval, "recorded": row.get("recorded")}
+
+
 def min_pairs(level: float = LEVEL) -> int:
     """The fewest pairs whose conformal bound is finite: ceil((n + 1)·level) ≤ n."""
     if not 0 < level < 1:

@@ -111,3 +111,12 @@ def test_the_cause_says_when_contention_was_not_measured():
     p = pair(0.5, 1, estimate_parts={"runs": 3000.0, "retries": 600.0},
              actual_parts={"runs": 1800.0, "retries": 0.0}, unmeasured=["T3"])
     assert cal.cause(p) == "faster runs (-0.333 GPU-h); contention not measured on T3"
+
+
+def test_a_slurm_actual_of_the_same_jobs_asked_again_counts_once():
+    from bot.plans import review
+    manual = [{"id": 1, "slurm": ["811", "812"], "hours": 2.0},
+              {"id": 2, "slurm": None, "hours": 1.0},
+              {"id": 3, "slurm": ["811", "812"], "hours": 2.1},
+              {"id": 4, "slurm": None, "hours": 1.0}]
+    assert [m["id"] for m in review.latest_per_source(manual)] == [2, 3, 4]

@@ -149,3 +149,22 @@ def test_bad_calibration_input_is_answered(ctx, text, says):
     say(ctx, "new repro")
     out = say(ctx, text)
     assert out.startswith(":x:") and says in out
+
+
+def test_a_contended_trial_is_named_as_the_cause_and_exports_carry_the_calibration(ctx):
+    t = finish(ctx, report())
+    past_blocks(ctx, RATIOS[:9], t)
+    busy = dict(report(mean=20.0, count=10), contention={
+        "flagged": True, "summary": "busy machine: other processes used 61% of the CPU during "
+        "the run phase", "cpus": 2, "threshold": {}, "phases": {}, "gpu": None, "method": {}})
+    say(ctx, "new target gpu=H100")
+    say(ctx, f"target block baseline runs=10 trial={t}")
+    noisy = finish(ctx, busy, tags=("target", "baseline"))
+    out = say(ctx, "calibration")
+    assert "worst miss: target baseline" in out
+    assert f"cause: contention on {noisy}; slower runs" in out
+    say(ctx, "target export")
+    rows = list(ctx.store.db["outbox"].rows)[-2:]
+    csv_text, md = rows[0]["content"], rows[1]["content"]
+    assert csv_text.splitlines()[0].endswith("calibrated_low,calibrated_high,calibration")
+    assert "calibrated on 9 past blocks" in csv_text and "calibrated 90%" in md

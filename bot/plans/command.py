@@ -142,12 +142,13 @@ def _export(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
+    calib = service.calibrations(ctx, plan, ests, user, channel)
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
     ctx.store.add_messages([
         dict(export.file(plan, channel, "csv", export.csv_text(plan, ests, price_list,
-                                                                           today)), **whom),
+                                                               today, calib)), **whom),
         dict(export.file(plan, channel, "md", export.markdown(plan, ests, price_list,
-                                                                          today)), **whom)])
+                                                              today, calib)), **whom)])
     ctx.notify()
     return views.reply(f"Exporting plan *{plan['name']}*: `{plan['name']}-plan.csv` and "
                           f"`{plan['name']}-plan.md` are being uploaded to this channel.")

@@ -168,3 +168,26 @@ def test_a_contended_trial_is_named_as_the_cause_and_exports_carry_the_calibrati
     csv_text, md = rows[0]["content"], rows[1]["content"]
     assert csv_text.splitlines()[0].endswith("calibrated_low,calibrated_high,calibration")
     assert "calibrated on 9 past blocks" in csv_text and "calibrated 90%" in md
+
+
+def test_a_slurm_actual_asked_twice_counts_once_and_can_be_deleted(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+
+    def from_slurm(hours):
+        req = ctx.store.add_slurm_actual({"plan": "repro", "block": "baseline",
+                                          "jobs": ["811"], "user": "U1", "channel": "C1"})
+        req = ctx.store.lease_slurm_actual("hpc", 60, 2)
+        assert ctx.store.finish_slurm_actual(
+            req, "done", {}, "ok", {"plan": "repro", "block": "baseline", "hours": hours,
+                                    "parts": {}, "runs": None, "user": "U1",
+                                    "note": "Slurm accounting: jobs 811"}, [])
+    from_slurm(0.5)
+    from_slurm(0.6)  # the same job asked for again: the latest counts, once
+    row = service.review_rows(ctx, ctx.store.plan("repro"),
+                              service.estimates(ctx, ctx.store.plan("repro")))[0]
+    assert row["actual"] == pytest.approx(0.6)
+    assert "Deleted 2 recorded baseline actual(s)" in say(ctx, "repro actual baseline delete")
+    assert "no actual yet" in say(ctx, "repro review")
+    assert [r["actual"] for r in ctx.store.db["slurm_actuals"].rows] == [None, None]

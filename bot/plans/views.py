@@ -327,6 +327,8 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
     """Did the block's actual fall inside the interval shown for it: the
     calibrated one (from the other blocks of its scope) or else its own?"""
     pair = {"estimate": row["estimate"], "actual": row["actual"]}
+    if not row["estimate"] > 0:
+        return "no interval to judge it by (an estimate of 0 GPU-h)"
     if cal and cal["calibrated"]:
         mult, what = (cal["lo"], cal["hi"]), (f"the calibrated {cal['level']:.0%} interval "
                                               f"×{cal['lo']:.2f}–×{cal['hi']:.2f}")

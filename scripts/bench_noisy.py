@@ -124,7 +124,8 @@ def report(rounds: list[dict], args, duty: float) -> int:
           f"{mae:.1%} (target <= 10%); of those, {len(quiet_ref)} references were themselves "
           f"quiet and the interval held {sum(r['inside'] for r in quiet_ref)} of them")
     if cal:
-        print(f"RESULT calibration: the calibrated 90% interval held {sum(r['cal_inside'] for r in cal)}"
+        held_cal = sum(r["cal_inside"] for r in cal)
+        print(f"RESULT calibration: the calibrated 90% interval held {held_cal}"
               f" of the {len(cal)} actuals after round {CALIBRATE_FROM} (flagged included; "
               "target >= 9 of 10)")
     return 0

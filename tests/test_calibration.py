@@ -23,7 +23,7 @@ def test_the_fewest_pairs_follow_from_the_level(level, need):
 
 def test_below_the_minimum_the_interval_says_uncalibrated_and_how_many_are_missing():
     out = cal.calibrate([pair(1.1, i) for i in range(3)], scope=SCOPE)
-    assert not out["calibrated"] and out["lo"] is None
+    assert not out["calibrated"] and out["low"] is None
     assert out["text"] == (f"uncalibrated: 3 of the 9 pairs needed ({SCOPE}) "
                            "(6 more recorded actuals)")
 
@@ -44,10 +44,10 @@ def test_the_multipliers_are_the_expected_order_statistics():
     scores = sorted(abs(logs[i] - np.median(np.delete(logs, i))) for i in range(20))
     k = math.ceil(21 * 0.9)  # 19: the 19th smallest of 20 scores
     assert out["rank"] == k and out["n"] == 20
-    assert out["lo"] == pytest.approx(math.exp(c - scores[k - 1]))
-    assert out["hi"] == pytest.approx(math.exp(c + scores[k - 1]))
+    assert out["low"] == pytest.approx(math.exp(c - scores[k - 1]))
+    assert out["high"] == pytest.approx(math.exp(c + scores[k - 1]))
     assert out["text"] == (f"calibrated on 20 past blocks ({SCOPE}): 90% of actuals fell "
-                           f"within ×{out['lo']:.2f}–×{out['hi']:.2f} of their estimate")
+                           f"within ×{out['low']:.2f}–×{out['high']:.2f} of their estimate")
     assert out["used"] == [f"p{i} baseline" for i in range(20)]
 
 
@@ -57,7 +57,7 @@ def test_at_the_minimum_the_bound_is_the_largest_score():
     logs = np.log(r)
     worst = max(abs(logs[i] - np.median(np.delete(logs, i))) for i in range(9))
     assert out["calibrated"] and out["rank"] == 9
-    assert out["hi"] == pytest.approx(math.exp(np.median(logs) + worst))
+    assert out["high"] == pytest.approx(math.exp(np.median(logs) + worst))
 
 
 def test_the_calibrated_interval_covers_new_actuals_from_the_same_conditions():
@@ -68,7 +68,7 @@ def test_the_calibrated_interval_covers_new_actuals_from_the_same_conditions():
     for _ in range(400):
         r = np.exp(rng.normal(0.2, 0.15, 20))
         out = cal.calibrate([pair(x, i) for i, x in enumerate(r[:10])])
-        held += [out["lo"] <= x <= out["hi"] for x in r[10:]]
+        held += [out["low"] <= x <= out["high"] for x in r[10:]]
     assert np.mean(held) >= 0.88
 
 
@@ -77,7 +77,7 @@ def test_another_scope_is_never_mixed_in_and_a_block_is_not_calibrated_on_itself
     mine = cal.scoped(pairs, SCOPE)
     assert len(mine) == 9 and all(p["scope"] == SCOPE for p in mine)
     assert len(cal.scoped(pairs, SCOPE, exclude=("p3", "baseline"))) == 8
-    assert cal.calibrate(mine)["hi"] == pytest.approx(1.0)
+    assert cal.calibrate(mine)["high"] == pytest.approx(1.0)
 
 
 def test_ratios_per_block_and_component():
@@ -120,3 +120,15 @@ def test_a_slurm_actual_of_the_same_jobs_asked_again_counts_once():
               {"id": 3, "slurm": ["811", "812"], "hours": 2.1},
               {"id": 4, "slurm": None, "hours": 1.0}]
     assert [m["id"] for m in review.latest_per_source(manual)] == [2, 3, 4]
+
+
+def test_the_benchs_pairs_plain_names_and_a_flag_are_taken_as_they_are():
+    pairs = [{"estimate": 10.0, "actual": 10.0 * r, "scope": "bench", "name": f"round {i + 1}",
+              "contended": i == 9} for i, r in enumerate([1.0, 1.1, 0.9, 1.05, 0.95, 1.2,
+                                                          0.85, 1.0, 1.1, 1.9])]
+    out = cal.calibrate(pairs)
+    assert out["calibrated"] and out["low"] < 1 < out["high"]
+    assert out["used"][0] == "round 1"
+    rec = cal.record(pairs)
+    assert rec["worst"]["name"] == "round 10"
+    assert rec["worst"]["cause"] == "contention (flagged); components not recorded"

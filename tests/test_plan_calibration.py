@@ -65,16 +65,16 @@ def test_a_corrected_actual_replaces_and_a_deleted_one_leaves_the_calibration(ct
     say(ctx, f"target block baseline runs=10 trial={t}")
     want = expected(RATIOS[:9])
     out = say(ctx, "target show")
-    assert multipliers(out) == (round(want["lo"], 2), round(want["hi"], 2))
+    assert multipliers(out) == (round(want["low"], 2), round(want["high"], 2))
     # the calibrated GPU-hours shown are the estimate shown × the multipliers
     shown = service.estimates(ctx, ctx.store.plan("target"))[0][1]["hours"]
-    assert f"{float(shown) * want['lo']:.4f}–{float(shown) * want['hi']:.4f}" in out
+    assert f"{float(shown) * want['low']:.4f}–{float(shown) * want['high']:.4f}" in out
 
     fixed = say(ctx, f"past1 actual baseline correct hours={3.0 * EST_H:.6f}")
     assert "replacing 1 earlier one(s)" in fixed
     assert ctx.store.db["actuals"].count == 9
     want = expected([3.0 if i == 1 else r for i, r in enumerate(RATIOS[:9])])
-    assert multipliers(say(ctx, "target show")) == (round(want["lo"], 2), round(want["hi"], 2))
+    assert multipliers(say(ctx, "target show")) == (round(want["low"], 2), round(want["high"], 2))
 
     assert "Deleted 1 recorded baseline actual(s)" in say(ctx, "past1 actual baseline delete")
     assert "uncalibrated: 8 of the 9 pairs needed" in say(ctx, "target show")

@@ -24,11 +24,15 @@ A pair is a plain dict (the lead's bench calls `calibrate` with such dicts):
      "estimate_parts": {"prep": 300.0, "runs": 3300.0, ...},  # optional, per component
      "actual_parts": {"prep": 280.0, "runs": 3820.0, ...},    # optional
      "plan": "adkv", "block": "baseline",                    # optional: which pair
+     "name": "round 3",           # optional: instead of plan and block
      "scope": "1× NVIDIA H100 80GB HBM3 · llm-infer",        # optional: stated
-     "contended": ["T12"],        # optional: trials whose report flagged contention
+     "contended": ["T12"],        # optional: trials that flagged contention (or a bool)
      "unmeasured": ["T9"],        # optional: trials with no contention measured
      "interval": (0.9, 1.1),      # optional: the block's own interval, × its estimate
      "recorded": 1700000000.0}    # optional: when the actual was recorded (for `record`)
+
+It answers {"calibrated", "low", "high", "n", "needed", "text", "used", "left_out",
+"scope", "level", "centre"}: the new interval is estimate × [low, high].
 """
 from __future__ import annotations
 
@@ -109,13 +113,13 @@ def usable(pairs: list[dict]) -> tuple[list[dict], list[str]]:
 
 def calibrate(pairs: list[dict], level: float = LEVEL, scope: str | None = None) -> dict:
     """The calibrated multipliers for a new estimate from one scope's pairs, or
-    why there are none. `lo`/`hi` multiply the new block's point estimate."""
+    why there are none. `low`/`high` multiply the new block's point estimate."""
     good, left = usable(pairs)
     need, n = min_pairs(level), len(good)
     where = f" ({scope})" if scope else ""
     used = [_name(p) for p in good]
     out = {"calibrated": False, "n": n, "needed": need, "level": level, "scope": scope,
-           "used": used, "left_out": left, "lo": None, "hi": None, "centre": None}
+           "used": used, "left_out": left, "low": None, "high": None, "centre": None}
     if n < need:
         out["text"] = (f"uncalibrated: {n} of the {need} pairs needed{where} "
                        f"({need - n} more recorded actuals)")
@@ -126,7 +130,7 @@ def calibrate(pairs: list[dict], level: float = LEVEL, scope: str | None = None)
     k = _rank(n, level)
     q = float(np.sort(scores)[k - 1])
     lo, hi = math.exp(c - q), math.exp(c + q)
-    out.update(calibrated=True, lo=lo, hi=hi, centre=math.exp(c), rank=k, score=q,
+    out.update(calibrated=True, low=lo, high=hi, centre=math.exp(c), rank=k, score=q,
                text=f"calibrated on {n} past blocks{where}: {level:.0%} of actuals fell within "
                     f"×{lo:.2f}–×{hi:.2f} of their estimate")
     return out
@@ -159,7 +163,7 @@ def cause(pair: dict) -> str:
         name = max(deltas, key=lambda k: deltas[k] if over else -deltas[k])
         text = f"{CAUSES[name][0 if deltas[name] >= 0 else 1]} ({deltas[name] / 3600:+.3g} GPU-h)"
     if pair.get("contended"):
-        return f"contention on {', '.join(pair['contended'])}; {text}"
+        return f"contention{_on(pair['contended'])}; {text}"
     if pair.get("unmeasured"):
         return f"{text}; contention not measured on {', '.join(pair['unmeasured'])}"
     return text
@@ -176,7 +180,7 @@ def record(pairs: list[dict], level: float = LEVEL) -> dict:
     for i, p in enumerate(good):
         before = scoped(good[:i], p.get("scope"))
         cal = calibrate(before, level)
-        shown = (cal["lo"], cal["hi"]) if cal["calibrated"] else p.get("interval")
+        shown = (cal["low"], cal["high"]) if cal["calibrated"] else p.get("interval")
         rows.append({"pair": p, "name": _name(p), "ratio": p["actual"] / p["estimate"],
                      "interval": shown, "calibrated": cal["calibrated"],
                      "held": inside(p, shown)})
@@ -189,5 +193,12 @@ def record(pairs: list[dict], level: float = LEVEL) -> dict:
             "worst": dict(worst, cause=cause(worst["pair"])) if worst else None}
 
 
+def _on(trials) -> str:
+    # a list of trial names, or just True (the bench's pairs)
+    return f" on {', '.join(trials)}" if isinstance(trials, (list, tuple)) else " (flagged)"
+
+
 def _name(p: dict) -> str:
+    if p.get("name"):
+        return p["name"]
     return f"{p.get('plan') or '?'} {p.get('block') or '?'}"

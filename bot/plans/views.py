@@ -190,7 +190,7 @@ def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] 
     if not cal or not cal["calibrated"]:
         return None
     step = Decimal(1).scaleb(-est["places"])
-    return tuple((est["hours"] * Decimal(m)).quantize(step) for m in (cal["lo"], cal["hi"]))
+    return tuple((est["hours"] * Decimal(m)).quantize(step) for m in (cal["low"], cal["high"]))
 
 
 def calibrated_total(ests: list, calib: list[dict]) -> tuple[Decimal, Decimal] | None:
@@ -335,8 +335,8 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
     if not row["estimate"] > 0:
         return "no interval to judge it by (an estimate of 0 GPU-h)"
     if cal and cal["calibrated"]:
-        mult, what = (cal["lo"], cal["hi"]), (f"the calibrated {cal['level']:.0%} interval "
-                                              f"×{cal['lo']:.2f}–×{cal['hi']:.2f}")
+        mult, what = (cal["low"], cal["high"]), (f"the calibrated {cal['level']:.0%} interval "
+                                              f"×{cal['low']:.2f}–×{cal['high']:.2f}")
     elif est.get("interval") and est["hours"] > 0:
         mult = tuple(float(x / est["hours"]) for x in est["interval"])
         what = "its uncalibrated 90% interval"

@@ -106,8 +106,9 @@ def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> 
                  f"({held['relative_error']:+.1%})")
     else:
         line += f"; no held-out check: {model['held_out_why']}"
-    if v and usable.marks_text(v):
-        line += f" _({usable.marks_text(v)})_"
+    marks = usable.marks_text(v, unmeasured_only=v["cause"] == "noise") if v else ""
+    if marks:  # a noise verdict has named the marked points already
+        line += f" _({marks})_"
     return line
 
 

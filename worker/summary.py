@@ -56,6 +56,8 @@ def facts(r: Report) -> list[tuple[str, str]]:
     st = r.get("stability")
     if st:
         out.append(("stability", stability(st)))
+    if r.get("contention"):
+        out.append(("machine", machine(r["contention"])))
     if thr:
         out.append(("throughput", f"{thr['value']:.1f} {thr['unit']}"))
     if m.get("peak_allocated") is not None:
@@ -118,6 +120,24 @@ def stability(st: dict) -> str:
             f"requests ({st['stopped_by']}); treat these figures with care")
 
 
+def busy_line(r: Report) -> str | None:
+    """The warning a contended trial carries wherever it is shown."""
+    c = r.get("contention") or {}
+    return c.get("summary") if c.get("flagged") else None
+
+
+def machine(c: dict) -> str:
+    """Busy or quiet, in plain words, from the contention probe."""
+    if c.get("summary"):
+        return c["summary"]
+    run = (c.get("phases") or {}).get("run")
+    if not run:
+        return "contention not measured during a run phase"
+    return (f"quiet: other processes used {run['others_cpu']:.0%} of the {c['cpus']} CPUs "
+            f"during the run phase (steal {run['steal']:.0%}; flagged above "
+            f"{c['threshold']['others_cpu']:.0%})")
+
+
 def env_line(r: Report) -> str:
     e = r.get("env") or {}
     if r.get("recipe"):
@@ -150,6 +170,8 @@ def text(r: Report) -> str:
     lines = [headline(r)]
     if retry_line(r):
         lines.append(retry_line(r))
+    if busy_line(r):
+        lines.append(f"BUSY: {busy_line(r)}")
     if r["status"] == "failed":
         lines.append("error: " + (r["error"]["message"].strip().splitlines() or [""])[-1])
     lines += [phases_line(r), *(f"{label}: {value}" for label, value in facts(r)), env_line(r)]

@@ -86,6 +86,11 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
         if not on:
             out.append(f"{name} ran on {estimate.env_kind(r)}, not the plan's target {target}: "
                        "its times and memory are not the target's")
+        busy = r.get("contention") or {}
+        if busy.get("flagged"):
+            out.append(f"{name} ran on a busy machine — {busy['summary']}. This block carries "
+                       "that slowdown: re-run it (the Re-run button on its card) and re-add the "
+                       "block with the new trial")
         if r["params"].get("malloc") == "live" and not (r.get("env") or {}).get("gpu_count"):
             out.append(f"{name} ran on the CPU with malloc=live: its time includes the page "
                        "faults that pinning glibc's mmap threshold costs (35% in "

@@ -119,6 +119,8 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     blocks = [section(f"{icon} {summary.headline(r)}")]
     if summary.retry_line(r):
         blocks.append(section(f":warning: {summary.retry_line(r)}"))
+    if summary.busy_line(r):
+        blocks.append(section(f":warning: {summary.busy_line(r)}"))
     if r["status"] == "failed":
         err = r["error"]
         tail = "\n".join(err["message"].strip().splitlines()[-6:])

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from worker import repeat, stats
+from worker import repeat, stats, windows
 from worker.arithmetic import ffn_width
 from worker.workloads.decoder import Decoder, generate, rotary_tables
 
@@ -89,6 +89,7 @@ def run(p: dict, trial) -> dict:
                               "what": "one decode step for the whole batch"}
                              if per_token else None),
         "throughput": throughput,
+        "windows": windows.split(samples, "request"),
         "quality_probe": probe,
         "scale": {"batch": p["batch"], "prompt_tokens": p["prompt"], "gen_tokens": p["gen"],
                   "tokens_per_request": p["batch"] * (p["prompt"] + p["gen"]),

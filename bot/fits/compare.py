@@ -1,15 +1,17 @@
 """B against A on time, with a stated test: the verdict an A/B and a ladder step
 post. Pure (numpy; the t quantile from bot/fits/ols.py).
 
-Each arm is a list of reports of one config. The test is Welch's t on the log
+Each arm is a list of reports of one config. The test is a t test on the log
 of the time per run, so the interval is on the ratio B/A (95% by default):
 
-- *between trials*, when an arm has 2 or more usable trials: one sample per
-  trial (its mean). Drift between trials (another job starting, the machine's
-  clock) is the largest noise on a shared machine, and only this sees it.
+- *between trials*, when both arms have 2 or more usable trials: one sample per
+  trial (its mean), Student's t with the two arms' log-variance pooled. Drift
+  between trials (another job starting, the machine's clock) is the largest
+  noise on a shared machine, and only this sees it.
 - *within one trial*, when an arm has one usable trial: the trial's windows
-  (report["windows"]) as samples, or its latency mean, sd and count. This
-  misses drift between trials, and the text says so.
+  (report["windows"]) as samples, or its latency mean, sd and count (Welch's t,
+  the spreads being of different kinds). This misses drift between trials, and
+  the text says so.
 
 A trial is usable when it succeeded, is not UNSTABLE, and has a measured time
 outside contention: windows marked contended are dropped; a trial whose every
@@ -65,6 +67,8 @@ def trial_time(r: dict) -> dict:
         means = np.array([w["mean"] for w in quiet], dtype=float)
         out.update(mean=float(counts @ means / counts.sum()), samples=means.tolist(),
                    count=int(counts.sum()))
+        if len(quiet) == 1:  # one window left: its runs' own spread
+            out.update(sd=quiet[0].get("sd"), count=int(quiet[0]["count"]))
         return out
     if contention and contention.get("flagged"):
         out["excluded"] = f"{name}: {contention.get('summary') or 'busy machine'}"
@@ -112,7 +116,7 @@ def compare(a: list[dict | None], b: list[dict | None], level: float = LEVEL,
     `names` are what the words call A and B."""
     A, B = _arm(a), _arm(b)
     out = {"level": level, "names": names, "a": A, "b": B, "ratio": None, "low": None,
-           "high": None,
+           "high": None, "test": None,
            "dof": None, "verdict": None, "why": None,
            "marks": [*A["excluded"], *B["excluded"], *A["notes"], *B["notes"]]}
     if A["mean"] and B["mean"]:
@@ -123,16 +127,24 @@ def compare(a: list[dict | None], b: list[dict | None], level: float = LEVEL,
                           + _advice(arm["excluded"]))
             return out
         if arm["method"] is None:
-            out["why"] = (f"{name}'s one usable trial measured no spread (one run); "
-                          "run more repeats, or rounds=2 or more")
+            out["why"] = (f"{name}'s one usable trial measured no spread (fewer than 2 "
+                          "runs outside contention); run more repeats=, or more rounds=")
             return out
     out["ratio"] = math.exp(B["m"] - A["m"])
-    v = A["v"] + B["v"]
-    # Welch–Satterthwaite; two zero variances (identical runs) leave the sum of dofs
-    dof = v * v / (A["v"] ** 2 / A["dof"] + B["v"] ** 2 / B["dof"]) if v > 0 else (
-        A["dof"] + B["dof"])
+    if A["method"] == B["method"] == "between":
+        # Both spreads are the machine's drift between trials, multiplicative, so
+        # one log-variance is pooled (Student's t). Welch's dof would fall towards
+        # 1 with 2 trials an arm (t = 12.7) and find almost nothing.
+        na, nb = A["n"], B["n"]
+        pooled = (A["v"] * na * (na - 1) + B["v"] * nb * (nb - 1)) / (na + nb - 2)
+        v, dof, test = pooled * (1 / na + 1 / nb), na + nb - 2, "Student"
+    else:  # spreads of different kinds (a trial's runs, trials): Welch–Satterthwaite
+        v, test = A["v"] + B["v"], "Welch"
+        # two zero variances (identical runs) leave the sum of the dofs
+        dof = v * v / (A["v"] ** 2 / A["dof"] + B["v"] ** 2 / B["dof"]) if v > 0 else (
+            A["dof"] + B["dof"])
     half = t_quantile(dof, level) * math.sqrt(v)
-    out.update(dof=dof, low=math.exp(B["m"] - A["m"] - half),
+    out.update(dof=dof, test=test, low=math.exp(B["m"] - A["m"] - half),
                high=math.exp(B["m"] - A["m"] + half))
     out["verdict"] = ("faster" if out["high"] < 1 else "slower" if out["low"] > 1 else "same")
     return out
@@ -168,5 +180,6 @@ def phrase(c: dict) -> str:
         ratio = f"{nb}/{na} ×{c['ratio']:.2f}, " if c["ratio"] else ""
         return f"{ratio}no verdict: {c['why']}"
     said = {"faster": f"{nb} is faster", "slower": f"{nb} is slower", "same": NO_DIFFERENCE}
-    return (f"{nb}/{na} ×{c['ratio']:.2f} ({c['level']:.0%} Welch interval ×{c['low']:.2f}–"
+    return (f"{nb}/{na} ×{c['ratio']:.2f} ({c['level']:.0%} {c['test']} t interval "
+            f"×{c['low']:.2f}–"
             f"×{c['high']:.2f} {over(c)}): {said[c['verdict']]}")

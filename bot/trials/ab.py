@@ -1,4 +1,4 @@
-"""A/B trials (`/trial ab llm-infer dtype=fp32,bf16 [rounds=2]`): the same config but
+"""A/B trials (`/trial ab llm-infer dtype=fp32,bf16 [rounds=3]`): the same config but
 one parameter, run interleaved A, B, A, B… and compared on time (a stated test,
 bot/fits/compare.py), memory (same method only) and quality. Pure."""
 from __future__ import annotations
@@ -10,15 +10,17 @@ from bot.fits import compare as test
 from worker import spec as specs
 from worker import units
 
-USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=2]  |  "
+USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
          "/trial ab llm-train precision=fp32,bf16")
 # Relative RMS difference of the probed logits, in units of their spread. bf16
 # keeps about 3 significant digits and its rounding adds up over the layers.
 LOGITS_TOLERANCE = 0.20
 LOSS_TOLERANCE = 0.01
-# Rounds of A then B. Two give the test a between-trial spread for each arm (the
-# drift a shared machine adds between trials); more narrow the interval.
-ROUNDS, MAX_ROUNDS = 2, 5
+# Rounds of A then B. Two or more give the test a spread between trials for each
+# arm (the drift a shared machine adds). Three, because with two the t quantile
+# is 4.3: at 15% drift between trials a 2× difference is found 63% of the time
+# with two rounds, 98% with three (tests/test_compare.py's draws).
+ROUNDS, MAX_ROUNDS = 3, 6
 
 
 def rounds(words: list[str]) -> tuple[list[str], int]:

@@ -60,9 +60,8 @@ def trial_time(r: dict) -> dict:
             out["excluded"] = f"{name}: every window of its run phase was contended"
             return out
         if len(quiet) < len(rows):
-            why = (contention or {}).get("summary") or "busy machine"
-            out["notes"].append(f"{name}: {why}; {len(rows) - len(quiet)} of {len(rows)} "
-                                "windows contended, left out")
+            out["notes"].append(f"{name}: {len(rows) - len(quiet)} of {len(rows)} windows "
+                                "contended, left out")
         counts = np.array([w["count"] for w in quiet], dtype=float)
         means = np.array([w["mean"] for w in quiet], dtype=float)
         out.update(mean=float(counts @ means / counts.sum()), samples=means.tolist(),
@@ -71,7 +70,9 @@ def trial_time(r: dict) -> dict:
             out.update(sd=quiet[0].get("sd"), count=int(quiet[0]["count"]))
         return out
     if contention and contention.get("flagged"):
-        out["excluded"] = f"{name}: {contention.get('summary') or 'busy machine'}"
+        # the summary's first clause: "busy machine: others used 61% of the CPU ..."
+        said = (contention.get("summary") or "busy machine").split(" (")[0].split(": these")[0]
+        out["excluded"] = f"{name}: {said}"
         return out
     if contention is None:
         out["notes"].append(f"{name}: contention not measured")
@@ -165,6 +166,9 @@ def over(c: dict) -> str:
     a, b = c["a"], c["b"]
     if a["method"] == b["method"] == "between":
         return f"over {a['n']}+{b['n']} trials"
+    if a["method"] == b["method"]:
+        return (f"from the {a['method']} within each trial; the spread within a trial misses "
+                "the drift between trials")
     said = {"between": "{n} trials", "windows": "windows in 1 trial", "runs": "runs in 1 trial"}
     na, nb = c["names"]
     return (f"from {na}: {said[a['method']].format(n=a['n'])}, {nb}: "

@@ -211,7 +211,7 @@ def chain(table: list[dict], adopted: list[str], current: dict) -> list[str]:
         later = [r["step"] for r in table[i + 1:] if r["ok"]]
         if row["step"] in adopted or not later or not row["ok"]:
             continue
-        change = " ".join(f"{k}={row['params'][k]}" for k in CHANGES[row["step"]])
+        change = " ".join(f"{k}={row['params'].get(k, '?')}" for k in CHANGES[row["step"]])
         out.append(f"{' and '.join(later)} {'was' if len(later) == 1 else 'were'} measured "
                    f"with {change} anyway ({row['step']} was not adopted; the ladder queues "
                    "every step at once, each on top of the previous).")

@@ -55,11 +55,13 @@ def test_steal_alone_flags_a_phase():
     assert out["flagged"] and "hypervisor took 20% (steal)" in out["summary"]
 
 
-def test_a_busy_setup_is_shown_but_does_not_flag_the_measured_figures():
+def test_a_busy_setup_flags_the_trial_and_is_named():
+    # A plan counts prep too, so a busy setup is a busy trial; the run phase was quiet.
     c = _tracker([_row(10.0, 0, 0), _row(11.0, 200, 0), _row(12.0, 300, 100)])
     out = c.result([{"name": "setup", "start": 10.0, "end": 11.0},
                     {"name": "run", "start": 11.0, "end": 12.0}])
-    assert out["phases"]["setup"]["others_cpu"] == 1.0 and not out["flagged"]
+    assert out["phases"]["setup"]["others_cpu"] == 1.0 and out["flagged"]
+    assert "during the setup phase" in out["summary"]
 
 
 def test_windows_cut_the_run_phase_in_time_order_and_take_their_contention():

@@ -18,7 +18,6 @@ PERIOD = 0.1      # seconds between reads: /proc/stat costs ~20 µs, the tick 10
 CHUNK = 0.5       # seconds: the span the peak share is taken over
 OTHERS_CPU = 0.25  # share of all CPUs other processes may use before a phase is flagged
 STEAL = 0.10      # share of all CPU time the hypervisor may take before a phase is flagged
-MEASURED = ("warmup", "run")  # the phases whose times the figures come from
 
 METHOD = {
     "others_cpu": "share of all CPUs' time (/proc/stat busy jiffies) not spent by the trial's "
@@ -28,9 +27,9 @@ METHOD = {
     "steal": "share of all CPUs' time the hypervisor gave to other guests (/proc/stat steal)",
     "load_max": "highest 1-minute load average (/proc/loadavg) during the phase; it counts "
                 "the trial's own threads, so it is shown, not judged",
-    "flagged": f"a measured phase ({', '.join(MEASURED)}; a recipe: every phase after launch) "
-               f"had other processes above {OTHERS_CPU:.0%} of all CPUs over the phase or "
-               f"over any {CHUNK:g} s span, or steal above {STEAL:.0%}",
+    "flagged": f"a phase (for a recipe: after its launch) had other processes above "
+               f"{OTHERS_CPU:.0%} of all CPUs over the phase or over any {CHUNK:g} s span, "
+               f"or steal above {STEAL:.0%}",
 }
 
 
@@ -127,7 +126,8 @@ class ContentionTracker:
             got = self.phase(p["start"], p["end"])
             if got:
                 per[p["name"]] = got
-        measured = [n for n in per if (n not in ("launch", "setup") if recipe else n in MEASURED)]
+        # Every phase's time goes into a plan (prep too); a recipe's launch is not its own.
+        measured = [n for n in per if not (recipe and n == "launch")]
         busy = [(n, per[n]) for n in measured
                 if max(per[n]["others_cpu"], per[n]["others_cpu_max"]) > OTHERS_CPU
                 or per[n]["steal"] > STEAL]

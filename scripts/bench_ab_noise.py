@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -82,25 +83,35 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="OMP_NUM_THREADS for the trials (0: torch's default, one per core)")
     args = ap.parse_args()
+    # a kill unwinds through the LoadGenerator's exit, so no spinner is left behind
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     a = CONFIG + ["layers=4"]
     kinds = {"identical": (a, a, "same"), "2x": (a, CONFIG + ["layers=8"], "slower")}
     print(f"config: {' '.join(CONFIG)}; A/B rounds={args.rounds}; "
           f"OMP_NUM_THREADS={args.threads or 'default'}; "
           f"{'no load' if args.quiet else f'LoadGenerator(seed={args.seed}) on all cores'}")
-    hits = {k: 0 for k in kinds}
+    got = {k: {} for k in kinds}  # verdict (None: no verdict) -> count
     t0, first = time.monotonic(), 1
     with contextlib.nullcontext() if args.quiet else LoadGenerator(seed=args.seed) as load:
         for i in range(args.runs):
             for kind, (wa, wb, want) in kinds.items():
                 test, msg = one_ab(wa, wb, args.rounds, first, load, args.threads)
                 first += 2 * args.rounds
-                hits[kind] += test["verdict"] == want
+                got[kind][test["verdict"]] = got[kind].get(test["verdict"], 0) + 1
                 print(f"{kind} {i + 1}: {msg['text'].splitlines()[1].lstrip('• ')}", flush=True)
         duty = f", load on {load.duty():.0%} of the time" if load else ""
     print(f"whole bench: {time.monotonic() - t0:.0f} s{duty}")
-    ok = all(hits[k] >= 0.9 * args.runs for k in kinds)
-    print(f"RESULT: identical configs: no measurable difference in {hits['identical']}/"
-          f"{args.runs}; layers=4 vs layers=8: B slower found in {hits['2x']}/{args.runs} "
+    ok = all(got[k].get(want, 0) >= 0.9 * args.runs for k, (_, _, want) in kinds.items())
+
+    def rest(kind: str) -> str:
+        said = {"same": "no measurable difference", "faster": "B faster", "slower": "B slower",
+                None: "no verdict (contended or unstable)"}
+        other = [f"{n} {said[v]}" for v, n in got[kind].items() if v != kinds[kind][2]]
+        return f" ({', '.join(other)})" if other else ""
+
+    print(f"RESULT: identical configs: no measurable difference in "
+          f"{got['identical'].get('same', 0)}/{args.runs}{rest('identical')}; layers=4 vs "
+          f"layers=8: B slower found in {got['2x'].get('slower', 0)}/{args.runs}{rest('2x')} "
           f"(targets ≥ 9 in 10 each; {args.rounds} rounds, "
           f"{'quiet' if args.quiet else 'under load'}) -> {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -40,8 +40,8 @@ def _unstable(r: dict) -> str | None:
 
 def trial_time(r: dict) -> dict:
     """One trial's time per run outside contention: {mean, samples (window
-    means, or None), sd, count,
-    excluded (why it cannot be used, or None), notes (marks to carry)}."""
+    means, or None), sd, count, excluded (why it cannot be used, or None),
+    notes (marks to carry)}."""
     name = r.get("trial") or "a trial"
     out = {"trial": name, "mean": None, "samples": None, "sd": None, "count": 0,
            "excluded": None, "notes": []}

@@ -10,7 +10,7 @@ import numpy as np
 from bot.blocks import message
 from bot.fits import depth
 from bot.fits.sweep import fit_sweep, predict_seconds
-from bot.plans import estimate, review, slurm
+from bot.plans import calibration, estimate, review, slurm
 from bot.plans.parse import PlanError
 from bot.trials.queue import LeaseLost
 
@@ -138,7 +138,7 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
     # started cost nothing).
     jobs = [j for j in ctx.store.plan_jobs(plan["name"]) if j["status"] in ("done", "failed")
             or (j["status"] == "cancelled" and j["started"])]
-    manual = ctx.store.actuals(plan["name"])
+    manual = review.latest_per_source(ctx.store.actuals(plan["name"]))
     rows = []
     for block, est, trials in ests:
         mine = [j for j in jobs if j["block"] == block["kind"]]
@@ -147,8 +147,47 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
         row = review.review_block(est, mine, attempts, mine_manual, plan["locked"])
         row["memory"] = review.memory_compare([t["report"] for t in trials],
                                                [j["report"] for j in mine if j["report"]])
+        # For the calibration: when the actual was last recorded, and which trials
+        # on either side flagged contention (or measured none).
+        row["recorded"] = max([j["finished"] or 0.0 for j in mine]
+                              + [m["recorded"] or 0.0 for m in mine_manual], default=None)
+        seen = {t["trial"]: t["report"] for t in [*trials, *mine] if t.get("report")}
+        row["contended"] = [n for n, r in seen.items()
+                            if (r.get("contention") or {}).get("flagged")]
+        row["unmeasured"] = [n for n, r in seen.items() if not r.get("contention")]
         rows.append(row)
     return rows
+
+
+def calibration_pairs(ctx, user: str, channel: str) -> list[dict]:
+    """One pair per block with an actual, across the plans `user` may see from
+    `channel` (bot/context.py: another channel's plans do not leak in). The
+    estimate is recomputed from the block's trials, never calibrated, so the
+    calibration does not feed on itself. A plan that cannot be estimated any
+    more (its trials are gone) gives no pairs."""
+    pairs = []
+    for plan in ctx.visible_plans(user, channel)[0]:
+        try:
+            ests = estimates(ctx, plan)
+        except (PlanError, estimate.EstimateError):
+            continue
+        for (_, est, _), row in zip(ests, review_rows(ctx, plan, ests)):
+            p = calibration.pair_of(plan["name"], est, row)
+            if p is not None:
+                pairs.append(p)
+    return pairs
+
+
+def calibrations(ctx, plan: dict, ests: list, user: str, channel: str,
+                 pairs: list[dict] | None = None) -> list[dict]:
+    """Each block's calibration: from the pairs of its scope, less its own."""
+    pairs = calibration_pairs(ctx, user, channel) if pairs is None else pairs
+    out = []
+    for _, est, _ in ests:
+        scope = calibration.scope_of(est)
+        out.append(calibration.calibrate(
+            calibration.scoped(pairs, scope, exclude=(plan["name"], est["kind"])), scope=scope))
+    return out
 
 
 def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: dict,

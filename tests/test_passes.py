@@ -117,3 +117,13 @@ def test_the_fit_says_which_allocator_setting_each_figure_came_from():
     answer = "\n".join(batchview.answer_parts(1, [{"trial": "T1", "status": "done"}], fit,
                                               {"batch": 16}))
     assert "• host_rss_peak:" in answer and "_(from malloc=glibc)_" in answer
+
+
+def test_a_long_memory_pass_error_keeps_its_first_words_and_its_cause():
+    def run_one(spec, cancel, **kw):  # a memory pass that ended with a long traceback
+        r = reports.new_report(spec.workload, spec.params)
+        return reports.fail(r, "crash", "x" * 3000 + "RuntimeError: the cause", "run")
+    r = passes.run(small(), run_one, None)
+    assert r["error"]["message"].startswith("the memory pass (malloc=live")
+    assert r["error"]["message"].endswith("RuntimeError: the cause")
+    assert len(r["error"]["message"]) <= 2000

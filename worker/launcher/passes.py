@@ -101,9 +101,9 @@ def _with(spec: TrialSpec, **params) -> TrialSpec:
 
 def _memory_failed(spec: TrialSpec, memory: dict, first: dict) -> dict:
     err = memory.get("error") or {"class": "crash", "message": "", "phase": None}
-    err["message"] = (f"the memory pass (malloc=live, the first of the two passes malloc=auto "
-                      f"runs on a CPU) failed, so the time pass did not run: "
-                      f"{err['message']}")[-2000:]
+    why = ("the memory pass (malloc=live, the first of the two passes malloc=auto runs on a "
+           "CPU) failed, so the time pass did not run: ")
+    err["message"] = why + err["message"][-(2000 - len(why)):]  # the cause is in the tail
     memory["error"] = err
     memory["params"] = dict(spec.params)
     memory["passes"] = [first, {"pass": "time", "malloc": "glibc", "status": "not run",

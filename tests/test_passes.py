@@ -1,7 +1,7 @@
 """malloc=auto on a CPU: host RSS from a live memory pass, time from a glibc
 time pass, each a real child process; explicit malloc= stays one pass."""
 from bot.fits import batchview, scaling
-from worker import launcher, machine
+from worker import launcher, machine, summary
 from worker import report as reports
 from worker.launcher import passes
 from worker.spec import parse
@@ -45,6 +45,7 @@ def test_an_auto_cpu_trial_takes_host_rss_from_a_live_pass_and_time_from_glibc(m
     assert r["seconds"] == timing["seconds"] and memory["seconds"] > 0
     assert r["params"]["malloc"] == "auto" and r["params"]["repeats"] == 3
     assert "time pass" in r["timeline"]["sampled"]["method"]
+    assert "memory pass under malloc=live; times from a glibc pass" in summary.text(r)
     assert reports.validate(r) == []
 
 
@@ -56,6 +57,7 @@ def test_explicit_malloc_keeps_one_pass(monkeypatch):
         assert "passes" not in r and r["params"]["malloc"] == malloc
         assert seen.pop() == threshold and not seen
     assert "memory pass" not in r["memory"]["method"]["host_rss_peak"]
+    assert "sampled ~100 Hz, malloc=live;" in summary.text(r)
 
 
 def test_a_failed_memory_pass_is_a_clear_report_and_the_time_pass_is_skipped():

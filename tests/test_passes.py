@@ -129,3 +129,17 @@ def test_a_long_memory_pass_error_keeps_its_first_words_and_its_cause():
     assert r["error"]["message"].startswith("the memory pass (malloc=live")
     assert r["error"]["message"].endswith("RuntimeError: the cause")
     assert len(r["error"]["message"]) <= 2000
+
+
+def test_the_heartbeat_says_memory_pass_and_then_the_time_passs_phases():
+    seen = []
+
+    def run_one(spec, cancel, progress=None, **kw):
+        seen.append((spec.params["malloc"], dict(progress)))
+        progress["phase"] = "run"  # what the child's marks would set
+        r = reports.new_report(spec.workload, spec.params)
+        r.update(status="ok", seconds=1.0)
+        return r
+    progress = {}
+    passes.run(small(), run_one, None, progress=progress)
+    assert seen[0][0] == "live" and seen[1] == ("glibc", {"phase": "memory pass"})

@@ -56,7 +56,12 @@ def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
     started = time.monotonic()
     timeout = spec.params.get("timeout", 1800)
     measure = MEMORY_PASS[spec.workload]
-    memory = run_one(_with(spec, **measure, malloc="live"), cancel, **kwargs)
+    # The heartbeat shows "memory pass", not that pass's phases: a "run" there
+    # would be read as the trial's own run phase.
+    if kwargs.get("progress") is not None:
+        kwargs["progress"]["phase"] = "memory pass"
+    memory = run_one(_with(spec, **measure, malloc="live"), cancel,
+                     **{**kwargs, "progress": {}})
     first = _entry("memory", "live", memory, list(SUPPLIED), measure)
     first["host_rss_peak"] = memory["memory"].get("host_rss_peak")
     if memory["status"] != "ok":

@@ -12,7 +12,8 @@ from typing import Any
 from bot import access
 
 PLAN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
-PLAN_WORDS = {"new", "list", "help", "price", "prices", "digest"}  # /plan's own: never a name
+# /plan's own words: never a plan name
+PLAN_WORDS = {"new", "list", "help", "price", "prices", "digest", "calibration"}
 
 
 def plan_name_problem(word: str) -> str | None:

@@ -19,7 +19,9 @@ import sys
 import threading
 import time
 
-SPIN = "while True: pass"
+# CPU-bound until its parent (the bench) is gone, so a killed bench leaves no spinner.
+SPIN = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
+        "    for _ in range(100000): pass")
 
 
 class LoadGenerator:

@@ -6,10 +6,13 @@ from test_console import run_console
 from worker.spec import SpecError
 
 
-def test_one_parameter_with_two_values_makes_a_and_b():
-    pair, lines, key = ab.parse(["llm-infer", "dtype=fp32,bf16", "batch=8"])
-    assert key == "dtype" and [s.params["dtype"] for s in pair] == ["fp32", "bf16"]
+def test_one_parameter_with_two_values_makes_a_and_b_interleaved():
+    specs, lines, key = ab.parse(["llm-infer", "dtype=fp32,bf16", "batch=8"])
+    assert key == "dtype" and len(specs) == 2 * ab.ROUNDS == 6
+    assert [s.params["dtype"] for s in specs] == ["fp32", "bf16"] * 3
     assert lines[1] == "llm-infer dtype=bf16 batch=8"
+    specs, lines, _ = ab.parse(["llm-infer", "rounds=2", "dtype=fp32,bf16"])
+    assert len(specs) == 4 and lines == ["llm-infer dtype=fp32", "llm-infer dtype=bf16"] * 2
 
 
 @pytest.mark.parametrize("words, says", [
@@ -18,10 +21,31 @@ def test_one_parameter_with_two_values_makes_a_and_b():
     (["llm-infer", "dtype=fp32,bf16", "batch=1,2"], "exactly one parameter"),
     (["llm-infer", "dtype=bf16,bf16"], "A and B are the same value"),
     (["llm-infer", "dtype=fp32,fp8"], "dtype must be one of"),
+    (["llm-infer", "dtype=fp32,bf16", "rounds=0"], "rounds= is one whole number from 1 to 6"),
+    (["llm-infer", "dtype=fp32,bf16", "rounds=7"], "rounds= is one whole number from 1 to 6"),
+    (["llm-infer", "dtype=fp32,bf16", "rounds=two"], "`rounds=two`: rounds= is one whole"),
+    (["llm-infer", "dtype=fp32,bf16", "rounds=1.5"], "rounds= is one whole number"),
+    (["llm-infer", "dtype=fp32,bf16", "rounds=2", "rounds=3"], "`rounds=2 rounds=3`"),
 ])
 def test_bad_ab_is_refused(words, says):
     with pytest.raises(SpecError, match=says):
         ab.parse(words)
+
+
+def test_rounds_through_the_command_queue_a_then_b_and_bad_rounds_queue_nothing(tmp_path):
+    from bot.app.runtime import context
+    from bot.store import Store
+    from bot.trials import command as trial_command
+    q = context(Store(str(tmp_path / "r.db")))
+    q.store.upsert_worker("cpu-a", {"gpus": [], "cpus": 2})
+    reply, job = trial_command.handle(q, "ab llm-infer dtype=fp32,bf16 rounds=0", "U1", "C1")
+    assert job is None and "rounds= is one whole number from 1 to 6" in reply["text"]
+    assert q.store.jobs() == []
+    reply, job = trial_command.handle(q, "ab llm-infer dtype=fp32,bf16 rounds=2", "U1", "C1")
+    jobs = sorted(q.store.jobs(), key=lambda j: j["id"])
+    assert [j["spec"]["params"]["dtype"] for j in jobs] == ["fp32", "bf16", "fp32", "bf16"]
+    assert "Queued an A/B of 2 rounds" in reply["text"]
+    assert f"({jobs[0]['trial']}, {jobs[2]['trial']})" in reply["text"]
 
 
 def infer(latency, rss, logits, tokens):
@@ -33,7 +57,7 @@ def infer(latency, rss, logits, tokens):
 def test_logits_beyond_the_tolerance_break_quality_and_memory_compares_one_method():
     a = infer(1.0, 1000, [0.0, 1.0, -1.0, 2.0], [1, 2])
     close = ab.compare(a, infer(0.5, 900, [0.05, 1.0, -1.0, 2.0], [1, 2]))
-    assert close["time"] == -0.5 and close["memory"] == pytest.approx(-0.1)
+    assert close["memory"] == pytest.approx(-0.1)
     assert close["quality"]["held"] and "2 of 2" in close["quality"]["what"]
     far = ab.compare(a, infer(0.5, 900, [1.0, 0.0, 1.0, 0.0], [3, 2]))
     assert not far["quality"]["held"] and "1 of 2" in far["quality"]["what"]
@@ -42,9 +66,81 @@ def test_logits_beyond_the_tolerance_break_quality_and_memory_compares_one_metho
     assert ab.compare(a, b)["memory"] is None  # allocator vs host RSS: not compared
 
 
+def timed(trial, mean, windows=None, contention=None, **extra):
+    r = infer(mean, 1000, [0.0, 1.0, -1.0, 2.0], [1, 2])
+    r.update(status="ok", trial=trial, **extra)
+    r["latency"].update(stdev=mean * 0.05, count=12)
+    if windows is not None:
+        r["windows"] = {"unit": "request", "what": "test", "rows": [
+            {"start": 0, "end": 1, "count": 4, "mean": m, "sd": m * 0.02,
+             "others_cpu": 0.6 if busy else 0.02, "contended": busy} for m, busy in windows]}
+    if contention is not None:
+        r["contention"] = contention
+    return r
+
+
+def jobs_of(n):
+    return [{"id": i, "trial": f"T{i}", "channel": "C1",
+             "words": "llm-infer layers=4" if i % 2 else "llm-infer layers=8"}
+            for i in range(1, n + 1)]
+
+
+QUIET = {"flagged": False, "summary": None}
+
+
+def test_the_ab_message_states_the_test_the_interval_and_the_verdict():
+    # the trials of each arm differ by 5%: a 2% difference between the arms is inside it
+    reports = [timed("T1", 0.305, [(0.305, False), (0.305, False)], QUIET),
+               timed("T2", 0.312, [(0.312, False), (0.312, False)], QUIET),
+               timed("T3", 0.321, [(0.321, False), (0.321, False)], QUIET),
+               timed("T4", 0.326, [(0.326, False), (0.326, False)], QUIET)]
+    text = ab.message(jobs_of(4), reports)["text"]
+    assert text.startswith("*A/B*: A T1, T3 `llm-infer layers=4` vs B T2, T4")
+    line = text.splitlines()[1]
+    assert line.startswith("• time per request: A 313 ms, B 319 ms: B/A ×1.02 (95% Student "
+                           "t interval ×")
+    assert line.endswith("over 2+2 trials): no measurable difference")
+    assert "• peak memory (host_rss_peak): +0.0%" in text and "quality held" in text
+    slower = [timed("T1", 0.3, [(0.3, False)] * 2, QUIET), timed("T2", 0.6, [(0.6, False)] * 2,
+                                                                  QUIET),
+              timed("T3", 0.31, [(0.31, False)] * 2, QUIET), timed("T4", 0.62, [(0.62, False)] * 2,
+                                                                    QUIET)]
+    assert "): B is slower" in ab.message(jobs_of(4), slower)["text"]
+
+
+def test_unstable_and_contended_marks_reach_the_ab_message():
+    busy = {"flagged": True, "summary": "busy machine: other processes used 61% of the CPU "
+                                        "during the run phase"}
+    reports = [timed("T1", 0.3, [(0.3, True)] * 3, busy),
+               timed("T2", 0.3, [(0.3, False)] * 3, QUIET),
+               timed("T3", 0.3, [(0.3, True)] * 3, busy),
+               timed("T4", 0.3, stability={"stable": False, "iqr_over_median": 4.767})]
+    text = ab.message(jobs_of(4), reports)["text"]
+    assert "no verdict: A has no usable trial (T1: every window of its run phase was contended" \
+        in text and "when the machine is quiet" in text
+    assert "T4 was UNSTABLE (IQR/median 477%)" in text
+    # old reports: no windows, no contention: compared, and said to be unmeasured
+    old = [timed(f"T{i}", 0.3 * (2 - i % 2)) for i in range(1, 5)]
+    text = ab.message(jobs_of(4), old)["text"]
+    assert "B is slower" in text and "T1: contention not measured" in text
+
+
+def test_a_failed_trial_is_named_and_the_others_still_compared():
+    reports = [timed("T1", 0.3), {"status": "failed", "error": {"class": "oom"}},
+               timed("T3", 0.31), timed("T4", 0.6)]
+    text = ab.message(jobs_of(4), reports)["text"]
+    assert "• T2 did not succeed: compared without them" in text
+    assert "T2 did not succeed" in text and "time per request" in text
+    none = [timed("T1", 0.3), None, timed("T3", 0.3), None]
+    assert "nothing to compare" in ab.message(jobs_of(4), none)["text"]
+
+
 def test_an_ab_of_inference_precision_through_the_console(tmp_path):
     done = run_console(tmp_path, ["/trial ab llm-infer dtype=fp32,fp16 layers=1 hidden=64 "
-                                  "heads=2 kv_heads=1 vocab=256 gen=2 repeats=2 stability=0"])
+                                  "heads=2 kv_heads=1 vocab=256 gen=2 repeats=4 stability=0 "
+                                  "rounds=2"])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("*A/B*") == 1
+    assert done.stdout.count("*A/B*") == 1 and "Queued an A/B of 2 rounds" in done.stdout
     assert "time per request" in done.stdout and "quality held" in done.stdout
+    # a verdict with its interval, or (on a busy machine) why none is given
+    assert " t interval ×" in done.stdout or "no verdict: " in done.stdout

@@ -38,9 +38,16 @@ SHAPE = {"layers": 4, "hidden": 64, "heads": 2, "kv_heads": 1, "vocab": 256, "ba
          "seq": 32}
 
 
-def report(mem, seconds, loss, world=1, states=(800,)):
-    return {"status": "ok", "trial": "T", "params": {**SHAPE, "zero": int(world > 1)},
-            "latency": {"mean": seconds},
+CONFIGS = [("fp32", "none"), ("bf16", "none"), ("bf16", "full"), ("bf16", "full")]
+
+
+def report(mem, seconds, loss, world=1, states=(800,), sd=None, count=8, step=None):
+    step = step if step is not None else 3 if world > 1 else 0
+    precision, checkpointing = CONFIGS[step]
+    return {"status": "ok", "trial": f"T{step + 1}",
+            "params": {**SHAPE, "zero": int(world > 1), "world": world,
+                       "precision": precision, "checkpointing": checkpointing},
+            "latency": {"mean": seconds, "stdev": sd, "count": count},
             "training": {"loss_final": loss, "steps": 4, "world": world,
                          "optimizer_state_theory_per_rank": 800 / world,
                          "ranks": [{"rank": i, "peak_allocated": mem, "host_rss_peak": None,
@@ -48,18 +55,78 @@ def report(mem, seconds, loss, world=1, states=(800,)):
 
 
 def test_a_step_that_breaks_quality_is_not_adopted_whatever_it_saves():
-    reports = [report(10 * 2**30, 1.0, 5.0), report(6 * 2**30, 0.5, 5.2),
-               report(4 * 2**30, 0.6, 5.0), report(3 * 2**30, 0.7, 5.0, 2, (400, 400))]
+    reports = [report(10 * 2**30, 1.0, 5.0), report(6 * 2**30, 0.5, 5.2, step=1),
+               report(4 * 2**30, 0.6, 5.0, step=2), report(3 * 2**30, 0.7, 5.0, 2, (400, 400))]
     table = ladder.rows(list(ladder.STEPS), reports)
     assert table[1]["quality_ok"] is False and table[1]["dmem_prev"] == pytest.approx(-0.4)
     advice = ladder.recommend(table, budget=5 * 2**30)
     assert "quality broke" in advice[0] and "not adopted" in advice[0]
-    assert advice[1].startswith("checkpointing: adopt") and "Fits the budget" in advice[2]
+    assert advice[1].startswith("checkpointing: adopt for memory — 33% less memory")
+    assert "Fits the budget" in advice[2]
+    # no sd measured: time is not judged, and no "faster" is claimed
+    assert "no verdict" in advice[1] and "faster" not in advice[1]
+    assert advice[3] == ("checkpointing and zero-1 were measured with precision=bf16 anyway "
+                         "(precision was not "
+                         "adopted; the ladder queues every step at once, each on top of the "
+                         "previous).")
+    assert advice[-1].startswith("Recommended configuration: precision=bf16 "
+                                 "checkpointing=full zero=0 world=1 (the checkpointing step, T3; "
+                                 "it keeps precision, not adopted on its own")
+
+
+MiB = 2**20
+
+
+def test_a_gain_inside_the_noise_is_not_adopted_and_recomputation_is_not_called_faster():
+    # issue 17: checkpointing "45% faster" with a step sd of 870 ms on a mean of 787 ms
+    reports = [report(900 * MiB, 1.50, 5.0, sd=0.02, count=8),
+               report(898 * MiB, 1.43, 5.0, sd=0.05, count=3, step=1),
+               report(600 * MiB, 0.787, 5.0, sd=0.870, count=3, step=2),
+               report(599 * MiB, 0.80, 5.0, 2, (400, 400), sd=0.01, count=8)]
+    table = ladder.rows(list(ladder.STEPS), reports)
+    assert table[2]["time_test"]["verdict"] == "same"
+    advice = ladder.recommend(table, budget=None)
+    # precision: 0.2% less memory (inside 1%), time not measurably different
+    assert advice[0].startswith("precision: not adopted: no measurable gain — memory -0.2%, "
+                                "within the 1% noise of torch allocator")
+    assert "precision/baseline ×0.95 (95% Welch t interval" in advice[0]
+    assert advice[1].startswith("checkpointing: adopt for memory — 33% less memory; time "
+                                "checkpointing/precision ×0.55")
+    assert "no measurable difference; quality held" in advice[1] and "faster" not in advice[1]
+    assert advice[2].startswith("zero-1: not adopted: no measurable gain")
+    assert "checkpointing and zero-1 were measured with precision=bf16 anyway" in advice[3]
+    assert advice[-1].startswith("Recommended configuration: precision=bf16 checkpointing=full "
+                                 "zero=0 world=1 (the checkpointing step, T3")
+    text = ladder.message([{"id": 1, "trial": f"T{i}", "channel": "C"} for i in (1, 2, 3, 4)],
+                          reports, None)["text"]
+    assert "787 ms ±870 ms" in text and "Recommended configuration:" in text
+
+
+def test_slower_but_smaller_is_adopted_for_memory_and_faster_for_time():
+    reports = [report(900 * MiB, 1.0, 5.0, sd=0.01, count=10),
+               report(890 * MiB, 0.5, 5.0, sd=0.01, count=10, step=1),
+               report(500 * MiB, 0.7, 5.0, sd=0.01, count=10, step=2),
+               report(300 * MiB, 0.7, 5.0, 2, (400, 400), sd=0.01, count=10)]
+    advice = ladder.recommend(ladder.rows(list(ladder.STEPS), reports), budget=None)
+    assert advice[0].startswith("precision: adopt for memory and time — 1% less memory")
+    assert "precision is faster" in advice[0]
+    assert advice[1].startswith("checkpointing: adopt for memory, though slower — 44% less")
+    assert "checkpointing is slower" in advice[1]
+    assert advice[-1] == ("Recommended configuration: precision=bf16 checkpointing=full zero=1 "
+                          "world=2 (the zero-1 step, T4).")
+
+
+def test_a_baseline_that_fits_is_the_recommended_configuration():
+    reports = [report(900 * MiB, 1.0, 5.0), report(800 * MiB, 0.9, 5.0, step=1),
+               report(700 * MiB, 1.2, 5.0, step=2), report(500 * MiB, 1.3, 5.0, 2, (400, 400))]
+    advice = ladder.recommend(ladder.rows(list(ladder.STEPS), reports), budget=2**30)
+    assert advice[-1] == ("Recommended configuration: precision=fp32 checkpointing=none zero=0 "
+                          "world=1 (the baseline, T1).")
 
 
 def test_nothing_fits_says_so_with_the_numbers():
-    reports = [report(10 * 2**30, 1.0, 5.0), report(9 * 2**30, 0.9, 5.0),
-               report(8 * 2**30, 1.2, 5.0), report(7 * 2**30, 1.3, 5.0, 2, (400, 400))]
+    reports = [report(10 * 2**30, 1.0, 5.0), report(9 * 2**30, 0.9, 5.0, step=1),
+               report(8 * 2**30, 1.2, 5.0, step=2), report(7 * 2**30, 1.3, 5.0, 2, (400, 400))]
     advice = ladder.recommend(ladder.rows(list(ladder.STEPS), reports), budget=2**30)
     assert any("Nothing fits 1 GiB" in a and "7 GiB" in a for a in advice)
     text = "\n".join(advice)
@@ -94,8 +161,8 @@ def test_the_redefined_goal_is_predicted_from_the_measured_peak():
 
 def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
     MiB = 2**20
-    reports = [report(900 * MiB, 1.0, 5.0), report(800 * MiB, 0.9, 5.0),
-               report(700 * MiB, 1.2, 5.0), report(500 * MiB, 1.3, 5.0, 2, (400, 400))]
+    reports = [report(900 * MiB, 1.0, 5.0), report(800 * MiB, 0.9, 5.0, step=1),
+               report(700 * MiB, 1.2, 5.0, step=2), report(500 * MiB, 1.3, 5.0, 2, (400, 400))]
     table = ladder.rows(list(ladder.STEPS), reports)
     moved = 8 * arithmetic.weight_params(SHAPE)["total"] / 2
     per_seq = ladder.per_sequence(table)
@@ -122,6 +189,7 @@ def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):
         assert f"\n{step} " in out
     assert "ZeRO-1 over 2 ranks" in out and "Recommendation" in out
     assert "Nothing fits 95.4 MiB" in out  # host RSS of a torch process is above that
+    assert "Recommended configuration: precision=" in out
 
 
 def test_ranks_no_worker_has_are_refused_before_a_job(tmp_path):

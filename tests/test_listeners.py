@@ -46,3 +46,12 @@ def test_a_long_reply_is_split_into_sections_not_cut():
     blocks = reply(text)["blocks"]
     assert len(text) > 3000 and all(len(b["text"]["text"]) <= 3000 for b in blocks)
     assert "".join(b["text"]["text"] for b in blocks).replace("\n", "") == text.replace("\n", "")
+
+
+def test_plan_calibration_through_slack_with_no_actuals_says_uncalibrated(bot):
+    reply = command(bot, "calibration", name="/plan")
+    assert reply["response_type"] == "ephemeral"
+    assert "No actuals recorded yet" in reply["text"] and "every interval is uncalibrated" in (
+        reply["text"])
+    bad = command(bot, "calibration please", name="/plan")
+    assert "`/plan calibration` takes nothing more" in bad["text"]

@@ -1,7 +1,7 @@
 """`llm-train`: real training steps in child processes, ZeRO-1 over real ranks (gloo)."""
 import pytest
 
-from worker import launcher
+from worker import launcher, stats, summary
 from worker.spec import SpecError, parse
 
 TINY = ["llm-train", "layers=2", "hidden=64", "heads=2", "kv_heads=1", "vocab=256", "seq=16",
@@ -21,6 +21,18 @@ def test_training_lowers_the_loss_and_adam_keeps_8_bytes_per_param():
     assert t["ranks"][0]["optimizer_state_bytes"] == 8 * t["params"]
     assert r["latency"]["count"] == 3 and r["headline"]["metric"] == "step time"
     assert [p["name"] for p in r["phases"]] == ["setup", "weights", "data", "warmup", "run"]
+
+
+def test_training_reports_its_stability_over_the_measured_steps():
+    r = trial()
+    st = r["stability"]
+    assert st["count"] == 3 and st["stopped_by"] == "count" and st["threshold"] is None
+    assert st["bound"] == stats.FIXED_BOUND and isinstance(st["stable"], bool)
+    assert st["iqr_over_median"] > 0
+    assert st["seconds"] >= 3 * r["latency"]["mean"] * 0.99
+    line = dict(summary.facts(r))["stability"]
+    assert "over a fixed 3 steps" in line and "5% bound" in line
+    assert line.startswith("UNSTABLE") == (not st["stable"])
 
 
 def test_zero1_over_two_ranks_shards_the_states_and_keeps_the_loss():

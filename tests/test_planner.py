@@ -86,7 +86,10 @@ def test_repeats_of_two_trials_are_pooled():
     a, b = report(mean=1.0, sd=0.1, count=5), report(mean=3.0, sd=0.1, count=5)
     pr = planner.per_run([job(1, a), job(2, b)])
     assert pr["k"] == 10 and pr["mean"] == pytest.approx(2.0)
-    assert pr["sd"] == pytest.approx(math.sqrt((4 * 0.01 * 2 + 10 * 1.0) / 9))
+    # sd is the requests' spread within a trial; the trials' own means differ
+    # by 2 s, which is the between-trial component, not request noise.
+    assert pr["sd"] == pytest.approx(0.1 * pr["mean"] / 2.0)
+    assert pr["parts"] == ["the run-to-run spread", "the spread between 2 trials"]
 
 
 def test_retries_come_from_the_observed_failure_rate():
@@ -284,9 +287,58 @@ def test_a_failed_tagged_trial_is_all_retries():
 def test_two_trials_at_different_speeds_widen_the_interval_by_their_spread():
     a, b = report(mean=1.0, sd=0.01, count=10), report(mean=1.2, sd=0.01, count=10)
     e = estimate(block(runs=100), trials=[job(1, a), job(2, b)])
-    between = ((1.0 - 1.1) ** 2 + (1.2 - 1.1) ** 2) / 1
-    pooled = planner.per_run([job(1, a), job(2, b)])["sd"]
-    want = stats.t.ppf(0.95, 1) * math.sqrt(100 * pooled ** 2 + 100 ** 2 * between / 2)
+    pr = planner.per_run([job(1, a), job(2, b)])
+    means = pr["trial_means"]
+    between = (means[0] - means[1]) ** 2 / 2
+    # A new block sits at a new level: the trials' drift beyond their own request
+    # noise, plus the uncertainty of the mean of 2 trials, plus its runs' noise.
+    drift = between - pr["within"] * 2 / 20
+    want = stats.t.ppf(0.95, 1) * 100 * math.sqrt(pr["within"] / 100 + drift + between / 2)
     assert e["half"] == pytest.approx(want)
+    assert "the spread between 2 trials" in e["interval_note"]
     one = estimate(block(runs=100), trials=[job(1, a)])
     assert e["half"] > 10 * one["half"]
+
+
+def _windows(means, count=2):
+    return {"unit": "request", "what": "test", "rows": [
+        {"start": i, "end": i + 1, "count": count, "mean": m, "sd": 0.2, "others_cpu": 0.0,
+         "contended": False} for i, m in enumerate(means)]}
+
+
+def test_drift_between_windows_goes_inside_the_interval():
+    steady = dict(report(mean=2.0, sd=0.2, count=10), windows=_windows([2.0] * 5))
+    wander = dict(report(mean=2.0, sd=0.2, count=10), windows=_windows([1.6, 1.8, 2.0, 2.2, 2.4]))
+    a = estimate(block(runs=1000), trials=[job(1, steady)])
+    b = estimate(block(runs=1000), trials=[job(1, wander)])
+    # Same request spread; the wandering trial's level is uncertain by its windows'
+    # spread (sd 0.32 s per run over 5 windows, 4 dof), which dominates at 1000 runs.
+    pr = planner.per_run([job(1, wander)])
+    var_w = _var_of([1.6, 1.8, 2.0, 2.2, 2.4]) * (pr["mean"] / 2.0) ** 2
+    drift = var_w - pr["within"] / 2
+    want = stats.t.ppf(0.95, 4) * 1000 * math.sqrt(pr["within"] / 1000 + drift + var_w / 5)
+    assert b["half"] == pytest.approx(want)
+    assert b["half"] > 5 * a["half"]
+    assert "drift between the run phase's windows (5 windows)" in b["interval_note"]
+    assert "drift over longer than the trial's run phase" in b["interval_note"]
+    assert "not in it" in b["interval_note"]
+
+
+def _var_of(xs):
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def test_a_report_from_before_windows_says_so_in_the_note():
+    e = estimate(block(runs=100))
+    assert "drift inside the run phase (a report from before windows)" in e["interval_note"]
+
+
+def test_a_block_from_a_contended_trial_warns_and_asks_for_a_re_run():
+    from bot.plans import views
+    busy = dict(report(), contention={"flagged": True, "summary": "busy machine: other "
+                                      "processes used 61% of the CPU during the run phase"})
+    e = estimate(block(), trials=[job(1, busy)])
+    warnings = views.block_warnings({"facts": {"gpu": "CPU"}}, e, [busy])
+    assert any("ran on a busy machine — busy machine: other processes used 61%" in w
+               and "re-run it" in w for w in warnings)

@@ -195,6 +195,60 @@ def test_a_scale_block_rests_on_a_sweeps_time_fit(ctx):
                                           "prompt=4096")
 
 
+BUSY = {"flagged": True, "summary": "busy machine: other processes used 61% of the CPU"}
+
+
+def finish_sweep(ctx, times, contention=None, spread=None):
+    """A batch=1,2,4,8 sweep finished with these mean times; contention and
+    spread per trial index (None: the report has no such field)."""
+    batches = (1, 2, 4, 8)[:len(times)]
+    specs = [parse(["llm-infer", f"batch={b}"]) for b in batches]
+    jobs = ctx.queue.submit_sweep(specs, ["llm-infer"] * len(specs), "U1", "C1")
+    for i, (job, b, t) in enumerate(zip(jobs, batches, times)):
+        leased = ctx.store.lease_next("w1", 60)
+        r = report(mean=t, sd=0.001, batch=b, prompt=64, gen=16)
+        r["params"] = {**specs[0].params, **r["params"]}
+        if contention is not None:
+            r["contention"] = contention.get(i, {"flagged": False, "summary": None})
+        if spread and i in spread:
+            r["stability"] = {"count": 10, "iqr_over_median": spread[i], "threshold": 0.05,
+                              "stable": spread[i] < 0.05, "stopped_by": "time cap"}
+        ctx.queue.finish(job["id"], "w1", leased["lease"], r)
+    return jobs[0]["id"]
+
+
+def test_a_block_on_a_noisy_sweep_is_refused_for_the_noise_not_the_distance(ctx):
+    s = finish_sweep(ctx, [0.10, 0.20, 1.50, 0.42], contention={2: BUSY}, spread={2: 0.4})
+    say(ctx, "new repro gpu=H100")
+    out = say(ctx, f"repro block scale runs=10 sweep=S{s} batch=16")
+    assert f"Sweep S{s}'s time fit is unusable: held-out error" in out
+    assert f"noisy points: T{s + 2} UNSTABLE (IQR/median 40.0%), T{s + 2} contended" in out
+    assert f"re-run T{s + 2} on a quiet machine" in out and "too far" not in out
+    assert counts(ctx)["blocks"] == 0
+
+
+def test_a_negative_prediction_far_out_is_refused_as_extrapolation(ctx):
+    s = finish_sweep(ctx, [1.00, 0.99, 0.98, 0.96], contention={})
+    say(ctx, "new repro gpu=H100")
+    out = say(ctx, f"repro block scale runs=10 sweep=S{s} batch=4096")
+    assert "unusable: predicts -" in out and "and a time is positive" in out
+    assert "512× the largest measured batch 8" in out and "sweep closer: `batch=181,4096`" in out
+    assert counts(ctx)["blocks"] == 0
+    assert "scale block added" in say(ctx, f"repro block scale runs=10 sweep=S{s} batch=8")
+
+
+def test_a_block_on_marked_sweep_points_carries_the_marks(ctx):
+    s = finish_sweep(ctx, [0.15, 0.20, 0.30, 0.50], contention={}, spread={1: 0.2})
+    say(ctx, "new repro gpu=H100")
+    out = say(ctx, f"repro block scale runs=10 sweep=S{s} batch=16")
+    assert "scale block added" in out
+    assert f"rests on marked sweep points: T{s + 1} UNSTABLE (IQR/median 20.0%)" in out
+    assert "contention not measured" not in out
+    old = finish_sweep(ctx, [0.15, 0.20, 0.30])  # reports from before the probe
+    out = say(ctx, f"repro block verify runs=10 sweep=S{old} batch=4")
+    assert f"contention not measured for T{old}, T{old + 1}, T{old + 2}" in out
+
+
 def test_prices_and_costs_add_up_and_names_are_one_gpu(ctx):
     t = finish(ctx, report())
     say(ctx, "new repro gpu=H100")

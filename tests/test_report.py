@@ -4,7 +4,8 @@ import typing
 
 import pytest
 
-from worker import report
+from worker import launcher, report, spec, stats, summary
+from worker.spec import parse
 
 
 def ok():
@@ -38,3 +39,46 @@ def test_fields_with_their_own_checks_are_named_once():
     problems = report.validate(dict(ok(), phases={}, memory=[]))
     assert problems == ["phases must be a list of {name, start, end, seconds}",
                         "memory must be an object with a method object"]
+
+
+# --- stability: a fixed count is still judged --------------------------------
+
+def test_the_fixed_count_bound_is_llm_infers_default_stop_rule():
+    default = next(p.default for p in spec.LLM_INFER.params if p.name == "stability")
+    assert stats.FIXED_BOUND == default / 100
+
+
+def test_a_fixed_count_with_a_wide_spread_is_labelled_unstable():
+    # stability=0 used to leave `stable` None: 1460.8% went out with no label.
+    fixed = {"count": 5, "iqr_over_median": 14.608, "threshold": None, "stopped_by": "count",
+             "seconds": 1.0, "stable": None}
+    st = stats.judged(fixed)
+    assert st["stable"] is False and st["bound"] == 0.05
+    line = summary.stability(st)
+    assert line.startswith("UNSTABLE: IQR/median 1460.8% ≥ the 5% bound over a fixed 5 requests")
+    quiet = stats.judged({**fixed, "iqr_over_median": 0.01})
+    assert quiet["stable"] is True and "under the 5% bound" in summary.stability(quiet)
+    one = stats.judged({**fixed, "count": 1, "iqr_over_median": None})
+    assert one["stable"] is None and "too few to judge" in summary.stability(one)
+    # an adaptive run keeps its own verdict
+    adaptive = {**fixed, "threshold": 0.05, "stable": True, "stopped_by": "stable",
+                "iqr_over_median": 0.02}
+    assert stats.judged(adaptive) is adaptive
+    # a report from before the bound keeps its old line
+    assert summary.stability(fixed) == "IQR/median 1460.8% over a fixed 5 requests"
+
+
+def test_fixed_stability_counts_the_steps_it_was_given():
+    st = stats.fixed_stability([1.0, 1.0, 1.0, 5.0], 8.0)
+    assert st["count"] == 4 and st["seconds"] == 8.0 and st["stopped_by"] == "count"
+    assert st["iqr_over_median"] == pytest.approx(stats.iqr_ratio([1.0, 1.0, 1.0, 5.0]))
+    assert "4 steps" in summary.stability(st, "step")
+
+
+def test_llm_infer_with_stability_0_reports_a_judged_block():
+    r = launcher.run_trial(parse(["llm-infer", "gen=2", "repeats=3", "stability=0", "layers=1",
+                                  "hidden=64", "heads=2", "kv_heads=1", "vocab=256"]))
+    assert r["status"] == "ok", r.get("error")
+    st = r["stability"]
+    assert st["count"] == 3 and st["threshold"] is None and st["bound"] == 0.05
+    assert st["stable"] == (st["iqr_over_median"] < 0.05)

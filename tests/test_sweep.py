@@ -157,6 +157,9 @@ def test_sweep_through_the_console_posts_the_fit_once(tmp_path):
             and "channel" in m]
     assert len(fits) == 1 and "Peak memory — host_rss_peak" in fits[0]["text"]
     assert out.index(fits[0]) > out.index(reports_[-1])
+    # stability=0 is still judged
+    assert all("over a fixed 2 requests" in m["text"] for m in reports_)
+    assert "contention not measured" not in fits[0]["text"]  # every trial measures it now
     answer = out[-1]
     assert answer["response_type"] == "ephemeral" and "batch=12" in answer["text"]
     assert "L4: 24 GB GDDR6" in answer["text"] and "host RSS only" in answer["text"]

@@ -18,7 +18,9 @@ def adaptive(measure, minimum: int, threshold: float, cap: float,
     samples, t0 = [], clock()
     stopped_by = "count"
     while True:
-        samples.append(measure())
+        start = time.time()  # wall stamps: the windows and the contention probe share them
+        sample = measure()
+        samples.append({**sample, "t0": start, "t1": time.time()})
         n = len(samples)
         if n < minimum:
             continue

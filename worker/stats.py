@@ -22,3 +22,27 @@ def iqr_ratio(samples: list[float]) -> float | None:
         return None
     q1, med, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 50, 75])
     return float((q3 - q1) / med) if med > 0 else None
+
+
+# A fixed count (stability=0, or llm-train's steps) still gets a verdict: the
+# spread is judged against llm-infer's default stop rule (stability=5 in
+# worker/spec.py), so a 1460% spread is never shown as if it were fine.
+FIXED_BOUND = 0.05
+
+
+def judged(st: dict, bound: float = FIXED_BOUND) -> dict:
+    """A stability block whose count was fixed, with `stable` judged against
+    `bound` (None when too few samples to judge). An adaptive block (one with a
+    threshold) is returned as it is: its own stop rule judged it."""
+    if st.get("threshold"):
+        return st
+    ratio = st.get("iqr_over_median")
+    return {**st, "bound": bound, "stable": None if ratio is None else ratio < bound}
+
+
+def fixed_stability(samples: list[float], seconds: float) -> dict:
+    """The stability block of a fixed number of measured samples (llm-train's
+    steps), in adaptive repetition's shape (worker/repeat.py)."""
+    return judged({"count": len(samples), "iqr_over_median": iqr_ratio(samples),
+                   "threshold": None, "stopped_by": "count", "seconds": seconds,
+                   "stable": None})

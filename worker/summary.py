@@ -55,7 +55,9 @@ def facts(r: Report) -> list[tuple[str, str]]:
                     + per))
     st = r.get("stability")
     if st:
-        out.append(("stability", stability(st)))
+        out.append(("stability", stability(st, unit)))
+    if r.get("contention"):
+        out.append(("machine", machine(r["contention"])))
     if thr:
         out.append(("throughput", f"{thr['value']:.1f} {thr['unit']}"))
     if m.get("peak_allocated") is not None:
@@ -120,14 +122,41 @@ def training(tr: dict) -> str:
             f"{tr['theory']})")
 
 
-def stability(st: dict) -> str:
+def stability(st: dict, unit: str = "request") -> str:
     ratio = "n/a" if st["iqr_over_median"] is None else f"{st['iqr_over_median']:.1%}"
+    runs = f"{st['count']} {unit}{'s' * (st['count'] != 1)}"
+    bound = st.get("bound")
+    if not st.get("threshold") and bound:  # a fixed count, judged against a stated bound
+        if st["stable"] is None:
+            return f"IQR/median {ratio} over a fixed {runs}: too few to judge"
+        if st["stable"]:
+            return f"IQR/median {ratio} over a fixed {runs}, under the {bound:.0%} bound"
+        return (f"UNSTABLE: IQR/median {ratio} ≥ the {bound:.0%} bound over a fixed {runs}; "
+                "treat these figures with care")
     if st["stable"] is None:
-        return f"IQR/median {ratio} over a fixed {st['count']} requests"
+        return f"IQR/median {ratio} over a fixed {runs}"
     if st["stable"]:
-        return f"stable: IQR/median {ratio} < {st['threshold']:.0%} after {st['count']} requests"
-    return (f"UNSTABLE: IQR/median {ratio} ≥ {st['threshold']:.0%} after {st['count']} "
-            f"requests ({st['stopped_by']}); treat these figures with care")
+        return f"stable: IQR/median {ratio} < {st['threshold']:.0%} after {runs}"
+    return (f"UNSTABLE: IQR/median {ratio} ≥ {st['threshold']:.0%} after {runs} "
+            f"({st['stopped_by']}); treat these figures with care")
+
+
+def busy_line(r: Report) -> str | None:
+    """The warning a contended trial carries wherever it is shown."""
+    c = r.get("contention") or {}
+    return c.get("summary") if c.get("flagged") else None
+
+
+def machine(c: dict) -> str:
+    """Busy or quiet, in plain words, from the contention probe."""
+    if c.get("summary"):
+        return c["summary"]
+    run = (c.get("phases") or {}).get("run")
+    if not run:
+        return "contention not measured during a run phase"
+    return (f"quiet: other processes used {run['others_cpu']:.0%} of the {c['cpus']} CPUs "
+            f"during the run phase (steal {run['steal']:.0%}; flagged above "
+            f"{c['threshold']['others_cpu']:.0%})")
 
 
 def env_line(r: Report) -> str:
@@ -162,6 +191,8 @@ def text(r: Report) -> str:
     lines = [headline(r)]
     if retry_line(r):
         lines.append(retry_line(r))
+    if busy_line(r):
+        lines.append(f"BUSY: {busy_line(r)}")
     if r["status"] == "failed":
         lines.append("error: " + (r["error"]["message"].strip().splitlines() or [""])[-1])
     lines += [phases_line(r), *(f"{label}: {value}" for label, value in facts(r)), env_line(r)]

@@ -4,7 +4,7 @@ largest batch for a GPU. Pure."""
 from __future__ import annotations
 
 from bot.blocks import table_text
-from bot.fits import depth, ols, scaling
+from bot.fits import depth, ols, scaling, usable
 from worker.units import duration, size
 
 LEVEL = 0.90  # prediction intervals shown in sweep messages
@@ -39,7 +39,8 @@ def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
         lengths = {k: top["params"][k] for k in vars_["length"] if k in top["params"]}
         for factor in (2, 4):
             q = {vars_["batch"]: factor * top["params"][vars_["batch"]], **lengths}
-            parts.append("\n".join(_prediction_lines(fit, q, f" ({factor}× the largest batch)")))
+            parts.append("\n".join(_prediction_lines(fit, q, f" ({factor}× the largest batch)",
+                                                      brief=True)))
     parts.append(_gpu_text(fit, sweep))
     for note in [*(fit.get("notes") or []), _partial_note(fit)]:
         if note:
@@ -123,8 +124,13 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     if model.get("error"):
         return f"*{title}*: no fit — {model['error']}"
     fmt = size if model["unit"] == "bytes" else duration
-    lines = [f"*{title}* ({model['what']}):",
-             f"≈ {_formula(model)}  _(terms: {', '.join(model['features'])}; {model['why']})_"]
+    v = model.get("verdict") or {}
+    lines = [f"*{title}* ({model['what']}):"]
+    if v and not v["usable"]:
+        lines.append(f":no_entry: *{usable.text(v)}*")
+    lines.append(f"≈ {_formula(model)}  _(terms: {', '.join(model['features'])}; {model['why']}"
+                 + ("; shown for the record, not to use" if v and not v["usable"] else "")
+                 + ")_")
     check = []
     if model["residual_sd"] is not None:
         check.append(f"residual sd {fmt(model['residual_sd'])} on {model['dof']} dof")
@@ -145,6 +151,11 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     if model.get("missing"):
         check.append(f"{model['missing']} trial(s) had no {model['target']} figure")
     lines.append("; ".join(check))
+    if v and usable.text(v) and v["usable"]:
+        lines.append(f"_{usable.text(v)}_")
+    marks = usable.marks_text(v, unmeasured_only=v["cause"] == "noise") if v else ""
+    if marks:  # a noise verdict has named the marked points already
+        lines.append(f"_{marks}_")
     if model["target"] in ("host_rss_peak", "host_rss_peak_kernel", "seconds"):
         lines.append(_allocator_line("time" if model["target"] == "seconds"
                                      else model["target"], fit))
@@ -209,7 +220,7 @@ def _arithmetic_text(fit: dict) -> str:
     return "\n".join(lines)
 
 
-def _prediction_lines(fit: dict, params: dict, why: str) -> list[str]:
+def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) -> list[str]:
     axes = [k for k in (fit["variables"]["batch"], *fit["variables"]["length"]) if k]
     merged = {**fit["defaults"], **params}
     shown = {**{k: merged[k] for k in axes if k in merged},
@@ -228,10 +239,26 @@ def _prediction_lines(fit: dict, params: dict, why: str) -> list[str]:
         band = ols.interval(value, se, dof, LEVEL)
         spread = (f" ± {fmt((band[1] - band[0]) / 2)} ({LEVEL:.0%} PI, dof {dof})" if band
                   else " (no interval: 2 points, dof 0)")
+        v = _verdict_at(fit, name, params, value)
+        if not v["usable"]:
+            said = (f"unusable, as its fit above ({v['cause']})" if brief and v["problem"]
+                    == ((_model(fit, name).get("verdict") or {}).get("problem"))
+                    else usable.text(v))
+            lines.append(f"• {name}: *{said}* (the fit says {fmt(value)}{spread})")
+            continue
         used = (fit.get("allocators") or {}).get(name)
         lines.append(f"• {name}: {fmt(value)}{spread}{_extrapolation(fit, name, params)}"
                      + (f" _(from {' and '.join(used)})_" if used else ""))
     return lines
+
+
+def _model(fit: dict, name: str) -> dict:
+    return fit["time"] if name == "time" else fit["memory"][name]
+
+
+def _verdict_at(fit: dict, name: str, params: dict, value: float) -> dict:
+    return usable.verdict(_model(fit, name), fit.get("points") or [],
+                          (*scaling.point(fit, params), value), fit["variables"]["batch"])
 
 
 def _extrapolation(fit: dict, name: str, params: dict) -> str:

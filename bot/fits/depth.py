@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from bot.fits import gpus, ols, scaling
+from bot.fits import gpus, ols, scaling, usable
 from worker import arithmetic, presets
 
 SCHEMA = "trialbot.depth/1"
@@ -175,7 +175,7 @@ def fit_depth(reports: list[dict]) -> dict:
         dec = (r.get("decode_per_token") or {}).get("mean")
         out["points"].append({"trial": r.get("trial"), "layers": r["params"]["layers"],
                               "memory": {m: (r.get("memory") or {}).get(m) for m in METHODS},
-                              "seconds": secs, "decode": dec})
+                              "seconds": secs, "decode": dec, "marks": usable.marks(r)})
     workers = sorted({(r.get("worker") or "?", scaling.device_of(r)) for r in ok})
     out["workers"] = [{"worker": w, "device": d} for w, d in workers]
     if len(workers) > 1:
@@ -196,6 +196,9 @@ def fit_depth(reports: list[dict]) -> dict:
         if rows:
             out["time" if key == "seconds" else "decode"] = ols.fit_target(
                 rows, "time", "b", key, "s", what)
+    for model in [*out["memory"].values(), out["time"], out["decode"]]:
+        if model:
+            model["verdict"] = usable.verdict(model, out["points"], axis="layers")
     return out
 
 
@@ -212,12 +215,14 @@ def question_layers(fit: dict, params: dict) -> int:
     return params["layers"]
 
 
-def predict(model: dict, layers: int, level: float = 0.90) -> dict:
+def predict(model: dict, layers: int, level: float = 0.90, points: list = ()) -> dict:
     """A depth model's value at `layers`, with its interval when the fit has
     residual degrees of freedom."""
     value, se, dof = ols.predict_model(model, layers, 1)
     return {"value": value, "interval": ols.interval(value, se, dof, level) if dof else None,
-            "dof": dof}
+            "dof": dof, "verdict": usable.verdict(model, list(points), (layers, 1, value),
+                                                "layers")
+            if model.get("trials") is not None else None}
 
 
 def slope(model: dict) -> float:
@@ -238,16 +243,22 @@ def from_sweep(fit: dict, layers: int | None = None) -> dict:
         raise ValueError(f"{fit['preset']} has {full['layers']} layers; ask for "
                          f"layers=1..{full['layers']}")
     at = {**d, "layers": layers}
-    mem = {m: predict(model, layers) for m, model in fit["memory"].items()
+    pts = fit.get("points") or []
+    mem = {m: predict(model, layers, points=pts) for m, model in fit["memory"].items()
            if not model.get("error")}
+    # An unusable prediction answers no "fits on" question.
+    good = {m: v for m, v in mem.items() if (v.get("verdict") or {}).get("usable", True)}
     return {"layers": layers, "memory": mem,
-            "time": predict(fit["time"], layers) if fit.get("time") and
+            "time": predict(fit["time"], layers, points=pts) if fit.get("time") and
             not fit["time"].get("error") else None,
             # What fits is judged on the interval's upper end where the fit has one.
             "fits": fits_on(at, {m: v["interval"][1] if v["interval"] else v["value"]
-                                 for m, v in mem.items()},
-                            bounded={m for m, v in mem.items() if v["interval"]}),
-            "decode_estimate": decode_estimate(at)}
+                                 for m, v in good.items()},
+                            bounded={m for m, v in good.items() if v["interval"]}),
+            "decode_estimate": decode_estimate(at),
+            "fits_note": ("the GPU memory fits are unusable (above), so this list falls back "
+                          "to the arithmetic" if any(m in FIT_METHODS for m in mem)
+                          and not any(m in FIT_METHODS for m in good) else None)}
 
 
 # --- what fits where ------------------------------------------------------------

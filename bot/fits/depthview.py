@@ -7,7 +7,7 @@ are; the decode estimate sits in its own paragraph, never in a measured row.
 from __future__ import annotations
 
 from bot.blocks import section, table_text
-from bot.fits import depth
+from bot.fits import depth, usable
 from worker.units import duration, size
 
 LEVEL = 0.90
@@ -91,7 +91,11 @@ def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> 
     if model.get("error"):
         return f"*{title}*: no fit — {model['error']}"
     fixed, per = model["coef"][model["features"].index("1")], depth.slope(model)
+    v = model.get("verdict") or {}
     line = f"*{title}* = {fmt(fixed)} + {fmt(per)} × layers"
+    if v and not v["usable"]:
+        line = f"*{title}*: :no_entry: *{usable.text(v)}*; the fit, for the record: " + line[
+            len(f"*{title}* = "):]
     if per_layer_arith:
         line += (f" (arithmetic per layer: {fmt(per_layer_arith)}; measured/arithmetic "
                  f"{per / per_layer_arith:.2f})")
@@ -102,6 +106,9 @@ def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> 
                  f"({held['relative_error']:+.1%})")
     else:
         line += f"; no held-out check: {model['held_out_why']}"
+    marks = usable.marks_text(v, unmeasured_only=v["cause"] == "noise") if v else ""
+    if marks:  # a noise verdict has named the marked points already
+        line += f" _({marks})_"
     return line
 
 
@@ -150,6 +157,8 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         if gpu is not None:
             fits = dict(fits, gpus=[g for g in fits["gpus"] if g["gpu"] == gpu.name]
                         or [depth.fit_row(fits, gpu)])
+        if pred.get("fits_note"):
+            parts.append(f":warning: {pred['fits_note']}.")
         parts.append(fits_text(fits))
         parts.append(decode_text(pred["decode_estimate"], pred["layers"],
                                  gpu.name if gpu is not None else None))
@@ -164,6 +173,8 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
 
 
 def _interval(v: dict, fmt) -> str:
+    if v.get("verdict") and not v["verdict"]["usable"]:
+        return f" — *{usable.text(v['verdict'])}*"
     if not v.get("interval"):
         return " (no interval: 2 depths leave no residual to judge the fit)"
     lo, hi = v["interval"]

@@ -142,6 +142,7 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
     dof = len(rows) - len(features)
     sd = float(np.sqrt(resid @ resid / dof)) if dof > 0 else None
     held, held_why = _held_out(features, rows)
+    small = configs[0]
     return {
         "target": target, "unit": unit, "what": what, "features": features,
         "coef": [float(c) for c in coef], "n": len(rows), "distinct": len(configs), "dof": dof,
@@ -154,6 +155,11 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
         "why": why,
         "range": {"b": [min(c[0] for c in configs), max(c[0] for c in configs)],
                   "s": [min(c[1] for c in configs), max(c[1] for c in configs)]},
+        # What bot/fits/usable.py judges a fit by: its points, their size, the smallest.
+        "trials": [r[3] for r in rows], "mean": float(np.mean(y)), "min": float(np.min(y)),
+        "configs": [list(c) for c in configs],
+        "smallest": {"b": small[0], "s": small[1],
+                     "measured": float(np.mean([r[2] for r in rows if (r[0], r[1]) == small]))},
     }
 
 def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
@@ -173,6 +179,15 @@ def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
         return value, math.nan, 0
     leverage = float(x @ np.array(model["cov_unscaled"]) @ x)
     return value, model["residual_sd"] * math.sqrt(1 + max(leverage, 0.0)), model["dof"]
+
+def leverage(model: dict, b: float, s: float) -> float | None:
+    """x'(X'X)⁻¹x at (b, s): how far the config is from the points in the fit's
+    own terms (about p/n inside them, growing with the square of the distance
+    outside); None for a model without one."""
+    if not model.get("cov_unscaled"):
+        return None
+    x = design(model["features"], [(b, s)])[0]
+    return max(0.0, float(x @ np.array(model["cov_unscaled"]) @ x))
 
 @functools.lru_cache(maxsize=512)  # scipy's ppf costs ~0.3 ms; a digest asks it per block
 def t_quantile(dof: int, level: float = 0.90) -> float:

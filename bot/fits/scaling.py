@@ -52,7 +52,9 @@ API (the planner's entry points)
     `n`, `distinct`, `dof`, `residual_sd` (None when dof = 0), `cov_unscaled`
     ((X'X)⁻¹), `held_out` ({trial, b, s, predicted, measured, relative_error}
     or None), `held_out_why` (why there is none), `loo` ({max_relative,
-    rms_relative, count} or None), `candidates`, `why`.
+    rms_relative, count} or None), `candidates`, `why`, and `verdict`
+    (bot/fits/usable.py: whether it can be used, and if not why and what to
+    run instead). Each point carries its report's `marks` (UNSTABLE, contended).
 `predict_memory(fit, method, params) -> (bytes, se, dof)`
 `predict_seconds(fit, params) -> (seconds per request, se, dof)`
     `params` are trial parameters (`{"batch": 32, "prompt": 2048}`); the rest
@@ -69,7 +71,7 @@ from __future__ import annotations
 
 import math
 
-from bot.fits import ols
+from bot.fits import ols, usable
 from worker import arithmetic
 
 SCHEMA = "trialbot.scaling/1"
@@ -212,7 +214,7 @@ def fit_sweep(reports: list[dict]) -> dict:
         out["points"].append({"trial": r.get("trial"), "worker": r.get("worker"),
                               "params": _axis_params(vars_, r), "b": b, "s": s,
                               "memory": {m: mem.get(m) for m in METHODS},
-                              "seconds": secs,
+                              "seconds": secs, "marks": usable.marks(r),
                               "retried": bool(r.get("requested")) and any(
                                   r["requested"].get(k) != v for k, v in r["params"].items())})
     gpus = {((r.get("env") or {}).get("gpu_name"), (r.get("env") or {}).get("gpu_memory"))
@@ -249,6 +251,9 @@ def fit_sweep(reports: list[dict]) -> dict:
     if time_rows:
         out["time"] = ols.fit_target(time_rows, "time", varied, "seconds", "s",
                                      seconds_of(ok[0])[1])
+    for model in [*out["memory"].values(), out["time"]]:
+        if model:
+            model["verdict"] = usable.verdict(model, out["points"], axis=vars_["batch"])
     if out["workload"] == "llm-infer":
         d = out["defaults"]
         if all(k in d for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "dtype")):
@@ -313,6 +318,10 @@ def _point(fit: dict, params: dict) -> tuple[int, int]:
                          + " ".join(f"{k}=N" for k in missing))
     return _bs(vars_, merged)
 
+def point(fit: dict, params: dict) -> tuple[int, int]:
+    """(b, s) of a question (ValueError when the sweep cannot answer it)."""
+    return _point(fit, params)
+
 def predict_memory(fit: dict, method: str, params: dict) -> tuple[float, float, int]:
     """(predicted bytes, standard error of a new observation, dof) for `method`."""
     if fit.get("error"):
@@ -372,6 +381,9 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     model = fit["memory"][method]
     if model.get("error"):
         out["reason"] = model["error"]
+        return out
+    if not (model.get("verdict") or {}).get("usable", True):
+        out["reason"] = f"the {method} fit is {usable.text(model['verdict'])}"
         return out
     out["method"], out["caveat"] = method, GPU_CAVEAT[method] or None
     if not vars_.get("batch") or not any("b" in f for f in model["features"]):

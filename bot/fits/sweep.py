@@ -2,7 +2,7 @@
 (depth.py), any other a batch/length sweep (scaling.py). Pure."""
 from __future__ import annotations
 
-from bot.fits import depth, ols, scaling
+from bot.fits import depth, ols, scaling, usable
 
 
 def fit_sweep(reports: list[dict]) -> dict:
@@ -24,3 +24,12 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
     if model is None or model.get("error"):
         raise ValueError("the sweep has no time fit" + (f": {model['error']}" if model else ""))
     return ols.predict_model(model, depth.question_layers(fit, params), 1)
+
+
+def judge_seconds(fit: dict, params: dict, seconds: float) -> dict:
+    """The time fit's verdict at a question's config (bot/fits/usable.py)."""
+    if fit.get("kind") == "depth":
+        at, axis = (depth.question_layers(fit, params), 1), "layers"
+    else:
+        at, axis = scaling.point(fit, params), fit["variables"]["batch"]
+    return usable.verdict(fit["time"], fit.get("points") or [], (*at, seconds), axis)

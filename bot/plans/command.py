@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 
 from bot.context import HiddenPlan, PlanUnreachable
-from bot.plans import advice, estimate, export, parse, service, views
+from bot.plans import advice, calibration, estimate, export, parse, service, views
 from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest
 from bot.trials import workers
@@ -134,19 +134,21 @@ def _show(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
     return views.show(plan, ests, ctx.store.prices(), today,
-                         ctx.store.plan_jobs(plan["name"]))
+                      ctx.store.plan_jobs(plan["name"]),
+                      service.calibrations(ctx, plan, ests, user, channel))
 
 
 def _export(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
+    calib = service.calibrations(ctx, plan, ests, user, channel)
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
     ctx.store.add_messages([
         dict(export.file(plan, channel, "csv", export.csv_text(plan, ests, price_list,
-                                                                           today)), **whom),
+                                                               today, calib)), **whom),
         dict(export.file(plan, channel, "md", export.markdown(plan, ests, price_list,
-                                                                          today)), **whom)])
+                                                              today, calib)), **whom)])
     ctx.notify()
     return views.reply(f"Exporting plan *{plan['name']}*: `{plan['name']}-plan.csv` and "
                           f"`{plan['name']}-plan.md` are being uploaded to this channel.")
@@ -196,15 +198,25 @@ def _actual(ctx, cmd, user, channel, today):
                         f"`/plan {cmd.plan} block {kind} runs=N trial=T12`")
     if cmd.args.get("slurm"):
         return _slurm_actual(ctx, cmd, plan, user)
+    if cmd.args.get("delete"):
+        gone = ctx.store.delete_actuals(cmd.plan, kind)
+        if not gone:
+            raise PlanError(f"Plan {cmd.plan} has no recorded {kind} actual to delete (a "
+                            "tagged trial is a trial, not a recorded actual)")
+        return views.reply(f"Deleted {gone} recorded {kind} actual(s) of *{plan['name']}*: "
+                           "the review and the calibration no longer count them.")
     try:
-        ctx.store.add_actual({"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
-                                "parts": cmd.args["parts"], "runs": cmd.args["runs"],
-                                "note": cmd.args["note"], "user": user}, cmd.args.get("request"))
+        replaced = ctx.store.add_actual(
+            {"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
+             "parts": cmd.args["parts"], "runs": cmd.args["runs"], "note": cmd.args["note"],
+             "user": user}, cmd.args.get("request"), replace=cmd.args.get("correct", False))
     except DuplicateRequest:
         return views.reply(f"Already recorded: this {kind} actual arrived twice (Slack "
                               "retried); it is counted once.")
+    fixed = f", replacing {replaced} earlier one(s)" if cmd.args.get("correct") else ""
     return views.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
-                          f"actual. `/plan {plan['name']} review` compares it with the estimate.")
+                       f"actual{fixed}. `/plan {plan['name']} review` compares it with the "
+                       "estimate.")
 
 
 SLURM_WORKER_HELP = ("start one on the cluster's login node: `trialbot-worker --server "
@@ -235,7 +247,19 @@ def _slurm_actual(ctx, cmd, plan, user):
 
 def _review(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
-    return views.review(plan, service.review_rows(ctx, plan, service.estimates(ctx, plan)))
+    ests = service.estimates(ctx, plan)
+    return views.review(plan, service.review_rows(ctx, plan, ests), ests,
+                        service.calibrations(ctx, plan, ests, user, channel))
+
+
+def _calibration(ctx, cmd, user, channel, today):
+    """The team's record per scope, from the plans `user` may see here."""
+    pairs = service.calibration_pairs(ctx, user, channel)
+    groups = []
+    for scope in sorted({p["scope"] for p in pairs}):
+        mine = calibration.scoped(pairs, scope)
+        groups.append((scope, calibration.record(mine), calibration.calibrate(mine, scope=scope)))
+    return views.calibration_record(groups, ctx.visible_plans(user, channel)[1])
 
 
 def _price(ctx, cmd, user, channel, today):
@@ -250,4 +274,4 @@ def _prices(ctx, cmd, user, channel, today):
 ACTIONS = {"help": _help, "list": _list, "new": _new, "set": _set, "block": _block,
            "show": _show, "export": _export, "lock": _lock, "unlock": _unlock,
            "advise": _advise, "actual": _actual, "review": _review, "price": _price,
-           "prices": _prices}
+           "prices": _prices, "calibration": _calibration}

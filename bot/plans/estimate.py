@@ -122,10 +122,24 @@ def run_seconds(report: dict) -> float:
                - phase_seconds(report, "data"))
 
 
+def _window_means(r: dict) -> list[float]:
+    """The run phase's window means (worker/windows.py), [] on a report from
+    before windows existed."""
+    rows = (r.get("windows") or {}).get("rows") or []
+    return [w["mean"] for w in rows] if len(rows) >= 2 else []
+
+
+def _var(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
 def per_run(trials: list[dict]) -> dict:
     """One run's time: the run phase over the requests it measured (so the
-    time between requests is counted too), with the spread of the requests'
-    latencies; for a recipe, one run phase per trial."""
+    time between requests is counted too), with the variance components of
+    that figure (docs/plans-and-advice.md): request-to-request spread, drift
+    between the run phase's windows, and the spread between trials; for a
+    recipe, one run phase per trial."""
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
     if all((r.get("latency") or {}).get("count") for r in reports):
@@ -134,20 +148,74 @@ def per_run(trials: list[dict]) -> dict:
         s = [r["latency"]["stdev"] or 0.0 for r in reports]
         k = sum(n)
         lat = sum(ni * mi for ni, mi in zip(n, m)) / k
-        ss = sum((ni - 1) * si ** 2 + ni * (mi - lat) ** 2 for ni, mi, si in zip(n, m, s))
-        sd = math.sqrt(ss / (k - 1)) if k > 1 else None
+        within = sum((ni - 1) * si ** 2 for ni, si in zip(n, s)) / max(1, k - len(n))
         mean = sum(run_seconds(r) for r in reports) / k
-        return {"k": k, "mean": mean, "sd": sd, "unit": "request",
-                "trial_means": [run_seconds(r) / ni for r, ni in zip(reports, n)],
-                "source": f"{names}: run phase over {k} measured requests (latency mean "
-                          f"{lat:.4g} s" + (f", sd {sd:.3g} s" if sd is not None else "") + ")"}
+        # Wall time per run over latency per request: the gaps between requests.
+        scale = mean / lat if lat > 0 else 1.0
+        trial_means = [run_seconds(r) / ni for r, ni in zip(reports, n)]
+        windows = [[x * run_seconds(r) / (ni * mi) for x in _window_means(r)] if mi > 0 else []
+                   for r, ni, mi in zip(reports, n, m)]
+        out = {"k": k, "mean": mean, "unit": "request", "trial_means": trial_means,
+               "within": within * scale ** 2, "windows": windows,
+               "sd": math.sqrt(within) * scale if k > len(n) else None,
+               "source": f"{names}: run phase over {k} measured requests (latency mean "
+                         f"{lat:.4g} s" + (f", sd {math.sqrt(within):.3g} s" if k > len(n)
+                                           else "") + ")"}
+        return {**out, **spread(out, len(reports))}
     samples = [run_seconds(r) for r in reports]
     k = len(samples)
     mean = sum(samples) / k
-    sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (k - 1)) if k > 1 else None
-    return {"k": k, "mean": mean, "sd": sd, "unit": "run phase",
-            "source": f"{names}: run phase of {k} trial(s), mean {mean:.4g} s"
-                      + (f", sd {sd:.3g} s" if sd is not None else "")}
+    sd = math.sqrt(_var(samples)) if k > 1 else None
+    out = {"k": k, "mean": mean, "sd": sd, "unit": "run phase", "trial_means": samples,
+           "within": 0.0, "windows": [[] for _ in samples],
+           "source": f"{names}: run phase of {k} trial(s), mean {mean:.4g} s"
+                     + (f", sd {sd:.3g} s" if sd is not None else "")}
+    return {**out, **spread(out, k)}
+
+
+def spread(pr: dict, trials: int) -> dict:
+    """The variance of a future block's mean time per run, by component, and
+    its degrees of freedom. A long block sits at some level of the machine's
+    speed; the trial saw that level wander between its windows and, with
+    several trials, between trials. Each level's own excess over the noise
+    below it is one component (never negative), plus the uncertainty of the
+    mean measured. Returns {"level": variance per run², "dof", "parts",
+    "missing"}; `within` (per run²) is added per block as within/runs."""
+    parts, missing = [], []
+    win = [w for w in pr["windows"] if len(w) >= 2]
+    drift = 0.0
+    if win:
+        # Pooled variance of window means around each trial's own mean, less
+        # what the requests' own spread puts into a window's mean.
+        dof_w = sum(len(w) - 1 for w in win)
+        pooled = sum(_var(w) * (len(w) - 1) for w in win) / dof_w
+        per_window = pr["k"] / sum(len(w) for w in pr["windows"] if w) if pr["k"] else 1
+        drift = max(0.0, pooled - pr["within"] / per_window)
+        parts.append(f"drift between the run phase's windows ({len(win[0])} windows"
+                     + (" per trial" if len(win) > 1 else "") + ")")
+    else:
+        dof_w, pooled = 0, 0.0
+        missing.append("drift inside the run phase (a report from before windows)")
+    means = pr["trial_means"]
+    if trials >= 2:
+        between = _var(means)
+        # A trial mean already holds a share of the noise below it (window drift,
+        # or the requests' spread); the rest is drift between trials.
+        below = pooled / len(win[0]) if win else pr["within"] * trials / max(1, pr["k"])
+        drift_t = max(0.0, between - below)
+        parts.append(f"the spread between {trials} trials")
+        level = drift + drift_t + between / trials
+        dof = trials - 1
+    else:
+        missing.append("drift over longer than the trial's run phase (trials at other times, "
+                       "trial=T12,T13, measure it)")
+        level = drift + (pooled / len(win[0]) if win else 0.0)
+        dof = dof_w if win else max(0, pr["k"] - 1)
+        if not win:
+            level = pr["within"] / max(1, pr["k"])
+    if pr["k"] > trials:
+        parts.insert(0, "the run-to-run spread")
+    return {"level": level, "dof": dof, "parts": parts, "missing": missing}
 
 
 def failure_rate(trials: list[dict], attempts: dict[int, list[dict]]) -> dict:
@@ -201,9 +269,10 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
              else f"{block['runs']} runs")
     if predicted:
         x = predicted["seconds"]
-        if x <= 0:
-            raise EstimateError(f"the fit predicts {x:.3g} s per run at this config: it is "
-                                "extrapolated too far to mean anything; sweep closer to it")
+        if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
+            raise EstimateError(f"the fit predicts {x:.3g} s per run at this config, and a "
+                                "time is positive: the fit is unusable here; `/trial fit S"
+                                f"{block.get('sweep') or '..'}` says why and what to run")
         run_source = f"{times} × {x:.4g} s {predicted['source']}"
         half = None
         if predicted.get("dof") and predicted.get("sd"):
@@ -218,17 +287,11 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         x = pr["mean"]
         run_source = f"{times} × {x:.4g} s per {pr['unit']} ({pr['source']})"
         half = None
-        means = pr.get("trial_means") or []
-        if len(means) >= 2 and pr["sd"] is not None:
-            # Trials at different times see different speeds: the mean's uncertainty
-            # comes from the spread between trials (n−1 dof), each run's from within.
-            n = len(means)
-            mm = sum(means) / n
-            between = sum((m - mm) ** 2 for m in means) / (n - 1)
-            half = t_quantile(n - 1, LEVEL) * math.sqrt(runs * pr["sd"] ** 2
-                                                         + runs ** 2 * between / n)
-        elif pr["k"] >= 2 and pr["sd"] is not None:
-            half = t_quantile(pr["k"] - 1, LEVEL) * pr["sd"] * math.sqrt(runs + runs ** 2 / pr["k"])
+        if pr["dof"] >= 1:
+            # The block's mean per run: its own runs' spread (within/runs) plus
+            # the level it sits at (drift components and the mean's uncertainty).
+            half = t_quantile(pr["dof"], LEVEL) * runs * math.sqrt(
+                pr["within"] / runs + pr["level"])
         why_no_interval = ("one measurement has no spread; run the trial again (trial=T12,T13) "
                            "or with more repeats")
     run_s = runs * x
@@ -295,19 +358,29 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     return {"kind": block["kind"], "runs": block["runs"], "configs": block["configs"],
             "gpus": gpus, "components": components,
             "half": half * gpus if half is not None else None,
-            "interval_note": (f"{LEVEL:.0%} prediction interval of the runs" + (
-                "" if predicted else
-                f", with the spread between {len(trials)} trials" if len(trials) > 1 else
-                f" from {trials[0]['trial']}'s consecutive repeats: slowdowns that come and go "
-                "over minutes are not in it; trials at other times (trial=T12,T13) widen it")
-                if half is not None
-                              else f"no interval: {why_no_interval}"),
+            "interval_note": (interval_note(None if predicted else pr, len(trials))
+                              if half is not None else f"no interval: {why_no_interval}"),
             "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
             "config": {**config(first), **(block.get("predict") or {}),
                        **(predicted or {}).get("config", {})},
             "code": code_version(first), "note": block.get("note"),
             "sweep": block.get("sweep"), "predicted": bool(predicted),
+            "marks": (predicted or {}).get("marks"),
             "partial": (predicted or {}).get("partial")}
+
+
+def interval_note(pr: dict | None, trials: int) -> str:
+    """What the interval contains and what it does not, by name."""
+    if pr is None:
+        inside = ["the runs' spread around the sweep's fit and the fit's error at this config"]
+        missing = ["drift between the sweep's trials beyond the fit's residuals"]
+    else:
+        inside, missing = pr["parts"] or ["the run-to-run spread"], list(pr["missing"])
+    missing.append("the spread of prep, data and retries (each one measurement"
+                   + (" per trial" if trials > 1 else "") + ")")
+    missing.append("a busier or quieter machine than the trial's")
+    return (f"{LEVEL:.0%} prediction interval of the runs; it contains {', '.join(inside)}; "
+            f"not in it: {'; '.join(missing)}")
 
 
 def total(estimates: list[dict]) -> dict:

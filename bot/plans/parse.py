@@ -89,6 +89,9 @@ def parse(text: str, today: dt.date) -> PlanCommand:
     if head == "prices":
         _no_more(rest, "/plan prices")
         return PlanCommand("prices")
+    if head == "calibration":
+        _no_more(rest, "/plan calibration")
+        return PlanCommand("calibration")
     if head == "price":
         return PlanCommand("price", args=parse_price(rest, today))
     if head == "new":
@@ -282,12 +285,21 @@ def parse_actual(words: list[str]) -> dict:
     if not words or words[0] not in BLOCK_KINDS:
         got = f"`{words[0]}` is not a block kind" if words else "Name the block"
         raise PlanError(f"{got}: one of {', '.join(BLOCK_KINDS)}. Usage: `/plan NAME actual "
-                        "KIND hours=H [prep=H] [data=H] [retries=H] [idle=H] [runs=N] "
-                        "[note=...]`, or `/plan NAME actual KIND slurm=JOBID[,JOBID...] "
-                        "[runs=N] [note=...]`")
-    pairs = _pairs(words[1:], ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
-                               "note"), "an actual")
+                        "KIND [correct] hours=H [prep=H] [data=H] [retries=H] [idle=H] "
+                        "[runs=N] [note=...]`, `/plan NAME actual KIND slurm=JOBID[,JOBID...] "
+                        "[runs=N] [note=...]`, or `/plan NAME actual KIND delete`")
+    if words[1:2] == ["delete"]:
+        _no_more(words[2:], f"/plan NAME actual {words[0]} delete")
+        return {"block": words[0], "delete": True}
+    correct = words[1:2] == ["correct"]  # replaces the block's earlier recorded actuals
+    rest = words[2:] if correct else words[1:]
+    pairs = _pairs(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
+                          "note"), "an actual")
     if "slurm" in pairs:
+        if correct:
+            raise PlanError("`correct` with `slurm=`: Slurm's answer arrives later; delete the "
+                            f"earlier one first (`/plan NAME actual {words[0]} delete`), then ask "
+                            "again")
         return parse_slurm_actual(words[0], pairs)
     if "hours" not in pairs:
         raise PlanError("an actual needs hours=H (the GPU-hours the block really took) or "
@@ -298,7 +310,8 @@ def parse_actual(words: list[str]) -> dict:
         raise PlanError(f"prep, data, retries and idle add up to {sum(parts.values()):g} h, "
                         f"more than hours={total:g}")
     return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
-            "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
+            "runs": count(pairs["runs"], "runs") if "runs" in pairs else None,
+            "correct": correct}
 
 
 def parse_slurm_actual(kind: str, pairs: dict) -> dict:

@@ -98,11 +98,16 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
                 d_retry, "failed attempts' and cancelled trials' time"))
     actual = sum(parts.values()) + (idle or 0.0)
     estimated = sum(est.values()) - (0.0 if idle is not None else est["idle"])
+    # Per component, both sides alike (idle only where the actual gives it): the
+    # calibration's ratios and its worst miss's cause.
+    est_parts = {k: v for k, v in est.items() if k != "idle" or idle is not None}
+    act_parts = dict(parts, **({"idle": idle} if idle is not None else {}))
     return {"kind": estimate["kind"], "estimate": estimated / 3600, "actual": actual / 3600,
             "why": [(name, v / 3600, note) for name, v, note in why], "sources": sources,
             "runs_done": run_count, "config_changes": config_changes,
             "not_comparable": not_comparable, "idle_compared": idle is not None,
-            "places": estimate["places"]}
+            "places": estimate["places"], "estimate_parts": est_parts,
+            "actual_parts": act_parts}
 
 
 MEMORY_METHODS = (("peak_allocated", "torch allocator peak allocated"),
@@ -122,3 +127,15 @@ def memory_compare(estimate_reports: list[dict], actual_reports: list[dict]) -> 
             out.append(f"{label}: {e / 2**30:.3f} GiB in the estimate's trial, "
                        f"{a / 2**30:.3f} GiB in the actual ({(a - e) / e:+.1%})")
     return out
+
+
+def latest_per_source(manual: list[dict]) -> list[dict]:
+    """The block's recorded actuals, a Slurm actual of the same jobs asked again
+    counted once (the latest): the jobs ran once."""
+    seen, out = set(), []
+    for m in reversed(manual):  # newest first
+        key = tuple(m["slurm"]) if m.get("slurm") else ("id", m.get("id"))
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out[::-1]

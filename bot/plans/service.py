@@ -8,9 +8,9 @@ import math
 import numpy as np
 
 from bot.blocks import message
-from bot.fits import depth
-from bot.fits.sweep import fit_sweep, predict_seconds
-from bot.plans import estimate, review, slurm
+from bot.fits import depth, usable
+from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
+from bot.plans import calibration, estimate, review, slurm
 from bot.plans.parse import PlanError
 from bot.trials.queue import LeaseLost
 
@@ -44,11 +44,16 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
         if fit.get("kind") == "depth":
             _check_depth_block(block, params)
         seconds, se, dof = predict_seconds(fit, params)
+        verdict = judge_seconds(fit, params, seconds)
     except PlanError:
         raise
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
     shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
+    if not verdict["usable"]:  # the real cause, not a blanket "extrapolated too far"
+        raise PlanError(f"Sweep S{block['sweep']}'s time fit is {usable.text(verdict)}. "
+                        f"`/trial fit S{block['sweep']} {shown}` shows the fit; nothing was "
+                        "added")
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     unit = "per run phase" if ok[0]["report"].get("recipe") else "per request"
     source = (f"{unit}, predicted for {shown}"
@@ -57,7 +62,13 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
               + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
               "estimate, not measured at this config)")
     out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
-           "source": source, "partial": None}
+           "source": source, "partial": None,
+           # The points' own marks travel into the block's warnings.
+           # (a busy trial is warned of per trial already: bot/plans/views.block_warnings)
+           "marks": {"marked": usable.marked(fit["time"], fit.get("points") or [],
+                                             which=("unstable",)),
+                     "unmeasured": verdict["unmeasured"],
+                     "unchecked": None if verdict["checked"] else usable.text(verdict)}}
     if fit.get("kind") == "depth":
         depths = sorted({j["report"]["params"]["layers"] for j in ok})
         if params["layers"] > depths[-1]:
@@ -138,7 +149,7 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
     # started cost nothing).
     jobs = [j for j in ctx.store.plan_jobs(plan["name"]) if j["status"] in ("done", "failed")
             or (j["status"] == "cancelled" and j["started"])]
-    manual = ctx.store.actuals(plan["name"])
+    manual = review.latest_per_source(ctx.store.actuals(plan["name"]))
     rows = []
     for block, est, trials in ests:
         mine = [j for j in jobs if j["block"] == block["kind"]]
@@ -147,8 +158,47 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
         row = review.review_block(est, mine, attempts, mine_manual, plan["locked"])
         row["memory"] = review.memory_compare([t["report"] for t in trials],
                                                [j["report"] for j in mine if j["report"]])
+        # For the calibration: when the actual was last recorded, and which trials
+        # on either side flagged contention (or measured none).
+        row["recorded"] = max([j["finished"] or 0.0 for j in mine]
+                              + [m["recorded"] or 0.0 for m in mine_manual], default=None)
+        seen = {t["trial"]: t["report"] for t in [*trials, *mine] if t.get("report")}
+        row["contended"] = [n for n, r in seen.items()
+                            if (r.get("contention") or {}).get("flagged")]
+        row["unmeasured"] = [n for n, r in seen.items() if not r.get("contention")]
         rows.append(row)
     return rows
+
+
+def calibration_pairs(ctx, user: str, channel: str) -> list[dict]:
+    """One pair per block with an actual, across the plans `user` may see from
+    `channel` (bot/context.py: another channel's plans do not leak in). The
+    estimate is recomputed from the block's trials, never calibrated, so the
+    calibration does not feed on itself. A plan that cannot be estimated any
+    more (its trials are gone) gives no pairs."""
+    pairs = []
+    for plan in ctx.visible_plans(user, channel)[0]:
+        try:
+            ests = estimates(ctx, plan)
+        except (PlanError, estimate.EstimateError):
+            continue
+        for (_, est, _), row in zip(ests, review_rows(ctx, plan, ests)):
+            p = calibration.pair_of(plan["name"], est, row)
+            if p is not None:
+                pairs.append(p)
+    return pairs
+
+
+def calibrations(ctx, plan: dict, ests: list, user: str, channel: str,
+                 pairs: list[dict] | None = None) -> list[dict]:
+    """Each block's calibration: from the pairs of its scope, less its own."""
+    pairs = calibration_pairs(ctx, user, channel) if pairs is None else pairs
+    out = []
+    for _, est, _ in ests:
+        scope = calibration.scope_of(est)
+        out.append(calibration.calibrate(
+            calibration.scoped(pairs, scope, exclude=(plan["name"], est["kind"])), scope=scope))
+    return out
 
 
 def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: dict,

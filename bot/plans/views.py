@@ -6,8 +6,8 @@ import datetime as dt
 from decimal import Decimal
 
 from bot.blocks import chunks, context, reply, section, table_text
-from bot.fits import gpus
-from bot.plans import estimate, parse, prices
+from bot.fits import gpus, usable
+from bot.plans import calibration, estimate, parse, prices
 
 
 def error(message: str) -> dict:
@@ -32,6 +32,11 @@ def help_text() -> dict:
              "from Slurm's accounting, read by a Slurm worker with sacct: GPU-h = Σ Elapsed × "
              "allocated GPUs (jobs that did not complete count as retries; no GPU allocated: "
              "node-hours), with MaxRSS and GPU TRES usage in its note",
+             "• `/plan NAME actual KIND correct hours=H ...` replaces the block's recorded "
+             "actuals · `/plan NAME actual KIND delete` removes them",
+             "• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
+             "workload; once 9 blocks of one have actuals, `show` adds their calibrated 90% "
+             "interval and `review` says whether each actual fell inside",
              "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
              "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
              "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
@@ -86,6 +91,11 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
         if not on:
             out.append(f"{name} ran on {estimate.env_kind(r)}, not the plan's target {target}: "
                        "its times and memory are not the target's")
+        busy = r.get("contention") or {}
+        if busy.get("flagged"):
+            out.append(f"{name} ran on a busy machine — {busy['summary']}. This block carries "
+                       "that slowdown: re-run it (the Re-run button on its card) and re-add the "
+                       "block with the new trial")
         if r["params"].get("malloc") == "live" and not (r.get("env") or {}).get("gpu_count"):
             out.append(f"{name} ran on the CPU with malloc=live: its time includes the page "
                        "faults that pinning glibc's mmap threshold costs (35% in "
@@ -100,6 +110,15 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     diff = estimate.lock_differences(lock, est["config"], est["code"]) if lock else []
     if diff:
         out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
+    marks = est.get("marks") or {}
+    if marks.get("marked"):
+        out.append(f"rests on marked sweep points: {', '.join(marks['marked'])}; their times "
+                   "are suspect, so is the fit's — re-run them on a quiet machine")
+    if marks.get("unmeasured"):
+        out.append(f"contention not measured for {usable.names(marks['unmeasured'])} (reports "
+                   "from before the probe): nobody checked the machine was quiet")
+    if marks.get("unchecked"):
+        out.append(f"the sweep's time fit is {marks['unchecked']}")
     if est.get("partial"):
         out.append(f"PREDICTED FROM A PARTIAL-DEPTH TRIAL ({est['partial']}): a full-depth "
                    "trial on the target replaces it — run it and re-add the block with "
@@ -175,18 +194,68 @@ def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> lis
     return cells + [prices.money(sum(amounts, Decimal(0)), rent["currency"]) + stale]
 
 
-def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[list]:
+def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] | None:
+    """The block's GPU-hours shown × the calibrated multipliers, at the plan's places."""
+    if not cal or not cal["calibrated"]:
+        return None
+    step = Decimal(1).scaleb(-est["places"])
+    return tuple((est["hours"] * Decimal(m)).quantize(step) for m in (cal["low"], cal["high"]))
+
+
+def calibrated_total(ests: list, calib: list[dict]) -> tuple[Decimal, Decimal] | None:
+    """The sums of the blocks' calibrated bounds as shown; None unless every
+    block is calibrated."""
+    shown = [calibrated_interval(e, c) for (_, e, _), c in zip(ests, calib)]
+    if not shown or not all(shown):
+        return None
+    return (sum((lo for lo, _ in shown), Decimal(0)), sum((hi for _, hi in shown), Decimal(0)))
+
+
+def _calibrated_cell(est: dict, cal: dict) -> str:
+    iv = calibrated_interval(est, cal)
+    if iv is None:
+        return f"uncalibrated ({cal['n']}/{cal['needed']})"
+    return f"{hours_text(iv[0])}–{hours_text(iv[1])}"
+
+
+def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
+               calib: list[dict] | None = None) -> list[list]:
+    """The plan's table; with `calib` (one calibration per block) a column of
+    the calibrated 90% intervals beside the uncalibrated ones."""
     cost = costs(plan, ests, price_list, today)
-    rows = [["block", "runs", "GPU-h", "90% interval", "cost"]]
-    for (_, e, _), c in zip(ests, cost):
+    rows = [["block", "runs", "GPU-h", "90% interval"] + (["calibrated 90%"] if calib else [])
+            + ["cost"]]
+    for i, ((_, e, _), c) in enumerate(zip(ests, cost)):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
         kind = e["kind"] + (" (partial depth)" if e.get("partial") else "")
-        rows.append([kind, runs, hours_text(e["hours"]), _interval(e), c])
+        rows.append([kind, runs, hours_text(e["hours"]), _interval(e)]
+                    + ([_calibrated_cell(e, calib[i])] if calib else []) + [c])
     tot = estimate.total([e for _, e, _ in ests])
     iv = (f"{hours_text(tot['interval'][0])}–{hours_text(tot['interval'][1])}" if tot["interval"]
           else "no interval")
-    rows.append(["total", "", hours_text(tot["hours"]), iv, cost[-1]])
+    extra = []
+    if calib:
+        ct = calibrated_total(ests, calib)
+        extra = [f"{hours_text(ct[0])}–{hours_text(ct[1])}" if ct
+                 else "n/a: not every block calibrated"]
+    rows.append(["total", "", hours_text(tot["hours"]), iv] + extra + [cost[-1]])
     return rows
+
+
+def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
+    """Per block, the calibration's sentence and the pairs it used."""
+    out = []
+    for (_, e, _), c in zip(ests, calib):
+        line = f"• {e['kind']}: {c['text']}"
+        if c["calibrated"]:
+            lo, hi = calibrated_interval(e, c)
+            line += f" → {hours_text(lo)}–{hours_text(hi)} GPU-h"
+        if c["used"]:
+            names = c["used"][:12]
+            line += ("; pairs: " + ", ".join(names)
+                     + (f" and {len(c['used']) - 12} more" if len(c["used"]) > 12 else ""))
+        out.append(line)
+    return out
 
 
 def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
@@ -205,7 +274,7 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
 
 
 def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
-         tagged: list[dict] | None = None) -> dict:
+         tagged: list[dict] | None = None, calib: list[dict] | None = None) -> dict:
     _, cost_line = cost_view(plan, price_list, today)
     f = plan["facts"]
     head = (f"*Plan {plan['name']}*" + (f" (locked {plan['locked']['at']})" if plan["locked"]
@@ -216,10 +285,13 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
         body = (f"No blocks yet: `/plan {plan['name']} block baseline runs=N trial=T12`.")
         text = f"{head}\n{body}"
     else:
-        body = table_text(table_rows(plan, ests, price_list, today))
+        body = table_text(table_rows(plan, ests, price_list, today, calib))
         detail = "\n".join(f"{e['kind']} (from {', '.join(e['trials'])} on {e['env']}):\n"
                            f"{components_text(e)}" for _, e, _ in ests)
         text = f"{head}\n```{body}```\n{cost_line}\n```{detail}```"
+        if calib:
+            text += "\n*Calibration* (`/plan calibration`):\n" + "\n".join(
+                calibration_lines(ests, calib))
     notes = [f"• {e['kind']}: {e['note']}" for _, e, _ in ests if e.get("note")]
     warn = [f"• {e['kind']}: {w}" for b, e, ts in ests
             for w in block_warnings(plan, e, [t["report"] for t in ts])]
@@ -265,9 +337,30 @@ def advice(plan: dict, a: dict) -> dict:
     return reply(text)
 
 
-def review(plan: dict, rows: list[dict]) -> dict:
+def held_text(row: dict, est: dict, cal: dict | None) -> str:
+    """Did the block's actual fall inside the interval shown for it: the
+    calibrated one (from the other blocks of its scope) or else its own?"""
+    pair = {"estimate": row["estimate"], "actual": row["actual"]}
+    if not row["estimate"] > 0:
+        return "no interval to judge it by (an estimate of 0 GPU-h)"
+    if cal and cal["calibrated"]:
+        mult, what = (cal["low"], cal["high"]), (f"the calibrated {cal['level']:.0%} interval "
+                                              f"×{cal['low']:.2f}–×{cal['high']:.2f}")
+    elif est.get("interval") and est["hours"] > 0:
+        mult = tuple(float(x / est["hours"]) for x in est["interval"])
+        what = "its uncalibrated 90% interval"
+    else:
+        return "no interval to judge it by"
+    lo, hi = (row["estimate"] * m for m in mult)
+    n = row["places"]
+    verdict = "inside" if calibration.inside(pair, mult) else "OUTSIDE"
+    return f"{verdict} {what} ({lo:.{n}f}–{hi:.{n}f} GPU-h)"
+
+
+def review(plan: dict, rows: list[dict], ests: list | None = None,
+           calib: list[dict] | None = None) -> dict:
     lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
-    for r in rows:
+    for i, r in enumerate(rows):
         if r.get("actual") is None:
             lines.append(f"• {r['kind']}: no actual yet (tag trials with `plan={plan['name']} "
                          f"block={r['kind']}`, or `/plan {plan['name']} actual {r['kind']} "
@@ -279,6 +372,8 @@ def review(plan: dict, rows: list[dict]) -> dict:
         idle = "" if r["idle_compared"] else " (idle left out on both sides)"
         lines.append(f"• *{r['kind']}*: estimated {r['estimate']:.{n}f}, actual "
                      f"{r['actual']:.{n}f} GPU-h{rel}{idle}, from {', '.join(r['sources'])}")
+        if ests is not None:
+            lines.append(f"    {held_text(r, ests[i][1], calib[i] if calib else None)}")
         lines += [f"    {name}: {value:+.{n}f} GPU-h ({why})" for name, value, why in r["why"]]
         lines += [f"    config changed: {c}" for c in r["config_changes"]]
         if r["not_comparable"]:
@@ -310,3 +405,31 @@ def price_list(price_list_: list[dict], today: dt.date) -> dict:
                      "`/plan price H100 RATE/h source=URL date=YYYY-MM-DD`.")
     return reply("Confirmed prices (latest per item):\n"
                  + "\n".join(f"• {prices.cited(p, today)}" for p in price_list_))
+
+
+def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool) -> dict:
+    """`/plan calibration`: per scope (scope, its record, its calibration now)."""
+    where = "every channel's plans" if everywhere else "this channel's plans"
+    if not groups:
+        return reply(f"No actuals recorded yet in {where}, so every interval is uncalibrated: "
+                     f"a scope (GPU kind and workload) is calibrated once "
+                     f"{calibration.min_pairs()} of its blocks have actuals. Record them with "
+                     "`/plan NAME actual KIND hours=H`, `slurm=JOBID`, or trials tagged "
+                     "`plan=NAME block=KIND`.")
+    lines = [f"*Calibration record* of {where}: each block's actual against the 90% interval "
+             "the bot would have shown for it when it was recorded (calibrated from the earlier "
+             "blocks of its scope once there were enough, else its own)"]
+    for scope, rec, now in groups:
+        lines.append(f"• *{scope}*: {len(rec['rows'])} past blocks; {rec['held']} of "
+                     f"{rec['n']} intervals held the actual"
+                     + (f" ({rec['no_interval']} had no interval)" if rec["no_interval"] else "")
+                     + (f"; median absolute error {rec['median_error']:.0%}"
+                        if rec["median_error"] is not None else ""))
+        w = rec["worst"]
+        if w:
+            lines.append(f"    worst miss: {w['name']}, actual ×{w['ratio']:.2f} its estimate"
+                         f" ({'inside' if w['held'] else 'OUTSIDE' if w['held'] is False else 'no'}"
+                         f" interval); cause: {w['cause']}")
+        lines.append(f"    now: {now['text']}")
+        lines += [f"    left out: {x}" for x in rec["left_out"]]
+    return reply("\n".join(lines))

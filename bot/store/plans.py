@@ -66,13 +66,34 @@ class Plans:
             "select p.* from prices p where p.id = (select max(id) from prices q "
             "where lower(q.item) = lower(p.item) and q.kind = p.kind) order by p.item, p.kind"))
 
-    def add_actual(self, actual: dict, request: str | None = None) -> None:
+    def add_actual(self, actual: dict, request: str | None = None,
+                   replace: bool = False) -> int:
         """Record a manual actual; a Slack retry of the same command (same
-        `request` key) raises DuplicateRequest and records nothing."""
+        `request` key) raises DuplicateRequest and records nothing. `replace`
+        (a correction) deletes the block's earlier recorded actuals in the same
+        transaction; returns how many it deleted."""
         with self.tx():
             self._claim(request)
+            gone = self._delete_actuals(actual["plan"], actual["block"]) if replace else 0
             self.db["actuals"].insert(dict(actual, parts=json.dumps(actual.get("parts") or {}),
                                            recorded=time.time()))
+        return gone
+
+    def delete_actuals(self, plan: str, block: str) -> int:
+        """Delete the block's recorded actuals (by hand or from Slurm); how many."""
+        with self.tx():
+            return self._delete_actuals(plan, block)
+
+    def _delete_actuals(self, plan: str, block: str) -> int:
+        ids = [r[0] for r in self.db.execute(
+            "select id from actuals where plan = ? and block = ?", [plan, block]).fetchall()]
+        if ids:
+            marks = ", ".join("?" * len(ids))
+            # The Slurm request stays (its answer was posted); it no longer records an actual.
+            self.db.execute(f"update slurm_actuals set actual = null where actual in ({marks})",
+                            ids)
+            self.db.execute(f"delete from actuals where id in ({marks})", ids)
+        return len(ids)
 
     def actuals(self, plan: str) -> list[dict]:
         """The plan's recorded actuals; `slurm` lists the job ids of one read from

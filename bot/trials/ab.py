@@ -1,24 +1,46 @@
-"""A/B trials (`/trial ab llm-infer dtype=fp32,bf16`): the same config but one
-parameter, compared on time, memory (same method only) and quality. Pure."""
+"""A/B trials (`/trial ab llm-infer dtype=fp32,bf16 [rounds=3]`): the same config but
+one parameter, run interleaved A, B, A, B… and compared on time (a stated test,
+bot/fits/compare.py), memory (same method only) and quality. Pure."""
 from __future__ import annotations
 
 import math
 
 from bot.blocks import reply, section
+from bot.fits import compare as test
 from worker import spec as specs
 from worker import units
 
-USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...]  |  "
+USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
          "/trial ab llm-train precision=fp32,bf16")
 # Relative RMS difference of the probed logits, in units of their spread. bf16
 # keeps about 3 significant digits and its rounding adds up over the layers.
 LOGITS_TOLERANCE = 0.20
 LOSS_TOLERANCE = 0.01
+# Rounds of A then B. Two or more give the test a spread between trials for each
+# arm (the drift a shared machine adds). Three, because with two the t quantile
+# is 4.3: at 15% drift between trials a 2× difference is found 63% of the time
+# with two rounds, 98% with three (tests/test_compare.py's draws).
+ROUNDS, MAX_ROUNDS = 3, 6
+
+
+def rounds(words: list[str]) -> tuple[list[str], int]:
+    """`rounds=N` taken out of the words → (the other words, N)."""
+    given = [w for w in words if w.startswith("rounds=")]
+    rest = [w for w in words if not w.startswith("rounds=")]
+    if not given:
+        return rest, ROUNDS
+    raw = given[-1].partition("=")[2]
+    if len(given) > 1 or not raw.isdigit() or not 1 <= int(raw) <= MAX_ROUNDS:
+        raise specs.SpecError(" ".join(given), f"`{' '.join(given)}`: rounds= is one whole "
+                              f"number from 1 to {MAX_ROUNDS} (rounds of A then B; 2 or more "
+                              "let the test see the drift between trials)", USAGE)
+    return rest, int(raw)
 
 
 def parse(words: list[str]) -> tuple[list[specs.TrialSpec], list[str], str]:
-    """Exactly one parameter with two comma values → (specs A and B, their words,
-    the parameter)."""
+    """Exactly one parameter with two comma values → (the specs A, B, A, B… for
+    `rounds=N` rounds, their words, the parameter)."""
+    words, n = rounds(words)
     lists = [w for w in words[1:] if "," in w.partition("=")[2]]
     if len(lists) != 1 or len(lists[0].partition("=")[2].split(",")) != 2:
         raise specs.SpecError(" ".join(lists) or " ".join(words[:1]),
@@ -33,7 +55,7 @@ def parse(words: list[str]) -> tuple[list[specs.TrialSpec], list[str], str]:
         one = [f"{key}={value}" if w == lists[0] else w for w in words]
         out.append(specs.parse(one))  # refused exactly as a single trial
         lines.append(" ".join(one))
-    return out, lines, key
+    return out * n, lines * n, key
 
 
 def _peak(r: dict) -> tuple[int | None, str | None]:
@@ -45,8 +67,9 @@ def _peak(r: dict) -> tuple[int | None, str | None]:
 
 
 def compare(a: dict, b: dict) -> dict:
-    """B against A: time, memory by the same method, and the quality check."""
-    out = {"time": b["latency"]["mean"] / a["latency"]["mean"] - 1}
+    """One trial of B against one of A: memory by the same method, and the
+    quality check (time is the arms' test: bot/fits/compare.py)."""
+    out = {}
     (ma, fa), (mb, fb) = _peak(a), _peak(b)
     out["memory"] = (mb - ma) / ma if ma and mb and fa == fb else None
     out["memory_method"] = fa if fa == fb else None
@@ -74,25 +97,43 @@ def compare(a: dict, b: dict) -> dict:
 
 # the posted comparison --------------------------------------------------------
 
+def arms(items: list) -> tuple[list, list]:
+    """Jobs (or reports) queued A, B, A, B… → (A's, B's)."""
+    return items[0::2], items[1::2]
+
+
 def queued(jobs: list[dict]) -> dict:
-    return reply(f"Queued an A/B: A {jobs[0]['trial']} `{jobs[0]['words']}`, "
-                 f"B {jobs[1]['trial']} `{jobs[1]['words']}`. The comparison is posted in this "
-                 "channel when both have ended.")
+    a, b = arms(jobs)
+    n = len(a)
+    order = ", ".join(j["trial"] for j in jobs)
+    return reply(f"Queued an A/B of {n} round{'s' * (n > 1)}: A `{a[0]['words']}` "
+                 f"({', '.join(j['trial'] for j in a)}), B `{b[0]['words']}` "
+                 f"({', '.join(j['trial'] for j in b)}), run in the order {order} so drift "
+                 "over time falls on both. The comparison is posted in this channel when all "
+                 "have ended.")
 
 
 def message(jobs: list[dict], reports: list[dict | None]) -> dict:
-    a, b = reports
-    head = (f"*A/B*: A {jobs[0]['trial']} `{jobs[0]['words']}` vs "
-            f"B {jobs[1]['trial']} `{jobs[1]['words']}`")
+    (ja, jb), (ra, rb) = arms(jobs), arms(reports)
+    head = (f"*A/B*: A {', '.join(j['trial'] for j in ja)} `{ja[0]['words']}` vs "
+            f"B {', '.join(j['trial'] for j in jb)} `{jb[0]['words']}`")
+    ok_a = [r for r in ra if r and r["status"] == "ok"]
+    ok_b = [r for r in rb if r and r["status"] == "ok"]
     bad = [j["trial"] for j, r in zip(jobs, reports) if not r or r["status"] != "ok"]
-    if bad:
+    if not ok_a or not ok_b:
         text = f"{head}\n:x: {', '.join(bad)} did not succeed, so there is nothing to compare."
     else:
-        c = compare(a, b)
-        unit = "step" if a.get("training") else "request"
-        lines = [f"• time per {unit}: A {units.duration(a['latency']['mean'])}, B "
-                 f"{units.duration(b['latency']['mean'])} ({c['time']:+.1%}; B is "
-                 f"{1 / (1 + c['time']):.2f}× A's speed)"]
+        c = compare(ok_a[0], ok_b[0])
+        t = test.compare(ok_a, ok_b)
+        unit = "step" if ok_a[0].get("training") else "request"
+        mean_a = t["a"]["mean"] or ok_a[0]["latency"]["mean"]
+        mean_b = t["b"]["mean"] or ok_b[0]["latency"]["mean"]
+        lines = [f"• time per {unit}: A {units.duration(mean_a)}, B "
+                 f"{units.duration(mean_b)}: {test.phrase(t)}"]
+        if bad:
+            lines.append(f"• {', '.join(bad)} did not succeed: compared without them")
+        if t["marks"]:
+            lines.append(":warning: " + "; ".join(t["marks"]))
         lines.append(f"• peak memory ({c['memory_method']}): {c['memory']:+.1%}"
                      if c["memory"] is not None else
                      "• peak memory: not compared (A and B were not measured the same way)")

@@ -65,6 +65,8 @@ def final(job: dict, r: Report) -> dict:
         line = f"{summary.headline(r)}: `{job['words']}`"
         if summary.retry_line(r):
             line += f"\n:warning: {summary.retry_line(r)}"
+        if summary.busy_line(r):
+            line += f"\n:warning: {summary.busy_line(r)}"
     text = f"{icon} {line}\nDetails in the thread."
     return _card(job, text, [_button("Re-run", RERUN, job),
                              _button("Add to plan…", ADD_TO_PLAN, job)], "summary")

@@ -1,17 +1,26 @@
 """The optimization ladder (docs/design.md §5): precision → activation checkpointing →
 ZeRO-1, each step on top of the previous, measured as trials and judged by the
-loss after the same steps from the same seed. Pure: specs in, table and
-recommendation out."""
+loss after the same steps from the same seed. A step is adopted only for a gain
+beyond the noise: time by the stated test of bot/fits/compare.py, memory beyond
+MEMORY_NOISE. Pure: specs in, table and recommendation out."""
 from __future__ import annotations
 
 from bot.blocks import chunks, reply, section, table_text
-from bot.fits import gpus
+from bot.fits import compare, gpus
 from worker import arithmetic, units
 from worker import spec as specs
 
 STEPS = ("baseline", "precision", "checkpointing", "zero-1")
 ADAM_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per parameter
 QUALITY_TOLERANCE = 0.01  # relative to the fp32 baseline's final loss
+# A peak memory change counts only beyond this share of the previous step's peak.
+# The allocator's peak repeats to within a few KiB for one config and seed; host
+# RSS carries glibc's history (docs/design.md §2), so it gets a wider margin.
+MEMORY_NOISE = {"allocator": 0.01, "host": 0.05}
+# What each step changes, as the words of the config it adds.
+CHANGES = {"precision": ("precision",), "checkpointing": ("checkpointing",),
+           "zero-1": ("zero", "world")}
+CONFIG_KEYS = ("precision", "checkpointing", "zero", "world")
 REFERENCES = {
     "precision": "NVIDIA AMP: mixed precision up to 3× faster on Tensor Core GPUs",
     "checkpointing": "full-layer recomputation ≈30% more compute per layer (Megatron Bridge "
@@ -83,7 +92,7 @@ def peak(report: dict) -> tuple[int | None, str, int]:
 def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
     base = reports[0] if reports and reports[0] and reports[0]["status"] == "ok" else None
     base_loss = base["training"]["loss_final"] if base else None
-    out, prev = [], None
+    out, prev, prev_name = [], None, None
     for name, r in zip(names, reports):
         if not r or r["status"] != "ok":
             err = (r or {}).get("error") or {}
@@ -100,30 +109,63 @@ def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
         if base_loss is not None:
             row["quality"] = (t["loss_final"] - base_loss) / base_loss
             row["quality_ok"] = abs(row["quality"]) <= QUALITY_TOLERANCE
+        row["sd"] = r["latency"].get("stdev")
         for ref, key in ((prev, "prev"), (base, "base")):
             if ref is not None and ref is not r:
                 ref_mem, ref_method, _ = peak(ref)
                 row[f"dmem_{key}"] = (mem - ref_mem) / ref_mem if (
                     mem and ref_mem and ref_method == method) else None
                 row[f"dtime_{key}"] = row["seconds"] / ref["latency"]["mean"] - 1
+        if prev is not None:  # the step against the one it was measured on top of
+            row["time_test"] = compare.compare([prev], [r], names=(prev_name, name))
         if name == "zero-1":
             row["zero"] = [(x["rank"], x["optimizer_state_bytes"]) for x in t["ranks"]]
             row["zero_theory"] = t["optimizer_state_theory_per_rank"]
         out.append(row)
-        prev = r
+        prev, prev_name = r, name
     return out
 
 
+def memory_noise(method: str) -> float:
+    return MEMORY_NOISE["host" if "host" in method else "allocator"]
+
+
+def judge(row: dict) -> dict:
+    """A step that ran, against the step it was measured on top of: {saves,
+    faster, slower (each beyond the noise), memory (words), time (words)}."""
+    noise = memory_noise(row["method"])
+    d = row.get("dmem_prev")
+    saves, grows = d is not None and d < -noise, d is not None and d > noise
+    memory = ("memory not compared (another method)" if d is None else
+              f"{-d:.0%} less memory" if saves else f"{d:.0%} more memory" if grows else
+              f"memory {d:+.1%}, within the {noise:.0%} noise of {row['method']}")
+    t = row.get("time_test")
+    verdict = t["verdict"] if t else None
+    return {"saves": saves, "grows": grows, "faster": verdict == "faster",
+            "slower": verdict == "slower", "memory": memory,
+            "time": f"time {compare.phrase(t)}" if t else "time not compared",
+            "marks": t["marks"] if t else []}
+
+
+def config(row: dict) -> str:
+    return " ".join(f"{k}={row['params'][k]}" for k in CONFIG_KEYS if k in row["params"])
+
+
 def recommend(table: list[dict], budget: int | None) -> list[str]:
-    """Adopt a step when it saves what it claims and quality holds; go on while
-    the run still exceeds the budget; when nothing fits, say what to change."""
+    """Adopt a step when its gain is beyond the noise (time faster by the test,
+    or memory saved beyond MEMORY_NOISE) and quality holds; go on while the run
+    still exceeds the budget; when nothing fits, say what to change. Ends with
+    the configuration recommended."""
     lines, adopted = [], []
     current = table[0] if table and table[0]["ok"] else None
     if current is None:
         return ["The baseline did not run, so no step can be judged; fix it first."]
     if budget is not None and current["memory"] and current["memory"] <= budget:
         return [f"The baseline already fits the budget ({units.size(current['memory'])} ≤ "
-                f"{units.size(budget)}): adopt nothing for memory's sake."]
+                f"{units.size(budget)}): adopt nothing for memory's sake.",
+                f"Recommended configuration: {config(current)} (the baseline, "
+                f"{current.get('trial') or 'as measured'})."]
+    fits = False
     for row in table[1:]:
         if not row["ok"]:
             lines.append(f"{row['step']}: did not run ({row['why']}); not adopted.")
@@ -133,31 +175,54 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
                          f"the fp32 baseline, tolerance ±{QUALITY_TOLERANCE:.0%}): not adopted, "
                          "whatever it saves.")
             continue
-        saves = row.get("dmem_prev") is not None and row["dmem_prev"] < 0
-        faster = row.get("dtime_prev") is not None and row["dtime_prev"] < 0
-        if saves or faster:
+        j = judge(row)
+        marks = f" ({'; '.join(j['marks'])})" if j["marks"] else ""
+        if j["saves"] or (j["faster"] and not j["grows"]):
             adopted.append(row["step"])
             current = row
-            cost = (f", at {row['dtime_prev']:+.0%} step time"
-                    if row.get("dtime_prev") and not faster else "")
-            lines.append(f"{row['step']}: adopt — "
-                         + ", ".join(x for x in (
-                             f"{-row['dmem_prev']:.0%} less memory" if saves else "",
-                             f"{-row['dtime_prev']:.0%} faster" if faster else "") if x)
-                         + cost + ", quality held.")
+            why = "for memory" if j["saves"] and not j["faster"] else (
+                "for time" if not j["saves"] else "for memory and time")
+            cost = ", though slower" if j["slower"] else ""
+            lines.append(f"{row['step']}: adopt {why}{cost} — {j['memory']}; {j['time']}; "
+                         f"quality held.{marks}")
         else:
-            lines.append(f"{row['step']}: saved neither memory nor time here; not adopted.")
+            lines.append(f"{row['step']}: not adopted: no measurable gain — {j['memory']}; "
+                         f"{j['time']}.{marks}")
         if budget is not None and current["memory"] and current["memory"] <= budget:
             lines.append(f"Fits the budget after {', '.join(adopted)}: "
                          f"{units.size(current['memory'])} "
                          f"≤ {units.size(budget)}. Stop here.")
-            return lines
-    if budget is not None and current["memory"]:
+            fits = True
+            break
+    if not fits and budget is not None and current["memory"]:
         lines.append(f"Nothing fits {units.size(budget)}: the best is "
                      f"{units.size(current['memory'])} "
                      f"({units.size(current['memory'] - budget)} over). Redefine the goal:")
         lines.extend(redefine(current, budget, per_sequence(table)))
-    return lines
+    return lines + chain(table, adopted, current)
+
+
+def chain(table: list[dict], adopted: list[str], current: dict) -> list[str]:
+    """The steps are queued together, each on top of the previous, so a later
+    step carries the changes of one that was not adopted: say so, and end with
+    the configuration recommended (the last adopted step's, as measured)."""
+    out, steps = [], [r["step"] for r in table]
+    for i, row in enumerate(table[1:], start=1):
+        later = [r["step"] for r in table[i + 1:] if r["ok"]]
+        if row["step"] in adopted or not later or not row["ok"]:
+            continue
+        change = " ".join(f"{k}={row['params'].get(k, '?')}" for k in CHANGES[row["step"]])
+        out.append(f"{' and '.join(later)} {'was' if len(later) == 1 else 'were'} measured "
+                   f"with {change} anyway ({row['step']} was not adopted; the ladder queues "
+                   "every step at once, each on top of the previous).")
+    kept = [s for s in steps[1:steps.index(current["step"]) + 1] if s not in adopted]
+    carried = (f"; it keeps {' and '.join(kept)}, not adopted on its own, because "
+               f"{current['step']} was measured on top of it — to drop it, run that config "
+               "as a trial" if kept else "")
+    which = "the baseline" if current["step"] == "baseline" else f"the {current['step']} step"
+    out.append(f"Recommended configuration: {config(current)} ({which}, "
+               f"{current.get('trial') or 'as measured'}{carried}).")
+    return out
 
 
 def fixed_bytes(p: dict, world: int) -> tuple[int, int]:
@@ -274,7 +339,7 @@ def _pct(x: float | None) -> str:
 
 def message(jobs: list[dict], reports: list[dict | None], budget: int | None) -> dict:
     table = rows(list(STEPS), reports)
-    head = ["step", "trial", "peak mem", "step time", "Δmem prev/base", "Δtime prev/base",
+    head = ["step", "trial", "peak mem", "step time ±sd", "Δmem prev/base", "Δtime prev/base",
             "loss Δ vs fp32"]
     cells = [head]
     for row in table:
@@ -285,7 +350,8 @@ def message(jobs: list[dict], reports: list[dict | None], budget: int | None) ->
                    f"{row['quality']:+.3%}" + (" ok" if row["quality_ok"] else " BROKE"))
         cells.append([row["step"], row.get("trial") or "",
                       units.size(row["memory"]),
-                      units.duration(row["seconds"]),
+                      units.duration(row["seconds"])
+                      + (f" ±{units.duration(row['sd'])}" if row.get("sd") else ""),
                       f"{_pct(row.get('dmem_prev'))} / {_pct(row.get('dmem_base'))}",
                       f"{_pct(row.get('dtime_prev'))} / {_pct(row.get('dtime_base'))}",
                       quality])
@@ -296,15 +362,14 @@ def message(jobs: list[dict], reports: list[dict | None], budget: int | None) ->
         notes.append(f"Memory: {ok['baseline']['method']}; quality: loss after "
                      f"{ok['baseline']['steps']} steps from the same seed, tolerance "
                      f"±{QUALITY_TOLERANCE:.0%} of the fp32 baseline.")
-    if "precision" in ok and ok["precision"].get("dtime_prev") is not None:
-        speed = 1 / (1 + ok["precision"]["dtime_prev"])
-        notes.append(f"Precision: {speed:.2f}× the fp32 speed "
-                     + ("— no speed-up on this device" if speed <= 1 else "")
-                     + f" (reference: {REFERENCES['precision']}).")
-    if "checkpointing" in ok and ok["checkpointing"].get("dtime_prev") is not None:
+    if "precision" in ok and ok["precision"].get("time_test"):
+        notes.append(f"Precision: time {compare.phrase(ok['precision']['time_test'])} "
+                     f"(reference: {REFERENCES['precision']}).")
+    if "checkpointing" in ok and ok["checkpointing"].get("time_test"):
         c = ok["checkpointing"]
         notes.append(f"Checkpointing: memory {_pct(c.get('dmem_prev'))}, time "
-                     f"{_pct(c['dtime_prev'])} per step (reference: "
+                     f"{compare.phrase(c['time_test'])} (recomputation adds work, so a "
+                     "faster step is noise unless the interval says otherwise; reference: "
                      f"{REFERENCES['checkpointing']}).")
     if "zero-1" in ok:
         z = ok["zero-1"]

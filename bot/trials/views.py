@@ -32,8 +32,9 @@ def help_text(recipes: dict | None = None) -> str:
              "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
              "[budget=24GB]` runs the baseline, then lower precision, then activation "
              "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
-             "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16` "
-             "runs A and B and compares time, memory and quality (logits, or the loss).",
+             "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16 "
+             "[rounds=3]` runs A, B, A, B, A, B and compares time (a verdict only beyond the "
+             "noise), memory and quality (logits, or the loss).",
              "*Where*: add `gpu=H100`, `min_mem=80GB` or `label=team=nlp` to run only on a "
              "worker that has it (`/trial workers` lists what each has).",
              "*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
@@ -119,6 +120,8 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     blocks = [section(f"{icon} {summary.headline(r)}")]
     if summary.retry_line(r):
         blocks.append(section(f":warning: {summary.retry_line(r)}"))
+    if summary.busy_line(r):
+        blocks.append(section(f":warning: {summary.busy_line(r)}"))
     if r["status"] == "failed":
         err = r["error"]
         tail = "\n".join(err["message"].strip().splitlines()[-6:])

@@ -25,13 +25,14 @@ import tempfile
 import threading
 import time
 
-from worker import machine, timeline
+from worker import machine, timeline, windows
 from worker import report as reports
 from worker.env import cpu_name
 from worker.launcher import passes
 from worker.launcher.judge import KERNEL_METHOD, judge, oom_kills, wait_gpu_released
 from worker.launcher.process import PROBE_DIR, Run, builtin_env, child_env, pythonpath, read_json
 from worker.launcher.sampler import SAMPLE_HZ
+from worker.probes import contention
 from worker.probes.host import HostRssTracker
 from worker.probes.nvml import NvmlTracker
 from worker.spec import SpecError, TrialSpec, check_params
@@ -53,14 +54,15 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
                           user=user)
     timeout = spec.params.get("timeout", 1800)
     deadline = time.monotonic() + timeout
-    host, nvml = HostRssTracker(), NvmlTracker()
+    host, nvml, busy = HostRssTracker(), NvmlTracker(), contention.ContentionTracker()
+    trackers = [host, nvml, busy]
     kills_before = oom_kills()
     started = time.time()
     if spec.recipe:
-        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, [host, nvml], hz,
+        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, trackers, hz,
                                   progress, user)
     else:
-        report, run = _run_builtin(spec, deadline, cancel, [host, nvml], hz, progress, user)
+        report, run = _run_builtin(spec, deadline, cancel, trackers, hz, progress, user)
     if run is not None:
         killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
                             and oom_kills() not in (None, kills_before))
@@ -77,6 +79,10 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
             f"not measured: the kernel's max RSS ({(run.max_rss or 0) / 2**20:.0f} MiB) is no "
             f"more than the worker's own peak RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
             "which Linux counts into the child's at exec")
+        report["contention"] = busy.result(report["phases"], recipe=bool(spec.recipe),
+                                           gpu=nvml.contention())
+        windows.annotate(report.get("windows"), busy.share, contention.OTHERS_CPU,
+                         contention.STEAL)
         report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
         report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
                            "sampler_cpu_seconds": run.sampler.cpu_seconds,

@@ -20,6 +20,14 @@ def _init():
     return pynvml, None
 
 
+# Clock event reasons that mean the GPU ran slower than it could, by name.
+THROTTLE = {"HwSlowdown": "hardware slowdown", "HwThermalSlowdown": "thermal (hardware)",
+            "SwThermalSlowdown": "thermal (software)", "SwPowerCap": "power cap",
+            "HwPowerBrakeSlowdown": "power brake", "SyncBoost": "sync boost"}
+JUDGED = ("HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown")
+THROTTLE_EVERY = 10  # ticks between clock-reason reads (~10 Hz)
+
+
 def _text(v) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
@@ -34,7 +42,8 @@ class NvmlTracker:
                 self.devices.append({"index": i, "handle": h,
                                      "name": _text(self.nvml.nvmlDeviceGetName(h)),
                                      "used_peak": 0, "process_used_peak": 0, "util": [],
-                                     "ours": False})
+                                     "ours": False, "others": {}, "reasons": 0})
+            self.ticks = 0
             self.method = {
                 "device_used_peak": "NVML nvmlDeviceGetMemoryInfo.used summed over the devices "
                                     "the trial used, sampled at ~100 Hz (includes other "
@@ -52,14 +61,19 @@ class NvmlTracker:
             return {}
         pids = {p.pid for p in procs}
         used = mine = 0
+        self.ticks += 1
         for d in self.devices:
             h = d["handle"]
             try:
                 dev_used = self.nvml.nvmlDeviceGetMemoryInfo(h).used
-                dev_mine = sum(p.usedGpuMemory or 0
-                               for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h)
-                               if p.pid in pids)
+                running = self.nvml.nvmlDeviceGetComputeRunningProcesses(h)
+                dev_mine = sum(p.usedGpuMemory or 0 for p in running if p.pid in pids)
+                for p in running:  # someone else's job on the same GPU: contention
+                    if p.pid not in pids:
+                        d["others"][p.pid] = max(d["others"].get(p.pid, 0), p.usedGpuMemory or 0)
                 d["util"].append(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+                if self.ticks % THROTTLE_EVERY == 1:
+                    d["reasons"] |= self._reasons(h)
             except self.nvml.NVMLError:
                 continue
             d["used_peak"] = max(d["used_peak"], dev_used)
@@ -87,6 +101,55 @@ class NvmlTracker:
         return {"device_used_peak": sum(d["used_peak"] for d in used),
                 "process_used_peak": sum(d["process_used_peak"] for d in used),
                 "devices": devices}
+
+    def _reasons(self, h) -> int:
+        get = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            self.nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        try:
+            return int(get(h))
+        except self.nvml.NVMLError:  # not supported on this GPU
+            return 0
+
+    def _reason_names(self, bits: int) -> list[str]:
+        out = []
+        for key in THROTTLE:
+            flag = getattr(self.nvml, f"nvmlClocksEventReason{key}", None) or getattr(
+                self.nvml, f"nvmlClocksThrottleReason{key}", 0)
+            if flag and bits & flag:
+                out.append(key)
+        return out
+
+    def contention(self) -> dict | None:
+        """Others on the trial's GPUs (or on every GPU, when the trial's own
+        processes were never seen on one) and the clock slowdowns seen."""
+        if not self.nvml or not self.devices:
+            return None
+        attributed = any(d["ours"] for d in self.devices)
+        mine = [d for d in self.devices if d["ours"]] or self.devices
+        devices, why = [], []
+        for d in mine:
+            reasons = self._reason_names(d["reasons"])
+            others = [{"pid": pid, "used_peak": used} for pid, used in sorted(d["others"].items())]
+            devices.append({
+                "index": d["index"], "others": others,
+                "others_used_peak": sum(o["used_peak"] for o in others),
+                "utilization_mean": sum(d["util"]) / len(d["util"]) if d["util"] else None,
+                "throttle": [THROTTLE[r] for r in reasons]})
+            if others and attributed:  # unattributed: ours may be among them (PID namespace)
+                why.append(f"{len(others)} other process(es) on GPU {d['index']} holding "
+                           f"{sum(o['used_peak'] for o in others) / 2**30:.2f} GiB")
+            slow = [THROTTLE[r] for r in reasons if r in JUDGED]
+            if slow:
+                why.append(f"GPU {d['index']} clocks slowed ({', '.join(slow)})")
+        return {"devices": devices, "flagged_why": "; ".join(why) or None,
+                "method": "NVML nvmlDeviceGetComputeRunningProcesses (processes outside the "
+                          "trial's tree, their peak memory), nvmlDeviceGetUtilizationRates "
+                          "(includes the trial's own work) and the current clock event "
+                          f"reasons every ~{THROTTLE_EVERY / 100:g} s; a power cap is shown, "
+                          "not judged (a fully loaded GPU meets it)" + (
+                              "" if attributed else "; the trial's own processes were not seen "
+                              "on any GPU (a container's PID namespace?), so the processes "
+                              "listed may include its own and are not judged")}
 
     def pids_on_gpu(self) -> set[int]:
         """Processes NVML still sees on any device (to wait for memory to be freed)."""

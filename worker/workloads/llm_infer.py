@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from worker import repeat, stats
+from worker import repeat, stats, windows
 from worker.arithmetic import ffn_width
 from worker.workloads.decoder import Decoder, generate, rotary_tables
 
@@ -66,6 +66,7 @@ def run(p: dict, trial) -> dict:
     with trial.phase("run"):
         samples, stability = repeat.adaptive(request, p["repeats"], p["stability"] / 100,
                                              p["run_cap"])
+    stability = stats.judged(stability)  # stability=0: a fixed count, still judged
     latencies = [s["latency"] for s in samples]
     per_token = [s["decode"] for s in samples if s["decode"] is not None]
     generated = p["batch"] * p["gen"]
@@ -89,6 +90,7 @@ def run(p: dict, trial) -> dict:
                               "what": "one decode step for the whole batch"}
                              if per_token else None),
         "throughput": throughput,
+        "windows": windows.split(samples, "request"),
         "quality_probe": probe,
         "scale": {"batch": p["batch"], "prompt_tokens": p["prompt"], "gen_tokens": p["gen"],
                   "tokens_per_request": p["batch"] * (p["prompt"] + p["gen"]),

@@ -30,7 +30,7 @@ from torch import multiprocessing as mp
 from torch import nn
 from torch.nn import functional as F
 
-from worker import stats
+from worker import stats, windows
 from worker.arithmetic import ffn_width
 from worker.workloads import Unsupported
 from worker.workloads.decoder import Decoder, rotary_tables
@@ -116,7 +116,7 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
     losses = []
 
     def step() -> dict:
-        t0 = time.perf_counter()
+        start, t0 = time.time(), time.perf_counter()
         with torch.autocast(device, dtype=DTYPES.get(p["precision"], torch.float32),
                             enabled=use_amp):
             logits = model(inputs)
@@ -133,15 +133,17 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
             dist.all_reduce(seen)
             seen = seen / world
         losses.append(float(seen))
-        return {"latency": seconds}
+        return {"latency": seconds, "t0": start, "t1": time.time()}
 
     with phase("warmup"):
         for _ in range(p["warmup"]):
             step()
     with phase("run"):
+        t0 = time.perf_counter()
         samples = [step() for _ in range(p["steps"])]
-    return {"rank": rank, "params": params, "losses": losses,
-            "latencies": [s["latency"] for s in samples],
+        run_seconds = time.perf_counter() - t0
+    return {"run_seconds": run_seconds, "rank": rank, "params": params, "losses": losses,
+            "latencies": [s["latency"] for s in samples], "samples": samples,
             "optimizer_state_bytes": optimizer_state_bytes(opt),
             "shard_params": shard_params(opt),
             "host_rss_start": rss_start,
@@ -242,6 +244,9 @@ def results(p: dict, ranks: list[dict]) -> dict:
     return {
         "headline": {"metric": "step time", "value": step["mean"], "unit": "s"},
         "latency": step,
+        # A fixed count of steps: judged against the stated bound (worker/stats.py).
+        "stability": stats.fixed_stability(lead["latencies"], lead.get("run_seconds")),
+        "windows": windows.split(lead.get("samples") or [], "step"),
         "throughput": {"value": tokens / step["mean"], "unit": "tokens/s",
                        "what": "training tokens per second: batch·seq / mean step time"},
         "scale": {"batch": p["batch"], "prompt_tokens": p["seq"], "gen_tokens": 0,

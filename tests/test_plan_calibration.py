@@ -1,0 +1,193 @@
+"""Calibration from recorded actuals, through `/plan` on a real SQLite store:
+pairs recorded, corrected and deleted; scopes kept apart; hidden plans kept out."""
+import re
+
+import pytest
+
+from bot.app.runtime import context
+from bot.plans import calibration as cal
+from bot.plans import command as plan_command
+from bot.plans import service
+from bot.store import Store
+from test_planner import report
+from test_plans import TODAY, finish, say
+
+# The estimate of `block baseline runs=10` on report(): prep 95 s + runs 20 s + data 120 s.
+EST_H = 235 / 3600
+SCOPE = "1× NVIDIA H100 80GB HBM3 · llm-infer"
+RATIOS = [0.9, 1.1, 1.25, 0.95, 1.0, 1.3, 1.05, 0.85, 1.15, 1.2]
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "c.db")), admins=frozenset({"U1"}))
+
+
+def past_blocks(ctx, ratios, t, channel="C1", gpu=True):
+    """One plan per past block, each with a manual actual of ratio × its estimate."""
+    for i, r in enumerate(ratios):
+        name = f"past{i}" + ("" if gpu else "-cpu")
+        plan_command.handle(ctx, f"new {name} gpu=H100", "U1", channel, TODAY)
+        plan_command.handle(ctx, f"{name} block baseline runs=10 trial={t}", "U1", channel, TODAY)
+        plan_command.handle(ctx, f"{name} actual baseline hours={r * EST_H:.6f}", "U1", channel,
+                            TODAY)
+
+
+def expected(ratios):
+    return cal.calibrate([{"estimate": EST_H * 3600, "actual": round(r * EST_H, 6) * 3600}
+                          for r in ratios], scope=SCOPE)
+
+
+def multipliers(text):
+    m = re.search(r"within ×([0-9.]+)–×([0-9.]+) of their estimate", text)
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def test_show_is_uncalibrated_below_the_minimum_and_calibrated_from_it(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new target gpu=H100")
+    say(ctx, f"target block baseline runs=10 trial={t}")
+    out = say(ctx, "target show")
+    assert f"uncalibrated: 0 of the 9 pairs needed ({SCOPE})" in out
+    assert "uncalibrated (0/9)" in out and "n/a: not every block calibrated" in out
+    past_blocks(ctx, RATIOS[:8], t)
+    assert "uncalibrated: 8 of the 9 pairs needed" in say(ctx, "target show")
+    past_blocks(ctx, RATIOS[:9], t)  # the 9th plan is new; the first 8 record again
+    out = say(ctx, "target show")
+    # one pair per block, however many actuals it has: 9, not 17
+    assert f"calibrated on 9 past blocks ({SCOPE})" in out
+
+
+def test_a_corrected_actual_replaces_and_a_deleted_one_leaves_the_calibration(ctx):
+    t = finish(ctx, report())
+    past_blocks(ctx, RATIOS[:9], t)
+    say(ctx, "new target gpu=H100")
+    say(ctx, f"target block baseline runs=10 trial={t}")
+    want = expected(RATIOS[:9])
+    out = say(ctx, "target show")
+    assert multipliers(out) == (round(want["low"], 2), round(want["high"], 2))
+    # the calibrated GPU-hours shown are the estimate shown × the multipliers
+    shown = service.estimates(ctx, ctx.store.plan("target"))[0][1]["hours"]
+    assert f"{float(shown) * want['low']:.4f}–{float(shown) * want['high']:.4f}" in out
+
+    fixed = say(ctx, f"past1 actual baseline correct hours={3.0 * EST_H:.6f}")
+    assert "replacing 1 earlier one(s)" in fixed
+    assert ctx.store.db["actuals"].count == 9
+    want = expected([3.0 if i == 1 else r for i, r in enumerate(RATIOS[:9])])
+    assert multipliers(say(ctx, "target show")) == (round(want["low"], 2), round(want["high"], 2))
+
+    assert "Deleted 1 recorded baseline actual(s)" in say(ctx, "past1 actual baseline delete")
+    assert "uncalibrated: 8 of the 9 pairs needed" in say(ctx, "target show")
+    assert "no recorded baseline actual to delete" in say(ctx, "past1 actual baseline delete")
+
+
+def test_another_gpu_kind_is_not_mixed_in_and_hidden_plans_do_not_leak(ctx):
+    t = finish(ctx, report())
+    cpu = finish(ctx, report(gpu=None))
+    past_blocks(ctx, RATIOS[:9], cpu, gpu=False)  # 9 CPU blocks: another scope
+    past_blocks(ctx, RATIOS[:9], t, channel="CPRIVATE")  # 9 GPU blocks, in another channel
+    plan_command.handle(ctx, "new target gpu=H100", "U2", "C1", TODAY)
+    plan_command.handle(ctx, f"target block baseline runs=10 trial={t}", "U2", "C1", TODAY)
+    as_u2 = plan_command.handle(ctx, "target show", "U2", "C1", TODAY)["text"]
+    assert f"uncalibrated: 0 of the 9 pairs needed ({SCOPE})" in as_u2
+    record = plan_command.handle(ctx, "calibration", "U2", "C1", TODAY)["text"]
+    assert "CPU (EPYC) · llm-infer" in record and SCOPE not in record
+    assert "past0 baseline" not in as_u2
+    admin = say(ctx, "target show")  # an admin sees every channel's plans
+    assert f"calibrated on 9 past blocks ({SCOPE})" in admin
+    assert "past0-cpu" not in admin
+
+
+def test_review_says_whether_each_actual_fell_inside_the_interval_shown(ctx):
+    t = finish(ctx, report())
+    past_blocks(ctx, RATIOS[:9], t)
+    say(ctx, "new target gpu=H100")
+    say(ctx, f"target block baseline runs=10 trial={t}")
+    say(ctx, f"target block compare runs=10 trial={t}")
+    say(ctx, f"target actual baseline hours={1.0 * EST_H:.6f}")
+    say(ctx, f"target actual compare hours={5.0 * EST_H:.6f}")
+    out = say(ctx, "target review")
+    lines = out.splitlines()
+    base = lines[lines.index(next(x for x in lines if x.startswith("• *baseline*"))) + 1]
+    comp = lines[lines.index(next(x for x in lines if x.startswith("• *compare*"))) + 1]
+    assert base.strip().startswith("inside the calibrated 90% interval ×")
+    assert comp.strip().startswith("OUTSIDE the calibrated 90% interval ×")
+    # past0 is calibrated on the 8 other past blocks and target's 2: itself left out
+    assert "the calibrated 90% interval" in say(ctx, "past0 review")
+    # a block of a scope with no pairs (the CPU) is judged by its own interval
+    say(ctx, "new lone")
+    say(ctx, f"lone block verify runs=10 trial={finish(ctx, report(gpu=None))}")
+    say(ctx, f"lone actual verify hours={EST_H:.6f}")
+    assert "    inside its uncalibrated 90% interval (0.0648–0.0658 GPU-h)" in say(
+        ctx, "lone review")
+
+
+def test_plan_calibration_keeps_the_teams_score(ctx):
+    assert "No actuals recorded yet in every channel's plans" in say(ctx, "calibration")
+    t = finish(ctx, report())
+    past_blocks(ctx, RATIOS, t)
+    slow = finish(ctx, report(mean=40.0, count=10), tags=("past9", "baseline"))
+    out = say(ctx, "calibration")
+    assert f"*{SCOPE}*: 10 past blocks;" in out
+    # the first 9 were judged by their own narrow intervals (one trial's consecutive
+    # repeats: only ratio 1.0 fell inside), the 10th by the calibration of the 9 before
+    assert "1 of 10 intervals held the actual; median absolute error 12%" in out
+    assert "worst miss: past9 baseline, actual ×3.82 its estimate (OUTSIDE interval)" in out
+    assert "cause: slower runs (+0.184 GPU-h)" in out
+    assert f"contention not measured on {t}, {slow}" in out
+    assert "now: calibrated on 10 past blocks" in out
+    assert "median absolute error" in out
+
+
+@pytest.mark.parametrize("text, says", [
+    ("calibration now", "`/plan calibration` takes nothing more"),
+    ("new calibration", "`calibration` needs more words here"),
+    ("repro actual baseline delete hours=2", "takes nothing more"),
+    ("repro actual baseline correct slurm=811", "`correct` with `slurm=`"),
+])
+def test_bad_calibration_input_is_answered(ctx, text, says):
+    say(ctx, "new repro")
+    out = say(ctx, text)
+    assert out.startswith(":x:") and says in out
+
+
+def test_a_contended_trial_is_named_as_the_cause_and_exports_carry_the_calibration(ctx):
+    t = finish(ctx, report())
+    past_blocks(ctx, RATIOS[:9], t)
+    busy = dict(report(mean=20.0, count=10), contention={
+        "flagged": True, "summary": "busy machine: other processes used 61% of the CPU during "
+        "the run phase", "cpus": 2, "threshold": {}, "phases": {}, "gpu": None, "method": {}})
+    say(ctx, "new target gpu=H100")
+    say(ctx, f"target block baseline runs=10 trial={t}")
+    noisy = finish(ctx, busy, tags=("target", "baseline"))
+    out = say(ctx, "calibration")
+    assert "worst miss: target baseline" in out
+    assert f"cause: contention on {noisy}; slower runs" in out
+    say(ctx, "target export")
+    rows = list(ctx.store.db["outbox"].rows)[-2:]
+    csv_text, md = rows[0]["content"], rows[1]["content"]
+    assert csv_text.splitlines()[0].endswith("calibrated_low,calibrated_high,calibration")
+    assert "calibrated on 9 past blocks" in csv_text and "calibrated 90%" in md
+
+
+def test_a_slurm_actual_asked_twice_counts_once_and_can_be_deleted(ctx):
+    t = finish(ctx, report())
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={t}")
+
+    def from_slurm(hours):
+        req = ctx.store.add_slurm_actual({"plan": "repro", "block": "baseline",
+                                          "jobs": ["811"], "user": "U1", "channel": "C1"})
+        req = ctx.store.lease_slurm_actual("hpc", 60, 2)
+        assert ctx.store.finish_slurm_actual(
+            req, "done", {}, "ok", {"plan": "repro", "block": "baseline", "hours": hours,
+                                    "parts": {}, "runs": None, "user": "U1",
+                                    "note": "Slurm accounting: jobs 811"}, [])
+    from_slurm(0.5)
+    from_slurm(0.6)  # the same job asked for again: the latest counts, once
+    row = service.review_rows(ctx, ctx.store.plan("repro"),
+                              service.estimates(ctx, ctx.store.plan("repro")))[0]
+    assert row["actual"] == pytest.approx(0.6)
+    assert "Deleted 2 recorded baseline actual(s)" in say(ctx, "repro actual baseline delete")
+    assert "no actual yet" in say(ctx, "repro review")
+    assert [r["actual"] for r in ctx.store.db["slurm_actuals"].rows] == [None, None]

@@ -1,0 +1,164 @@
+"""Contention: what else used the machine while the trial ran.
+
+Ten times a second (from the sampler's ticks) it reads the machine's CPU
+counters (/proc/stat: busy and steal jiffies over all CPUs), the trial tree's
+own CPU time (/proc/PID/stat utime+stime+cutime+cstime) and the worker's own
+(/proc/self/stat), and the load average. Other processes' CPU over a span is
+the machine's busy time minus the trial's and the worker's, over all the CPU
+time there was. A trial is flagged when other processes or the hypervisor
+(steal) took more than a stated share in a measured phase: its times are
+then not the machine's own speed.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+PERIOD = 0.1      # seconds between reads: /proc/stat costs ~20 µs, the tick 10 ms
+CHUNK = 0.5       # seconds: the span the peak share is taken over
+OTHERS_CPU = 0.25  # share of all CPUs other processes may use before a phase is flagged
+STEAL = 0.10      # share of all CPU time the hypervisor may take before a phase is flagged
+
+METHOD = {
+    "others_cpu": "share of all CPUs' time (/proc/stat busy jiffies) not spent by the trial's "
+                  "process tree (/proc/PID/stat utime+stime+cutime+cstime) or the worker "
+                  f"itself, read every {PERIOD:g} s; the mean over the phase",
+    "others_cpu_max": f"the same share over the busiest {CHUNK:g} s span of the phase",
+    "steal": "share of all CPUs' time the hypervisor gave to other guests (/proc/stat steal)",
+    "load_max": "highest 1-minute load average (/proc/loadavg) during the phase; it counts "
+                "the trial's own threads, so it is shown, not judged",
+    "flagged": f"a phase (for a recipe: after its launch) had other processes above "
+               f"{OTHERS_CPU:.0%} of all CPUs over the phase or over any {CHUNK:g} s span, "
+               f"or steal above {STEAL:.0%}",
+}
+
+
+def _fields(raw: bytes) -> list[bytes]:
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    return raw[raw.rfind(b")") + 2:].split()
+
+
+class ContentionTracker:
+    def __init__(self, stat_path: str = "/proc/stat"):
+        self.stat_path = stat_path
+        self.cpus = os.cpu_count() or 1
+        self.rows: list[tuple] = []  # (t, busy, steal, total, tree, self, load1)
+        self.fds: dict[int, int] = {}
+        self.tree_seen: dict[int, int] = {}  # pid -> its last CPU jiffies (kept after exit)
+        self.last = 0.0
+
+    def _machine(self) -> tuple[int, int, int]:
+        with open(self.stat_path, "rb") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        user, nice, system, idle, iowait, irq, softirq, steal = v + [0] * (8 - len(v))
+        return user + nice + system + irq + softirq, steal, sum(v)
+
+    def _cpu_of(self, pid: int) -> int:
+        fd = self.fds.get(pid)
+        if fd is None:
+            fd = self.fds[pid] = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        f = _fields(os.pread(fd, 1024, 0))
+        return sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+
+    def sample(self, procs) -> dict:
+        now = time.monotonic()
+        if now - self.last < PERIOD:
+            return {}
+        self.last = now
+        for proc in procs:
+            try:
+                self.tree_seen[proc.pid] = self._cpu_of(proc.pid)
+            except (OSError, ValueError, IndexError):
+                fd = self.fds.pop(proc.pid, None)
+                if fd is not None:
+                    os.close(fd)
+        try:
+            busy, steal, total = self._machine()
+            with open("/proc/self/stat", "rb") as f:
+                own = sum(int(x) for x in _fields(f.read())[11:13])
+            load = os.getloadavg()[0]
+        except (OSError, ValueError):
+            return {}
+        # A reaped child's time moves into its parent's cutime: counting the last
+        # seen value of every pid would count it twice, so only live ones count,
+        # plus the ones gone that no parent in the tree reaped (rare: a daemon).
+        live = {p.pid for p in procs}
+        tree = sum(v for pid, v in self.tree_seen.items() if pid in live)
+        self.rows.append((time.time(), busy, steal, total, tree, own, load))
+        return {}
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    def share(self, start: float, end: float) -> dict | None:
+        """Others' CPU and steal shares over [start, end] (Unix time), or None
+        where fewer than two reads fall in it."""
+        rows = [r for r in self.rows if start - PERIOD / 2 <= r[0] <= end + PERIOD / 2]
+        if len(rows) < 2:
+            return None
+        return _share(rows[0], rows[-1])
+
+    def phase(self, start: float, end: float) -> dict | None:
+        rows = [r for r in self.rows if start - PERIOD / 2 <= r[0] <= end + PERIOD / 2]
+        if len(rows) < 2:
+            return None
+        whole = _share(rows[0], rows[-1])
+        peak, i = whole["others_cpu"], 0
+        while i < len(rows) - 1:  # consecutive spans of at least CHUNK seconds
+            j = i + 1
+            while j < len(rows) - 1 and rows[j][0] - rows[i][0] < CHUNK:
+                j += 1
+            if rows[j][0] - rows[i][0] >= CHUNK / 2:
+                peak = max(peak, _share(rows[i], rows[j])["others_cpu"])
+            i = j
+        return {"seconds": end - start, **whole, "others_cpu_max": peak,
+                "load_max": max(r[6] for r in rows)}
+
+    def result(self, phases: list[dict], recipe: bool = False, gpu: dict | None = None) -> dict:
+        """The report's `contention` block from the phases the trial reported."""
+        self.close()
+        per = {}
+        for p in phases:
+            if p.get("start") is None or p.get("end") is None:
+                continue
+            got = self.phase(p["start"], p["end"])
+            if got:
+                per[p["name"]] = got
+        # Every phase's time goes into a plan (prep too); a recipe's launch is not its own.
+        measured = [n for n in per if not (recipe and n == "launch")]
+        busy = [(n, per[n]) for n in measured
+                if max(per[n]["others_cpu"], per[n]["others_cpu_max"]) > OTHERS_CPU
+                or per[n]["steal"] > STEAL]
+        gpu_busy = (gpu or {}).get("flagged_why")
+        summary = None
+        if busy:
+            # The run phase is named when it is busy: its times are the ones reused.
+            name, worst = dict(busy).get("run") and ("run", dict(busy)["run"]) or max(
+                busy, key=lambda x: x[1]["others_cpu"] + x[1]["steal"])
+            summary = (f"busy machine: other processes used {worst['others_cpu']:.0%} of the "
+                       f"CPU during the {name} phase (up to {worst['others_cpu_max']:.0%} over "
+                       f"{CHUNK:g} s)")
+            if worst["steal"] > STEAL:
+                summary += f", and the hypervisor took {worst['steal']:.0%} (steal)"
+        if gpu_busy:
+            summary = f"{summary}; {gpu_busy}" if summary else f"busy GPU: {gpu_busy}"
+        if summary:
+            summary += ": these times are not the machine's own speed; re-run on a quiet machine"
+        method = dict(METHOD)
+        if not per:
+            method["others_cpu"] = ("not measured: no CPU counters were read during the "
+                                    "trial's phases (it ended too fast, or /proc is missing)")
+        return {"flagged": bool(summary), "summary": summary, "cpus": self.cpus,
+                "threshold": {"others_cpu": OTHERS_CPU, "steal": STEAL, "span_s": CHUNK},
+                "phases": per, "gpu": gpu, "method": method}
+
+
+def _share(a: tuple, b: tuple) -> dict:
+    total = b[3] - a[3]
+    if total <= 0:
+        return {"others_cpu": 0.0, "steal": 0.0}
+    others = (b[1] - a[1]) - (b[4] - a[4]) - (b[5] - a[5])
+    return {"others_cpu": min(1.0, max(0.0, others / total)),
+            "steal": min(1.0, max(0.0, (b[2] - a[2]) / total))}

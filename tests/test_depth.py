@@ -167,9 +167,10 @@ def test_a_depth_sweep_is_parsed_with_live_host_memory_and_alone():
         parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
 
 
-def test_malloc_auto_is_live_for_a_preset_and_glibc_otherwise():
+def test_malloc_auto_is_live_for_a_partial_preset_and_the_workers_otherwise():
     assert params("layers=2")["malloc"] == "live"
-    assert specs.parse(["llm-infer"]).params["malloc"] == "glibc"
+    # The worker splits it into passes (tests/test_passes.py).
+    assert specs.parse(["llm-infer"]).params["malloc"] == "auto"
     assert params("malloc=glibc")["malloc"] == "glibc"
 
 

@@ -77,7 +77,8 @@ def test_a_rank_that_dies_takes_the_others_down_and_fails_the_attempt():
     me = psutil.Process()
     out = {}
     runner = threading.Thread(target=lambda: out.update(r=launcher.run_trial(
-        parse([*TINY[:-1], "world=2", "zero=1", "steps=100000", "timeout=120"]))))
+        parse([*TINY[:-1], "world=2", "zero=1", "steps=100000", "timeout=120",
+               "malloc=glibc"]))))
     runner.start()
     deadline = time.monotonic() + 60
     victim = None

@@ -113,6 +113,20 @@ class Contention(TypedDict, total=False):
     method: dict[str, str]
 
 
+# One child run of a malloc=auto trial (worker/launcher/passes.py); "pass" is a
+# keyword, so the functional form spells it.
+Pass = TypedDict("Pass", {
+    "pass": str,            # memory, time, or one (CUDA: a single glibc pass)
+    "malloc": str,          # live or glibc: the allocator setting it ran under
+    "status": str,          # ok, failed, or "not run"
+    "seconds": float,       # its wall time (the memory pass's is a cost of measuring)
+    "params": dict,         # what it ran differently from the trial (the memory pass's runs)
+    "supplied": list,       # the report's figures taken from it
+    "host_rss_peak": "int | None",  # its own (the time pass's is not reported: glibc history)
+    "what": str,
+}, total=False)
+
+
 class Report(TypedDict, total=False):
     schema: str                        # SCHEMA
     trial: str | None                  # T12, set by the bot's queue
@@ -148,6 +162,7 @@ class Report(TypedDict, total=False):
     slurm: dict
     windows: Windows | None            # the run phase in windows (drift inside the trial)
     contention: Contention | None      # what else ran on the machine meanwhile
+    passes: list[Pass] | None          # malloc=auto: memory pass (live) and time pass (glibc)
 
 
 def new_report(workload: str, params: dict) -> Report:

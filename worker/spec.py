@@ -162,7 +162,9 @@ MALLOC = _choice("malloc", "auto", ("auto", "live", "glibc"),
                  "host memory: live pins glibc's mmap threshold at 64 KiB so host RSS is the "
                  "live peak, which extrapolates (CPU time then pays page faults, ~35% on the "
                  "CPU benchmark); glibc keeps the C library's default; auto = live for a "
-                 "partial-depth preset trial or a depth sweep, else glibc")
+                 "partial-depth preset trial or a depth sweep, else on a CPU two passes "
+                 "(host RSS from a short live pass, time from a glibc pass) and on CUDA "
+                 "one glibc pass")
 
 # Limits are sanity bounds that catch typos (prompt=1e12), not hardware limits:
 # whether a config fits a GPU is what the trial measures.
@@ -257,9 +259,12 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
                         f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
     params, given = _parse_given(workload, rest)
     _apply_preset(params, given, workload.usage())
-    if params.get("malloc") == "auto":  # resolved here, so the report says which ran
+    if params.get("malloc") == "auto":
+        # A partial depth extrapolates by layer: live in one pass. Any other auto
+        # is the worker's to split into passes (worker/launcher/passes.py).
         preset = presets.get(params["preset"])
-        params["malloc"] = "live" if preset and params["layers"] < preset.layers else "glibc"
+        if preset and params["layers"] < preset.layers:
+            params["malloc"] = "live"
     _check_shape(params, workload.usage())
     if workload is LLM_TRAIN:
         _check_ranks(params, workload.usage())

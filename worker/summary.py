@@ -66,8 +66,8 @@ def facts(r: Report) -> list[tuple[str, str]]:
     if m.get("device_used_peak") is not None:
         out.append(("GPU device used / trial processes", f"{size(m['device_used_peak'])} / "
                     f"{size(m['process_used_peak'])} (NVML, sampled ~100 Hz)"))
-    out.append(("host RSS peak", f"{size(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz;"
-                f" kernel max RSS {size(m.get('host_rss_peak_kernel'))})"))
+    out.append(("host RSS peak", f"{size(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz"
+                f"{allocator(r)}; kernel max RSS {size(m.get('host_rss_peak_kernel'))})"))
     if sc and tr:
         out.append(("scale", f"batch {sc['batch']} × seq {sc['prompt_tokens']}, "
                     f"{sc['tokens']} tokens trained in the measured steps"))
@@ -79,6 +79,18 @@ def facts(r: Report) -> list[tuple[str, str]]:
     if r.get("slurm"):
         out.append(("Slurm", slurm_line(r["slurm"])))
     return out
+
+
+def allocator(r: Report) -> str:
+    """Under which C allocator setting host RSS was measured (docs/commands.md, malloc=)."""
+    first = (r.get("passes") or [{}])[0]
+    if first.get("pass") == "memory":
+        return (f", from a {duration(first.get('seconds'))} memory pass under malloc=live; "
+                "times from a glibc pass")
+    malloc = (r.get("params") or {}).get("malloc")
+    if malloc == "live":
+        return ", malloc=live"
+    return ", glibc's default: holds freed blocks" if malloc else ""
 
 
 def full_depth(fd: dict) -> str:

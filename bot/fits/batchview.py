@@ -156,12 +156,29 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     marks = usable.marks_text(v, unmeasured_only=v["cause"] == "noise") if v else ""
     if marks:  # a noise verdict has named the marked points already
         lines.append(f"_{marks}_")
-    if model["target"] == "host_rss_peak" and fit["defaults"].get("malloc") != "live":
-        lines.append("_Host RSS also counts memory the C allocator kept after frees (glibc keeps "
-                     "freed blocks under its mmap threshold, at most 32 MiB each), so growth "
-                     "measured at small batches can overstate large ones by 10–20%; sweep "
-                     "with malloc=live for the live peak._")
-    return "\n".join(lines)
+    if model["target"] in ("host_rss_peak", "host_rss_peak_kernel", "seconds"):
+        lines.append(_allocator_line("time" if model["target"] == "seconds"
+                                     else model["target"], fit))
+    return "\n".join(line for line in lines if line)
+
+
+def _allocator_line(target: str, fit: dict) -> str:
+    """Which C allocator setting (and pass) the figure came from, and what that means."""
+    used = (fit.get("allocators") or {}).get(target) or [
+        f"malloc={fit['defaults'].get('malloc', 'glibc')}"]
+    text = f"_Measured under {' and '.join(used)}"
+    if target != "time" and any(u.startswith("malloc=glibc") for u in used):
+        text += (": host RSS also counts memory the C allocator kept after frees (glibc keeps "
+                 "freed blocks under its mmap threshold, at most 32 MiB each), so growth "
+                 "measured at small batches can overstate large ones by 10–20%; sweep "
+                 "with malloc=live, or on a CPU with the default malloc=auto, for the live "
+                 "peak")
+    elif target != "time":
+        text += ": glibc's mmap threshold pinned, so host RSS is the live peak"
+    elif any(u.startswith("malloc=live") for u in used):
+        text += (": on a CPU the pinned threshold's page faults slow each request (13–66% on "
+                 "the benchmarks); the default malloc=auto times a separate glibc pass")
+    return text + "._"
 
 
 def _per_token_slope(model: dict, fit: dict) -> float | None:
@@ -229,7 +246,9 @@ def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) ->
                     else usable.text(v))
             lines.append(f"• {name}: *{said}* (the fit says {fmt(value)}{spread})")
             continue
-        lines.append(f"• {name}: {fmt(value)}{spread}{_extrapolation(fit, name, params)}")
+        used = (fit.get("allocators") or {}).get(name)
+        lines.append(f"• {name}: {fmt(value)}{spread}{_extrapolation(fit, name, params)}"
+                     + (f" _(from {' and '.join(used)})_" if used else ""))
     return lines
 
 

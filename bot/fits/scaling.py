@@ -46,7 +46,8 @@ API (the planner's entry points)
     or None; `length`: param names summed into `s`), `defaults` (params the
     same in every ok trial), `points`, `failed`, `oom`, `memory` (per method a
     model, below), `time` (a model or None), `arithmetic` (llm-infer: weight
-    and KV-cache bytes), `workers`, `notes`, and `error` (None, or why nothing
+    and KV-cache bytes), `workers`, `notes`, `allocators` (for host RSS and
+    time, the malloc settings and passes the points came from), and `error` (None, or why nothing
     could be fitted). A model: `target`, `unit`, `what`, `features`, `coef`,
     `n`, `distinct`, `dof`, `residual_sd` (None when dof = 0), `cov_unscaled`
     ((X'X)⁻¹), `held_out` ({trial, b, s, predicted, measured, relative_error}
@@ -135,6 +136,25 @@ def seconds_of(r: dict) -> tuple[float | None, str]:
         return sum(run), "seconds of the run phase (one run of the program)"
     return None, ""
 
+def allocator_of(r: dict, figure: str) -> str:
+    """The C allocator setting `figure` (a memory method, or "time") was
+    measured under: a malloc=auto trial's pass (worker/launcher/passes.py), or
+    the one run's malloc (a report from before malloc= existed ran glibc's)."""
+    passes = r.get("passes") or []
+    for p in passes:
+        if figure in (p.get("supplied") or []):
+            return f"malloc={p.get('malloc')}, {p.get('pass')} pass"
+    if passes:  # everything a memory pass did not supply is the last pass's
+        return f"malloc={passes[-1].get('malloc')}, {passes[-1].get('pass')} pass"
+    return f"malloc={(r.get('params') or {}).get('malloc', 'glibc')}"
+
+
+def _allocators(ok: list[dict]) -> dict:
+    """Per host-memory figure and time: the allocator settings its points came from."""
+    return {f: sorted({allocator_of(r, f) for r in ok})
+            for f in ("host_rss_peak", "host_rss_peak_kernel", "time")}
+
+
 def _oom_batches(r: dict, batch: str | None) -> list[int]:
     """Batches that ran out of memory in this report: the failed trial's own,
     and any try a halve-batch retry left behind."""
@@ -157,7 +177,7 @@ def fit_sweep(reports: list[dict]) -> dict:
     out = {"schema": SCHEMA, "workload": None, "recipe": None, "variables": None,
            "defaults": {}, "points": [], "failed": [], "oom": None, "memory": {}, "time": None,
            "arithmetic": None, "workers": [], "measured_gpu": None, "notes": [],
-           "error": None}
+           "allocators": {}, "error": None}
     if not reports:
         out["error"] = "no trial reports"
         return out
@@ -186,6 +206,7 @@ def fit_sweep(reports: list[dict]) -> dict:
         out["error"] = (f"the trials differ in {', '.join(other)}, which the fit does not "
                         "model: a sweep varies batch and length only")
         return out
+    out["allocators"] = _allocators(ok)
     for r in ok:
         b, s = _bs(vars_, r["params"])
         secs, _ = seconds_of(r)

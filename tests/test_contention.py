@@ -139,3 +139,11 @@ def test_another_process_on_the_trials_gpu_and_thermal_slowdown_flag_it():
     c.rows = [_row(10.0, 0, 0), _row(11.0, 100, 100)]
     out = c.result([{"name": "run", "start": 10.0, "end": 11.0}], gpu=gpu)
     assert out["flagged"] and out["summary"].startswith("busy GPU: 1 other process(es)")
+
+
+def test_a_window_shorter_than_the_reads_period_takes_the_reads_around_it():
+    c = _tracker([_row(10.0, 0, 0), _row(10.1, 20, 0), _row(10.2, 20, 0)])
+    # A 20 ms window between the first two reads: others took the whole machine there.
+    assert c.share(10.04, 10.06)["others_cpu"] == 1.0
+    assert c.share(10.12, 10.18)["others_cpu"] == 0.0
+    assert contention.ContentionTracker().share(1.0, 2.0) is None

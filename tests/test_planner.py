@@ -342,3 +342,9 @@ def test_a_block_from_a_contended_trial_warns_and_asks_for_a_re_run():
     warnings = views.block_warnings({"facts": {"gpu": "CPU"}}, e, [busy])
     assert any("ran on a busy machine — busy machine: other processes used 61%" in w
                and "re-run it" in w for w in warnings)
+
+
+def test_malloc_auto_times_under_glibc_so_a_lock_on_glibc_still_compares():
+    glibc = {"workload": "llm-infer", "batch": 8, "malloc": "glibc"}
+    assert planner.differences(glibc, {**glibc, "malloc": "auto"}) == []
+    assert planner.differences(glibc, {**glibc, "malloc": "live"}) == ["malloc glibc → live"]

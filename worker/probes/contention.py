@@ -93,12 +93,15 @@ class ContentionTracker:
         self.fds.clear()
 
     def share(self, start: float, end: float) -> dict | None:
-        """Others' CPU and steal shares over [start, end] (Unix time), or None
-        where fewer than two reads fall in it."""
-        rows = [r for r in self.rows if start - PERIOD / 2 <= r[0] <= end + PERIOD / 2]
-        if len(rows) < 2:
+        """Others' CPU and steal shares over [start, end] (Unix time), from the
+        last read at or before it to the first at or after it (a span shorter
+        than the reads' period takes the period around it); None without reads
+        on both sides."""
+        if not self.rows:
             return None
-        return _share(rows[0], rows[-1])
+        a = ([r for r in self.rows if r[0] <= start] or self.rows[:1])[-1]
+        b = ([r for r in self.rows if r[0] >= end] or self.rows[-1:])[0]
+        return _share(a, b) if b[0] > a[0] else None
 
     def phase(self, start: float, end: float) -> dict | None:
         rows = [r for r in self.rows if start - PERIOD / 2 <= r[0] <= end + PERIOD / 2]

@@ -142,3 +142,18 @@ def test_the_ladder_case_a_huge_step_spread_is_no_measurable_difference():
     c = compare.compare([prev], [step], names=("precision", "checkpointing"))
     assert c["verdict"] == "same"
     assert compare.phrase(c).startswith("checkpointing/precision ×0.55")
+
+
+def test_an_unstable_trial_whose_spread_came_with_contention_keeps_its_quiet_windows():
+    # Spinners slowed one window tenfold: that alone makes IQR/median huge; the
+    # quiet windows still measure the config.
+    r = report(0.5, "T1", stable=False, windows=[window(0.3), window(3.0, contended=True),
+                                                 window(0.3)],
+               contention={"flagged": True, "summary": "busy machine"})
+    t = compare.trial_time(r)
+    assert not t["excluded"] and t["mean"] == pytest.approx(0.3)
+    assert "T1 was UNSTABLE (IQR/median 477%) with contended windows" in t["notes"]
+    # without contended windows the instability is the trial's own: left out
+    shaky = report(0.5, "T2", stable=False, windows=[window(0.3), window(0.9)],
+                   contention=QUIET)
+    assert compare.trial_time(shaky)["excluded"] == "T2 was UNSTABLE (IQR/median 477%)"

@@ -32,8 +32,10 @@ from loadgen import LoadGenerator  # noqa: E402
 from bot.fits import compare  # noqa: E402
 from bot.trials import ab  # noqa: E402
 
+# malloc=glibc: one pass per trial (a default CPU trial adds a memory pass the
+# time comparison does not use).
 CONFIG = ["llm-infer", "hidden=256", "heads=4", "kv_heads=2", "vocab=512", "batch=2",
-          "prompt=64", "gen=8", "warmup=1", "repeats=6", "stability=0"]
+          "prompt=64", "gen=8", "warmup=1", "repeats=6", "stability=0", "malloc=glibc"]
 
 
 def trial(words: list[str], threads: int) -> dict | None:

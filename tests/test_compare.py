@@ -112,18 +112,17 @@ def test_an_arm_whose_trials_are_all_contended_gets_no_verdict_and_what_to_run()
         "T5: busy machine: other processes used 70% of the CPU during the run phase")
 
 
-def test_an_arm_whose_trials_are_all_unstable_gets_no_verdict():
+def test_unstable_trials_are_kept_and_marked_and_their_spread_decides():
+    # A fixed count of 6 requests on a shared box is often over the 5% bound
+    # even when quiet; the trials are kept, the mark is carried, and the test's
+    # own spread (between trials) says whether anything is measurable.
     shaky = [report(0.3, f"T{i}", stable=False) for i in (2, 4)]
     c = compare.compare([report(0.3, "T1"), report(0.31, "T3")], shaky)
-    assert c["verdict"] is None
-    assert "B has no usable trial" in c["why"] and "UNSTABLE (IQR/median 477%)" in c["why"]
-    assert "run_cap=" in c["why"]
-    # one unstable trial of two: compared on the other, within it, and marked
+    assert c["verdict"] == "same"
+    assert "T2 was UNSTABLE (IQR/median 477%)" in c["marks"]
     c = compare.compare([report(0.3, "T1"), report(0.31, "T3")],
-                        [report(0.6, "T2"), report(0.6, "T4", stable=False)])
-    assert c["verdict"] == "slower" and c["b"]["method"] == "runs"
-    assert "T4 was UNSTABLE (IQR/median 477%)" in c["marks"]
-    assert "the spread within a trial misses the drift between trials" in compare.phrase(c)
+                        [report(0.6, "T2", stable=False), report(0.61, "T4", stable=False)])
+    assert c["verdict"] == "slower" and c["b"]["method"] == "between"
 
 
 def test_reports_without_windows_or_contention_are_compared_and_marked_unmeasured():
@@ -152,8 +151,4 @@ def test_an_unstable_trial_whose_spread_came_with_contention_keeps_its_quiet_win
                contention={"flagged": True, "summary": "busy machine"})
     t = compare.trial_time(r)
     assert not t["excluded"] and t["mean"] == pytest.approx(0.3)
-    assert "T1 was UNSTABLE (IQR/median 477%) with contended windows" in t["notes"]
-    # without contended windows the instability is the trial's own: left out
-    shaky = report(0.5, "T2", stable=False, windows=[window(0.3), window(0.9)],
-                   contention=QUIET)
-    assert compare.trial_time(shaky)["excluded"] == "T2 was UNSTABLE (IQR/median 477%)"
+    assert "T1 was UNSTABLE (IQR/median 477%)" in t["notes"]

@@ -13,11 +13,13 @@ of the time per run, so the interval is on the ratio B/A (95% by default):
   the spreads being of different kinds). This misses drift between trials, and
   the text says so.
 
-A trial is usable when it succeeded, is not UNSTABLE (unless its spread came
-with contended windows, which are then dropped), and has a measured time
-outside contention: windows marked contended are dropped; a trial whose every
-window is contended, or that has no windows and a flagged contention, is left
-out. An arm with no usable trial gets no verdict, and `why` says what to run.
+A trial is usable when it succeeded and has a measured time outside
+contention: windows marked contended are dropped; a trial whose every window is
+contended, or that has no windows and a flagged contention, is left out. An
+UNSTABLE trial is kept and marked: its spread is noise the test measures (a
+wider interval, so fewer verdicts), and leaving it out would make a shared
+machine's A/Bs say nothing at all. An arm with no usable trial gets no
+verdict, and `why` says what to run.
 """
 from __future__ import annotations
 
@@ -50,14 +52,11 @@ def trial_time(r: dict) -> dict:
         out["excluded"] = f"{name} did not succeed"
         return out
     unstable = _unstable(r)
+    if unstable:  # kept: the test's spread holds it; the mark is carried
+        out["notes"].append(f"{name} was {unstable}")
     contention = r.get("contention")
     rows = ((r.get("windows") or {}).get("rows") or [])
-    if unstable and not any(w.get("contended") for w in rows):
-        out["excluded"] = f"{name} was {unstable}"
-        return out
     if rows:
-        if unstable:  # the spread came with the contention: the quiet windows still count
-            out["notes"].append(f"{name} was {unstable} with contended windows")
         quiet = [w for w in rows if not w.get("contended") and w.get("count") and w.get("mean")]
         if not quiet:
             out["excluded"] = f"{name}: every window of its run phase was contended"

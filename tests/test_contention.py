@@ -147,3 +147,13 @@ def test_a_window_shorter_than_the_reads_period_takes_the_reads_around_it():
     assert c.share(10.04, 10.06)["others_cpu"] == 1.0
     assert c.share(10.12, 10.18)["others_cpu"] == 0.0
     assert contention.ContentionTracker().share(1.0, 2.0) is None
+
+
+def test_a_quiet_recipe_names_its_longest_phase_and_no_reads_say_not_measured():
+    c = _tracker([_row(10.0, 0, 0), _row(10.5, 51, 50), _row(12.0, 204, 200)])
+    out = c.result([{"name": "launch", "start": 10.0, "end": 10.5},
+                    {"name": "train", "start": 10.5, "end": 12.0}], recipe=True)
+    assert summary.machine(out).startswith("quiet: other processes used 1% of the 2 CPUs "
+                                           "during the train phase")
+    empty = contention.ContentionTracker().result([])
+    assert summary.machine(empty).startswith("contention not measured")

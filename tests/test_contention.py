@@ -32,7 +32,6 @@ def test_a_burst_inside_a_quiet_phase_is_caught_by_the_peak_span():
     # is 12.5%, under the threshold, the busiest span 100%.
     rows = [_row(10 + i * 0.5, 0, 0) for i in range(4)]
     rows += [_row(12.0, 100, 0), _row(12.5, 100, 0), _row(13.0, 100, 0), _row(13.5, 100, 0)]
-    rows = [(t, b, s, tot, tree, own, ld) for (t, b, s, tot, tree, own, ld) in rows]
     c = _tracker(rows)
     got = c.phase(10.0, 13.5)
     assert got["others_cpu"] < contention.OTHERS_CPU and got["others_cpu_max"] == 1.0

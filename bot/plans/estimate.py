@@ -210,10 +210,10 @@ def spread(pr: dict, trials: int) -> dict:
     else:
         missing.append("drift over longer than the trial's run phase (trials at other times, "
                        "trial=T12,T13, measure it)")
-        level = drift + (pooled / len(win[0]) if win else 0.0)
-        dof = dof_w if win else max(0, pr["k"] - 1)
-        if not win:
-            level = pr["within"] / max(1, pr["k"])
+        if win:  # the level wanders by the drift; its mean is known to pooled/W
+            level, dof = drift + pooled / len(win[0]), dof_w
+        else:  # requests alone: the mean's uncertainty from their spread
+            level, dof = pr["within"] / max(1, pr["k"]), max(0, pr["k"] - 1)
     if pr["k"] > trials:
         parts.insert(0, "the run-to-run spread")
     return {"level": level, "dof": dof, "parts": parts, "missing": missing}

@@ -44,7 +44,6 @@ class ContentionTracker:
         self.cpus = os.cpu_count() or 1
         self.rows: list[tuple] = []  # (t, busy, steal, total, tree, self, load1)
         self.fds: dict[int, int] = {}
-        self.tree_seen: dict[int, int] = {}  # pid -> its last CPU jiffies (kept after exit)
         self.last = 0.0
 
     def _machine(self) -> tuple[int, int, int]:
@@ -65,9 +64,12 @@ class ContentionTracker:
         if now - self.last < PERIOD:
             return {}
         self.last = now
+        # Only live processes count: a reaped child's time has moved into its
+        # parent's cutime, so keeping its last value would count it twice.
+        tree = 0
         for proc in procs:
             try:
-                self.tree_seen[proc.pid] = self._cpu_of(proc.pid)
+                tree += self._cpu_of(proc.pid)
             except (OSError, ValueError, IndexError):
                 fd = self.fds.pop(proc.pid, None)
                 if fd is not None:
@@ -79,11 +81,6 @@ class ContentionTracker:
             load = os.getloadavg()[0]
         except (OSError, ValueError):
             return {}
-        # A reaped child's time moves into its parent's cutime: counting the last
-        # seen value of every pid would count it twice, so only live ones count,
-        # plus the ones gone that no parent in the tree reaped (rare: a daemon).
-        live = {p.pid for p in procs}
-        tree = sum(v for pid, v in self.tree_seen.items() if pid in live)
         self.rows.append((time.time(), busy, steal, total, tree, own, load))
         return {}
 
@@ -138,8 +135,10 @@ class ContentionTracker:
         summary = None
         if busy:
             # The run phase is named when it is busy: its times are the ones reused.
-            name, worst = dict(busy).get("run") and ("run", dict(busy)["run"]) or max(
-                busy, key=lambda x: x[1]["others_cpu"] + x[1]["steal"])
+            found = dict(busy)
+            name = "run" if "run" in found else max(
+                found, key=lambda n: found[n]["others_cpu"] + found[n]["steal"])
+            worst = found[name]
             summary = (f"busy machine: other processes used {worst['others_cpu']:.0%} of the "
                        f"CPU during the {name} phase (up to {worst['others_cpu_max']:.0%} over "
                        f"{CHUNK:g} s)")

@@ -75,3 +75,62 @@ def full_depth(p: dict) -> dict | None:
         "published_text": preset.published_text,
         "relative_error": (count - preset.published_params) / preset.published_params,
     }
+
+
+# --- any model, by its sizing -----------------------------------------------
+# A *sizing* describes a model at its full depth layer by layer, so the same
+# arithmetic serves the built-in decoder (uniform layers, from its parameters)
+# and a Hugging Face model (counted by transformers on the meta device, in the
+# report's full_depth.sizing; worker/workloads/hf.py): {"layers", "hidden",
+# "embedding", "lm_head", "other", "layer_params": [per layer], "kv":
+# [{"elements": K and V per token, "window": None or positions kept}]}.
+
+def decoder_sizing(p: dict) -> dict:
+    """The built-in decoder's sizing at p's depth."""
+    one = weight_params({**p, "layers": 1})
+    kv = 2 * p["kv_heads"] * (p["hidden"] // p["heads"])
+    return {"layers": p["layers"], "hidden": p["hidden"], "embedding": one["embedding"],
+            "lm_head": one["lm_head"], "other": one["final_norm"],
+            "layer_params": [one["per_layer"]] * p["layers"],
+            "kv": [{"elements": kv, "window": None}] * p["layers"], "experts": None}
+
+
+def sized_params(s: dict, layers: int | None = None) -> dict:
+    """Parameters of the model's first `layers` layers (all by default) and
+    everything outside the layers."""
+    n = s["layers"] if layers is None else layers
+    in_layers = sum(s["layer_params"][:n])
+    return {"embedding": s["embedding"], "layers": in_layers, "lm_head": s["lm_head"],
+            "other": s["other"],
+            "total": s["embedding"] + in_layers + s["lm_head"] + s["other"]}
+
+
+def sized_kv(s: dict, positions: float, layers: int | None = None) -> float:
+    """KV-cache elements per sequence at `positions`, over the first `layers`
+    layers: a sliding-window layer keeps at most its window."""
+    n = s["layers"] if layers is None else layers
+    return sum(k["elements"] * (min(positions, k["window"]) if k.get("window") else positions)
+               for k in s["kv"][:n])
+
+
+def sized_full_depth(p: dict, s: dict, name: str, published: int | None) -> dict:
+    """An hf-infer / hf-train trial's full depth from its sizing, at the trial's
+    dtype, batch and lengths (the counterpart of full_depth for presets)."""
+    nbytes = DTYPE_BYTES[p["dtype"]]
+    positions = p.get("prompt", p.get("seq", 0)) + p.get("gen", 0)
+    count = s["total"]
+    kv = sized_kv(s, positions) * p["batch"] * nbytes
+    windows = sorted({k["window"] for k in s["kv"] if k.get("window")})
+    out = {"what": "counted, not measured: " + s["what"], "model": name,
+           "source": s["source"], "layers": s["layers"], "trial_layers": p["layers"] or s["layers"],
+           "params": count, "dtype": p["dtype"], "weight_bytes": count * nbytes,
+           "kv_cache_bytes": kv,
+           "kv_formula": (f"Σ over {s['layers']} layers of K+V elements per token × "
+                          f"min(window, {positions}) positions × batch {p['batch']} × {nbytes} B"
+                          + (f" (sliding windows {', '.join(map(str, windows))})"
+                             if windows else "")),
+           "sizing": s}
+    if published:
+        out.update(published_params=published, published_text=f"{published / 1e9:.3g}B",
+                   relative_error=(count - published) / published)
+    return out

@@ -5,6 +5,7 @@
     trialbot-worker --server URL ... --executor slurm --partition P [--account A] [--shared-dir D]
     trialbot-worker [--recipes FILE] trial llm-infer batch=4 ... [--json]
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
+    trialbot-worker trial hf-infer model=PATH/config.json layers=2 ...   (needs trialbot[hf])
 """
 from __future__ import annotations
 
@@ -58,10 +59,12 @@ def _load_recipes(path: str | None):
 def trial_command(options: list[str], words: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="trialbot-worker [--recipes FILE] trial")
     parser.add_argument("--recipes", help="recipe file (TOML) of allowed commands")
+    _model_options(parser)
     opts = parser.parse_args(options)
     recipes = _load_recipes(opts.recipes)
     as_json = "--json" in words
-    words = [w for w in words if w != "--json"]
+    words = [_local_model(w, opts.models) for w in words if w != "--json"]
+    _allow_models(opts.models, opts.hub)
     if words in ([], ["help"]):
         print(help_text(recipes))
         return 0
@@ -90,6 +93,33 @@ def help_text(recipes: dict | None = None) -> str:
 LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")  # as bot/trials/routing.py reads them
 
 
+def _model_options(parser) -> None:
+    parser.add_argument("--models", action="append", default=[], metavar="DIR",
+                        help="a directory of Hugging Face configs (NAME/config.json or "
+                             "NAME.json) that hf-infer/hf-train may build as model=NAME "
+                             "(repeatable); weights are random, never read")
+    parser.add_argument("--hub", action="store_true",
+                        help="let hf-* trials fetch a model's config.json (config only) from "
+                             "the Hugging Face hub by id: model=org/name")
+
+
+def _allow_models(dirs: list[str], hub: bool) -> None:
+    """The trial's child reads these (worker/models.py): set once, inherited."""
+    from worker import models
+    os.environ[models.ENV_DIRS] = os.pathsep.join(os.path.abspath(d) for d in dirs)
+    os.environ[models.ENV_HUB] = "1" if hub else "0"
+
+
+def _local_model(word: str, dirs: list[str]) -> str:
+    """`model=PATH` run locally: any readable config, its directory allowed."""
+    key, _, value = word.partition("=")
+    if key != "model" or not os.path.exists(value):
+        return word
+    path = os.path.abspath(value)
+    dirs.append(os.path.dirname(path))
+    return f"model={os.path.basename(path)}"
+
+
 def serve_command(argv: list[str]) -> int:
     from worker import secrecy
     hidden = secrecy.undumpable()  # first: from here on a trial cannot read our memory
@@ -109,6 +139,7 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--recipes", help="recipe file (TOML) of commands this worker may run")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                         help="a label trials can ask for with label=KEY=VALUE (repeatable)")
+    _model_options(parser)
     slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see docs/slurm.md)")
     slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
                        help="local: a child process here (default); slurm: sbatch from this "
@@ -161,11 +192,19 @@ def serve_command(argv: list[str]) -> int:
         print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
         return 2
     recipes = _load_recipes(args.recipes)
+    bad = [d for d in args.models if not os.path.isdir(d)]
+    if bad:
+        print(f"trialbot-worker: --models {bad[0]!r} is not a directory; give a directory of "
+              "config.json files", file=sys.stderr)
+        return 2
+    _allow_models(args.models, args.hub)
     user = _trial_user(args, hidden)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from worker import models
     from worker.agent import Agent
     from worker.client import ApiError, Client
     info, executor = dict(machine_info(), labels=labels), None
+    info["hf"] = models.capabilities(models.allowed_dirs(), args.hub)
     if user:
         from worker import attempts
         executor = functools.partial(attempts.run, user=user)

@@ -213,7 +213,67 @@ LLM_TRAIN = Workload(
     ) + COMMON,
 )
 
-WORKLOADS = {w.name: w for w in (LLM_INFER, LLM_TRAIN)}
+# Hugging Face models (worker/models.py, worker/workloads/hf.py): the real code of
+# any decoder architecture, random weights from a config; needs `trialbot[hf]`.
+MODEL = Param("model", "string", "none",
+              "a preset (" + ", ".join(presets.PRESETS) + "), a config in the worker's --models "
+              "directory, or a hub id org/name on a worker started with --hub",
+              pattern=r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?", max_length=200)
+HF_LAYERS = _int("layers", 0, 0, 1024, "the model's first N layers (num_hidden_layers); 0: all "
+                 "of them, the config's depth")
+ATTN = _choice("attn", "sdpa", ("sdpa", "eager", "flash_attention_2"),
+               "transformers' attention: sdpa (torch's fused kernels), eager (scores "
+               "materialised, softmax in fp32), flash_attention_2 (needs flash-attn and CUDA)")
+
+HF_INFER = Workload(
+    name="hf-infer",
+    summary="a Hugging Face causal LM's own code (transformers), random weights from its "
+            "config: generate() prefill then decode",
+    params=(
+        _int("batch", 1, 1, 4096, "sequences per request"),
+        _int("prompt", 64, 1, 131072, "prompt tokens per sequence (prefill)"),
+        _int("gen", 16, 1, 65536, "tokens generated per sequence (exactly: EOS does not stop it)"),
+        MODEL, HF_LAYERS,
+        _choice("dtype", "fp32", ("fp32", "bf16", "fp16"), "weights and activations"),
+        ATTN,
+        _choice("cache", "dynamic", ("dynamic", "static"),
+                "transformers' KV cache: dynamic (grows each step) or static (preallocated)"),
+        DEVICE, MALLOC,
+        _choice("scenario", "offline", ("offline", "single-stream"),
+                "offline: the whole batch at once, headline throughput; single-stream: "
+                "one sequence per request, headline p90 latency"),
+        _int("repeats", 5, 1, 10000, "measured requests at least"),
+        _int("stability", 5, 0, 100, "keep measuring until IQR/median is under this "
+             "percent (0: exactly `repeats`)"),
+        _int("run_cap", 3, 1, 24 * 3600, "seconds after which measuring stops, stable or not"),
+        _int("warmup", 1, 0, 1000, "unmeasured requests before the run phase"),
+        _int("seed", 0, 0, 2**31 - 1, "random seed for weights and prompts"),
+    ) + COMMON,
+)
+
+HF_TRAIN = Workload(
+    name="hf-train",
+    summary="a Hugging Face causal LM's own code trained with AdamW on a fixed synthetic batch, "
+            "as llm-train: precision, gradient checkpointing, ZeRO-1 over ranks",
+    params=(
+        _int("batch", 4, 1, 4096, "sequences per step, split over the ranks"),
+        _int("seq", 64, 2, 131072, "tokens per sequence"),
+        MODEL, HF_LAYERS,
+        _int("steps", 5, 1, 100000, "measured training steps"),
+        _int("warmup", 1, 0, 1000, "training steps before the measured ones"),
+        _choice("precision", "fp32", ("fp32", "bf16", "fp16"),
+                "fp32, or mixed precision with torch.autocast (fp16 with a gradient scaler)"),
+        _choice("checkpointing", "none", ("none", "full"),
+                "full: gradient_checkpointing_enable(), each layer recomputed in the backward"),
+        _int("zero", 0, 0, 1, "1: ZeRO-1, optimizer states sharded over the ranks"),
+        _int("world", 1, 1, 64, "ranks (processes) on this worker, one per GPU on CUDA"),
+        ATTN, DEVICE, MALLOC,
+        _int("seed", 0, 0, 2**31 - 1, "random seed for weights and data"),
+    ) + COMMON,
+)
+
+WORKLOADS = {w.name: w for w in (LLM_INFER, LLM_TRAIN, HF_INFER, HF_TRAIN)}
+HF = ("hf-infer", "hf-train")  # need transformers on the worker
 
 
 @dataclass(frozen=True)
@@ -258,6 +318,9 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
         raise SpecError(name, f"`{name}` is not a workload; known workloads: "
                         f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
     params, given = _parse_given(workload, rest)
+    if workload.name in HF:
+        _check_hf(params, given, workload)
+        return TrialSpec(workload.name, params)
     _apply_preset(params, given, workload.usage())
     if params.get("malloc") == "auto":
         # A partial depth extrapolates by layer: live in one pass. Any other auto
@@ -270,6 +333,28 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
         _check_ranks(params, workload.usage())
     _check_retry(workload, params)
     return TrialSpec(workload.name, params)
+
+
+def _check_hf(p: dict, given: dict, workload: Workload) -> None:
+    """What can be checked without the worker: a model is named, a preset's depth,
+    the batch against the scenario and the ranks. The worker checks the rest."""
+    usage = workload.usage()
+    if p["model"] == "none":
+        raise SpecError("model", f"{workload.name} needs model=: a preset ({presets.known()}), "
+                        "a config in the worker's --models directory, or a hub id org/name",
+                        usage)
+    preset = presets.get(p["model"])
+    if preset and p["layers"] > preset.layers:
+        raise SpecError(given.get("layers", "layers"), f"`layers={p['layers']}`: "
+                        f"{preset.name} has {preset.layers} layers; use layers=1..{preset.layers} "
+                        "(0: all of them)", usage)
+    if p.get("scenario") == "single-stream" and p["batch"] != 1:
+        raise SpecError(f"batch={p['batch']}", f"`batch={p['batch']}`: scenario=single-stream "
+                        "sends one sequence per request; use batch=1, or scenario=offline "
+                        "for a batch at once", usage)
+    if workload.name == "hf-train":
+        _check_ranks(p, usage)
+    _check_retry(workload, p)
 
 
 def _check_ranks(p: dict, usage: str) -> None:

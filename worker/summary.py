@@ -74,8 +74,12 @@ def facts(r: Report) -> list[tuple[str, str]]:
     elif sc:
         out.append(("scale", f"batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
                     f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed"))
+    if r.get("model"):
+        out.append(("model", model_line(r["model"])))
     if r.get("full_depth"):
-        out.append(("full depth (arithmetic, not measured)", full_depth(r["full_depth"])))
+        how = "counted, not measured" if r["full_depth"].get("sizing") else \
+            "arithmetic, not measured"
+        out.append((f"full depth ({how})", full_depth(r["full_depth"])))
     if r.get("slurm"):
         out.append(("Slurm", slurm_line(r["slurm"])))
     return out
@@ -94,11 +98,22 @@ def allocator(r: Report) -> str:
 
 
 def full_depth(fd: dict) -> str:
-    """A preset's full depth by the decoder's arithmetic: no trial ran it."""
-    return (f"{fd['preset']} at {fd['layers']} layers (this trial {fd['trial_layers']}): "
-            f"{fd['params']:,} params ({fd['relative_error']:+.3%} vs the published "
-            f"{fd['published_text']}), {size(fd['weight_bytes'])} of {fd['dtype']} weights; "
-            f"KV cache {fd['kv_formula']} = {size(fd['kv_cache_bytes'])}")
+    """A model's full depth, by the decoder's arithmetic (llm-*) or counted by
+    transformers on the meta device (hf-*): no trial ran it."""
+    name = fd.get("preset") or fd.get("model")
+    vs = (f" ({fd['relative_error']:+.3%} vs the published {fd['published_text']})"
+          if fd.get("published_params") else "")
+    how = " counted by transformers on the meta device" if fd.get("sizing") else ""
+    return (f"{name} at {fd['layers']} layers (this trial {fd['trial_layers']}): "
+            f"{fd['params']:,} params{how}{vs}, {size(fd['weight_bytes'])} of {fd['dtype']} "
+            f"weights; KV cache {fd['kv_formula']} = {size(fd['kv_cache_bytes'])}")
+
+
+def model_line(m: dict) -> str:
+    """An hf-* trial's model: what transformers built, from where."""
+    return (f"{m['name']}: {m.get('architecture') or m.get('model_type')}, {m['layers']} of "
+            f"{m['full_layers']} layers, attn={m.get('attn')}, transformers "
+            f"{m.get('transformers')}, {m['weights']}; config from {m['source']}")
 
 
 def slurm_line(s: dict) -> str:

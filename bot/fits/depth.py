@@ -46,7 +46,21 @@ FIT_METHODS = ("process_used_peak", "peak_reserved", "peak_allocated")
 MAX_BATCH = 1_000_000
 
 
-layer_bytes = arithmetic.layer_bytes
+INFER = ("llm-infer", "hf-infer")  # what a partial-depth prediction is of
+DEPTHED = (*INFER, "llm-train", "hf-train")
+
+
+def sizing_of(r: dict) -> dict | None:
+    """The full-depth sizing (worker/arithmetic.py) behind a report or a fit:
+    an hf-* trial's is counted by transformers and travels in its report; a
+    preset's comes from the decoder's arithmetic. None for neither."""
+    if r.get("sizing"):  # a fit carries its trials'
+        return r["sizing"]
+    fd = r.get("full_depth") or {}
+    if fd.get("sizing"):
+        return fd["sizing"]
+    full = full_params(r.get("params") or r.get("defaults") or {})
+    return arithmetic.decoder_sizing(full) if full else None
 
 
 def full_params(p: dict) -> dict | None:
@@ -55,27 +69,64 @@ def full_params(p: dict) -> dict | None:
     return {**p, **presets.full_shape(preset.name)} if preset else None
 
 
-def arithmetic_at(p: dict) -> dict:
-    """Weights and KV cache of p by arithmetic: the parts that do not depend on
-    how the runtime is built."""
-    seq = arithmetic.kv_bytes_per_token(p) * (p["prompt"] + p["gen"])
-    return {"weights": arithmetic.weight_bytes(p), "kv_per_sequence": seq,
+def name_of(p: dict) -> str | None:
+    """The model a trial is of: its preset, or an hf-* trial's model=."""
+    if p.get("preset") not in (None, "none"):
+        return p["preset"]
+    return p.get("model") if p.get("model") not in (None, "none") else None
+
+
+def layers_of(p: dict, s: dict) -> int:
+    """The trial's depth (hf-*'s layers=0 is the config's own)."""
+    return p.get("layers") or s["layers"]
+
+
+def _positions(p: dict) -> int:
+    return p.get("prompt", p.get("seq", 0)) + p.get("gen", 0)
+
+
+def layer_bytes(p: dict, s: dict | None = None) -> dict:
+    """One layer's weights and KV cache at p's batch and lengths (the mean layer
+    of the sizing s; the built-in decoder's layers are all alike)."""
+    s = s or arithmetic.decoder_sizing(p)
+    n, count = arithmetic.DTYPE_BYTES[p["dtype"]], s["layers"]
+    weights = arithmetic.sized_params(s)["layers"] * n / count
+    kv = arithmetic.sized_kv(s, _positions(p)) * p["batch"] * n / count
+    return {"weights": weights, "kv": kv, "total": weights + kv}
+
+
+def bytes_at(p: dict, s: dict, layers: int) -> float:
+    """Weights and KV cache of the first `layers` layers at p."""
+    n = arithmetic.DTYPE_BYTES[p["dtype"]]
+    return (arithmetic.sized_params(s, layers)["layers"]
+            + arithmetic.sized_kv(s, _positions(p), layers) * p["batch"]) * n
+
+
+def arithmetic_at(p: dict, s: dict | None = None) -> dict:
+    """Weights and KV cache of p (at its depth) by arithmetic: the parts that do
+    not depend on how the runtime is built."""
+    s = s or arithmetic.decoder_sizing(p)
+    depth, n = layers_of(p, s), arithmetic.DTYPE_BYTES[p["dtype"]]
+    seq = arithmetic.sized_kv(s, _positions(p), depth) * n
+    return {"weights": arithmetic.sized_params(s, depth)["total"] * n, "kv_per_sequence": seq,
             "kv": seq * p["batch"]}
 
 
 # --- one trial ----------------------------------------------------------------
 
 def from_trial(r: dict) -> dict | None:
-    """A full-depth prediction from one ok llm-infer trial with `preset=`;
-    None for any other report."""
-    if (r or {}).get("workload") != "llm-infer" or r.get("status") != "ok":
+    """A full-depth prediction from one ok llm-infer trial with `preset=` or
+    hf-infer trial; None for any other report."""
+    if (r or {}).get("workload") not in INFER or r.get("status") != "ok":
         return None
     p = r.get("params") or {}
-    full = full_params(p)
-    if full is None:
+    s = sizing_of(r)
+    if s is None:
         return None
-    depth, deep = p["layers"], full["layers"]
-    per_layer = layer_bytes(p)
+    depth, deep = layers_of(p, s), s["layers"]
+    full = {**(full_params(p) or p), "layers": deep}
+    per_layer = layer_bytes(p, s)
+    grown = bytes_at(p, s, deep) - bytes_at(p, s, depth)
     mem = r.get("memory") or {}
     # On a GPU the weights and KV cache live in device memory: host RSS is shown
     # as measured, never extrapolated by them.
@@ -86,50 +137,61 @@ def from_trial(r: dict) -> dict | None:
             continue
         grows = not on_gpu or m in FIT_METHODS
         predicted[m] = {"measured": mem[m], "layers": depth,
-                        "predicted": mem[m] + (deep - depth) * per_layer["total"] if grows
-                        else None}
-    out = {"schema": SCHEMA, "source": "trial", "preset": p["preset"], "trial": r.get("trial"),
+                        "predicted": mem[m] + grown if grows else None}
+    what = (f"measured at {depth} layer{'s' * (depth != 1)} + the other {deep - depth} "
+            "layers' weights and KV cache by arithmetic; assumes activations, logits and "
+            "workspace do not grow with depth (inference frees each layer's activations); "
+            "not checked by a depth sweep" if depth < deep else
+            f"measured at the full {deep} layers: nothing predicted")
+    imported = (r.get("model") or {}).get("import_rss_bytes")
+    if imported and not on_gpu:
+        what += (f". Host RSS includes {imported / 2**20:.0f} MiB that importing transformers "
+                 "added (host memory: a GPU's memory holds none of it)")
+    out = {"schema": SCHEMA, "source": "trial", "preset": name_of(p), "trial": r.get("trial"),
            "trial_layers": depth, "layers": deep, "per_layer": per_layer,
-           "memory": predicted,
-           "what": (f"measured at {depth} layer{'s' * (depth != 1)} + ({deep} − {depth}) × "
-                    "one layer's weights "
-                    "and KV cache by arithmetic; assumes activations, logits and workspace "
-                    "do not grow with depth (inference frees each layer's activations); "
-                    "not checked by a depth sweep" if depth < deep else
-                    f"measured at the full {deep} layers: nothing predicted")}
+           "memory": predicted, "workload": r["workload"], "what": what}
     out["fits"] = fits_on(full, {m: v["predicted"] for m, v in predicted.items()},
-                          measured=depth == deep)
-    out["decode"] = decode_estimate(full)
+                          measured=depth == deep, s=s)
+    out["decode"] = decode_estimate(full, s)
     return out
 
 
 def partial(r: dict) -> str | None:
     """"T12: 2 of 32 layers of llama-3-8b" for a partial-depth trial's report."""
     p = (r or {}).get("params") or {}
-    full = full_params(p) if r.get("workload") in ("llm-infer", "llm-train") else None
-    if not full or p["layers"] >= full["layers"]:
+    s = sizing_of(r) if r.get("workload") in DEPTHED else None
+    if not s or layers_of(p, s) >= s["layers"]:
         return None
     name = r.get("trial") or "the trial"
-    return f"{name}: {p['layers']} of {full['layers']} layers of {p['preset']}"
+    return f"{name}: {layers_of(p, s)} of {s['layers']} layers of {name_of(p)}"
 
 
-def time_factor(p: dict) -> dict:
+def full_layers(r: dict) -> int | None:
+    """The full depth behind a report or a fit, if it has one."""
+    s = sizing_of(r)
+    return s["layers"] if s else None
+
+
+def time_factor(p: dict, s: dict | None = None) -> dict:
     """A model for a partial-depth trial's time at full depth: the ratio of the
-    parameters every token passes through (layers and lm head; the embedding is
-    a lookup). Decode reads them and prefill multiplies by them, so time scales
+    parameters every token passes through (layers, the rest outside them and
+    the lm head, which is the embedding when tied; the embedding itself is a
+    lookup). Decode reads them and prefill multiplies by them, so time scales
     with them to first order; attention over the context is not in it."""
-    full = full_params(p)
+    s = s or sizing_of({"params": p})
 
-    def through(q):
-        w = arithmetic.weight_params(q)
-        return w["layers"] + w["final_norm"] + w["lm_head"]
-    k = through(full) / through(p)
+    def through(layers):
+        w = arithmetic.sized_params(s, layers)
+        head = w["embedding"] if s.get("tied_embeddings") else w["lm_head"]
+        return w["layers"] + w["other"] + head
+    depth = layers_of(p, s)
+    k = through(s["layers"]) / through(depth)
     # Building random weights takes time in proportion to all of them.
-    w = arithmetic.weight_params(full)["total"] / arithmetic.weight_params(p)["total"]
+    w = arithmetic.sized_params(s)["total"] / arithmetic.sized_params(s, depth)["total"]
     return {"factor": k, "weights_factor": w,
-            "what": (f"scaled ×{k:.3g} from {p['layers']} to {full['layers']} layers by the "
+            "what": (f"scaled ×{k:.3g} from {depth} to {s['layers']} layers by the "
                      "parameters each token passes through (layers + lm head): a model "
-                     "estimate, not measured (an llm-infer depth sweep measures it)")}
+                     "estimate, not measured (a depth sweep measures it)")}
 
 
 # --- a depth sweep --------------------------------------------------------------
@@ -137,7 +199,7 @@ def time_factor(p: dict) -> dict:
 def is_depth_sweep(reports: list[dict]) -> bool:
     """Depths asked for, failed trials included: one ok depth is still a depth sweep."""
     reports = [r for r in reports if r]
-    return (bool(reports) and reports[0].get("workload") == "llm-infer"
+    return (bool(reports) and reports[0].get("workload") in INFER
             and len({(r.get("params") or {}).get("layers") for r in reports}) > 1)
 
 
@@ -146,7 +208,8 @@ def fit_depth(reports: list[dict]) -> dict:
     fixed + per_layer·L, fitted on the sweep's ok trials."""
     reports = [r for r in reports if r]
     ok = [r for r in reports if r.get("status") == "ok"]
-    out = {"schema": SCHEMA, "kind": "depth", "source": "sweep", "workload": "llm-infer",
+    out = {"schema": SCHEMA, "kind": "depth", "source": "sweep",
+           "workload": reports[0].get("workload") if reports else "llm-infer", "sizing": None,
            "preset": None, "defaults": {}, "points": [], "failed": [], "memory": {},
            "time": None, "decode": None, "per_layer": None, "workers": [], "notes": [],
            "error": None}
@@ -168,8 +231,9 @@ def fit_depth(reports: list[dict]) -> dict:
         out["error"] = (f"the trials differ in {', '.join(other)} as well as layers: a depth "
                         "sweep varies layers alone")
         return out
-    out["preset"] = first.get("preset") if first.get("preset") != "none" else None
-    out["per_layer"] = layer_bytes(first)
+    out["preset"] = name_of(first)
+    out["sizing"] = sizing_of(ok[0]) or arithmetic.decoder_sizing(first)
+    out["per_layer"] = layer_bytes(first, out["sizing"])
     for r in ok:
         secs, _ = scaling.seconds_of(r)
         dec = (r.get("decode_per_token") or {}).get("mean")
@@ -234,14 +298,15 @@ def from_sweep(fit: dict, layers: int | None = None) -> dict:
     """The depth sweep's prediction at `layers` (the preset's full depth by
     default): memory per method, time, and the fits-on list."""
     d = fit["defaults"]
-    full = full_params({**d, "layers": 1}) if fit.get("preset") else None
-    layers = layers or (full or {}).get("layers")
+    s = fit.get("sizing") if fit.get("preset") else None
+    layers = layers or (s or {}).get("layers")
     if layers is None:
-        raise ValueError("the sweep has no preset, so there is no full depth to predict: "
-                         "ask for a depth, e.g. `/trial fit S12 layers=32`")
-    if full and layers > full["layers"]:
-        raise ValueError(f"{fit['preset']} has {full['layers']} layers; ask for "
-                         f"layers=1..{full['layers']}")
+        raise ValueError("the sweep has no preset or model, so there is no full depth to "
+                         "predict: ask for a depth, e.g. `/trial fit S12 layers=32`")
+    if s and layers > s["layers"]:
+        raise ValueError(f"{fit['preset']} has {s['layers']} layers; ask for "
+                         f"layers=1..{s['layers']}")
+    s = s or arithmetic.decoder_sizing({**d, "layers": layers})
     at = {**d, "layers": layers}
     pts = fit.get("points") or []
     mem = {m: predict(model, layers, points=pts) for m, model in fit["memory"].items()
@@ -254,8 +319,8 @@ def from_sweep(fit: dict, layers: int | None = None) -> dict:
             # What fits is judged on the interval's upper end where the fit has one.
             "fits": fits_on(at, {m: v["interval"][1] if v["interval"] else v["value"]
                                  for m, v in good.items()},
-                            bounded={m for m, v in good.items() if v["interval"]}),
-            "decode_estimate": decode_estimate(at),
+                            bounded={m for m, v in good.items() if v["interval"]}, s=s),
+            "decode_estimate": decode_estimate(at, s),
             "fits_note": ("the GPU memory fits are unusable (above), so this list falls back "
                           "to the arithmetic" if any(m in FIT_METHODS for m in mem)
                           and not any(m in FIT_METHODS for m in good) else None)}
@@ -275,12 +340,13 @@ def largest_batch(capacity: int, weights: float, kv_seq: float, rest: float, b0:
     return min(MAX_BATCH, max(b0, above))
 
 
-def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozenset()) -> dict:
+def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozenset(),
+            s: dict | None = None) -> dict:
     """Each GPU of the table against a predicted peak at p (full depth, the
     trial's batch b0): margin at b0 and the largest batch. From a measured GPU
     figure when there is one; otherwise from the arithmetic alone, labelled a
     lower bound (a CPU trial measures no GPU memory)."""
-    a = arithmetic_at(p)
+    a = arithmetic_at(p, s)
     b0 = p["batch"]
     method = next((m for m in FIT_METHODS if peaks.get(m) is not None), None)
     if method:
@@ -313,22 +379,25 @@ def fit_row(fits: dict, gpu: gpus.Gpu) -> dict:
                                            fits["rest"], fits["batch"])}
 
 
-def decode_bytes(p: dict) -> float:
-    """Bytes one decode step reads at p: every layer's, the final norm's and the
-    lm head's weights once, one embedding row per sequence (a lookup, not the
-    whole table), and the KV cache as filled on average over the decode
-    (prompt + gen/2 positions per sequence)."""
-    n = arithmetic.DTYPE_BYTES[p["dtype"]]
-    w = arithmetic.weight_params(p)
-    weights = (w["total"] - w["embedding"] + p["batch"] * p["hidden"]) * n
+def decode_bytes(p: dict, s: dict | None = None) -> float:
+    """Bytes one decode step reads at p: every layer's, the rest's and the lm
+    head's weights once, one embedding row per sequence (a lookup, not the
+    whole table, unless it is the tied lm head), and the KV cache as filled on
+    average over the decode (prompt + gen/2 positions per sequence)."""
+    s = s or arithmetic.decoder_sizing(p)
+    n, depth = arithmetic.DTYPE_BYTES[p["dtype"]], layers_of(p, s)
+    w = arithmetic.sized_params(s, depth)
+    looked_up = 0 if s.get("tied_embeddings") else w["embedding"]
+    weights = (w["total"] - looked_up + p["batch"] * s["hidden"]) * n
     filled = p["prompt"] + p["gen"] / 2
-    return weights + arithmetic.kv_bytes_per_token(p) * filled * p["batch"]
+    return weights + arithmetic.sized_kv(s, filled, depth) * p["batch"] * n
 
 
-def decode_estimate(p: dict) -> dict:
+def decode_estimate(p: dict, s: dict | None = None) -> dict:
     """Model estimate of one decode step at p on each GPU with a datasheet
-    bandwidth: a floor, not a measurement."""
-    nbytes = decode_bytes(p)
+    bandwidth: a floor, not a measurement (for a mixture of experts, only
+    where every expert is routed to)."""
+    nbytes = decode_bytes(p, s)
     rows = [{"gpu": g.name, "bandwidth_gbs": sorted(g.bandwidth_gbs, reverse=True),
              "seconds": [nbytes / (bw * 1e9) for bw in sorted(g.bandwidth_gbs, reverse=True)],
              "note": g.note}
@@ -339,4 +408,16 @@ def decode_estimate(p: dict) -> dict:
                      "filled so far once per step; step ≥ bytes ÷ the datasheet's "
                      "peak bandwidth, so real steps are slower (kernels reach a fraction of "
                      "peak, and small batches add launch overhead)"),
-            "no_bandwidth": [g.name for g in gpus.TABLE.values() if not g.bandwidth_gbs]}
+            "no_bandwidth": [g.name for g in gpus.TABLE.values() if not g.bandwidth_gbs],
+            "experts": _experts_note((s or {}).get("experts"), p["batch"])}
+
+
+def _experts_note(experts: dict | None, batch: int) -> str | None:
+    """A MoE step reads only the experts its tokens are routed to."""
+    if not experts:
+        return None
+    n, k = experts["experts"], experts.get("per_token")
+    return (f"a mixture of {n} experts ({k or '?'} per token): this reads every expert, and "
+            f"a step of {batch} sequence{'s' * (batch != 1)} routes to at most "
+            f"{min(n, batch * k) if k else '?'} per layer, so it is no floor below "
+            f"batch {-(-n // k) if k else '?'}")

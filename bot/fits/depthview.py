@@ -33,9 +33,10 @@ def trial_text(pred: dict) -> str:
                          "KV cache, arithmetic)")
         else:
             lines.append(f"• {_SHORT[m]}: measured *{size(v['measured'])}*")
+    key = "model" if pred.get("workload") == "hf-infer" else "preset"
     lines.append(f"_{pred['what']}. A depth sweep measures the per-layer part: "
-                 f"`/trial sweep llm-infer preset={pred['preset']} layers=1,2,4 ...`_"
-                 if ran < deep else f"_{pred['what']}_")
+                 f"`/trial sweep {pred.get('workload') or 'llm-infer'} {key}={pred['preset']} "
+                 "layers=1,2,4 ...`_" if ran < deep else f"_{pred['what']}_")
     return "\n".join(lines)
 
 
@@ -67,9 +68,10 @@ def decode_text(d: dict, layers: int, only: str | None = None) -> str:
         parts = [f"{only}: no datasheet bandwidth in the table, no estimate"]
     none = (f" No datasheet bandwidth for {', '.join(d['no_bandwidth'])}: no estimate."
             if d["no_bandwidth"] else "")
+    moe = f" :warning: {d['experts']}." if d.get("experts") else ""
     return (f"*Decode step at {layers} layers, batch {d['batch']} — model estimate, not "
             f"measured*: {size(d['bytes_per_step'])} read per step; at peak bandwidth "
-            f"{'; '.join(parts)}.\n_{d['what']}.{none}_")
+            f"{'; '.join(parts)}.{moe}\n_{d['what']}.{none}_")
 
 
 def _trial_parts(pred: dict) -> list[str]:
@@ -116,7 +118,8 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
                 gpu=None) -> list[str]:
     ok = sum(1 for j in jobs if j["status"] == "done")
     failed = len(fit.get("failed") or [])
-    what = f"preset {fit['preset']}" if fit.get("preset") else "llm-infer"
+    what = (f"{'model' if fit.get('workload') == 'hf-infer' else 'preset'} {fit['preset']}"
+            if fit.get("preset") else fit.get("workload") or "llm-infer")
     parts = [f":straight_ruler: *Depth sweep S{sweep}* — {what}, {jobs[0]['trial']}–"
              f"{jobs[-1]['trial']}: {ok} ok, {failed} failed; fixed + per-layer × layers"]
     pts = fit.get("points") or []

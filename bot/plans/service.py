@@ -42,7 +42,7 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     try:
         fit = fit_sweep([j["report"] for j in ok])
         if fit.get("kind") == "depth":
-            _check_depth_block(block, params)
+            _check_depth_block(block, params, fit)
         seconds, se, dof = predict_seconds(fit, params)
         verdict = judge_seconds(fit, params, seconds)
     except PlanError:
@@ -74,30 +74,32 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
         if params["layers"] > depths[-1]:
             out["partial"] = (f"sweep S{block['sweep']} measured layers "
                               f"{', '.join(map(str, depths))}; predicted at {params['layers']}")
-    elif ok[0]["report"]["workload"] in ("llm-infer", "llm-train"):
+    elif ok[0]["report"]["workload"] in depth.DEPTHED:
         # A batch sweep of a partial-depth model: its fit is the partial model's time.
-        part = depth.partial({"workload": ok[0]["report"]["workload"],
-                              "params": fit["defaults"], "trial": f"sweep S{block['sweep']}"})
+        first = {"workload": ok[0]["report"]["workload"], "params": fit["defaults"],
+                 "trial": f"sweep S{block['sweep']}", "full_depth": ok[0]["report"].get(
+                     "full_depth")}
+        part = depth.partial(first)
         if part:
-            k = depth.time_factor(fit["defaults"])
+            k = depth.time_factor(fit["defaults"], depth.sizing_of(first))
             sd = out["sd"] * k["factor"] if out["sd"] is not None else None
             out.update(seconds=seconds * k["factor"], se=se * k["factor"], sd=sd,
                        source=f"{source}, {k['what']}", partial=part,
                        weights_factor=k["weights_factor"],
-                       config={"layers": depth.full_params(fit["defaults"])["layers"]})
+                       config={"layers": depth.full_layers(first)})
     return ok, out
 
 
-def _check_depth_block(block: dict, params: dict) -> None:
+def _check_depth_block(block: dict, params: dict, fit: dict) -> None:
     """A block from a depth sweep names the depth it is for (the sweep ran several)."""
-    full = depth.full_params(params)
+    full = depth.full_layers(fit) if fit.get("preset") else None
+    name = fit.get("preset")
     if "layers" not in block["predict"]:
         raise PlanError(f"Sweep S{block['sweep']} is a depth sweep: give the depth the block "
-                        "is for, layers=N" + (f" ({params['preset']}'s full depth is "
-                                              f"layers={full['layers']})" if full else ""))
-    if full and block["predict"]["layers"] > full["layers"]:
-        raise PlanError(f"{params['preset']} has {full['layers']} layers; predict at "
-                        f"layers=1..{full['layers']}")
+                        "is for, layers=N" + (f" ({name}'s full depth is layers={full})"
+                                              if full else ""))
+    if full and block["predict"]["layers"] > full:
+        raise PlanError(f"{name} has {full} layers; predict at layers=1..{full}")
 
 
 def _partial_prediction(trials: list[dict]) -> dict | None:
@@ -109,12 +111,12 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     if part is None:
         return None
     pr = estimate.per_run(trials)
-    k = depth.time_factor(first["params"])
+    k = depth.time_factor(first["params"], depth.sizing_of(first))
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
             "source": f"per {pr['unit']} ({pr['source']}), {k['what']}", "partial": part,
             "no_interval": "a model-scaled time has no measured spread at the full depth",
             "weights_factor": k["weights_factor"],
-            "config": {"layers": depth.full_params(first["params"])["layers"]}}
+            "config": {"layers": depth.full_layers(first)}}
 
 
 def estimates(ctx, plan: dict, blocks: list[dict] | None = None

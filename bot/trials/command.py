@@ -104,6 +104,11 @@ def _handle(ctx, text: str, user: str, channel: str,
         return any(workers.can_run(w["info"], dict(spec.to_dict(),
                                                    route=route)) for w in registered)
 
+    for s in cmd.specs or (cmd.spec,):
+        why = registered and s.workload in specs.HF and workers.hf_refusal(
+            s.params, s.workload, [w for w in registered if routing.matches(w["info"], route)])
+        if why:
+            return reply(f":x: {why} Nothing was queued."), None
     wide = next((s for s in (cmd.specs or (cmd.spec,)) if not s.recipe and not runnable(s)),
                 None)
     if registered and wide:

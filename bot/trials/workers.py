@@ -3,6 +3,8 @@ declared which recipes. Read from the store's `workers` rows; pure besides."""
 from __future__ import annotations
 
 from bot.trials import routing
+from worker import presets
+from worker import spec as specs
 from worker.spec import Workload
 
 ONLINE_SECONDS = 90  # a worker seen within this is "online"
@@ -16,11 +18,57 @@ def can_run(info: dict, spec: dict) -> bool:
     where its route (`gpu=`, `min_mem=`, `label=`) matches."""
     if not routing.matches(info, spec.get("route")):
         return False
+    if spec.get("workload") in specs.HF and hf_lacks(info, spec.get("params", {})):
+        return False
     if spec.get("recipe") is None:
         return fits_ranks(info, spec.get("params", {}))
     recipe = next((r for r in info.get("recipes", []) if r["name"] == spec["recipe"]), None)
     cuda = info.get("device") == "cuda" or (info.get("device") is None and bool(info.get("gpus")))
     return recipe is not None and (recipe.get("requires") != "cuda" or cuda)
+
+
+def hf_lacks(info: dict, params: dict) -> str | None:
+    """Why a worker with `info` cannot run an hf-* trial (None: it can): what
+    it registered of transformers, flash-attn, its configs and the hub."""
+    hf = info.get("hf") or {}
+    if not hf.get("transformers"):
+        return "has no transformers (`pip install 'trialbot[hf]'` on the worker)"
+    if params.get("attn") == "flash_attention_2":
+        if not hf.get("flash_attn"):
+            return "has no flash-attn (attn=flash_attention_2)"
+        if info.get("device") != "cuda":
+            return "has no CUDA GPU (attn=flash_attention_2 runs on CUDA only)"
+    model = params.get("model", "none")
+    if presets.get(model):
+        return None
+    known = (hf.get("models") or {}).get(model)
+    if known and known.get("error"):
+        return f"cannot build `model={model}`: {known['error']}"
+    if known:
+        depth = known.get("layers")
+        if depth and params.get("layers", 0) > depth:
+            return f"has `model={model}` with {depth} layers (layers={params['layers']} asked)"
+        return None
+    if model.count("/") == 1:
+        return None if hf.get("hub") else f"may not fetch `model={model}` from the hub (--hub)"
+    return f"has no config named `model={model}` (--models DIR)"
+
+
+def hf_refusal(params: dict, workload: str, registered: list[dict]) -> str | None:
+    """Why no registered worker can run this hf-* trial, in words that say how
+    to fix it; None when one can."""
+    reasons = [(w["name"], hf_lacks(w["info"], params)) for w in registered]
+    if any(why is None for _, why in reasons):
+        return None
+    models = sorted({n for w in registered for n, m in ((w["info"].get("hf") or {})
+                                                        .get("models") or {}).items()
+                     if not m.get("error")})
+    listed = "; ".join(f"{name} {why}" for name, why in reasons)
+    return (f"No worker can run this {workload} trial: {listed}. Models any worker can build: "
+            f"the presets ({presets.known()})"
+            + (f" and {', '.join(models)}" if models else "")
+            + ". Name one of those, or give a worker the config (`trialbot-worker --models DIR`),"
+              " the hub (`--hub`) or the package it lacks.")
 
 
 def fits_ranks(info: dict, params: dict) -> bool:

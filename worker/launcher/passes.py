@@ -29,8 +29,10 @@ SUPPLIED = ("host_rss_peak", "host_rss_peak_kernel")
 
 # The memory pass measures two runs: the live peak repeats, and a second run is
 # a second chance for the ~100 Hz sampler to catch it.
-MEMORY_PASS = {"llm-infer": {"warmup": 0, "repeats": 2, "stability": 0},
-               "llm-train": {"warmup": 0, "steps": 2}}  # step 2 holds the optimizer state
+INFER_PASS = {"warmup": 0, "repeats": 2, "stability": 0}
+TRAIN_PASS = {"warmup": 0, "steps": 2}  # step 2 holds the optimizer state
+MEMORY_PASS = {"llm-infer": INFER_PASS, "llm-train": TRAIN_PASS,
+               "hf-infer": INFER_PASS, "hf-train": TRAIN_PASS}
 
 LIVE_WHY = ("glibc's mmap threshold pinned at 64 KiB, so freed tensors leave RSS: the live "
             "peak")

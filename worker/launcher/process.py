@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from worker import models
 from worker.launcher.sampler import SAMPLE_HZ, Sampler
 from worker.spec import TrialSpec
 
@@ -106,6 +107,8 @@ def builtin_env(spec: TrialSpec) -> dict:
     """A built-in workload's child environment: this package importable, and
     with malloc=live glibc's mmap threshold pinned (read by glibc at startup)."""
     env = child_env(PYTHONPATH=pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
+    # hf-* models: the directories and hub switch the operator allowed (worker/models.py)
+    env.update({k: os.environ[k] for k in (models.ENV_DIRS, models.ENV_HUB) if k in os.environ})
     if spec.params.get("malloc") == "live":
         env["MALLOC_MMAP_THRESHOLD_"] = str(LIVE_MMAP_THRESHOLD)
     return env

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = {"llm-infer": "worker.workloads.llm_infer", "llm-train": "worker.workloads.llm_train"}
+MODULES = {"llm-infer": "worker.workloads.llm_infer", "llm-train": "worker.workloads.llm_train",
+           "hf-infer": "worker.workloads.hf_infer", "hf-train": "worker.workloads.hf_train"}
 
 
 class Unsupported(Exception):

@@ -84,7 +84,12 @@ def shard_params(opt) -> int:
     return sum(p.numel() for group in local.param_groups for p in group["params"])
 
 
-def train(rank: int, p: dict, device: str, phase, sync) -> dict:
+def make(p: dict, dev) -> nn.Module:
+    """The built-in decoder to train (hf-train passes its own `make`)."""
+    return TrainModel(p, dev)
+
+
+def train(rank: int, p: dict, device: str, phase, sync, make=make) -> dict:
     world = p["world"]
     dev = torch.device(device, rank) if device == "cuda" else torch.device(device)
     if device == "cuda":
@@ -94,7 +99,7 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with phase("weights"):
         torch.manual_seed(p["seed"])
-        model = TrainModel(p, dev).to(dev)
+        model = make(p, dev).to(dev)
         params = sum(t.numel() for t in model.parameters())
         if world > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -107,7 +112,8 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
             opt = torch.optim.AdamW(model.parameters(), lr=LR)
     with phase("data"):
         g = torch.Generator().manual_seed(p["seed"])
-        tokens = torch.randint(0, p["vocab"], (p["batch"], p["seq"] + 1), generator=g)
+        vocab = model.vocab if hasattr(model, "vocab") else p["vocab"]
+        tokens = torch.randint(0, vocab, (p["batch"], p["seq"] + 1), generator=g)
         share = p["batch"] // world
         tokens = tokens[rank * share:(rank + 1) * share].to(dev)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -120,7 +126,7 @@ def train(rank: int, p: dict, device: str, phase, sync) -> dict:
         with torch.autocast(device, dtype=DTYPES.get(p["precision"], torch.float32),
                             enabled=use_amp):
             logits = model(inputs)
-        loss = F.cross_entropy(logits.float().reshape(-1, p["vocab"]), targets.reshape(-1))
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
@@ -159,13 +165,13 @@ def _init(rank: int, p: dict, device: str, port: int) -> None:
                             world_size=p["world"], timeout=datetime.timedelta(seconds=120))
 
 
-def _rank_main(rank: int, p: dict, device: str, port: int) -> None:
+def _rank_main(rank: int, p: dict, device: str, port: int, make=make) -> None:
     """Ranks 1..world-1: the same steps, untimed; results go to rank 0."""
     import torch.distributed as dist
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // p["world"]))
     _init(rank, p, device, port)
     result = train(rank, p, device, lambda name: nullcontext(),
-                   torch.cuda.synchronize if device == "cuda" else lambda: None)
+                   torch.cuda.synchronize if device == "cuda" else lambda: None, make)
     dist.gather_object(result, None, dst=0)
     dist.destroy_process_group()
 
@@ -193,12 +199,14 @@ def _watch(procs: list, done: threading.Event) -> None:
             os._exit(1)
 
 
-def run(p: dict, trial) -> dict:
+def run(p: dict, trial, make=make) -> dict:
+    """`make(p, dev)` builds the model to train: a module-level function, so
+    spawned ranks can import it."""
     device = trial.device
     check(p, device)
     world = p["world"]
     if world == 1:
-        ranks = [train(0, p, device, trial.phase, trial.sync)]
+        ranks = [train(0, p, device, trial.phase, trial.sync, make)]
     else:
         import torch.distributed as dist
         with socket.socket() as s:
@@ -206,7 +214,7 @@ def run(p: dict, trial) -> dict:
             port = s.getsockname()[1]
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_rank_main, args=(r, p, device, port), daemon=True)
+        procs = [ctx.Process(target=_rank_main, args=(r, p, device, port, make), daemon=True)
                  for r in range(1, world)]
         for proc in procs:
             proc.start()
@@ -214,7 +222,7 @@ def run(p: dict, trial) -> dict:
         threading.Thread(target=_watch, args=(procs, done), daemon=True).start()
         try:
             _init(0, p, device, port)
-            mine = train(0, p, device, trial.phase, trial.sync)
+            mine = train(0, p, device, trial.phase, trial.sync, make)
             gathered = [None] * world
             dist.gather_object(mine, gathered, dst=0)
             dist.destroy_process_group()

@@ -1,0 +1,237 @@
+"""Hugging Face models for hf-infer and hf-train: a config (worker/models.py)
+built by transformers with random weights, at the trial's depth, and sized on
+the meta device at its full depth.
+
+Sizing counts the parameters of transformers' own class, so MoE experts,
+biases and tied embeddings are exact by construction; the KV cache per token
+follows the config as transformers' cache does (kv heads, head size, and a
+sliding window per layer where the architecture has one).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import psutil
+import torch
+
+from worker import models, presets
+from worker.arithmetic import sized_full_depth
+from worker.workloads import Unsupported
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+INSTALL = "pip install 'trialbot[hf]' on the worker"
+
+
+def transformers():
+    try:
+        import transformers as tf
+    except ImportError:
+        raise Unsupported(f"hf-infer and hf-train need transformers, which this worker lacks: "
+                          f"{INSTALL}") from None
+    return tf
+
+
+def _first_sentence(exc: Exception) -> str:
+    text = str(exc).split("\n")[0].split(". Should contain one of")[0]
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def config(model: str, layers: int = 0):
+    """The transformers config for `model=`, cut to `layers` (0: its own depth)."""
+    tf = transformers()
+    try:
+        source = models.resolve(model)
+    except models.ModelError as exc:
+        raise Unsupported(str(exc)) from None
+    try:
+        if source["kind"] == "hub":
+            cfg = tf.AutoConfig.from_pretrained(source["hub_id"])
+        else:
+            data = {k: v for k, v in source["config"].items() if k != "model_type"}
+            cfg = tf.AutoConfig.for_model(source["config"]["model_type"], **data)
+    except OSError as exc:  # the hub unreachable, or no such repository
+        raise Unsupported(f"`model={model}`: the hub's config could not be read "
+                          f"({_first_sentence(exc)}); save the config.json in the worker's "
+                          "--models directory instead") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Unsupported(f"`model={model}`: transformers {tf.__version__} cannot read this "
+                          f"config ({_first_sentence(exc)}); check its model_type, or upgrade "
+                          "transformers") from None
+    text = cfg.get_text_config()
+    full = text.num_hidden_layers
+    if layers > full:
+        raise Unsupported(f"`layers={layers}`: {model} has {full} layers; use "
+                          f"layers=1..{full} (0: all of them)")
+    if layers:
+        cut(text, layers)
+    return cfg, source, full
+
+
+def cut(text_config, layers: int) -> None:
+    """The first `layers` layers: per-layer lists (layer_types, ...) cut to match."""
+    full = text_config.num_hidden_layers
+    text_config.num_hidden_layers = layers
+    for key, value in list(vars(text_config).items()):
+        if isinstance(value, list) and len(value) == full and key.endswith(("_types", "_layers"))\
+                and key != "mlp_only_layers":
+            setattr(text_config, key, value[:layers])
+
+
+def check_attn(attn: str) -> None:
+    if attn == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise Unsupported("`attn=flash_attention_2`: flash-attn is not installed on this "
+                          "worker; use attn=sdpa or attn=eager, or `pip install flash-attn` "
+                          "on a CUDA worker")
+
+
+def build(cfg, dtype: str, device: str, attn: str, seed: int):
+    """The causal LM for `cfg` with random weights, built in the target dtype on
+    the device (no fp32 copy first)."""
+    tf = transformers()
+    check_attn(attn)
+    torch.manual_seed(seed)
+    try:
+        with torch.device(device):
+            return tf.AutoModelForCausalLM.from_config(cfg, dtype=DTYPES[dtype],
+                                                       attn_implementation=attn)
+    except (ValueError, ImportError) as exc:
+        raise Unsupported(f"transformers {tf.__version__} cannot build this model as a causal "
+                          f"LM with attn={attn} ({_first_sentence(exc)}); hf-infer and hf-train "
+                          "take decoder-only models (AutoModelForCausalLM)") from None
+
+
+def decoder_layers(model) -> torch.nn.ModuleList | None:
+    """The model's stack of transformer layers: the ModuleList of
+    num_hidden_layers modules."""
+    n = model.config.get_text_config().num_hidden_layers
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()), default=None)
+
+
+def kv_layers(text_config) -> list[dict]:
+    """Per layer: KV-cache elements per token (K and V) and its window (None:
+    the whole context), as transformers' cache keeps them."""
+    heads = text_config.num_attention_heads
+    kv = getattr(text_config, "num_key_value_heads", None) or heads
+    hd = getattr(text_config, "head_dim", None) or text_config.hidden_size // heads
+    types = getattr(text_config, "layer_types", None)
+    window = getattr(text_config, "sliding_window", None)
+    if getattr(text_config, "use_sliding_window", True) is False:
+        window = None
+    out = []
+    for i in range(text_config.num_hidden_layers):
+        kind = types[i] if types and i < len(types) else (
+            "sliding_attention" if window else "full_attention")
+        if kind in ("sliding_attention", "chunked_attention"):
+            w = window if kind == "sliding_attention" else getattr(
+                text_config, "attention_chunk_size", None)
+            out.append({"elements": 2 * kv * hd, "window": w})
+        elif kind == "full_attention":
+            out.append({"elements": 2 * kv * hd, "window": None})
+        else:  # linear attention, mamba, KV shared with another layer: no growing cache
+            out.append({"elements": 0, "window": None, "kind": kind})
+    return out
+
+
+def sizing(cfg, full: int, source: dict, tf_version: str) -> dict:
+    """The model at its full depth, counted on the meta device (no memory): the
+    parameters of the layers (each), the embedding, the lm head (0 when tied),
+    the rest, and the KV cache per token per layer. What worker/arithmetic.py's
+    sized_* functions and the bot's depth predictions read."""
+    tf = transformers()
+    text = cfg.get_text_config()
+    if text.num_hidden_layers != full:  # re-read at full depth
+        cfg, _, _ = config(source["name"])
+        text = cfg.get_text_config()
+    with torch.device("meta"):
+        model = tf.AutoModelForCausalLM.from_config(cfg)
+    total = sum(p.numel() for p in model.parameters())  # shared (tied) tensors once
+    stack = decoder_layers(model)
+    if stack is None:
+        raise Unsupported(f"{source['name']}: no stack of {full} layers found in "
+                          f"{type(model).__name__}, so it cannot be sized by depth")
+    layer = [sum(p.numel() for p in block.parameters()) for block in stack]
+    emb = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    embedding = emb.weight.numel() if emb is not None else 0
+    tied = head is not None and emb is not None and head.weight is emb.weight
+    lm_head = 0 if tied or head is None else head.weight.numel()
+    moe = _experts(text)
+    return {
+        "what": f"counted on the meta device from transformers {tf_version}'s "
+                f"{type(model).__name__} at the full {full} layers (no weights); KV cache "
+                "per token from the config as transformers' cache keeps it",
+        "architecture": type(model).__name__, "model_type": cfg.model_type,
+        "source": source["source"], "layers": full, "hidden": text.hidden_size,
+        "vocab": text.vocab_size, "total": total, "embedding": embedding,
+        "lm_head": lm_head, "tied_embeddings": tied,
+        "other": total - embedding - lm_head - sum(layer),
+        "layer_params": layer, "kv": kv_layers(text), "experts": moe,
+    }
+
+
+def _experts(text) -> dict | None:
+    """A mixture of experts' routing, where the config says it (the decode
+    estimate's weights-read floor does not hold for it)."""
+    for total_key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        n = getattr(text, total_key, None)
+        if isinstance(n, int) and n > 1:
+            k = next((getattr(text, key) for key in ("num_experts_per_tok", "moe_topk", "top_k")
+                      if isinstance(getattr(text, key, None), int)), None)
+            return {"experts": n, "per_token": k}
+    return None
+
+
+def model_block(cfg, source: dict, full: int, p: dict, tf_version: str) -> dict:
+    """The report's `model`: what was built, and from where."""
+    return {"name": source["name"], "source": source["source"], "kind": source["kind"],
+            "architecture": (cfg.architectures or [None])[0], "model_type": cfg.model_type,
+            "layers": cfg.get_text_config().num_hidden_layers, "full_layers": full,
+            "attn": p.get("attn"), "transformers": tf_version,
+            "weights": "random (from the config; nothing downloaded)"}
+
+
+def imported() -> tuple[str, int]:
+    """Import transformers: its version, and what importing it added to host RSS."""
+    before = psutil.Process().memory_info().rss
+    tf = transformers()
+    return tf.__version__, psutil.Process().memory_info().rss - before
+
+
+def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: int) -> dict:
+    """The report's `model` and `full_depth` blocks, after the timed phases
+    (sizing builds the full model on the meta device: no memory, a few seconds)."""
+    preset = presets.get(p["model"])
+    sizing_ = sizing(cfg, full, source, version)
+    info = {**model_block(cfg, source, full, p, version), "import_rss_bytes": import_rss,
+            "import_what": "host RSS that importing transformers added to the trial's "
+                           "process (psutil, before and after): host memory a GPU does not "
+                           "hold"}
+    return {"model": info,
+            "full_depth": sized_full_depth({**p, "dtype": p.get("dtype", "fp32")}, sizing_,
+                                           p["model"],
+                                           preset.published_params if preset else None)}
+
+
+def check(names: list[str]) -> dict[str, str | None]:
+    """Each named config built on the meta device: None, or why it cannot be."""
+    out = {}
+    for name in names:
+        try:
+            cfg, _, _ = config(name)
+            with torch.device("meta"):
+                transformers().AutoModelForCausalLM.from_config(cfg)
+            out[name] = None
+        except Unsupported as exc:
+            out[name] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any reason a config cannot build
+            out[name] = (f"transformers cannot build `model={name}` as a causal LM "
+                         f"({_first_sentence(exc)})")
+    return out
+
+
+if __name__ == "__main__":  # `python -m worker.workloads.hf NAME...`: the worker's check
+    import json
+    import sys
+    print(json.dumps(check(sys.argv[1:])))

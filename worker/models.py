@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from worker import presets
@@ -39,8 +40,11 @@ def hub_allowed() -> bool:
     return os.environ.get(ENV_HUB) == "1"
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def is_hub_id(name: str) -> bool:
-    return name.count("/") == 1
+    return bool(HUB_ID.fullmatch(name)) and ".." not in name
 
 
 def resolve(name: str, dirs: list[str] | None = None, hub: bool | None = None) -> dict:

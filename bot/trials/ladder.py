@@ -29,7 +29,9 @@ REFERENCES = {
     "zero-1": "ZeRO-1 divides optimizer-state memory by the data-parallel degree "
               "(Adam in mixed precision: 12 bytes/param, 1.5B params → 18 GB → 2.25 GB on 8 ranks)",
 }
-USAGE = "/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] [budget=24GB]"
+USAGE = ("/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] [budget=24GB]  |  "
+         "/trial ladder hf-train model=NAME layers=2 ...")
+TRAINING = ("llm-train", "hf-train")
 
 
 def size(raw: str) -> int:
@@ -43,9 +45,10 @@ def size(raw: str) -> int:
 def parse(words: list[str]) -> tuple[list[tuple[str, specs.TrialSpec, str]], int | None]:
     """`llm-train k=v ... [budget=24GB]` → the ladder's trials, each parsed as a
     single trial would be, and the memory budget in bytes (or None)."""
-    if not words or words[0] != "llm-train":
-        raise specs.SpecError(" ".join(words[:1]) or "ladder", "the ladder runs the training "
-                              "workload: `/trial ladder llm-train ...`", USAGE)
+    if not words or words[0] not in TRAINING:
+        raise specs.SpecError(" ".join(words[:1]) or "ladder", "the ladder runs a training "
+                              "workload: `/trial ladder llm-train ...` or `/trial ladder "
+                              "hf-train model=NAME ...`", USAGE)
     given = dict(w.partition("=")[::2] for w in words[1:] if "=" in w)
     budget = size(given.pop("budget")) if "budget" in given else None
     for fixed in ("checkpointing", "zero"):
@@ -69,7 +72,7 @@ def parse(words: list[str]) -> tuple[list[tuple[str, specs.TrialSpec, str]], int
                          f"world={world}"])]
     out = []
     for name, extra in steps:
-        one = ["llm-train", *rest, *extra]
+        one = [words[0], *rest, *extra]
         out.append((name, specs.parse(one), " ".join(one)))
     return out, budget
 
@@ -104,7 +107,11 @@ def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
         t = r["training"]
         row = {"step": name, "ok": True, "trial": r.get("trial"), "memory": mem,
                "method": method, "seconds": r["latency"]["mean"], "loss": t["loss_final"],
-               "steps": t["steps"], "world": t["world"], "params": r["params"],
+               "steps": t["steps"], "world": t["world"],
+               # hf-train's layers=0 is the config's depth: the built one
+               "params": {**r["params"], "layers": r["params"].get("layers")
+                          or (r.get("model") or {}).get("layers")},
+               "counts": counts(r),
                "runtime": runtime}
         if base_loss is not None:
             row["quality"] = (t["loss_final"] - base_loss) / base_loss
@@ -225,13 +232,23 @@ def chain(table: list[dict], adopted: list[str], current: dict) -> list[str]:
     return out
 
 
-def fixed_bytes(p: dict, world: int) -> tuple[int, int]:
+def counts(r: dict) -> dict:
+    """The trained model's parameters: all of them as the trial counted them,
+    one layer's by the decoder's arithmetic or (hf-train) transformers' sizing."""
+    s = (r.get("full_depth") or {}).get("sizing")
+    if s is None:
+        return arithmetic.weight_params(r["params"])
+    return {"total": r["training"]["params"], "per_layer": sum(s["layer_params"]) / s["layers"]}
+
+
+def fixed_bytes(p: dict, world: int, count: dict | None = None) -> tuple[int, int]:
     """Bytes that do not grow with batch or sequence, by arithmetic: fp32 weights
     (4 B/param), fp32 gradients (4) and AdamW's two moments (8, ÷ world under
-    ZeRO-1). Returns (all of them, one transformer layer's share)."""
-    counts = arithmetic.weight_params(p)
+    ZeRO-1). Returns (all of them, one transformer layer's share). `count`:
+    the trial's own parameter counts (counts()); else the decoder's arithmetic."""
+    count = count or arithmetic.weight_params(p)
     per_param = 8 + ADAM_BYTES / (world if p.get("zero") else 1)
-    return int(counts["total"] * per_param), int(counts["per_layer"] * per_param)
+    return int(count["total"] * per_param), int(count["per_layer"] * per_param)
 
 
 def per_sequence(table: list[dict]) -> int | None:
@@ -245,7 +262,8 @@ def per_sequence(table: list[dict]) -> int | None:
     if not (a and z and a["memory"] and z["memory"] and a["method"] == z["method"]):
         return None
     world, batch = z["world"], z["params"]["batch"]
-    moved = ADAM_BYTES * arithmetic.weight_params(z["params"])["total"] * (1 - 1 / world)
+    total = (z.get("counts") or arithmetic.weight_params(z["params"]))["total"]
+    moved = ADAM_BYTES * total * (1 - 1 / world)
     value = int((a["memory"] - z["memory"] - moved) / (batch - batch / world))
     return value if value > 0 else None
 
@@ -260,11 +278,12 @@ def goal(row: dict, budget: int, per_seq: int | None = None) -> dict:
     activations, so those answers err toward fitting less. None for a value that
     nothing makes fit; no activations when they come out at or below zero."""
     p, mem, runtime = row["params"], row["memory"], row.get("runtime") or 0
-    fixed, per_layer = fixed_bytes(p, row["world"])
+    count = row.get("counts") or arithmetic.weight_params(p)
+    fixed, per_layer = fixed_bytes(p, row["world"], count)
     share = p["batch"] // row["world"]
     rest = per_seq * share if per_seq else mem - fixed - runtime
     out = {"fixed": fixed, "runtime": runtime, "activations": rest, "per_seq": per_seq,
-           "bytes_per_param": fixed / arithmetic.weight_params(p)["total"],
+           "bytes_per_param": fixed / count["total"],
            "per_layer": per_layer, "batch": None, "seq": None, "layers": None,
            "gpu": min((g for g in gpus.TABLE.values() if g.bytes >= mem),
                       key=lambda g: g.bytes, default=None)}

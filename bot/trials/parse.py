@@ -134,10 +134,14 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
         raise specs.SpecError(" ".join(words), "a sweep needs at least 2 configs: give a "
                               "parameter a comma list, e.g. `batch=1,2,4`", usage)
     depth = "layers" in lists and not workload.recipe
-    if depth and workload.name != "llm-infer":
+    if depth and workload.name not in ("llm-infer", "hf-infer"):
         raise specs.SpecError(" ".join(words), f"`layers=` as a list is a depth sweep, which "
-                              f"llm-infer runs (its fit is of inference memory and time); "
-                              f"give {workload.name} one layers value", usage)
+                              f"llm-infer and hf-infer run (its fit is of inference memory and "
+                              f"time); give {workload.name} one layers value", usage)
+    if depth and 0 in lists["layers"]:
+        raise specs.SpecError(" ".join(words), "`layers=0` (the config's full depth) in a depth "
+                              "sweep: give every depth as a number of layers, e.g. "
+                              "layers=1,2,4", usage)
     if depth and len(lists) > 1:
         raise specs.SpecError(" ".join(f"{k}=..." for k in lists), "a depth sweep varies "
                               "layers alone (the fit is fixed + per-layer × layers); give "

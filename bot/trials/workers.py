@@ -3,7 +3,7 @@ declared which recipes. Read from the store's `workers` rows; pure besides."""
 from __future__ import annotations
 
 from bot.trials import routing
-from worker import presets
+from worker import models, presets
 from worker import spec as specs
 from worker.spec import Workload
 
@@ -49,7 +49,7 @@ def hf_lacks(info: dict, params: dict) -> str | None:
         if depth and params.get("layers", 0) > depth:
             return f"has `model={model}` with {depth} layers (layers={params['layers']} asked)"
         return None
-    if model.count("/") == 1:
+    if models.is_hub_id(model):
         return None if hf.get("hub") else f"may not fetch `model={model}` from the hub (--hub)"
     return f"has no config named `model={model}` (--models DIR)"
 
@@ -60,13 +60,13 @@ def hf_refusal(params: dict, workload: str, registered: list[dict]) -> str | Non
     reasons = [(w["name"], hf_lacks(w["info"], params)) for w in registered]
     if any(why is None for _, why in reasons):
         return None
-    models = sorted({n for w in registered for n, m in ((w["info"].get("hf") or {})
+    names = sorted({n for w in registered for n, m in ((w["info"].get("hf") or {})
                                                         .get("models") or {}).items()
                      if not m.get("error")})
     listed = "; ".join(f"{name} {why}" for name, why in reasons)
     return (f"No worker can run this {workload} trial: {listed}. Models any worker can build: "
             f"the presets ({presets.known()})"
-            + (f" and {', '.join(models)}" if models else "")
+            + (f" and {', '.join(names)}" if names else "")
             + ". Name one of those, or give a worker the config (`trialbot-worker --models DIR`),"
               " the hub (`--hub`) or the package it lacks.")
 

@@ -205,6 +205,7 @@ def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: i
     preset = presets.get(p["model"])
     sizing_ = sizing(cfg, full, source, version)
     info = {**model_block(cfg, source, full, p, version), "import_rss_bytes": import_rss,
+            "architecture": sizing_["architecture"],  # the class transformers built
             "import_what": "host RSS that importing transformers added to the trial's "
                            "process (psutil, before and after): host memory a GPU does not "
                            "hold"}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from worker import launcher, recipes
+from worker import launcher, recipes, summary
+from worker.report import validate
 from worker.spec import parse
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -78,13 +79,14 @@ def checkpoint(tmp_path_factory):
     return out
 
 
-def run_script(tmp_path, checkpoint, body: str) -> dict:
+def run_script(tmp_path, checkpoint, body: str, arg: str = "", env: str = "") -> dict:
+    """`body` run as recipe `paper` with the checkpoint's path (and `arg`)."""
     (tmp_path / "paper.py").write_text(body)
     (tmp_path / "recipes.toml").write_text(textwrap.dedent(f"""
         [recipes.paper]
         cwd = "{tmp_path}"
-        argv = ["{{python}}", "paper.py", "{checkpoint}"]
-        env = {{ HF_HUB_OFFLINE = "1", TOKENIZERS_PARALLELISM = "false" }}
+        argv = ["{{python}}", "paper.py", "{checkpoint}", "{arg}"]
+        env = {{ HF_HUB_OFFLINE = "1", TOKENIZERS_PARALLELISM = "false"{env} }}
         timeout = "5m"
         """))
     book = recipes.load(str(tmp_path / "recipes.toml"))
@@ -116,6 +118,8 @@ def test_unmarked_generate_script_gets_phases_and_latency(tmp_path, checkpoint):
     assert r["stability"]["count"] == K and r["stability"]["stopped_by"] == "count"
     assert "TRIALBOT_PHASE" not in r["output_tail"]  # hooks never write to its stdout
     assert r["seconds"] >= sum(p["seconds"] for p in r["phases"])
+    assert validate(r) == []
+    assert f"over {K} generate calls" in dict(summary.facts(r))["latency per generate call"]
 
 
 def test_the_scripts_own_marks_win(tmp_path, checkpoint):
@@ -160,3 +164,27 @@ def test_the_probe_imports_neither_torch_nor_transformers(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     assert list(tmp_path.glob("probe-*.json"))  # the probe did run
+
+
+DATASET = HEAD + """\
+from datasets import load_dataset
+
+rows = load_dataset("json", data_files=sys.argv[2], split="train")
+batch = tokenizer([row["text"] for row in rows], return_tensors="pt", padding=True)
+for _ in range(3):
+    model.generate(**batch, max_new_tokens=3, do_sample=False)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("datasets") is None,
+                    reason="datasets is not installed (the load_dataset hook is optional)")
+def test_load_dataset_is_a_data_phase(tmp_path, checkpoint):
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"text": "the cat sat"}\n{"text": "small blue boats"}\n')
+    cache = tmp_path / "cache"
+    r = run_script(tmp_path, checkpoint, DATASET, str(data),
+                   f', HF_DATASETS_OFFLINE = "1", HF_DATASETS_CACHE = "{cache}"')
+    assert [(p["name"], p["found_by"]) for p in r["phases"]] == [
+        ("launch", "start"), ("data", "hook:tokenizer"), ("weights", "hook:from_pretrained"),
+        ("data", "hook:load_dataset"), ("warmup", "hook:generate"), ("run", "hook:generate")]
+    assert r["latency"]["count"] == 2

@@ -40,7 +40,7 @@ class Hooks:
             self.local.depth = 1
             try:
                 if kind in PHASE_OF:
-                    self.probe.hook_phase(PHASE_OF[kind], "hook:" + kind)
+                    _quietly(self.probe.hook_phase, PHASE_OF[kind], "hook:" + kind)
                     return fn(*args, **kwargs)
                 return self._unit(kind, fn, args, kwargs)
             finally:
@@ -52,14 +52,23 @@ class Hooks:
 
     def _unit(self, kind, fn, args, kwargs):
         probe = self.probe
-        probe.hook_phase("run" if probe.units_seen else "warmup", "hook:" + kind)
+        _quietly(probe.hook_phase, "run" if probe.units_seen else "warmup", "hook:" + kind)
         phase = probe.phase
         probe.sync()  # queued GPU work before the unit is not the unit's
         t0, p0 = time.time(), time.perf_counter()
         out = fn(*args, **kwargs)
         probe.sync()  # the unit's own GPU work is
-        probe.unit(kind, phase, t0, time.perf_counter() - p0)
+        _quietly(probe.unit, kind, phase, t0, time.perf_counter() - p0)
         return out
+
+
+def _quietly(fn, *args):
+    """The probe's bookkeeping (a file it writes): a failure there measures
+    less, and must never fail the program's own call."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - see above
+        pass
 
 
 def _patch_models(hooks, module):

@@ -271,6 +271,17 @@ def test_a_run_is_the_run_phase_over_its_requests():
     assert planner.per_run([job(1, r)])["mean"] == 2.5
 
 
+def test_a_recipes_launch_is_prep_not_spread_over_its_run_units():
+    # A hooked recipe: importing transformers (launch) takes longer than its runs.
+    r = report(mean=0.25, count=4)
+    r["phases"] = [{"name": "launch", "seconds": 6.0}, {"name": "data", "seconds": 0.5},
+                   {"name": "weights", "seconds": 1.0}, {"name": "warmup", "seconds": 0.3},
+                   {"name": "run", "seconds": 1.0}]
+    r["seconds"] = sum(p["seconds"] for p in r["phases"])
+    assert planner.per_run([job(1, r)])["mean"] == pytest.approx(0.25)
+    assert planner.prep_seconds(r) == pytest.approx(7.3)
+
+
 def test_a_halve_batch_retry_is_not_a_failure_of_the_smaller_batch():
     tries = [{"status": "failed", "error_class": "oom", "seconds": 5, "changed": "{}"},
              {"status": "ok", "error_class": None, "seconds": 300, "changed": '{"batch": 2}'}]

@@ -306,3 +306,21 @@ def test_probe_records_each_phases_allocator_peak_even_with_repeated_names(tmp_p
     assert m["peak_allocated"] == 5000 and m["num_ooms"] == 0
     assert "injected probe" in m["method"]["peak_allocated"]
     assert r["env"]["gpu_name"] == "Fake GPU"
+
+
+def test_hook_phases_reset_the_allocator_peaks_and_the_run_ends_at_its_last_unit(tmp_path):
+    book = recipes.load(write(tmp_path, f"""
+        [recipes.hooked]
+        cwd = "{PROGRAMS}"
+        argv = ["{{python}}", "probe_hooked.py"]
+        env = {{ PYTHONPATH = "{PROGRAMS / 'faketorch'}" }}
+        """))
+    r = launcher.run_trial(parse(["recipe", "hooked"], {"hooked": book["hooked"].workload()}),
+                           recipes=book)
+    assert r["status"] == "ok", r["error"]
+    assert [(p["name"], p["found_by"], p["peak_allocated"]) for p in r["phases"]] == [
+        ("launch", "start", 0), ("weights", "hook:from_pretrained", 1000),
+        ("warmup", "hook:generate", 3000), ("run", "hook:generate", 4000)]
+    assert r["memory"]["peak_allocated"] == 9000  # the whole process's, after the run too
+    assert r["latency"]["count"] == 3
+    assert r["phases"][-1]["end"] == r["windows"]["rows"][-1]["end"]  # the last unit's end

@@ -197,6 +197,14 @@ def test_recipe_sweep_uses_batch_and_the_swept_length_and_run_phase_time():
     assert fit["memory"]["host_rss_peak"]["coef"] == pytest.approx([100 * MiB, 256_000])
     assert fit["time"]["coef"] == pytest.approx([0, 0.5], abs=1e-12)
     assert "run phase" in fit["time"]["what"]
+    # With run units timed by the probe's hooks, the time is their mean latency.
+    hooked = [recipe(f"T{b}", b, 256) for b in (1, 2, 4)]
+    for r in hooked:
+        r["latency"] = {"mean": 0.1 * r["params"]["batch"], "count": 4}
+        r["units"] = {"unit": "generate call", "run": 4}
+    fit = fit_sweep(hooked)
+    assert fit["time"]["coef"] == pytest.approx([0, 0.1], abs=1e-12)
+    assert "per generate call" in fit["time"]["what"]
 
 
 def test_architecture_arithmetic_matches_the_decoder():

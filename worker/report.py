@@ -41,6 +41,7 @@ class Phase(TypedDict, total=False):
     start: float       # Unix time
     end: float
     seconds: float
+    found_by: str      # a recipe's: start, mark, hook:<what>, whole-program, recipe-setup
     peak_allocated: int | None  # CUDA only: peaks reset at the phase's start
     peak_reserved: int | None
     allocated: int | None       # ... and at its end
@@ -161,6 +162,7 @@ class Report(TypedDict, total=False):
     output_tail: str
     slurm: dict
     windows: Windows | None            # the run phase in windows (drift inside the trial)
+    units: dict | None                 # a recipe's generate/model calls the probe timed
     contention: Contention | None      # what else ran on the machine meanwhile
     passes: list[Pass] | None          # malloc=auto: memory pass (live) and time pass (glibc)
 

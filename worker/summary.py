@@ -37,10 +37,11 @@ def facts(r: Report) -> list[tuple[str, str]]:
     out = []
     lat, thr, sc, m = r.get("latency"), r.get("throughput"), r.get("scale"), r["memory"]
     tr = r.get("training")
-    unit = "step" if tr else "request"
+    # A recipe's unit is what the probe timed: a generate call or a model call.
+    unit = "step" if tr else (r.get("units") or {}).get("unit") or "request"
     if lat and lat.get("count"):
         spread = f", stdev {duration(lat['stdev'])}" if lat.get("stdev") is not None else ""
-        out.append(("time per step" if tr else "latency per request",
+        out.append(("time per step" if tr else f"latency per {unit}",
                     f"p50 {duration(lat['p50'])}, p90 {duration(lat['p90'])}, "
                     f"p99 {duration(lat['p99'])}, mean {duration(lat['mean'])}{spread} over "
                     f"{lat['count']} {unit}s"))

@@ -130,6 +130,9 @@ def _bs(vars_: dict, p: dict) -> tuple[int, int]:
 def seconds_of(r: dict) -> tuple[float | None, str]:
     lat = r.get("latency")
     if lat and lat.get("mean") is not None:
+        if r.get("recipe"):  # the run units its probe timed
+            unit = (r.get("units") or {}).get("unit") or "run unit"
+            return lat["mean"], f"mean latency per {unit} in the run phase"
         return lat["mean"], "mean latency per request (prefill + decode of the whole batch)"
     run = [p["seconds"] for p in r.get("phases") or [] if p.get("name") == "run"]
     if run:

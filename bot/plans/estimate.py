@@ -6,8 +6,9 @@ bot/plans/review.py.
     hours = prep + successful runs + retries + data prep + idle wait
 
 A *run* is one repetition of the trial's measured unit: one request for
-`llm-infer` (its latency samples), or one run phase of a recipe's program
-(each trial of the recipe is one sample). Every component carries where it
+`llm-infer` (its latency samples), one run unit of a recipe whose probe timed
+them (its generate or model calls), or else one run phase of a recipe's
+program (each trial of the recipe is one sample). Every component carries where it
 came from.
 """
 from __future__ import annotations
@@ -17,7 +18,9 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from bot.fits.ols import t_quantile
 
-PREP_PHASES = ("setup", "weights", "warmup")
+# A recipe's `launch` (its interpreter and imports before its first phase) is
+# prep too: with run units timed it would otherwise be spread over its runs.
+PREP_PHASES = ("setup", "launch", "weights", "warmup")
 # Parameters that change how a trial measures, not what it runs.
 RUN_CONTROL = {"repeats", "stability", "run_cap", "warmup", "seed", "timeout", "on_oom",
                "attempts"}
@@ -312,8 +315,10 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         def mean_of(f) -> float:
             return sum(f(r) for r in reports) / len(reports)
         prep_s = mean_of(prep_seconds)
+        shown = [p for p in PREP_PHASES if p != "launch" or any(
+            phase_seconds(r, p) for r in reports)]
         prep_source = (f"{names}: " + " + ".join(
-            f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in PREP_PHASES)
+            f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in shown)
             + f" + teardown {mean_of(teardown_seconds):.3g} s (mean), once for this block's "
               "rental session")
         factor = (predicted or {}).get("weights_factor")

@@ -55,7 +55,10 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
                         f"`/trial fit S{block['sweep']} {shown}` shows the fit; nothing was "
                         "added")
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
-    unit = "per run phase" if ok[0]["report"].get("recipe") else "per request"
+    first = ok[0]["report"]
+    units = first.get("units") or {}  # a recipe's timed run units (worker/launcher)
+    unit = ("per request" if not first.get("recipe") else
+            f"per {units['unit']}" if units.get("run") else "per run phase")
     source = (f"{unit}, predicted for {shown}"
               + (f" (at the sweep's {', '.join(f'{k}={params[k]}' for k in held)})"
                  if held else "")

@@ -28,7 +28,7 @@ import time
 from worker import machine, timeline, windows
 from worker import report as reports
 from worker.env import cpu_name
-from worker.launcher import passes
+from worker.launcher import passes, recipe_phases
 from worker.launcher.judge import KERNEL_METHOD, judge, oom_kills, wait_gpu_released
 from worker.launcher.process import PROBE_DIR, Run, builtin_env, child_env, pythonpath, read_json
 from worker.launcher.sampler import SAMPLE_HZ
@@ -37,8 +37,7 @@ from worker.probes.host import HostRssTracker
 from worker.probes.nvml import NvmlTracker
 from worker.spec import SpecError, TrialSpec, check_params
 
-PHASE_MEMORY = ("peak_allocated", "peak_reserved", "allocated", "reserved")
-ALLOCATOR_FIELDS = PHASE_MEMORY + ("num_alloc_retries", "num_ooms")
+ALLOCATOR_FIELDS = recipe_phases.PHASE_MEMORY + ("num_alloc_retries", "num_ooms")
 LIVE_NOTE = ("; glibc's mmap threshold pinned at 64 KiB (malloc=live), so freed tensors "
              "leave RSS: the live peak")
 
@@ -144,10 +143,10 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
     for argv in recipe.setup:  # the admin's own commands: deps, weights
         run = Run(list(argv), recipe.cwd, env, deadline, cancel, user=user)
         if run.code != 0 or run.stopped:
-            report["phases"].append(_phase("setup", start, time.time()))
+            report["phases"].append(_setup_phase(start, time.time()))
             return report, run
     if recipe.setup:
-        report["phases"].append(_phase("setup", start, time.time()))
+        report["phases"].append(_setup_phase(start, time.time()))
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
         if user is not None:
             user.own(tmp)  # the probe writes here
@@ -156,7 +155,8 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
         run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz,
                   progress, user)
         probe = _probe_result(tmp, run)
-    report["phases"] += _marked_phases(run, probe.get("phases", []))
+    report["phases"] += recipe_phases.phases(run, probe.get("phases", []))
+    report.update(recipe_phases.results(probe, report["phases"]))
     report["output_tail"] = run.tail()  # what the paper's script printed: its own results
     report["memory"].update(probe.get("totals", {}))
     report["memory"]["method"].update(probe.get("method") or {
@@ -171,39 +171,28 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
 
 def _probe_result(directory: str, run: Run) -> dict:
     """The probe file of the recipe's main process, else the Python process
-    that held the most GPU memory (a launcher script may start the real one)."""
+    that held the most GPU memory, else the one that made the most run units
+    (a launcher script may start the real one)."""
     found = [read_json(os.path.join(directory, n)) for n in sorted(os.listdir(directory))
              if n.endswith(".json")]
     found = [f for f in found if f]
+    main = None
     if run.proc is not None:
         main = read_json(os.path.join(directory, f"probe-{run.proc.pid}.json"))
-        if main and main.get("totals"):
+        if main and (main.get("totals") or main.get("units")):
             return main
     with_gpu = [f for f in found if f.get("totals")]
     if with_gpu:
         return max(with_gpu, key=lambda f: f["totals"]["peak_allocated"])
-    return found[0] if found else {}
+    with_units = [f for f in found if f.get("units")]
+    if with_units:
+        return max(with_units, key=lambda f: f.get("units_seen", 0))
+    return main or (found[0] if found else {})
 
 
-def _marked_phases(run: Run, probed: list[dict]) -> list[dict]:
-    """Phases from TRIALBOT_PHASE lines: each mark ends the phase before it.
-    Time before the first mark is `launch` (interpreter, imports); a program
-    with no marks is one `run` phase. Allocator peaks come from the probe,
-    paired by position from the last phase back (the probe always has a
-    `launch` entry first; names may repeat)."""
-    marks = run.marks or [("run", run.started)]
-    if marks[0][1] - run.started > 0.001:
-        marks = [("launch", run.started)] + marks
-    end = max(run.ended, marks[-1][1])
-    phases = [_phase(name, t, marks[i + 1][1] if i + 1 < len(marks) else end)
-              for i, (name, t) in enumerate(marks)]
-    for phase, seen in zip(reversed(phases), reversed(probed)):
-        phase.update({k: seen.get(k) for k in PHASE_MEMORY})
-    return phases
-
-
-def _phase(name: str, start: float, end: float) -> dict:
-    return {"name": name, "start": start, "end": end, "seconds": end - start}
+def _setup_phase(start: float, end: float) -> dict:
+    return {"name": "setup", "start": start, "end": end, "seconds": end - start,
+            "found_by": "recipe-setup"}
 
 
 def _read(path: str, spec: TrialSpec) -> dict:

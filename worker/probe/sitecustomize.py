@@ -5,7 +5,9 @@ It watches stdout for `TRIALBOT_PHASE <name>` lines and, once the program has
 initialised CUDA through torch, records the allocator's peaks per phase
 (resetting them at each mark), samples allocated/reserved at ~100 Hz, and
 writes everything to $TRIALBOT_PROBE_OUT/probe-<pid>.json at each mark and at
-exit. It never imports torch itself and imports nothing from trialbot.
+exit. For a program without marks, trialbot_hooks.py finds the phases and the
+run units (generate, a model's forward) of Hugging Face code. It never imports
+torch or transformers itself and imports nothing from trialbot.
 """
 import atexit
 import json
@@ -17,6 +19,8 @@ import time
 _DIR = os.environ.get("TRIALBOT_PROBE_OUT")
 MARK = "TRIALBOT_PHASE "
 MAX_SAMPLES = 20000  # then halved, keeping each pair's larger values: bounded memory
+MAX_UNITS = 20000  # run units kept; later ones are only counted
+LOADS = ("weights", "data")  # hook phases before the first unit
 
 
 def _halve(samples):
@@ -33,7 +37,9 @@ def _halve(samples):
 class _Probe:
     def __init__(self, out_dir):
         self.path = os.path.join(out_dir, f"probe-{os.getpid()}.json")
-        self.phase = "launch"
+        self.phase, self.found_by, self.start = "launch", "start", None
+        self.marked = False  # the program printed its own mark: hooks stop marking phases
+        self.units, self.units_seen, self.last_unit = [], 0, None
         self.phases = []
         self.samples = []
         self.peak_allocated = self.peak_reserved = 0
@@ -69,15 +75,41 @@ class _Probe:
         if cuda is not None:
             cuda.synchronize()
 
-    def mark(self, name):
+    def mark(self, name, found_by="mark"):
         with self.lock:
+            self.marked = self.marked or found_by == "mark"
             self._end_phase()
-            self.phase = name
+            self.phase, self.found_by, self.start = name, found_by, time.time()
             self.save()
 
-    def _end_phase(self):
+    def hook_phase(self, name, found_by):
+        """A hook's phase, unless the program marks its own, or it is already
+        in it, or it is a load after the first unit (a loop that tokenizes
+        each batch is still the run)."""
+        if self.marked or name == self.phase or (self.units_seen and name in LOADS):
+            return
+        self.sync()
+        self.mark(name, found_by)
+
+    def unit(self, kind, phase, t0, latency):
+        """One outermost generate or forward, synchronized at both ends."""
+        self.units_seen += 1
+        t1 = t0 + latency
+        if len(self.units) < MAX_UNITS:
+            self.units.append({"kind": kind, "phase": phase, "t0": t0, "t1": t1,
+                               "latency": latency})
         cuda = self._cuda()
-        entry = {"name": self.phase, "peak_allocated": None, "peak_reserved": None,
+        # The run phase ends at its last unit: the peaks as they were then.
+        self.last_unit = {"t1": t1, "phase": phase, **(
+            {"peak_allocated": cuda.max_memory_allocated(),
+             "peak_reserved": cuda.max_memory_reserved(),
+             "allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved()}
+            if cuda is not None else {})}
+
+    def _end_phase(self, at_last_unit=None):
+        cuda = self._cuda()
+        entry = {"name": self.phase, "found_by": self.found_by, "start": self.start,
+                 "peak_allocated": None, "peak_reserved": None,
                  "allocated": None, "reserved": None}
         if cuda is not None:
             a, r = cuda.max_memory_allocated(), cuda.max_memory_reserved()
@@ -86,16 +118,23 @@ class _Probe:
             self.peak_allocated = max(self.peak_allocated, a)
             self.peak_reserved = max(self.peak_reserved, r)
             cuda.reset_peak_memory_stats()
+        if at_last_unit:  # what came after the last unit is not the run's
+            entry.update({k: v for k, v in at_last_unit.items() if k != "phase"})
+            entry["end"] = entry.pop("t1")
         self.phases.append(entry)
 
     def finish(self):
         with self.lock:
-            self._end_phase()
+            last = self.last_unit
+            hooked_run = (self.phase == "run" and self.found_by.startswith("hook:")
+                          and last is not None and last["phase"] == "run")
+            self._end_phase(last if hooked_run else None)
             self.save(final=True)
 
     def save(self, final=False):
         # Samples only at exit: a mark must not stall the program on a big dump.
         data = {"phases": self.phases, "samples": self.samples if final else [], "final": final,
+                "units": self.units, "units_seen": self.units_seen,
                 "env": {"python": sys.version.split()[0], "executable": sys.executable}}
         cuda = self._cuda()
         if cuda is not None:
@@ -109,8 +148,8 @@ class _Probe:
             method = "in the recipe's process by trialbot's injected probe: "
             data["method"] = {
                 "peak_allocated": method + "torch.cuda.max_memory_allocated, reset at each "
-                                           "TRIALBOT_PHASE mark",
-                "peak_reserved": method + "torch.cuda.max_memory_reserved, reset at each mark",
+                                           "phase (a TRIALBOT_PHASE mark or a hook's)",
+                "peak_reserved": method + "torch.cuda.max_memory_reserved, reset at each phase",
                 "allocated": method + "torch.cuda.memory_allocated at exit",
                 "reserved": method + "torch.cuda.memory_reserved at exit",
                 "num_alloc_retries": method + "torch.cuda.memory_stats()",
@@ -167,4 +206,9 @@ if _DIR and os.path.isdir(_DIR):
     _probe = _Probe(_DIR)
     sys.stdout = _Watch(sys.stdout, _probe)
     atexit.register(_probe.finish)
+    # Hook phases go to the probe file with this process's own clock, not to
+    # stdout: the program's output (which a parent may parse) stays its own,
+    # and no pipe or reader thread sits between a hook and its timestamp.
+    import trialbot_hooks
+    trialbot_hooks.Hooks(_probe).install()
 _chain_next_sitecustomize()

@@ -29,6 +29,7 @@ MOE = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
        "vocab_size": 400, "num_local_experts": 4, "num_experts_per_tok": 2,
        "sliding_window": 16}
+MID = {**TINY, "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4}
 QUICK = "prompt=8 gen=4 repeats=2 stability=0 warmup=1 malloc=glibc device=cpu"
 
 
@@ -38,6 +39,7 @@ def configs(tmp_path_factory):
     (root / "tiny").mkdir()
     (root / "tiny" / "config.json").write_text(json.dumps(TINY))
     (root / "moe.json").write_text(json.dumps(MOE))
+    (root / "mid.json").write_text(json.dumps(MID))
     (root / "t5.json").write_text(json.dumps({"model_type": "t5", "d_model": 32}))
     (root / "junk.json").write_text("{not json")
     return root
@@ -239,3 +241,17 @@ def test_a_depth_sweep_and_a_ladder_take_hf_workloads():
     assert [s.params["layers"] for s in cmd.specs] == [1, 2, 4]
     cmd = trial_parse.parse_trial("ladder hf-train model=mistral-7b layers=1", {})
     assert [s.workload for s in cmd.specs] == ["hf-train"] * 4
+
+
+def test_a_depth_sweep_of_an_hf_model_fits_and_predicts_its_full_depth(allowed):
+    from bot.fits import sweep
+    words = QUICK.replace("malloc=glibc", "malloc=live")
+    reports = [{**trial(f"hf-infer model=mid layers={n} {words}"), "trial": f"T{n}"}
+               for n in (1, 3)]
+    fit = sweep.fit_sweep(reports)
+    assert fit["kind"] == "depth" and fit["preset"] == "mid" and not fit["error"], fit["error"]
+    pred = depth.from_sweep(fit)
+    assert pred["layers"] == 4  # the config's depth, from transformers' sizing
+    per = fit["per_layer"]["total"]
+    got = depth.slope(fit["memory"]["host_rss_peak_kernel"])
+    assert 0.8 * per < got < 1.5 * per  # what one more layer cost, near the arithmetic

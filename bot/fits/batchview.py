@@ -194,11 +194,14 @@ def _per_token_slope(model: dict, fit: dict) -> float | None:
 
 def _arithmetic_text(fit: dict) -> str:
     a, d = fit["arithmetic"], fit["defaults"]
-    parts = a["parts"]
+    parts, layers = a["parts"], a.get("layers") or d["layers"]
+    head = ("tied to the embedding" if a.get("tied_embedding") else
+            f"{parts['lm_head']:,}, not tied")
+    rest = "final norm" if fit.get("workload") == "llm-infer" else "outside the layers"
     lines = [f"*From the architecture* (exact, {a['dtype']} = {a['dtype_bytes']} B): weights "
              f"{a['weight_params']:,} params = {size(a['weight_bytes'])} (embedding "
-             f"{parts['embedding']:,} and lm head {parts['lm_head']:,}, not tied; "
-             f"layers {d['layers']} × {parts['layers'] // d['layers']:,}; final norm "
+             f"{parts['embedding']:,}, lm head {head}; "
+             f"layers {layers} × {parts['layers'] // layers:,}; {rest} "
              f"{parts['final_norm']:,}); "
              f"KV cache {a['kv_formula']} = {size(a['kv_bytes_per_token'])} per token"]
     for method, model in fit["memory"].items():

@@ -111,7 +111,7 @@ DTYPE_BYTES = arithmetic.DTYPE_BYTES
 
 def variables(workload: str, params_list: list[dict]) -> dict:
     """Which parameter is the batch and which make up the length `s`."""
-    if workload == "llm-infer":
+    if workload in ("llm-infer", "hf-infer"):
         return {"batch": "batch", "length": list(LLM_LENGTH)}
     first = params_list[0] if params_list else {}
     ints = [k for k, v in first.items() if isinstance(v, int) and not isinstance(v, bool)
@@ -257,6 +257,10 @@ def fit_sweep(reports: list[dict]) -> dict:
     for model in [*out["memory"].values(), out["time"]]:
         if model:
             model["verdict"] = usable.verdict(model, out["points"], axis=vars_["batch"])
+    sizing = (ok[0].get("full_depth") or {}).get("sizing")
+    if out["workload"] == "hf-infer" and sizing and "dtype" in out["defaults"]:
+        out["sizing"] = sizing
+        out["arithmetic"] = sized_arithmetic(out["defaults"], sizing)
     if out["workload"] == "llm-infer":
         d = out["defaults"]
         if all(k in d for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "dtype")):
@@ -272,6 +276,23 @@ def fit_sweep(reports: list[dict]) -> dict:
                               f"·s·b·{DTYPE_BYTES[d['dtype']]}",
             }
     return out
+
+def sized_arithmetic(d: dict, s: dict) -> dict:
+    """An hf-infer sweep's `arithmetic`, from transformers' count in its reports."""
+    depth, n = d.get("layers") or s["layers"], DTYPE_BYTES[d["dtype"]]
+    w = arithmetic.sized_params(s, depth)
+    windows = sorted({k["window"] for k in s["kv"][:depth] if k.get("window")})
+    return {"weight_params": w["total"], "weight_bytes": w["total"] * n, "dtype": d["dtype"],
+            "dtype_bytes": n, "layers": depth,
+            "parts": {"embedding": w["embedding"], "layers": w["layers"],
+                      "final_norm": w["other"], "lm_head": w["lm_head"]},
+            "tied_embedding": s.get("tied_embeddings", False),
+            "kv_bytes_per_token": arithmetic.sized_kv(s, 1, depth) * n,
+            "kv_formula": "Σ over the layers of K+V elements per token·bytes (transformers' "
+                          "sizing" + (f"; sliding-window layers keep at most "
+                                      f"{', '.join(map(str, windows))} positions)"
+                                      if windows else ")")}
+
 
 def device_of(r: dict) -> str:
     e = r.get("env") or {}

@@ -192,11 +192,19 @@ def model_block(cfg, source: dict, full: int, p: dict, tf_version: str) -> dict:
             "weights": "random (from the config; nothing downloaded)"}
 
 
-def imported() -> tuple[str, int]:
-    """Import transformers: its version, and what importing it added to host RSS."""
+def imported(model: str, layers: int) -> tuple:
+    """Import transformers and the model's own modeling code (transformers
+    imports lazily: a bare `import transformers` loads little), read its config:
+    (config, source, full depth, transformers' version, the host RSS all that
+    added)."""
     before = psutil.Process().memory_info().rss
     tf = transformers()
-    return tf.__version__, psutil.Process().memory_info().rss - before
+    cfg, source, full = config(model, layers)
+    try:
+        tf.AutoModelForCausalLM._model_mapping[type(cfg)]  # noqa: B018 - imports the class
+    except (KeyError, ValueError, ImportError):
+        pass  # build() says why it cannot be built
+    return cfg, source, full, tf.__version__, psutil.Process().memory_info().rss - before
 
 
 def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: int) -> dict:

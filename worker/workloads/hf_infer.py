@@ -44,10 +44,9 @@ def quality_probe(model, prompts) -> dict:
 
 
 def run(p: dict, trial) -> dict:
-    version, import_rss = hf.imported()
     device = trial.device
     with trial.phase("weights"):
-        cfg, source, full = hf.config(p["model"], p["layers"])
+        cfg, source, full, version, import_rss = hf.imported(p["model"], p["layers"])
         model = hf.build(cfg, p["dtype"], device, p["attn"], p["seed"]).eval()
     vocab = cfg.get_text_config().vocab_size
     with trial.phase("data"):

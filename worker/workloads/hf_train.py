@@ -35,8 +35,8 @@ def make(p: dict, dev) -> nn.Module:
 
 
 def run(p: dict, trial) -> dict:
-    version, import_rss = hf.imported()
-    cfg, source, full = hf.config(p["model"], p["layers"])  # refused here, before any rank
+    # refused here, before any rank starts
+    cfg, source, full, version, import_rss = hf.imported(p["model"], p["layers"])
     hf.check_attn(p["attn"])
     out = llm_train.run(p, trial, make)
     return {**out, **hf.described({**p, "dtype": "fp32"}, cfg, source, full, version,

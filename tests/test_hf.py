@@ -29,7 +29,7 @@ MOE = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
        "vocab_size": 400, "num_local_experts": 4, "num_experts_per_tok": 2,
        "sliding_window": 16}
-MID = {**TINY, "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4}
+MID = {**TINY, "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4}
 QUICK = "prompt=8 gen=4 repeats=2 stability=0 warmup=1 malloc=glibc device=cpu"
 
 

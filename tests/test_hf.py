@@ -255,3 +255,10 @@ def test_a_depth_sweep_of_an_hf_model_fits_and_predicts_its_full_depth(allowed):
     per = fit["per_layer"]["total"]
     got = depth.slope(fit["memory"]["host_rss_peak_kernel"])
     assert 0.8 * per < got < 1.5 * per  # what one more layer cost, near the arithmetic
+
+
+def test_a_registration_with_a_malformed_hf_block_is_refused(caps):
+    from bot.http.workerapi import check_info
+    assert check_info({"hf": caps}) is None
+    for bad in ({"models": ["tiny"]}, {"hub": "yes"}, {"transformers": 5}, "all"):
+        assert "`info.hf` must be" in check_info({"hf": bad})

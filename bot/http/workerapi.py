@@ -68,6 +68,15 @@ def check_info(info: dict) -> str | None:
     if cpus is not None and not (isinstance(cpus, int) and not isinstance(cpus, bool)
                                  and cpus > 0):
         return "`info.cpus` must be a positive whole number"
+    hf = info.get("hf", {})
+    if not (isinstance(hf, dict) and all(isinstance(hf.get(k), (str, type(None)))
+                                         for k in ("transformers", "flash_attn"))
+            and isinstance(hf.get("hub", False), bool)
+            and isinstance(hf.get("models", {}), dict)
+            and all(isinstance(k, str) and isinstance(v, dict)
+                    for k, v in hf.get("models", {}).items())):
+        return ("`info.hf` must be {transformers, flash_attn: version or null, hub: bool, "
+                "models: {name: {layers, ...} or {error}}}")
     recipes = info.get("recipes", [])
     if not isinstance(recipes, list):
         return "`info.recipes` must be a list"

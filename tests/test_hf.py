@@ -98,7 +98,7 @@ def test_sizing_reads_layers_experts_and_windows(allowed):
 # --- trials ----------------------------------------------------------------------
 
 def test_hf_infer_runs_a_tiny_llama_with_the_llm_infer_report(allowed):
-    r = trial(f"hf-infer model=tiny layers=2 batch=2 {QUICK}")
+    r = trial(f"hf-infer model=tiny layers=2 batch=2 cache=static {QUICK}")
     assert r["status"] == "ok", r["error"]
     assert [p["name"] for p in r["phases"]] == ["setup", "weights", "data", "warmup", "run"]
     for key in ("headline", "latency", "ttft", "decode_per_token", "throughput", "windows",
@@ -131,7 +131,7 @@ def test_a_mixture_of_experts_runs_and_counts_as_transformers(allowed):
 
 def test_hf_train_trains_with_gradient_checkpointing(allowed):
     r = trial("hf-train model=tiny layers=2 batch=2 seq=16 steps=3 warmup=1 "
-              "checkpointing=full malloc=glibc device=cpu")
+              "checkpointing=full attn=eager malloc=glibc device=cpu")
     assert r["status"] == "ok", r["error"]
     t = r["training"]
     assert t["params"] == hf_count(TINY, layers=2) and t["checkpointing"] == "full"

@@ -29,6 +29,11 @@ def help_text(recipes: dict | None = None) -> str:
              "predicts the full depth's peak, which GPUs hold it (margin, largest batch) and a "
              "decode-time model estimate per GPU. `/trial sweep llm-infer preset=llama-3-8b "
              "layers=1,2,4 ...` measures the per-layer part instead of assuming it.",
+             "*A Hugging Face model's own code*: `/trial hf-infer model=mistral-7b layers=2 "
+             "dtype=bf16` builds it with transformers from its config (random weights, nothing "
+             "downloaded) and predicts the full depth the same way; `model=` also takes a "
+             "config in a worker's `--models` directory. `hf-train` trains it, and `/trial "
+             "ladder hf-train model=NAME ...` climbs the ladder.",
              "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
              "[budget=24GB]` runs the baseline, then lower precision, then activation "
              "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "

@@ -29,7 +29,7 @@ def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
     for method, model in fit["memory"].items():
         parts.append(_model_text(f"Peak memory — {method}", model, fit))
     if fit.get("time"):
-        parts.append(_model_text("Time per request" if fit["workload"] == "llm-infer"
+        parts.append(_model_text("Time per request" if fit["workload"] in ("llm-infer", "hf-infer")
                                  else "Time of the run phase", fit["time"], fit))
     if fit.get("arithmetic"):
         parts.append(_arithmetic_text(fit))
@@ -105,8 +105,8 @@ _SHORT = {"process_used_peak": "NVML proc", "peak_reserved": "reserved",
 
 def _time_what(fit: dict) -> str:
     t = fit.get("time") or {}
-    return t.get("what") or ("mean latency per request" if fit.get("workload") == "llm-infer"
-                             else "run phase seconds")
+    per_request = fit.get("workload") in ("llm-infer", "hf-infer")
+    return t.get("what") or ("mean latency per request" if per_request else "run phase seconds")
 
 
 _TERM = {"1": "", "b": "·b", "s": "·s", "s^2": "·s²", "b*s": "·b·s", "b*s^2": "·b·s²"}

@@ -111,11 +111,14 @@ def differences(a: dict, b: dict) -> list[str]:
     return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
 
 
+BUILT_IN = ("llm-infer", "llm-train", "hf-infer", "hf-train")
+
+
 def _with_defaults(c: dict) -> dict:
     """A built-in workload's config from before `malloc=` existed ran with
     glibc's default, and malloc=auto times its run under glibc too (its live
     pass gives only host memory): both are the same config as malloc=glibc."""
-    if c.get("workload") in ("llm-infer", "llm-train") and c.get("malloc", "auto") == "auto":
+    if c.get("workload") in BUILT_IN and c.get("malloc", "auto") == "auto":
         return {**c, "malloc": "glibc"}
     return c
 

@@ -223,6 +223,13 @@ def test_the_bot_refuses_what_no_worker_can_run_before_queueing(ctx, words, says
     assert ctx.store.jobs() == []
 
 
+def test_trial_workers_lists_what_each_can_build(ctx):
+    reply, _ = trial_command.handle(ctx, "workers", "U1", "C1")
+    line = next(x for x in reply["text"].splitlines() if "hf-box" in x)
+    assert f"transformers {transformers.__version__}" in line
+    assert "models `mid`, `moe`, `tiny`" in line and "cannot build `junk`, `t5`" in line
+
+
 def test_a_worker_without_transformers_is_named(ctx):
     ctx.store.upsert_worker("hf-box", {"gpus": [], "device": "cpu", "cpus": 2})
     reply, job = trial_command.handle(ctx, "hf-infer model=mistral-7b layers=1", "U1", "C1")

@@ -42,5 +42,18 @@ def text(workers: list[dict], now: float, online_seconds: float) -> str:
         labels = " ".join(f"`{k}={v}`" for k, v in sorted((w["info"].get("labels") or {}).items()))
         lines.append(f"• *{w['name']}* — {kind}{' — ' + labels if labels else ''} — "
                      f"{state(w, now, online_seconds)} — idle {w['idle_seconds'] / 3600:.1f} h "
-                     "this week")
+                     "this week" + hf_text(w["info"].get("hf") or {}))
     return "\n".join(lines)
+
+
+def hf_text(hf: dict) -> str:
+    """What hf-* trials may ask of a worker: its transformers and its configs."""
+    if not hf.get("transformers"):
+        return ""
+    extra = [f"flash-attn {hf['flash_attn']}"] if hf.get("flash_attn") else []
+    extra += ["hub configs"] if hf.get("hub") else []
+    names = [n for n, m in (hf.get("models") or {}).items() if not m.get("error")]
+    bad = [n for n, m in (hf.get("models") or {}).items() if m.get("error")]
+    return (f" — transformers {hf['transformers']}{''.join(', ' + e for e in extra)}"
+            + (f"; models {', '.join(f'`{n}`' for n in names)}" if names else "")
+            + (f"; cannot build {', '.join(f'`{n}`' for n in bad)}" if bad else ""))

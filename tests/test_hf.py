@@ -269,3 +269,10 @@ def test_a_registration_with_a_malformed_hf_block_is_refused(caps):
     assert check_info({"hf": caps}) is None
     for bad in ({"models": ["tiny"]}, {"hub": "yes"}, {"transformers": 5}, "all"):
         assert "`info.hf` must be" in check_info({"hf": bad})
+
+
+def test_a_hub_id_the_worker_cannot_reach_is_refused_by_name(allowed, monkeypatch):
+    from worker.workloads import Unsupported
+    monkeypatch.setenv(models.ENV_HUB, "1")  # allowed, but offline: as a box without a route
+    with pytest.raises(Unsupported, match="the hub's config could not be read .* --models"):
+        hf.config("some-org/some-model")

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from worker import repeat, stats, windows
-from worker.workloads import hf
+from worker import repeat, stats
+from worker.workloads import hf, llm_infer
 from worker.workloads.llm_infer import PROBE_LOGITS
 
 
@@ -80,38 +80,14 @@ def run(p: dict, trial) -> dict:
     with trial.phase("run"):
         samples, stability = repeat.adaptive(request, p["repeats"], p["stability"] / 100,
                                              p["run_cap"])
-    return {**results(p, samples, stats.judged(stability)), "quality_probe": probe,
+    return {**llm_infer.results(p, samples, stats.judged(stability), WHAT),
+            "quality_probe": probe,
             **hf.described(p, cfg, source, full, version, import_rss)}
 
 
-def results(p: dict, samples: list[dict], stability: dict) -> dict:
-    """The llm-infer report fields from the requests' samples."""
-    latencies = [s["latency"] for s in samples]
-    per_token = [s["decode"] for s in samples if s["decode"] is not None]
-    mean = sum(latencies) / len(latencies)
-    latency = {**stats.summary(latencies), "unit": "s",
-               "what": "one request: generate() of the whole batch (prefill + decode), "
-                       "synchronized"}
-    throughput = {"value": p["batch"] * p["gen"] / mean, "unit": "tokens/s",
-                  "what": "generated tokens per second: batch·gen / mean request latency"}
-    if p["scenario"] == "single-stream":
-        headline = {"metric": "p90 latency", "value": latency["p90"], "unit": "s"}
-    else:
-        headline = {"metric": "throughput", "value": throughput["value"], "unit": "tokens/s"}
-    return {
-        "scenario": p["scenario"], "headline": headline, "stability": stability,
-        "latency": latency,
-        "ttft": {**stats.summary([s["ttft"] for s in samples]), "unit": "s",
-                 "what": "generate() start to the first step's logits (prefill), read by a "
-                         "logits processor"},
-        "decode_per_token": ({**stats.summary(per_token), "unit": "s",
-                              "what": "one decode step for the whole batch: after the first "
-                                      "logits to the end of generate(), per later token"}
-                             if per_token else None),
-        "throughput": throughput,
-        "windows": windows.split(samples, "request"),
-        "scale": {"batch": p["batch"], "prompt_tokens": p["prompt"], "gen_tokens": p["gen"],
-                  "tokens_per_request": p["batch"] * (p["prompt"] + p["gen"]),
-                  "requests": len(samples),
-                  "tokens": len(samples) * p["batch"] * (p["prompt"] + p["gen"])},
-    }
+WHAT = {"latency": "one request: generate() of the whole batch (prefill + decode), "
+                   "synchronized",
+        "ttft": "generate() start to the first step's logits (prefill), read by a logits "
+                "processor",
+        "decode": "one decode step for the whole batch: after the first logits to the end of "
+                  "generate(), per later token"}

@@ -66,14 +66,22 @@ def run(p: dict, trial) -> dict:
     with trial.phase("run"):
         samples, stability = repeat.adaptive(request, p["repeats"], p["stability"] / 100,
                                              p["run_cap"])
-    stability = stats.judged(stability)  # stability=0: a fixed count, still judged
+    return {**results(p, samples, stats.judged(stability),  # stability=0: still judged
+                      WHAT), "quality_probe": probe}
+
+
+WHAT = {"latency": "one request: prefill + decode of the whole batch, synchronized",
+        "ttft": "prefill to first token", "decode": "one decode step for the whole batch"}
+
+
+def results(p: dict, samples: list[dict], stability: dict, what: dict) -> dict:
+    """The report's inference fields from the requests' samples (hf-infer's too):
+    `what` says how its latency, ttft and decode step were taken."""
     latencies = [s["latency"] for s in samples]
     per_token = [s["decode"] for s in samples if s["decode"] is not None]
-    generated = p["batch"] * p["gen"]
     mean = sum(latencies) / len(latencies)
-    latency = {**stats.summary(latencies), "unit": "s",
-               "what": "one request: prefill + decode of the whole batch, synchronized"}
-    throughput = {"value": generated / mean, "unit": "tokens/s",
+    latency = {**stats.summary(latencies), "unit": "s", "what": what["latency"]}
+    throughput = {"value": p["batch"] * p["gen"] / mean, "unit": "tokens/s",
                   "what": "generated tokens per second: batch·gen / mean request latency"}
     if p["scenario"] == "single-stream":  # MLPerf's Single-Stream reports the p90 latency
         headline = {"metric": "p90 latency", "value": latency["p90"], "unit": "s"}
@@ -85,13 +93,11 @@ def run(p: dict, trial) -> dict:
         "stability": stability,
         "latency": latency,
         "ttft": {**stats.summary([s["ttft"] for s in samples]), "unit": "s",
-                 "what": "prefill to first token"},
-        "decode_per_token": ({**stats.summary(per_token), "unit": "s",
-                              "what": "one decode step for the whole batch"}
+                 "what": what["ttft"]},
+        "decode_per_token": ({**stats.summary(per_token), "unit": "s", "what": what["decode"]}
                              if per_token else None),
         "throughput": throughput,
         "windows": windows.split(samples, "request"),
-        "quality_probe": probe,
         "scale": {"batch": p["batch"], "prompt_tokens": p["prompt"], "gen_tokens": p["gen"],
                   "tokens_per_request": p["batch"] * (p["prompt"] + p["gen"]),
                   "requests": len(samples),

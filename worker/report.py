@@ -151,7 +151,8 @@ class Report(TypedDict, total=False):
     headline: dict | None              # {metric, value, unit}
     quality_probe: dict | None
     training: dict | None
-    full_depth: dict                   # llm-infer with preset=: arithmetic, not measured
+    full_depth: dict                   # llm-infer with preset= (arithmetic), hf-* (counted)
+    model: dict                        # hf-*: what transformers built, from where
     env: dict
     requested: dict
     attempts: list[Attempt]

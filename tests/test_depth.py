@@ -17,6 +17,7 @@ from bot.trials import parse, views
 from worker import arithmetic, launcher, stats
 from worker import report as reports
 from worker import spec as specs
+from worker.launcher import passes
 
 LLAMA = ["llm-infer", "preset=llama-3-8b", "batch=8", "prompt=4096", "gen=256", "dtype=bf16"]
 GIB = 2**30
@@ -155,23 +156,30 @@ def test_a_depth_fit_refuses_trials_that_differ_in_more_than_layers():
     assert "batch" in fit["error"] and "layers alone" in fit["error"]
 
 
-def test_a_depth_sweep_is_parsed_with_live_host_memory_and_alone():
+def test_a_depth_sweep_is_parsed_with_auto_host_memory_and_alone():
     cmd = parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=2")
     assert [s.params["layers"] for s in cmd.specs] == [1, 2, 4]
-    assert {s.params["malloc"] for s in cmd.specs} == {"live"}
-    kept = parse.parse_trial("sweep llm-infer layers=1,2 malloc=glibc")
-    assert {s.params["malloc"] for s in kept.specs} == {"glibc"}
+    # auto: on a CPU the worker splits each into a live memory and a glibc time pass
+    assert {s.params["malloc"] for s in cmd.specs} == {"auto"}
+    assert all(passes.split(s) for s in parse.parse_trial(
+        "sweep llm-infer preset=llama-3-8b layers=1,2 device=cpu").specs)
+    for malloc in ("glibc", "live"):
+        kept = parse.parse_trial(f"sweep llm-infer layers=1,2 malloc={malloc}")
+        assert {s.params["malloc"] for s in kept.specs} == {malloc}
     with pytest.raises(specs.SpecError, match="varies layers alone"):
         parse.parse_trial("sweep llm-infer layers=1,2 batch=1,2")
     with pytest.raises(specs.SpecError, match="llama-3-8b has 32 layers"):
         parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
 
 
-def test_malloc_auto_is_live_for_a_partial_preset_and_the_workers_otherwise():
-    assert params("layers=2")["malloc"] == "live"
-    # The worker splits it into passes (tests/test_passes.py).
+def test_malloc_auto_stays_auto_for_a_partial_preset_and_splits_on_a_cpu():
+    assert params("layers=2")["malloc"] == "auto"
+    # The worker splits it into passes (tests/test_passes.py): host RSS from a
+    # live memory pass, time from a glibc pass that pays no page faults.
+    assert passes.split(specs.parse([*LLAMA, "layers=2", "device=cpu"]))
     assert specs.parse(["llm-infer"]).params["malloc"] == "auto"
     assert params("malloc=glibc")["malloc"] == "glibc"
+    assert params("malloc=live")["malloc"] == "live"
 
 
 def test_a_live_malloc_trial_pins_glibcs_threshold_in_the_child():
@@ -303,7 +311,7 @@ def test_layers_lists_are_a_depth_sweep_of_llm_infer_only():
     with pytest.raises(specs.SpecError, match="llm-infer runs"):
         parse.parse_trial("sweep llm-train layers=1,2")
     auto = parse.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
-    assert {s.params["malloc"] for s in auto.specs} == {"live"}
+    assert {s.params["malloc"] for s in auto.specs} == {"auto"}
 
 
 def test_a_cuda_trial_extrapolates_gpu_memory_only():
@@ -358,6 +366,9 @@ def test_reports_from_before_malloc_compare_as_glibc():
     new = gpu_report(layers=2, malloc="glibc")
     assert estimate.differences(estimate.config(old), estimate.config(new)) == []
     assert estimate.differences(estimate.config(old), estimate.config(gpu_report(layers=2))) \
+        == []  # a partial-depth auto trial is timed under glibc too
+    assert estimate.differences(estimate.config(old),
+                                estimate.config(gpu_report(layers=2, malloc="live"))) \
         == ["malloc glibc → live"]
 
 

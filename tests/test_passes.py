@@ -143,3 +143,27 @@ def test_the_heartbeat_says_memory_pass_and_then_the_time_passs_phases():
     progress = {}
     passes.run(small(), run_one, None, progress=progress)
     assert seen[0][0] == "live" and seen[1] == ("glibc", {"phase": "memory pass"})
+
+
+def test_a_default_depth_sweep_fits_live_host_rss_and_glibc_time(monkeypatch):
+    from bot.fits import depth
+    from bot.trials import parse as trial_parse
+    seen = spy_env(monkeypatch)
+    shape = {**SMALL, "repeats": 2, "hidden": 256, "heads": 4, "kv_heads": 2}  # 4 MiB a layer
+    words = " ".join(f"{k}={v}" for k, v in shape.items())
+    cmd = trial_parse.parse_trial(f"sweep llm-infer {words} layers=1,8")
+    rs = [dict(launcher.run_trial(s), trial=f"T{i}") for i, s in enumerate(cmd.specs)]
+    assert all(r["status"] == "ok" for r in rs), [r["error"] for r in rs]
+    assert seen == ["65536", None] * 2  # each depth: a live memory pass, a glibc time pass
+    for r in rs:
+        memory, timing = r["passes"]
+        assert r["memory"]["host_rss_peak"] == memory["host_rss_peak"]
+        assert r["memory"]["host_rss_peak_kernel"] is None or \
+            "memory pass under malloc=live" in r["memory"]["method"]["host_rss_peak_kernel"]
+        assert timing["malloc"] == "glibc" and r["seconds"] == timing["seconds"]
+    fit = depth.fit_depth(rs)
+    assert fit["error"] is None
+    # Seven more layers of weights (28 MiB by arithmetic) are in the live peak.
+    per_layer = depth.layer_bytes(rs[0]["params"])["total"]
+    assert 0.5 * per_layer < depth.slope(fit["memory"]["host_rss_peak"]) < 2 * per_layer
+    assert [p["seconds"] for p in fit["points"]] == [r["latency"]["mean"] for r in rs]

@@ -259,12 +259,9 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
                         f"{', '.join(WORKLOADS)} (or `recipe NAME`)", general_usage())
     params, given = _parse_given(workload, rest)
     _apply_preset(params, given, workload.usage())
-    if params.get("malloc") == "auto":
-        # A partial depth extrapolates by layer: live in one pass. Any other auto
-        # is the worker's to split into passes (worker/launcher/passes.py).
-        preset = presets.get(params["preset"])
-        if preset and params["layers"] < preset.layers:
-            params["malloc"] = "live"
+    # malloc=auto stays auto, partial depth included: the worker splits it into
+    # a live memory pass (host RSS that extrapolates by layer) and a glibc time
+    # pass (worker/launcher/passes.py), so no time pays live's page faults.
     _check_shape(params, workload.usage())
     if workload is LLM_TRAIN:
         _check_ranks(params, workload.usage())

@@ -392,3 +392,25 @@ def test_a_depth_sweeps_fits_rest_on_the_intervals_upper_end():
     upper = pred["memory"]["peak_reserved"]["interval"][1]
     assert pred["fits"]["peak"] == upper > pred["memory"]["peak_reserved"]["value"]
     assert "upper end of the fit's 90% prediction interval" in pred["fits"]["basis"]
+
+
+def test_a_depth_fit_timed_under_live_on_a_cpu_says_so_and_how_to_rerun():
+    from bot.fits import depthview
+    rs = []
+    for i, layers in enumerate((1, 2, 4)):
+        r = gpu_report(layers=layers, trial=f"T{i + 1}", malloc="live")
+        r["env"].update(device="cpu", gpu_count=0, gpu_name=None)
+        r["latency"] = {"mean": 0.5 * layers, "p50": 0.5 * layers, "count": 3}
+        rs.append(r)
+    fit = depth.fit_depth(rs)
+    assert fit["allocators"]["time"] == ["malloc=live"]
+    (note,) = [n for n in fit["notes"] if "page faults" in n]
+    assert note.startswith("T1, T2, T3 timed on the CPU under malloc=live")
+    assert "re-run the sweep with malloc=auto" in note
+    text = "\n".join(depthview.sweep_parts(1, [{"trial": r["trial"], "status": "done"}
+                                               for r in rs], fit))
+    assert "Host RSS measured under malloc=live; time under malloc=live" in text
+    assert f":warning: {note}" in text
+    on_gpu = depth.fit_depth([gpu_report(layers=n, trial=f"T{n}", malloc="live")
+                              for n in (1, 2)])
+    assert not any("page faults" in n for n in on_gpu["notes"])

@@ -46,6 +46,7 @@ def test_an_auto_cpu_trial_takes_host_rss_from_a_live_pass_and_time_from_glibc(m
     assert r["params"]["malloc"] == "auto" and r["params"]["repeats"] == 3
     assert "time pass" in r["timeline"]["sampled"]["method"]
     assert "memory pass under malloc=live; times from a glibc pass" in summary.text(r)
+    assert "timed under malloc=live" not in summary.text(r)
     assert reports.validate(r) == []
 
 
@@ -58,6 +59,8 @@ def test_explicit_malloc_keeps_one_pass(monkeypatch):
         assert seen.pop() == threshold and not seen
     assert "memory pass" not in r["memory"]["method"]["host_rss_peak"]
     assert "sampled ~100 Hz, malloc=live;" in summary.text(r)
+    # Its times are live's: the card says so, as a plan block resting on it does.
+    assert "timed under malloc=live: its times include page faults" in summary.text(r)
 
 
 def test_a_failed_memory_pass_is_a_clear_report_and_the_time_pass_is_skipped():
@@ -163,6 +166,9 @@ def test_a_default_depth_sweep_fits_live_host_rss_and_glibc_time(monkeypatch):
         assert timing["malloc"] == "glibc" and r["seconds"] == timing["seconds"]
     fit = depth.fit_depth(rs)
     assert fit["error"] is None
+    assert fit["allocators"]["host_rss_peak"] == ["malloc=live, memory pass"]
+    assert fit["allocators"]["time"] == ["malloc=glibc, time pass"]
+    assert not any("page faults" in n for n in fit["notes"])
     # Seven more layers of weights (28 MiB by arithmetic) are in the live peak.
     per_layer = depth.layer_bytes(rs[0]["params"])["total"]
     assert 0.5 * per_layer < depth.slope(fit["memory"]["host_rss_peak"]) < 2 * per_layer

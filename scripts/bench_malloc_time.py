@@ -11,6 +11,7 @@ time is the steadier figure on a shared machine: another process's load
 stretches wall time but not this process's CPU time.
 
     python scripts/bench_malloc_time.py [--pairs 2] [--prompt 256] [--gen 16]
+        [--code DIR]  # another checkout's decoder, e.g. one from before a change
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ FIGURES = ("prefill wall", "prefill CPU", "prefill faults", "decode-step wall",
            "decode-step CPU", "decode-step faults")
 
 
-def child(prompt: int, gen: int) -> None:
+def child(prompt: int, gen: int, code: str) -> None:
+    sys.path.insert(0, code)
     import resource
     import time
 
@@ -70,8 +72,8 @@ def run(setting: str, args) -> list[float]:
     if setting == "live":
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     done = subprocess.run([sys.executable, __file__, "--child", f"--prompt={args.prompt}",
-                           f"--gen={args.gen}"], env=env, capture_output=True, text=True,
-                          cwd=ROOT, timeout=1800)
+                           f"--gen={args.gen}", f"--code={args.code}"], env=env,
+                          capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if done.returncode:
         raise SystemExit(f"the {setting} child failed: {done.stderr[-400:]}")
     return json.loads(done.stdout)
@@ -82,13 +84,17 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=256)
     ap.add_argument("--gen", type=int, default=16)
+    ap.add_argument("--code", default=ROOT, help="the checkout whose worker/ is timed")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.prompt, args.gen)
+        child(args.prompt, args.gen, os.path.abspath(args.code))
         return 0
-    print(f"llama-3-8b ÷4, 8 layers, fp32, batch 4, prompt {args.prompt}, gen {args.gen}; "
-          f"{args.pairs} pairs, {os.cpu_count()} CPUs")
+    if not os.path.isfile(os.path.join(args.code, "worker", "workloads", "decoder.py")):
+        raise SystemExit(f"--code {args.code}: no worker/workloads/decoder.py there; give a "
+                         "trialbot checkout")
+    print(f"{args.code}: llama-3-8b ÷4, 8 layers, fp32, batch 4, prompt {args.prompt}, gen "
+          f"{args.gen}; {args.pairs} pairs, {os.cpu_count()} CPUs")
     ratios: dict[str, list[float]] = {f: [] for f in FIGURES if "faults" not in f}
     for _ in range(args.pairs):
         pair = {s: run(s, args) for s in ("glibc", "live")}

@@ -122,6 +122,12 @@ def test_the_fit_says_which_allocator_setting_each_figure_came_from():
     answer = "\n".join(batchview.answer_parts(1, [{"trial": "T1", "status": "done"}], fit,
                                               {"batch": 16}))
     assert "• host_rss_peak:" in answer and "_(from malloc=glibc)_" in answer
+    live = old
+    for r in live:
+        r["params"]["malloc"] = "live"
+    fit, text = fit_text(live)
+    assert ("Measured under malloc=live: on a CPU its times include page faults from glibc's "
+            "mmap threshold") in text and "malloc=auto times a separate glibc pass" in text
 
 
 def test_a_long_memory_pass_error_keeps_its_first_words_and_its_cause():

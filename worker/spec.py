@@ -161,8 +161,9 @@ DEVICE = _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when pr
 # What live costs a CPU trial's times, as measured (docs/benchmarks.md): the
 # card and a plan block resting on such a trial say it.
 LIVE_TIME_NOTE = ("its times include page faults from glibc's mmap threshold pinned at 64 KiB "
-                  "(on a shared 2-core CPU box live took 1.17–1.24× glibc's CPU time in "
-                  "prefill and 1.37–2.6× per decode step: scripts/bench_malloc_time.py)")
+                  "(on a 2-core CPU box live took 1.18–1.19× glibc's CPU time in prefill and "
+                  "1.03–1.05× per decode step, up to 1.24× and 2.6× while the box was busy: "
+                  "scripts/bench_malloc_time.py)")
 MALLOC = _choice("malloc", "auto", ("auto", "live", "glibc"),
                  "host memory: live pins glibc's mmap threshold at 64 KiB so host RSS is the "
                  "live peak, which extrapolates (CPU times then include page faults); glibc "

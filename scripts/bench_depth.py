@@ -9,7 +9,8 @@ arithmetic) and a 3-depth fit's held-out error (layers=1,2,4 → 4 held out).
 
     python scripts/bench_depth.py [--preset llama-3-8b] [--divisor 4] [--dtype fp32]
         [--repeat 2]   # each depth run this many times; the median RSS is used
-        [--malloc live|glibc]  # live (default) is what a depth sweep runs with
+        [--malloc auto|live|glibc]  # auto (default) is what a depth sweep runs with:
+                                    # on a CPU a live memory pass, then a glibc time pass
 """
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--malloc", default="live", choices=("live", "glibc"),
-                    help="live: what a depth sweep runs with; glibc: the C library's default")
+    ap.add_argument("--malloc", default="auto", choices=("auto", "live", "glibc"),
+                    help="auto: what a depth sweep runs with (on a CPU host RSS from a live "
+                         "memory pass, time from a glibc pass); live or glibc: one pass")
     args = ap.parse_args()
     shape = presets.scaled(args.preset, args.divisor)
     base = ["llm-infer", *[f"{k}={v}" for k, v in shape.items()], f"dtype={args.dtype}",

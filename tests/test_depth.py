@@ -17,6 +17,7 @@ from bot.trials import parse, views
 from worker import arithmetic, launcher, stats
 from worker import report as reports
 from worker import spec as specs
+from worker.launcher import passes
 
 LLAMA = ["llm-infer", "preset=llama-3-8b", "batch=8", "prompt=4096", "gen=256", "dtype=bf16"]
 GIB = 2**30
@@ -155,23 +156,30 @@ def test_a_depth_fit_refuses_trials_that_differ_in_more_than_layers():
     assert "batch" in fit["error"] and "layers alone" in fit["error"]
 
 
-def test_a_depth_sweep_is_parsed_with_live_host_memory_and_alone():
+def test_a_depth_sweep_is_parsed_with_auto_host_memory_and_alone():
     cmd = parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=2")
     assert [s.params["layers"] for s in cmd.specs] == [1, 2, 4]
-    assert {s.params["malloc"] for s in cmd.specs} == {"live"}
-    kept = parse.parse_trial("sweep llm-infer layers=1,2 malloc=glibc")
-    assert {s.params["malloc"] for s in kept.specs} == {"glibc"}
+    # auto: on a CPU the worker splits each into a live memory and a glibc time pass
+    assert {s.params["malloc"] for s in cmd.specs} == {"auto"}
+    assert all(passes.split(s) for s in parse.parse_trial(
+        "sweep llm-infer preset=llama-3-8b layers=1,2 device=cpu").specs)
+    for malloc in ("glibc", "live"):
+        kept = parse.parse_trial(f"sweep llm-infer layers=1,2 malloc={malloc}")
+        assert {s.params["malloc"] for s in kept.specs} == {malloc}
     with pytest.raises(specs.SpecError, match="varies layers alone"):
         parse.parse_trial("sweep llm-infer layers=1,2 batch=1,2")
     with pytest.raises(specs.SpecError, match="llama-3-8b has 32 layers"):
         parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
 
 
-def test_malloc_auto_is_live_for_a_partial_preset_and_the_workers_otherwise():
-    assert params("layers=2")["malloc"] == "live"
-    # The worker splits it into passes (tests/test_passes.py).
+def test_malloc_auto_stays_auto_for_a_partial_preset_and_splits_on_a_cpu():
+    assert params("layers=2")["malloc"] == "auto"
+    # The worker splits it into passes (tests/test_passes.py): host RSS from a
+    # live memory pass, time from a glibc pass that pays no page faults.
+    assert passes.split(specs.parse([*LLAMA, "layers=2", "device=cpu"]))
     assert specs.parse(["llm-infer"]).params["malloc"] == "auto"
     assert params("malloc=glibc")["malloc"] == "glibc"
+    assert params("malloc=live")["malloc"] == "live"
 
 
 def test_a_live_malloc_trial_pins_glibcs_threshold_in_the_child():
@@ -303,7 +311,7 @@ def test_layers_lists_are_a_depth_sweep_of_llm_infer_only():
     with pytest.raises(specs.SpecError, match="llm-infer runs"):
         parse.parse_trial("sweep llm-train layers=1,2")
     auto = parse.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
-    assert {s.params["malloc"] for s in auto.specs} == {"live"}
+    assert {s.params["malloc"] for s in auto.specs} == {"auto"}
 
 
 def test_a_cuda_trial_extrapolates_gpu_memory_only():
@@ -358,6 +366,9 @@ def test_reports_from_before_malloc_compare_as_glibc():
     new = gpu_report(layers=2, malloc="glibc")
     assert estimate.differences(estimate.config(old), estimate.config(new)) == []
     assert estimate.differences(estimate.config(old), estimate.config(gpu_report(layers=2))) \
+        == []  # a partial-depth auto trial is timed under glibc too
+    assert estimate.differences(estimate.config(old),
+                                estimate.config(gpu_report(layers=2, malloc="live"))) \
         == ["malloc glibc → live"]
 
 
@@ -381,3 +392,25 @@ def test_a_depth_sweeps_fits_rest_on_the_intervals_upper_end():
     upper = pred["memory"]["peak_reserved"]["interval"][1]
     assert pred["fits"]["peak"] == upper > pred["memory"]["peak_reserved"]["value"]
     assert "upper end of the fit's 90% prediction interval" in pred["fits"]["basis"]
+
+
+def test_a_depth_fit_timed_under_live_on_a_cpu_says_so_and_how_to_rerun():
+    from bot.fits import depthview
+    rs = []
+    for i, layers in enumerate((1, 2, 4)):
+        r = gpu_report(layers=layers, trial=f"T{i + 1}", malloc="live")
+        r["env"].update(device="cpu", gpu_count=0, gpu_name=None)
+        r["latency"] = {"mean": 0.5 * layers, "p50": 0.5 * layers, "count": 3}
+        rs.append(r)
+    fit = depth.fit_depth(rs)
+    assert fit["allocators"]["time"] == ["malloc=live"]
+    (note,) = [n for n in fit["notes"] if "page faults" in n]
+    assert note.startswith("T1, T2, T3 timed on the CPU under malloc=live")
+    assert "re-run the sweep with malloc=auto" in note
+    text = "\n".join(depthview.sweep_parts(1, [{"trial": r["trial"], "status": "done"}
+                                               for r in rs], fit))
+    assert "Host RSS measured under malloc=live; time under malloc=live" in text
+    assert f":warning: {note}" in text
+    on_gpu = depth.fit_depth([gpu_report(layers=n, trial=f"T{n}", malloc="live")
+                              for n in (1, 2)])
+    assert not any("page faults" in n for n in on_gpu["notes"])

@@ -46,6 +46,7 @@ def test_an_auto_cpu_trial_takes_host_rss_from_a_live_pass_and_time_from_glibc(m
     assert r["params"]["malloc"] == "auto" and r["params"]["repeats"] == 3
     assert "time pass" in r["timeline"]["sampled"]["method"]
     assert "memory pass under malloc=live; times from a glibc pass" in summary.text(r)
+    assert "timed under malloc=live" not in summary.text(r)
     assert reports.validate(r) == []
 
 
@@ -58,6 +59,8 @@ def test_explicit_malloc_keeps_one_pass(monkeypatch):
         assert seen.pop() == threshold and not seen
     assert "memory pass" not in r["memory"]["method"]["host_rss_peak"]
     assert "sampled ~100 Hz, malloc=live;" in summary.text(r)
+    # Its times are live's: the card says so, as a plan block resting on it does.
+    assert "timed under malloc=live: its times include page faults" in summary.text(r)
 
 
 def test_a_failed_memory_pass_is_a_clear_report_and_the_time_pass_is_skipped():
@@ -119,6 +122,12 @@ def test_the_fit_says_which_allocator_setting_each_figure_came_from():
     answer = "\n".join(batchview.answer_parts(1, [{"trial": "T1", "status": "done"}], fit,
                                               {"batch": 16}))
     assert "• host_rss_peak:" in answer and "_(from malloc=glibc)_" in answer
+    live = old
+    for r in live:
+        r["params"]["malloc"] = "live"
+    fit, text = fit_text(live)
+    assert ("Measured under malloc=live: on a CPU its times include page faults from glibc's "
+            "mmap threshold") in text and "malloc=auto times a separate glibc pass" in text
 
 
 def test_a_long_memory_pass_error_keeps_its_first_words_and_its_cause():
@@ -143,3 +152,30 @@ def test_the_heartbeat_says_memory_pass_and_then_the_time_passs_phases():
     progress = {}
     passes.run(small(), run_one, None, progress=progress)
     assert seen[0][0] == "live" and seen[1] == ("glibc", {"phase": "memory pass"})
+
+
+def test_a_default_depth_sweep_fits_live_host_rss_and_glibc_time(monkeypatch):
+    from bot.fits import depth
+    from bot.trials import parse as trial_parse
+    seen = spy_env(monkeypatch)
+    shape = {**SMALL, "repeats": 2, "hidden": 256, "heads": 4, "kv_heads": 2}  # 4 MiB a layer
+    words = " ".join(f"{k}={v}" for k, v in shape.items())
+    cmd = trial_parse.parse_trial(f"sweep llm-infer {words} layers=1,8")
+    rs = [dict(launcher.run_trial(s), trial=f"T{i}") for i, s in enumerate(cmd.specs)]
+    assert all(r["status"] == "ok" for r in rs), [r["error"] for r in rs]
+    assert seen == ["65536", None] * 2  # each depth: a live memory pass, a glibc time pass
+    for r in rs:
+        memory, timing = r["passes"]
+        assert r["memory"]["host_rss_peak"] == memory["host_rss_peak"]
+        assert r["memory"]["host_rss_peak_kernel"] is None or \
+            "memory pass under malloc=live" in r["memory"]["method"]["host_rss_peak_kernel"]
+        assert timing["malloc"] == "glibc" and r["seconds"] == timing["seconds"]
+    fit = depth.fit_depth(rs)
+    assert fit["error"] is None
+    assert fit["allocators"]["host_rss_peak"] == ["malloc=live, memory pass"]
+    assert fit["allocators"]["time"] == ["malloc=glibc, time pass"]
+    assert not any("page faults" in n for n in fit["notes"])
+    # Seven more layers of weights (28 MiB by arithmetic) are in the live peak.
+    per_layer = depth.layer_bytes(rs[0]["params"])["total"]
+    assert 0.5 * per_layer < depth.slope(fit["memory"]["host_rss_peak"]) < 2 * per_layer
+    assert [p["seconds"] for p in fit["points"]] == [r["latency"]["mean"] for r in rs]

@@ -407,3 +407,19 @@ def test_a_cancelled_trials_time_counts_as_retries_in_its_block(ctx):
     out = say(ctx, "repro review")
     assert f"from {ran}, {cancelled}\n" in out
     assert "more retries: +0.1000 GPU-h (failed attempts' and cancelled trials' time)" in out
+
+
+def test_a_block_timed_under_malloc_live_on_a_cpu_warns_and_says_how_to_rerun(ctx):
+    live = finish(ctx, report(gpu=None, malloc="live"))
+    say(ctx, "new repro gpu=CPU")
+    out = say(ctx, f"repro block baseline runs=10 trial={live}")
+    assert "block added" in out
+    assert f"{live} timed on the CPU under malloc=live: its times include page faults" in out
+    assert "re-run with malloc=auto" in out
+    assert "malloc=live" in say(ctx, "repro show")  # the plan keeps saying it
+    # A two-pass auto trial's times are glibc's; on CUDA live moves host allocations only.
+    split = report(gpu=None, malloc="auto")
+    split["passes"] = [{"pass": "memory", "malloc": "live"}, {"pass": "time", "malloc": "glibc"}]
+    for r in (split, report(malloc="live")):
+        t = finish(ctx, r)
+        assert "page faults" not in say(ctx, f"repro block baseline runs=10 trial={t}")

@@ -49,3 +49,14 @@ def test_bad_subcommands(text, token):
     with pytest.raises(spec.SpecError) as err:
         parse.parse_trial(text)
     assert token in err.value.token
+
+
+def test_malloc_auto_is_left_to_the_worker_at_partial_depth_too():
+    s = spec.parse(["llm-infer", "preset=llama-3-8b", "layers=2"])
+    assert s.params["malloc"] == "auto"  # the worker's two passes, not live in one
+    assert spec.parse(s.words().split()) == s
+    assert spec.parse(["llm-infer", "preset=llama-3-8b", "layers=2",
+                       "malloc=live"]).params["malloc"] == "live"
+    help_ = spec.LLM_INFER.param("malloc").help
+    assert "auto = on a CPU two passes" in help_ and "partial-depth" in help_
+    assert "auto = live" not in help_

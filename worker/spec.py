@@ -158,13 +158,18 @@ DEVICE = _choice("device", "auto", ("auto", "cuda", "cpu"), "auto = cuda when pr
 # glibc keeps freed memory in RSS by allocation history (two identical runs
 # differed by 7%), so host RSS neither repeats nor extrapolates by layer;
 # pinning its mmap threshold returns each freed tensor (docs/design.md §2, "Memory, by method").
+# What live costs a CPU trial's times, as measured (docs/benchmarks.md): the
+# card and a plan block resting on such a trial say it.
+LIVE_TIME_NOTE = ("its times include page faults from glibc's mmap threshold pinned at 64 KiB "
+                  "(on a 2-core CPU box live took 1.18–1.19× glibc's CPU time in prefill and "
+                  "1.03–1.05× per decode step, up to 1.24× and 2.6× while the box was busy: "
+                  "scripts/bench_malloc_time.py)")
 MALLOC = _choice("malloc", "auto", ("auto", "live", "glibc"),
                  "host memory: live pins glibc's mmap threshold at 64 KiB so host RSS is the "
-                 "live peak, which extrapolates (CPU time then pays page faults, ~35% on the "
-                 "CPU benchmark); glibc keeps the C library's default; auto = live for a "
-                 "partial-depth preset trial or a depth sweep, else on a CPU two passes "
-                 "(host RSS from a short live pass, time from a glibc pass) and on CUDA "
-                 "one glibc pass")
+                 "live peak, which extrapolates (CPU times then include page faults); glibc "
+                 "keeps the C library's default; auto = on a CPU two passes (host RSS from a "
+                 "short live pass, time from a glibc pass), partial-depth trials and depth "
+                 "sweeps included, and on CUDA one glibc pass")
 
 # Limits are sanity bounds that catch typos (prompt=1e12), not hardware limits:
 # whether a config fits a GPU is what the trial measures.
@@ -322,12 +327,9 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
         _check_hf(params, given, workload)
         return TrialSpec(workload.name, params)
     _apply_preset(params, given, workload.usage())
-    if params.get("malloc") == "auto":
-        # A partial depth extrapolates by layer: live in one pass. Any other auto
-        # is the worker's to split into passes (worker/launcher/passes.py).
-        preset = presets.get(params["preset"])
-        if preset and params["layers"] < preset.layers:
-            params["malloc"] = "live"
+    # malloc=auto stays auto, partial depth included: the worker splits it into
+    # a live memory pass (host RSS that extrapolates by layer) and a glibc time
+    # pass (worker/launcher/passes.py), so no time pays live's page faults.
     _check_shape(params, workload.usage())
     if workload is LLM_TRAIN:
         _check_ranks(params, workload.usage())

@@ -3,6 +3,7 @@ uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
 from worker.report import Report
+from worker.spec import LIVE_TIME_NOTE
 from worker.units import duration, size
 
 
@@ -54,6 +55,8 @@ def facts(r: Report) -> list[tuple[str, str]]:
         out.append(("time to first token",
                     f"p50 {duration(ttft['p50'])}, p90 {duration(ttft['p90'])}"
                     + per))
+    if timed_live_on_cpu(r):
+        out.append(("timed under malloc=live", LIVE_TIME_NOTE))
     st = r.get("stability")
     if st:
         out.append(("stability", stability(st, unit)))
@@ -84,6 +87,14 @@ def facts(r: Report) -> list[tuple[str, str]]:
     if r.get("slurm"):
         out.append(("Slurm", slurm_line(r["slurm"])))
     return out
+
+
+def timed_live_on_cpu(r: Report) -> bool:
+    """One pass under malloc=live on the CPU: its times carry the page faults
+    of the pinned mmap threshold (malloc=auto times a separate glibc pass)."""
+    env = r.get("env") or {}
+    return ((r.get("params") or {}).get("malloc") == "live" and not r.get("passes")
+            and (env.get("device") == "cpu" or not env.get("gpu_count")))
 
 
 def allocator(r: Report) -> str:

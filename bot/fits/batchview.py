@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bot.blocks import table_text
 from bot.fits import depth, ols, scaling, usable
+from worker.spec import LIVE_TIME_NOTE
 from worker.units import duration, size
 
 LEVEL = 0.90  # prediction intervals shown in sweep messages
@@ -176,8 +177,8 @@ def _allocator_line(target: str, fit: dict) -> str:
     elif target != "time":
         text += ": glibc's mmap threshold pinned, so host RSS is the live peak"
     elif any(u.startswith("malloc=live") for u in used):
-        text += (": on a CPU the pinned threshold's page faults slow each request (13–66% on "
-                 "the benchmarks); the default malloc=auto times a separate glibc pass")
+        text += (f": on a CPU {LIVE_TIME_NOTE}; the default malloc=auto times a separate "
+                 "glibc pass")
     return text + "._"
 
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 
 from bot.fits import gpus, ols, scaling, usable
-from worker import arithmetic, presets
+from worker import arithmetic, presets, summary
+from worker.spec import LIVE_TIME_NOTE
 
 SCHEMA = "trialbot.depth/1"
 # The kernel's max RSS too: an exact high-water mark, where 100 Hz sampling can
@@ -212,7 +213,7 @@ def fit_depth(reports: list[dict]) -> dict:
            "workload": reports[0].get("workload") if reports else "llm-infer", "sizing": None,
            "preset": None, "defaults": {}, "points": [], "failed": [], "memory": {},
            "time": None, "decode": None, "per_layer": None, "workers": [], "notes": [],
-           "error": None}
+           "allocators": {}, "error": None}
     for r in reports:
         if r.get("status") != "ok":
             err = r.get("error") or {}
@@ -245,6 +246,12 @@ def fit_depth(reports: list[dict]) -> dict:
     if len(workers) > 1:
         out["notes"].append(f"the trials ran on {len(workers)} workers/devices: their times "
                             "are fitted together; rerun on one worker for a clean fit")
+    out["allocators"] = scaling.allocators(ok)
+    live = [r.get("trial") or "?" for r in ok if summary.timed_live_on_cpu(r)]
+    if live:
+        out["notes"].append(f"{usable.names(live)} timed on the CPU under malloc=live: "
+                            f"{LIVE_TIME_NOTE}, and so does the time fit; re-run the sweep "
+                            "with malloc=auto (or without malloc=) for glibc's times")
     if len({p["layers"] for p in out["points"]}) < 2:
         out["error"] = "1 distinct depth succeeded: at least 2 are needed to fit anything"
         return out

@@ -165,6 +165,10 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         parts.append(fits_text(fits))
         parts.append(decode_text(pred["decode_estimate"], pred["layers"],
                                  gpu.name if gpu is not None else None))
+    used = fit.get("allocators") or {}
+    if used.get("host_rss_peak") or used.get("time"):
+        parts.append(f"_Host RSS measured under {' and '.join(used.get('host_rss_peak') or ['?'])}"
+                     f"; time under {' and '.join(used.get('time') or ['?'])}._")
     for note in fit.get("notes") or []:
         parts.append(f":warning: {note}")
     parts.append(f"~How: ordinary least squares of each memory method and of time against "

@@ -152,7 +152,7 @@ def allocator_of(r: dict, figure: str) -> str:
     return f"malloc={(r.get('params') or {}).get('malloc', 'glibc')}"
 
 
-def _allocators(ok: list[dict]) -> dict:
+def allocators(ok: list[dict]) -> dict:
     """Per host-memory figure and time: the allocator settings its points came from."""
     return {f: sorted({allocator_of(r, f) for r in ok})
             for f in ("host_rss_peak", "host_rss_peak_kernel", "time")}
@@ -209,7 +209,7 @@ def fit_sweep(reports: list[dict]) -> dict:
         out["error"] = (f"the trials differ in {', '.join(other)}, which the fit does not "
                         "model: a sweep varies batch and length only")
         return out
-    out["allocators"] = _allocators(ok)
+    out["allocators"] = allocators(ok)
     for r in ok:
         b, s = _bs(vars_, r["params"])
         secs, _ = seconds_of(r)

@@ -8,6 +8,8 @@ from decimal import Decimal
 from bot.blocks import chunks, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import calibration, estimate, parse, prices
+from worker import summary
+from worker.spec import LIVE_TIME_NOTE
 
 
 def error(message: str) -> dict:
@@ -82,6 +84,11 @@ def facts_set(plan: dict, facts: dict) -> dict:
 def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     out = []
     target = plan["facts"].get("gpu")
+    live = [name for r, name in zip(reports, est["trials"]) if summary.timed_live_on_cpu(r)]
+    if live:
+        out.append(f"{usable.names(live)} timed on the CPU under malloc=live: {LIVE_TIME_NOTE}. "
+                   "This block's times overstate a glibc run's: re-run with malloc=auto "
+                   "(or without malloc=) and re-add the block with the new trial")
     for r, name in zip(reports, est["trials"]):
         on = gpus.matches_gpu(r, target)
         if on is None:
@@ -96,10 +103,6 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
             out.append(f"{name} ran on a busy machine — {busy['summary']}. This block carries "
                        "that slowdown: re-run it (the Re-run button on its card) and re-add the "
                        "block with the new trial")
-        if r["params"].get("malloc") == "live" and not (r.get("env") or {}).get("gpu_count"):
-            out.append(f"{name} ran on the CPU with malloc=live: its time includes the page "
-                       "faults that pinning glibc's mmap threshold costs (35% in "
-                       "scripts/bench_depth.py's shape)")
         changed = {k: v for k, v in (r.get("requested") or {}).items()
                    if r["params"].get(k) != v}
         if changed:

@@ -147,9 +147,6 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
                               "layers alone (the fit is fixed + per-layer × layers); give "
                               f"{', '.join(k for k in lists if k != 'layers')} one value, or "
                               "run a separate batch sweep", usage)
-    if depth and not any(w.startswith("malloc=") and w != "malloc=auto" for w in rest):
-        # Host RSS that extrapolates by layer (worker/spec.py, malloc).
-        rest = [w for w in rest if w != "malloc=auto"] + ["malloc=live"]
     others = [k for k in lists if k != "batch"]
     if workload.recipe and len(others) > 1:
         raise specs.SpecError(" ".join(f"{k}=..." for k in others), f"a recipe sweep varies "

@@ -58,12 +58,13 @@ class Attention(nn.Module):
             cache_k[:, :, start:start + s] = k
             cache_v[:, :, start:start + s] = v
             keys, values = cache_k[:, :, :start + s], cache_v[:, :, :start + s]
-        group = self.heads // self.kv_heads
-        if group > 1:  # grouped-query attention: each KV head serves `group` query heads
-            keys = keys.repeat_interleave(group, dim=1)
-            values = values.repeat_interleave(group, dim=1)
-        # Prefill is causal; a single decode token may attend to the whole cache.
-        out = F.scaled_dot_product_attention(q, keys, values, is_causal=s > 1)
+        # Grouped-query attention: each KV head serves heads/kv_heads query heads.
+        # enable_gqa lets SDPA read the shared heads in place, as real models'
+        # SDPA path does; copying K and V per group was memory and decode time
+        # only this proxy paid. Prefill is causal; a single decode token may
+        # attend to the whole cache.
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=s > 1,
+                                             enable_gqa=self.heads != self.kv_heads)
         return self.o(out.transpose(1, 2).reshape(b, s, -1))
 
 

@@ -308,7 +308,7 @@ def test_layers_lists_are_a_depth_sweep_of_llm_infer_only():
                                                specs._int("layers", 2, 1, 64, "depth")))
     cmd = parse.parse_trial("sweep recipe paper-infer layers=1,2,4", {"paper-infer": deep})
     assert all("malloc" not in s.params for s in cmd.specs)   # a recipe's own parameter
-    with pytest.raises(specs.SpecError, match="llm-infer runs"):
+    with pytest.raises(specs.SpecError, match="llm-infer and hf-infer run"):
         parse.parse_trial("sweep llm-train layers=1,2")
     auto = parse.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
     assert {s.params["malloc"] for s in auto.specs} == {"auto"}

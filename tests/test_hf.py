@@ -278,5 +278,7 @@ def test_a_registration_with_a_malformed_hf_block_is_refused(caps):
 def test_a_hub_id_the_worker_cannot_reach_is_refused_by_name(allowed, monkeypatch):
     from worker.workloads import Unsupported
     monkeypatch.setenv(models.ENV_HUB, "1")  # allowed, but offline: as a box without a route
+    import huggingface_hub.constants  # read once at import: the env alone is too late here
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(Unsupported, match="the hub's config could not be read .* --models"):
         hf.config("some-org/some-model")

@@ -129,12 +129,15 @@ def test_a_mixture_of_experts_runs_and_counts_as_transformers(allowed):
     assert "mixture of 4 experts" in pred["decode"]["experts"]
 
 
-def test_hf_train_trains_with_gradient_checkpointing(allowed):
-    r = trial("hf-train model=tiny layers=2 batch=2 seq=16 steps=3 warmup=1 "
+def test_hf_train_trains_with_gradient_checkpointing_over_zero1_ranks(allowed):
+    r = trial("hf-train model=tiny layers=2 batch=2 seq=16 steps=3 warmup=1 zero=1 world=2 "
               "checkpointing=full attn=eager malloc=glibc device=cpu")
     assert r["status"] == "ok", r["error"]
     t = r["training"]
     assert t["params"] == hf_count(TINY, layers=2) and t["checkpointing"] == "full"
+    # the spawned rank built the same model (its own make) and holds half the states
+    assert [x["shard_params"] for x in t["ranks"]] and sum(
+        x["shard_params"] for x in t["ranks"]) == t["params"]
     assert t["loss_final"] < t["loss_first"]  # AdamW on one fixed batch
     assert r["full_depth"]["params"] == hf_count(TINY)
 

@@ -112,7 +112,7 @@ def train(rank: int, p: dict, device: str, phase, sync, make=make) -> dict:
             opt = torch.optim.AdamW(model.parameters(), lr=LR)
     with phase("data"):
         g = torch.Generator().manual_seed(p["seed"])
-        vocab = model.vocab if hasattr(model, "vocab") else p["vocab"]
+        vocab = getattr(getattr(model, "module", model), "vocab", None) or p["vocab"]  # DDP
         tokens = torch.randint(0, vocab, (p["batch"], p["seq"] + 1), generator=g)
         share = p["batch"] // world
         tokens = tokens[rank * share:(rank + 1) * share].to(dev)

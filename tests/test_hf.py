@@ -285,3 +285,13 @@ def test_a_hub_id_the_worker_cannot_reach_is_refused_by_name(allowed, monkeypatc
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(Unsupported, match="the hub's config could not be read .* --models"):
         hf.config("some-org/some-model")
+
+
+def test_a_trial_child_is_offline_unless_the_operator_allows_the_hub(monkeypatch):
+    from worker.launcher.process import builtin_env
+    spec = specs.parse(["hf-infer", "model=mistral-7b"])
+    monkeypatch.setenv(models.ENV_HUB, "0")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert builtin_env(spec)["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setenv(models.ENV_HUB, "1")
+    assert "HF_HUB_OFFLINE" not in builtin_env(spec)

@@ -109,6 +109,8 @@ def builtin_env(spec: TrialSpec) -> dict:
     env = child_env(PYTHONPATH=pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
     # hf-* models: the directories and hub switch the operator allowed (worker/models.py)
     env.update({k: os.environ[k] for k in (models.ENV_DIRS, models.ENV_HUB) if k in os.environ})
+    if not models.hub_allowed():  # nothing a trial builds reaches the hub unless allowed
+        env["HF_HUB_OFFLINE"] = "1"
     if spec.params.get("malloc") == "live":
         env["MALLOC_MMAP_THRESHOLD_"] = str(LIVE_MMAP_THRESHOLD)
     return env

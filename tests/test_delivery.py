@@ -13,8 +13,8 @@ from slackfake import post, signed_headers, slash_body
 from worker import report as reports
 from worker.spec import parse
 
-SPEC = parse(["llm-infer", "gen=2", "repeats=1", "stability=0"])
-QUICK = "llm-infer gen=2 repeats=1 stability=0"
+SPEC = parse(["llm-infer", "gen=2", "repeats=1", "stability=0", "malloc=glibc"])  # one pass
+QUICK = "llm-infer gen=2 repeats=1 stability=0 malloc=glibc"  # one pass a trial
 
 
 def wait(check, timeout: float = 15, what: str = ""):

@@ -181,7 +181,8 @@ def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
 
 
 def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):
-    done = run_console(tmp_path, [f"/trial ladder {TINY} budget=100MB"])
+    # one pass per step (malloc=glibc): the two-pass default is tests/test_passes.py's
+    done = run_console(tmp_path, [f"/trial ladder {TINY} malloc=glibc budget=100MB"])
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "Queued ladder *L1*" in out and out.count("*Ladder L1*") == 1

@@ -4,8 +4,10 @@ import pytest
 from worker import launcher, stats, summary
 from worker.spec import SpecError, parse
 
+# One pass a trial (malloc=glibc): these test training, the two-pass default is
+# tests/test_passes.py's.
 TINY = ["llm-train", "layers=2", "hidden=64", "heads=2", "kv_heads=1", "vocab=256", "seq=16",
-        "steps=3"]
+        "malloc=glibc", "steps=3"]
 
 
 def trial(*words):
@@ -77,8 +79,7 @@ def test_a_rank_that_dies_takes_the_others_down_and_fails_the_attempt():
     me = psutil.Process()
     out = {}
     runner = threading.Thread(target=lambda: out.update(r=launcher.run_trial(
-        parse([*TINY[:-1], "world=2", "zero=1", "steps=100000", "timeout=120",
-               "malloc=glibc"]))))
+        parse([*TINY[:-1], "world=2", "zero=1", "steps=100000", "timeout=120"]))))
     runner.start()
     deadline = time.monotonic() + 60
     victim = None

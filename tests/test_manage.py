@@ -20,7 +20,8 @@ from slackfake import post, signed_headers
 from worker import report as reports
 from worker.spec import parse
 
-QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
+QUICK = ("llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256 "
+         "malloc=glibc")  # one pass a trial: these test jobs, not memory
 
 
 @pytest.fixture

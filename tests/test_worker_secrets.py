@@ -19,7 +19,6 @@ import ctypes
 import json
 import os
 import pwd
-import secrets
 import shutil
 import subprocess
 import sys
@@ -29,10 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from bot.http.tokens import new_token
 from conftest import BIN, ROOT, Proc, python_for_nobody, wait_http
 from slackfake import post, signed_headers, slash_body
 
-TOKEN = secrets.token_urlsafe(32)
+TOKEN = new_token()  # as `trialbot worker-token create` makes them: never a leading `-`
 HUNT = Path(__file__).parent / "programs" / "token_hunt.py"
 ROOT_USER = os.geteuid() == 0
 PR_SET_DUMPABLE = 4

@@ -354,3 +354,9 @@ def test_oversized_bodies_get_413_and_change_nothing(rt):
     r["timeline"] = timeline.build(hours, hours)
     assert len(json.dumps(r)) < MAX_REPORT / 8
     assert c.report("w1", job, r)["status"] == "done"
+
+
+def test_a_new_worker_token_never_reads_as_an_option():
+    from bot.http import tokens
+    # 1 in 64 of token_urlsafe's start with `-`, which `--token TOKEN` would take for a flag
+    assert not any(tokens.new_token().startswith("-") for _ in range(2000))

@@ -18,7 +18,11 @@ SHARED = object()  # the caller holds the shared token: any worker name
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(32)
+    """A token that never starts with `-` (1 in 64 of token_urlsafe's do): one that
+    did would be read as an option in `trialbot-worker --token TOKEN`."""
+    while (token := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return token
 
 
 def digest(token: str) -> str:

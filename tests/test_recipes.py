@@ -289,16 +289,22 @@ def test_what_a_recipe_leaves_running_is_killed_with_it(tmp_path):
         pass
 
 
-def test_probe_records_each_phases_allocator_peak_even_with_repeated_names(tmp_path):
+def faketorch_trial(tmp_path, name: str, program: str) -> dict:
+    """`program` from tests/programs run as recipe `name` over the fake torch."""
     book = recipes.load(write(tmp_path, f"""
-        [recipes.probe]
+        [recipes.{name}]
         cwd = "{PROGRAMS}"
-        argv = ["{{python}}", "probe_phases.py"]
+        argv = ["{{python}}", "{program}"]
         env = {{ PYTHONPATH = "{PROGRAMS / 'faketorch'}" }}
         """))
-    r = launcher.run_trial(parse(["recipe", "probe"], {"probe": book["probe"].workload()}),
+    r = launcher.run_trial(parse(["recipe", name], {name: book[name].workload()}),
                            recipes=book)
     assert r["status"] == "ok", r["error"]
+    return r
+
+
+def test_probe_records_each_phases_allocator_peak_even_with_repeated_names(tmp_path):
+    r = faketorch_trial(tmp_path, "probe", "probe_phases.py")
     assert [(p["name"], p.get("peak_allocated")) for p in r["phases"]] == [
         ("launch", 0), ("batch", 100), ("batch", 5000), ("batch", 300)]
     assert r["phases"][-1]["allocated"] == 10
@@ -309,15 +315,7 @@ def test_probe_records_each_phases_allocator_peak_even_with_repeated_names(tmp_p
 
 
 def test_hook_phases_reset_the_allocator_peaks_and_the_run_ends_at_its_last_unit(tmp_path):
-    book = recipes.load(write(tmp_path, f"""
-        [recipes.hooked]
-        cwd = "{PROGRAMS}"
-        argv = ["{{python}}", "probe_hooked.py"]
-        env = {{ PYTHONPATH = "{PROGRAMS / 'faketorch'}" }}
-        """))
-    r = launcher.run_trial(parse(["recipe", "hooked"], {"hooked": book["hooked"].workload()}),
-                           recipes=book)
-    assert r["status"] == "ok", r["error"]
+    r = faketorch_trial(tmp_path, "hooked", "probe_hooked.py")
     assert [(p["name"], p["found_by"], p["peak_allocated"]) for p in r["phases"]] == [
         ("launch", "start", 0), ("weights", "hook:from_pretrained", 1000),
         ("warmup", "hook:generate", 3000), ("run", "hook:generate", 4000)]

@@ -172,27 +172,45 @@ MALLOC = _choice("malloc", "auto", ("auto", "live", "glibc"),
                  "sweeps included, and on CUDA one glibc pass")
 
 # Limits are sanity bounds that catch typos (prompt=1e12), not hardware limits:
-# whether a config fits a GPU is what the trial measures.
+# whether a config fits a GPU is what the trial measures. The pieces below are
+# shared by the built-in decoder's workloads and the Hugging Face ones.
+BATCH = _int("batch", 1, 1, 4096, "sequences per request")
+PROMPT = _int("prompt", 64, 1, 131072, "prompt tokens per sequence (prefill)")
+DTYPE = _choice("dtype", "fp32", ("fp32", "bf16", "fp16"), "weights and activations")
+REQUESTS = (  # how an inference trial measures its requests
+    _choice("scenario", "offline", ("offline", "single-stream"),
+            "offline: the whole batch at once, headline throughput; single-stream: "
+            "one sequence per request, headline p90 latency"),
+    _int("repeats", 5, 1, 10000, "measured requests at least"),
+    _int("stability", 5, 0, 100, "keep measuring until IQR/median is under this "
+         "percent (0: exactly `repeats`)"),
+    _int("run_cap", 3, 1, 24 * 3600, "seconds after which measuring stops, stable or not"),
+    _int("warmup", 1, 0, 1000, "unmeasured requests before the run phase"),
+    _int("seed", 0, 0, 2**31 - 1, "random seed for weights and prompts"),
+)
+TRAIN_DATA = (_int("batch", 4, 1, 4096, "sequences per step, split over the ranks"),
+              _int("seq", 64, 2, 131072, "tokens per sequence"))
+STEPS = (
+    _int("steps", 5, 1, 100000, "measured training steps"),
+    _int("warmup", 1, 0, 1000, "training steps before the measured ones"),
+    _choice("precision", "fp32", ("fp32", "bf16", "fp16"),
+            "fp32, or mixed precision with torch.autocast (fp16 with a gradient scaler)"),
+)
+RANKS = (_int("zero", 0, 0, 1, "1: ZeRO-1, optimizer states sharded over the ranks"),
+         _int("world", 1, 1, 64, "ranks (processes) on this worker, one per GPU on CUDA"))
+TRAIN_SEED = _int("seed", 0, 0, 2**31 - 1, "random seed for weights and data")
+
 LLM_INFER = Workload(
     name="llm-infer",
     summary="decoder-only transformer, random weights, KV cache: prefill then decode",
     params=(
-        _int("batch", 1, 1, 4096, "sequences per request"),
-        _int("prompt", 64, 1, 131072, "prompt tokens per sequence (prefill)"),
+        BATCH, PROMPT,
         _int("gen", 16, 1, 65536, "tokens generated per sequence (decode)"),
         *MODEL_SHAPE,
-        _choice("dtype", "fp32", ("fp32", "bf16", "fp16"), "weights and activations"),
+        DTYPE,
         DEVICE,
         MALLOC,
-        _choice("scenario", "offline", ("offline", "single-stream"),
-                "offline: the whole batch at once, headline throughput; single-stream: "
-                "one sequence per request, headline p90 latency"),
-        _int("repeats", 5, 1, 10000, "measured requests at least"),
-        _int("stability", 5, 0, 100, "keep measuring until IQR/median is under this "
-             "percent (0: exactly `repeats`)"),
-        _int("run_cap", 3, 1, 24 * 3600, "seconds after which measuring stops, stable or not"),
-        _int("warmup", 1, 0, 1000, "unmeasured requests before the run phase"),
-        _int("seed", 0, 0, 2**31 - 1, "random seed for weights and prompts"),
+        *REQUESTS,
     ) + COMMON,
 )
 
@@ -201,20 +219,15 @@ LLM_TRAIN = Workload(
     summary="the llm-infer decoder trained with AdamW on a fixed synthetic batch: step time, "
             "memory, loss; precision, activation checkpointing, ZeRO-1 over ranks",
     params=(
-        _int("batch", 4, 1, 4096, "sequences per step, split over the ranks"),
-        _int("seq", 64, 2, 131072, "tokens per sequence"),
+        *TRAIN_DATA,
         *MODEL_SHAPE,
-        _int("steps", 5, 1, 100000, "measured training steps"),
-        _int("warmup", 1, 0, 1000, "training steps before the measured ones"),
-        _choice("precision", "fp32", ("fp32", "bf16", "fp16"),
-                "fp32, or mixed precision with torch.autocast (fp16 with a gradient scaler)"),
+        *STEPS,
         _choice("checkpointing", "none", ("none", "full"),
                 "full: recompute each layer's activations in the backward pass"),
-        _int("zero", 0, 0, 1, "1: ZeRO-1, optimizer states sharded over the ranks"),
-        _int("world", 1, 1, 64, "ranks (processes) on this worker, one per GPU on CUDA"),
+        *RANKS,
         DEVICE,
         MALLOC,
-        _int("seed", 0, 0, 2**31 - 1, "random seed for weights and data"),
+        TRAIN_SEED,
     ) + COMMON,
 )
 
@@ -235,24 +248,15 @@ HF_INFER = Workload(
     summary="a Hugging Face causal LM's own code (transformers), random weights from its "
             "config: generate() prefill then decode",
     params=(
-        _int("batch", 1, 1, 4096, "sequences per request"),
-        _int("prompt", 64, 1, 131072, "prompt tokens per sequence (prefill)"),
+        BATCH, PROMPT,
         _int("gen", 16, 1, 65536, "tokens generated per sequence (exactly: EOS does not stop it)"),
         MODEL, HF_LAYERS,
-        _choice("dtype", "fp32", ("fp32", "bf16", "fp16"), "weights and activations"),
+        DTYPE,
         ATTN,
         _choice("cache", "dynamic", ("dynamic", "static"),
                 "transformers' KV cache: dynamic (grows each step) or static (preallocated)"),
         DEVICE, MALLOC,
-        _choice("scenario", "offline", ("offline", "single-stream"),
-                "offline: the whole batch at once, headline throughput; single-stream: "
-                "one sequence per request, headline p90 latency"),
-        _int("repeats", 5, 1, 10000, "measured requests at least"),
-        _int("stability", 5, 0, 100, "keep measuring until IQR/median is under this "
-             "percent (0: exactly `repeats`)"),
-        _int("run_cap", 3, 1, 24 * 3600, "seconds after which measuring stops, stable or not"),
-        _int("warmup", 1, 0, 1000, "unmeasured requests before the run phase"),
-        _int("seed", 0, 0, 2**31 - 1, "random seed for weights and prompts"),
+        *REQUESTS,
     ) + COMMON,
 )
 
@@ -261,19 +265,14 @@ HF_TRAIN = Workload(
     summary="a Hugging Face causal LM's own code trained with AdamW on a fixed synthetic batch, "
             "as llm-train: precision, gradient checkpointing, ZeRO-1 over ranks",
     params=(
-        _int("batch", 4, 1, 4096, "sequences per step, split over the ranks"),
-        _int("seq", 64, 2, 131072, "tokens per sequence"),
+        *TRAIN_DATA,
         MODEL, HF_LAYERS,
-        _int("steps", 5, 1, 100000, "measured training steps"),
-        _int("warmup", 1, 0, 1000, "training steps before the measured ones"),
-        _choice("precision", "fp32", ("fp32", "bf16", "fp16"),
-                "fp32, or mixed precision with torch.autocast (fp16 with a gradient scaler)"),
+        *STEPS,
         _choice("checkpointing", "none", ("none", "full"),
                 "full: gradient_checkpointing_enable(), each layer recomputed in the backward"),
-        _int("zero", 0, 0, 1, "1: ZeRO-1, optimizer states sharded over the ranks"),
-        _int("world", 1, 1, 64, "ranks (processes) on this worker, one per GPU on CUDA"),
+        *RANKS,
         ATTN, DEVICE, MALLOC,
-        _int("seed", 0, 0, 2**31 - 1, "random seed for weights and data"),
+        TRAIN_SEED,
     ) + COMMON,
 )
 
@@ -350,10 +349,7 @@ def _check_hf(p: dict, given: dict, workload: Workload) -> None:
         raise SpecError(given.get("layers", "layers"), f"`layers={p['layers']}`: "
                         f"{preset.name} has {preset.layers} layers; use layers=1..{preset.layers} "
                         "(0: all of them)", usage)
-    if p.get("scenario") == "single-stream" and p["batch"] != 1:
-        raise SpecError(f"batch={p['batch']}", f"`batch={p['batch']}`: scenario=single-stream "
-                        "sends one sequence per request; use batch=1, or scenario=offline "
-                        "for a batch at once", usage)
+    _check_scenario(p, usage)
     if workload.name == "hf-train":
         _check_ranks(p, usage)
     _check_retry(workload, p)
@@ -454,13 +450,17 @@ def _check_shape(p: dict, usage: str) -> None:
     if p["kv_heads"] > p["heads"] or p["heads"] % p["kv_heads"]:
         raise SpecError(f"kv_heads={p['kv_heads']}", f"`kv_heads={p['kv_heads']}`: heads="
                         f"{p['heads']} must be a multiple of kv_heads", usage)
+    _check_scenario(p, usage)
+    if (p["hidden"] // p["heads"]) % 2:
+        raise SpecError(f"hidden={p['hidden']}", f"`hidden={p['hidden']}`: the head size "
+                        "hidden/heads must be even (rotary embeddings)", usage)
+
+
+def _check_scenario(p: dict, usage: str) -> None:
     if p.get("scenario") == "single-stream" and p["batch"] != 1:
         raise SpecError(f"batch={p['batch']}", f"`batch={p['batch']}`: scenario=single-stream "
                         "sends one sequence per request; use batch=1, or scenario=offline "
                         "for a batch at once", usage)
-    if (p["hidden"] // p["heads"]) % 2:
-        raise SpecError(f"hidden={p['hidden']}", f"`hidden={p['hidden']}`: the head size "
-                        "hidden/heads must be even (rotary embeddings)", usage)
 
 
 def resolve(spec: TrialSpec, recipes: dict | None = None) -> TrialSpec:

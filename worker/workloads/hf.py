@@ -19,7 +19,6 @@ from worker.arithmetic import sized_full_depth
 from worker.workloads import Unsupported
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 INSTALL = "pip install 'trialbot[hf]' on the worker"
 
 
@@ -183,15 +182,6 @@ def _experts(text) -> dict | None:
     return None
 
 
-def model_block(cfg, source: dict, full: int, p: dict, tf_version: str) -> dict:
-    """The report's `model`: what was built, and from where."""
-    return {"name": source["name"], "source": source["source"], "kind": source["kind"],
-            "architecture": (cfg.architectures or [None])[0], "model_type": cfg.model_type,
-            "layers": cfg.get_text_config().num_hidden_layers, "full_layers": full,
-            "attn": p.get("attn"), "transformers": tf_version,
-            "weights": "random (from the config; nothing downloaded)"}
-
-
 def imported(model: str, layers: int) -> tuple:
     """Import transformers and the model's own modeling code (transformers
     imports lazily: a bare `import transformers` loads little), read its config:
@@ -208,12 +198,17 @@ def imported(model: str, layers: int) -> tuple:
 
 
 def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: int) -> dict:
-    """The report's `model` and `full_depth` blocks, after the timed phases
+    """The report's `model` (what was built, from where) and `full_depth` blocks,
+    after the timed phases
     (sizing builds the full model on the meta device: no memory, a few seconds)."""
     preset = presets.get(p["model"])
     sizing_ = sizing(cfg, full, source, version)
-    info = {**model_block(cfg, source, full, p, version), "import_rss_bytes": import_rss,
+    info = {"name": source["name"], "source": source["source"], "kind": source["kind"],
             "architecture": sizing_["architecture"],  # the class transformers built
+            "model_type": cfg.model_type, "layers": cfg.get_text_config().num_hidden_layers,
+            "full_layers": full, "attn": p.get("attn"), "transformers": version,
+            "weights": "random (from the config; nothing downloaded)",
+            "import_rss_bytes": import_rss,
             "import_what": "host RSS that importing transformers added to the trial's "
                            "process (psutil, before and after): host memory a GPU does not "
                            "hold"}

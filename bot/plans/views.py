@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+from bot import figures
 from bot.blocks import chunks, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import calibration, estimate, parse, prices
@@ -133,19 +134,19 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
 
 
 def hours_text(x: Decimal | None) -> str:
-    """Decimal GPU-hours print with the places they were rounded to."""
-    return "n/a" if x is None else f"{x:,}"
+    """GPU-hours to three significant digits (bot/figures.py), each figure on its own."""
+    return figures.gpu_hours(x)
 
 
 def plain(x: Decimal | None) -> str:
-    return "" if x is None else str(x)
+    """A figure for a CSV cell: as shown, without thousands separators."""
+    return "" if x is None else str(figures.rounded(x))
 
 
 def _interval(est: dict) -> str:
     if not est["interval"]:
         return "no interval"
-    lo, hi = est["interval"]
-    return f"{hours_text(lo)}–{hours_text(hi)}"
+    return figures.interval(*est["interval"])
 
 
 def components_text(est: dict) -> str:
@@ -185,29 +186,30 @@ def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> lis
     if rent is None:
         return ["unconfirmed"] * (len(ests) + 1)
     stale = " (stale)" if prices.is_stale(rent, today) else ""
-    cells, amounts = [], []
+    cells, counted = [], []
     for _, e, trials in ests:
         if not all(gpus.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
             cells.append(f"n/a: not measured on {plan['facts']['gpu']}")
             continue
-        amounts.append(prices.cost(e["hours"], rent))
-        cells.append(prices.money(amounts[-1], rent["currency"]) + stale)
-    if len(amounts) < len(ests):
+        counted.append(e["hours"])
+        cells.append(prices.money(prices.cost(e["hours"], rent), rent["currency"]) + stale)
+    if len(counted) < len(ests):
         return cells + ["unconfirmed: not every block was measured on the target"]
-    return cells + [prices.money(sum(amounts, Decimal(0)), rent["currency"]) + stale]
+    # The total's cost from the unrounded hours, rounded to the cent once.
+    return cells + [prices.money(prices.cost(sum(counted, Decimal(0)), rent), rent["currency"])
+                    + stale]
 
 
 def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] | None:
-    """The block's GPU-hours shown × the calibrated multipliers, at the plan's places."""
+    """The block's GPU-hours × the calibrated multipliers, unrounded."""
     if not cal or not cal["calibrated"]:
         return None
-    step = Decimal(1).scaleb(-est["places"])
-    return tuple((est["hours"] * Decimal(m)).quantize(step) for m in (cal["low"], cal["high"]))
+    return tuple(est["hours"] * Decimal(repr(m)) for m in (cal["low"], cal["high"]))
 
 
 def calibrated_total(ests: list, calib: list[dict]) -> tuple[Decimal, Decimal] | None:
-    """The sums of the blocks' calibrated bounds as shown; None unless every
-    block is calibrated."""
+    """The sums of the blocks' calibrated bounds; None unless every block is
+    calibrated."""
     shown = [calibrated_interval(e, c) for (_, e, _), c in zip(ests, calib)]
     if not shown or not all(shown):
         return None
@@ -218,7 +220,7 @@ def _calibrated_cell(est: dict, cal: dict) -> str:
     iv = calibrated_interval(est, cal)
     if iv is None:
         return f"uncalibrated ({cal['n']}/{cal['needed']})"
-    return f"{hours_text(iv[0])}–{hours_text(iv[1])}"
+    return figures.interval(*iv)
 
 
 def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
@@ -234,13 +236,11 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
         rows.append([kind, runs, hours_text(e["hours"]), _interval(e)]
                     + ([_calibrated_cell(e, calib[i])] if calib else []) + [c])
     tot = estimate.total([e for _, e, _ in ests])
-    iv = (f"{hours_text(tot['interval'][0])}–{hours_text(tot['interval'][1])}" if tot["interval"]
-          else "no interval")
+    iv = figures.interval(*tot["interval"]) if tot["interval"] else "no interval"
     extra = []
     if calib:
         ct = calibrated_total(ests, calib)
-        extra = [f"{hours_text(ct[0])}–{hours_text(ct[1])}" if ct
-                 else "n/a: not every block calibrated"]
+        extra = [figures.interval(*ct) if ct else "n/a: not every block calibrated"]
     rows.append(["total", "", hours_text(tot["hours"]), iv] + extra + [cost[-1]])
     return rows
 
@@ -252,7 +252,7 @@ def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
         line = f"• {e['kind']}: {c['text']}"
         if c["calibrated"]:
             lo, hi = calibrated_interval(e, c)
-            line += f" → {hours_text(lo)}–{hours_text(hi)} GPU-h"
+            line += f" → {figures.interval(lo, hi)} GPU-h"
         if c["used"]:
             names = c["used"][:12]
             line += ("; pairs: " + ", ".join(names)
@@ -355,9 +355,8 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
     else:
         return "no interval to judge it by"
     lo, hi = (row["estimate"] * m for m in mult)
-    n = row["places"]
     verdict = "inside" if calibration.inside(pair, mult) else "OUTSIDE"
-    return f"{verdict} {what} ({lo:.{n}f}–{hi:.{n}f} GPU-h)"
+    return f"{verdict} {what} ({figures.interval(lo, hi)} GPU-h)"
 
 
 def review(plan: dict, rows: list[dict], ests: list | None = None,
@@ -369,15 +368,16 @@ def review(plan: dict, rows: list[dict], ests: list | None = None,
                          f"block={r['kind']}`, or `/plan {plan['name']} actual {r['kind']} "
                          "hours=H` or `slurm=JOBID`)")
             continue
-        n = r["places"]
-        diff = r["actual"] - r["estimate"]
-        rel = f" ({diff / r['estimate']:+.0%})" if r["estimate"] else ""
+        rel = figures.change(r["estimate"], r["actual"])
+        rel = f" ({rel})" if rel else ""
         idle = "" if r["idle_compared"] else " (idle left out on both sides)"
-        lines.append(f"• *{r['kind']}*: estimated {r['estimate']:.{n}f}, actual "
-                     f"{r['actual']:.{n}f} GPU-h{rel}{idle}, from {', '.join(r['sources'])}")
+        lines.append(f"• *{r['kind']}*: estimated {figures.gpu_hours(r['estimate'])}, actual "
+                     f"{figures.gpu_hours(r['actual'])} GPU-h{rel}{idle}, from "
+                     f"{', '.join(r['sources'])}")
         if ests is not None:
             lines.append(f"    {held_text(r, ests[i][1], calib[i] if calib else None)}")
-        lines += [f"    {name}: {value:+.{n}f} GPU-h ({why})" for name, value, why in r["why"]]
+        lines += [f"    {name}: {figures.signed(value)} GPU-h ({why})"
+                  for name, value, why in r["why"]]
         lines += [f"    config changed: {c}" for c in r["config_changes"]]
         if r["not_comparable"]:
             lines.append("    NOT COMPARABLE with the locked plan: "

@@ -6,7 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 from bot import figures
-from bot.blocks import chunks, context, reply, section, table_text
+from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import calibration, estimate, parse, prices
 from worker import summary
@@ -68,15 +68,41 @@ def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
     return reply(f"Plans in {'every' if everywhere else 'this'} channel:\n" + "\n".join(lines))
 
 
+# What `created` suggests for the first items still open, in this order.
+FIRST_FACTS = (("gpu", "H100"), ("platform", "cuda"), ("paper", "..."))
+_PERIODS = ((365.25, "year"), (30.44, "month"), (7, "week"))
+
+
+def fact_value(key: str, value) -> str:
+    """A stored fact as people read it: `period` in days with the unit it was
+    likely typed in ("3 weeks (21 days)"), `handoff` in hours, `utilization` a share."""
+    if key == "period":
+        days = figures.number(value)
+        for size, unit in _PERIODS:
+            n = value / size
+            if n >= 1 and abs(n - round(n)) < 1e-9:
+                return f"{round(n)} {unit}{'s' * (round(n) != 1)} ({days} days)"
+        return f"{days} days"
+    if key == "handoff":
+        return f"{figures.number(value)} h"
+    if key == "utilization":
+        return f"{value:.0%}"
+    return str(value)
+
+
 def created(plan: dict) -> dict:
-    return reply(f"Plan *{plan['name']}* started. Open checklist items: "
-                 f"{', '.join(open_items(plan)) or 'none'}.\nNext: `/plan {plan['name']} set "
-                 f"gpu=H100 platform=cuda paper=...`, then `/plan {plan['name']} block baseline "
-                 "runs=N trial=T12`.")
+    name, facts = plan["name"], plan["facts"]
+    given = ", ".join(f"{k}={fact_value(k, v)}" for k, v in facts.items())
+    missing = " ".join(f"{k}={example}" for k, example in FIRST_FACTS if not facts.get(k))
+    step = f"`/plan {name} block baseline runs=N trial=T12`"
+    next_ = (f"Next: `/plan {name} set {missing}`, then {step}." if missing
+             else f"Next: {step}.")
+    return reply(f"Plan *{name}* started" + (f" with {given}" if given else "")
+                 + f". Open checklist items: {', '.join(open_items(plan)) or 'none'}.\n{next_}")
 
 
 def facts_set(plan: dict, facts: dict) -> dict:
-    done = ", ".join(f"{k}={v}" for k, v in facts.items())
+    done = ", ".join(f"{k}={fact_value(k, v)}" for k, v in facts.items())
     left = open_items(plan)
     return reply(f"Plan *{plan['name']}*: set {done}.\nOpen checklist items: "
                  f"{', '.join(left) if left else 'none — the checklist is complete'}.")
@@ -93,8 +119,9 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     for r, name in zip(reports, est["trials"]):
         on = gpus.matches_gpu(r, target)
         if on is None:
+            # the plan's, not the trial's: worded alike on every block, so `show` says it once
             out.append("no target GPU is set (`set gpu=H100`), so nobody checked that "
-                       f"{name} ran on it")
+                       "this block's trials ran on it")
             break
         if not on:
             out.append(f"{name} ran on {estimate.env_kind(r)}, not the plan's target {target}: "
@@ -295,9 +322,9 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
         if calib:
             text += "\n*Calibration* (`/plan calibration`):\n" + "\n".join(
                 calibration_lines(ests, calib))
-    notes = [f"• {e['kind']}: {e['note']}" for _, e, _ in ests if e.get("note")]
-    warn = [f"• {e['kind']}: {w}" for b, e, ts in ests
-            for w in block_warnings(plan, e, [t["report"] for t in ts])]
+    notes = [f"• {e['kind']}: {note_shown(plan, e['note'])}" for _, e, _ in ests
+             if e.get("note")]
+    warn = grouped_warnings(plan, ests)
     left = open_items(plan)
     actual = tagged_lines(plan, tagged or [])
     text += ("\n*Actual trials*:\n" + "\n".join(actual) if actual else "")
@@ -309,6 +336,28 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
                            "trial and phase. Interval: runs' spread only (prep and data are "
                            "single measurements)."))
     return {"response_type": "in_channel", "text": text, "blocks": blocks}
+
+
+NOTE_SHOWN = 1500  # characters of a block's note in `show`; the export has all of it
+
+
+def note_shown(plan: dict, note: str) -> str:
+    if len(note) <= NOTE_SHOWN:
+        return note
+    return (clip(note, NOTE_SHOWN) + f" (the whole note, {len(note):,} characters, is in "
+            f"`/plan {plan['name']} export`)")
+
+
+def grouped_warnings(plan: dict, ests: list) -> list[str]:
+    """Each warning once, with the blocks it applies to (the same "no target GPU"
+    on every block is one line, not one per block)."""
+    seen: dict[str, list[str]] = {}
+    for _, e, ts in ests:
+        for w in block_warnings(plan, e, [t["report"] for t in ts]):
+            kinds = seen.setdefault(w, [])
+            if e["kind"] not in kinds:
+                kinds.append(e["kind"])
+    return [f"• {', '.join(kinds)}: {w}" for w, kinds in seen.items()]
 
 
 def locked(plan: dict) -> dict:
@@ -362,6 +411,11 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
 def review(plan: dict, rows: list[dict], ests: list | None = None,
            calib: list[dict] | None = None) -> dict:
     lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
+    if not rows:
+        lines.append(f"No blocks yet, so there is nothing to review: add one with `/plan "
+                     f"{plan['name']} block baseline runs=N trial=T12`, then record what it "
+                     f"really took with `/plan {plan['name']} actual baseline hours=H` or by "
+                     f"tagging trials `plan={plan['name']} block=baseline`.")
     for i, r in enumerate(rows):
         if r.get("actual") is None:
             lines.append(f"• {r['kind']}: no actual yet (tag trials with `plan={plan['name']} "

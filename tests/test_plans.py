@@ -120,14 +120,14 @@ def test_lock_fixes_inputs_and_marks_a_different_config_not_comparable(ctx):
     assert "set inputs=4x512" in say(ctx, "repro set inputs=4x512")
 
 
-def test_export_queues_csv_and_markdown_files(ctx):
+def test_export_queues_csv_markdown_and_json_files(ctx):
     t = finish(ctx, report())
     say(ctx, "new repro gpu=H100")
     say(ctx, f"repro block baseline runs=10 trial={t}")
     before = ctx.store.db["outbox"].count
     assert "Exporting" in say(ctx, "repro export")
     rows = list(ctx.store.db["outbox"].rows)[before:]
-    assert [r["file"] for r in rows] == ["repro-plan.csv", "repro-plan.md"]
+    assert [r["file"] for r in rows] == ["repro-plan.csv", "repro-plan.md", "repro-plan.json"]
     csv_text, md = rows[0]["content"], rows[1]["content"]
     assert csv_text.startswith("plan,block,runs") and "baseline" in csv_text
     assert md.startswith("# Plan repro") and "| baseline |" in md

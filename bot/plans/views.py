@@ -77,7 +77,7 @@ def fact_value(key: str, value) -> str:
     """A stored fact as people read it: `period` in days with the unit it was
     likely typed in ("3 weeks (21 days)"), `handoff` in hours, `utilization` a share."""
     if key == "period":
-        days = figures.number(value)
+        days = f"{value:g}" if value == int(value) else figures.number(value)
         for size, unit in _PERIODS:
             n = value / size
             if n >= 1 and abs(n - round(n)) < 1e-9:

@@ -165,11 +165,6 @@ def hours_text(x: Decimal | None) -> str:
     return figures.gpu_hours(x)
 
 
-def plain(x: Decimal | None) -> str:
-    """A figure for a CSV cell: as shown, without thousands separators."""
-    return "" if x is None else str(figures.rounded(x))
-
-
 def _interval(est: dict) -> str:
     if not est["interval"]:
         return "no interval"

@@ -147,7 +147,7 @@ def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(ctx)
     out = say(ctx, "repro review")
     # 10 runs × 1 s more: 0.0028 h
     assert "*baseline*" in out and "slower runs: +0.003 GPU-h" in out
-    assert "*compare*" in out and "from manual (from the cluster)" in out
+    assert "*compare*" in out and "from manual #1 (from the cluster)" in out
     assert "memory, same method" in out
 
 

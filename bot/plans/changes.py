@@ -23,18 +23,28 @@ def value_text(value) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict):
-        return ", ".join(f"{k}={value_text(v)}" for k, v in value.items()
-                         if v not in (None, {}, []))
+        return ", ".join(f"{k}={field_text(k, v)}" for k, v in value.items()
+                         if v not in (None, {}, [], ""))
     if isinstance(value, list):
         return "; ".join(value_text(v) for v in value)
     return str(value)
+
+
+def field_text(key: str, value) -> str:
+    """A block's trials are named as users name them (T12)."""
+    if key == "trials" and isinstance(value, list):
+        return ",".join(f"T{i}" for i in value) or "(none)"
+    if key == "sweep" and value:
+        return f"S{value}"
+    return value_text(value)
 
 
 def changed_fields(old: dict | None, new: dict | None) -> str:
     """`runs 10 → 30, note (not set) → x`: the fields that differ."""
     old, new = old or {}, new or {}
     keys = [k for k in {**old, **new} if old.get(k) != new.get(k)]
-    return ", ".join(f"{k} {value_text(old.get(k))} → {value_text(new.get(k))}" for k in keys)
+    return ", ".join(f"{k} {field_text(k, old.get(k))} → {field_text(k, new.get(k))}"
+                     for k in keys)
 
 
 def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
@@ -72,10 +82,10 @@ def actuals_now(plan: dict, kind: str, rows: list[dict], counted: list[dict],
                 tagged: list[str]) -> str:
     """The block's running total: each recorded actual, and its tagged trials."""
     if not rows:
-        text = f"{kind} has no recorded actuals now"
+        text = f"The {kind} block has no recorded actuals now."
     else:
         total = sum(a["hours"] for a in counted)
-        text = (f"{kind} now has {len(rows)} recorded actual(s), {total:g} GPU-h in all"
+        text = (f"The {kind} block now has {len(rows)} recorded actual(s), {total:g} GPU-h in all"
                 + (" (a Slurm request asked again counts once)" if len(counted) < len(rows)
                    else "") + ":\n" + "\n".join(f"• {actual_line(a)}" for a in rows))
     if tagged:
@@ -138,6 +148,8 @@ def history_line(row: dict) -> str:
     verb = ACTIONS.get(row["action"], row["action"])
     if row["action"] in ("lock", "unlock", "new"):
         change = ""
+    elif row["action"] in ("set", "unset"):
+        change = f": {value_text(row['old'])} → {value_text(row['new'])}"
     elif row["old"] is not None and row["new"] is not None:
         change = (": " + changed_fields(row["old"], row["new"])
                   if isinstance(row["old"], dict) and isinstance(row["new"], dict)

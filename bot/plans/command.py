@@ -165,7 +165,7 @@ def _put_block(ctx, plan, block, user, channel, old=None):
     block_est, trials = next((e, t) for b, e, t in service.estimates(ctx, plan, blocks)
                              if b["kind"] == block["kind"])
     warnings = views.block_warnings(plan, block_est, [t["report"] for t in trials])
-    replaced = ctx.store.put_block(block)
+    replaced = ctx.store.put_block(block, "correct" if old is not None else None)
     out = views.block_added(plan, block_est, warnings, replaced)
     if old is None:
         return out

@@ -332,9 +332,10 @@ def actual_ids(kind: str, words: list[str]) -> list[int] | None:
             continue
         m = re.fullmatch(r"#?(\d{1,12})", word.strip())
         if not m:
-            raise PlanError(f"`{word}`: an actual is named by its number, e.g. `/plan NAME actual "
-                            f"{kind} delete #4` (`/plan NAME history` and the reply that "
-                            "recorded it show the numbers)")
+            raise PlanError(f"`{word}`: `/plan NAME actual {kind} delete` takes nothing more "
+                            f"than the numbers of the actuals to delete, e.g. `delete #4` "
+                            "(the reply that recorded one shows its number), or none to "
+                            "delete them all")
         ids.append(int(m.group(1)))
     return ids or None
 

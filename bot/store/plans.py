@@ -81,11 +81,12 @@ class Plans:
             old = self.db.execute("select locked from plans where name = ?", [name]).fetchone()
             self.db.execute("update plans set locked = ? where name = ?",
                             [json.dumps(locked) if locked else None, name])
-            self._history(name, "lock", "lock" if locked else "unlock",
+            self._history(name, "plan", "lock" if locked else "unlock",
                           json.loads(old[0]) if old and old[0] else None, locked, user)
 
-    def put_block(self, block: dict) -> bool:
-        """Add or replace the plan's block of that kind; True when it replaced one."""
+    def put_block(self, block: dict, action: str | None = None) -> bool:
+        """Add or replace the plan's block of that kind; True when it replaced one.
+        `action` names the change in the history (default: add or replace)."""
         row = dict(block, trials=json.dumps(block.get("trials") or []),
                    predict=json.dumps(block.get("predict") or {}))
         with self.tx():
@@ -94,7 +95,7 @@ class Plans:
             row["created"] = old["created"] if old else time.time()
             self.db["blocks"].upsert(row, pk=("plan", "kind"))
             self._history(block["plan"], f"block {block['kind']}",
-                          "replace" if old else "add", _block_fields(old),
+                          action or ("replace" if old else "add"), _block_fields(old),
                           _block_fields(block), block.get("user"))
         return old is not None
 

@@ -158,6 +158,7 @@ def test_every_change_is_in_the_history_newest_first_and_in_the_export(ctx):
     say(ctx, "repro export")
     md = [r for r in ctx.store.db["outbox"].rows if r["file"] == "repro-plan.md"][0]["content"]
     assert "## History" in md and md.count("set fact scope") == 25 and "started plan" in md
+    assert "cost at H100 rent 2.49 per GPU-hour (P1, source: q, confirmed 2026-11-30)" in md
 
 
 def test_a_tagged_trial_runs_anywhere_with_gpu_any_and_is_kept_apart_as_off_target(ctx):

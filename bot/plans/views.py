@@ -35,13 +35,18 @@ def help_text() -> dict:
              "allocated GPUs (jobs that did not complete count as retries; no GPU allocated: "
              "node-hours), with MaxRSS and GPU TRES usage in its note",
              "• `/plan NAME actual KIND correct hours=H ...` replaces the block's recorded "
-             "actuals · `/plan NAME actual KIND delete` removes them",
+             "actuals · `/plan NAME actual KIND delete [#N]` removes them (or actual #N)",
+             "• Corrections: `/plan NAME set key=` unsets an item · `/plan NAME block KIND "
+             "correct runs=30 ...` · `/plan NAME block KIND delete` · `/plan price correct P7 "
+             "2.39/h|source=...|date=...` · `/plan price delete P7` · `/plan prices all`; "
+             "`/plan NAME history` shows every change (who, when, old and new value)",
              "• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
              "workload; once 9 blocks of one have actuals, `show` adds their calibrated 90% "
              "interval and `review` says whether each actual fell inside",
              "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
              "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
-             "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
+             "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on the "
+             "plan's target GPU; `gpu=any` runs it anywhere, kept apart as off-target)",
              "• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
              "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel",
              "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in parse.CHECKLIST.items()),

@@ -120,6 +120,12 @@ def test_the_price_confirmed_latest_applies_not_the_one_entered_last(ctx):
     say(ctx, "repro lock")
     advice = say(ctx, "repro advise")
     assert "H100 rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)" in advice
+    say(ctx, "repro actual baseline hours=3")
+    review = say(ctx, "repro review")  # 0.0653 and 3 GPU-h × 2 per GPU-hour
+    assert "estimated 0.0653, actual 3.0000" in review
+    assert "cost at P1: estimated 0.13, actual 6.00" in review
+    assert "Costs at H100 rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)." \
+        in review
     # a correction of the date reorders; a delete leaves the other figure
     out = say(ctx, "price correct P2 date=2026-12-01")
     assert "P2 corrected: H100 rent 9 per GPU-hour (P2, source: quote-b, confirmed " \

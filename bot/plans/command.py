@@ -309,7 +309,8 @@ def _review(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
     return views.review(plan, service.review_rows(ctx, plan, ests), ests,
-                        service.calibrations(ctx, plan, ests, user, channel))
+                        service.calibrations(ctx, plan, ests, user, channel),
+                        ctx.store.prices(), today)
 
 
 def _calibration(ctx, cmd, user, channel, today):

@@ -357,9 +357,23 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
     return f"{verdict} {what} ({lo:.{n}f}–{hi:.{n}f} GPU-h)"
 
 
+def review_cost(plan: dict, row: dict, est_trials: list[dict], rent: dict | None) -> str | None:
+    """The block's estimated and actual cost at the rent that applies, or None
+    (no confirmed rent, or the estimate's trials ran off the target)."""
+    target = plan["facts"].get("gpu")
+    if rent is None or not all(gpus.matches_gpu(t["report"], target) for t in est_trials):
+        return None
+    est, act = (prices.cost(Decimal(str(h)), rent) for h in (row["estimate"], row["actual"]))
+    return (f"cost at P{rent['id']}: estimated {prices.money(est, rent['currency'])}, actual "
+            f"{prices.money(act, rent['currency'])}")
+
+
 def review(plan: dict, rows: list[dict], ests: list | None = None,
-           calib: list[dict] | None = None) -> dict:
+           calib: list[dict] | None = None, price_list: list[dict] | None = None,
+           today: dt.date | None = None) -> dict:
+    """With `price_list`, each block's cost at the rent that applies, and which."""
     lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
+    rent = prices.find(price_list or [], plan["facts"].get("gpu"), "rent")
     for i, r in enumerate(rows):
         apart = [f"    kept apart, {a}" for a in r.get("apart") or []]
         if r.get("actual") is None:
@@ -381,6 +395,10 @@ def review(plan: dict, rows: list[dict], ests: list | None = None,
         lines += [f"    config changed: {c}" for c in r["config_changes"]]
         lines += apart
         lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]
+        cost = review_cost(plan, r, ests[i][2], rent) if ests is not None else None
+        lines += [f"    {cost}"] if cost else []
+    if rent and any("    cost at P" in x for x in lines):
+        lines.append(f"Costs at {prices.cited(rent, today)}.")
     return reply("\n".join(lines))
 
 

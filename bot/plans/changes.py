@@ -25,8 +25,9 @@ def value_text(value) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={field_text(k, v)}" for k, v in value.items()
                          if v not in (None, {}, [], ""))
-    if isinstance(value, list):
-        return "; ".join(value_text(v) for v in value)
+    if isinstance(value, list):  # job ids, or the rows an action removed
+        glue = "; " if any(isinstance(v, dict) for v in value) else ", "
+        return glue.join(value_text(v) for v in value)
     return str(value)
 
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from bot.blocks import chunks, context, reply, section, table_text
 from bot.fits import gpus, usable
-from bot.plans import calibration, estimate, parse, prices, tagged
+from bot.plans import calibration, estimate, kept_apart, parse, prices
 from worker import summary
 from worker.spec import LIVE_TIME_NOTE
 
@@ -265,7 +265,7 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
     out = []
     for j in jobs:
         line = f"• {j['trial']} ({j['block']}): {j['status']}"
-        why = tagged.apart(plan, j)
+        why = kept_apart.why(plan, j)
         if why:
             why = why.replace("not comparable", "NOT COMPARABLE", 1)
             line += f" — {why}; kept out of the actual"

@@ -9,7 +9,7 @@ from bot.fits import gpus
 from bot.plans import estimate
 
 
-def apart(plan: dict, job: dict) -> str | None:
+def why(plan: dict, job: dict) -> str | None:
     """Why a tagged trial is kept out of its block's actual, or None."""
     r = job.get("report")
     if not r:
@@ -31,9 +31,9 @@ def split(plan: dict, jobs: list[dict]) -> tuple[list[dict], list[str]]:
     """(the trials that count, a line per trial kept apart)."""
     counted, kept = [], []
     for j in jobs:
-        why = apart(plan, j)
-        if why:
-            kept.append(f"{j['trial']}: {why}")
+        why_not = why(plan, j)
+        if why_not:
+            kept.append(f"{j['trial']}: {why_not}")
         else:
             counted.append(j)
     return counted, kept

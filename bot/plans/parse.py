@@ -1,8 +1,8 @@
 """Parsing of `/plan` text into a command, and checking of every value a plan
 stores. Pure: no Slack, no SQL, no clock (today's date is passed in).
 
-Longer than most modules (~450 lines) on purpose: it is the one gate every
-stored plan value passes (facts, blocks, actuals, prices, digest schedules),
+Longer than most modules (~600 lines) on purpose: it is the one gate every
+stored plan value passes (facts, blocks, actuals, prices, their corrections, digest schedules),
 and they share its checks of numbers, hours, dates and pairs; split, a value's
 check would sit away from the grammar that takes it."""
 from __future__ import annotations

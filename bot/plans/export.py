@@ -7,7 +7,7 @@ import csv
 import datetime as dt
 import io
 
-from bot.plans import estimate, parse
+from bot.plans import changes, estimate, parse
 from bot.plans.views import (
     calibrated_interval,
     calibrated_total,
@@ -52,7 +52,8 @@ def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date,
 
 
 def markdown(plan: dict, ests: list, price_list: list[dict], today: dt.date,
-             calib: list[dict] | None = None) -> str:
+             calib: list[dict] | None = None, history: list[dict] | None = None) -> str:
+    """`history`: the plan's changes, newest first (all of them: a report is complete)."""
     _, cost_line = cost_view(plan, price_list, today)
     rows = table_rows(plan, ests, price_list, today, calib)
     lines = [f"# Plan {plan['name']}", "",
@@ -75,6 +76,8 @@ def markdown(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     lines += ["", "## Checklist", ""]
     lines += [f"- [{'x' if plan['facts'].get(k) else ' '}] {label}: "
               f"{plan['facts'].get(k) or '(open)'}" for k, label in parse.CHECKLIST.items()]
+    if history:
+        lines += ["", "## History", ""] + [f"- {changes.history_line(r)}" for r in history]
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,8 @@
 """Parsing of `/plan` text into a command, and checking of every value a plan
 stores. Pure: no Slack, no SQL, no clock (today's date is passed in).
 
-Longer than most modules (~450 lines) on purpose: it is the one gate every
-stored plan value passes (facts, blocks, actuals, prices, digest schedules),
+Longer than most modules (~600 lines) on purpose: it is the one gate every
+stored plan value passes (facts, blocks, actuals, prices, their corrections, digest schedules),
 and they share its checks of numbers, hours, dates and pairs; split, a value's
 check would sit away from the grammar that takes it."""
 from __future__ import annotations
@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from bot.context import PLAN_WORDS, plan_name_problem
 from bot.trials.parse import split
 
-USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|block KIND runs=N "
-         "trial=T12 ...|lock|unlock|advise|actual KIND hours=H|slurm=JOBID|review|export] | "
-         "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan prices | "
+USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
+         "trial=T12 ...|block KIND correct k=v ...|block KIND delete|lock|unlock|advise|"
+         "actual KIND hours=H|slurm=JOBID|actual KIND delete [#ID]|review|history|export] | "
+         "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan price correct P7 ... | "
+         "/plan price delete P7 | /plan prices [all] | "
          "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan help")
 
 BLOCK_KINDS = ("baseline", "compare", "scale", "verify")
@@ -87,11 +89,13 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         _no_more(rest, "/plan list")
         return PlanCommand("list")
     if head == "prices":
-        _no_more(rest, "/plan prices")
-        return PlanCommand("prices")
+        _no_more(rest[1:] if rest[:1] == ["all"] else rest, "/plan prices [all]")
+        return PlanCommand("prices", args={"all": rest[:1] == ["all"]})
     if head == "calibration":
         _no_more(rest, "/plan calibration")
         return PlanCommand("calibration")
+    if head == "price" and rest[:1] in (["correct"], ["delete"]):
+        return parse_price_change(rest[0], rest[1:])
     if head == "price":
         return PlanCommand("price", args=parse_price(rest, today))
     if head == "new":
@@ -103,20 +107,23 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         return parse_digest(rest)
     name = plan_name(head)
     action, rest = (rest[0], rest[1:]) if rest else ("show", [])
-    if action in ("show", "export", "lock", "unlock", "advise", "review"):
+    if action in ("show", "export", "lock", "unlock", "advise", "review", "history"):
         _no_more(rest, f"/plan {name} {action}")
         return PlanCommand(action, name)
     if action == "set":
         if not rest:
             raise PlanError(f"`/plan {name} set` needs key=value pairs, e.g. "
                             f"`/plan {name} set gpu=H100 platform=cuda`. {keys_help()}")
-        return PlanCommand("set", name, {"facts": parse_facts(rest)})
+        # `key=` with nothing after it unsets the item (None)
+        return PlanCommand("set", name, {"facts": parse_facts(rest, unset=True)})
+    if action == "block" and rest[1:2] in (["correct"], ["delete"]):
+        return parse_block_change(name, rest)
     if action == "block":
         return PlanCommand("block", name, parse_block(rest))
     if action == "actual":
         return PlanCommand("actual", name, parse_actual(rest))
     raise PlanError(f"`{action}` is not something a plan does; use one of show, set, block, "
-                    f"lock, unlock, advise, actual, review, export. Usage: `{USAGE}`")
+                    f"lock, unlock, advise, actual, review, history, export. Usage: `{USAGE}`")
 
 
 def plan_name(word: str) -> str:
@@ -133,11 +140,12 @@ def _no_more(rest: list[str], what: str) -> None:
         raise PlanError(f"`{rest[0]}`: `{what}` takes nothing more")
 
 
-def _pairs(words: list[str], allowed: tuple[str, ...], what: str) -> dict:
+def _pairs(words: list[str], allowed: tuple[str, ...], what: str, empty: bool = False) -> dict:
+    """key=value pairs; with `empty`, `key=` is kept as "" (an item unset)."""
     out = {}
     for word in words:
         key, eq, raw = word.partition("=")
-        if not eq or not key or not raw.strip():
+        if not eq or not key or (not raw.strip() and not empty):
             raise PlanError(f"`{word}`: write key=value (quote values with spaces: "
                             f"note=\"like this\"); {what} takes {', '.join(allowed)}")
         if key not in allowed:
@@ -153,14 +161,17 @@ def keys_help() -> str:
             + ". `/plan help` explains each.")
 
 
-def parse_facts(words: list[str]) -> dict:
-    """Checklist items and settings, each value checked."""
-    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), "a plan")
+def parse_facts(words: list[str], unset: bool = False) -> dict:
+    """Checklist items and settings, each value checked; with `unset`, `key=`
+    (nothing after =) is None: the item is open again."""
+    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), "a plan", empty=unset)
     out = {}
     for key, raw in pairs.items():
         if len(raw) > 500:
             raise PlanError(f"`{key}`: at most 500 characters")
-        if key in CHOICES:
+        if not raw:
+            out[key] = None
+        elif key in CHOICES:
             value = raw.lower()
             if value not in CHOICES[key]:
                 raise PlanError(f"`{key}={raw}`: {key} must be one of {', '.join(CHOICES[key])}")
@@ -289,8 +300,7 @@ def parse_actual(words: list[str]) -> dict:
                         "[runs=N] [note=...]`, `/plan NAME actual KIND slurm=JOBID[,JOBID...] "
                         "[runs=N] [note=...]`, or `/plan NAME actual KIND delete`")
     if words[1:2] == ["delete"]:
-        _no_more(words[2:], f"/plan NAME actual {words[0]} delete")
-        return {"block": words[0], "delete": True}
+        return {"block": words[0], "delete": True, "ids": actual_ids(words[0], words[2:])}
     correct = words[1:2] == ["correct"]  # replaces the block's earlier recorded actuals
     rest = words[2:] if correct else words[1:]
     pairs = _pairs(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
@@ -312,6 +322,114 @@ def parse_actual(words: list[str]) -> dict:
     return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None,
             "correct": correct}
+
+
+def actual_ids(kind: str, words: list[str]) -> list[int] | None:
+    """`#4 #5` (or `4,5`): the recorded actuals to delete; None: all of the block's."""
+    ids = []
+    for word in ",".join(words).split(","):
+        if not word.strip():
+            continue
+        m = re.fullmatch(r"#?(\d{1,12})", word.strip())
+        if not m:
+            raise PlanError(f"`{word}`: `/plan NAME actual {kind} delete` takes nothing more "
+                            f"than the numbers of the actuals to delete, e.g. `delete #4` "
+                            "(the reply that recorded one shows its number), or none to "
+                            "delete them all")
+        ids.append(int(m.group(1)))
+    return ids or None
+
+
+def parse_block_change(name: str, words: list[str]) -> PlanCommand:
+    """`block KIND correct k=v ...` (the given fields change, the rest stay) and
+    `block KIND delete`."""
+    kind, verb, rest = words[0], words[1], words[2:]
+    if kind not in BLOCK_KINDS:
+        raise PlanError(f"`{kind}` is not a block kind: one of {', '.join(BLOCK_KINDS)}")
+    if verb == "delete":
+        _no_more(rest, f"/plan {name} block {kind} delete")
+        return PlanCommand("block-delete", name, {"kind": kind})
+    if not rest:
+        raise PlanError(f"`/plan {name} block {kind} correct` needs the fields to change, e.g. "
+                        f"`/plan {name} block {kind} correct runs=30` (it takes "
+                        f"{', '.join(BLOCK_KEYS)})")
+    return PlanCommand("block-correct", name, {"kind": kind,
+                                               "pairs": _pairs(rest, BLOCK_KEYS,
+                                                               f"a {kind} block")})
+
+
+def block_words(block: dict, changes: dict) -> list[str]:
+    """A stored block as the words that make it, with `changes` (key=value
+    pairs) applied: a correction is checked exactly as a new block is.
+    trial= replaces a sweep and its predicted config, sweep= the trials."""
+    pairs = {"runs": block["runs"], "configs": block["configs"], "gpus": block["gpus"]}
+    if block.get("trials"):
+        pairs["trial"] = ",".join(f"T{i}" for i in block["trials"])
+    elif block.get("sweep"):
+        pairs.update(sweep=f"S{block['sweep']}", **(block.get("predict") or {}))
+    for key in ("note", "handoff"):
+        if block.get(key) is not None:
+            pairs[key] = block[key]
+    if "trial" in changes:
+        for key in ("sweep", "batch", "prompt", "gen", "layers"):
+            pairs.pop(key, None)
+    if "sweep" in changes:
+        pairs.pop("trial", None)
+        if any(k in changes for k in ("batch", "prompt", "gen", "layers")):
+            for key in ("batch", "prompt", "gen", "layers"):
+                pairs.pop(key, None)
+    pairs.update(changes)
+    return [block["kind"], *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                             for k, v in pairs.items())]
+
+
+PRICE_ID = re.compile(r"[Pp]?(\d{1,12})")
+
+
+def parse_price_change(verb: str, words: list[str]) -> PlanCommand:
+    """`price correct P7 [FIGURE] [source=...] [date=...]` and `price delete P7`;
+    the figure is checked against P7's item in the command (parse_price_correction)."""
+    usage = ("`/plan price correct P7 2.39/h source=... date=YYYY-MM-DD` (any of the figure, "
+             "source= and date=) or `/plan price delete P7`; `/plan prices all` lists the ids")
+    if not words or not PRICE_ID.fullmatch(words[0]):
+        got = f"`{words[0]}` is not a price id" if words else "Name the price"
+        raise PlanError(f"{got}: prices are named P7 and so on. Usage: {usage}")
+    pid = int(PRICE_ID.fullmatch(words[0]).group(1))
+    if verb == "delete":
+        _no_more(words[1:], f"/plan price delete P{pid}")
+        return PlanCommand("price-delete", args={"id": pid})
+    if not words[1:]:
+        raise PlanError(f"Say what to correct in P{pid}. Usage: {usage}")
+    return PlanCommand("price-correct", args={"id": pid, "words": words[1:]})
+
+
+def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
+    """The fields of price `old` that `words` change, checked as a new price's
+    are; its item and kind stay."""
+    figure = [w for w in words if not w.startswith(("source=", "date="))]
+    item = old["item"]
+    dated = [w for w in words if w.startswith(("source=", "date="))]
+    new = parse_price([item, *(figure or [_figure_word(old)]), *dated, *_kept(old, words)],
+                      today)
+    if new["kind"] != old["kind"]:
+        raise PlanError(f"P{old['id']} is a {old['kind']} price; a correction keeps its kind. "
+                        f"Record a {new['kind']} figure as a new price (`/plan price {item} ...`)")
+    return {k: new[k] for k in ("value", "unit", "currency", "source", "date")
+            if new[k] != old.get(k)}
+
+
+def _kept(old: dict, words: list[str]) -> list[str]:
+    """source= and date= from the old price where the correction gives none."""
+    return [f"{k}={old[k]}" for k in ("source", "date")
+            if not any(w.startswith(f"{k}=") for w in words)]
+
+
+def _figure_word(price: dict) -> str:
+    """The word that records this figure again (for a correction of its source or date)."""
+    value = f"{price['currency'] or ''}{price['value']!r}"
+    return {"rent": f"{value}/h", "electricity": f"{value}/kWh",
+            "power": f"power={price['value']!r}kW", "buy": f"buy={value}",
+            "resale": f"resale={value}"}[price["kind"]]
 
 
 def parse_slurm_actual(kind: str, pairs: dict) -> dict:

@@ -10,7 +10,9 @@ STALE_DAYS = 30
 
 
 def find(prices: list[dict], item: str | None, kind: str) -> dict | None:
-    """The latest price of `kind` for `item` (GPU names compare case-insensitively)."""
+    """The price of `kind` that applies for `item` (GPU names compare
+    case-insensitively); `prices` holds one per item and kind, the one confirmed
+    latest (Store.prices)."""
     if not item:
         return None
     want = item.lower()
@@ -42,7 +44,9 @@ def cited(price: dict, today: dt.date) -> str:
     item = "" if price["kind"] == "electricity" else f"{price['item']} "
     value = (f"{price['value']:g} {price['unit']}" if price["kind"] == "power"
              else f"{price['currency']}{price['value']:g} {price['unit']}")
-    return f"{item}{price['kind']} {value} (source: {price['source']}, {price['date']}{stale})"
+    pid = f"P{price['id']}, " if price.get("id") else ""  # which recorded price: `/plan prices`
+    return (f"{item}{price['kind']} {value} ({pid}source: {price['source']}, confirmed "
+            f"{price['date']}{stale})")
 
 
 def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electricity: dict,

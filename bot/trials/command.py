@@ -49,7 +49,7 @@ def _handle(ctx, text: str, user: str, channel: str,
     if (tagged or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
         return reply(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
                             f"that runs; `/trial {cmd.name}` takes none. Nothing was queued."), None
-    if tagged and "gpu" not in route:  # the plan's target GPU is the default
+    if tagged and "gpu" not in route and not route.get("anywhere"):  # the plan's target
         target = (ctx.store.plan(tagged["plan"]) or {}).get("facts", {}).get("gpu")
         try:  # a target that names no GPU (`gpu=cpu`, a typo) routes nowhere
             route["gpu"] = routing.gpu_name(target, registered) if target else None
@@ -93,7 +93,9 @@ def _handle(ctx, text: str, user: str, channel: str,
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
     if registered and route and not any(routing.matches(w["info"], route) for w in registered):
         have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
-        from_plan = (" (the plan's target GPU; give `gpu=` to run elsewhere)"
+        from_plan = (" (the plan's target GPU; give `gpu=OTHER` to run elsewhere, or "
+                     "`gpu=any` to run on any worker: a trial measured off the target is kept "
+                     "as evidence, not counted in the block's actual)"
                      if tagged and route.get("gpu") and "gpu=" not in text else "")
         return reply(f":x: No worker matches `{routing.describe(route)}`{from_plan}. "
                             f"Workers:\n{have}\nChange the constraint, or start a worker "
@@ -127,6 +129,15 @@ def _handle(ctx, text: str, user: str, channel: str,
         return reply(f":x: {unpostable}; then run the command again. Nothing was "
                             "queued."), None
     where = {"request": request, "route": route, "response_url": response_url}
+    answer, job = _submit(ctx, cmd, text, user, channel, tagged, where)
+    notes = (ctx.tag_notes(ctx, tagged, [s.to_dict() for s in cmd.specs or (cmd.spec,)], route)
+             if tagged and ctx.tag_notes else [])
+    if notes:
+        answer = {**answer, **reply(answer["text"] + "".join(f"\n:warning: {n}" for n in notes))}
+    return answer, job
+
+
+def _submit(ctx, cmd, text, user, channel, tagged, where) -> tuple[dict, dict]:
     if cmd.name == "ladder":
         jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tagged, **where)

@@ -96,8 +96,11 @@ def check_limit(value: float, currency: str, kind: str, raw: str) -> None:
         return
     top = LIMITS[kind] * SCALE.get(currency, max(SCALE.values()))
     if value > top:
-        unit = {"rent": " per GPU-hour", "electricity": " per kWh"}.get(kind, " per GPU")
         cur = currency or "any currency (none was written)"
-        raise MoneyError(f"`{raw}`: {value:,.10g}{unit} is more than {top:,}{unit}, the most "
-                         f"a {kind} figure may be in {cur}; check the digits and the unit (a "
-                         "rate per GPU-hour, not per node or month)")
+        why = {"rent": "a rent above {top:,} per GPU-hour in {cur}",
+               "electricity": "electricity above {top:,} per kWh in {cur}",
+               "buy": "a purchase price above {top:,} per GPU in {cur}",
+               "resale": "a resale value above {top:,} per GPU in {cur}"}[kind]
+        raise MoneyError(f"`{raw}`: {value:,.10g} is too much to be real: the limit refuses "
+                         + why.format(top=top, cur=cur) + ". Check the digits and the unit "
+                         "(per GPU and per hour, not per node or per month).")

@@ -66,15 +66,16 @@ def test_nbsp_and_full_width_reach_the_trial_as_ascii(ctx):
     assert job is not None, reply["text"]
     assert job["spec"]["params"]["batch"] == 2 and job["spec"]["params"]["gen"] == 8
     assert job["spec"]["params"]["dtype"] == "bf16"  # canonical, though typed BF16
-    assert job["words"] == "llm-infer batch=2 gen=8 dtype=BF16"  # the normalised words
+    assert job["words"] == "llm-infer batch=2 gen=8 dtype=bf16"  # the normalised words
     assert "４" not in reply["text"] and "＝" not in reply["text"]
 
 
 # --- case ---------------------------------------------------------------------------
 
 def test_keywords_and_choices_in_any_case(ctx):
-    reply, job = trial(ctx, "LLM-Infer dtype=BF16")
+    reply, job = trial(ctx, "LLM-Infer dtype=BF16 device=CPU")
     assert job and job["spec"]["params"]["dtype"] == "bf16"
+    assert "`llm-infer dtype=bf16 device=cpu`" in reply["text"]  # echoed canonical
     status, _ = trial(ctx, f"STATUS t{job['id']}")
     assert f"T{job['id']}" in status["text"] and ":x:" not in status["text"]
     assert trial_parse.parse_trial("List Mine").which == "mine"
@@ -252,3 +253,25 @@ def test_a_bf16_model_is_not_shown_fitting_a_gpu_without_bf16():
     assert all(n in note for n in ("V100-16GB", "V100-32GB", "T4")) and "H100" not in note
     assert "(no bf16)" in text
     assert "bf16" not in depthview.fits_text(fp16)
+
+
+def test_a_sweep_echoes_canonical_words_and_hf_attn_reads_any_case():
+    cmd = trial_parse.parse_trial("SWEEP LLM-infer batch=1,2 dtype=BF16")
+    assert cmd.words == ("llm-infer batch=1 dtype=bf16", "llm-infer batch=2 dtype=bf16")
+    hf = trial_parse.parse_trial("hf-infer model=llama-3-8b layers=1 attn=SDPA")
+    assert hf.spec.params["attn"] == "sdpa"
+
+
+def test_fit_on_a_gpu_without_bf16_says_so_for_a_bf16_sweep():
+    from bot.fits import batchview
+    from bot.fits.sweep import fit_sweep
+    from test_scaling import cuda, llm_report
+
+    def answer(dtype, gpu):
+        rs = [cuda(llm_report(f"T{b}", b, dtype=dtype,
+                              memory={"process_used_peak": 10**9 + 2 * 10**8 * b}))
+              for b in (1, 2, 4)]
+        jobs = [{"trial": r["trial"], "status": "done"} for r in rs]
+        return "\n".join(batchview.answer_parts(1, jobs, fit_sweep(rs), {}, gpus.lookup(gpu)))
+    assert "Not counted as fitting T4: a bf16 model needs bf16" in answer("bf16", "T4")
+    assert "bf16" not in answer("fp16", "T4") and "Not counted" not in answer("bf16", "L4")

@@ -141,7 +141,8 @@ def _handle(ctx, text: str, user: str, channel: str,
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
         return views.sweep_queued(jobs, workers.online_for(ctx.store, jobs[0]["spec"])), jobs[-1]
-    job = ctx.queue.submit(cmd.spec, " ".join(text.split()), user, channel, tagged, **where)
+    job = ctx.queue.submit(cmd.spec, parse.canonical(text.split(), cmd.spec), user, channel,
+                           tagged, **where)
     return views.queued(job, workers.online_for(ctx.store, job["spec"])), job
 
 

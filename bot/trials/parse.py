@@ -173,8 +173,23 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
         one = head + [f"{w.partition('=')[0]}={chosen[w.partition('=')[0]]}"
                       if w.partition("=")[0] in chosen else w for w in rest]
         configs.append(specs.parse(one, recipes))  # refused exactly as a single trial
-        all_words.append(" ".join(one))
+        all_words.append(canonical(one, configs[-1]))
     return Command("sweep", specs=tuple(configs), words=tuple(all_words))
+
+
+def canonical(words: list[str], spec: specs.TrialSpec) -> str:
+    """The words as the spec reads them, for echoes: `LLM-Infer dtype=BF16` is
+    `llm-infer dtype=bf16`; other words (tags, routes, free text) as given."""
+    out = []
+    for word in words:
+        key, eq, raw = word.partition("=")
+        value = spec.params.get(key) if eq else None
+        if isinstance(value, str) and value != raw and value.lower() == raw.lower():
+            word = f"{key}={value}"
+        elif not eq and word.lower() in (*specs.WORKLOADS, "recipe"):
+            word = word.lower()
+        out.append(word)
+    return " ".join(out)
 
 
 def parse_fit(words: list[str]) -> Command:

@@ -86,6 +86,11 @@ def test_keywords_and_choices_in_any_case(ctx):
     assert facts(ctx)["platform"] == "cuda"
     shown = plan(ctx, "ADKV Show")
     assert "Plan adkv" in shown and ":x:" not in shown
+    from bot.plans import parse
+    assert parse.parse("adkv Block BASELINE runs=2 trial=t5", TODAY).args["kind"] == "baseline"
+    deleted = parse.parse("ADKV ACTUAL Baseline Delete", TODAY)
+    assert (deleted.plan, deleted.args) == ("adkv", {"block": "baseline", "delete": True})
+    assert parse.parse("digest NOW", TODAY).action == "digest-now"
 
 
 def test_free_text_keeps_its_case(ctx):

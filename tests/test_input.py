@@ -59,6 +59,12 @@ def test_smart_quotes_in_plan_values_are_quotes(ctx):
     assert facts(ctx)["scope"] == "table 2 only"
     plan(ctx, "adkv set baseline=“어텐션 기준선 (논문 표 3)”")
     assert facts(ctx)["baseline"] == "어텐션 기준선 (논문 표 3)"  # Korean survives NFKC
+    from test_planner import report
+    from test_plans import finish
+    t = finish(ctx, report())
+    out = plan(ctx, f"adkv block baseline runs=2 trial={t} note=“which set? 어느 세트?”")
+    assert "block added" in out, out
+    assert ctx.store.blocks("adkv")[0]["note"] == "which set? 어느 세트?"
 
 
 def test_nbsp_and_full_width_reach_the_trial_as_ascii(ctx):

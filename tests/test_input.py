@@ -119,7 +119,7 @@ def test_hours_take_a_unit_everywhere(ctx, raw, hours):
 
 def test_absurd_hours_are_refused_naming_the_limit(ctx):
     from bot.plans import parse
-    with pytest.raises(parse.PlanError, match="more than 1,000,000, the most one figure"):
+    with pytest.raises(parse.PlanError, match="more than 1,000,000, the most one figure in hours"):
         parse.parse("adkv actual baseline hours=1000000000", TODAY)
     with pytest.raises(parse.PlanError, match="hours is hours, e.g. hours=2, hours=2h"):
         parse.parse("adkv actual baseline hours=2days", TODAY)

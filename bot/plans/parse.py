@@ -86,8 +86,7 @@ def parse(text: str, today: dt.date) -> PlanCommand:
     except ValueError as exc:
         raise PlanError(getattr(exc, "message", str(exc))) from None
     # Keywords and plan names in any case (`/plan ADKV Show`); values keep theirs.
-    words[:2] = [w.lower() if w.lower() in _KEYWORDS or i == 0 else w
-                 for i, w in enumerate(words[:2])]
+    words[:2] = [w.lower() if w.lower() in _KEYWORDS else w for w in words[:2]]
     if words[1:2] and words[1] in ("block", "actual") and words[2:3]:
         words[2] = words[2].lower() if words[2].lower() in BLOCK_KINDS else words[2]
     if words[1:2] == ["actual"] and words[3:4] and words[3].lower() in ("delete", "correct"):
@@ -239,8 +238,7 @@ def hours(raw: str, what: str, positive: bool = False) -> float:
     value = value / 60 if (m.group(2) or "h").startswith("m") else value
     if value > MAX_HOURS:
         raise PlanError(f"`{what}={raw}`: {value:,.10g} hours is more than {MAX_HOURS:,}, the "
-                        f"most one figure may be; check the digits (GPU-hours of this block, "
-                        "not seconds)")
+                        "most one figure in hours may be; check the digits and the unit")
     return value
 
 
@@ -323,8 +321,6 @@ def parse_block(words: list[str]) -> dict:
     return block
 
 
-MAX_POWER_KW = 10  # one GPU: a B200 draws about 1 kW
-
 SLURM_JOB = re.compile(r"\d{1,12}(_\d{1,9})?")  # a job id, or an array task (123_4)
 MAX_SLURM_JOBS = 100
 
@@ -387,6 +383,9 @@ def parse_slurm_actual(kind: str, pairs: dict) -> dict:
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
 
 
+MAX_POWER_KW = 10  # one GPU: a B200 draws about 1 kW
+
+
 def parse_price(words: list[str], today: dt.date) -> dict:
     """`H100 2.49/h`, `H100 buy=30000`, `H100 resale=9000`, `H100 power=0.7kW`,
     `electricity 0.12/kWh`, each with source= and date=."""
@@ -440,7 +439,7 @@ def parse_price(words: list[str], today: dt.date) -> dict:
                 raise PlanError(f"`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h. {usage}")
             kind, unit = "rent", "per GPU-hour"
             value, currency = money.parse(m.group(1), "rate")
-        if kind == "buy" and value <= 0 or kind in ("rent", "electricity") and value <= 0:
+        if kind in ("buy", "rent", "electricity") and value <= 0:  # resale may be 0
             raise PlanError(f"`{word}`: {kind} must be greater than 0")
         money.check_limit(value, currency, kind, word)
     except money.MoneyError as exc:

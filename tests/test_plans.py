@@ -56,7 +56,7 @@ def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(ctx):
     say(ctx, f"repro block baseline runs=100 trial={t}")
     assert "Recorded" in say(ctx, "price H100 $2.50/h source=https://x.example/q date=2026-11-30")
     out = say(ctx, "repro show")
-    assert "cost at H100 rent $2.5 per GPU-hour" in out and "unconfirmed" not in out
+    assert "cost at H100-80GB rent $2.5 per GPU-hour" in out and "unconfirmed" not in out
     # An older quote entered later does not replace it; once it is deleted, the old one applies.
     say(ctx, "price H100 2.50/h source=quote date=2026-09-01")
     assert "STALE" not in say(ctx, "repro show")

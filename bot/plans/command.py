@@ -11,6 +11,7 @@ from bot.plans import advice, calibration, changes, estimate, export, parse, rev
 from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest
 from bot.trials import workers
+from bot.words import normalize
 
 log = logging.getLogger("trialbot.plans")
 
@@ -21,6 +22,7 @@ def handle(ctx, text: str, user: str, channel: str, today: dt.date,
     """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once.
     `response_url` reaches the requester if the channel refuses what is posted."""
     need = None
+    text = normalize(text)  # once, here: every parser and every echo sees the plain words
     try:
         cmd = parse.parse(text, today)
         if cmd.action == "actual":

@@ -14,6 +14,8 @@ import zoneinfo
 from dataclasses import dataclass, field
 
 from bot.context import PLAN_WORDS, plan_name_problem
+from bot.fits import gpus
+from bot.plans import money
 from bot.trials.parse import split
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
@@ -24,6 +26,7 @@ USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|bloc
          "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan help")
 
 BLOCK_KINDS = ("baseline", "compare", "scale", "verify")
+ACTIONS = ("show", "export", "lock", "unlock", "advise", "review", "set", "block", "actual")
 
 # The reproduction checklist, in the order a reproduction settles it.
 CHECKLIST = {
@@ -58,6 +61,8 @@ SETTINGS = {
     "needs_cuda": "yes | no: does the code need CUDA (its support matrix, not the GPU name)",
     "utilization": "share of the time an owned GPU would be busy, e.g. 0.6 or 60%",
 }
+_KEYWORDS = {*PLAN_WORDS, *ACTIONS}
+
 CHOICES = {"rental": ("single", "per-block"), "idle": ("measured", "none"),
            "pattern": ("concentrated", "steady"), "later_use": ("uncertain", "planned"),
            "needs_cuda": ("yes", "no"), "platform": ("cuda", "rocm", "mps", "cpu", "tpu")}
@@ -82,6 +87,14 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         words = split(text)
     except ValueError as exc:
         raise PlanError(getattr(exc, "message", str(exc))) from None
+    # Keywords and plan names in any case (`/plan ADKV Show`); values keep theirs.
+    words[:2] = [w.lower() if w.lower() in _KEYWORDS else w for w in words[:2]]
+    if words[1:2] and words[1] in ("block", "actual") and words[2:3]:
+        words[2] = words[2].lower() if words[2].lower() in BLOCK_KINDS else words[2]
+    if words[1:2] == ["actual"] and words[3:4] and words[3].lower() in ("delete", "correct"):
+        words[3] = words[3].lower()
+    if words[:1] == ["digest"] and words[1:2]:
+        words[1] = words[1].lower()
     if not words or words[0] == "help":
         return PlanCommand("help")
     head, rest = words[0], words[1:]
@@ -127,12 +140,12 @@ def parse(text: str, today: dt.date) -> PlanCommand:
 
 
 def plan_name(word: str) -> str:
-    if word in PLAN_WORDS:
-        raise PlanError(f"`{word}` needs more words here; usage: `{USAGE}`")
-    problem = plan_name_problem(word)
-    if problem:
-        raise PlanError(problem)
-    return word
+    name = word.lower()  # names are stored in lower case: ADKV is adkv
+    if name in PLAN_WORDS:
+        raise PlanError(f"`{name}` needs more words here; usage: `{USAGE}`")
+    if plan_name_problem(name):
+        raise PlanError(plan_name_problem(word))  # naming the word as typed
+    return name
 
 
 def _no_more(rest: list[str], what: str) -> None:
@@ -176,6 +189,8 @@ def parse_facts(words: list[str], unset: bool = False) -> dict:
             if value not in CHOICES[key]:
                 raise PlanError(f"`{key}={raw}`: {key} must be one of {', '.join(CHOICES[key])}")
             out[key] = value
+        elif key == "gpu":
+            out[key] = target_gpu(raw)
         elif key == "handoff":
             out[key] = hours(raw, key)
         elif key == "period":
@@ -185,6 +200,26 @@ def parse_facts(words: list[str], unset: bool = False) -> dict:
         else:
             out[key] = raw
     return out
+
+
+def target_gpu(raw: str) -> str:
+    """A plan's target: `cpu`, or a GPU of the one table (bot/fits/gpus.py), stored by
+    its table name so prices and fits find it (`h100-sxm` is H100-80GB)."""
+    if raw.lower() in ("cpu", "none"):
+        return raw.lower()
+    return gpu_item(raw, "gpu=")
+
+
+def gpu_item(raw: str, key: str = "") -> str:
+    """What a price is for: a GPU of the table by its table name. A name the table
+    lacks is kept (upper case) when it is not a typo of one, so a price can be
+    recorded for a part the table does not list yet."""
+    try:
+        return gpus.named(raw).name
+    except gpus.GpuNameError as exc:
+        if exc.why != "unknown":
+            raise PlanError(f"`{key}{raw}`: {exc}") from None
+    return raw.upper()
 
 
 def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> float:
@@ -200,13 +235,22 @@ def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> flo
     return value
 
 
-def hours(raw: str, what: str) -> float:
-    """`2`, `2h`, `90m` or `1.5h` as hours."""
-    m = re.fullmatch(r"([0-9.]+)\s*(h|m|min)?", raw.strip().lower())
+MAX_HOURS = 1_000_000  # GPU-hours in one figure: 114 GPU-years, beyond any one block
+
+
+def hours(raw: str, what: str, positive: bool = False) -> float:
+    """`2`, `2h`, `1.5hr`, `90m` or `90min` as hours: every figure in hours reads the
+    same (hours=, handoff=, prep=...)."""
+    m = re.fullmatch(r"([0-9.]+)\s*(h|hr|hrs|hours?|m|min|mins|minutes?)?", raw.strip().lower())
     if not m:
-        raise PlanError(f"`{what}={raw}`: {what} is hours, e.g. {what}=2 or {what}=90m")
-    value = number(m.group(1), what)
-    return value / 60 if m.group(2) in ("m", "min") else value
+        raise PlanError(f"`{what}={raw}`: {what} is hours, e.g. {what}=2, {what}=2h or "
+                        f"{what}=90m")
+    value = number(m.group(1), what, positive=positive)
+    value = value / 60 if (m.group(2) or "h").startswith("m") else value
+    if value > MAX_HOURS:
+        raise PlanError(f"`{what}={raw}`: {value:,.10g} hours is more than {MAX_HOURS:,}, the "
+                        "most one figure in hours may be; check the digits and the unit")
+    return value
 
 
 def period_days(raw: str) -> float:
@@ -314,8 +358,8 @@ def parse_actual(words: list[str]) -> dict:
     if "hours" not in pairs:
         raise PlanError("an actual needs hours=H (the GPU-hours the block really took) or "
                         "slurm=JOBID (read them from Slurm's accounting)")
-    total = number(pairs["hours"], "hours", positive=True)
-    parts = {k: number(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
+    total = hours(pairs["hours"], "hours", positive=True)
+    parts = {k: hours(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
     if sum(parts.values()) > total:
         raise PlanError(f"prep, data, retries and idle add up to {sum(parts.values()):g} h, "
                         f"more than hours={total:g}")
@@ -457,6 +501,9 @@ def parse_slurm_actual(kind: str, pairs: dict) -> dict:
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
 
 
+MAX_POWER_KW = 10  # one GPU: a B200 draws about 1 kW
+
+
 def parse_price(words: list[str], today: dt.date) -> dict:
     """`H100 2.49/h`, `H100 buy=30000`, `H100 resale=9000`, `H100 power=0.7kW`,
     `electricity 0.12/kWh`, each with source= and date=."""
@@ -470,38 +517,51 @@ def parse_price(words: list[str], today: dt.date) -> dict:
     value_words = [w for w in rest if not w.startswith(("source=", "date="))]
     pairs = _pairs([w for w in rest if w.startswith(("source=", "date="))],
                    ("source", "date"), "a price")
+    # `KRW 3,500/h` and `3500 KRW/h` are one figure in two words
+    if len(value_words) == 2 and any(re.fullmatch(r"[A-Za-z]{3}(/.*)?", w) for w in value_words):
+        value_words = [" ".join(value_words)]
     if len(value_words) != 1:
         raise PlanError(f"Give exactly one figure for {item}. {usage}")
     word = value_words[0]
     currency = ""
-    if item.lower() == "electricity":
-        m = re.fullmatch(r"([$€£]?)([^/]+)/kWh", word, re.IGNORECASE)
-        if not m:
-            raise PlanError(f"`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh")
-        kind, unit, currency = "electricity", "per kWh", m.group(1)
-        value = number(m.group(2), "electricity", positive=True)
-    elif "=" in word:
-        kind, _, raw = word.partition("=")
-        if kind not in ("buy", "resale", "power"):
-            raise PlanError(f"`{word}`: a GPU's figures are RATE/h, buy=, resale= or power=. "
-                            f"{usage}")
-        if kind == "power":
-            m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+    try:
+        if item.lower() == "electricity":
+            m = re.fullmatch(r"(.+)/kWh", word, re.IGNORECASE)
             if not m:
-                raise PlanError(f"`{word}`: power is a draw per GPU with its unit, e.g. "
-                                "power=0.7kW or power=700W")
-            value = number(m.group(1), "power", positive=True)
-            value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
+                raise PlanError(f"`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh")
+            kind, unit = "electricity", "per kWh"
+            value, currency = money.parse(m.group(1), "electricity")
+        elif "=" in word:
+            kind, _, raw = word.partition("=")
+            kind = kind.lower()
+            if kind not in ("buy", "resale", "power"):
+                raise PlanError(f"`{word}`: a GPU's figures are RATE/h, buy=, resale= or "
+                                f"power=. {usage}")
+            if kind == "power":
+                m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+                if not m:
+                    raise PlanError(f"`{word}`: power is a draw per GPU with its unit, e.g. "
+                                    "power=0.7kW or power=700W")
+                value = number(m.group(1), "power", positive=True)
+                value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
+                if value > MAX_POWER_KW:
+                    raise PlanError(f"`{word}`: {value:g} kW is more than {MAX_POWER_KW} kW, the "
+                                    "most one GPU may draw here; give the draw per GPU, not "
+                                    "per node (e.g. power=0.7kW)")
+            else:
+                value, currency = money.parse(raw, kind)
+                unit = "per GPU"
         else:
-            currency, raw = (raw[0], raw[1:]) if raw.startswith(("$", "€", "£")) else ("", raw)
-            value = number(raw, kind, positive=(kind == "buy"))
-            unit = "per GPU"
-    else:
-        m = re.fullmatch(r"([$€£]?)([^/]+)/(h|hr|hour)", word, re.IGNORECASE)
-        if not m:
-            raise PlanError(f"`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h. {usage}")
-        kind, unit, currency = "rent", "per GPU-hour", m.group(1)
-        value = number(m.group(2), "rate", positive=True)
+            m = re.fullmatch(r"(.+)/(h|hr|hour)", word, re.IGNORECASE)
+            if not m:
+                raise PlanError(f"`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h. {usage}")
+            kind, unit = "rent", "per GPU-hour"
+            value, currency = money.parse(m.group(1), "rate")
+        if kind in ("buy", "rent", "electricity") and value <= 0:  # resale may be 0
+            raise PlanError(f"`{word}`: {kind} must be greater than 0")
+        money.check_limit(value, currency, kind, word)
+    except money.MoneyError as exc:
+        raise PlanError(exc.message) from None
     if "source" not in pairs:
         raise PlanError(f"A price needs source=: the URL or quote it comes from, so others "
                         f"can check it. {usage}")
@@ -516,7 +576,7 @@ def parse_price(words: list[str], today: dt.date) -> dict:
     if date > today:
         raise PlanError(f"`date={pairs['date']}` is in the future (today is {today}); give the "
                         "date the price was confirmed")
-    return {"item": "electricity" if kind == "electricity" else item.upper(), "kind": kind,
+    return {"item": "electricity" if kind == "electricity" else gpu_item(item), "kind": kind,
             "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
             "date": date.isoformat()}
 

@@ -11,6 +11,7 @@ from bot.fits.sweep import fit_sweep
 from bot.store import DuplicateRequest
 from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
 from bot.trials.job import ENDED
+from bot.words import normalize
 from worker import spec as specs
 
 
@@ -20,8 +21,8 @@ def handle(ctx, text: str, user: str, channel: str,
     """Returns (ephemeral reply, the queued job or None). `request` (Slack's
     trigger_id) makes a retried or doubled request queue nothing a second time;
     `response_url` reaches the requester if the channel refuses the trial's messages."""
-    try:
-        return _handle(ctx, text, user, channel, request, response_url)
+    try:  # once, here: every parser and every echo then sees the plain words
+        return _handle(ctx, normalize(text), user, channel, request, response_url)
     except DuplicateRequest as exc:
         trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
         return reply(f"Already received: this request (Slack retried it, or it came "
@@ -151,7 +152,8 @@ def _submit(ctx, cmd, text, user, channel, tagged, where) -> tuple[dict, dict]:
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
         return views.sweep_queued(jobs, workers.online_for(ctx.store, jobs[0]["spec"])), jobs[-1]
-    job = ctx.queue.submit(cmd.spec, " ".join(text.split()), user, channel, tagged, **where)
+    job = ctx.queue.submit(cmd.spec, parse.canonical(text.split(), cmd.spec), user, channel,
+                           tagged, **where)
     return views.queued(job, workers.online_for(ctx.store, job["spec"])), job
 
 

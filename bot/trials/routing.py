@@ -55,14 +55,17 @@ def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
 
 
 def gpu_name(name: str, workers: list[dict]) -> str:
-    """A GPU name from the datasheet table or one a worker registered."""
-    if any(gpus.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
-        return name
+    """A GPU of the one table (bot/fits/gpus.py) by its table name; a family that
+    means several sizes (`A100`) as the family, since routing needs only the kind;
+    else a name a worker registered (a part the table lacks)."""
     try:
-        gpus.lookup(name)
-    except ValueError as exc:
+        return gpus.named(name).name
+    except gpus.GpuNameError as exc:
+        if exc.why == "ambiguous":
+            return gpus.family_of(name)
+        if any(gpus.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
+            return name
         raise RouteError(f"`gpu={name}`: {exc}") from None
-    return name
 
 
 def matches(info: dict, route: dict | None) -> bool:

@@ -109,9 +109,9 @@ def test_the_price_confirmed_latest_applies_not_the_one_entered_last(ctx):
     say(ctx, "price H100 2.00/h source=quote-a date=2026-11-30")
     say(ctx, "price H100 9.00/h source=quote-b date=2026-11-01")  # older, entered later
     show = say(ctx, "repro show")
-    assert "cost at H100 rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)" in show
+    assert "cost at H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)" in show
     listed = say(ctx, "prices all")
-    assert "P1 ✓ H100 rent 2 per GPU-hour" in listed and "P2 H100 rent 9 per GPU-hour" in listed
+    assert "P1 ✓ H100-80GB rent 2 per GPU-hour" in listed and "P2 H100-80GB rent 9 per GPU-hour" in listed
     # rule 3's break-even cites the rate it used
     say(ctx, "price H100 buy=30000 source=q date=2026-11-20")
     say(ctx, "price H100 power=0.7kW source=q date=2026-11-20")
@@ -119,19 +119,19 @@ def test_the_price_confirmed_latest_applies_not_the_one_entered_last(ctx):
     say(ctx, "repro set pattern=steady period=6mo utilization=0.6 needs_cuda=no")
     say(ctx, "repro lock")
     advice = say(ctx, "repro advise")
-    assert "H100 rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)" in advice
+    assert "H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)" in advice
     say(ctx, "repro actual baseline hours=3")
     review = say(ctx, "repro review")  # 0.0653 and 3 GPU-h × 2 per GPU-hour
     assert "estimated 0.0653, actual 3.0000" in review
     assert "cost at P1: estimated 0.13, actual 6.00" in review
-    assert "Costs at H100 rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)." \
+    assert "Costs at H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)." \
         in review
     # a correction of the date reorders; a delete leaves the other figure
     out = say(ctx, "price correct P2 date=2026-12-01")
-    assert "P2 corrected: H100 rent 9 per GPU-hour (P2, source: quote-b, confirmed " \
+    assert "P2 corrected: H100-80GB rent 9 per GPU-hour (P2, source: quote-b, confirmed " \
         "2026-12-01)" in out and "applies now: P2" in out
     out = say(ctx, "price delete P2")
-    assert "P2 deleted" in out and "applies now: P1, H100 rent 2 per GPU-hour" in out
+    assert "P2 deleted" in out and "applies now: P1, H100-80GB rent 2 per GPU-hour" in out
     before = counts(ctx)
     for text, says in (("price correct P1 buy=5", "a correction keeps its kind"),
                        ("price correct P1 2.5/h date=2027-01-01", "is in the future"),
@@ -164,7 +164,7 @@ def test_every_change_is_in_the_history_newest_first_and_in_the_export(ctx):
     say(ctx, "repro export")
     md = [r for r in ctx.store.db["outbox"].rows if r["file"] == "repro-plan.md"][0]["content"]
     assert "## History" in md and md.count("set fact scope") == 25 and "started plan" in md
-    assert "cost at H100 rent 2.49 per GPU-hour (P1, source: q, confirmed 2026-11-30)" in md
+    assert "cost at H100-80GB rent 2.49 per GPU-hour (P1, source: q, confirmed 2026-11-30)" in md
 
 
 def test_a_tagged_trial_runs_anywhere_with_gpu_any_and_is_kept_apart_as_off_target(ctx):
@@ -176,7 +176,7 @@ def test_a_tagged_trial_runs_anywhere_with_gpu_any_and_is_kept_apart_as_off_targ
         return trial_command.handle(ctx, text, "U1", "C1")
 
     out, job = trial("llm-infer plan=repro block=compare")
-    assert job is None and "No worker matches `gpu=H100` (the plan's target GPU" in out["text"]
+    assert job is None and "No worker matches `gpu=H100-80GB` (the plan's target GPU" in out["text"]
     assert "`gpu=any` to run on any worker" in out["text"]
     for bad in ("gpu=cpu", "gpu=", "gpu=any gpu=H100"):
         out, job = trial(f"llm-infer plan=repro block=compare {bad}")
@@ -190,7 +190,7 @@ def test_a_tagged_trial_runs_anywhere_with_gpu_any_and_is_kept_apart_as_off_targ
     ctx.queue.finish(job["id"], "cpu-box", leased["lease"], report(gpu=None))
     review = say(ctx, "repro review")
     assert "• compare: no comparable actual yet" in review
-    assert (f"kept apart, {job['trial']}: off target: ran on CPU (EPYC), not H100 (queued with "
+    assert (f"kept apart, {job['trial']}: off target: ran on CPU (EPYC), not H100-80GB (queued with "
             "gpu=any)") in review
     show = say(ctx, "repro show")
     assert f"{job['trial']} (compare): done — off target: ran on CPU (EPYC)" in show

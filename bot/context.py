@@ -62,6 +62,8 @@ class Context:
     channels: Any = field(default_factory=AnyChannel)  # can the bot post there (Slack)
     digests: Any = None  # the running digest schedule, re-read when a schedule changes
     digest_command: Callable | None = None  # `/plan digest ...` (bot/digest/command.py)
+    # What a tagged trial's queue reply warns of (bot/plans/kept_apart.queue_notes)
+    tag_notes: Callable | None = None
     notify: Callable[[], None] = lambda: None  # wakes the outbox: messages were stored
 
     def allows(self, action: str, user: str, channel: str, what: str | None = None

@@ -125,7 +125,8 @@ def test_the_datasheet_bandwidths_are_the_printed_figures():
     assert got == {"H100-80GB": (2000, 3350), "H100-NVL": (3900,), "H200": (4800,),
                    "A100-40GB": (1555,), "A100-80GB": (1935, 2039), "L40S": (864,),
                    "L4": (300,), "A10": (600,), "A10G": (), "RTX-4090": (),
-                   "V100-16GB": (900,), "V100-32GB": (900,), "T4": (320,), "B200": (8000,)}
+                   "V100-16GB": (900,), "V100-32GB": (900,), "T4": (320,), "B200": (8000,),
+                   "MI300X": (5300,), "MI250X": (3200,)}
     assert all(g.source for g in gpus.TABLE.values())
 
 

@@ -120,9 +120,9 @@ def test_digest_now_posts_the_measured_figures_and_a_chart_in_its_thread(ctx):
             "retries 0.0653 + idle 0.500") in text
     assert "w1 0.50 h (1 GPU)" in text
     # 0.69861 GPU-h (the per-GPU sum, unrounded) × $2.50 = $1.7465 → $1.75
-    assert "NVIDIA H100 80GB HBM3: 0.699 GPU-h × H100 rent $2.5 per GPU-hour" in text
+    assert "NVIDIA H100 80GB HBM3: 0.699 GPU-h × H100-80GB rent $2.5 per GPU-hour" in text
     assert "= $1.75" in text
-    assert "*repro* (H100): estimate 0.0653 GPU-h, cost $0.16" in text
+    assert "*repro* (H100-80GB): estimate 0.0653 GPU-h, cost $0.16" in text
     assert "biggest variance baseline +0.00278 GPU-h, mostly slower runs" in text
     assert "electricity electricity" not in text and "electricity 0.12 per kWh" in text
     assert "STALE: 35 days old" in text and "went stale this week" in text

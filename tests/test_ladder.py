@@ -134,7 +134,9 @@ def test_nothing_fits_says_so_with_the_numbers():
     # so the 6 GiB over is more than all four sequences' activations
     assert "no smaller batch or sequence fits: 6 GiB over" in text
     assert "fewer layers alone cannot fit: all 4 layers" in text
-    assert "smallest in the datasheet table above 7 GiB is V100-16GB (16 GB)" in text
+    # the step is bf16: not a V100 or a T4, which have no bf16
+    assert ("smallest in the datasheet table above 7 GiB that does bf16 (V100 and T4 do not) "
+            "is L4 (24 GB)") in text
 
 
 def test_the_redefined_goal_is_predicted_from_the_measured_peak():

@@ -34,7 +34,7 @@ def test_trial_status_of_unknown_trial(bot):
 def test_plan_new_then_show_and_a_bad_block(bot):
     reply = command(bot, "new repro gpu=H100", name="/plan")
     assert "Plan *repro* started" in reply["text"] and reply["response_type"] == "ephemeral"
-    assert bot.store.plan("repro")["facts"]["gpu"] == "H100"
+    assert bot.store.plan("repro")["facts"]["gpu"] == "H100-80GB"
     shown = command(bot, "repro show", name="/plan")
     assert shown["response_type"] == "in_channel" and "No blocks yet" in shown["text"]
     bad = command(bot, "repro block baseline runs=5 trial=T7", name="/plan")

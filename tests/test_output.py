@@ -138,7 +138,7 @@ def test_period_is_echoed_with_its_unit(ctx, typed, echoed):
 
 def test_new_suggests_only_what_is_still_missing(ctx):
     out = say(ctx, "new repro gpu=H100")
-    assert "started with gpu=H100" in out
+    assert "started with gpu=H100-80GB." in out
     assert "Next: `/plan repro set platform=cuda paper=...`" in out and "set gpu=" not in out
     done = say(ctx, 'new other gpu=H100 platform=cuda paper="arXiv 1"')
     assert "Next: `/plan other block baseline runs=N trial=T12`." in done and " set " not in done
@@ -218,21 +218,23 @@ def test_the_export_holds_actuals_review_lock_settings_and_prices(ctx):
     d = json.loads(files["json"])
     b = d["blocks"][0]
     assert b["estimate"]["components"][0]["source"] and b["trials"] == [t]
-    assert b["actual"]["sources"] == [tagged, "manual (cluster job 811)"]
+    assert b["actual"]["sources"] == [tagged, "manual #1 (cluster job 811)"]
     assert b["actual"]["why"] and b["actual"]["held"].startswith(("inside", "OUTSIDE"))
     assert d["lock"]["baseline"]["trials"] == [t] and d["lock"]["at"] == "2026-12-01"
     assert d["settings"] == {"rental": "single", "period": "6 weeks (42 days)"}
-    assert d["checklist"]["gpu"] == "H100" and d["checklist"]["paper"] is None
+    assert d["checklist"]["gpu"] == "H100-80GB" and d["checklist"]["paper"] is None
     assert d["prices"]["used"]["value"] == 2.49 and d["prices"]["used"]["source"]
     md = files["md"]
     for heading in ("## Review: estimate against actual", "## Lock", "## Checklist",
                     "## Settings", "## Prices used"):
         assert heading in md
-    assert f"from {tagged}, manual (cluster job 811)" in md and "Locked on 2026-12-01" in md
-    assert "H100 rent 2.49 per GPU-hour (source: https://x.example/q" in md
+    assert f"from {tagged}, manual #1 (cluster job 811)" in md and "Locked on 2026-12-01" in md
+    assert "H100-80GB rent 2.49 per GPU-hour (P1, source: https://x.example/q" in md
+    assert "set fact period: (not set) → 6 weeks (42 days)" in md   # its history, worded alike
+    assert [r["action"] for r in d["history"]][-1] == "new"
     header = files["csv"].splitlines()[0]
     assert header.endswith("actual_gpu_hours,actual_sources")
-    assert f"{tagged}; manual (cluster job 811)" in files["csv"]
+    assert f"{tagged}; manual #1 (cluster job 811)" in files["csv"]
 
 
 # --- worker and files -----------------------------------------------------------

@@ -56,8 +56,11 @@ def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(ctx):
     say(ctx, f"repro block baseline runs=100 trial={t}")
     assert "Recorded" in say(ctx, "price H100 $2.50/h source=https://x.example/q date=2026-11-30")
     out = say(ctx, "repro show")
-    assert "cost at H100 rent $2.5 per GPU-hour" in out and "unconfirmed" not in out
+    assert "cost at H100-80GB rent $2.5 per GPU-hour" in out and "unconfirmed" not in out
+    # An older quote entered later does not replace it; once it is deleted, the old one applies.
     say(ctx, "price H100 2.50/h source=quote date=2026-09-01")
+    assert "STALE" not in say(ctx, "repro show")
+    say(ctx, "price delete P1")
     assert "STALE: 91 days old" in say(ctx, "repro show")
 
 
@@ -144,7 +147,7 @@ def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(ctx)
     out = say(ctx, "repro review")
     # 10 runs × 1 s more: 0.00278 h, to three significant digits
     assert "*baseline*" in out and "slower runs: +0.00278 GPU-h" in out
-    assert "*compare*" in out and "from manual (from the cluster)" in out
+    assert "*compare*" in out and "from manual #1 (from the cluster)" in out
     assert "memory, same method" in out
 
 

@@ -48,7 +48,7 @@ def test_bad_routing_words_are_refused(ctx, words, says):
 
 def test_a_route_matches_names_memory_and_labels():
     _, route = routing.take(["gpu=H100", "min_mem=80GB", "label=team=vision"], [])
-    assert route == {"gpu": "H100", "min_mem": 80 * 10**9, "labels": {"team": "vision"}}
+    assert route == {"gpu": "H100-80GB", "min_mem": 80 * 10**9, "labels": {"team": "vision"}}
     assert routing.matches(H100, route) and not routing.matches(A100, route)
     assert routing.matches(A100, {"min_mem": 40 * 10**9})
     assert not routing.matches(A100, {"min_mem": 41 * 2**30})
@@ -61,7 +61,7 @@ def test_a_route_matches_names_memory_and_labels():
 
 def test_a_trial_no_worker_can_satisfy_is_answered_at_once(ctx):
     reply, job = trial_command.handle(ctx, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
-    assert job is None and "No worker matches `gpu=H100 label=team=nlp`" in reply["text"]
+    assert job is None and "No worker matches `gpu=H100-80GB label=team=nlp`" in reply["text"]
     assert "h100-box: cuda, NVIDIA H100 80GB HBM3 (80 GiB)" in reply["text"]
     assert "labels team=vision" in reply["text"] and ctx.store.jobs() == []
 

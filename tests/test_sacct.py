@@ -244,6 +244,8 @@ def test_a_slurm_worker_leases_the_request_and_its_answer_records_the_actual(ctx
     review = say(ctx, "repro review")
     assert "from Slurm accounting: jobs 8117657 COMPLETED" in review and "manual" not in review
     assert "more retries" in review
+    assert "added actual baseline #1: hours=1.83333, slurm=8117657, 8117678" in say(
+        ctx, "repro history")  # the Slurm worker's answer is a change too, by who asked
     assert api.handle(f"/api/accounting/{job['id']}/result", "Bearer tok",
                       {"worker": "hpc", "lease": job["lease"], "result": {"error": "x"}}
                       )[0] == 409  # answered once; a late second answer changes nothing

@@ -60,10 +60,13 @@ class Param:
         def bad(why: str) -> SpecError:
             return SpecError(token, f"`{shown}`: {self.name} {why}", usage)
 
-        if self.kind == "choice":
-            if raw not in self.choices:
+        if self.kind == "choice":  # any case (dtype=BF16), stored as the choice is written
+            if raw in self.choices:
+                return raw
+            same = [c for c in self.choices if c.lower() == raw.lower()]
+            if len(same) != 1:
                 raise bad(f"must be one of {', '.join(self.choices)}")
-            return raw
+            return same[0]
         if self.kind == "string":
             if len(raw) > self.max_length:
                 raise bad(f"is longer than {self.max_length} characters")

@@ -16,6 +16,7 @@ from bot.digest import command as digest_command
 from bot.digest.scheduler import Digests
 from bot.http.server import Server
 from bot.http.workerapi import WorkerApi
+from bot.plans import kept_apart
 from bot.store import Store
 from bot.trials import workers
 from bot.trials.queue import LEASE_SECONDS, JobQueue
@@ -30,6 +31,7 @@ def context(store: Store, queue: JobQueue | None = None, policy: access.Policy |
     ctx = Context(store=store, queue=queue, notify=notify,
                   policy=policy or access.Policy(run_everyone=True, admins=admins))
     ctx.digest_command = digest_command.command
+    ctx.tag_notes = kept_apart.queue_notes
     return ctx
 
 

@@ -4,7 +4,7 @@ largest batch for a GPU. Pure."""
 from __future__ import annotations
 
 from bot.blocks import table_text
-from bot.fits import depth, ols, scaling, usable
+from bot.fits import depth, depthview, ols, scaling, usable
 from worker.spec import LIVE_TIME_NOTE
 from worker.units import duration, size
 
@@ -342,6 +342,8 @@ def answer_parts(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
         lines.append(f"*Largest batch on {gpu.describe()}*")
         if gpu.note:
             lines.append(f"_{gpu.note}_")
+        if (fit.get("defaults") or {}).get("dtype") == "bf16" and gpu.bf16 is False:
+            lines.append(f":warning: {depthview.no_bf16(gpu.name)}")
         lines.append(_largest_line(scaling.largest_batch(fit, gpu.bytes, level=LEVEL,
                                                          **lengths), fit, lengths))
         if gpu.datasheet_gb is not None:

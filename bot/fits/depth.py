@@ -372,7 +372,8 @@ def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozens
                  "and the CUDA context are not in it (this trial measured no GPU memory), "
                  "so a GPU shown as fitting may not; the largest batch is an upper bound")
     out = {"method": method, "basis": basis, "peak": peak, "batch": b0,
-           "weights": a["weights"], "kv_per_sequence": a["kv_per_sequence"], "rest": rest}
+           "weights": a["weights"], "kv_per_sequence": a["kv_per_sequence"], "rest": rest,
+           "dtype": p.get("dtype")}
     out["gpus"] = sorted((fit_row(out, g) for g in gpus.TABLE.values()),
                          key=lambda x: x["bytes"])
     return out
@@ -380,8 +381,12 @@ def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozens
 
 def fit_row(fits: dict, gpu: gpus.Gpu) -> dict:
     """One GPU against a fits-on answer: margin at its batch, the largest batch."""
+    # Memory is not all: a bf16 model on a GPU without bf16 (V100, T4) does not "fit" there.
+    no_dtype = fits.get("dtype") == "bf16" and gpu.bf16 is False
     return {"gpu": gpu.name, "bytes": gpu.bytes, "margin": gpu.bytes - fits["peak"],
-            "fits": fits["peak"] <= gpu.bytes,
+            "fits": fits["peak"] <= gpu.bytes and not no_dtype,
+            "no_dtype": (f"no bf16 ({gpu.bf16_source}); use dtype=fp16 or fp32 there"
+                         if no_dtype else None),
             "largest_batch": largest_batch(gpu.bytes, fits["weights"], fits["kv_per_sequence"],
                                            fits["rest"], fits["batch"])}
 

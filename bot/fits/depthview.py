@@ -44,16 +44,26 @@ def fits_text(fits: dict) -> str:
     rows = [["GPU", "memory", f"margin at batch {fits['batch']}", "largest batch"]]
     for g in fits["gpus"]:
         rows.append([g["gpu"], size(g["bytes"]),
-                     size(g["margin"]) + ("" if g["fits"] else " (does not fit)"),
+                     size(g["margin"]) + ("" if g["fits"] else " (no bf16)" if g.get("no_dtype")
+                                          else " (does not fit)"),
                      str(g["largest_batch"]) if g["largest_batch"] else "none"])
     fitting = [g["gpu"] for g in fits["gpus"] if g["fits"]]
     head = (f"*Fits on* {', '.join(fitting)}" if fitting else
             "*Fits on* no GPU in the table at this batch")
+    unable = [g for g in fits["gpus"] if g.get("no_dtype")]
+    dtype_note = (f"_{no_bf16(', '.join(g['gpu'] for g in unable))}_\n" if unable else "")
     return (f"{head} — peak {size(fits['peak'])} at batch {fits['batch']} "
             f"(weights {size(fits['weights'])}, KV cache {size(fits['kv_per_sequence'])} "
             f"per sequence, rest {size(fits['rest'])}):\n```{table_text(rows)}```\n"
+            + dtype_note +
             f"_Basis: {fits['basis']}. Sizes are datasheet GB read as 10^9 B; a real card's "
             "usable total is a little different._")
+
+
+def no_bf16(names: str) -> str:
+    return (f"Not counted as fitting {names}: a bf16 model needs bf16 arithmetic, which Volta "
+            "(V100) and Turing (T4) lack (their datasheets list FP16, no BF16); run dtype=fp16 "
+            "or dtype=fp32 there.")
 
 
 def decode_text(d: dict, layers: int, only: str | None = None) -> str:

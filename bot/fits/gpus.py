@@ -37,6 +37,9 @@ class Gpu:
     source: str                 # the public document the size comes from
     note: str = ""
     bandwidth_gbs: tuple[float, ...] = ()  # peak memory bandwidth, GB/s (10^9 B/s), as printed
+    family: str = ""            # the words a reported name carries (nvidia-smi, torch)
+    bf16: bool | None = None    # bfloat16 arithmetic; None: not known (a size the user gave)
+    bf16_source: str = ""
 
     def describe(self) -> str:
         if self.datasheet_gb is None:  # a size the user gave
@@ -45,8 +48,20 @@ class Gpu:
                 f"read as {self.datasheet_gb:g}×10^9 B = {self.bytes / GIB:.1f} GiB")
 
 
-def _gpu(name, gb, memory, source, note="", bw=()):
-    return Gpu(name, gb, int(round(gb * GB)), memory, source, note, tuple(bw))
+def _gpu(name, gb, memory, source, note="", bw=(), family="", bf16=True):
+    # bf16: Volta (V100) and Turing (T4) have none; Ampere and later do (their datasheets
+    # and NVIDIA's architecture whitepapers list BF16 Tensor Core throughput).
+    why = (f"{_ARCH[name]}: BF16 Tensor Core throughput listed" if bf16 else
+           f"{_ARCH[name]}: the datasheet lists FP16 but no BF16 precision")
+    return Gpu(name, gb, int(round(gb * GB)), memory, source, note, tuple(bw),
+               family or name.split("-")[0], bf16, why)
+
+
+_ARCH = {"H100-80GB": "Hopper", "H100-NVL": "Hopper", "H200": "Hopper", "A100-40GB": "Ampere",
+         "A100-80GB": "Ampere", "L40S": "Ada Lovelace", "L4": "Ada Lovelace", "A10": "Ampere",
+         "A10G": "Ampere (GA102, as the A10)", "RTX-4090": "Ada Lovelace", "V100-16GB": "Volta",
+         "V100-32GB": "Volta", "T4": "Turing", "B200": "Blackwell",
+         "MI300X": "AMD CDNA 3", "MI250X": "AMD CDNA 2"}
 
 
 _H100_SHEET = "NVIDIA H100 Tensor Core GPU datasheet"
@@ -58,7 +73,7 @@ TABLE: dict[str, Gpu] = {g.name: g for g in (
     _gpu("H100-80GB", 80, "HBM3 (SXM5) / HBM2e (PCIe)", _H100_SHEET,
          "H100 SXM5 and H100 PCIe both list 80GB; bandwidth 2 TB/s PCIe, 3.35 TB/s SXM5",
          (2000, 3350)),
-    _gpu("H100-NVL", 94, "HBM3", _H100_SHEET, "per GPU of the NVL pair", (3900,)),
+    _gpu("H100-NVL", 94, "HBM3", _H100_SHEET, "per GPU of the NVL pair", (3900,), "H100 NVL"),
     _gpu("H200", 141, "HBM3e", "NVIDIA H200 Tensor Core GPU datasheet",
          "H200 SXM and H200 NVL both list 141GB and 4.8 TB/s", (4800,)),
     _gpu("A100-40GB", 40, "HBM2", _A100_SHEET, "1,555 GB/s PCIe and SXM", (1555,)),
@@ -68,14 +83,16 @@ TABLE: dict[str, Gpu] = {g.name: g for g in (
     _gpu("L4", 24, "GDDR6", "NVIDIA L4 Tensor Core GPU datasheet", bw=(300,)),
     _gpu("A10", 24, "GDDR6", "NVIDIA A10 Tensor Core GPU datasheet", bw=(600,)),
     _gpu("A10G", 24, "GDDR6", "AWS Amazon EC2 G5 instances page (24 GB per A10G GPU)"),
-    _gpu("RTX-4090", 24, "GDDR6X", "NVIDIA GeForce RTX 4090 specifications page"),
-    _gpu("V100-16GB", 16, "HBM2", _V100_SHEET, bw=(900,)),
-    _gpu("V100-32GB", 32, "HBM2", _V100_SHEET, bw=(900,)),
+    _gpu("RTX-4090", 24, "GDDR6X", "NVIDIA GeForce RTX 4090 specifications page", family="4090"),
+    _gpu("V100-16GB", 16, "HBM2", _V100_SHEET, bw=(900,), bf16=False),
+    _gpu("V100-32GB", 32, "HBM2", _V100_SHEET, bw=(900,), bf16=False),
     _gpu("T4", 16, "GDDR6", "NVIDIA T4 Tensor Core GPU datasheet", "bandwidth printed as 320+ GB/s",
-         (320,)),
+         (320,), bf16=False),
     _gpu("B200", 180, "HBM3e", "NVIDIA DGX B200 datasheet (1,440 GB total GPU memory for 8 GPUs)",
          "per GPU in DGX/HGX B200; some announcements said 192GB — measure your card; "
          "bandwidth 64 TB/s for 8 GPUs in the same datasheet", (8000,)),
+    _gpu("MI300X", 192, "HBM3", "AMD Instinct MI300X accelerator data sheet", bw=(5300,)),
+    _gpu("MI250X", 128, "HBM2e", "AMD Instinct MI250X accelerator data sheet", bw=(3200,)),
 )}
 
 _ALIASES = {
@@ -94,6 +111,8 @@ _ALIASES = {
     "V100-32GB": ("v10032", "v10032gb", "v100sxm232gb", "v100pcie32gb"),
     "T4": ("t4", "t416gb"),
     "B200": ("b200", "b200180gb"),
+    "MI300X": ("mi300x", "instinctmi300x", "mi300x192gb"),
+    "MI250X": ("mi250x", "instinctmi250x", "mi250x128gb"),
 }
 # Names that mean more than one part with different memory: refused, naming the choices.
 _AMBIGUOUS = {"a100": ("A100-40GB", "A100-80GB"), "v100": ("V100-16GB", "V100-32GB")}
@@ -116,27 +135,80 @@ def parse_size(text: str) -> int | None:
     return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
 
 
+class GpuNameError(ValueError):
+    def __init__(self, why: str, message: str):
+        super().__init__(message)
+        self.why = why  # ambiguous | typo | unknown
+
+
 def lookup(name: str) -> Gpu:
     """A GPU by name (case-insensitive; "H100", "h100-sxm", "A100 80GB", "nvidia l4"),
     or an exact size ("80GiB", "81559MiB", "24GB"). Raises ValueError with a
-    message that lists the known names."""
+    message that lists the known names, or the close one for a typo."""
     text = (name or "").strip()
     size = parse_size(text)
     if size is not None:
         if not 2**20 <= size <= 100 * 2**40:
             raise ValueError(f"`{text}`: a GPU memory size must be from 1 MiB to 100 TiB")
         return Gpu(f"{text} GPU", None, size, "", "given by the user")
+    return named(text)
+
+
+def named(text: str) -> Gpu:
+    """A table GPU by one of its names (no sizes): the one table every command
+    that takes a GPU name reads (`/trial gpu=`, `/plan set gpu=`, `/plan price`,
+    `/trial fit gpu=`, worker registration)."""
     key = _norm(text)
     if key in _INDEX:
         return TABLE[_INDEX[key]]
     if key in _AMBIGUOUS:
         choices = _AMBIGUOUS[key]
         sizes = ", ".join(f"{c} ({TABLE[c].datasheet_gb:g} GB)" for c in choices)
-        raise ValueError(f"`{text}` is ambiguous: it comes with different memory sizes — "
-                         f"say which: {sizes}")
-    raise ValueError(f"`{text}` is not a GPU I know; known: {', '.join(TABLE)}; or give a "
-                     "size such as `80GiB` or `81559MiB` (what nvidia-smi shows as "
-                     "memory.total)")
+        raise GpuNameError("ambiguous", f"`{text}` is ambiguous: it comes with different "
+                           f"memory sizes — say which: {sizes}")
+    import difflib  # only when a name is wrong
+    close = difflib.get_close_matches(key, list(_INDEX), n=1, cutoff=0.6)
+    hint = f"did you mean {_INDEX[close[0]]}? " if close else ""
+    raise GpuNameError("typo" if close else "unknown",
+                       f"`{text}` is not a GPU I know; {hint}known: {', '.join(TABLE)}; or "
+                       "give a size such as `80GiB` or `81559MiB` (what nvidia-smi shows as "
+                       "memory.total)")
+
+
+def canonical(name: str) -> str:
+    """The table's name for `name`, or `name` itself when the table has none."""
+    try:
+        return named(name).name
+    except ValueError:
+        return name
+
+
+def family_of(name: str) -> str | None:
+    """The kind an ambiguous name stands for (`A100`), for routing where only the
+    kind matters; None when `name` is not such a family."""
+    key = _norm(name)
+    return key.upper() if key in _AMBIGUOUS else None
+
+
+def identify(reported: str | None, memory: int | None = None) -> Gpu | None:
+    """The table entry a reported name ("NVIDIA H100 80GB HBM3", "NVIDIA
+    A100-SXM4-40GB") is, by its family words (the most specific family wins: an
+    H100 NVL is not an H100-80GB) and, within a family, its size word or memory."""
+    have = set(re.findall(r"[a-z0-9]+", (reported or "").lower()))
+    found = [g for g in TABLE.values()
+             if all(w in have for w in re.findall(r"[a-z0-9]+", g.family.lower()))]
+    if not found:
+        return None
+    most = max(len(g.family.split()) for g in found)
+    found = [g for g in found if len(g.family.split()) == most]
+    if len(found) > 1:
+        sized = [g for g in found if f"{g.datasheet_gb:g}gb" in have]
+        if sized:
+            return sized[0]
+        if memory:  # the nearest datasheet size to what the card reports
+            return min(found, key=lambda g: abs(g.bytes - memory))
+        return None
+    return found[0]
 
 
 def matches_gpu(report: dict, target: str | None) -> bool | None:
@@ -146,7 +218,17 @@ def matches_gpu(report: dict, target: str | None) -> bool | None:
     e = report.get("env") or {}
     if target.lower() in ("cpu", "none"):
         return not e.get("gpu_count")
+    if not e.get("gpu_count"):
+        return False
+    try:  # a table name: the entry the reported name is (H100-80GB is "NVIDIA H100 PCIe")
+        want = named(target)
+    except ValueError:
+        want = None
+    if want is not None:
+        got = identify(e.get("gpu_name"), e.get("gpu_memory"))
+        if got is not None:
+            return got == want
     # Whole words: A10 is not an A100, L4 is not an L40S.
     have = set(re.findall(r"[a-z0-9]+", (e.get("gpu_name") or "").lower()))
-    want = re.findall(r"[a-z0-9]+", target.lower())
-    return bool(e.get("gpu_count")) and bool(want) and all(w in have for w in want)
+    words = re.findall(r"[a-z0-9]+", (want.family if want else target).lower())
+    return bool(words) and all(w in have for w in words)

@@ -7,6 +7,7 @@ import datetime as dt
 
 from bot.fits import depth, gpus
 from bot.plans import estimate, prices
+from bot.plans import money as codes
 
 RULES = {
     1: "Code not yet run successfully on the target environment",
@@ -129,9 +130,10 @@ def _rule3(fx, today):
             missing.append(f"a confirmed {kind} figure: `{how} source=... date=YYYY-MM-DD` "
                            "(the numbers here only show the form)")
     money = [p[k] for k in ("rent", "buy", "resale", "electricity") if p.get(k)]
-    if len({m["currency"] for m in money}) > 1:
+    if len({codes.code(m["currency"]) for m in money}) > 1:  # never converted
         missing.append("the prices in one currency: rent, buy, resale and electricity were "
-                       "given in " + ", ".join(sorted({m["currency"] or "(none)" for m in money}))
+                       "given in " + ", ".join(sorted({codes.code(m["currency"]) or "(none)"
+                                                       for m in money}))
                        + "; record them again in one")
     if p["buy"] and p["resale"] and p["resale"]["value"] >= p["buy"]["value"]:
         missing.append(f"a resale value below the purchase price (resale {p['resale']['value']:g} "

@@ -7,10 +7,11 @@ import datetime as dt
 import logging
 
 from bot.context import HiddenPlan, PlanUnreachable
-from bot.plans import advice, calibration, estimate, export, parse, service, views
+from bot.plans import advice, calibration, changes, estimate, export, parse, review, service, views
 from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest
 from bot.trials import workers
+from bot.words import normalize
 
 log = logging.getLogger("trialbot.plans")
 
@@ -21,6 +22,7 @@ def handle(ctx, text: str, user: str, channel: str, today: dt.date,
     """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once.
     `response_url` reaches the requester if the channel refuses what is posted."""
     need = None
+    text = normalize(text)  # once, here: every parser and every echo sees the plain words
     try:
         cmd = parse.parse(text, today)
         if cmd.action == "actual":
@@ -57,10 +59,12 @@ POSTS = ("export", "digest-now", "digest-weekly")  # actions that post in the ch
 # What each /plan action needs (bot.access); reading is open to anyone (a plan
 # in its own channel, see _plan).
 NEEDS = {"price": ("admin", "record prices"),
+         "price-correct": ("admin", "correct prices"),
+         "price-delete": ("admin", "delete prices"),
          "digest-weekly": ("admin", "schedule the digest"),
          "digest-off": ("admin", "stop the digest"),
-         **{a: ("run", "change plans") for a in ("new", "set", "block", "lock", "unlock",
-                                                 "actual")},
+         **{a: ("run", "change plans") for a in ("new", "set", "block", "block-correct",
+                                                 "block-delete", "lock", "unlock", "actual")},
          **{a: ("run", "post in this channel") for a in ("export", "digest-now")}}
 
 
@@ -97,20 +101,57 @@ def _new(ctx, cmd, user, channel, today):
     return views.created(ctx.store.plan(cmd.plan))
 
 
+def _locked_refusal(plan: dict, what: str) -> PlanError:
+    return PlanError(f"{what} is fixed while plan {plan['name']} is locked (since "
+                     f"{plan['locked']['at']}); `/plan {plan['name']} unlock` first (its "
+                     "estimates then need re-checking)")
+
+
 def _set(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     facts = cmd.args["facts"]
     fixed = [k for k in facts if k in parse.LOCKED_ITEMS]
     if plan["locked"] and fixed:
-        raise PlanError(f"`{fixed[0]}` is fixed while plan {cmd.plan} is locked; "
-                        f"`/plan {cmd.plan} unlock` first (its estimates then need re-checking)")
-    ctx.store.set_plan_facts(cmd.plan, {**plan["facts"], **facts})
-    return views.facts_set(ctx.store.plan(cmd.plan), facts)
+        raise _locked_refusal(plan, f"`{fixed[0]}`")
+    absent = [k for k, v in facts.items() if v is None and plan["facts"].get(k) is None]
+    if absent:
+        raise PlanError(f"`{absent[0]}=`: plan {cmd.plan} has no {absent[0]} set, so there is "
+                        f"nothing to unset (`{absent[0]}=VALUE` sets it)")
+    old = ctx.store.change_facts(cmd.plan, facts, user)
+    plan = ctx.store.plan(cmd.plan)
+    return changes.facts_set(plan, facts, old, views.open_items(plan))
 
 
 def _block(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
-    block = dict(cmd.args, plan=cmd.plan, user=user)
+    return _put_block(ctx, plan, dict(cmd.args, plan=cmd.plan, user=user), user, channel)
+
+
+def _block_correct(ctx, cmd, user, channel, today):
+    """The given fields change; the block is then checked and estimated as a new one."""
+    plan = _plan(ctx, cmd.plan, user, channel)
+    old = ctx.store.block(cmd.plan, cmd.args["kind"])
+    if old is None:
+        raise PlanError(f"Plan {cmd.plan} has no {cmd.args['kind']} block to correct; add it "
+                        f"with `/plan {cmd.plan} block {cmd.args['kind']} runs=N trial=T12`")
+    block = parse.parse_block(parse.block_words(old, cmd.args["pairs"]))
+    return _put_block(ctx, plan, dict(block, plan=cmd.plan, user=user), user, channel, old)
+
+
+def _block_delete(ctx, cmd, user, channel, today):
+    plan = _plan(ctx, cmd.plan, user, channel)
+    kind = cmd.args["kind"]
+    if kind in (plan["locked"] or {}):
+        raise _locked_refusal(plan, f"The {kind} block")
+    old = ctx.store.delete_block(cmd.plan, kind, user)
+    if old is None:
+        raise PlanError(f"Plan {cmd.plan} has no {kind} block to delete")
+    actuals = [a for a in ctx.store.actuals(cmd.plan) if a["block"] == kind]
+    tagged = [j for j in ctx.store.plan_jobs(cmd.plan) if j["block"] == kind]
+    return changes.block_deleted(plan, old, len(actuals), len(tagged))
+
+
+def _put_block(ctx, plan, block, user, channel, old=None):
     # A block reads its trials' reports: they may come from a private channel.
     homes = ([(f"S{block['sweep']}", j["channel"]) for j in ctx.store.sweep_jobs(
         block["sweep"])[:1]] if block["sweep"] else
@@ -119,15 +160,24 @@ def _block(ctx, cmd, user, channel, today):
     if hidden:
         raise PlanHidden(f"{', '.join(hidden)} belongs to another channel; a plan here is "
                          "estimated from this channel's trials (or an admin can use any).")
-    existing = ctx.store.blocks(cmd.plan)
+    existing = ctx.store.blocks(plan["name"])
     blocks = ([block if b["kind"] == block["kind"] else b for b in existing]
               if any(b["kind"] == block["kind"] for b in existing) else [*existing, block])
     # Estimated before it is stored: a block that cannot be estimated is not kept.
     block_est, trials = next((e, t) for b, e, t in service.estimates(ctx, plan, blocks)
                              if b["kind"] == block["kind"])
     warnings = views.block_warnings(plan, block_est, [t["report"] for t in trials])
-    replaced = ctx.store.put_block(block)
-    return views.block_added(plan, block_est, warnings, replaced)
+    replaced = ctx.store.put_block(block, "correct" if old is not None else None)
+    out = views.block_added(plan, block_est, warnings, replaced)
+    if old is None:
+        return out
+    fields = changes.changed_fields({k: old.get(k) for k in BLOCK_FIELDS},
+                                    {k: block.get(k) for k in BLOCK_FIELDS})
+    return views.reply(f"Corrected the {block['kind']} block of *{plan['name']}*: "
+                       f"{fields or 'nothing changed'}.\n{out['text']}")
+
+
+BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
 
 
 def _show(ctx, cmd, user, channel, today):
@@ -146,8 +196,9 @@ def _export(ctx, cmd, user, channel, today):
     rows = service.review_rows(ctx, plan, ests)
     held = [views.held_text(r, e, c) if r.get("actual") is not None else None
             for r, (_, e, _), c in zip(rows, ests, calib)]
+    history, _ = ctx.store.history(plan["name"], _price_items(plan), limit=-1)
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
-    made = export.files(plan, ests, rows, price_list, today, calib, held)
+    made = export.files(plan, ests, rows, price_list, today, calib, held, history)
     ctx.store.add_messages([dict(export.file(plan, channel, ext, content), **whom)
                             for ext, content in made])
     ctx.notify()
@@ -169,7 +220,7 @@ def _lock(ctx, cmd, user, channel, today):
     locked = {b["kind"]: {"config": e["config"], "code": e["code"], "trials": e["trials"]}
               for b, e, _ in ests}
     locked["at"] = today.isoformat()
-    ctx.store.set_plan_lock(cmd.plan, locked)
+    ctx.store.set_plan_lock(cmd.plan, locked, user)
     return views.locked(ctx.store.plan(cmd.plan))
 
 
@@ -177,7 +228,7 @@ def _unlock(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     if not plan["locked"]:
         raise PlanError(f"Plan {cmd.plan} is not locked")
-    ctx.store.set_plan_lock(cmd.plan, None)
+    ctx.store.set_plan_lock(cmd.plan, None, user)
     return views.reply(f"Plan *{cmd.plan}* is unlocked: its input conditions and code "
                           "version may change again; `/plan NAME lock` fixes them anew.")
 
@@ -202,12 +253,18 @@ def _actual(ctx, cmd, user, channel, today):
     if cmd.args.get("slurm"):
         return _slurm_actual(ctx, cmd, plan, user)
     if cmd.args.get("delete"):
-        gone = ctx.store.delete_actuals(cmd.plan, kind)
+        ids = cmd.args.get("ids")
+        mine = {a["id"] for a in ctx.store.actuals(cmd.plan) if a["block"] == kind}
+        unknown = [i for i in ids or [] if i not in mine]
+        if unknown:
+            raise PlanError(f"Plan {cmd.plan}'s {kind} block has no recorded actual "
+                            f"#{unknown[0]}; its actuals: "
+                            + (", ".join(f"#{i}" for i in sorted(mine)) or "none"))
+        gone = ctx.store.delete_actuals(cmd.plan, kind, user, ids)
         if not gone:
             raise PlanError(f"Plan {cmd.plan} has no recorded {kind} actual to delete (a "
                             "tagged trial is a trial, not a recorded actual)")
-        return views.reply(f"Deleted {gone} recorded {kind} actual(s) of *{plan['name']}*: "
-                           "the review and the calibration no longer count them.")
+        return changes.actuals_deleted(plan, kind, gone, _actuals_now(ctx, plan, kind))
     try:
         replaced = ctx.store.add_actual(
             {"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
@@ -216,10 +273,15 @@ def _actual(ctx, cmd, user, channel, today):
     except DuplicateRequest:
         return views.reply(f"Already recorded: this {kind} actual arrived twice (Slack "
                               "retried); it is counted once.")
-    fixed = f", replacing {replaced} earlier one(s)" if cmd.args.get("correct") else ""
-    return views.reply(f"Recorded for *{plan['name']}* {kind}: {cmd.args['hours']:g} GPU-h "
-                       f"actual{fixed}. `/plan {plan['name']} review` compares it with the "
-                       "estimate.")
+    return changes.actual_recorded(plan, kind, cmd.args["hours"],
+                                   replaced if cmd.args.get("correct") else None,
+                                   _actuals_now(ctx, plan, kind))
+
+
+def _actuals_now(ctx, plan: dict, kind: str) -> str:
+    rows = [a for a in ctx.store.actuals(plan["name"]) if a["block"] == kind]
+    tagged = [j["trial"] for j in ctx.store.plan_jobs(plan["name"]) if j["block"] == kind]
+    return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
 
 
 SLURM_WORKER_HELP = ("start one on the cluster's login node: `trialbot-worker --server "
@@ -252,7 +314,8 @@ def _review(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
     return views.review(plan, service.review_rows(ctx, plan, ests), ests,
-                        service.calibrations(ctx, plan, ests, user, channel))
+                        service.calibrations(ctx, plan, ests, user, channel),
+                        ctx.store.prices(), today)
 
 
 def _calibration(ctx, cmd, user, channel, today):
@@ -266,15 +329,58 @@ def _calibration(ctx, cmd, user, channel, today):
 
 
 def _price(ctx, cmd, user, channel, today):
-    ctx.store.add_price(dict(cmd.args, user=user))
-    return views.price_recorded(cmd.args, today)
+    pid = ctx.store.add_price(dict(cmd.args, user=user))
+    return changes.price_recorded(cmd.args, pid, today)
+
+
+def _known_price(ctx, pid: int) -> dict:
+    old = ctx.store.price(pid)
+    if old is None:
+        raise PlanError(f"There is no price P{pid}; `/plan prices all` lists every recorded "
+                        "price with its id")
+    return old
+
+
+def _applies(ctx, old: dict) -> dict | None:
+    return next((p for p in ctx.store.prices() if p["kind"] == old["kind"]
+                 and p["item"].lower() == old["item"].lower()), None)
+
+
+def _price_correct(ctx, cmd, user, channel, today):
+    old = _known_price(ctx, cmd.args["id"])
+    fields = parse.parse_price_correction(old, cmd.args["words"], today)
+    if not fields:
+        raise PlanError(f"P{old['id']} has those values already; nothing to correct")
+    ctx.store.correct_price(old["id"], fields, user)
+    return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), today)
+
+
+def _price_delete(ctx, cmd, user, channel, today):
+    old = _known_price(ctx, cmd.args["id"])
+    ctx.store.delete_price(old["id"], user)
+    return changes.price_changed(old, None, _applies(ctx, old), today)
 
 
 def _prices(ctx, cmd, user, channel, today):
-    return views.price_list(ctx.store.prices(), today)
+    every = cmd.args.get("all")
+    return changes.price_list(ctx.store.all_prices() if every else ctx.store.prices(), today,
+                              every)
+
+
+def _history(ctx, cmd, user, channel, today):
+    plan = _plan(ctx, cmd.plan, user, channel)
+    rows, total = ctx.store.history(cmd.plan, _price_items(plan), changes.HISTORY_SHOWN)
+    return changes.history(plan, rows, total)
+
+
+def _price_items(plan: dict) -> tuple[str, ...]:
+    """The prices a plan reads: its target GPU's and electricity."""
+    return tuple(x for x in (plan["facts"].get("gpu"), "electricity") if x)
 
 
 ACTIONS = {"help": _help, "list": _list, "new": _new, "set": _set, "block": _block,
            "show": _show, "export": _export, "lock": _lock, "unlock": _unlock,
            "advise": _advise, "actual": _actual, "review": _review, "price": _price,
-           "prices": _prices, "calibration": _calibration}
+           "prices": _prices, "calibration": _calibration, "history": _history,
+           "block-correct": _block_correct, "block-delete": _block_delete,
+           "price-correct": _price_correct, "price-delete": _price_delete}

@@ -11,13 +11,13 @@ import io
 import json
 
 from bot import figures
-from bot.plans import estimate, parse, prices
+from bot.plans import changes, estimate, parse, prices
+from bot.plans.changes import fact_value
 from bot.plans.views import (
     calibrated_interval,
     calibrated_total,
     cost_view,
     costs,
-    fact_value,
     grouped_warnings,
     table_rows,
 )
@@ -51,10 +51,11 @@ def _actual(row: dict | None, calib_used: str | None) -> dict | None:
 
 def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
          today: dt.date, calib: list[dict] | None = None,
-         held: list[str] | None = None) -> dict:
+         held: list[str] | None = None, history: list[dict] | None = None) -> dict:
     """Everything the export says, as one dict. `reviewed` is the review's row
     per block (bot/plans/service.review_rows); `held`, per block, whether its
-    actual fell inside the interval shown (views.held_text)."""
+    actual fell inside the interval shown (views.held_text); `history`, the
+    plan's changes, newest first (all of them: a report is complete)."""
     rent, cost_line = cost_view(plan, price_list, today)
     cost = costs(plan, ests, price_list, today)
     calib = calib or [None] * len(ests)
@@ -74,7 +75,9 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
             "cost": c,
             "calibration": ({"text": k["text"], "interval": _pair(calibrated_interval(e, k))}
                             if k else None),
-            "actual": _actual(row, h)})
+            "actual": _actual(row, h),
+            # tagged trials off the target or the lock: evidence, not in the actual
+            "kept_apart": (row or {}).get("apart") or []})
     tot = estimate.total([e for _, e, _ in ests])
     done = [r for r in reviewed or [] if r.get("actual") is not None]
     return {
@@ -96,7 +99,7 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
                   "actual": _figure(sum(r["actual"] for r in done)) if done else None,
                   "actual_blocks": [r["kind"] for r in done]},
         "warnings": warnings,
-        # The plan's change history (who, when, old value) is added here as "history".
+        "history": [dict(r, line=changes.history_line(r)) for r in history or []],
     }
 
 
@@ -142,8 +145,9 @@ def _review_lines(d: dict) -> list[str]:
     out = []
     for b in d["blocks"]:
         a = b["actual"]
+        apart = [f"    - kept apart, {x}" for x in b["kept_apart"]]
         if a is None:
-            out.append(f"- {b['kind']}: no actual yet")
+            out += [f"- {b['kind']}: no actual yet"] + apart
             continue
         change = f" ({a['change']})" if a["change"] else ""
         idle = "" if a["idle_compared"] else " (idle left out on both sides)"
@@ -154,9 +158,7 @@ def _review_lines(d: dict) -> list[str]:
             out.append(f"    - {a['held']}")
         out += [f"    - {w['cause']}: {w['gpu_hours']} GPU-h ({w['how']})" for w in a["why"]]
         out += [f"    - config changed: {c}" for c in a["config_changes"]]
-        if a["not_comparable"]:
-            out.append(f"    - NOT COMPARABLE with the locked plan: "
-                       f"{', '.join(a['not_comparable'])}")
+        out += apart
     return out
 
 
@@ -206,14 +208,17 @@ def markdown(d: dict, rows: list[list]) -> str:
     lines += ["", "## Prices used", ""]
     used = d["prices"]["used"]
     lines.append(f"- {used['cited']}" if used else f"- none: {d['prices']['line']}")
+    if d["history"]:
+        lines += ["", "## History", ""] + [f"- {r['line']}" for r in d["history"]]
     return "\n".join(lines) + "\n"
 
 
 def files(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
           today: dt.date, calib: list[dict] | None = None,
-          held: list[str] | None = None) -> list[tuple[str, str]]:
+          held: list[str] | None = None,
+          history: list[dict] | None = None) -> list[tuple[str, str]]:
     """(extension, content) of each file the export uploads."""
-    d = data(plan, ests, reviewed, price_list, today, calib, held)
+    d = data(plan, ests, reviewed, price_list, today, calib, held, history)
     rows = table_rows(plan, ests, price_list, today, calib)
     return [("csv", csv_text(d)), ("md", markdown(d, rows)), ("json", json_text(d))]
 

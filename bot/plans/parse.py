@@ -1,8 +1,8 @@
 """Parsing of `/plan` text into a command, and checking of every value a plan
 stores. Pure: no Slack, no SQL, no clock (today's date is passed in).
 
-Longer than most modules (~450 lines) on purpose: it is the one gate every
-stored plan value passes (facts, blocks, actuals, prices, digest schedules),
+Longer than most modules (~600 lines) on purpose: it is the one gate every
+stored plan value passes (facts, blocks, actuals, prices, their corrections, digest schedules),
 and they share its checks of numbers, hours, dates and pairs; split, a value's
 check would sit away from the grammar that takes it."""
 from __future__ import annotations
@@ -14,14 +14,19 @@ import zoneinfo
 from dataclasses import dataclass, field
 
 from bot.context import PLAN_WORDS, plan_name_problem
+from bot.fits import gpus
+from bot.plans import money
 from bot.trials.parse import split
 
-USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|block KIND runs=N "
-         "trial=T12 ...|lock|unlock|advise|actual KIND hours=H|slurm=JOBID|review|export] | "
-         "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan prices | "
+USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
+         "trial=T12 ...|block KIND correct k=v ...|block KIND delete|lock|unlock|advise|"
+         "actual KIND hours=H|slurm=JOBID|actual KIND delete [#ID]|review|history|export] | "
+         "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan price correct P7 ... | "
+         "/plan price delete P7 | /plan prices [all] | "
          "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan help")
 
 BLOCK_KINDS = ("baseline", "compare", "scale", "verify")
+ACTIONS = ("show", "export", "lock", "unlock", "advise", "review", "set", "block", "actual")
 
 # The reproduction checklist, in the order a reproduction settles it.
 CHECKLIST = {
@@ -56,6 +61,8 @@ SETTINGS = {
     "needs_cuda": "yes | no: does the code need CUDA (its support matrix, not the GPU name)",
     "utilization": "share of the time an owned GPU would be busy, e.g. 0.6 or 60%",
 }
+_KEYWORDS = {*PLAN_WORDS, *ACTIONS}
+
 CHOICES = {"rental": ("single", "per-block"), "idle": ("measured", "none"),
            "pattern": ("concentrated", "steady"), "later_use": ("uncertain", "planned"),
            "needs_cuda": ("yes", "no"), "platform": ("cuda", "rocm", "mps", "cpu", "tpu")}
@@ -80,6 +87,14 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         words = split(text)
     except ValueError as exc:
         raise PlanError(getattr(exc, "message", str(exc))) from None
+    # Keywords and plan names in any case (`/plan ADKV Show`); values keep theirs.
+    words[:2] = [w.lower() if w.lower() in _KEYWORDS else w for w in words[:2]]
+    if words[1:2] and words[1] in ("block", "actual") and words[2:3]:
+        words[2] = words[2].lower() if words[2].lower() in BLOCK_KINDS else words[2]
+    if words[1:2] == ["actual"] and words[3:4] and words[3].lower() in ("delete", "correct"):
+        words[3] = words[3].lower()
+    if words[:1] == ["digest"] and words[1:2]:
+        words[1] = words[1].lower()
     if not words or words[0] == "help":
         return PlanCommand("help")
     head, rest = words[0], words[1:]
@@ -87,11 +102,13 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         _no_more(rest, "/plan list")
         return PlanCommand("list")
     if head == "prices":
-        _no_more(rest, "/plan prices")
-        return PlanCommand("prices")
+        _no_more(rest[1:] if rest[:1] == ["all"] else rest, "/plan prices [all]")
+        return PlanCommand("prices", args={"all": rest[:1] == ["all"]})
     if head == "calibration":
         _no_more(rest, "/plan calibration")
         return PlanCommand("calibration")
+    if head == "price" and rest[:1] in (["correct"], ["delete"]):
+        return parse_price_change(rest[0], rest[1:])
     if head == "price":
         return PlanCommand("price", args=parse_price(rest, today))
     if head == "new":
@@ -103,29 +120,32 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         return parse_digest(rest)
     name = plan_name(head)
     action, rest = (rest[0], rest[1:]) if rest else ("show", [])
-    if action in ("show", "export", "lock", "unlock", "advise", "review"):
+    if action in ("show", "export", "lock", "unlock", "advise", "review", "history"):
         _no_more(rest, f"/plan {name} {action}")
         return PlanCommand(action, name)
     if action == "set":
         if not rest:
             raise PlanError(f"`/plan {name} set` needs key=value pairs, e.g. "
                             f"`/plan {name} set gpu=H100 platform=cuda`. {keys_help()}")
-        return PlanCommand("set", name, {"facts": parse_facts(rest)})
+        # `key=` with nothing after it unsets the item (None)
+        return PlanCommand("set", name, {"facts": parse_facts(rest, unset=True)})
+    if action == "block" and rest[1:2] in (["correct"], ["delete"]):
+        return parse_block_change(name, rest)
     if action == "block":
         return PlanCommand("block", name, parse_block(rest))
     if action == "actual":
         return PlanCommand("actual", name, parse_actual(rest))
     raise PlanError(f"`{action}` is not something a plan does; use one of show, set, block, "
-                    f"lock, unlock, advise, actual, review, export. Usage: `{USAGE}`")
+                    f"lock, unlock, advise, actual, review, history, export. Usage: `{USAGE}`")
 
 
 def plan_name(word: str) -> str:
-    if word in PLAN_WORDS:
-        raise PlanError(f"`{word}` needs more words here; usage: `{USAGE}`")
-    problem = plan_name_problem(word)
-    if problem:
-        raise PlanError(problem)
-    return word
+    name = word.lower()  # names are stored in lower case: ADKV is adkv
+    if name in PLAN_WORDS:
+        raise PlanError(f"`{name}` needs more words here; usage: `{USAGE}`")
+    if plan_name_problem(name):
+        raise PlanError(plan_name_problem(word))  # naming the word as typed
+    return name
 
 
 def _no_more(rest: list[str], what: str) -> None:
@@ -133,11 +153,12 @@ def _no_more(rest: list[str], what: str) -> None:
         raise PlanError(f"`{rest[0]}`: `{what}` takes nothing more")
 
 
-def _pairs(words: list[str], allowed: tuple[str, ...], what: str) -> dict:
+def _pairs(words: list[str], allowed: tuple[str, ...], what: str, empty: bool = False) -> dict:
+    """key=value pairs; with `empty`, `key=` is kept as "" (an item unset)."""
     out = {}
     for word in words:
         key, eq, raw = word.partition("=")
-        if not eq or not key or not raw.strip():
+        if not eq or not key or (not raw.strip() and not empty):
             raise PlanError(f"`{word}`: write key=value (quote values with spaces: "
                             f"note=\"like this\"); {what} takes {', '.join(allowed)}")
         if key not in allowed:
@@ -153,18 +174,23 @@ def keys_help() -> str:
             + ". `/plan help` explains each.")
 
 
-def parse_facts(words: list[str]) -> dict:
-    """Checklist items and settings, each value checked."""
-    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), "a plan")
+def parse_facts(words: list[str], unset: bool = False) -> dict:
+    """Checklist items and settings, each value checked; with `unset`, `key=`
+    (nothing after =) is None: the item is open again."""
+    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), "a plan", empty=unset)
     out = {}
     for key, raw in pairs.items():
         if len(raw) > 500:
             raise PlanError(f"`{key}`: at most 500 characters")
-        if key in CHOICES:
+        if not raw:
+            out[key] = None
+        elif key in CHOICES:
             value = raw.lower()
             if value not in CHOICES[key]:
                 raise PlanError(f"`{key}={raw}`: {key} must be one of {', '.join(CHOICES[key])}")
             out[key] = value
+        elif key == "gpu":
+            out[key] = target_gpu(raw)
         elif key == "handoff":
             out[key] = hours(raw, key)
         elif key == "period":
@@ -174,6 +200,26 @@ def parse_facts(words: list[str]) -> dict:
         else:
             out[key] = raw
     return out
+
+
+def target_gpu(raw: str) -> str:
+    """A plan's target: `cpu`, or a GPU of the one table (bot/fits/gpus.py), stored by
+    its table name so prices and fits find it (`h100-sxm` is H100-80GB)."""
+    if raw.lower() in ("cpu", "none"):
+        return raw.lower()
+    return gpu_item(raw, "gpu=")
+
+
+def gpu_item(raw: str, key: str = "") -> str:
+    """What a price is for: a GPU of the table by its table name. A name the table
+    lacks is kept (upper case) when it is not a typo of one, so a price can be
+    recorded for a part the table does not list yet."""
+    try:
+        return gpus.named(raw).name
+    except gpus.GpuNameError as exc:
+        if exc.why != "unknown":
+            raise PlanError(f"`{key}{raw}`: {exc}") from None
+    return raw.upper()
 
 
 def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> float:
@@ -189,13 +235,22 @@ def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> flo
     return value
 
 
-def hours(raw: str, what: str) -> float:
-    """`2`, `2h`, `90m` or `1.5h` as hours."""
-    m = re.fullmatch(r"([0-9.]+)\s*(h|m|min)?", raw.strip().lower())
+MAX_HOURS = 1_000_000  # GPU-hours in one figure: 114 GPU-years, beyond any one block
+
+
+def hours(raw: str, what: str, positive: bool = False) -> float:
+    """`2`, `2h`, `1.5hr`, `90m` or `90min` as hours: every figure in hours reads the
+    same (hours=, handoff=, prep=...)."""
+    m = re.fullmatch(r"([0-9.]+)\s*(h|hr|hrs|hours?|m|min|mins|minutes?)?", raw.strip().lower())
     if not m:
-        raise PlanError(f"`{what}={raw}`: {what} is hours, e.g. {what}=2 or {what}=90m")
-    value = number(m.group(1), what)
-    return value / 60 if m.group(2) in ("m", "min") else value
+        raise PlanError(f"`{what}={raw}`: {what} is hours, e.g. {what}=2, {what}=2h or "
+                        f"{what}=90m")
+    value = number(m.group(1), what, positive=positive)
+    value = value / 60 if (m.group(2) or "h").startswith("m") else value
+    if value > MAX_HOURS:
+        raise PlanError(f"`{what}={raw}`: {value:,.10g} hours is more than {MAX_HOURS:,}, the "
+                        "most one figure in hours may be; check the digits and the unit")
+    return value
 
 
 def period_days(raw: str) -> float:
@@ -289,8 +344,7 @@ def parse_actual(words: list[str]) -> dict:
                         "[runs=N] [note=...]`, `/plan NAME actual KIND slurm=JOBID[,JOBID...] "
                         "[runs=N] [note=...]`, or `/plan NAME actual KIND delete`")
     if words[1:2] == ["delete"]:
-        _no_more(words[2:], f"/plan NAME actual {words[0]} delete")
-        return {"block": words[0], "delete": True}
+        return {"block": words[0], "delete": True, "ids": actual_ids(words[0], words[2:])}
     correct = words[1:2] == ["correct"]  # replaces the block's earlier recorded actuals
     rest = words[2:] if correct else words[1:]
     pairs = _pairs(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
@@ -304,14 +358,122 @@ def parse_actual(words: list[str]) -> dict:
     if "hours" not in pairs:
         raise PlanError("an actual needs hours=H (the GPU-hours the block really took) or "
                         "slurm=JOBID (read them from Slurm's accounting)")
-    total = number(pairs["hours"], "hours", positive=True)
-    parts = {k: number(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
+    total = hours(pairs["hours"], "hours", positive=True)
+    parts = {k: hours(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
     if sum(parts.values()) > total:
         raise PlanError(f"prep, data, retries and idle add up to {sum(parts.values()):g} h, "
                         f"more than hours={total:g}")
     return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None,
             "correct": correct}
+
+
+def actual_ids(kind: str, words: list[str]) -> list[int] | None:
+    """`#4 #5` (or `4,5`): the recorded actuals to delete; None: all of the block's."""
+    ids = []
+    for word in ",".join(words).split(","):
+        if not word.strip():
+            continue
+        m = re.fullmatch(r"#?(\d{1,12})", word.strip())
+        if not m:
+            raise PlanError(f"`{word}`: `/plan NAME actual {kind} delete` takes nothing more "
+                            f"than the numbers of the actuals to delete, e.g. `delete #4` "
+                            "(the reply that recorded one shows its number), or none to "
+                            "delete them all")
+        ids.append(int(m.group(1)))
+    return ids or None
+
+
+def parse_block_change(name: str, words: list[str]) -> PlanCommand:
+    """`block KIND correct k=v ...` (the given fields change, the rest stay) and
+    `block KIND delete`."""
+    kind, verb, rest = words[0], words[1], words[2:]
+    if kind not in BLOCK_KINDS:
+        raise PlanError(f"`{kind}` is not a block kind: one of {', '.join(BLOCK_KINDS)}")
+    if verb == "delete":
+        _no_more(rest, f"/plan {name} block {kind} delete")
+        return PlanCommand("block-delete", name, {"kind": kind})
+    if not rest:
+        raise PlanError(f"`/plan {name} block {kind} correct` needs the fields to change, e.g. "
+                        f"`/plan {name} block {kind} correct runs=30` (it takes "
+                        f"{', '.join(BLOCK_KEYS)})")
+    return PlanCommand("block-correct", name, {"kind": kind,
+                                               "pairs": _pairs(rest, BLOCK_KEYS,
+                                                               f"a {kind} block")})
+
+
+def block_words(block: dict, changes: dict) -> list[str]:
+    """A stored block as the words that make it, with `changes` (key=value
+    pairs) applied: a correction is checked exactly as a new block is.
+    trial= replaces a sweep and its predicted config, sweep= the trials."""
+    pairs = {"runs": block["runs"], "configs": block["configs"], "gpus": block["gpus"]}
+    if block.get("trials"):
+        pairs["trial"] = ",".join(f"T{i}" for i in block["trials"])
+    elif block.get("sweep"):
+        pairs.update(sweep=f"S{block['sweep']}", **(block.get("predict") or {}))
+    for key in ("note", "handoff"):
+        if block.get(key) is not None:
+            pairs[key] = block[key]
+    if "trial" in changes:
+        for key in ("sweep", "batch", "prompt", "gen", "layers"):
+            pairs.pop(key, None)
+    if "sweep" in changes:
+        pairs.pop("trial", None)
+        if any(k in changes for k in ("batch", "prompt", "gen", "layers")):
+            for key in ("batch", "prompt", "gen", "layers"):
+                pairs.pop(key, None)
+    pairs.update(changes)
+    return [block["kind"], *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                             for k, v in pairs.items())]
+
+
+PRICE_ID = re.compile(r"[Pp]?(\d{1,12})")
+
+
+def parse_price_change(verb: str, words: list[str]) -> PlanCommand:
+    """`price correct P7 [FIGURE] [source=...] [date=...]` and `price delete P7`;
+    the figure is checked against P7's item in the command (parse_price_correction)."""
+    usage = ("`/plan price correct P7 2.39/h source=... date=YYYY-MM-DD` (any of the figure, "
+             "source= and date=) or `/plan price delete P7`; `/plan prices all` lists the ids")
+    if not words or not PRICE_ID.fullmatch(words[0]):
+        got = f"`{words[0]}` is not a price id" if words else "Name the price"
+        raise PlanError(f"{got}: prices are named P7 and so on. Usage: {usage}")
+    pid = int(PRICE_ID.fullmatch(words[0]).group(1))
+    if verb == "delete":
+        _no_more(words[1:], f"/plan price delete P{pid}")
+        return PlanCommand("price-delete", args={"id": pid})
+    if not words[1:]:
+        raise PlanError(f"Say what to correct in P{pid}. Usage: {usage}")
+    return PlanCommand("price-correct", args={"id": pid, "words": words[1:]})
+
+
+def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
+    """The fields of price `old` that `words` change, checked as a new price's
+    are; its item and kind stay."""
+    figure = [w for w in words if not w.startswith(("source=", "date="))]
+    item = old["item"]
+    dated = [w for w in words if w.startswith(("source=", "date="))]
+    new = parse_price([item, *(figure or [_figure_word(old)]), *dated, *_kept(old, words)],
+                      today)
+    if new["kind"] != old["kind"]:
+        raise PlanError(f"P{old['id']} is a {old['kind']} price; a correction keeps its kind. "
+                        f"Record a {new['kind']} figure as a new price (`/plan price {item} ...`)")
+    return {k: new[k] for k in ("value", "unit", "currency", "source", "date")
+            if new[k] != old.get(k)}
+
+
+def _kept(old: dict, words: list[str]) -> list[str]:
+    """source= and date= from the old price where the correction gives none."""
+    return [f"{k}={old[k]}" for k in ("source", "date")
+            if not any(w.startswith(f"{k}=") for w in words)]
+
+
+def _figure_word(price: dict) -> str:
+    """The word that records this figure again (for a correction of its source or date)."""
+    value = f"{price['currency'] or ''}{price['value']!r}"
+    return {"rent": f"{value}/h", "electricity": f"{value}/kWh",
+            "power": f"power={price['value']!r}kW", "buy": f"buy={value}",
+            "resale": f"resale={value}"}[price["kind"]]
 
 
 def parse_slurm_actual(kind: str, pairs: dict) -> dict:
@@ -339,6 +501,9 @@ def parse_slurm_actual(kind: str, pairs: dict) -> dict:
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
 
 
+MAX_POWER_KW = 10  # one GPU: a B200 draws about 1 kW
+
+
 def parse_price(words: list[str], today: dt.date) -> dict:
     """`H100 2.49/h`, `H100 buy=30000`, `H100 resale=9000`, `H100 power=0.7kW`,
     `electricity 0.12/kWh`, each with source= and date=."""
@@ -352,38 +517,51 @@ def parse_price(words: list[str], today: dt.date) -> dict:
     value_words = [w for w in rest if not w.startswith(("source=", "date="))]
     pairs = _pairs([w for w in rest if w.startswith(("source=", "date="))],
                    ("source", "date"), "a price")
+    # `KRW 3,500/h` and `3500 KRW/h` are one figure in two words
+    if len(value_words) == 2 and any(re.fullmatch(r"[A-Za-z]{3}(/.*)?", w) for w in value_words):
+        value_words = [" ".join(value_words)]
     if len(value_words) != 1:
         raise PlanError(f"Give exactly one figure for {item}. {usage}")
     word = value_words[0]
     currency = ""
-    if item.lower() == "electricity":
-        m = re.fullmatch(r"([$€£]?)([^/]+)/kWh", word, re.IGNORECASE)
-        if not m:
-            raise PlanError(f"`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh")
-        kind, unit, currency = "electricity", "per kWh", m.group(1)
-        value = number(m.group(2), "electricity", positive=True)
-    elif "=" in word:
-        kind, _, raw = word.partition("=")
-        if kind not in ("buy", "resale", "power"):
-            raise PlanError(f"`{word}`: a GPU's figures are RATE/h, buy=, resale= or power=. "
-                            f"{usage}")
-        if kind == "power":
-            m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+    try:
+        if item.lower() == "electricity":
+            m = re.fullmatch(r"(.+)/kWh", word, re.IGNORECASE)
             if not m:
-                raise PlanError(f"`{word}`: power is a draw per GPU with its unit, e.g. "
-                                "power=0.7kW or power=700W")
-            value = number(m.group(1), "power", positive=True)
-            value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
+                raise PlanError(f"`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh")
+            kind, unit = "electricity", "per kWh"
+            value, currency = money.parse(m.group(1), "electricity")
+        elif "=" in word:
+            kind, _, raw = word.partition("=")
+            kind = kind.lower()
+            if kind not in ("buy", "resale", "power"):
+                raise PlanError(f"`{word}`: a GPU's figures are RATE/h, buy=, resale= or "
+                                f"power=. {usage}")
+            if kind == "power":
+                m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+                if not m:
+                    raise PlanError(f"`{word}`: power is a draw per GPU with its unit, e.g. "
+                                    "power=0.7kW or power=700W")
+                value = number(m.group(1), "power", positive=True)
+                value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
+                if value > MAX_POWER_KW:
+                    raise PlanError(f"`{word}`: {value:g} kW is more than {MAX_POWER_KW} kW, the "
+                                    "most one GPU may draw here; give the draw per GPU, not "
+                                    "per node (e.g. power=0.7kW)")
+            else:
+                value, currency = money.parse(raw, kind)
+                unit = "per GPU"
         else:
-            currency, raw = (raw[0], raw[1:]) if raw.startswith(("$", "€", "£")) else ("", raw)
-            value = number(raw, kind, positive=(kind == "buy"))
-            unit = "per GPU"
-    else:
-        m = re.fullmatch(r"([$€£]?)([^/]+)/(h|hr|hour)", word, re.IGNORECASE)
-        if not m:
-            raise PlanError(f"`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h. {usage}")
-        kind, unit, currency = "rent", "per GPU-hour", m.group(1)
-        value = number(m.group(2), "rate", positive=True)
+            m = re.fullmatch(r"(.+)/(h|hr|hour)", word, re.IGNORECASE)
+            if not m:
+                raise PlanError(f"`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h. {usage}")
+            kind, unit = "rent", "per GPU-hour"
+            value, currency = money.parse(m.group(1), "rate")
+        if kind in ("buy", "rent", "electricity") and value <= 0:  # resale may be 0
+            raise PlanError(f"`{word}`: {kind} must be greater than 0")
+        money.check_limit(value, currency, kind, word)
+    except money.MoneyError as exc:
+        raise PlanError(exc.message) from None
     if "source" not in pairs:
         raise PlanError(f"A price needs source=: the URL or quote it comes from, so others "
                         f"can check it. {usage}")
@@ -398,7 +576,7 @@ def parse_price(words: list[str], today: dt.date) -> dict:
     if date > today:
         raise PlanError(f"`date={pairs['date']}` is in the future (today is {today}); give the "
                         "date the price was confirmed")
-    return {"item": "electricity" if kind == "electricity" else item.upper(), "kind": kind,
+    return {"item": "electricity" if kind == "electricity" else gpu_item(item), "kind": kind,
             "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
             "date": date.isoformat()}
 

@@ -6,15 +6,24 @@ from __future__ import annotations
 import datetime as dt
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from bot.fits import gpus
+from bot.plans import money as codes
+
 STALE_DAYS = 30
 
 
 def find(prices: list[dict], item: str | None, kind: str) -> dict | None:
-    """The latest price of `kind` for `item` (GPU names compare case-insensitively)."""
+    """The price of `kind` that applies for `item` (GPU names compare by the one
+    table's name: an H100 price is H100-80GB's; others case-insensitively);
+    `prices` holds one per item and kind, the one confirmed latest (Store.prices)."""
     if not item:
         return None
-    want = item.lower()
-    return next((p for p in prices if p["kind"] == kind and p["item"].lower() == want), None)
+    want = gpus.canonical(item).lower()
+    # Rows stored before names were canonical ("H100" beside "H100-80GB") are one
+    # GPU too: of all its rows, the one confirmed latest applies.
+    return max((p for p in prices if p["kind"] == kind
+                and gpus.canonical(p["item"]).lower() == want),
+               key=lambda p: (p["date"], p.get("id") or 0), default=None)
 
 
 def age_days(price: dict, today: dt.date) -> int:
@@ -25,14 +34,19 @@ def is_stale(price: dict, today: dt.date) -> bool:
     return age_days(price, today) > STALE_DAYS
 
 
+def _step(currency: str) -> Decimal:  # KRW and JPY have no minor unit in practice
+    return Decimal("1") if codes.code(currency) in codes.NO_MINOR_UNIT else Decimal("0.01")
+
+
 def money(value: Decimal | float, currency: str = "") -> str:
-    q = Decimal(str(value)).quantize(Decimal("0.01"), ROUND_HALF_EVEN)
-    return f"{currency}{q:,}"
+    q = Decimal(str(value)).quantize(_step(currency), ROUND_HALF_EVEN)
+    return f"{codes.shown(currency)}{q:,}"
 
 
 def cost(hours: Decimal, rent: dict) -> Decimal:
-    """GPU-hours × the confirmed rate, to the cent."""
-    return (hours * Decimal(str(rent["value"]))).quantize(Decimal("0.01"), ROUND_HALF_EVEN)
+    """GPU-hours × the confirmed rate, to the cent (to the won or yen)."""
+    return (hours * Decimal(str(rent["value"]))).quantize(_step(rent["currency"]),
+                                                          ROUND_HALF_EVEN)
 
 
 def cited(price: dict, today: dt.date) -> str:
@@ -41,8 +55,10 @@ def cited(price: dict, today: dt.date) -> str:
              if is_stale(price, today) else "")
     item = "" if price["kind"] == "electricity" else f"{price['item']} "
     value = (f"{price['value']:g} {price['unit']}" if price["kind"] == "power"
-             else f"{price['currency']}{price['value']:g} {price['unit']}")
-    return f"{item}{price['kind']} {value} (source: {price['source']}, {price['date']}{stale})"
+             else f"{codes.shown(price['currency'])}{price['value']:g} {price['unit']}")
+    pid = f"P{price['id']}, " if price.get("id") else ""  # which recorded price: `/plan prices`
+    return (f"{item}{price['kind']} {value} ({pid}source: {price['source']}, confirmed "
+            f"{price['date']}{stale})")
 
 
 def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electricity: dict,

@@ -66,7 +66,7 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
         if m.get("slurm"):  # read from Slurm's accounting by a Slurm worker
             sources.append(m["note"])  # "Slurm accounting: jobs …, Elapsed …, MaxRSS …"
         else:
-            sources.append("manual" + (f" ({m['note']})" if m.get("note") else ""))
+            sources.append(f"manual #{m['id']}" + (f" ({m['note']})" if m.get("note") else ""))
     if not sources:
         return {"kind": estimate["kind"], "actual": None}
     est = {c["name"]: c["seconds"] for c in estimate["components"]}

@@ -10,7 +10,7 @@ import numpy as np
 from bot.blocks import message
 from bot.fits import depth, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
-from bot.plans import calibration, estimate, review, slurm
+from bot.plans import calibration, estimate, kept_apart, review, slurm
 from bot.plans.parse import PlanError
 from bot.trials.queue import LeaseLost
 
@@ -157,10 +157,12 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
     manual = review.latest_per_source(ctx.store.actuals(plan["name"]))
     rows = []
     for block, est, trials in ests:
-        mine = [j for j in jobs if j["block"] == block["kind"]]
+        # Off-target and not-comparable trials are evidence, not the block's actual.
+        mine, apart = kept_apart.split(plan, [j for j in jobs if j["block"] == block["kind"]])
         mine_manual = [m for m in manual if m["block"] == block["kind"]]
         attempts = ctx.store.attempts_of([j["id"] for j in mine])
         row = review.review_block(est, mine, attempts, mine_manual, plan["locked"])
+        row["apart"] = apart
         row["memory"] = review.memory_compare([t["report"] for t in trials],
                                                [j["report"] for j in mine if j["report"]])
         # For the calibration: when the actual was last recorded, and which trials

@@ -8,7 +8,7 @@ from decimal import Decimal
 from bot import figures
 from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
-from bot.plans import calibration, estimate, parse, prices
+from bot.plans import calibration, changes, estimate, kept_apart, parse, prices
 from worker import summary
 from worker.spec import LIVE_TIME_NOTE
 
@@ -36,13 +36,18 @@ def help_text() -> dict:
              "allocated GPUs (jobs that did not complete count as retries; no GPU allocated: "
              "node-hours), with MaxRSS and GPU TRES usage in its note",
              "• `/plan NAME actual KIND correct hours=H ...` replaces the block's recorded "
-             "actuals · `/plan NAME actual KIND delete` removes them",
+             "actuals · `/plan NAME actual KIND delete [#N]` removes them (or actual #N)",
+             "• Corrections: `/plan NAME set key=` unsets an item · `/plan NAME block KIND "
+             "correct runs=30 ...` · `/plan NAME block KIND delete` · `/plan price correct P7 "
+             "2.39/h|source=...|date=...` · `/plan price delete P7` · `/plan prices all`; "
+             "`/plan NAME history` shows every change (who, when, old and new value)",
              "• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
              "workload; once 9 blocks of one have actuals, `show` adds their calibrated 90% "
              "interval and `review` says whether each actual fell inside",
              "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
              "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
-             "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND`",
+             "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on the "
+             "plan's target GPU; `gpu=any` runs it anywhere, kept apart as off-target)",
              "• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
              "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel",
              "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in parse.CHECKLIST.items()),
@@ -70,42 +75,15 @@ def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
 
 # What `created` suggests for the first items still open, in this order.
 FIRST_FACTS = (("gpu", "H100"), ("platform", "cuda"), ("paper", "..."))
-_PERIODS = ((365.25, "year"), (30.44, "month"), (7, "week"))
-
-
-def fact_value(key: str, value) -> str:
-    """A stored fact as people read it: `period` in days with the unit it was
-    likely typed in ("3 weeks (21 days)"), `handoff` in hours, `utilization` a share."""
-    if key == "period":
-        days = f"{value:g}" if value == int(value) else figures.number(value)
-        for size, unit in _PERIODS:
-            n = value / size
-            if n >= 1 and abs(n - round(n)) < 1e-9:
-                return f"{round(n)} {unit}{'s' * (round(n) != 1)} ({days} days)"
-        return f"{days} days"
-    if key == "handoff":
-        return f"{figures.number(value)} h"
-    if key == "utilization":
-        return f"{value:.0%}"
-    return str(value)
-
-
 def created(plan: dict) -> dict:
     name, facts = plan["name"], plan["facts"]
-    given = ", ".join(f"{k}={fact_value(k, v)}" for k, v in facts.items())
+    given = ", ".join(f"{k}={changes.fact_value(k, v)}" for k, v in facts.items())
     missing = " ".join(f"{k}={example}" for k, example in FIRST_FACTS if not facts.get(k))
     step = f"`/plan {name} block baseline runs=N trial=T12`"
     next_ = (f"Next: `/plan {name} set {missing}`, then {step}." if missing
              else f"Next: {step}.")
     return reply(f"Plan *{name}* started" + (f" with {given}" if given else "")
                  + f". Open checklist items: {', '.join(open_items(plan)) or 'none'}.\n{next_}")
-
-
-def facts_set(plan: dict, facts: dict) -> dict:
-    done = ", ".join(f"{k}={fact_value(k, v)}" for k, v in facts.items())
-    left = open_items(plan)
-    return reply(f"Plan *{plan['name']}*: set {done}.\nOpen checklist items: "
-                 f"{', '.join(left) if left else 'none — the checklist is complete'}.")
 
 
 def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
@@ -284,16 +262,15 @@ def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
 
 
 def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
-    """Trials tagged with the plan (its actuals), each checked against the lock."""
+    """Trials tagged with the plan (its actuals), each checked against the
+    target GPU and the lock: one that fails either is kept apart."""
     out = []
     for j in jobs:
         line = f"• {j['trial']} ({j['block']}): {j['status']}"
-        lock = (plan.get("locked") or {}).get(j["block"])
-        if lock and j.get("report"):
-            diff = estimate.lock_differences(lock, estimate.config(j["report"]),
-                                            estimate.code_version(j["report"]))
-            if diff:
-                line += " — NOT COMPARABLE with the locked plan: " + "; ".join(diff)
+        why = kept_apart.why(plan, j)
+        if why:
+            why = why.replace("not comparable", "NOT COMPARABLE", 1)
+            line += f" — {why}; kept out of the actual"
         out.append(line)
     return out
 
@@ -403,19 +380,36 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
     return f"{verdict} {what} ({figures.interval(lo, hi)} GPU-h)"
 
 
+def review_cost(plan: dict, row: dict, est_trials: list[dict], rent: dict | None) -> str | None:
+    """The block's estimated and actual cost at the rent that applies, or None
+    (no confirmed rent, or the estimate's trials ran off the target)."""
+    target = plan["facts"].get("gpu")
+    if rent is None or not all(gpus.matches_gpu(t["report"], target) for t in est_trials):
+        return None
+    est, act = (prices.cost(Decimal(str(h)), rent) for h in (row["estimate"], row["actual"]))
+    return (f"cost at P{rent['id']}: estimated {prices.money(est, rent['currency'])}, actual "
+            f"{prices.money(act, rent['currency'])}")
+
+
 def review(plan: dict, rows: list[dict], ests: list | None = None,
-           calib: list[dict] | None = None) -> dict:
+           calib: list[dict] | None = None, price_list: list[dict] | None = None,
+           today: dt.date | None = None) -> dict:
+    """With `price_list`, each block's cost at the rent that applies, and which."""
     lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
     if not rows:
         lines.append(f"No blocks yet, so there is nothing to review: add one with `/plan "
                      f"{plan['name']} block baseline runs=N trial=T12`, then record what it "
                      f"really took with `/plan {plan['name']} actual baseline hours=H` or by "
                      f"tagging trials `plan={plan['name']} block=baseline`.")
+    rent = prices.find(price_list or [], plan["facts"].get("gpu"), "rent")
     for i, r in enumerate(rows):
+        apart = [f"    kept apart, {a}" for a in r.get("apart") or []]
         if r.get("actual") is None:
-            lines.append(f"• {r['kind']}: no actual yet (tag trials with `plan={plan['name']} "
+            lines.append(f"• {r['kind']}: no " + ("comparable " if apart else "")
+                         + f"actual yet (tag trials with `plan={plan['name']} "
                          f"block={r['kind']}`, or `/plan {plan['name']} actual {r['kind']} "
                          "hours=H` or `slurm=JOBID`)")
+            lines += apart
             continue
         rel = figures.change(r["estimate"], r["actual"])
         rel = f" ({rel})" if rel else ""
@@ -428,10 +422,12 @@ def review(plan: dict, rows: list[dict], ests: list | None = None,
         lines += [f"    {name}: {figures.signed(value)} GPU-h ({why})"
                   for name, value, why in r["why"]]
         lines += [f"    config changed: {c}" for c in r["config_changes"]]
-        if r["not_comparable"]:
-            lines.append("    NOT COMPARABLE with the locked plan: "
-                         f"{', '.join(r['not_comparable'])}")
+        lines += apart
         lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]
+        cost = review_cost(plan, r, ests[i][2], rent) if ests is not None else None
+        lines += [f"    {cost}"] if cost else []
+    if rent and any("    cost at P" in x for x in lines):
+        lines.append(f"Costs at {prices.cited(rent, today)}.")
     return reply("\n".join(lines))
 
 
@@ -444,19 +440,6 @@ def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str])
                  f"(request A{req['id']}). The actual for *{plan['name']}* {req['block']} is "
                  f"recorded and posted in <#{plan['channel']}> when sacct has answered; "
                  "nothing is recorded for a job that is unknown or still running.")
-
-
-def price_recorded(price: dict, today: dt.date) -> dict:
-    return reply(f"Recorded: {prices.cited(price, today)}. Plans use it where every price they "
-                 "need is confirmed.")
-
-
-def price_list(price_list_: list[dict], today: dt.date) -> dict:
-    if not price_list_:
-        return reply("No confirmed prices. trialbot has no built-in price list: record one with "
-                     "`/plan price H100 RATE/h source=URL date=YYYY-MM-DD`.")
-    return reply("Confirmed prices (latest per item):\n"
-                 + "\n".join(f"• {prices.cited(p, today)}" for p in price_list_))
 
 
 def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool) -> dict:

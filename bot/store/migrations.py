@@ -62,6 +62,16 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "primary key (worker, key))",
         "create index if not exists worker_requests_created on worker_requests (created)",
     ]),
+    # Every change to a plan (a fact set or unset, a block, an actual, the lock) and
+    # to a price: who, when, what, and the old and new value as JSON. `plan` is null
+    # for a price (all plans share the price list); `item` names its GPU then.
+    ("plan history", [
+        "create table if not exists plan_history (id integer primary key, plan text, "
+        "item text, what text not null, action text not null, old text, new text, "
+        "user text, at float not null)",
+        "create index if not exists plan_history_plan on plan_history (plan, id)",
+        "create index if not exists plan_history_item on plan_history (item, id)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

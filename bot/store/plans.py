@@ -1,11 +1,37 @@
-"""Plans, their blocks, confirmed prices and recorded actuals."""
+"""Plans, their blocks, confirmed prices and recorded actuals. Every change
+writes its `plan_history` row in the same transaction: who, when, what, and
+the old and new value."""
 from __future__ import annotations
 
 import json
 import time
 
+BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
+
 
 class Plans:
+    def _history(self, plan: str | None, what: str, action: str, old, new, user: str | None,
+                 item: str | None = None) -> None:
+        """Inside a transaction: one change, its values as JSON (None: nothing)."""
+        self.db.execute(
+            "insert into plan_history (plan, item, what, action, old, new, user, at) "
+            "values (?, ?, ?, ?, ?, ?, ?, ?)",
+            [plan, item, what, action, None if old is None else json.dumps(old),
+             None if new is None else json.dumps(new), user, time.time()])
+
+    def history(self, plan: str, items: tuple[str, ...] = (), limit: int = 20
+                ) -> tuple[list[dict], int]:
+        """The plan's changes and those of the prices of `items` (GPU names,
+        any case), newest first: (at most `limit` rows, how many in all)."""
+        marks = ", ".join("?" * len(items))
+        where = "plan = ?" + (f" or (plan is null and lower(item) in ({marks}))" if items else "")
+        args = [plan, *(i.lower() for i in items)]
+        n = self.db.execute(f"select count(*) from plan_history where {where}", args).fetchone()[0]
+        rows = self.db.query(f"select * from plan_history where {where} order by id desc "
+                             "limit ?", [*args, limit])
+        return [dict(r, old=json.loads(r["old"]) if r["old"] else None,
+                     new=json.loads(r["new"]) if r["new"] else None) for r in rows], n
+
     def add_plan(self, name: str, channel: str, user: str, facts: dict) -> bool:
         """False when a plan of that name exists already."""
         with self.tx():
@@ -13,6 +39,8 @@ class Plans:
                 "insert into plans (name, channel, user, created, facts) values (?, ?, ?, ?, ?) "
                 "on conflict(name) do nothing", [name, channel, user, time.time(),
                                                  json.dumps(facts)])
+            if cur.rowcount == 1:
+                self._history(name, "plan", "new", None, facts, user)
         return cur.rowcount == 1
 
     def plan(self, name: str) -> dict | None:
@@ -29,42 +57,113 @@ class Plans:
         return [self.plan(r["name"]) for r in self.db["plans"].rows_where(
             where, args, select="name", order_by="created")]
 
-    def set_plan_facts(self, name: str, facts: dict) -> None:
+    def change_facts(self, name: str, changes: dict, user: str) -> dict:
+        """Set facts (a value) or unset them (None); the old value of each key
+        changed (None: it was not set). Unchanged keys write no history."""
         with self.tx():
+            facts = json.loads(self.db.execute("select facts from plans where name = ?",
+                                               [name]).fetchone()[0] or "{}")
+            old = {k: facts.get(k) for k in changes}
+            for key, value in changes.items():
+                if value is None:
+                    facts.pop(key, None)
+                else:
+                    facts[key] = value
+                if old[key] != value:
+                    self._history(name, f"fact {key}", "unset" if value is None else "set",
+                                  old[key], value, user)
             self.db.execute("update plans set facts = ? where name = ?",
                             [json.dumps(facts), name])
+        return old
 
-    def set_plan_lock(self, name: str, locked: dict | None) -> None:
+    def set_plan_lock(self, name: str, locked: dict | None, user: str | None = None) -> None:
         with self.tx():
+            old = self.db.execute("select locked from plans where name = ?", [name]).fetchone()
             self.db.execute("update plans set locked = ? where name = ?",
                             [json.dumps(locked) if locked else None, name])
+            self._history(name, "plan", "lock" if locked else "unlock",
+                          json.loads(old[0]) if old and old[0] else None, locked, user)
 
-    def put_block(self, block: dict) -> bool:
-        """Add or replace the plan's block of that kind; True when it replaced one."""
+    def put_block(self, block: dict, action: str | None = None) -> bool:
+        """Add or replace the plan's block of that kind; True when it replaced one.
+        `action` names the change in the history (default: add or replace)."""
         row = dict(block, trials=json.dumps(block.get("trials") or []),
                    predict=json.dumps(block.get("predict") or {}))
         with self.tx():
-            old = self.db.execute("select created from blocks where plan = ? and kind = ?",
-                                  [block["plan"], block["kind"]]).fetchone()
+            old = self.block(block["plan"], block["kind"])
             # A replaced block keeps its place: with rental=single the first one pays prep.
-            row["created"] = old[0] if old else time.time()
+            row["created"] = old["created"] if old else time.time()
             self.db["blocks"].upsert(row, pk=("plan", "kind"))
+            self._history(block["plan"], f"block {block['kind']}",
+                          action or ("replace" if old else "add"), _block_fields(old),
+                          _block_fields(block), block.get("user"))
         return old is not None
+
+    def block(self, plan: str, kind: str) -> dict | None:
+        return next((b for b in self.blocks(plan) if b["kind"] == kind), None)
+
+    def delete_block(self, plan: str, kind: str, user: str) -> dict | None:
+        """Delete the block (its recorded actuals and tagged trials stay, and
+        count again if a block of that kind is added); the block, or None."""
+        with self.tx():
+            old = self.block(plan, kind)
+            if old:
+                self.db.execute("delete from blocks where plan = ? and kind = ?", [plan, kind])
+                self._history(plan, f"block {kind}", "delete", _block_fields(old), None, user)
+        return old
 
     def blocks(self, plan: str) -> list[dict]:
         return [dict(b, trials=json.loads(b["trials"] or "[]"),
                      predict=json.loads(b["predict"] or "{}"))
                 for b in self.db["blocks"].rows_where("plan = ?", [plan], order_by="created")]
 
-    def add_price(self, price: dict) -> None:
+    def add_price(self, price: dict) -> int:
+        """Record a confirmed price; its id (P7)."""
         with self.tx():
-            self.db["prices"].insert(dict(price, recorded=time.time()))
+            pid = self.db["prices"].insert(dict(price, recorded=time.time())).last_pk
+            self._history(None, f"price P{pid}", "add", None, _price_fields(price),
+                          price.get("user"), item=price["item"])
+        return pid
+
+    def price(self, pid: int) -> dict | None:
+        rows = list(self.db["prices"].rows_where("id = ?", [pid]))
+        return rows[0] if rows else None
+
+    def correct_price(self, pid: int, fields: dict, user: str) -> dict | None:
+        """Change a recorded price's figure, source or date; the old row, or None."""
+        with self.tx():
+            old = self.price(pid)
+            if old:
+                self.db["prices"].update(pid, fields)
+                self._history(None, f"price P{pid}", "correct", _price_fields(old),
+                              _price_fields({**old, **fields}), user, item=old["item"])
+        return old
+
+    def delete_price(self, pid: int, user: str) -> dict | None:
+        with self.tx():
+            old = self.price(pid)
+            if old:
+                self.db.execute("delete from prices where id = ?", [pid])
+                self._history(None, f"price P{pid}", "delete", _price_fields(old), None, user,
+                              item=old["item"])
+        return old
+
+    # The figure that applies: the latest confirmation date, then the latest entered.
+    _LATEST = ("(select q.id from prices q where lower(q.item) = lower(p.item) and "
+               "q.kind = p.kind order by q.date desc, q.id desc limit 1)")
 
     def prices(self) -> list[dict]:
-        """The latest confirmed figure for each (item, kind)."""
-        return list(self.db.query(
-            "select p.* from prices p where p.id = (select max(id) from prices q "
-            "where lower(q.item) = lower(p.item) and q.kind = p.kind) order by p.item, p.kind"))
+        """The figure that applies for each (item, kind): the one confirmed
+        latest (an older quote entered later does not replace it)."""
+        return list(self.db.query(f"select p.* from prices p where p.id = {self._LATEST} "
+                                  "order by p.item, p.kind"))
+
+    def all_prices(self) -> list[dict]:
+        """Every recorded price, `applies` marking the ones prices() returns;
+        per item and kind, the latest confirmed first."""
+        return [dict(r, applies=bool(r["applies"])) for r in self.db.query(
+            f"select p.*, p.id = {self._LATEST} as applies from prices p "
+            "order by lower(p.item), p.kind, p.date desc, p.id desc")]
 
     def add_actual(self, actual: dict, request: str | None = None,
                    replace: bool = False) -> int:
@@ -74,26 +173,38 @@ class Plans:
         transaction; returns how many it deleted."""
         with self.tx():
             self._claim(request)
-            gone = self._delete_actuals(actual["plan"], actual["block"]) if replace else 0
-            self.db["actuals"].insert(dict(actual, parts=json.dumps(actual.get("parts") or {}),
-                                           recorded=time.time()))
-        return gone
+            gone = (self._delete_actuals(actual["plan"], actual["block"], None, actual["user"],
+                                         "correct") if replace else [])
+            aid = self.db["actuals"].insert(dict(
+                actual, parts=json.dumps(actual.get("parts") or {}),
+                recorded=time.time())).last_pk
+            self._history(actual["plan"], f"actual {actual['block']} #{aid}",
+                          "correct" if replace else "add", [_actual_fields(a) for a in gone]
+                          or None, _actual_fields(actual), actual["user"])
+        return len(gone)
 
-    def delete_actuals(self, plan: str, block: str) -> int:
-        """Delete the block's recorded actuals (by hand or from Slurm); how many."""
+    def delete_actuals(self, plan: str, block: str, user: str | None = None,
+                       ids: list[int] | None = None) -> int:
+        """Delete the block's recorded actuals (by hand or from Slurm), or only
+        those of `ids`; how many."""
         with self.tx():
-            return self._delete_actuals(plan, block)
+            return len(self._delete_actuals(plan, block, ids, user, "delete"))
 
-    def _delete_actuals(self, plan: str, block: str) -> int:
-        ids = [r[0] for r in self.db.execute(
-            "select id from actuals where plan = ? and block = ?", [plan, block]).fetchall()]
+    def _delete_actuals(self, plan: str, block: str, only: list[int] | None,
+                        user: str | None, action: str) -> list[dict]:
+        rows = [a for a in self.actuals(plan) if a["block"] == block
+                and (only is None or a["id"] in only)]
+        ids = [a["id"] for a in rows]
         if ids:
+            if action == "delete":
+                self._history(plan, f"actual {block}", "delete",
+                              [_actual_fields(a) for a in rows], None, user)
             marks = ", ".join("?" * len(ids))
             # The Slurm request stays (its answer was posted); it no longer records an actual.
             self.db.execute(f"update slurm_actuals set actual = null where actual in ({marks})",
                             ids)
             self.db.execute(f"delete from actuals where id in ({marks})", ids)
-        return len(ids)
+        return rows
 
     def actuals(self, plan: str) -> list[dict]:
         """The plan's recorded actuals; `slurm` lists the job ids of one read from
@@ -103,3 +214,19 @@ class Plans:
                 for a in self.db.query(
                     "select a.*, s.jobs as slurm from actuals a left join slurm_actuals s "
                     "on s.actual = a.id where a.plan = ? order by a.id", [plan])]
+
+
+def _block_fields(block: dict | None) -> dict | None:
+    return None if block is None else {k: block.get(k) for k in BLOCK_FIELDS}
+
+
+def _price_fields(price: dict) -> dict:
+    return {k: price.get(k) for k in ("item", "kind", "value", "unit", "currency", "source",
+                                      "date")}
+
+
+def _actual_fields(actual: dict) -> dict:
+    out = {k: actual.get(k) for k in ("id", "hours", "parts", "runs", "note")}
+    if actual.get("slurm"):
+        out["slurm"] = actual["slurm"]
+    return {k: v for k, v in out.items() if v not in (None, {}, [])}

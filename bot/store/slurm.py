@@ -83,6 +83,9 @@ class SlurmActuals:
                     actual, parts=json.dumps(actual.get("parts") or {}), recorded=now)).last_pk
                 self.db.execute("update slurm_actuals set actual = ? where id = ?",
                                 [actual_id, req["id"]])
+                self._history(actual["plan"], f"actual {actual['block']} #{actual_id}", "add",
+                              None, {"hours": actual.get("hours"), "slurm": req["jobs"]},
+                              req["user"])
             for message in messages:
                 self._add_message(message, None)
             if key is not None:

@@ -11,6 +11,7 @@ from bot.fits.sweep import fit_sweep
 from bot.store import DuplicateRequest
 from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
 from bot.trials.job import ENDED
+from bot.words import normalize
 from worker import spec as specs
 
 
@@ -20,8 +21,8 @@ def handle(ctx, text: str, user: str, channel: str,
     """Returns (ephemeral reply, the queued job or None). `request` (Slack's
     trigger_id) makes a retried or doubled request queue nothing a second time;
     `response_url` reaches the requester if the channel refuses the trial's messages."""
-    try:
-        return _handle(ctx, text, user, channel, request, response_url)
+    try:  # once, here: every parser and every echo then sees the plain words
+        return _handle(ctx, normalize(text), user, channel, request, response_url)
     except DuplicateRequest as exc:
         trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
         return reply(f"Already received: this request (Slack retried it, or it came "
@@ -49,7 +50,7 @@ def _handle(ctx, text: str, user: str, channel: str,
     if (tagged or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
         return reply(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
                             f"that runs; `/trial {cmd.name}` takes none. Nothing was queued."), None
-    if tagged and "gpu" not in route:  # the plan's target GPU is the default
+    if tagged and "gpu" not in route and not route.get("anywhere"):  # the plan's target
         target = (ctx.store.plan(tagged["plan"]) or {}).get("facts", {}).get("gpu")
         try:  # a target that names no GPU (`gpu=cpu`, a typo) routes nowhere
             route["gpu"] = routing.gpu_name(target, registered) if target else None
@@ -93,7 +94,9 @@ def _handle(ctx, text: str, user: str, channel: str,
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
     if registered and route and not any(routing.matches(w["info"], route) for w in registered):
         have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
-        from_plan = (" (the plan's target GPU; give `gpu=` to run elsewhere)"
+        from_plan = (" (the plan's target GPU; give `gpu=OTHER` to run elsewhere, or "
+                     "`gpu=any` to run on any worker: a trial measured off the target is kept "
+                     "as evidence, not counted in the block's actual)"
                      if tagged and route.get("gpu") and "gpu=" not in text else "")
         return reply(f":x: No worker matches `{routing.describe(route)}`{from_plan}. "
                             f"Workers:\n{have}\nChange the constraint, or start a worker "
@@ -127,6 +130,15 @@ def _handle(ctx, text: str, user: str, channel: str,
         return reply(f":x: {unpostable}; then run the command again. Nothing was "
                             "queued."), None
     where = {"request": request, "route": route, "response_url": response_url}
+    answer, job = _submit(ctx, cmd, text, user, channel, tagged, where)
+    notes = (ctx.tag_notes(ctx, tagged, [s.to_dict() for s in cmd.specs or (cmd.spec,)], route)
+             if tagged and ctx.tag_notes else [])
+    if notes:
+        answer = {**answer, **reply(answer["text"] + "".join(f"\n:warning: {n}" for n in notes))}
+    return answer, job
+
+
+def _submit(ctx, cmd, text, user, channel, tagged, where) -> tuple[dict, dict]:
     if cmd.name == "ladder":
         jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tagged, **where)
@@ -140,7 +152,8 @@ def _handle(ctx, text: str, user: str, channel: str,
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
         return views.sweep_queued(jobs, workers.online_for(ctx.store, jobs[0]["spec"])), jobs[-1]
-    job = ctx.queue.submit(cmd.spec, " ".join(text.split()), user, channel, tagged, **where)
+    job = ctx.queue.submit(cmd.spec, parse.canonical(text.split(), cmd.spec), user, channel,
+                           tagged, **where)
     return views.queued(job, workers.online_for(ctx.store, job["spec"])), job
 
 

@@ -278,6 +278,7 @@ def goal(row: dict, budget: int, per_seq: int | None = None) -> dict:
     activations, so those answers err toward fitting less. None for a value that
     nothing makes fit; no activations when they come out at or below zero."""
     p, mem, runtime = row["params"], row["memory"], row.get("runtime") or 0
+    bf16 = "bf16" in (p.get("precision"), p.get("dtype"))
     count = row.get("counts") or arithmetic.weight_params(p)
     fixed, per_layer = fixed_bytes(p, row["world"], count)
     share = p["batch"] // row["world"]
@@ -285,7 +286,10 @@ def goal(row: dict, budget: int, per_seq: int | None = None) -> dict:
     out = {"fixed": fixed, "runtime": runtime, "activations": rest, "per_seq": per_seq,
            "bytes_per_param": fixed / count["total"],
            "per_layer": per_layer, "batch": None, "seq": None, "layers": None,
-           "gpu": min((g for g in gpus.TABLE.values() if g.bytes >= mem),
+           # the smallest GPU that holds it and can run its bf16 (V100 and T4 cannot)
+           "bf16": bf16,
+           "gpu": min((g for g in gpus.TABLE.values() if g.bytes >= mem
+                       and not (bf16 and g.bf16 is False)),
                       key=lambda g: g.bytes, default=None)}
     over = mem - budget
     if rest > 0 and over < rest:
@@ -332,8 +336,11 @@ def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
                    f"{units.size(g['per_layer'] * p['layers'])}, and it is "
                    f"{units.size(mem - budget)} over (their activations taken as kept)")
     gpu = g["gpu"]
-    out.append(f"a bigger GPU: the smallest in the datasheet table above {units.size(mem)} is "
-               f"{gpu.name} ({gpu.datasheet_gb:g} GB)"
+    out.append((f"a bigger GPU: the smallest in the datasheet table above {units.size(mem)} "
+                f"that does bf16 (V100 and T4 do not) is {gpu.name} ({gpu.datasheet_gb:g} GB)"
+                if g["bf16"] else
+                f"a bigger GPU: the smallest in the datasheet table above {units.size(mem)} is "
+                f"{gpu.name} ({gpu.datasheet_gb:g} GB)")
                + (" — measured as host memory on a CPU worker; a GPU's peak differs, so "
                   "run the ladder on a GPU worker before renting" if "host" in row["method"]
                   else "")

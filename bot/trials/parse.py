@@ -20,6 +20,8 @@ MAX_SWEEP = 16  # trials in one sweep
 LLM_SWEEPABLE = ("batch", "prompt", "gen", "layers")  # layers: a depth sweep, alone
 NOT_SWEEPABLE = ("timeout", "attempts")
 LIST_FILTERS = ("mine", "running", "failed")  # how a trial is run, not what it measures
+SUBCOMMANDS = ("help", "status", "cancel", "workers", "list", "sweep", "ab", "ladder", "fit",
+               "recipe")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,10 @@ def split(text: str) -> list[str]:
 
 def parse_trial(text: str, recipes: dict | None = None) -> Command:
     words = split(text)
+    if words and words[0].lower() in (*SUBCOMMANDS, *specs.WORKLOADS):
+        words[0] = words[0].lower()  # keywords in any case: `/trial STATUS t5`
+    if words[:1] == ["list"] and len(words) == 2:
+        words[1] = words[1].lower()
     if not words or words[0] == "help":
         return Command("help")
     head, rest = words[0], words[1:]
@@ -88,6 +94,8 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
     if not words or (words[0] == "recipe" and len(words) < 2):
         raise specs.SpecError(" ".join(words), "Name what to sweep, e.g. "
                               "`/trial sweep llm-infer batch=1,2,4 prompt=512`", SWEEP_USAGE)
+    if words[0].lower() in (*specs.WORKLOADS, "recipe"):
+        words = [words[0].lower(), *words[1:]]
     n_head = 2 if words[0] == "recipe" else 1
     head, rest = words[:n_head], words[n_head:]
     workload = ((recipes or {}).get(words[1]) if words[0] == "recipe"
@@ -165,8 +173,23 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
         one = head + [f"{w.partition('=')[0]}={chosen[w.partition('=')[0]]}"
                       if w.partition("=")[0] in chosen else w for w in rest]
         configs.append(specs.parse(one, recipes))  # refused exactly as a single trial
-        all_words.append(" ".join(one))
+        all_words.append(canonical(one, configs[-1]))
     return Command("sweep", specs=tuple(configs), words=tuple(all_words))
+
+
+def canonical(words: list[str], spec: specs.TrialSpec) -> str:
+    """The words as the spec reads them, for echoes: `LLM-Infer dtype=BF16` is
+    `llm-infer dtype=bf16`; other words (tags, routes, free text) as given."""
+    out = []
+    for word in words:
+        key, eq, raw = word.partition("=")
+        value = spec.params.get(key) if eq else None
+        if isinstance(value, str) and value != raw and value.lower() == raw.lower():
+            word = f"{key}={value}"
+        elif not eq and word.lower() in (*specs.WORKLOADS, "recipe"):
+            word = word.lower()
+        out.append(word)
+    return " ".join(out)
 
 
 def parse_fit(words: list[str]) -> Command:

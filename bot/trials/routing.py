@@ -30,7 +30,14 @@ def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
         key, _, value = w.partition("=")
         if key in route and key != "label":
             raise RouteError(f"`{w}`: {key}= is given twice; give one")
-        if key == "gpu":
+        if key == "gpu" and (value.lower() == "any" or "anywhere" in route):
+            if "gpu" in route or "anywhere" in route:  # gpu=any with gpu=H100, or twice
+                raise RouteError(f"`{w}`: gpu= is given twice; give one")
+            route["anywhere"] = True  # no GPU asked for: a plan's target is not applied
+        elif key == "gpu" and value.lower() in ("", "cpu", "none"):
+            raise RouteError(f"`{w}`: gpu= names a GPU kind (e.g. gpu=H100); `gpu=any` runs "
+                             "on any worker, CPU-only ones too")
+        elif key == "gpu":
             route["gpu"] = gpu_name(value, workers)
         elif key == "min_mem":
             size = gpus.parse_size(value)
@@ -48,14 +55,17 @@ def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
 
 
 def gpu_name(name: str, workers: list[dict]) -> str:
-    """A GPU name from the datasheet table or one a worker registered."""
-    if any(gpus.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
-        return name
+    """A GPU of the one table (bot/fits/gpus.py) by its table name; a family that
+    means several sizes (`A100`) as the family, since routing needs only the kind;
+    else a name a worker registered (a part the table lacks)."""
     try:
-        gpus.lookup(name)
-    except ValueError as exc:
+        return gpus.named(name).name
+    except gpus.GpuNameError as exc:
+        if exc.why == "ambiguous":
+            return gpus.family_of(name)
+        if any(gpus.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
+            return name
         raise RouteError(f"`gpu={name}`: {exc}") from None
-    return name
 
 
 def matches(info: dict, route: dict | None) -> bool:
@@ -72,7 +82,8 @@ def matches(info: dict, route: dict | None) -> bool:
 
 
 def describe(route: dict) -> str:
-    parts = [f"gpu={route['gpu']}"] if "gpu" in route else []
+    parts = [f"gpu={route['gpu']}"] if "gpu" in route else (
+        ["gpu=any"] if route.get("anywhere") else [])
     if "min_mem" in route:
         parts.append(f"min_mem={route['min_mem'] / 2**30:.1f}GiB")
     parts += [f"label={k}={v}" for k, v in (route.get("labels") or {}).items()]

@@ -3,7 +3,7 @@ trial tagged as a plan block's actual. Checked against the store, so a trial
 is never tagged to nothing, nor to a plan its user cannot reach from here."""
 from __future__ import annotations
 
-from bot.context import PlanUnreachable
+from bot.context import PlanUnreachable, plan_name_problem
 
 
 class TagError(ValueError):
@@ -28,6 +28,8 @@ def take(ctx, words: list[str], user: str, channel: str) -> tuple[list[str], dic
         given = " ".join(f"`{k}={v}`" for k, v in tags.items())
         raise TagError(f"{given}: tag a trial with both plan=NAME and block=KIND, e.g. "
                        "`plan=adkv block=baseline`")
+    if not plan_name_problem(tags["plan"].lower()):  # names and kinds in any case
+        tags = {"plan": tags["plan"].lower(), "block": tags["block"].lower()}
     try:
         plan = ctx.plan(tags["plan"], user, channel)
     except PlanUnreachable as exc:

@@ -1,0 +1,73 @@
+"""Trials tagged as a plan block's actual (`/trial ... plan=NAME block=KIND`)
+that do not measure what the block's actual is: run off the plan's target
+GPU (`gpu=any`), or at a config other than the lock's. They are kept as
+evidence and shown apart, not pooled into the block's actual. Pure but for
+`queue_notes`, which reads the plan from the store."""
+from __future__ import annotations
+
+from bot.fits import gpus
+from bot.plans import estimate
+
+
+def why(plan: dict, job: dict) -> str | None:
+    """Why a tagged trial is kept out of its block's actual, or None."""
+    r = job.get("report")
+    if not r:
+        return None
+    target = plan["facts"].get("gpu")
+    if gpus.matches_gpu(r, target) is False:
+        how = " (queued with gpu=any)" if ((job.get("spec") or {}).get("route") or {}).get(
+            "anywhere") else ""
+        return f"off target: ran on {estimate.env_kind(r)}, not {target}{how}"
+    lock = (plan.get("locked") or {}).get(job["block"])
+    if lock:
+        diff = estimate.lock_differences(lock, estimate.config(r), estimate.code_version(r))
+        if diff:
+            return f"not comparable with the locked plan: {'; '.join(diff)}"
+    return None
+
+
+def split(plan: dict, jobs: list[dict]) -> tuple[list[dict], list[str]]:
+    """(the trials that count, a line per trial kept apart)."""
+    counted, kept = [], []
+    for j in jobs:
+        why_not = why(plan, j)
+        if why_not:
+            kept.append(f"{j['trial']}: {why_not}")
+        else:
+            counted.append(j)
+    return counted, kept
+
+
+def spec_differences(lock: dict, spec: dict) -> list[str]:
+    """How a queued spec differs from the lock's config, on the keys both name
+    (a report adds the defaults a spec may leave out; its code version is
+    known only when it has run)."""
+    want = estimate.config({"workload": spec["workload"], "params": spec.get("params") or {},
+                            "recipe": spec.get("recipe")})
+    common = [k for k in lock["config"] if k in want]
+    return estimate.differences({k: lock["config"][k] for k in common},
+                                {k: want[k] for k in common})
+
+
+def queue_notes(ctx, tags: dict, specs: list[dict], route: dict) -> list[str]:
+    """What the queue reply says of a tagged trial that will not count as the
+    block's on-target, comparable actual."""
+    plan = ctx.store.plan(tags["plan"])
+    if plan is None:
+        return []
+    name, kind, target = plan["name"], tags["block"], plan["facts"].get("gpu")
+    out = []
+    if route.get("anywhere") and target:
+        out.append(f"gpu=any: this trial may run on any worker, off plan {name}'s target "
+                   f"{target}. Measured off the target, it is kept as evidence in the {kind} "
+                   f"block but left out of its actual and its cost; `/plan {name} review` "
+                   "shows it apart.")
+    lock = (plan["locked"] or {}).get(kind)
+    diffs = sorted({d for s in specs for d in (spec_differences(lock, s) if lock else [])})
+    if diffs:
+        out.append(f"Not comparable with plan {name}'s lock of {plan['locked']['at']} "
+                   f"({'; '.join(diffs)}): it runs, but the {kind} block's actual leaves it out "
+                   f"and `/plan {name} review` shows it apart. Run it at the locked config to "
+                   f"count it, or `/plan {name} unlock` to change the plan.")
+    return out

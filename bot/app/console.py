@@ -45,8 +45,8 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
                 show(reply, stdout, as_json)
             if job and not interactive:
                 wait_for_report(rt, job)
-            elif command_of(line) == "/plan" and not interactive:
-                wait_for_outbox(rt)  # a digest or an export prints before the next line
+            elif not interactive:  # a digest, an export, a fit's chart print before the next line
+                wait_for_outbox(rt)
     except KeyboardInterrupt:
         pass
     finally:
@@ -83,10 +83,6 @@ def show(reply: dict, stdout, as_json: bool) -> None:
         print(json.dumps(reply), file=stdout, flush=True)
     else:
         print(reply["text"], file=stdout, flush=True)
-
-
-def command_of(line: str) -> str:
-    return line.partition(" ")[0]
 
 
 def wait_for_outbox(rt: Runtime, timeout: float = 60, poll: float = 0.05) -> None:

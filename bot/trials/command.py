@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 
-from bot.blocks import reply
+from bot.blocks import reply, section
 from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
 from bot.store import DuplicateRequest
@@ -183,7 +183,15 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
                 return reply(f":x: `{key}={value}`: sweep S{cmd.sweep_id} has no "
                                     f"parameter `{key}`; ask with {', '.join(axes)} (e.g. "
                                     f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
-    return sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
+    answer = sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
+    drawn = sweepview.sweep_chart(cmd.sweep_id, channel, result, cmd.params)
+    if drawn:  # an ephemeral answer holds no file: the chart goes to the channel
+        ctx.store.add_messages([dict(drawn, user=user)])
+        ctx.notify()
+        note = f"The chart ({drawn['file']}) is being uploaded to this channel."
+        answer = dict(answer, text=f"{answer['text']}\n{note}",
+                      blocks=[*answer["blocks"][:49], section(note)])
+    return answer
 
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from worker.units import size
+from worker.units import duration, size
 
 SERIES = (  # (timeline part, column, label)
     ("allocator", "allocated", "torch allocated (CUDA allocator)"),
@@ -79,14 +79,17 @@ def figure(report: dict):
     if peak:
         value, at, label = peak
         ax.plot([at], [value], marker="v", color="black", ms=7, ls="none")
+        right = at > (ax.get_xlim()[0] + ax.get_xlim()[1]) / 2  # write it towards the middle
         ax.annotate(f"peak {size(value * 2**30)}, {label}, at {at:.2f} s", (at, value),
-                    xytext=(6, 4), textcoords="offset points", fontsize=8, gid="peak")
+                    xytext=(-6 if right else 6, 5), textcoords="offset points", fontsize=8,
+                    ha="right" if right else "left", gid="peak")
     title = report.get("trial") or "trial"
     what = f"recipe {report['recipe']}" if report.get("recipe") else report.get("workload")
     ax.set_title(f"{title} {what}: memory over time (sampled ~100 Hz)", fontsize=10)
     ax.set_xlabel("seconds since the trial started")
     ax.set_ylabel("GiB")
-    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], (peak[0] if peak else 0) * 1.35))
+    # Headroom: the rows of phase labels sit above the peak.
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], (peak[0] if peak else 0) * 1.6))
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.2)
@@ -124,7 +127,8 @@ def _phase_labels(fig, ax, phases: list[dict], t0: float) -> None:
             text.remove()
             text = None
         if text is None:
-            keyed.append(f"{phase['name']} {phase['start'] - t0:.2f}–{phase['end'] - t0:.2f} s")
+            keyed.append(f"{phase['name']} {duration(phase['end'] - phase['start'])} from "
+                         f"{phase['start'] - t0:.3f} s")
     if keyed:
         fig.text(0.08, 0.02, "Phases too short to label: " + "; ".join(keyed), fontsize=7,
                  gid="phase-key", wrap=True)

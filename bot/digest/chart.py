@@ -1,5 +1,6 @@
-"""The digest's PNG: GPU-hours by component per day, and planned against
-actual GPU-hours per block. Pure: the digest's figures in, PNG bytes out."""
+"""The digest's PNG: GPU-hours (or CPU hours) by component per day, and
+planned against actual hours per block, in each plan's unit. Pure: the
+digest's figures in, PNG bytes out."""
 from __future__ import annotations
 
 import io

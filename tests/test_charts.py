@@ -166,6 +166,9 @@ def test_the_sweep_chart_follows_its_fit_and_comes_with_a_fit_answer(ctx):
     asked = ctx.store.unsent(100)[-1]
     assert asked["file"] == "S1-fit-batch16.png" and asked["requester"] == "U1"
     assert "prediction at batch=16" in asked["text"]
+    count = len(ctx.store.unsent(100))
+    gpu = trial_command.handle(ctx, "fit S1 gpu=H100", "U1", "C1")[0]["text"]
+    assert len(ctx.store.unsent(100)) == count and "uploaded" not in gpu  # no config, no new chart
     bad = trial_command.handle(ctx, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
     assert "cannot say" in bad  # the chart draws what it can, and says what it cannot
     (note,) = texts(sweep_chart.figure(fit_sweep([j["report"] for j in

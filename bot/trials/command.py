@@ -184,8 +184,12 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
                                     f"parameter `{key}`; ask with {', '.join(axes)} (e.g. "
                                     f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
     answer = sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
-    drawn = sweepview.sweep_chart(cmd.sweep_id, channel, result, cmd.params)
-    if drawn:  # an ephemeral answer holds no file: the chart goes to the channel
+    # A question with a config gets the chart with its prediction (the fit's own
+    # chart was posted with the fit); an ephemeral answer holds no file, so the
+    # chart goes to the channel.
+    drawn = sweepview.sweep_chart(cmd.sweep_id, channel, result, cmd.params) \
+        if cmd.params else None
+    if drawn:
         ctx.store.add_messages([dict(drawn, user=user)])
         ctx.notify()
         note = f"The chart ({drawn['file']}) is being uploaded to this channel."

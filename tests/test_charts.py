@@ -108,7 +108,8 @@ def test_digest_labels_every_block_and_names_a_cpu_plans_hours():
     assert {"40", "52.5", "0.0857", "0.09"} <= values  # the small block is still read
     assert right.get_xlabel() == "GPU-hours"
     cpu = digest_figure([plan("repro", "cpu", [("baseline", 0.02, 0.03)])]).axes[1]
-    assert cpu.get_xlabel() == "CPU hours" and "GPU" not in cpu.get_title()
+    assert cpu.get_xlabel() == "CPU hours" and "GPU" not in cpu.get_title() + str(
+        [t.get_text() for t in cpu.get_yticklabels()])
     mixed = digest_figure([plan("repro", "CPU", [("baseline", 0.02, 0.03)]),
                            plan("big", "H100", [("train", 4.0, 5.0)])]).axes[1]
     assert "CPU hours for a gpu=cpu plan" in mixed.get_xlabel()
@@ -189,3 +190,13 @@ def test_a_depth_sweep_chart_plots_against_layers(ctx):
     assert list(star.get_xdata()) == [8]
     assert star.get_ydata()[0] == pytest.approx(280, rel=1e-6)
     assert offsets(memory, "held-out")[0][0] == 4
+
+
+def test_a_batch_and_length_sweep_draws_a_line_per_length_and_one_at_the_asked_length(ctx):
+    fit = finished_sweep(ctx, "sweep llm-infer batch=1,2,4 prompt=32,64 gen=4",
+                         lambda p: int((300 + 0.05 * p["batch"] * p["prompt"]) * MiB))
+    memory = sweep_chart.figure(fit, 1, {"batch": 8, "prompt": 128}).axes[0]
+    lines = [line.get_label() for line in memory.lines if line.get_gid() == "fit-line"]
+    assert lines == ["fit at length 36", "fit at length 68", "fit at length 132"]
+    legend = [t.get_text() for t in memory.get_legend().get_texts()]
+    assert legend.count("extrapolated (dashed)") == 1

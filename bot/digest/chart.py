@@ -88,7 +88,6 @@ def _blocks(ax, plans: list[dict]) -> None:
         ax.text(0.5, 0.5, "no block has an actual yet", ha="center", va="center",
                 transform=ax.transAxes)
         ax.set_yticks([])
-    ax.set_title(f"planned vs actual {unit} per block (largest {MAX_BLOCKS} variances)",
-                 fontsize=9)
+    ax.set_title(f"planned vs actual per block (largest {MAX_BLOCKS} variances)", fontsize=9)
     ax.set_xlabel(unit)
     ax.grid(alpha=0.3, axis="x")

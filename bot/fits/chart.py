@@ -112,7 +112,7 @@ def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
     lo, hi = min(xs_measured), max(xs_measured + ([asked[x]] if asked else []))
     for i, g in enumerate(groups):
         _line(ax, model, x, g, lo, hi, max(xs_measured), scale,
-              f"C{i}", _group_label(fit, axis, g, len(groups)))
+              f"C{i}", _group_label(fit, axis, g, len(groups)), first=i == 0)
     ax.scatter(xs_measured, [y / scale for _, y in points], color="black", s=18, zorder=3,
                label="measured", gid="measured")
     held = model.get("held_out")
@@ -142,7 +142,7 @@ def _group_label(fit: dict, axis: dict, g: float, count: int) -> str:
 
 
 def _line(ax, model: dict, x: int, g: float, lo: float, hi: float, top: float,
-          scale: float, color: str, label: str) -> None:
+          scale: float, color: str, label: str, first: bool = True) -> None:
     """The fitted line from the smallest point to the largest asked x: solid
     over what was measured, dashed past it (an extrapolation), banded by the PI."""
     n = 60
@@ -163,7 +163,7 @@ def _line(ax, model: dict, x: int, g: float, lo: float, hi: float, top: float,
             label=label, gid="fit-line")
     if len(past) > 1:
         ax.plot([grid[i] for i in past], [ys[i] for i in past], color=color, lw=1.4, ls="--",
-                label="extrapolated", gid="fit-extrapolated")
+                label="extrapolated (dashed)" if first else None, gid="fit-extrapolated")
     if all(bands):
         ax.fill_between(grid, [b[0] for b in bands], [b[1] for b in bands], color=color,
                         alpha=0.12, lw=0)

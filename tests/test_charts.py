@@ -27,7 +27,10 @@ def timeline_report(phases, world=1):
             for i in range(300)]
     r = {"trial": "T1", "workload": "llm-infer", "started": 100.0,
          "timeline": {"sampled": {"columns": ["t", "host_rss", "device_used", "process_used"],
-                                  "rows": rows}},
+                                  "rows": rows},
+                      "allocator": {"columns": ["t", "allocated", "reserved"],
+                                    "rows": [[100 + i / 10, 50 * MiB, 64 * MiB]
+                                             for i in range(30)]}},
          "phases": [{"name": n, "start": 100 + a, "end": 100 + b} for n, a, b in phases]}
     if world > 1:
         r["training"] = {"world": world, "ranks": [
@@ -82,6 +85,7 @@ def test_a_multi_rank_trial_says_its_series_are_summed_and_shows_each_ranks_peak
     fig = memory_chart.figure(timeline_report(SHORT, world=2))
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "host RSS, child tree (sum of 2 ranks)" in legend
+    assert "torch allocated (CUDA allocator) (rank 0 only)" in legend
     assert "rank 0 peak 150 MiB (per rank, as in the table)" in legend
     assert "rank 1 peak 151 MiB (per rank, as in the table)" in legend
     levels = [line.get_ydata()[0] for line in fig.axes[0].lines if line.get_linestyle() == "--"]

@@ -15,6 +15,7 @@ SERIES = (  # (timeline part, column, label)
     ("sampled", "host_rss", "host RSS, child tree"),
 )
 SUMMED = {"process_used", "host_rss"}  # the columns that add up every rank's processes
+RANK0 = {"allocated", "reserved"}  # sampled inside the trial's process, which is rank 0
 LEVELS = 5  # rows of phase labels; a label that fits none goes to the key below the axes
 GAP = 1e-3  # seconds: a smaller space between two phases is no gap
 
@@ -66,6 +67,8 @@ def figure(report: dict):
         if points and any(v for _, v in points):
             if world > 1 and column in SUMMED:
                 label = f"{label} (sum of {world} ranks)"
+            elif world > 1 and column in RANK0:
+                label = f"{label} (rank 0 only)"
             xs, ys = zip(*points)
             ax.plot(xs, ys, label=label, lw=1.2)
             top = max(points, key=lambda p: p[1])

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from bot.app.runtime import context
+from bot.delivery import refusals
 from bot.digest import build as digest
 from bot.digest import chart as digest_chart
 from bot.fits import chart as sweep_chart
@@ -166,6 +167,8 @@ def test_the_sweep_chart_follows_its_fit_and_comes_with_a_fit_answer(ctx):
     assert kinds == ["sweep", "sweep-chart"]
     drawn = ctx.store.unsent(100)[-1]
     assert drawn["file"] == "S1-fit.png" and drawn["content"][:8] == PNG
+    refused = refusals.notice("channel_not_found", "C1", "T3", drawn["kind"])
+    assert refused.startswith(":warning: T3's sweep chart could not be posted in <#C1>")
     answer = trial_command.handle(ctx, "fit S1 batch=16", "U1", "C1")[0]
     assert "The chart (S1-fit-batch16.png) is being uploaded to this channel." in answer["text"]
     asked = ctx.store.unsent(100)[-1]

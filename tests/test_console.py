@@ -96,6 +96,26 @@ def test_a_later_message_in_a_terminal_gets_its_own_line_and_the_prompt_again():
     assert seen == "> \r\x1b[K[#console]\r\nT1 report\r\n> [#console]\r\nreply\r\n"
 
 
+def test_the_console_prompt_is_redrawn_under_a_report_that_arrives_while_it_waits():
+    import os
+    import pty
+
+    from bot.app import console
+    master, child = pty.openpty()
+    with os.fdopen(child, "w") as out:
+        transport = console_transport(out)
+
+        class Typing:  # the report arrives while the user is still typing
+            def readline(self):
+                transport.send({"channel": "console", "text": "T1 report"})
+                return "/trial list\n"
+        lines = console._lines(Typing(), transport, interactive=True)
+        assert next(lines) == "/trial list" and not transport.prompting
+        seen = os.read(master, 4096).decode()
+    os.close(master)
+    assert seen == "> \r\x1b[K[#console]\r\nT1 report\r\n> "
+
+
 def test_outside_a_terminal_messages_print_as_before():
     import io
     out = io.StringIO()

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from bot import access
 from bot.app.runtime import context
 from bot.delivery import refusals
 from bot.digest import build as digest
@@ -173,7 +174,13 @@ def test_the_sweep_chart_follows_its_fit_and_comes_with_a_fit_answer(ctx):
     assert "The chart (S1-fit-batch16.png) is being uploaded to this channel." in answer["text"]
     asked = ctx.store.unsent(100)[-1]
     assert asked["file"] == "S1-fit-batch16.png" and asked["requester"] == "U1"
-    assert "prediction at batch=16" in asked["text"]
+    assert "prediction at batch=16" in asked["text"] and asked["via"] is None
+    # an admin asking from another channel: the chart goes to them alone
+    ctx.policy = access.operator("U1")
+    elsewhere = trial_command.handle(ctx, "fit S1 batch=12", "U1", "C2")[0]["text"]
+    assert "comes to you in a direct message, since S1 belongs to another channel" in elsewhere
+    private = ctx.store.unsent(100)[-1]
+    assert private["via"] == "dm" and private["channel"] == "C2" and private["requester"] == "U1"
     count = len(ctx.store.unsent(100))
     gpu = trial_command.handle(ctx, "fit S1 gpu=H100", "U1", "C1")[0]["text"]
     assert len(ctx.store.unsent(100)) == count and "uploaded" not in gpu  # no config, no new chart

@@ -158,6 +158,7 @@ def test_a_batch_sweep_chart_has_its_points_the_held_out_one_and_the_prediction(
     ((_, (y0, y1)),) = [seg.T for seg in bar.lines[2][0].get_segments()]
     assert (y0, y1) == pytest.approx((low / MiB, high / MiB))
     assert [line.get_gid() for line in time.lines].count("fit-extrapolated") == 1
+    assert time.get_title() == "time per request" and time.get_ylabel() == "ms"
     assert sweep_chart.png(fit, 1)[:8] == PNG
 
 

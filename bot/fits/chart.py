@@ -38,7 +38,8 @@ def figure(fit: dict, sweep: int, params: dict | None = None):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=100)
     method = memory_method(fit)
     panels = [(f"peak memory — {method}", (fit.get("memory") or {}).get(method), "bytes"),
-              ("time", fit.get("time"), "s")]
+              ("time per request" if fit.get("workload") in ("llm-infer", "hf-infer")
+               else "time of the run phase", fit.get("time"), "s")]
     axis = _axis(fit)
     asked, why_not = _asked(fit, params)
     for ax, (title, model, unit) in zip(axes, panels):

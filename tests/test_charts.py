@@ -205,6 +205,8 @@ def test_a_depth_sweep_chart_plots_against_layers(ctx):
     assert list(star.get_xdata()) == [8]
     assert star.get_ydata()[0] == pytest.approx(280, rel=1e-6)
     assert offsets(memory, "held-out")[0][0] == 4
+    time = fig.axes[1]  # every depth took 10 ms here: a flat line, drawn from zero
+    assert time.get_ylim() == pytest.approx((0, 12.5)) and time.get_ylabel() == "ms"
 
 
 def test_a_batch_and_length_sweep_draws_a_line_per_length_and_one_at_the_asked_length(ctx):

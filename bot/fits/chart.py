@@ -131,6 +131,9 @@ def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
     v = model.get("verdict") or {}
     ax.set_title(title + (f" — not usable ({v['cause']})" if v and not v["usable"] else ""),
                  fontsize=9)
+    ax.yaxis.get_major_formatter().set_useOffset(False)  # no "1e-11+1e1" over the axis
+    if max(values) - min(values) <= 1e-6 * max(values):  # a flat fit: show it from zero
+        ax.set_ylim(0, max(values) / scale * 1.25)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 

@@ -76,3 +76,72 @@ def test_a_plan_from_a_real_trial_to_its_review(tmp_path):
     assert "plan repro has no such block" in out and "Queued as *T3*" not in out
     assert "*baseline*: estimated" in out and "from T2" in out and "8 runs done, 8 planned" in out
     assert "T2 (baseline): done" in out
+
+
+def console_transport(out):
+    from bot.app.console import ConsoleTransport
+    return ConsoleTransport(out, False)
+
+
+def test_a_later_message_in_a_terminal_gets_its_own_line_and_the_prompt_again():
+    import os
+    import pty
+    master, child = pty.openpty()
+    with os.fdopen(child, "w") as out:
+        transport = console_transport(out)
+        transport.prompt()
+        transport.send({"channel": "console", "text": "T1 report"})
+        transport.answered()  # the user pressed Enter: the next message is no interruption
+        transport.send({"channel": "console", "text": "reply"})
+        seen = os.read(master, 4096).decode()
+    os.close(master)
+    # the terminal turns \n into \r\n
+    assert seen == "> \r\x1b[K[#console]\r\nT1 report\r\n> [#console]\r\nreply\r\n"
+
+
+def test_the_console_prompt_is_redrawn_under_a_report_that_arrives_while_it_waits():
+    import os
+    import pty
+
+    from bot.app import console
+    master, child = pty.openpty()
+    with os.fdopen(child, "w") as out:
+        transport = console_transport(out)
+
+        class Typing:  # the report arrives while the user is still typing
+            def readline(self):
+                transport.send({"channel": "console", "text": "T1 report"})
+                return "/trial list\n"
+        lines = console._lines(Typing(), transport, interactive=True)
+        assert next(lines) == "/trial list" and not transport.prompting
+        seen = os.read(master, 4096).decode()
+    os.close(master)
+    assert seen == "> \r\x1b[K[#console]\r\nT1 report\r\n> "
+
+
+def test_outside_a_terminal_messages_print_as_before():
+    import io
+    out = io.StringIO()
+    transport = console_transport(out)
+    transport.prompt()
+    transport.send({"channel": "console", "text": "T1 report", "thread_ts": "console.1"})
+    assert out.getvalue() == "> [#console]\n    T1 report\n"
+
+
+def test_the_console_prints_what_the_blocks_add_to_the_text():
+    from bot.app.console import render
+    from bot.blocks import context, section
+    from bot.digest import build
+    digest = build.message("console", "*Digest* of the week")
+    assert render(digest["text"], digest["blocks"]) == (
+        "*Digest* of the week\nGPU-hours are measured wall time × GPUs; the chart (GPU-hours "
+        "by component per day, planned vs actual per block) is in the thread.")
+    blocks = [{"type": "header", "text": {"type": "plain_text", "text": "Plan repro"}},
+              section(":white_check_mark: *T1* ok"),
+              {"type": "section", "fields": [{"type": "mrkdwn", "text": "*Peak*\n236 MiB"},
+                                             {"type": "mrkdwn", "text": "*Seen*\n3 times"}]},
+              {"type": "divider"}, context("_from T1_")]
+    # the text's own lines are not printed twice; each missing line once
+    assert render("T1 ok\npeak: 236 MiB", blocks) == (
+        "T1 ok\npeak: 236 MiB\nPlan repro\n*Seen*\n3 times\n_from T1_")
+    assert render("plain", None) == "plain"

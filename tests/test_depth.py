@@ -273,8 +273,9 @@ def test_a_depth_sweep_through_the_console_runs_real_trials_and_answers(tmp_path
               and "channel" in m]
     assert "Peak memory — host_rss_peak" in fit["text"] and "held out T3 at 3 layers" in fit["text"]
     assert "no full depth to predict" in fit["text"]          # no preset: ask for a depth
-    answer, refused = out[-2:]
+    answer, drawn, refused = out[-3:]  # the asked prediction's chart before the next line
     assert answer["response_type"] == "ephemeral" and "Predicted at 12 layers" in answer["text"]
+    assert drawn["file"].endswith("S1-fit-layers12.png")
     assert "lower bound" in answer["text"] and "\nL4 " in answer["text"]
     assert "\nA10 " not in answer["text"]                    # the GPU asked about only
     assert refused["text"].startswith(":x: `batch=4`")

@@ -95,7 +95,8 @@ def test_keywords_and_choices_in_any_case(ctx):
     from bot.plans import parse
     assert parse.parse("adkv Block BASELINE runs=2 trial=t5", TODAY).args["kind"] == "baseline"
     deleted = parse.parse("ADKV ACTUAL Baseline Delete", TODAY)
-    assert (deleted.plan, deleted.args) == ("adkv", {"block": "baseline", "delete": True, "ids": None})
+    assert (deleted.plan, deleted.args) == ("adkv", {"block": "baseline", "delete": True,
+                                                     "ids": None})
     assert parse.parse("digest NOW", TODAY).action == "digest-now"
 
 

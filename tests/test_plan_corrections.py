@@ -109,9 +109,11 @@ def test_the_price_confirmed_latest_applies_not_the_one_entered_last(ctx):
     say(ctx, "price H100 2.00/h source=quote-a date=2026-11-30")
     say(ctx, "price H100 9.00/h source=quote-b date=2026-11-01")  # older, entered later
     show = say(ctx, "repro show")
-    assert "cost at H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)" in show
+    assert ("cost at H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)"
+            in show)
     listed = say(ctx, "prices all")
-    assert "P1 ✓ H100-80GB rent 2 per GPU-hour" in listed and "P2 H100-80GB rent 9 per GPU-hour" in listed
+    assert "P1 ✓ H100-80GB rent 2 per GPU-hour" in listed
+    assert "P2 H100-80GB rent 9 per GPU-hour" in listed
     # rule 3's break-even cites the rate it used
     say(ctx, "price H100 buy=30000 source=q date=2026-11-20")
     say(ctx, "price H100 power=0.7kW source=q date=2026-11-20")
@@ -190,8 +192,8 @@ def test_a_tagged_trial_runs_anywhere_with_gpu_any_and_is_kept_apart_as_off_targ
     ctx.queue.finish(job["id"], "cpu-box", leased["lease"], report(gpu=None))
     review = say(ctx, "repro review")
     assert "• compare: no comparable actual yet" in review
-    assert (f"kept apart, {job['trial']}: off target: ran on CPU (EPYC), not H100-80GB (queued with "
-            "gpu=any)") in review
+    assert (f"kept apart, {job['trial']}: off target: ran on CPU (EPYC), not H100-80GB "
+            "(queued with gpu=any)") in review
     show = say(ctx, "repro show")
     assert f"{job['trial']} (compare): done — off target: ran on CPU (EPYC)" in show
     assert "kept out of the actual" in show

@@ -160,6 +160,12 @@ def test_sweep_through_the_console_posts_the_fit_once(tmp_path):
     # stability=0 is still judged
     assert all("over a fixed 2 requests" in m["text"] for m in reports_)
     assert "contention not measured" not in fits[0]["text"]  # every trial measures it now
-    answer = out[-1]
+    answer, drawn = out[-2:]  # the chart is printed before the next line is read
     assert answer["response_type"] == "ephemeral" and "batch=12" in answer["text"]
+    assert "S1-fit-batch12.png) is being uploaded to this channel" in answer["text"]
+    assert drawn["file"].endswith("S1-fit-batch12.png") and "batch=12" in drawn["text"]
+    with open(drawn["file"], "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    charts = [m for m in out if str(m.get("file", "")).endswith("S1-fit.png")]
+    assert len(charts) == 1 and out.index(charts[0]) == out.index(fits[0]) + 1
     assert "L4: 24 GB GDDR6" in answer["text"] and "host RSS only" in answer["text"]

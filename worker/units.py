@@ -21,6 +21,8 @@ def duration(x: float | None) -> str:
     if x is None:
         return "n/a"
     sign, x = ("-" if x < 0 else ""), abs(x)
+    if x < 1000:  # 3 significant digits first: 0.99999 ms is "1 ms", not "1e+03 µs"
+        x = float(f"{x:.3g}")
     if x >= 1:
         return f"{sign}{x:.3g} s" if x < 1000 else f"{sign}{x:.0f} s"
     if x >= 1e-3:

@@ -3,12 +3,19 @@ worker and the terminal as the channel. No Slack workspace needed.
 
 When stdin is not a terminal, lines are processed in order and each trial's
 report is printed before the next line is read, so scripts are deterministic.
+In a terminal, a message posted later (a report) is printed on its own line
+and the `> ` prompt drawn again under it.
+
+Slack shows a message's blocks, not its text; the console prints the text and
+then every line of the blocks the text lacks (context lines, section fields,
+headers), so it drops nothing Slack would show.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import sys
 import threading
@@ -43,7 +50,7 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
         print("trialbot console — type `/trial help`, `/trial llm-infer`, or `quit`.",
               file=stdout, flush=True)
     try:
-        for line in _lines(stdin, stdout, interactive):
+        for line in _lines(stdin, transport, interactive):
             if line in ("quit", "exit"):
                 break
             with transport.lock:  # the reply prints before the messages it causes
@@ -51,8 +58,8 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
                 show(reply, stdout, as_json)
             if job and not interactive:
                 wait_for_report(rt, job)
-            elif command_of(line) == "/plan" and not interactive:
-                wait_for_outbox(rt)  # a digest or an export prints before the next line
+            elif not interactive:  # a digest, an export, a fit's chart print before the next line
+                wait_for_outbox(rt)
     except KeyboardInterrupt:
         pass
     finally:
@@ -60,11 +67,12 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
     return 0
 
 
-def _lines(stdin, stdout, interactive):
+def _lines(stdin, transport, interactive):
     while True:
         if interactive:
-            print("> ", end="", file=stdout, flush=True)
+            transport.prompt()
         line = stdin.readline()
+        transport.answered()
         if not line:
             return
         line = line.strip()
@@ -88,11 +96,39 @@ def show(reply: dict, stdout, as_json: bool) -> None:
     if as_json:
         print(json.dumps(reply), file=stdout, flush=True)
     else:
-        print(reply["text"], file=stdout, flush=True)
+        print(render(reply["text"], reply.get("blocks")), file=stdout, flush=True)
 
 
-def command_of(line: str) -> str:
-    return line.partition(" ")[0]
+_MARKUP = re.compile(r":[a-z0-9_+-]+:|[*_`~]")
+
+
+def _bare(text: str) -> str:
+    """A line as compared with the text: no emoji codes, mrkdwn marks or spacing."""
+    return " ".join(_MARKUP.sub("", text).split()).lower()
+
+
+def _block_lines(block: dict) -> list[str]:
+    """The lines Slack shows for one block (sections with their fields, context
+    elements, headers); actions and dividers have none worth printing."""
+    texts = []
+    if block.get("type") in ("section", "header") and block.get("text"):
+        texts.append(block["text"].get("text") or "")
+    texts += [f.get("text") or "" for f in block.get("fields") or []]
+    if block.get("type") == "context":
+        texts += [e.get("text") or e.get("alt_text") or "" for e in block.get("elements") or []]
+    return [line for t in texts for line in t.replace("```", "\n").splitlines()]
+
+
+def render(text: str, blocks: list[dict] | None) -> str:
+    """The message's text, then the lines of its blocks that the text lacks."""
+    have = _bare(text)
+    extra = []
+    for block in blocks or []:
+        for line in _block_lines(block):
+            bare = _bare(line)
+            if bare and bare not in have and line not in extra:
+                extra.append(line)
+    return "\n".join([text, *extra]) if extra else text
 
 
 def wait_for_outbox(rt: Runtime, timeout: float = 60, poll: float = 0.05) -> None:
@@ -121,6 +157,24 @@ class ConsoleTransport:
         self.out, self.as_json, self.count = out, as_json, 0
         self.files_dir = files_dir
         self.lock = threading.Lock()
+        self.tty = _isatty(out)
+        self.prompting = False  # "> " is on the terminal's last line, awaiting input
+
+    def prompt(self) -> None:
+        with self.lock:
+            print("> ", end="", file=self.out, flush=True)
+            self.prompting = True
+
+    def answered(self) -> None:
+        with self.lock:
+            self.prompting = False
+
+    def _print(self, text: str) -> None:
+        """One message; in a terminal waiting at the prompt, on a line of its own
+        (the prompt line cleared first) with the prompt drawn again under it."""
+        redraw = self.tty and self.prompting
+        print(("\r\x1b[K" if redraw else "") + text, file=self.out,
+              end="\n> " if redraw else "\n", flush=True)
 
     def send(self, payload: dict) -> str:
         with self.lock:
@@ -138,14 +192,20 @@ class ConsoleTransport:
                      f"#{payload['channel']}, to <@{payload['user']}> only"
                      if payload["via"] == "ephemeral" else f"to <@{payload.get('user')}>")
             if self.as_json:
-                print(json.dumps({k: v for k, v in payload.items() if k != "url"}),
-                      file=self.out, flush=True)
-            elif payload.get("update"):
-                print(f"[{where}] (updated {payload['ts']})\n{payload['text']}",
-                      file=self.out, flush=True)
+                self._print(json.dumps({k: v for k, v in payload.items() if k != "url"}))
+                return f"console.{self.count}"
+            text = render(payload["text"], payload.get("blocks"))
+            if payload.get("update"):
+                self._print(f"[{where}] (updated {payload['ts']})\n{text}")
                 return payload["ts"]
-            else:
-                indent = "    " if payload.get("thread_ts") else ""
-                body = "\n".join(indent + line for line in payload["text"].splitlines())
-                print(f"[{where}]\n{body}", file=self.out, flush=True)
+            indent = "    " if payload.get("thread_ts") else ""
+            body = "\n".join(indent + line for line in text.splitlines())
+            self._print(f"[{where}]\n{body}")
             return f"console.{self.count}"
+
+
+def _isatty(out) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):  # a StringIO, a closed file
+        return False

@@ -89,7 +89,8 @@ def redirected(text: str, blocks: list, error: str, channel: str, trial: str | N
 def notice(error: str, channel: str, trial: str | None, kind: str | None) -> str:
     """The requester's note about one message Slack refused (the channel itself works)."""
     what = {"report": "report", "chart": "memory chart", "summary": "summary",
-            "digest": "budget digest", "export": "plan export"}.get(kind or "", "message")
+            "digest": "budget digest", "export": "plan export", "sweep-chart": "sweep chart",
+            "digest-chart": "digest chart"}.get(kind or "", "message")
     about = f"{trial}'s {what}" if trial else f"A {what}"
     read = f" `/trial status {trial}` shows the report." if trial else ""
     return f":warning: {about} could not be posted in <#{channel}>: {fix(error, channel)}.{read}"

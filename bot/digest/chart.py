@@ -1,5 +1,6 @@
-"""The digest's PNG: GPU-hours by component per day, and planned against
-actual GPU-hours per block. Pure: the digest's figures in, PNG bytes out."""
+"""The digest's PNG: GPU-hours (or CPU hours) by component per day, and
+planned against actual hours per block, in each plan's unit. Pure: the
+digest's figures in, PNG bytes out."""
 from __future__ import annotations
 
 import io
@@ -10,6 +11,16 @@ MAX_BLOCKS = 12  # the blocks with the largest variance; more bars are unreadabl
 
 
 def png(m: dict, plans: list[dict], title: str) -> bytes:
+    from matplotlib import pyplot as plt
+    fig = figure(m, plans, title)
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out.getvalue()
+
+
+def figure(m: dict, plans: list[dict], title: str):
+    """The chart as a matplotlib figure (png() renders it; tests inspect it)."""
     import matplotlib  # imported when the first chart is drawn, not at bot start-up
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
@@ -33,29 +44,50 @@ def png(m: dict, plans: list[dict], title: str) -> bytes:
     left.legend(fontsize=7)
     left.grid(alpha=0.3, axis="y")
 
-    rows = sorted(((s["name"], r) for s in plans for r in s.get("rows") or []),
-                  key=lambda x: -abs(x[1]["actual"] - x[1]["estimate"]))[:MAX_BLOCKS]
-    if rows:
-        names = [f"{p}/{r['kind']}" for p, r in rows]
-        xs = range(len(rows))
-        right.bar([x - 0.2 for x in xs], [r["estimate"] for _, r in rows], 0.4,
-                  label="planned (estimate)", color="C7")
-        right.bar([x + 0.2 for x in xs], [r["actual"] for _, r in rows], 0.4,
-                  label="actual so far", color="C3")
-        right.set_xticks(list(xs), names, fontsize=7, rotation=30, ha="right")
-        right.legend(fontsize=7)
-    else:
-        right.text(0.5, 0.5, "no block has an actual yet", ha="center", va="center",
-                   transform=right.transAxes)
-        right.set_xticks([])
-    right.set_title(f"planned vs actual GPU-hours per block (largest {MAX_BLOCKS} variances)",
-                    fontsize=9)
-    right.set_ylabel("GPU-hours")
-    right.grid(alpha=0.3, axis="y")
+    _blocks(right, plans)
     fig.suptitle(title, fontsize=10)
     # Fixed margins: tight_layout draws the figure twice, a third of the chart's time.
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.27, top=0.86, wspace=0.22)
-    out = io.BytesIO()
-    fig.savefig(out, format="png")
-    plt.close(fig)
-    return out.getvalue()
+    fig.subplots_adjust(left=0.06, right=0.97, bottom=0.22, top=0.86, wspace=0.45)
+    return fig
+
+
+def is_cpu(plan: dict) -> bool:
+    """A plan whose target is the CPU: its hours are CPU hours, as the digest's text says."""
+    return str(plan.get("gpu") or "").strip().lower() == "cpu"
+
+
+def unit_of(plans: list[dict]) -> str:
+    kinds = {is_cpu(p) for p in plans}
+    return ("CPU hours" if kinds == {True} else "GPU-hours" if kinds == {False}
+            else "hours (GPU-hours; CPU hours for a gpu=cpu plan)")
+
+
+def _blocks(ax, plans: list[dict]) -> None:
+    """Planned against actual per block as horizontal bars, each labelled with
+    its value: a block of 0.09 h stays readable next to one of 40 h."""
+    rows = sorted(((s, r) for s in plans for r in s.get("rows") or []),
+                  key=lambda x: -abs(x[1]["actual"] - x[1]["estimate"]))[:MAX_BLOCKS]
+    used = [s for s, _ in rows] or plans
+    unit = unit_of(used)
+    if rows:
+        mixed = len({is_cpu(s) for s, _ in rows}) > 1
+        names = [f"{s['name']}/{r['kind']}" + (" (CPU)" if mixed and is_cpu(s) else "")
+                 for s, r in rows]
+        ys = range(len(rows))
+        for offset, key, label, color in ((-0.2, "estimate", "planned (estimate)", "C7"),
+                                          (0.2, "actual", "actual so far", "C3")):
+            values = [float(r[key]) for _, r in rows]
+            bars = ax.barh([y + offset for y in ys], values, 0.4, label=label, color=color)
+            ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=7, padding=2,
+                         gid=f"value-{key}")
+        ax.set_yticks(list(ys), names, fontsize=7)
+        ax.invert_yaxis()  # the largest variance on top
+        ax.set_xlim(right=ax.get_xlim()[1] * 1.15)  # room for the labels
+        ax.legend(fontsize=7, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no block has an actual yet", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_yticks([])
+    ax.set_title(f"planned vs actual per block (largest {MAX_BLOCKS} variances)", fontsize=9)
+    ax.set_xlabel(unit)
+    ax.grid(alpha=0.3, axis="x")

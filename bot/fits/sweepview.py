@@ -3,8 +3,12 @@ answer to `/trial fit`, by the kind of sweep (batch and length: batchview;
 depth: depthview). Pure."""
 from __future__ import annotations
 
+import logging
+
 from bot.blocks import paragraphs, plain, section
-from bot.fits import batchview, depthview
+from bot.fits import batchview, chart, depthview
+
+log = logging.getLogger("trialbot.sweeps")
 
 
 def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
@@ -21,6 +25,26 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
              if fit.get("kind") == "depth" else
              batchview.answer_parts(sweep, jobs, fit, params, gpu))
     return {"response_type": "ephemeral", "text": plain(parts), "blocks": paragraphs(parts)}
+
+
+def sweep_chart(sweep: int, channel: str, fit: dict, params: dict | None = None
+                ) -> dict | None:
+    """The fit's chart as a file for the channel (drawn now, like the digest's), or
+    None when there is nothing to draw or drawing failed: the text says it all too."""
+    if fit.get("error") or not fit.get("points"):
+        return None
+    try:
+        png = chart.png(fit, sweep, params)
+    except Exception:  # noqa: BLE001 - a chart is an extra; the fit's text stands
+        log.exception("sweep S%s: the chart could not be drawn", sweep)
+        return None
+    asked = " ".join(f"{k}={v}" for k, v in (params or {}).items())
+    text = (f"Sweep S{sweep} fit chart: measured points, the fitted line, the held-out point"
+            + (f" and the prediction at {asked} with its interval" if asked else ""))
+    return {"channel": channel, "kind": "sweep-chart", "text": text,
+            "file": f"S{sweep}-fit" + (f"-{asked.replace(' ', '-').replace('=', '')}"
+                                       if asked else "") + ".png",
+            "content": png}
 
 
 def sweep_fit_failed(sweep: int, jobs: list[dict], exc: Exception) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 
-from bot.blocks import reply
+from bot.blocks import reply, section
 from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
 from bot.store import DuplicateRequest
@@ -196,7 +196,23 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
                 return reply(f":x: `{key}={value}`: sweep S{cmd.sweep_id} has no "
                                     f"parameter `{key}`; ask with {', '.join(axes)} (e.g. "
                                     f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
-    return sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
+    answer = sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
+    # A question with a config gets the chart with its prediction (the fit's own
+    # chart was posted with the fit). An ephemeral answer holds no file: the chart
+    # goes to the sweep's channel, or to the asker alone when an admin asks
+    # elsewhere, so a sweep is never shown in a channel it does not belong to.
+    drawn = sweepview.sweep_chart(cmd.sweep_id, channel, result, cmd.params) \
+        if cmd.params else None
+    if drawn:
+        home = channel == jobs[0]["channel"]
+        ctx.store.add_messages([dict(drawn, user=user, **({} if home else {"via": "dm"}))])
+        ctx.notify()
+        note = (f"The chart ({drawn['file']}) is being uploaded to this channel." if home else
+                f"The chart ({drawn['file']}) comes to you in a direct message, since "
+                f"S{cmd.sweep_id} belongs to another channel.")
+        answer = dict(answer, text=f"{answer['text']}\n{note}",
+                      blocks=[*answer["blocks"][:49], section(note)])
+    return answer
 
 
 

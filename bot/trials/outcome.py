@@ -1,7 +1,8 @@
 """What an ending trial posts: its card's final state and the report in its
-thread; and, when it is the last of a sweep, ladder or A/B to end, the group's
-fit or table. Reads the group's other jobs from the store; never raises for a
-failing fit or table: that becomes a message saying so."""
+thread; and, when it is the last of a sweep, ladder or A/B to end, the
+group's fit and its chart, or its table. Reads the group's other jobs from the
+store; never raises for a failing fit, chart or table: that becomes a message
+saying so, or (a chart) is left out and logged."""
 from __future__ import annotations
 
 from bot.blocks import message
@@ -21,29 +22,32 @@ def ended(store, job: dict, report: Report) -> list[dict]:
     return out
 
 
-def group_message(store, job: dict, report: Report) -> dict | None:
-    """The sweep's fit or the ladder's (A/B's) table, when `job` (ending now
-    with `report`) is the last of its group to end; else None."""
+def group_messages(store, job: dict, report: Report) -> list[dict]:
+    """When `job` (ending now with `report`) is the last of its group to end:
+    the sweep's fit and its chart, or the ladder's (A/B's) table; else none."""
     if job.get("ladder"):
         jobs = store.ladder_jobs(job["ladder"])
         if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
-            return None
+            return []
         reports = [report if j["id"] == job["id"] else j["report"] for j in jobs]
         try:
             if job.get("group_kind") == "ab":
-                return ab.message(jobs, reports)
-            return ladder.message(jobs, reports, job.get("budget"))
+                return [ab.message(jobs, reports)]
+            return [ladder.message(jobs, reports, job.get("budget"))]
         except Exception as exc:  # noqa: BLE001 - the trial's report matters more
-            return message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} ended, but its "
-                                               f"table failed: {exc!r}")
+            return [message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} ended, but its "
+                                                f"table failed: {exc!r}")]
     if not job.get("sweep"):
-        return None
+        return []
     jobs = store.sweep_jobs(job["sweep"])
     if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
-        return None
+        return []
     jobs = [dict(j, report=report, status="done" if report["status"] == "ok" else "failed")
             if j["id"] == job["id"] else j for j in jobs]
     try:
-        return sweepview.sweep_fit(job["sweep"], jobs, fit_sweep([j["report"] for j in jobs]))
+        fit = fit_sweep([j["report"] for j in jobs])
+        posted = sweepview.sweep_fit(job["sweep"], jobs, fit)
     except Exception as exc:  # noqa: BLE001 - the report matters more than the fit
-        return sweepview.sweep_fit_failed(job["sweep"], jobs, exc)
+        return [sweepview.sweep_fit_failed(job["sweep"], jobs, exc)]
+    drawn = sweepview.sweep_chart(job["sweep"], posted["channel"], fit)
+    return [posted, drawn] if drawn else [posted]

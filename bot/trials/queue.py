@@ -152,11 +152,11 @@ class JobQueue:
                              None)
             report["trial"], report["worker"] = job["trial"], job["worker"]
             with self.sweep_lock:
-                fit = outcome.group_message(self.store, job, report)
+                group = outcome.group_messages(self.store, job, report)
                 if not self.store.fail_expired(job, report, outcome.ended(self.store, job, report)):
                     continue
-                if fit:  # fail_expired takes one message: the fit follows it
-                    self.store.add_messages([fit])
+                if group:  # fail_expired takes one message: the fit (and chart) follow it
+                    self.store.add_messages(group)
             self.on_message()
 
     def heartbeat(self, job_id: int, worker: str, lease: str, progress: dict | None = None) -> bool:
@@ -193,9 +193,8 @@ class JobQueue:
             note = message(job["channel"], f":no_entry_sign: *{job['trial']}* "
                                         f"{said}: `{job['words']}`")
             with self.sweep_lock:  # the last of a sweep or ladder to end posts its message
-                group = outcome.group_message(self.store, job, report)
-                cancelled = self.store.cancel_queued(job_id, user, report,
-                                                     [note] + ([group] if group else []))
+                group = outcome.group_messages(self.store, job, report)
+                cancelled = self.store.cancel_queued(job_id, user, report, [note] + group)
             if cancelled:
                 self.on_message()
                 return f"{job['trial']} was queued and is cancelled; it will not run"
@@ -218,9 +217,8 @@ class JobQueue:
         if chart.has_timeline(report):
             messages.append(views.chart(job, report))
         with self.sweep_lock:
-            fit = outcome.group_message(self.store, job, report)
-            if not self.store.finish_job(job_id, worker, lease, report,
-                                         messages + ([fit] if fit else []), key):
+            group = outcome.group_messages(self.store, job, report)
+            if not self.store.finish_job(job_id, worker, lease, report, messages + group, key):
                 raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         self.on_message()
         with self.changed:

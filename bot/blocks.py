@@ -2,13 +2,26 @@
 `--json`. Pure."""
 from __future__ import annotations
 
+LIMIT = 3000  # characters of one section's or context element's text (Slack's limit)
+
+
+def clip(text: str, limit: int = LIMIT) -> str:
+    """At most `limit` characters, cut at a word boundary and ended with "…"."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space > limit * 0.8:  # a word boundary near the end; else a very long word is cut
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
 
 def section(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": clip(text)}}
 
 
 def context(text: str) -> dict:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:3000]}]}
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": clip(text)}]}
 
 
 def table_text(rows: list[list]) -> str:
@@ -19,9 +32,11 @@ def table_text(rows: list[list]) -> str:
 
 
 def chunks(text: str, size: int = 2900) -> list[str]:
-    """Section blocks hold 3000 characters; split on lines, keeping code fences whole."""
+    """Section blocks hold 3000 characters; split on lines, keeping code fences
+    whole, and a line longer than a section (a long note) at word boundaries, so
+    all of it is shown."""
     out, cur = [], ""
-    for line in text.split("\n"):
+    for line in _wrapped(text.split("\n"), size):
         if len(cur) + len(line) + 1 > size and cur:
             if cur.count("```") % 2:
                 cur += "```"
@@ -31,6 +46,18 @@ def chunks(text: str, size: int = 2900) -> list[str]:
         else:
             cur = f"{cur}\n{line}" if cur else line
     return out + [cur]
+
+
+def _wrapped(lines: list[str], size: int) -> list[str]:
+    out = []
+    for line in lines:
+        while len(line) > size:
+            space = line.rfind(" ", 0, size)
+            cut = space if space > size // 2 else size
+            out.append(line[:cut])
+            line = line[cut:].lstrip(" ")
+        out.append(line)
+    return out
 
 
 def reply(text: str) -> dict:

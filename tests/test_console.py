@@ -25,6 +25,7 @@ def test_console_json_prints_the_slack_payloads_in_order(tmp_path):
     assert "host RSS peak" in report["text"]
     assert {"channel", "thread_ts", "text", "blocks"} <= set(report)
     assert chart["file"].endswith("T1-memory.png") and chart["thread_ts"] == report["thread_ts"]
+    assert chart["file"] == str(tmp_path / "trialbot-files" / "T1-memory.png")  # beside the db
     with open(chart["file"], "rb") as f:
         assert f.read(4) == b"\x89PNG"
     assert "`batch=0`" in bad["text"]
@@ -32,10 +33,12 @@ def test_console_json_prints_the_slack_payloads_in_order(tmp_path):
 
 
 def test_console_text_and_unknown_command(tmp_path):
-    done = run_console(tmp_path, ["/trial help", "/deploy prod", "/plan new x"])
+    done = run_console(tmp_path, ["/trial help", "/deploy prod", "/plan new x", "/trial workers"])
     assert done.returncode == 0, done.stderr
     assert "llm-infer" in done.stdout and "`/deploy` is not a command" in done.stdout
     assert "Plan *x* started" in done.stdout
+    # the local worker registers its machine like trialbot-worker: cores, not "?"
+    assert "-local* —" in done.stdout and "? CPU cores" not in done.stdout
 
 
 def test_jobs_left_queued_run_at_next_start(tmp_path):

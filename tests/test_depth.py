@@ -244,8 +244,8 @@ def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(ctx)
     assert "(partial depth)" in say("repro show")
     before = ctx.store.db["outbox"].count
     say("repro export")
-    csv_text, md = [r["content"] for r in list(ctx.store.db["outbox"].rows)[before:]
-                    if r["kind"] == "export"]
+    csv_text, md, _ = [r["content"] for r in list(ctx.store.db["outbox"].rows)[before:]
+                       if r["kind"] == "export"]
     assert "predicted from a partial-depth trial (T2: 2 of 32 layers" in csv_text
     assert "| baseline (partial depth) |" in md and "- predicted from a partial-depth" in md
     # A full-depth trial replaces the prediction.

@@ -114,15 +114,16 @@ def test_digest_now_posts_the_measured_figures_and_a_chart_in_its_thread(ctx):
     text = post["text"]
     assert "*Trials*: 3 ended (2 ok, 1 failed)" in text
     # GPU-seconds: runs 20 + 30, prep 95 + 95, data 120 + 120, retries 235 (the failed
-    # trial's attempt), idle 1800 → 2515 s, shown to 3 places, the total their sum.
-    assert ("*GPU-hours measured*: 0.699 GPU-h = runs 0.014 + prep 0.053 + data 0.067 + "
-            "retries 0.065 + idle 0.500") in text
+    # trial's attempt), idle 1800 → 2515 s: each figure to 3 significant digits, the
+    # total from the unrounded parts (0.69861 h).
+    assert ("*GPU-hours measured*: 0.699 GPU-h = runs 0.0139 + prep 0.0528 + data 0.0667 + "
+            "retries 0.0653 + idle 0.500") in text
     assert "w1 0.50 h (1 GPU)" in text
-    # 0.699 GPU-h (the per-GPU sum, rounded once) × $2.50 = $1.7475 → $1.75
+    # 0.69861 GPU-h (the per-GPU sum, unrounded) × $2.50 = $1.7465 → $1.75
     assert "NVIDIA H100 80GB HBM3: 0.699 GPU-h × H100-80GB rent $2.5 per GPU-hour" in text
     assert "= $1.75" in text
     assert "*repro* (H100-80GB): estimate 0.0653 GPU-h, cost $0.16" in text
-    assert "biggest variance baseline +0.0028 GPU-h, mostly slower runs" in text
+    assert "biggest variance baseline +0.00278 GPU-h, mostly slower runs" in text
     assert "electricity electricity" not in text and "electricity 0.12 per kWh" in text
     assert "STALE: 35 days old" in text and "went stale this week" in text
     assert "*repro*: paper, baseline" in text
@@ -205,7 +206,7 @@ def test_a_cancelled_trials_time_is_counted_as_retries(ctx):
     text = digests_posted(ctx)[-1]["text"]
     assert "*Trials*: 2 ended (1 ok, 0 failed, 1 cancelled)" in text
     # 595 s = 0.165 GPU-h: the cancelled trial's 360 s are retries
-    assert "0.165 GPU-h = runs 0.006 + prep 0.026 + data 0.033 + retries 0.100" in text
+    assert "0.165 GPU-h = runs 0.00556 + prep 0.0264 + data 0.0333 + retries 0.100" in text
     assert "retries = failed attempts' and cancelled trials' seconds" in text
 
 

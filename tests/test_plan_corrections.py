@@ -124,7 +124,7 @@ def test_the_price_confirmed_latest_applies_not_the_one_entered_last(ctx):
     assert "H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)" in advice
     say(ctx, "repro actual baseline hours=3")
     review = say(ctx, "repro review")  # 0.0653 and 3 GPU-h × 2 per GPU-hour
-    assert "estimated 0.0653, actual 3.0000" in review
+    assert "estimated 0.0653, actual 3.00 GPU-h" in review
     assert "cost at P1: estimated 0.13, actual 6.00" in review
     assert "Costs at H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)." \
         in review

@@ -123,14 +123,14 @@ def test_lock_fixes_inputs_and_marks_a_different_config_not_comparable(ctx):
     assert "set inputs=4x512" in say(ctx, "repro set inputs=4x512")
 
 
-def test_export_queues_csv_and_markdown_files(ctx):
+def test_export_queues_csv_markdown_and_json_files(ctx):
     t = finish(ctx, report())
     say(ctx, "new repro gpu=H100")
     say(ctx, f"repro block baseline runs=10 trial={t}")
     before = ctx.store.db["outbox"].count
     assert "Exporting" in say(ctx, "repro export")
     rows = list(ctx.store.db["outbox"].rows)[before:]
-    assert [r["file"] for r in rows] == ["repro-plan.csv", "repro-plan.md"]
+    assert [r["file"] for r in rows] == ["repro-plan.csv", "repro-plan.md", "repro-plan.json"]
     csv_text, md = rows[0]["content"], rows[1]["content"]
     assert csv_text.startswith("plan,block,runs") and "baseline" in csv_text
     assert md.startswith("# Plan repro") and "| baseline |" in md
@@ -145,8 +145,8 @@ def test_review_splits_the_difference_from_tagged_trials_and_manual_actuals(ctx)
     finish(ctx, report(mean=3.0, count=10), tags=("repro", "baseline"))
     say(ctx, "repro actual compare hours=0.5 prep=0.1 runs=10 note=\"from the cluster\"")
     out = say(ctx, "repro review")
-    # 10 runs × 1 s more: 0.0028 h
-    assert "*baseline*" in out and "slower runs: +0.003 GPU-h" in out
+    # 10 runs × 1 s more: 0.00278 h, to three significant digits
+    assert "*baseline*" in out and "slower runs: +0.00278 GPU-h" in out
     assert "*compare*" in out and "from manual #1 (from the cluster)" in out
     assert "memory, same method" in out
 
@@ -265,7 +265,11 @@ def test_prices_and_costs_add_up_and_names_are_one_gpu(ctx):
     from bot.plans import views as planview
     cells = planview.costs(plan, ests, ctx.store.prices(), TODAY)
     money = [float(c) for c in cells]
-    assert money[-1] == pytest.approx(sum(money[:-1]))
+    # The total is the cost of the unrounded total hours, rounded to the cent once
+    # (docs/commands.md, "Figures"): within half a cent per block of the column's sum.
+    exact = sum(float(e["hours"]) for _, e, _ in ests) * 2.49
+    assert money[-1] == pytest.approx(round(exact, 2))
+    assert abs(money[-1] - sum(money[:-1])) <= 0.005 * len(ests) + 1e-9
 
 
 def test_off_target_blocks_get_no_money_and_a_replaced_block_keeps_its_place(ctx):
@@ -409,7 +413,7 @@ def test_a_cancelled_trials_time_counts_as_retries_in_its_block(ctx):
     trial_command.cancel(ctx, never["id"], "U1")  # before it started: it cost nothing
     out = say(ctx, "repro review")
     assert f"from {ran}, {cancelled}\n" in out
-    assert "more retries: +0.1000 GPU-h (failed attempts' and cancelled trials' time)" in out
+    assert "more retries: +0.100 GPU-h (failed attempts' and cancelled trials' time)" in out
 
 
 def test_a_block_timed_under_malloc_live_on_a_cpu_warns_and_says_how_to_rerun(ctx):

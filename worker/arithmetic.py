@@ -66,7 +66,7 @@ def full_depth(p: dict) -> dict | None:
         "what": "arithmetic, not measured: the preset's full depth at this trial's dtype, "
                 "batch, prompt and gen",
         "preset": preset.name, "source": preset.source,
-        "layers": preset.layers, "trial_layers": p["layers"],
+        "layers": preset.layers, "trial_layers": p["layers"], "batch": p["batch"],
         "params": count, "dtype": p["dtype"], "weight_bytes": count * nbytes,
         "kv_cache_bytes": kv_cache_bytes(full),
         "kv_formula": f"2·{preset.layers}·{preset.kv_heads}·{hd}·({p['prompt']}+{p['gen']})"
@@ -124,7 +124,7 @@ def sized_full_depth(p: dict, s: dict, name: str, published: int | None) -> dict
     out = {"what": "counted, not measured: " + s["what"], "model": name,
            "source": s["source"], "layers": s["layers"], "trial_layers": p["layers"] or s["layers"],
            "params": count, "dtype": p["dtype"], "weight_bytes": count * nbytes,
-           "kv_cache_bytes": kv,
+           "kv_cache_bytes": kv, "batch": p["batch"],
            "kv_formula": (f"Σ over {s['layers']} layers of K+V elements per token × "
                           f"min(window, {positions}) positions × batch {p['batch']} × {nbytes} B"
                           + (f" (sliding windows {', '.join(map(str, windows))})"

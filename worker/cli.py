@@ -273,11 +273,8 @@ def _trial_user(args, hidden: bool):
 
 
 def machine_info() -> dict:
-    """What the bot shows about this worker: host and GPUs (NVML, no torch import)."""
     from worker import machine
-    return {"host": socket.gethostname(), "gpus": [g["name"] for g in machine.gpus()],
-            "gpu_memory": [g["memory"] for g in machine.gpus()], "cpus": os.cpu_count(),
-            "device": machine.device()}
+    return machine.info()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ Looked up once per process; no torch import in the worker itself."""
 from __future__ import annotations
 
 import functools
+import os
 import platform
+import socket
 import subprocess
 import sys
 
@@ -54,3 +56,11 @@ def device() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "cpu"
     return "mps" if done.stdout.strip() == "True" else "cpu"
+
+
+def info() -> dict:
+    """What the bot shows about a worker: host, GPUs (NVML, no torch import), CPU
+    cores. trialbot-worker and the bot's local worker both register with it."""
+    return {"host": socket.gethostname(), "gpus": [g["name"] for g in gpus()],
+            "gpu_memory": [g["memory"] for g in gpus()], "cpus": os.cpu_count(),
+            "device": device()}

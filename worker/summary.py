@@ -118,7 +118,16 @@ def full_depth(fd: dict) -> str:
     how = " counted by transformers on the meta device" if fd.get("sizing") else ""
     return (f"{name} at {fd['layers']} layers (this trial {fd['trial_layers']}): "
             f"{fd['params']:,} params{how}{vs}, {size(fd['weight_bytes'])} of {fd['dtype']} "
-            f"weights; KV cache {fd['kv_formula']} = {size(fd['kv_cache_bytes'])}")
+            f"weights; KV cache {fd['kv_formula']} = {size(fd['kv_cache_bytes'])}"
+            + _per_sequence(fd))
+
+
+def _per_sequence(fd: dict) -> str:
+    """The same cache per sequence, the figure "Fits on" shows beside it."""
+    batch = fd.get("batch") or 1
+    if batch <= 1:
+        return ""
+    return f" ({size(fd['kv_cache_bytes'] / batch)} per sequence × batch {batch})"
 
 
 def model_line(m: dict) -> str:

@@ -31,9 +31,15 @@ CHANNEL = "console"
 USER = "console"
 
 
+def files_dir(db: str) -> str:
+    """Where the console writes the files the bot would upload (charts, exports):
+    `trialbot-files/` beside the database (.gitignore covers it)."""
+    return os.path.join(os.path.dirname(os.path.abspath(db)), "trialbot-files")
+
+
 def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    files = os.path.join(os.path.dirname(os.path.abspath(db)), "trialbot-files")
+    files = files_dir(db)
     # The console's one user is the operator of this box: an admin, no settings needed.
     transport = ConsoleTransport(stdout, as_json, files)
     rt = Runtime(db, secrets.token_urlsafe(24), transport, policy=access.operator(USER))

@@ -75,6 +75,7 @@ class Runtime:
     def start_local_worker(self, name: str | None = None):
         """A worker agent in a thread of this process, talking to our own API
         over loopback HTTP like any other worker; trials still run in children."""
+        from worker import machine
         from worker.agent import Agent
         from worker.client import Client
         if os.geteuid() == 0:
@@ -84,8 +85,9 @@ class Runtime:
                 "run trials on a trialbot-worker with --trial-user")
         host, port = self.server.server_address[:2]
         host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        # Registered like trialbot-worker's: its GPUs and CPU cores (`/trial workers`).
         self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),
-                           name or f"{socket.gethostname()}-local")
+                           name or f"{socket.gethostname()}-local", info=machine.info())
         threading.Thread(target=self.agent.serve_forever, daemon=True, name="agent").start()
         deadline = time.monotonic() + 10  # so the first reply can already name it
         while (self.agent.name not in workers.online(self.store)

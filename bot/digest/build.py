@@ -12,6 +12,7 @@ import datetime as dt
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from bot import figures
 from bot.blocks import chunks, context, section
 from bot.fits import gpus
 from bot.plans import estimate, prices, review, views
@@ -140,7 +141,7 @@ def plan_summary(plan: dict, ests: list, reviewed: list[dict], costs: list[str])
         big = max(done, key=lambda r: abs(r["actual"] - r["estimate"]))
         cause = max(big["why"], key=lambda w: abs(w[1]))
         out["biggest"] = {"kind": big["kind"], "delta": big["actual"] - big["estimate"],
-                          "estimate": big["estimate"], "cause": cause, "places": big["places"]}
+                          "estimate": big["estimate"], "cause": cause}
     return out
 
 
@@ -151,25 +152,23 @@ def _hm(d: dt.datetime) -> str:
 
 
 def _split(seconds: dict, unit: str) -> tuple[str, Decimal]:
-    """"4.20 = runs 3.00 + ...": each part rounded alike, the total their sum."""
-    places = estimate.places_for(sum(seconds.values()))
-    parts = {c: estimate.hours(seconds[c], places) for c in COMPONENTS}
-    total = sum(parts.values(), Decimal(0))
-    return (f"{total:,} {unit} = " + " + ".join(f"{c} {parts[c]:,}" for c in COMPONENTS),
-            total)
+    """"4.20 = runs 3.00 + ...": each figure rounded on its own (bot/figures.py),
+    the total from the unrounded parts."""
+    total = estimate.hours(sum(seconds.values()))
+    return (f"{figures.number(total)} {unit} = " + " + ".join(
+        f"{c} {figures.number(estimate.hours(seconds[c]))}" for c in COMPONENTS), total)
 
 
 def cost_lines(by_gpu: dict, price_list: list[dict], today: dt.date) -> list[str]:
     out = []
-    places = estimate.places_for(sum(by_gpu.values()))
     for name, seconds in sorted(by_gpu.items()):
-        h = estimate.hours(seconds, places)
+        h = estimate.hours(seconds)
         rent = rent_for(name, price_list)
         if rent is None:
-            out.append(f"• {name}: {h:,} GPU-h, cost unconfirmed (no confirmed price; "
-                       "`/plan price GPU RATE/h source=... date=YYYY-MM-DD`)")
+            out.append(f"• {name}: {figures.number(h)} GPU-h, cost unconfirmed (no confirmed "
+                       "price; `/plan price GPU RATE/h source=... date=YYYY-MM-DD`)")
         else:
-            out.append(f"• {name}: {h:,} GPU-h × {prices.cited(rent, today)} = "
+            out.append(f"• {name}: {figures.number(h)} GPU-h × {prices.cited(rent, today)} = "
                        f"{prices.money(prices.cost(h, rent), rent['currency'])}")
     return out
 
@@ -179,19 +178,20 @@ def plan_line(s: dict) -> str:
         return f"• *{s['name']}*: cannot be estimated now — {s['error']}"
     if not s["blocks"]:
         return f"• *{s['name']}*: no blocks yet"
-    line = (f"• *{s['name']}* ({s['gpu'] or 'no target GPU'}): estimate {s['estimate']:,} "
-            f"GPU-h, cost {s['cost']}")
+    line = (f"• *{s['name']}* ({s['gpu'] or 'no target GPU'}): estimate "
+            f"{figures.gpu_hours(s['estimate'])} GPU-h, cost {s['cost']}")
     if s["actual"] is None:
         return line + "; no actuals yet"
-    n = max(r["places"] for r in s["rows"])
     est = s["actual_estimate"]
-    rel = f" ({(s['actual'] - est) / est:+.0%})" if est else ""
-    line += (f"; actual so far {s['actual']:.{n}f} GPU-h on "
-             f"{', '.join(r['kind'] for r in s['rows'])} against {est:.{n}f} estimated{rel}")
+    rel = figures.change(est, s["actual"])
+    rel = f" ({rel})" if rel else ""
+    line += (f"; actual so far {figures.gpu_hours(s['actual'])} GPU-h on "
+             f"{', '.join(r['kind'] for r in s['rows'])} against {figures.gpu_hours(est)} "
+             f"estimated{rel}")
     b = s["biggest"]
     name, value, why = b["cause"]
-    return line + (f"; biggest variance {b['kind']} {b['delta']:+.{n}f} GPU-h, mostly "
-                   f"{name} {value:+.{n}f} GPU-h ({why})")
+    return line + (f"; biggest variance {b['kind']} {figures.signed(b['delta'])} GPU-h, mostly "
+                   f"{name} {figures.signed(value)} GPU-h ({why})")
 
 
 def _capped(lines: list[str], what: str, heading: str) -> tuple[list[str], list[str]]:

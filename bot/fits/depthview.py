@@ -152,6 +152,24 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
     for key, title in (("time", "Time per request"), ("decode", "Decode step")):
         if fit.get(key):
             parts.append(_model_line(title, fit[key], None, duration))
+    parts += _prediction_parts(fit, layers, gpu)
+    used = fit.get("allocators") or {}
+    if used.get("host_rss_peak") or used.get("time"):
+        parts.append(f"_Host RSS measured under {' and '.join(used.get('host_rss_peak') or ['?'])}"
+                     f"; time under {' and '.join(used.get('time') or ['?'])}._")
+    for note in fit.get("notes") or []:
+        parts.append(f":warning: {note}")
+    parts.append(f"~How: ordinary least squares of each memory method and of time against "
+                 f"layers (every other parameter held); the deepest trial is held out and "
+                 f"predicted from the rest (needs 3 depths). Measured per-layer bytes against "
+                 f"the arithmetic (one layer's weights + KV cache) show what else grows with "
+                 f"depth. Ask `/trial fit S{sweep} layers=N gpu=H100`.")
+    return parts
+
+
+def _prediction_parts(fit: dict, layers: int | None, gpu=None) -> list[str]:
+    """The fit's prediction at `layers`: memory and time, what fits, the decode step."""
+    parts: list[str] = []
     try:
         pred = depth.from_sweep(fit, layers)
     except ValueError as exc:
@@ -175,18 +193,22 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
         parts.append(fits_text(fits))
         parts.append(decode_text(pred["decode_estimate"], pred["layers"],
                                  gpu.name if gpu is not None else None))
-    used = fit.get("allocators") or {}
-    if used.get("host_rss_peak") or used.get("time"):
-        parts.append(f"_Host RSS measured under {' and '.join(used.get('host_rss_peak') or ['?'])}"
-                     f"; time under {' and '.join(used.get('time') or ['?'])}._")
-    for note in fit.get("notes") or []:
-        parts.append(f":warning: {note}")
-    parts.append(f"~How: ordinary least squares of each memory method and of time against "
-                 f"layers (every other parameter held); the deepest trial is held out and "
-                 f"predicted from the rest (needs 3 depths). Measured per-layer bytes against "
-                 f"the arithmetic (one layer's weights + KV cache) show what else grows with "
-                 f"depth. Ask `/trial fit S{sweep} layers=N gpu=H100`.")
     return parts
+
+
+def answer_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None,
+                 gpu=None) -> list[str]:
+    """`/trial fit S12 layers=40`: the answer to that question, not the whole
+    sweep again (without layers=, the whole fit: it is the question then)."""
+    if layers is None or fit.get("error"):
+        return sweep_parts(sweep, jobs, fit, layers, gpu)
+    what = (f"{'model' if fit.get('workload') == 'hf-infer' else 'preset'} {fit['preset']}"
+            if fit.get("preset") else fit.get("workload") or "llm-infer")
+    head = (f":straight_ruler: *Depth sweep S{sweep}* ({what}) at layers={layers}"
+            + (f" on {gpu.name}" if gpu is not None else ""))
+    return [head, *_prediction_parts(fit, layers, gpu),
+            f"~The whole fit (measured points, per-layer slopes, the held-out check) is in the "
+            f"message posted when S{sweep} ended, or `/trial fit S{sweep}`."]
 
 
 def _interval(v: dict, fmt) -> str:

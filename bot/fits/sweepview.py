@@ -21,7 +21,7 @@ def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
 
 def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None) -> dict:
     """`/trial fit S12 ...`: the answer to one question, ephemeral."""
-    parts = (depthview.sweep_parts(sweep, jobs, fit, params.get("layers"), gpu)
+    parts = (depthview.answer_parts(sweep, jobs, fit, params.get("layers"), gpu)
              if fit.get("kind") == "depth" else
              batchview.answer_parts(sweep, jobs, fit, params, gpu))
     return {"response_type": "ephemeral", "text": plain(parts), "blocks": paragraphs(parts)}

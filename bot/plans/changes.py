@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from bot import figures
 from bot.blocks import reply
 from bot.plans import prices
 
@@ -31,6 +32,28 @@ def value_text(value) -> str:
     return str(value)
 
 
+_PERIODS = ((365.25, "year"), (30.44, "month"), (7, "week"))
+
+
+def fact_value(key: str, value) -> str:
+    """A stored fact as people read it: `period` in days with the unit it was
+    likely typed in ("3 weeks (21 days)"), `handoff` in hours, `utilization` a share."""
+    if value is None or not isinstance(value, (int, float)):
+        return value_text(value)
+    if key == "period":
+        days = f"{value:g}" if value == int(value) else figures.number(value)
+        for size, unit in _PERIODS:
+            n = value / size
+            if n >= 1 and abs(n - round(n)) < 1e-9:
+                return f"{round(n)} {unit}{'s' * (round(n) != 1)} ({days} days)"
+        return f"{days} days"
+    if key == "handoff":
+        return f"{figures.number(value)} h"
+    if key == "utilization":
+        return f"{value:.0%}"
+    return value_text(value)
+
+
 def field_text(key: str, value) -> str:
     """A block's trials are named as users name them (T12)."""
     if key == "trials" and isinstance(value, list):
@@ -54,9 +77,9 @@ def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
         if value is None:
             done.append(f"unset {key} (was {value_text(old.get(key))})")
         elif old.get(key) is not None and old[key] != value:
-            done.append(f"set {key}={value_text(value)} (was {value_text(old[key])})")
+            done.append(f"set {key}={fact_value(key, value)} (was {fact_value(key, old[key])})")
         else:
-            done.append(f"set {key}={value_text(value)}")
+            done.append(f"set {key}={fact_value(key, value)}")
     return reply(f"Plan *{plan['name']}*: {'; '.join(done)}.\nOpen checklist items: "
                  f"{', '.join(left) if left else 'none — the checklist is complete'}.")
 
@@ -149,8 +172,9 @@ def history_line(row: dict) -> str:
     verb = ACTIONS.get(row["action"], row["action"])
     if row["action"] in ("lock", "unlock", "new"):
         change = ""
-    elif row["action"] in ("set", "unset"):
-        change = f": {value_text(row['old'])} → {value_text(row['new'])}"
+    elif row["action"] in ("set", "unset"):  # "fact period": worded as `set` echoes it
+        key = row["what"].split()[-1]
+        change = f": {fact_value(key, row['old'])} → {fact_value(key, row['new'])}"
     elif row["old"] is not None and row["new"] is not None:
         change = (": " + changed_fields(row["old"], row["new"])
                   if isinstance(row["old"], dict) and isinstance(row["new"], dict)

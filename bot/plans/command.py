@@ -193,16 +193,19 @@ def _export(ctx, cmd, user, channel, today):
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
     calib = service.calibrations(ctx, plan, ests, user, channel)
+    rows = service.review_rows(ctx, plan, ests)
+    held = [views.held_text(r, e, c) if r.get("actual") is not None else None
+            for r, (_, e, _), c in zip(rows, ests, calib)]
     history, _ = ctx.store.history(plan["name"], _price_items(plan), limit=-1)
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
-    ctx.store.add_messages([
-        dict(export.file(plan, channel, "csv", export.csv_text(plan, ests, price_list,
-                                                               today, calib)), **whom),
-        dict(export.file(plan, channel, "md", export.markdown(plan, ests, price_list,
-                                                              today, calib, history)), **whom)])
+    made = export.files(plan, ests, rows, price_list, today, calib, held, history)
+    ctx.store.add_messages([dict(export.file(plan, channel, ext, content), **whom)
+                            for ext, content in made])
     ctx.notify()
-    return views.reply(f"Exporting plan *{plan['name']}*: `{plan['name']}-plan.csv` and "
-                          f"`{plan['name']}-plan.md` are being uploaded to this channel.")
+    names = ", ".join(f"`{plan['name']}-plan.{ext}`" for ext, _ in made)
+    return views.reply(f"Exporting plan *{plan['name']}*: {names} (the estimate, actuals, "
+                       "review, lock, checklist, settings and prices used) are being uploaded "
+                       "to this channel.")
 
 
 def _lock(ctx, cmd, user, channel, today):

@@ -14,7 +14,7 @@ came from.
 from __future__ import annotations
 
 import math
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 
 from bot.fits.ols import t_quantile
 
@@ -31,31 +31,22 @@ class EstimateError(ValueError):
     """Trials a block cannot be estimated from; the message says why."""
 
 
-def hours(seconds: float, places: int) -> Decimal:
-    return (Decimal(float(seconds)) / 3600).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
-
-
-def places_for(total_seconds: float) -> int:
-    """Decimal places of the GPU-hours shown: enough for three significant
-    digits of the plan's total, from 2 to 6."""
-    h = total_seconds / 3600
-    if h <= 0:
-        return 4
-    return max(2, min(6, 2 - math.floor(math.log10(h))))
+def hours(seconds: float) -> Decimal:
+    """GPU-seconds as GPU-hours, unrounded (bot/figures.py rounds what is shown)."""
+    return Decimal(repr(float(seconds))) / 3600
 
 
 def in_hours(estimates: list[dict]) -> list[dict]:
-    """Round every component to the plan's places; each block's total and the
-    interval are sums of what is shown, so the arithmetic on screen is exact."""
-    places = places_for(sum(c["seconds"] for e in estimates for c in e["components"]))
+    """Every component, block total and interval in GPU-hours, unrounded: a
+    total is the exact sum of its parts, and each figure is rounded once, where
+    it is shown, so `show`, `review`, `export` and the digest print the same."""
     for e in estimates:
-        e["places"] = places
         for c in e["components"]:
-            c["hours"] = hours(c["seconds"], places)
-        e["hours"] = sum((c["hours"] for c in e["components"]), Decimal(0))
+            c["hours"] = hours(c["seconds"])
+        e["hours"] = hours(sum(c["seconds"] for c in e["components"]))
         e["interval"] = None
         if e["half"] is not None:
-            w = hours(e["half"], places)
+            w = hours(e["half"])
             e["interval"] = (max(Decimal(0), e["hours"] - w), e["hours"] + w)
     return estimates
 

@@ -1,84 +1,226 @@
-"""A plan as files: CSV (one row per block, then the total) and markdown
-(the table, the interval note, the open checklist items), uploaded to the
-plan's channel by `/plan NAME export`. Pure."""
+"""A plan as files, complete enough for a supervisor or a grant report: every
+block with its estimate and its actuals and where each came from, the review,
+the lock, the checklist and settings, and the prices used. `data` gathers it
+once; JSON, CSV and Markdown are renderings of it, uploaded to the plan's
+channel by `/plan NAME export` (docs/plans-and-advice.md, "Export"). Pure."""
 from __future__ import annotations
 
 import csv
 import datetime as dt
 import io
+import json
 
-from bot.plans import changes, estimate, parse
+from bot import figures
+from bot.plans import changes, estimate, parse, prices
+from bot.plans.changes import fact_value
 from bot.plans.views import (
     calibrated_interval,
     calibrated_total,
     cost_view,
     costs,
-    hours_text,
-    plain,
+    grouped_warnings,
     table_rows,
 )
 
+SCHEMA = 1
+PRICE_FIELDS = ("item", "kind", "value", "currency", "unit", "source", "date")
 
-def csv_text(plan: dict, ests: list, price_list: list[dict], today: dt.date,
-             calib: list[dict] | None = None) -> str:
-    """`calib` (one calibration per block) fills the calibrated columns."""
-    _, cost_line = cost_view(plan, price_list, today)
+
+def _figure(x) -> dict | None:
+    """A GPU-hour figure as shown (3 significant digits) and unrounded."""
+    return None if x is None else {"shown": figures.gpu_hours(x), "exact": float(x)}
+
+
+def _pair(iv) -> dict | None:
+    return None if not iv else {"low": _figure(iv[0]), "high": _figure(iv[1]),
+                                "shown": figures.interval(*iv)}
+
+
+def _actual(row: dict | None, calib_used: str | None) -> dict | None:
+    if not row or row.get("actual") is None:
+        return None
+    return {"gpu_hours": _figure(row["actual"]), "estimate_compared": _figure(row["estimate"]),
+            "change": figures.change(row["estimate"], row["actual"]) or None,
+            "idle_compared": row["idle_compared"], "sources": row["sources"],
+            "runs_done": row["runs_done"],
+            "why": [{"cause": name, "gpu_hours": figures.signed(v), "exact": v, "how": why}
+                    for name, v, why in row["why"]],
+            "config_changes": row["config_changes"], "not_comparable": row["not_comparable"],
+            "held": calib_used}
+
+
+def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
+         today: dt.date, calib: list[dict] | None = None,
+         held: list[str] | None = None, history: list[dict] | None = None) -> dict:
+    """Everything the export says, as one dict. `reviewed` is the review's row
+    per block (bot/plans/service.review_rows); `held`, per block, whether its
+    actual fell inside the interval shown (views.held_text); `history`, the
+    plan's changes, newest first (all of them: a report is complete)."""
+    rent, cost_line = cost_view(plan, price_list, today)
     cost = costs(plan, ests, price_list, today)
     calib = calib or [None] * len(ests)
+    held = held or [None] * len(ests)
+    warnings = grouped_warnings(plan, ests)
+    blocks = []
+    for (_, e, _), c, k, row, h in zip(ests, cost, calib, reviewed or [None] * len(ests),
+                                       held):
+        blocks.append({
+            "kind": e["kind"], "runs": e["runs"], "configs": e["configs"], "gpus": e["gpus"],
+            "trials": e["trials"], "env": e["env"], "config": e["config"], "code": e["code"],
+            "predicted": e["predicted"], "partial": e.get("partial"), "note": e.get("note"),
+            "estimate": {"gpu_hours": _figure(e["hours"]), "interval": _pair(e["interval"]),
+                         "interval_note": e["interval_note"],
+                         "components": [{"name": x["name"], "gpu_hours": _figure(x["hours"]),
+                                         "source": x["source"]} for x in e["components"]]},
+            "cost": c,
+            "calibration": ({"text": k["text"], "interval": _pair(calibrated_interval(e, k))}
+                            if k else None),
+            "actual": _actual(row, h),
+            # tagged trials off the target or the lock: evidence, not in the actual
+            "kept_apart": (row or {}).get("apart") or []})
+    tot = estimate.total([e for _, e, _ in ests])
+    done = [r for r in reviewed or [] if r.get("actual") is not None]
+    return {
+        "schema": SCHEMA, "plan": plan["name"], "exported": today.isoformat(),
+        "figures": f"GPU-hours to {figures.DIGITS} significant digits as shown (`shown`) and "
+                   "unrounded (`exact`); totals are sums of the unrounded parts",
+        "target": plan["facts"].get("gpu"),
+        "checklist": {k: plan["facts"].get(k) for k in parse.CHECKLIST},
+        "settings": {k: fact_value(k, plan["facts"][k]) for k in parse.SETTINGS
+                     if plan["facts"].get(k) is not None},
+        "lock": plan.get("locked") or None,
+        "prices": {"used": dict({k: rent.get(k) for k in PRICE_FIELDS},
+                                cited=prices.cited(rent, today)) if rent else None,
+                   "line": cost_line},
+        "blocks": blocks,
+        "total": {"gpu_hours": _figure(tot["hours"]) if ests else None,
+                  "interval": _pair(tot["interval"]), "cost": cost[-1] if ests else None,
+                  "calibrated": _pair(calibrated_total(ests, calib) if all(calib) else None),
+                  "actual": _figure(sum(r["actual"] for r in done)) if done else None,
+                  "actual_blocks": [r["kind"] for r in done]},
+        "warnings": warnings,
+        "history": [dict(r, line=changes.history_line(r)) for r in history or []],
+    }
+
+
+def json_text(d: dict) -> str:
+    return json.dumps(d, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def _shown(f: dict | None) -> str:
+    return "" if f is None else f["shown"].replace(",", "")
+
+
+def csv_text(d: dict) -> str:
+    """One row per component, then each block's total (with its actual), then the plan's."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["plan", "block", "runs", "configs", "gpus", "component", "gpu_hours",
                 "interval_low", "interval_high", "cost", "source", "calibrated_low",
-                "calibrated_high", "calibration"])
-    for (_, e, _), c, k in zip(ests, cost, calib):
-        lo, hi = e["interval"] or (None, None)
-        clo, chi = calibrated_interval(e, k) or (None, None)
-        for comp in e["components"]:
-            w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"],
-                        comp["name"], plain(comp["hours"]), "", "", "", comp["source"],
-                        "", "", ""])
-        w.writerow([plan["name"], e["kind"], e["runs"], e["configs"], e["gpus"], "total",
-                    plain(e["hours"]), plain(lo), plain(hi), c, e["interval_note"]
-                    + (f"; predicted from a partial-depth trial ({e['partial']})"
-                       if e.get("partial") else ""), plain(clo), plain(chi),
-                    k["text"] if k else ""])
-    tot = estimate.total([e for _, e, _ in ests])
-    lo, hi = tot["interval"] or (None, None)
-    clo, chi = (calibrated_total(ests, calib) if all(calib) else None) or (None, None)
-    w.writerow([plan["name"], "total", "", "", "", "total", plain(tot["hours"]),
-                plain(lo), plain(hi), cost[-1], cost_line, plain(clo), plain(chi),
-                "sum of the blocks' calibrated bounds" if clo is not None else ""])
+                "calibrated_high", "calibration", "actual_gpu_hours", "actual_sources"])
+    for b in d["blocks"]:
+        est, cal, act = b["estimate"], b["calibration"] or {}, b["actual"] or {}
+        head = [d["plan"], b["kind"], b["runs"], b["configs"], b["gpus"]]
+        for comp in est["components"]:
+            w.writerow(head + [comp["name"], _shown(comp["gpu_hours"]), "", "", "",
+                               comp["source"], "", "", "", "", ""])
+        iv, civ = est["interval"] or {}, cal.get("interval") or {}
+        w.writerow(head + ["total", _shown(est["gpu_hours"]), _shown(iv.get("low")),
+                           _shown(iv.get("high")), b["cost"], est["interval_note"]
+                           + (f"; predicted from a partial-depth trial ({b['partial']})"
+                              if b["partial"] else ""),
+                           _shown(civ.get("low")), _shown(civ.get("high")), cal.get("text", ""),
+                           _shown(act.get("gpu_hours")), "; ".join(act.get("sources") or [])])
+    t = d["total"]
+    iv, civ = t["interval"] or {}, t["calibrated"] or {}
+    w.writerow([d["plan"], "total", "", "", "", "total", _shown(t["gpu_hours"]),
+                _shown(iv.get("low")), _shown(iv.get("high")), t["cost"] or "",
+                d["prices"]["line"], _shown(civ.get("low")), _shown(civ.get("high")),
+                "sum of the blocks' calibrated bounds" if civ else "",
+                _shown(t["actual"]), ", ".join(t["actual_blocks"])])
     return buf.getvalue()
 
 
-def markdown(plan: dict, ests: list, price_list: list[dict], today: dt.date,
-             calib: list[dict] | None = None, history: list[dict] | None = None) -> str:
-    """`history`: the plan's changes, newest first (all of them: a report is complete)."""
-    _, cost_line = cost_view(plan, price_list, today)
-    rows = table_rows(plan, ests, price_list, today, calib)
-    lines = [f"# Plan {plan['name']}", "",
-             f"Exported {today.isoformat()}. Target {plan['facts'].get('gpu') or 'not set'}. "
-             f"{cost_line}.", "",
+def _review_lines(d: dict) -> list[str]:
+    out = []
+    for b in d["blocks"]:
+        a = b["actual"]
+        apart = [f"    - kept apart, {x}" for x in b["kept_apart"]]
+        if a is None:
+            out += [f"- {b['kind']}: no actual yet"] + apart
+            continue
+        change = f" ({a['change']})" if a["change"] else ""
+        idle = "" if a["idle_compared"] else " (idle left out on both sides)"
+        out.append(f"- {b['kind']}: estimated {a['estimate_compared']['shown']}, actual "
+                   f"{a['gpu_hours']['shown']} GPU-h{change}{idle}, from "
+                   f"{', '.join(a['sources'])}")
+        if a["held"]:
+            out.append(f"    - {a['held']}")
+        out += [f"    - {w['cause']}: {w['gpu_hours']} GPU-h ({w['how']})" for w in a["why"]]
+        out += [f"    - config changed: {c}" for c in a["config_changes"]]
+        out += apart
+    return out
+
+
+def markdown(d: dict, rows: list[list]) -> str:
+    """`rows`: the plan's table as `show` prints it (views.table_rows)."""
+    lines = [f"# Plan {d['plan']}", "",
+             f"Exported {d['exported']}. Target {d['target'] or 'not set'}. "
+             f"{d['prices']['line']}. Figures: {d['figures']}.", "",
              "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows[1:]]
-    for i, (_, e, _) in enumerate(ests):
-        lines += ["", f"## {e['kind']}", "", f"From {', '.join(e['trials'])} on {e['env']}; "
-                  f"{e['interval_note']}.", ""]
-        lines += [f"- {c['name']}: {hours_text(c['hours'])} GPU-h — {c['source']}"
-                  for c in e["components"]]
-        if calib:
-            lines.append(f"- {calib[i]['text']}")
-        if e.get("partial"):
-            lines.append(f"- predicted from a partial-depth trial ({e['partial']}) until a "
+    for b in d["blocks"]:
+        est = b["estimate"]
+        lines += ["", f"## {b['kind']}", "", f"From {', '.join(b['trials'])} on {b['env']}; "
+                  f"{est['interval_note']}.", ""]
+        lines += [f"- {c['name']}: {c['gpu_hours']['shown']} GPU-h — {c['source']}"
+                  for c in est["components"]]
+        if b["calibration"]:
+            lines.append(f"- {b['calibration']['text']}")
+        if b["partial"]:
+            lines.append(f"- predicted from a partial-depth trial ({b['partial']}) until a "
                          "full-depth trial on the target replaces it")
-        if e.get("note"):
-            lines.append(f"- open variable: {e['note']}")
+        if b["note"]:
+            lines.append(f"- open variable: {b['note']}")
+    lines += ["", "## Review: estimate against actual", ""] + _review_lines(d)
+    if d["total"]["actual"]:
+        lines.append(f"- actual so far: {d['total']['actual']['shown']} GPU-h on "
+                     f"{', '.join(d['total']['actual_blocks'])}")
+    if d["warnings"]:
+        lines += ["", "## Warnings", ""] + [f"- {w[2:]}" for w in d["warnings"]]
+    lines += ["", "## Lock", ""]
+    lock = d["lock"]
+    if not lock:
+        lines.append("Not locked: later trials are not checked against a fixed config.")
+    else:
+        lines.append(f"Locked on {lock['at']}.")
+        for kind, v in lock.items():
+            if kind != "at":
+                cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
+                lines.append(f"- {kind}: `{cfg}`, code {v['code']} (from "
+                             f"{', '.join(v['trials'])})")
     lines += ["", "## Checklist", ""]
-    lines += [f"- [{'x' if plan['facts'].get(k) else ' '}] {label}: "
-              f"{plan['facts'].get(k) or '(open)'}" for k, label in parse.CHECKLIST.items()]
-    if history:
-        lines += ["", "## History", ""] + [f"- {changes.history_line(r)}" for r in history]
+    lines += [f"- [{'x' if d['checklist'][k] else ' '}] {label}: "
+              f"{d['checklist'][k] or '(open)'}" for k, label in parse.CHECKLIST.items()]
+    lines += ["", "## Settings", ""]
+    lines += ([f"- {k}: {v}" for k, v in d["settings"].items()]
+              or ["- none set (defaults: rental per-block, idle not counted)"])
+    lines += ["", "## Prices used", ""]
+    used = d["prices"]["used"]
+    lines.append(f"- {used['cited']}" if used else f"- none: {d['prices']['line']}")
+    if d["history"]:
+        lines += ["", "## History", ""] + [f"- {r['line']}" for r in d["history"]]
     return "\n".join(lines) + "\n"
+
+
+def files(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
+          today: dt.date, calib: list[dict] | None = None,
+          held: list[str] | None = None,
+          history: list[dict] | None = None) -> list[tuple[str, str]]:
+    """(extension, content) of each file the export uploads."""
+    d = data(plan, ests, reviewed, price_list, today, calib, held, history)
+    rows = table_rows(plan, ests, price_list, today, calib)
+    return [("csv", csv_text(d)), ("md", markdown(d, rows)), ("json", json_text(d))]
 
 
 def file(plan: dict, channel: str, ext: str, content: str) -> dict:

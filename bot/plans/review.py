@@ -97,16 +97,19 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
     why.append((_label(d_retry, "more retries", "fewer retries", "retries as estimated"),
                 d_retry, "failed attempts' and cancelled trials' time"))
     actual = sum(parts.values()) + (idle or 0.0)
-    estimated = sum(est.values()) - (0.0 if idle is not None else est["idle"])
+    # The estimate as `show` prints it (its exact total), idle left out on both
+    # sides when the actuals do not give it.
+    estimated = (float(estimate["hours"]) if idle is not None or not est["idle"]
+                 else (sum(est.values()) - est["idle"]) / 3600)
     # Per component, both sides alike (idle only where the actual gives it): the
     # calibration's ratios and its worst miss's cause.
     est_parts = {k: v for k, v in est.items() if k != "idle" or idle is not None}
     act_parts = dict(parts, **({"idle": idle} if idle is not None else {}))
-    return {"kind": estimate["kind"], "estimate": estimated / 3600, "actual": actual / 3600,
+    return {"kind": estimate["kind"], "estimate": estimated, "actual": actual / 3600,
             "why": [(name, v / 3600, note) for name, v, note in why], "sources": sources,
             "runs_done": run_count, "config_changes": config_changes,
             "not_comparable": not_comparable, "idle_compared": idle is not None,
-            "places": estimate["places"], "estimate_parts": est_parts,
+            "estimate_parts": est_parts,
             "actual_parts": act_parts}
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from bot.blocks import chunks, context, reply, section, table_text
+from bot import figures
+from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
-from bot.plans import calibration, estimate, kept_apart, parse, prices
+from bot.plans import calibration, changes, estimate, kept_apart, parse, prices
 from worker import summary
 from worker.spec import LIVE_TIME_NOTE
 
@@ -72,11 +73,17 @@ def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
     return reply(f"Plans in {'every' if everywhere else 'this'} channel:\n" + "\n".join(lines))
 
 
+# What `created` suggests for the first items still open, in this order.
+FIRST_FACTS = (("gpu", "H100"), ("platform", "cuda"), ("paper", "..."))
 def created(plan: dict) -> dict:
-    return reply(f"Plan *{plan['name']}* started. Open checklist items: "
-                 f"{', '.join(open_items(plan)) or 'none'}.\nNext: `/plan {plan['name']} set "
-                 f"gpu=H100 platform=cuda paper=...`, then `/plan {plan['name']} block baseline "
-                 "runs=N trial=T12`.")
+    name, facts = plan["name"], plan["facts"]
+    given = ", ".join(f"{k}={changes.fact_value(k, v)}" for k, v in facts.items())
+    missing = " ".join(f"{k}={example}" for k, example in FIRST_FACTS if not facts.get(k))
+    step = f"`/plan {name} block baseline runs=N trial=T12`"
+    next_ = (f"Next: `/plan {name} set {missing}`, then {step}." if missing
+             else f"Next: {step}.")
+    return reply(f"Plan *{name}* started" + (f" with {given}" if given else "")
+                 + f". Open checklist items: {', '.join(open_items(plan)) or 'none'}.\n{next_}")
 
 
 def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
@@ -90,8 +97,9 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     for r, name in zip(reports, est["trials"]):
         on = gpus.matches_gpu(r, target)
         if on is None:
+            # the plan's, not the trial's: worded alike on every block, so `show` says it once
             out.append("no target GPU is set (`set gpu=H100`), so nobody checked that "
-                       f"{name} ran on it")
+                       "this block's trials ran on it")
             break
         if not on:
             out.append(f"{name} ran on {estimate.env_kind(r)}, not the plan's target {target}: "
@@ -131,19 +139,14 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
 
 
 def hours_text(x: Decimal | None) -> str:
-    """Decimal GPU-hours print with the places they were rounded to."""
-    return "n/a" if x is None else f"{x:,}"
-
-
-def plain(x: Decimal | None) -> str:
-    return "" if x is None else str(x)
+    """GPU-hours to three significant digits (bot/figures.py), each figure on its own."""
+    return figures.gpu_hours(x)
 
 
 def _interval(est: dict) -> str:
     if not est["interval"]:
         return "no interval"
-    lo, hi = est["interval"]
-    return f"{hours_text(lo)}–{hours_text(hi)}"
+    return figures.interval(*est["interval"])
 
 
 def components_text(est: dict) -> str:
@@ -183,29 +186,30 @@ def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> lis
     if rent is None:
         return ["unconfirmed"] * (len(ests) + 1)
     stale = " (stale)" if prices.is_stale(rent, today) else ""
-    cells, amounts = [], []
+    cells, counted = [], []
     for _, e, trials in ests:
         if not all(gpus.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
             cells.append(f"n/a: not measured on {plan['facts']['gpu']}")
             continue
-        amounts.append(prices.cost(e["hours"], rent))
-        cells.append(prices.money(amounts[-1], rent["currency"]) + stale)
-    if len(amounts) < len(ests):
+        counted.append(e["hours"])
+        cells.append(prices.money(prices.cost(e["hours"], rent), rent["currency"]) + stale)
+    if len(counted) < len(ests):
         return cells + ["unconfirmed: not every block was measured on the target"]
-    return cells + [prices.money(sum(amounts, Decimal(0)), rent["currency"]) + stale]
+    # The total's cost from the unrounded hours, rounded to the cent once.
+    return cells + [prices.money(prices.cost(sum(counted, Decimal(0)), rent), rent["currency"])
+                    + stale]
 
 
 def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] | None:
-    """The block's GPU-hours shown × the calibrated multipliers, at the plan's places."""
+    """The block's GPU-hours × the calibrated multipliers, unrounded."""
     if not cal or not cal["calibrated"]:
         return None
-    step = Decimal(1).scaleb(-est["places"])
-    return tuple((est["hours"] * Decimal(m)).quantize(step) for m in (cal["low"], cal["high"]))
+    return tuple(est["hours"] * Decimal(repr(m)) for m in (cal["low"], cal["high"]))
 
 
 def calibrated_total(ests: list, calib: list[dict]) -> tuple[Decimal, Decimal] | None:
-    """The sums of the blocks' calibrated bounds as shown; None unless every
-    block is calibrated."""
+    """The sums of the blocks' calibrated bounds; None unless every block is
+    calibrated."""
     shown = [calibrated_interval(e, c) for (_, e, _), c in zip(ests, calib)]
     if not shown or not all(shown):
         return None
@@ -216,7 +220,7 @@ def _calibrated_cell(est: dict, cal: dict) -> str:
     iv = calibrated_interval(est, cal)
     if iv is None:
         return f"uncalibrated ({cal['n']}/{cal['needed']})"
-    return f"{hours_text(iv[0])}–{hours_text(iv[1])}"
+    return figures.interval(*iv)
 
 
 def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
@@ -232,13 +236,11 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
         rows.append([kind, runs, hours_text(e["hours"]), _interval(e)]
                     + ([_calibrated_cell(e, calib[i])] if calib else []) + [c])
     tot = estimate.total([e for _, e, _ in ests])
-    iv = (f"{hours_text(tot['interval'][0])}–{hours_text(tot['interval'][1])}" if tot["interval"]
-          else "no interval")
+    iv = figures.interval(*tot["interval"]) if tot["interval"] else "no interval"
     extra = []
     if calib:
         ct = calibrated_total(ests, calib)
-        extra = [f"{hours_text(ct[0])}–{hours_text(ct[1])}" if ct
-                 else "n/a: not every block calibrated"]
+        extra = [figures.interval(*ct) if ct else "n/a: not every block calibrated"]
     rows.append(["total", "", hours_text(tot["hours"]), iv] + extra + [cost[-1]])
     return rows
 
@@ -250,7 +252,7 @@ def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
         line = f"• {e['kind']}: {c['text']}"
         if c["calibrated"]:
             lo, hi = calibrated_interval(e, c)
-            line += f" → {hours_text(lo)}–{hours_text(hi)} GPU-h"
+            line += f" → {figures.interval(lo, hi)} GPU-h"
         if c["used"]:
             names = c["used"][:12]
             line += ("; pairs: " + ", ".join(names)
@@ -292,9 +294,9 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
         if calib:
             text += "\n*Calibration* (`/plan calibration`):\n" + "\n".join(
                 calibration_lines(ests, calib))
-    notes = [f"• {e['kind']}: {e['note']}" for _, e, _ in ests if e.get("note")]
-    warn = [f"• {e['kind']}: {w}" for b, e, ts in ests
-            for w in block_warnings(plan, e, [t["report"] for t in ts])]
+    notes = [f"• {e['kind']}: {note_shown(plan, e['note'])}" for _, e, _ in ests
+             if e.get("note")]
+    warn = grouped_warnings(plan, ests)
     left = open_items(plan)
     actual = tagged_lines(plan, tagged or [])
     text += ("\n*Actual trials*:\n" + "\n".join(actual) if actual else "")
@@ -306,6 +308,28 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
                            "trial and phase. Interval: runs' spread only (prep and data are "
                            "single measurements)."))
     return {"response_type": "in_channel", "text": text, "blocks": blocks}
+
+
+NOTE_SHOWN = 1500  # characters of a block's note in `show`; the export has all of it
+
+
+def note_shown(plan: dict, note: str) -> str:
+    if len(note) <= NOTE_SHOWN:
+        return note
+    return (clip(note, NOTE_SHOWN) + f" (the whole note, {len(note):,} characters, is in "
+            f"`/plan {plan['name']} export`)")
+
+
+def grouped_warnings(plan: dict, ests: list) -> list[str]:
+    """Each warning once, with the blocks it applies to (the same "no target GPU"
+    on every block is one line, not one per block)."""
+    seen: dict[str, list[str]] = {}
+    for _, e, ts in ests:
+        for w in block_warnings(plan, e, [t["report"] for t in ts]):
+            kinds = seen.setdefault(w, [])
+            if e["kind"] not in kinds:
+                kinds.append(e["kind"])
+    return [f"• {', '.join(kinds)}: {w}" for w, kinds in seen.items()]
 
 
 def locked(plan: dict) -> dict:
@@ -352,9 +376,8 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
     else:
         return "no interval to judge it by"
     lo, hi = (row["estimate"] * m for m in mult)
-    n = row["places"]
     verdict = "inside" if calibration.inside(pair, mult) else "OUTSIDE"
-    return f"{verdict} {what} ({lo:.{n}f}–{hi:.{n}f} GPU-h)"
+    return f"{verdict} {what} ({figures.interval(lo, hi)} GPU-h)"
 
 
 def review_cost(plan: dict, row: dict, est_trials: list[dict], rent: dict | None) -> str | None:
@@ -373,6 +396,11 @@ def review(plan: dict, rows: list[dict], ests: list | None = None,
            today: dt.date | None = None) -> dict:
     """With `price_list`, each block's cost at the rent that applies, and which."""
     lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
+    if not rows:
+        lines.append(f"No blocks yet, so there is nothing to review: add one with `/plan "
+                     f"{plan['name']} block baseline runs=N trial=T12`, then record what it "
+                     f"really took with `/plan {plan['name']} actual baseline hours=H` or by "
+                     f"tagging trials `plan={plan['name']} block=baseline`.")
     rent = prices.find(price_list or [], plan["facts"].get("gpu"), "rent")
     for i, r in enumerate(rows):
         apart = [f"    kept apart, {a}" for a in r.get("apart") or []]
@@ -383,15 +411,16 @@ def review(plan: dict, rows: list[dict], ests: list | None = None,
                          "hours=H` or `slurm=JOBID`)")
             lines += apart
             continue
-        n = r["places"]
-        diff = r["actual"] - r["estimate"]
-        rel = f" ({diff / r['estimate']:+.0%})" if r["estimate"] else ""
+        rel = figures.change(r["estimate"], r["actual"])
+        rel = f" ({rel})" if rel else ""
         idle = "" if r["idle_compared"] else " (idle left out on both sides)"
-        lines.append(f"• *{r['kind']}*: estimated {r['estimate']:.{n}f}, actual "
-                     f"{r['actual']:.{n}f} GPU-h{rel}{idle}, from {', '.join(r['sources'])}")
+        lines.append(f"• *{r['kind']}*: estimated {figures.gpu_hours(r['estimate'])}, actual "
+                     f"{figures.gpu_hours(r['actual'])} GPU-h{rel}{idle}, from "
+                     f"{', '.join(r['sources'])}")
         if ests is not None:
             lines.append(f"    {held_text(r, ests[i][1], calib[i] if calib else None)}")
-        lines += [f"    {name}: {value:+.{n}f} GPU-h ({why})" for name, value, why in r["why"]]
+        lines += [f"    {name}: {figures.signed(value)} GPU-h ({why})"
+                  for name, value, why in r["why"]]
         lines += [f"    config changed: {c}" for c in r["config_changes"]]
         lines += apart
         lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]

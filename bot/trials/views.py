@@ -150,11 +150,16 @@ def sweep_queued(jobs: list[dict], workers: list[str]) -> dict:
         where = ("the next free worker that can run them — none is online now; start one with "
                  "`trialbot-worker --server URL --token TOKEN`")
     configs = ", ".join(f"`{j['words']}`" for j in jobs)
+    # What this sweep's fit answers: a depth sweep takes layers=N, and refuses batch=.
+    if depth.is_depth_sweep([j["spec"] for j in jobs]):
+        then = (f"the depth fit is posted too. Then `/trial fit S{first['sweep']} layers=N "
+                "gpu=H100` predicts a depth's memory and time and whether it fits a GPU.")
+    else:
+        then = (f"the scaling fit is posted too. Then `/trial fit S{first['sweep']} batch=N "
+                "gpu=H100` predicts a config and the largest batch for a GPU.")
     return reply(f"Queued sweep *S{first['sweep']}*: {first['trial']}–{last['trial']} "
                  f"({len(jobs)} trials) on {where}: {configs}\n"
-                 "Each report is posted here; when the last one ends, the scaling fit is "
-                 f"posted too. Then `/trial fit S{first['sweep']} batch=N gpu=H100` predicts "
-                 "a config and the largest batch for a GPU.")
+                 f"Each report is posted here; when the last one ends, {then}")
 
 
 def sweep_not_found(sweep: int) -> dict:

@@ -1,0 +1,59 @@
+"""How a figure is printed: each one rounded on its own to significant digits,
+never to the places of a bigger figure beside it, so a 0.0857 GPU-h block is
+not shown as 0.00 next to a 120 GPU-h one. Totals are computed from the
+unrounded parts and rounded once (docs/commands.md, "Figures"). Pure."""
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal
+
+DIGITS = 3  # significant digits of every figure shown
+MAX_DIGITS = 6  # an interval gets up to this many to keep its ends apart
+
+
+def rounded(x: Decimal | float, digits: int = DIGITS) -> Decimal:
+    """`x` to `digits` significant digits; a whole part is never rounded away
+    (12,345.6 → 12,346)."""
+    d = x if isinstance(x, Decimal) else Decimal(repr(float(x)))
+    if d == 0:
+        return Decimal(0)
+    places = max(0, digits - 1 - d.adjusted())
+    q = d.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
+    if q.adjusted() > d.adjusted() and places > 0:  # 0.09996 → 0.100, not 0.1000
+        q = d.quantize(Decimal(1).scaleb(-(places - 1)), ROUND_HALF_EVEN)
+    return q
+
+
+def number(x: Decimal | float | None, digits: int = DIGITS) -> str:
+    """A figure as shown: "0.0857", "2.50", "1,235"; "n/a" for None."""
+    if x is None:
+        return "n/a"
+    return f"{rounded(x, digits):,}"
+
+
+def signed(x: Decimal | float, digits: int = DIGITS) -> str:
+    """A difference: "+0.0012", "-3.40", "0"."""
+    q = rounded(x, digits)
+    return f"{q:+,}" if q != 0 else "0"
+
+
+def gpu_hours(x: Decimal | float | None) -> str:
+    return number(x)
+
+
+def interval(lo: Decimal | float, hi: Decimal | float) -> str:
+    """"lo–hi", with more digits where three would print two different ends alike."""
+    for digits in range(DIGITS, MAX_DIGITS + 1):
+        a, b = number(lo, digits), number(hi, digits)
+        if a != b or lo == hi:
+            break
+    return f"{a}–{b}"
+
+
+def change(before: Decimal | float, after: Decimal | float) -> str:
+    """The relative change from `before` to `after` as a percentage of the two
+    figures as shown, so it agrees with them; "" when `before` shows as 0."""
+    b, a = rounded(before), rounded(after)
+    if b == 0:
+        return ""
+    r = (a - b) / b
+    return f"{r:+.1%}" if r != 0 and abs(r) < Decimal("0.1") else f"{r:+.0%}"

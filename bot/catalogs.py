@@ -1,0 +1,94 @@
+"""The catalogs' upkeep: the messages the source asks for (read by Babel's
+extractor), and what each language's catalog lacks. `scripts/i18n` and
+tests/test_i18n.py both use it, so the check a developer runs is the test."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from babel.messages import pofile
+from babel.messages.catalog import Catalog
+from babel.messages.extract import extract_from_dir
+
+from worker import i18n
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("bot", "worker")  # the worker's parameter checks reach users through the bot
+KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
+PLACEHOLDER = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)(?:[:!][^}]*)?\}(?!\})")
+BACKTICKED = re.compile(r"`[^`]+`")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
+
+
+def template() -> Catalog:
+    """Every message the bot's source marks for translation, with where it is used."""
+    pot = Catalog(domain=i18n.DOMAIN, project="trialbot")
+    for source in SOURCES:
+        for file, line, message, comments, _context in extract_from_dir(
+                str(ROOT / source), [("**.py", "python")], keywords=KEYWORDS,
+                strip_comment_tags=True):
+            pot.add(message, locations=[(f"{source}/{file}", line)], auto_comments=comments)
+    return pot
+
+
+def path(lang: str) -> Path:
+    return i18n.LOCALE_DIR / lang / "LC_MESSAGES" / f"{i18n.DOMAIN}.po"
+
+
+def read(lang: str) -> Catalog:
+    file = path(lang)
+    if not file.exists():
+        return Catalog(locale=lang, domain=i18n.DOMAIN, project="trialbot")
+    with file.open("rb") as fh:
+        return pofile.read_po(fh, locale=lang, domain=i18n.DOMAIN)
+
+
+def write(lang: str, catalog: Catalog) -> None:
+    path(lang).parent.mkdir(parents=True, exist_ok=True)
+    with path(lang).open("wb") as fh:
+        pofile.write_po(fh, catalog, width=100, sort_by_file=True, include_previous=True)
+
+
+def update(lang: str) -> Catalog:
+    """`lang`'s catalog brought up to the source: new messages added untranslated,
+    changed ones marked fuzzy (Babel's matching), gone ones dropped."""
+    catalog = read(lang)
+    catalog.update(template(), no_fuzzy_matching=False)
+    catalog.obsolete.clear()
+    return catalog
+
+
+def strings(message) -> tuple:
+    return message if isinstance(message, (tuple, list)) else (message,)
+
+
+def problems(lang: str) -> list[str]:
+    """What stops `lang`'s catalog from translating every message the source marks:
+    missing, empty or fuzzy translations, and translations whose placeholders,
+    backticked command words or numbers differ from the English."""
+    catalog, out = read(lang), []
+    for message in template():
+        if not message.id:
+            continue
+        where = ", ".join(f"{f}:{n}" for f, n in message.locations[:2])
+        english = strings(message.id)
+        found = catalog.get(message.id)
+        if found is None or not all(strings(found.string)):
+            out.append(f"{where}: no {lang} translation for {english[0]!r}")
+            continue
+        if found.fuzzy:
+            out.append(f"{where}: the {lang} translation is fuzzy (the English changed): "
+                       f"{english[0]!r}")
+            continue
+        for text in strings(found.string):
+            out += [f"{where}: {lang} {what} differ from the English in {english[0]!r}"
+                    for what, pattern in (("placeholders", PLACEHOLDER),
+                                          ("backticked words", BACKTICKED),
+                                          ("numbers", NUMBER))
+                    if _kept(pattern, english[0]) != _kept(pattern, text)]
+    return out
+
+
+def _kept(pattern: re.Pattern, text: str) -> Counter:
+    return Counter(m.group(0) for m in pattern.finditer(text))

@@ -1,0 +1,72 @@
+"""Messages in Korean: the catalog covers every marked message, and translations
+keep the placeholders, command words and numbers (docs/i18n.md)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from babel.messages.catalog import Catalog
+
+from bot import catalogs
+from worker import i18n
+
+
+def test_every_marked_message_has_a_korean_translation():
+    assert catalogs.problems("ko") == []
+
+
+def test_a_message_without_translation_is_found(tmp_path, monkeypatch):
+    (tmp_path / "bot").mkdir()
+    (tmp_path / "worker").mkdir()
+    (tmp_path / "bot" / "m.py").write_text(
+        'from worker.i18n import _\n'
+        'A = _("Trial {id} queued on `{worker}`", id=1, worker="w")\n'
+        'B = _("at most 40 characters")\n'
+        'C = _("no translation yet")\n')
+    monkeypatch.setattr(catalogs, "ROOT", tmp_path)
+    monkeypatch.setattr(i18n, "LOCALE_DIR", tmp_path / "locale")
+    ko = Catalog(locale="ko", domain=i18n.DOMAIN)
+    ko.add("Trial {id} queued on `{worker}`", "시험 {n} 대기 중: `{worker}`")  # placeholder renamed
+    ko.add("at most 40 characters", "최대 4자")  # number changed
+    catalogs.write("ko", ko)
+    found = catalogs.problems("ko")
+    assert any("placeholders differ" in p and "Trial {id}" in p for p in found)
+    assert any("numbers differ" in p and "40 characters" in p for p in found)
+    assert any("no ko translation for 'no translation yet'" in p and "bot/m.py:4" in p
+               for p in found)
+    assert len(found) == 3
+
+
+def test_using_sets_the_language_for_this_thread_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(i18n, "LOCALE_DIR", tmp_path)
+    ko = Catalog(locale="ko", domain=i18n.DOMAIN)
+    ko.add("Trial {id} queued", "시험 {id} 대기 중")
+    ko.add(("{n} trial", "{n} trials"), ("시험 {n}개",))
+    monkeypatch.setattr(catalogs.i18n, "LOCALE_DIR", tmp_path)
+    catalogs.write("ko", ko)
+    i18n.catalog.cache_clear()
+    other = []
+    try:
+        with i18n.using("ko"):
+            thread = threading.Thread(target=lambda: other.append(i18n._("Trial {id} queued", id=2)))
+            thread.start()
+            thread.join()
+            assert i18n._("Trial {id} queued", id=7) == "시험 7 대기 중"
+            assert i18n.ngettext("{n} trial", "{n} trials", 3) == "시험 3개"
+        assert i18n._("Trial {id} queued", id=7) == "Trial 7 queued"
+        assert i18n.ngettext("{n} trial", "{n} trials", 1) == "1 trial"
+        assert other == ["Trial 2 queued"]  # another thread keeps its own language
+    finally:
+        i18n.catalog.cache_clear()
+
+
+@pytest.mark.parametrize("raw, code", [("ko", "ko"), ("KO", "ko"), ("ko_KR", "ko"),
+                                       ("ko-KR", "ko"), ("en", "en")])
+def test_language_codes(raw, code):
+    assert i18n.language(raw) == code
+
+
+def test_an_unknown_language_is_refused_naming_the_choices():
+    with pytest.raises(i18n.LanguageError) as exc:
+        i18n.language("fr")
+    assert "`fr` is not a language" in exc.value.message and "`ko` (한국어)" in exc.value.message

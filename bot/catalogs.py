@@ -39,7 +39,13 @@ def path(lang: str) -> Path:
 def read(lang: str) -> Catalog:
     file = path(lang)
     if not file.exists():
-        return Catalog(locale=lang, domain=i18n.DOMAIN, project="trialbot")
+        return Catalog(locale=lang, domain=i18n.DOMAIN, project="trialbot", version="",
+                       copyright_holder="the trialbot developers",
+                       msgid_bugs_address="the trialbot developers",
+                       last_translator="the trialbot developers",
+                       language_team="the trialbot developers", fuzzy=False,
+                       header_comment=f"# {i18n.LANGS[lang]} messages of trialbot: "
+                                      "`scripts/i18n update` adds new ones (docs/i18n.md).")
     with file.open("rb") as fh:
         return pofile.read_po(fh, locale=lang, domain=i18n.DOMAIN)
 

@@ -13,7 +13,7 @@ from bot import access
 
 PLAN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 # /plan's own words: never a plan name
-PLAN_WORDS = {"new", "list", "help", "price", "prices", "digest", "calibration"}
+PLAN_WORDS = {"new", "list", "help", "price", "prices", "digest", "calibration", "settings"}
 
 
 def plan_name_problem(word: str) -> str | None:

@@ -48,7 +48,8 @@ def test_using_sets_the_language_for_this_thread_only(tmp_path, monkeypatch):
     other = []
     try:
         with i18n.using("ko"):
-            thread = threading.Thread(target=lambda: other.append(i18n._("Trial {id} queued", id=2)))
+            thread = threading.Thread(
+                target=lambda: other.append(i18n._("Trial {id} queued", id=2)))
             thread.start()
             thread.join()
             assert i18n._("Trial {id} queued", id=7) == "시험 7 대기 중"
@@ -70,3 +71,38 @@ def test_an_unknown_language_is_refused_naming_the_choices():
     with pytest.raises(i18n.LanguageError) as exc:
         i18n.language("fr")
     assert "`fr` is not a language" in exc.value.message and "`ko` (한국어)" in exc.value.message
+
+
+def _ctx(tmp_path):
+    from bot.app.runtime import context
+    from bot.store import Store
+    return context(Store(str(tmp_path / "t.db")))
+
+
+def _plan(ctx, text, channel="C1", user="U1"):
+    import datetime as dt
+
+    from bot.plans import command as plan_command
+    return plan_command.handle(ctx, text, user, channel, dt.date(2026, 12, 1))["text"]
+
+
+def test_a_channel_chooses_its_language_and_others_keep_theirs(tmp_path):
+    ctx = _ctx(tmp_path)
+    assert "the bot's default" in _plan(ctx, "settings") and "(`en`)" in _plan(ctx, "settings")
+    assert "(`ko`)" in _plan(ctx, "settings lang=KO")
+    assert ctx.store.channel_lang("C1") == "ko" and ctx.store.channel_lang("C2") is None
+    assert "(`en`)" in _plan(ctx, "settings", channel="C2")
+    bad = _plan(ctx, "settings lang=fr")
+    assert "`fr` is not a language" in bad and ctx.store.channel_lang("C1") == "ko"
+    assert "the bot's default" in _plan(ctx, "settings lang=")
+    assert ctx.store.channel_lang("C1") is None
+
+
+def test_the_process_default_applies_where_no_channel_chose(monkeypatch):
+    monkeypatch.setattr(i18n, "_default", "en")
+    i18n.set_default("ko")
+    assert i18n.current() == "ko"
+    with i18n.using("en"):
+        assert i18n.current() == "en"
+    with pytest.raises(i18n.LanguageError):
+        i18n.set_default("xx")

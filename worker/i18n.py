@@ -16,7 +16,8 @@ The catalogs are `worker/locale/LANG/LC_MESSAGES/trialbot.po`, kept with
 used: no generated binary lives in the repository.
 
 Which language: the one `using(lang)` set for this command (a channel's own
-setting, or TRIALBOT_LANG), else English. A context variable, so each of
+setting), else the process's default (`set_default`, from TRIALBOT_LANG), else
+English. A context variable, so each of
 Bolt's listener threads has its own.
 """
 from __future__ import annotations
@@ -33,7 +34,9 @@ DEFAULT = "en"  # the language messages are written in
 DOMAIN = "trialbot"
 LOCALE_DIR = Path(__file__).with_name("locale")
 
-_current: contextvars.ContextVar[str] = contextvars.ContextVar("trialbot_lang", default=DEFAULT)
+_current: contextvars.ContextVar[str | None] = contextvars.ContextVar("trialbot_lang",
+                                                                      default=None)
+_default = DEFAULT  # the process's own (TRIALBOT_LANG), where no channel chose one
 
 
 class LanguageError(ValueError):
@@ -52,7 +55,18 @@ def language(raw: str) -> str:
 
 
 def current() -> str:
-    return _current.get()
+    return _current.get() or _default
+
+
+def default() -> str:
+    """The process's language (TRIALBOT_LANG), where no channel chose one."""
+    return _default
+
+
+def set_default(lang: str) -> None:
+    """The language of every message no channel setting decides (TRIALBOT_LANG)."""
+    global _default
+    _default = language(lang)
 
 
 @contextlib.contextmanager

@@ -53,8 +53,15 @@ def main(argv: list[str] | None = None) -> int:
                 return admin.run_backup(args.db, args.path, args.force)
             return admin.worker_token(args.db, args.action, args.name)
         if args.command == "console":
+            from bot.app import config
             from bot.app import console as console_mod
+            from worker import i18n
             logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+            try:
+                i18n.set_default(config.default_lang(os.environ))
+            except config.ConfigError as exc:
+                print(f"trialbot console: {exc}", file=sys.stderr)
+                return 2
             return console_mod.run(args.db, args.json)
         return run_serve(args.local_worker)
     except SchemaTooNew as exc:
@@ -78,6 +85,8 @@ def run_serve(local_worker: bool) -> int:
     from worker import redact
     redact.install(redact.secret_values(settings.bot_token, settings.app_token,
                                         settings.signing_secret, settings.worker_token))
+    from worker import i18n
+    i18n.set_default(settings.lang)
     from bot.app.runtime import Runtime
     from bot.slack.app import build_app, web_client
     from bot.slack.transport import SlackTransport

@@ -11,6 +11,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from bot.access import Policy
+from worker import i18n
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Settings:
     api_url: str | None
     lease_seconds: float
     policy: object = None  # access.Policy: who may run, who is an admin
+    lang: str = "en"  # TRIALBOT_LANG: messages where no channel chose (`/plan settings`)
 
     @property
     def socket_mode(self) -> bool:
@@ -59,12 +61,22 @@ def from_env(env) -> Settings:
         raise ConfigError(f"TRIALBOT_LEASE_SECONDS={env.get('TRIALBOT_LEASE_SECONDS')!r} must "
                           "be seconds from 1 to 3600") from None
     policy = load_access(env)
+    lang = default_lang(env)
     return Settings(
         bot_token=env["SLACK_BOT_TOKEN"], app_token=env.get("SLACK_APP_TOKEN") or None,
         signing_secret=env.get("SLACK_SIGNING_SECRET") or None,
         worker_token=env["TRIALBOT_WORKER_TOKEN"], db=env.get("TRIALBOT_DB", "./trialbot.db"),
         host=env.get("TRIALBOT_HOST", "0.0.0.0"), port=port,
-        api_url=env.get("SLACK_API_URL") or None, lease_seconds=lease, policy=policy)
+        api_url=env.get("SLACK_API_URL") or None, lease_seconds=lease, policy=policy,
+        lang=lang)
+
+
+def default_lang(env) -> str:
+    """TRIALBOT_LANG (en when unset), checked: every adapter reads it here."""
+    try:
+        return i18n.language(env.get("TRIALBOT_LANG") or i18n.DEFAULT)
+    except i18n.LanguageError as exc:
+        raise ConfigError(f"TRIALBOT_LANG: {exc.message}") from None
 
 
 # The access policy: environment variables, and an [access] table in TRIALBOT_CONFIG.

@@ -12,6 +12,7 @@ from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest
 from bot.trials import workers
 from bot.words import normalize
+from worker import i18n
 
 log = logging.getLogger("trialbot.plans")
 
@@ -20,7 +21,13 @@ def handle(ctx, text: str, user: str, channel: str, today: dt.date,
            now: dt.datetime | None = None, request: str | None = None,
            response_url: str | None = None) -> dict:
     """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once.
-    `response_url` reaches the requester if the channel refuses what is posted."""
+    `response_url` reaches the requester if the channel refuses what is posted.
+    The answer speaks the channel's language (`/plan settings lang=ko`)."""
+    with i18n.using(ctx.store.channel_lang(channel)):
+        return _handle(ctx, text, user, channel, today, now, request, response_url)
+
+
+def _handle(ctx, text, user, channel, today, now, request, response_url) -> dict:
     need = None
     text = normalize(text)  # once, here: every parser and every echo sees the plain words
     try:
@@ -318,6 +325,19 @@ def _review(ctx, cmd, user, channel, today):
                         ctx.store.prices(), today)
 
 
+def _settings(ctx, cmd, user, channel, today):
+    """`/plan settings [lang=ko]`: the channel's language (anyone reads it; a
+    change needs the right to change plans)."""
+    if "lang" in cmd.args:
+        refused = ctx.allows("run", user, channel, "change this channel's settings")
+        if refused:
+            return views.reply(f":lock: {refused} Nothing was changed.")
+        ctx.store.set_channel_lang(channel, cmd.args["lang"], user)
+    lang = ctx.store.channel_lang(channel)
+    with i18n.using(lang or i18n.default()):  # the answer speaks the language now in effect
+        return views.channel_settings(lang, i18n.current())
+
+
 def _calibration(ctx, cmd, user, channel, today):
     """The team's record per scope, from the plans `user` may see here."""
     pairs = service.calibration_pairs(ctx, user, channel)
@@ -383,4 +403,5 @@ ACTIONS = {"help": _help, "list": _list, "new": _new, "set": _set, "block": _blo
            "advise": _advise, "actual": _actual, "review": _review, "price": _price,
            "prices": _prices, "calibration": _calibration, "history": _history,
            "block-correct": _block_correct, "block-delete": _block_delete,
-           "price-correct": _price_correct, "price-delete": _price_delete}
+           "price-correct": _price_correct, "price-delete": _price_delete,
+           "settings": _settings}

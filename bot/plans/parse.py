@@ -17,13 +17,15 @@ from bot.context import PLAN_WORDS, plan_name_problem
 from bot.fits import gpus
 from bot.plans import money
 from bot.trials.parse import split
+from worker import i18n
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
          "trial=T12 ...|block KIND correct k=v ...|block KIND delete|lock|unlock|advise|"
          "actual KIND hours=H|slurm=JOBID|actual KIND delete [#ID]|review|history|export] | "
          "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan price correct P7 ... | "
          "/plan price delete P7 | /plan prices [all] | "
-         "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan help")
+         "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan settings [lang=ko] | "
+         "/plan help")
 
 BLOCK_KINDS = ("baseline", "compare", "scale", "verify")
 ACTIONS = ("show", "export", "lock", "unlock", "advise", "review", "set", "block", "actual")
@@ -107,6 +109,8 @@ def parse(text: str, today: dt.date) -> PlanCommand:
     if head == "calibration":
         _no_more(rest, "/plan calibration")
         return PlanCommand("calibration")
+    if head == "settings":
+        return PlanCommand("settings", args=parse_settings(rest))
     if head == "price" and rest[:1] in (["correct"], ["delete"]):
         return parse_price_change(rest[0], rest[1:])
     if head == "price":
@@ -137,6 +141,17 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         return PlanCommand("actual", name, parse_actual(rest))
     raise PlanError(f"`{action}` is not something a plan does; use one of show, set, block, "
                     f"lock, unlock, advise, actual, review, history, export. Usage: `{USAGE}`")
+
+
+def parse_settings(words: list[str]) -> dict:
+    """`/plan settings [lang=ko]`: this channel's own settings (`lang=` clears it)."""
+    pairs = _pairs(words, ("lang",), "a channel setting", empty=True)
+    if "lang" not in pairs:
+        return {}
+    try:
+        return {"lang": i18n.language(pairs["lang"]) if pairs["lang"] else None}
+    except i18n.LanguageError as exc:
+        raise PlanError(f"{exc.message}; `lang=` goes back to the bot's default") from None
 
 
 def plan_name(word: str) -> str:

@@ -9,12 +9,27 @@ from bot import figures
 from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import calibration, changes, estimate, kept_apart, parse, prices
-from worker import summary
+from worker import i18n, summary
+from worker.i18n import _
 from worker.spec import LIVE_TIME_NOTE
 
 
 def error(message: str) -> dict:
     return reply(f":x: {message}\nNothing was stored. `/plan help` lists the commands.")
+
+
+def channel_settings(chosen: str | None, speaking: str) -> dict:
+    """This channel's settings: the language it chose, or the bot's default."""
+    name = i18n.LANGS[speaking]
+    if chosen:
+        line = _("This channel's language: {name} (`{code}`), set with `/plan settings "
+                 "lang={code}`; `/plan settings lang=` goes back to the bot's default.",
+                 name=name, code=speaking)
+    else:
+        line = _("This channel's language: {name} (`{code}`), the bot's default "
+                 "(TRIALBOT_LANG); `/plan settings lang=ko` writes this channel's messages in "
+                 "Korean.", name=name, code=speaking)
+    return reply(line)
 
 
 def help_text() -> dict:
@@ -230,7 +245,7 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     cost = costs(plan, ests, price_list, today)
     rows = [["block", "runs", "GPU-h", "90% interval"] + (["calibrated 90%"] if calib else [])
             + ["cost"]]
-    for i, ((_, e, _), c) in enumerate(zip(ests, cost)):
+    for i, ((_block, e, _trials), c) in enumerate(zip(ests, cost)):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
         kind = e["kind"] + (" (partial depth)" if e.get("partial") else "")
         rows.append([kind, runs, hours_text(e["hours"]), _interval(e)]
@@ -248,7 +263,7 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
 def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
     """Per block, the calibration's sentence and the pairs it used."""
     out = []
-    for (_, e, _), c in zip(ests, calib):
+    for (_block, e, _trials), c in zip(ests, calib):
         line = f"• {e['kind']}: {c['text']}"
         if c["calibrated"]:
             lo, hi = calibrated_interval(e, c)
@@ -324,7 +339,7 @@ def grouped_warnings(plan: dict, ests: list) -> list[str]:
     """Each warning once, with the blocks it applies to (the same "no target GPU"
     on every block is one line, not one per block)."""
     seen: dict[str, list[str]] = {}
-    for _, e, ts in ests:
+    for _block, e, ts in ests:
         for w in block_warnings(plan, e, [t["report"] for t in ts]):
             kinds = seen.setdefault(w, [])
             if e["kind"] not in kinds:

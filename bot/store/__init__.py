@@ -1,6 +1,6 @@
 """All state, in one SQLite file (WAL), through sqlite-utils. The only package
 with SQL in it: a mixin per table group (jobs.py, workers.py, outbox.py,
-plans.py, slurm.py, digests.py) on base.py (connection, transactions, request
+plans.py, slurm.py, digests.py, channels.py) on base.py (connection, transactions, request
 keys), the frozen baseline (schema.py) and the versioned steps (migrations.py).
 
 Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
@@ -9,12 +9,13 @@ Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
 `outbox` (every message the bot will post, stored before it is sent),
 `worker_tokens` (per-worker API tokens, hashed), the
 plans' tables, and `digests` / `digests_sent` (the weekly digest's schedule
-per channel, and each week posted).
+per channel, and each week posted), `channel_settings` (a channel's language).
 """
 from __future__ import annotations
 
 from bot.store.backup import backup
 from bot.store.base import Base, DuplicateRequest
+from bot.store.channels import Channels
 from bot.store.digests import Digests
 from bot.store.jobs import Jobs
 from bot.store.outbox import RESPONSE_URL_SECONDS, RESPONSE_URL_USES, Outbox
@@ -25,7 +26,7 @@ from bot.store.workers import Workers
 __all__ = ["RESPONSE_URL_SECONDS", "RESPONSE_URL_USES", "DuplicateRequest", "Store", "backup"]
 
 
-class Store(Jobs, Workers, Outbox, Plans, SlurmActuals, Digests, Base):
+class Store(Jobs, Workers, Outbox, Plans, SlurmActuals, Digests, Channels, Base):
     """One store over the file: a mixin per table group, all on one connection
     per thread, so a transaction (Base.tx) may span them (a report and its
     outbox messages are one commit)."""

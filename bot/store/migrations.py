@@ -72,6 +72,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "create index if not exists plan_history_plan on plan_history (plan, id)",
         "create index if not exists plan_history_item on plan_history (item, id)",
     ]),
+    # A channel's own settings (today its language), who set them and when.
+    ("channel settings", [
+        "create table if not exists channel_settings (channel text primary key, lang text, "
+        "set_by text, set_at float)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

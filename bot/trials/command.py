@@ -12,6 +12,7 @@ from bot.store import DuplicateRequest
 from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
 from bot.trials.job import ENDED
 from bot.words import normalize
+from worker import i18n
 from worker import spec as specs
 
 
@@ -21,12 +22,13 @@ def handle(ctx, text: str, user: str, channel: str,
     """Returns (ephemeral reply, the queued job or None). `request` (Slack's
     trigger_id) makes a retried or doubled request queue nothing a second time;
     `response_url` reaches the requester if the channel refuses the trial's messages."""
-    try:  # once, here: every parser and every echo then sees the plain words
-        return _handle(ctx, normalize(text), user, channel, request, response_url)
-    except DuplicateRequest as exc:
-        trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
-        return reply(f"Already received: this request (Slack retried it, or it came "
-                            f"twice) queued {trials}. Nothing new was queued."), None
+    with i18n.using(ctx.store.channel_lang(channel)):  # the channel's language
+        try:  # once, here: every parser and every echo then sees the plain words
+            return _handle(ctx, normalize(text), user, channel, request, response_url)
+        except DuplicateRequest as exc:
+            trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
+            return reply(f"Already received: this request (Slack retried it, or it came "
+                         f"twice) queued {trials}. Nothing new was queued."), None
 
 
 READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")

@@ -13,6 +13,7 @@ import time
 
 from bot.blocks import message
 from bot.trials import card, chart, outcome, views, workers
+from worker import i18n
 from worker import report as reports
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
@@ -79,6 +80,10 @@ class JobQueue:
             self.changed.notify_all()
         return req
 
+    def speaking(self, channel: str | None):
+        """What is written for a trial speaks its channel's language."""
+        return i18n.using(self.store.channel_lang(channel))
+
     def lease(self, worker: str, wait: float, key: str | None = None) -> dict | None:
         """A trial job for `worker`; for a Slurm worker, first any Slurm accounting
         request (seconds of sacct), as a dict with kind "slurm-accounting". The
@@ -98,7 +103,8 @@ class JobQueue:
                                         lambda spec: workers.can_run(info, spec),
                                         self.max_leases, key)
             if job:
-                self.store.set_started_message(job["id"], card.started(job, worker))
+                with self.speaking(job["channel"]):
+                    self.store.set_started_message(job["id"], card.started(job, worker))
                 self.on_message()
                 return self.store.job(job["id"])
             left = deadline - time.monotonic()
@@ -129,35 +135,43 @@ class JobQueue:
         with the reason instead of being re-queued for ever; so does a Slurm
         accounting request."""
         for req in self.store.expired_slurm_actuals(self.max_leases):
-            why = (f"lease expired {req['attempts']} times: the Slurm workers asked "
-                   f"({req['worker']} last) stopped answering")
-            text = (f":x: Slurm accounting for *{req['plan']}* {req['block']} (jobs "
-                    f"{', '.join(req['jobs'])}): {why}. Nothing was recorded (asked by "
-                    f"<@{req['user']}>); ask again when a Slurm worker runs.")
-            if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
-                                              [dict(message(req["channel"], text),
-                                                    user=req["user"])],
-                                              expired=True):
-                self.on_message()
+            with self.speaking(req["channel"]):
+                self._fail_slurm(req)
         for job in self.store.expired_jobs(self.max_leases):
-            report = reports.new_report(job["workload"], job["spec"]["params"])
-            if job["cancel"]:  # cancelled, then its worker went silent: never run again
-                reports.fail(report, "cancelled", f"cancelled by <@{job['cancelled_by']}>; "
-                             f"{job['worker']} stopped heartbeating before it could kill it",
-                             None)
-            else:
-                reports.fail(report, "killed", f"lease expired {job['attempts']} times: the "
-                             f"workers running it ({job['worker']} last) stopped heartbeating — "
-                             "died, were killed, or lost the network mid-trial; not retried",
-                             None)
-            report["trial"], report["worker"] = job["trial"], job["worker"]
-            with self.sweep_lock:
-                group = outcome.group_messages(self.store, job, report)
-                if not self.store.fail_expired(job, report, outcome.ended(self.store, job, report)):
-                    continue
-                if group:  # fail_expired takes one message: the fit (and chart) follow it
-                    self.store.add_messages(group)
+            with self.speaking(job["channel"]):
+                self._fail_expired(job)
+
+    def _fail_slurm(self, req: dict) -> None:
+        why = (f"lease expired {req['attempts']} times: the Slurm workers asked "
+               f"({req['worker']} last) stopped answering")
+        text = (f":x: Slurm accounting for *{req['plan']}* {req['block']} (jobs "
+                f"{', '.join(req['jobs'])}): {why}. Nothing was recorded (asked by "
+                f"<@{req['user']}>); ask again when a Slurm worker runs.")
+        if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
+                                          [dict(message(req["channel"], text),
+                                                user=req["user"])],
+                                          expired=True):
             self.on_message()
+
+    def _fail_expired(self, job: dict) -> None:
+        report = reports.new_report(job["workload"], job["spec"]["params"])
+        if job["cancel"]:  # cancelled, then its worker went silent: never run again
+            reports.fail(report, "cancelled", f"cancelled by <@{job['cancelled_by']}>; "
+                         f"{job['worker']} stopped heartbeating before it could kill it",
+                         None)
+        else:
+            reports.fail(report, "killed", f"lease expired {job['attempts']} times: the "
+                         f"workers running it ({job['worker']} last) stopped heartbeating — "
+                         "died, were killed, or lost the network mid-trial; not retried",
+                         None)
+        report["trial"], report["worker"] = job["trial"], job["worker"]
+        with self.sweep_lock:
+            group = outcome.group_messages(self.store, job, report)
+            if not self.store.fail_expired(job, report, outcome.ended(self.store, job, report)):
+                return
+            if group:  # fail_expired takes one message: the fit (and chart) follow it
+                self.store.add_messages(group)
+        self.on_message()
 
     def heartbeat(self, job_id: int, worker: str, lease: str, progress: dict | None = None) -> bool:
         """Extend the lease; show new progress on the trial's card. True when the
@@ -166,10 +180,11 @@ class JobQueue:
             raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         job = self.store.job(job_id)
         if progress and progress != job.get("progress") and job.get("started_msg"):
-            messages = [dict(card.started(job, worker, progress),
-                             update_of=job["started_msg"])]
-            messages += card.failed_tries(job, (job.get("progress") or {}).get("failed"),
-                                               progress)
+            with self.speaking(job["channel"]):
+                messages = [dict(card.started(job, worker, progress),
+                                 update_of=job["started_msg"])]
+                messages += card.failed_tries(job, (job.get("progress") or {}).get("failed"),
+                                              progress)
             if self.store.set_progress(job_id, lease, progress, messages):
                 self.on_message()
         return bool(job.get("cancel"))
@@ -179,6 +194,10 @@ class JobQueue:
         (who may: bot/trials/command.py). Returns what happened; raises
         ValueError naming why it cannot."""
         job = self.store.job(job_id)
+        with self.speaking(job["channel"] if job else None):
+            return self._cancel(job_id, job, user)
+
+    def _cancel(self, job_id: int, job: dict | None, user: str) -> str:
         if job is None:
             raise ValueError(f"there is no trial T{job_id}; `/trial list` shows recent ones")
         if job["status"] not in ("queued", "running"):
@@ -213,13 +232,15 @@ class JobQueue:
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")
         report["trial"], report["worker"] = job["trial"], worker
-        messages = outcome.ended(self.store, job, report)
-        if chart.has_timeline(report):
-            messages.append(views.chart(job, report))
-        with self.sweep_lock:
-            group = outcome.group_messages(self.store, job, report)
-            if not self.store.finish_job(job_id, worker, lease, report, messages + group, key):
-                raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
+        with self.speaking(job["channel"]):
+            messages = outcome.ended(self.store, job, report)
+            if chart.has_timeline(report):
+                messages.append(views.chart(job, report))
+            with self.sweep_lock:
+                group = outcome.group_messages(self.store, job, report)
+                if not self.store.finish_job(job_id, worker, lease, report, messages + group,
+                                             key):
+                    raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         self.on_message()
         with self.changed:
             self.changed.notify_all()

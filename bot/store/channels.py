@@ -1,0 +1,25 @@
+"""A channel's own settings: the language its messages are written in."""
+from __future__ import annotations
+
+import time
+
+
+class Channels:
+    def channel_settings(self, channel: str) -> dict | None:
+        rows = list(self.db.query("select * from channel_settings where channel = ?",
+                                  [channel]))
+        return rows[0] if rows else None
+
+    def channel_lang(self, channel: str | None) -> str | None:
+        """The language the channel chose (None: the bot's default)."""
+        return (self.channel_settings(channel) or {}).get("lang") if channel else None
+
+    def set_channel_lang(self, channel: str, lang: str | None, user: str) -> dict | None:
+        """Set (None: clear) the channel's language; the settings it replaced."""
+        old = self.channel_settings(channel)
+        with self.tx():
+            self.db.execute("insert into channel_settings (channel, lang, set_by, set_at) "
+                            "values (?, ?, ?, ?) on conflict (channel) do update set "
+                            "lang = excluded.lang, set_by = excluded.set_by, "
+                            "set_at = excluded.set_at", [channel, lang, user, time.time()])
+        return old

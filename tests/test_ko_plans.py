@@ -104,3 +104,26 @@ def test_help_in_korean_keeps_every_command(tmp_path):
     assert "`/plan NAME set key=value ...`는 체크리스트" in out
     assert "*체크리스트*: `paper` 논문과 버전(예: arXiv 2405.01234v2)" in out
     assert "`/plan digest weekly mon 09:00 Asia/Seoul`" in out
+
+
+def test_a_block_from_an_unknown_trial_is_refused_in_korean(tmp_path):
+    ctx = _ctx(tmp_path)
+    _korean(ctx)
+    _plan(ctx, "new adkv")
+    out = _plan(ctx, "adkv block baseline runs=10 trial=T99")
+    assert out.startswith(":x: 트라이얼 T99가 없습니다. `/trial list`가 최근 트라이얼을 "
+                          "보여 줍니다")
+    assert ctx.store.blocks("adkv") == []
+
+
+def test_a_slurm_answer_speaks_korean_and_keeps_job_ids():
+    from bot.plans import slurm
+    req = {"plan": "adkv", "block": "baseline", "jobs": ["123456"], "user": "U1"}
+    with i18n.using("ko"):
+        actual, text = slurm.outcome(req, {"error": "sacct: command not found"})
+    assert actual is None
+    assert text == (":x: *adkv* baseline의 Slurm accounting(작업 123456): Slurm 워커가 읽지 "
+                    "못했습니다: sacct: command not found. 아무것도 기록하지 않았습니다"
+                    "(요청자 <@U1>).")
+    assert slurm.outcome(req, {"error": "x"})[1].startswith(
+        ":x: Slurm accounting for *adkv* baseline (jobs 123456): the Slurm worker could not")

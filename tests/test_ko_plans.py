@@ -127,3 +127,21 @@ def test_a_slurm_answer_speaks_korean_and_keeps_job_ids():
                     "(요청자 <@U1>).")
     assert slurm.outcome(req, {"error": "x"})[1].startswith(
         ":x: Slurm accounting for *adkv* baseline (jobs 123456): the Slurm worker could not")
+
+
+def test_an_export_in_korean_keeps_its_keys_and_columns_english(tmp_path):
+    import json
+
+    from bot.plans import export
+    ctx = _ctx(tmp_path)
+    _korean(ctx)
+    _plan(ctx, "new adkv gpu=H100")
+    with i18n.using("ko"):
+        made = dict(export.files(ctx.store.plan("adkv"), [], [], [], TODAY))
+    md, data = made["md"], json.loads(made["json"])
+    assert md.startswith("# 계획 adkv\n") and "\n## 체크리스트\n" in md
+    assert "- [ ] 논문과 버전(예: arXiv 2405.01234v2): (미정)" in md
+    assert "- [x] 대상 GPU 종류(예: H100): H100-80GB" in md
+    assert made["csv"].startswith("plan,block,runs,configs,gpus,component,gpu_hours,")
+    assert data["target"] == "H100-80GB" and set(data) >= {"checklist", "prices", "history"}
+    assert data["prices"]["line"].startswith("비용 미확인: H100-80GB의 확인된 가격이 없습니다")

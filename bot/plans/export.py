@@ -209,8 +209,9 @@ def markdown(d: dict, rows: list[list]) -> str:
                                       kind=kind, config=cfg, code=v["code"],
                                       trials=", ".join(v["trials"])))
     lines += ["", "## " + _("Checklist"), ""]
+    still_open = _("(open)")
     lines += [f"- [{'x' if d['checklist'][k] else ' '}] {_(label)}: "
-              f"{d['checklist'][k] or _('(open)')}" for k, label in parse.CHECKLIST.items()]
+              f"{d['checklist'][k] or still_open}" for k, label in parse.CHECKLIST.items()]
     lines += ["", "## " + _("Settings"), ""]
     lines += ([f"- {k}: {v}" for k, v in d["settings"].items()]
               or ["- " + _("none set (defaults: rental per-block, idle not counted)")])

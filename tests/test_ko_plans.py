@@ -94,6 +94,11 @@ def test_pure_renderings_follow_the_language_in_use():
         assert changes.fact_value("period", 21) == "3주(21일)"
         assert changes.fact_value("period", 365.25) == "1년(365일)"
     assert changes.fact_value("period", 21) == "3 weeks (21 days)"
+    from bot.plans import calibration
+    with i18n.using("ko"):
+        text = calibration.calibrate([], scope="1× H100 · llm-infer")["text"]
+    assert text == ("보정 안 됨: 필요한 쌍 9개 중 0개 (1× H100 · llm-infer)"
+                    "(기록된 실측치 9개 더 필요)")
 
 
 def test_help_in_korean_keeps_every_command(tmp_path):

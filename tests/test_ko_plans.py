@@ -116,7 +116,7 @@ def test_a_block_from_an_unknown_trial_is_refused_in_korean(tmp_path):
     _korean(ctx)
     _plan(ctx, "new adkv")
     out = _plan(ctx, "adkv block baseline runs=10 trial=T99")
-    assert out.startswith(":x: 트라이얼 T99가 없습니다. `/trial list`가 최근 트라이얼을 "
+    assert out.startswith(":x: 트라이얼 T99이(가) 없습니다. `/trial list`가 최근 트라이얼을 "
                           "보여 줍니다")
     assert ctx.store.blocks("adkv") == []
 
@@ -150,3 +150,23 @@ def test_an_export_in_korean_keeps_its_keys_and_columns_english(tmp_path):
     assert made["csv"].startswith("plan,block,runs,configs,gpus,component,gpu_hours,")
     assert data["target"] == "H100-80GB" and set(data) >= {"checklist", "prices", "history"}
     assert data["prices"]["line"].startswith("비용 미확인: H100-80GB의 확인된 가격이 없습니다")
+
+
+def test_a_block_priced_and_shown_in_korean(tmp_path):
+    from test_planner import report
+    from test_plans import finish
+    ctx = context(Store(str(tmp_path / "p.db")), admins=frozenset({"U1"}))
+    _korean(ctx)
+    t = finish(ctx, report())
+    _plan(ctx, "new repro gpu=H100 platform=cuda")
+    out = _plan(ctx, f'repro block baseline runs=200 trial={t} note="어떤 프롬프트?"')
+    assert out.startswith("계획 *repro*: baseline 블록을 추가했습니다 — ")
+    assert f"에서 실행한 {t} 기반." in out and "GPU-h" in out
+    out = _plan(ctx, "price H100 ₩3500/h source=견적 date=2026-11-30")
+    assert out.startswith("P1을(를) 기록했습니다: H100-80GB rent ₩3500 GPU-시간당 (출처: 견적, "
+                          "2026-11-30 확인).")
+    shown = _plan(ctx, "repro show")
+    assert "비용 기준: H100-80GB rent ₩3500 GPU-시간당 (P1, 출처: 견적, 2026-11-30 확인)" in shown
+    assert "블록" in shown and "합계" in shown and "• baseline: 어떤 프롬프트?" in shown
+    assert "GPU-시간 = 측정한 경과 시간 × GPU 수" in plan_command.handle(
+        ctx, "repro show", "U1", "CKO", TODAY)["blocks"][-1]["elements"][0]["text"]

@@ -17,7 +17,7 @@ import math
 from decimal import Decimal
 
 from bot.fits.ols import t_quantile
-from worker.i18n import _
+from worker.i18n import N_, _
 
 # A recipe's `launch` (its interpreter and imports before its first phase) is
 # prep too: with run units timed it would otherwise be spread over its runs.
@@ -154,21 +154,26 @@ def per_run(trials: list[dict]) -> dict:
         trial_means = [run_seconds(r) / ni for r, ni in zip(reports, n)]
         windows = [[x * run_seconds(r) / (ni * mi) for x in _window_means(r)] if mi > 0 else []
                    for r, ni, mi in zip(reports, n, m)]
-        out = {"k": k, "mean": mean, "unit": "request", "trial_means": trial_means,
+        out = {"k": k, "mean": mean, "unit": N_("request"), "trial_means": trial_means,
                "within": within * scale ** 2, "windows": windows,
                "sd": math.sqrt(within) * scale if k > len(n) else None,
-               "source": f"{names}: run phase over {k} measured requests (latency mean "
-                         f"{lat:.4g} s" + (f", sd {math.sqrt(within):.3g} s" if k > len(n)
-                                           else "") + ")"}
+               "source": (_("{trials}: run phase over {k} measured requests (latency mean {mean} "
+                            "s, sd {sd} s)", trials=names, k=k, mean=f"{lat:.4g}",
+                            sd=f"{math.sqrt(within):.3g}") if k > len(n) else
+                          _("{trials}: run phase over {k} measured requests (latency mean {mean} "
+                            "s)", trials=names, k=k, mean=f"{lat:.4g}"))}
         return {**out, **spread(out, len(reports))}
     samples = [run_seconds(r) for r in reports]
     k = len(samples)
     mean = sum(samples) / k
     sd = math.sqrt(_var(samples)) if k > 1 else None
-    out = {"k": k, "mean": mean, "sd": sd, "unit": "run phase", "trial_means": samples,
+    out = {"k": k, "mean": mean, "sd": sd, "unit": N_("run phase"), "trial_means": samples,
            "within": 0.0, "windows": [[] for _ in samples],
-           "source": f"{names}: run phase of {k} trial(s), mean {mean:.4g} s"
-                     + (f", sd {sd:.3g} s" if sd is not None else "")}
+           "source": (_("{trials}: run phase of {k} trial(s), mean {mean} s, sd {sd} s",
+                        trials=names, k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}")
+                      if sd is not None else
+                      _("{trials}: run phase of {k} trial(s), mean {mean} s", trials=names, k=k,
+                        mean=f"{mean:.4g}"))}
     return {**out, **spread(out, k)}
 
 
@@ -270,8 +275,8 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
     runs = block["runs"] * block["configs"]
-    times = (f"{block['runs']} runs × {block['configs']} configs" if block["configs"] > 1
-             else f"{block['runs']} runs")
+    times = (_("{runs} runs × {configs} configs", runs=block["runs"], configs=block["configs"])
+             if block["configs"] > 1 else _("{runs} runs", runs=block["runs"]))
     if predicted:
         x = predicted["seconds"]
         if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
@@ -291,7 +296,8 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     else:
         pr = per_run(trials)
         x = pr["mean"]
-        run_source = f"{times} × {x:.4g} s per {pr['unit']} ({pr['source']})"
+        run_source = _("{times} × {seconds} s per {unit} ({source})", times=times,
+                       seconds=f"{x:.4g}", unit=_(pr["unit"]), source=pr["source"])
         half = None
         if pr["dof"] >= 1:
             # The block's mean per run: its own runs' spread (within/runs) plus

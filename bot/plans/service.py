@@ -61,13 +61,15 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     first = ok[0]["report"]
     units = first.get("units") or {}  # a recipe's timed run units (worker/launcher)
-    unit = ("per request" if not first.get("recipe") else
-            f"per {units['unit']}" if units.get("run") else "per run phase")
-    source = (f"{unit}, predicted for {shown}"
-              + (f" (at the sweep's {', '.join(f'{k}={params[k]}' for k in held)})"
-                 if held else "")
-              + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
-              "estimate, not measured at this config)")
+    unit = (_("per request") if not first.get("recipe") else
+            _("per {unit}", unit=units["unit"]) if units.get("run") else _("per run phase"))
+    values = dict(unit=unit, config=shown, id=block["sweep"], n=len(ok),
+                  held=", ".join(f"{k}={params[k]}" for k in held))
+    source = (_("{unit}, predicted for {config} (at the sweep's {held}) by the time fit of sweep "
+                "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
+              if held else
+              _("{unit}, predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
+                "model estimate, not measured at this config)", **values))
     out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
            "source": source, "partial": None,
            # The points' own marks travel into the block's warnings.
@@ -79,8 +81,9 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     if fit.get("kind") == "depth":
         depths = sorted({j["report"]["params"]["layers"] for j in ok})
         if params["layers"] > depths[-1]:
-            out["partial"] = (f"sweep S{block['sweep']} measured layers "
-                              f"{', '.join(map(str, depths))}; predicted at {params['layers']}")
+            out["partial"] = _("sweep S{id} measured layers {depths}; predicted at {layers}",
+                               id=block["sweep"], depths=", ".join(map(str, depths)),
+                               layers=params["layers"])
     elif ok[0]["report"]["workload"] in depth.DEPTHED:
         # A batch sweep of a partial-depth model: its fit is the partial model's time.
         first = {"workload": ok[0]["report"]["workload"], "params": fit["defaults"],
@@ -123,7 +126,8 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     pr = estimate.per_run(trials)
     k = depth.time_factor(first["params"], depth.sizing_of(first))
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
-            "source": f"per {pr['unit']} ({pr['source']}), {k['what']}", "partial": part,
+            "source": _("per {unit} ({source}), {what}", unit=_(pr["unit"]), source=pr["source"],
+                        what=k["what"]), "partial": part,
             "no_interval": "a model-scaled time has no measured spread at the full depth",
             "weights_factor": k["weights_factor"],
             "config": {"layers": depth.full_layers(first)}}

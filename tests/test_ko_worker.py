@@ -140,3 +140,53 @@ def test_the_console_frames_messages_in_its_channel_s_language(ctx):
     transport.send({"channel": "CKO", "text": "hi", "via": "ephemeral", "user": "U1"})
     transport.send({"channel": "C1", "text": "hi", "via": "dm", "user": "U1"})
     assert out.getvalue() == "[#CKO, <@U1>에게만]\nhi\n[to <@U1>]\nhi\n"
+
+
+def _busy_report() -> dict:
+    from worker import notes
+    from worker.probes import contention
+    gpu = {"flagged_notes": [notes.message(notes.GPU_OTHERS, n=2, index=0, gib="1.50"),
+                             notes.message(notes.GPU_SLOWED, index=0, reasons="thermal")]}
+    busy = [("run", {"others_cpu": 0.41, "others_cpu_max": 0.9, "steal": 0.2})]
+    note = contention._busy_note(busy, gpu)
+    return _report(contention={"flagged": True, "summary": notes.english(note),
+                               "summary_note": note})
+
+
+def test_a_busy_machine_s_warning_written_by_the_worker_reads_in_korean():
+    r = _busy_report()
+    english = ("busy machine: other processes used 41% of the CPU during the run phase (up to "
+               "90% over 0.5 s), and the hypervisor took 20% (steal); 2 other process(es) on "
+               "GPU 0 holding 1.50 GiB; GPU 0 clocks slowed (thermal): these times are not the "
+               "machine's own speed; re-run on a quiet machine")
+    assert r["contention"]["summary"] == english == summary.busy_line(r)
+    with i18n.using("ko"):
+        ko = summary.busy_line(r)
+        assert summary.machine(r["contention"]) == ko
+    assert ko == ("다른 작업으로 바쁜 머신: run 단계 동안 다른 프로세스가 CPU의 41%를 사용했고"
+                  "(0.5 s 구간에서 최대 90%), 하이퍼바이저가 20%를 가져갔습니다(steal); GPU 0에서 "
+                  "다른 프로세스 2개가 1.50 GiB를 점유; GPU 0 클럭 저하(thermal). 이 시간은 머신 "
+                  "본래의 속도가 아니니 조용한 머신에서 다시 실행하십시오")
+
+
+@pytest.mark.parametrize("note", [
+    None,  # a report from before the note
+    {"id": "{x.__class__} leaks", "values": {"x": "a"}},  # not a message the worker writes
+    {"id": "busy GPU: {gpu}: these times are not the machine's own speed; re-run on a quiet "
+           "machine", "values": {"gpu": {"nested": True}}},  # a value of the wrong kind
+])
+def test_an_old_or_unknown_note_shows_the_english_the_report_carries(note):
+    r = _report(contention={"flagged": True, "summary": "busy GPU: as the worker wrote it",
+                            "summary_note": note})
+    with i18n.using("ko"):
+        assert summary.busy_line(r) == "busy GPU: as the worker wrote it"
+
+
+def test_the_documented_gpu_only_note_reads_as_docs_report_schema_says():
+    from worker import notes
+    from worker.probes import contention
+    note = contention._busy_note([], {"flagged_notes": [
+        notes.message(notes.GPU_SLOWED, index=0, reasons="thermal")]})
+    with i18n.using("ko"):
+        assert notes.said(note).startswith("다른 작업으로 바쁜 GPU: GPU 0 클럭 저하(thermal). ")
+    assert notes.english(note).startswith("busy GPU: GPU 0 clocks slowed (thermal): these times")

@@ -2,7 +2,8 @@
 uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
-from worker.i18n import _, ngettext
+from worker import notes
+from worker.i18n import N_, _, ngettext
 from worker.report import Report
 from worker.spec import live_time_note
 from worker.units import duration, size
@@ -207,10 +208,17 @@ def training(tr: dict) -> str:
              theory=tr["theory"])
 
 
+# Why measuring stopped (worker/repeat.py), as the stability line says it.
+STOPPED_BY = {"stable": N_("stable"), "time cap": N_("time cap"), "count": N_("count"),
+              "max count": N_("max count")}
+
+
 def stability(st: dict, unit: str = "request") -> str:
     v = {"ratio": "n/a" if st["iqr_over_median"] is None else f"{st['iqr_over_median']:.1%}",
          "runs": _runs(st["count"], unit), "bound": f"{st.get('bound') or 0:.0%}",
-         "threshold": f"{st.get('threshold') or 0:.0%}", "stopped_by": st.get("stopped_by")}
+         "threshold": f"{st.get('threshold') or 0:.0%}",
+         "stopped_by": _(STOPPED_BY[st.get("stopped_by")]) if st.get("stopped_by") in STOPPED_BY
+         else st.get("stopped_by")}
     if not st.get("threshold") and st.get("bound"):  # a fixed count, judged against a bound
         if st["stable"] is None:
             return _("IQR/median {ratio} over a fixed {runs}: too few to judge", **v)
@@ -238,13 +246,13 @@ def _runs(count: int, unit: str) -> str:
 def busy_line(r: Report) -> str | None:
     """The warning a contended trial carries wherever it is shown."""
     c = r.get("contention") or {}
-    return c.get("summary") if c.get("flagged") else None
+    return notes.said(c.get("summary_note"), c.get("summary")) if c.get("flagged") else None
 
 
 def machine(c: dict) -> str:
     """Busy or quiet, in plain words, from the contention probe."""
     if c.get("summary"):
-        return c["summary"]
+        return notes.said(c.get("summary_note"), c["summary"])
     phases = c.get("phases") or {}
     # The run phase, or a recipe's longest marked phase: where its time went.
     name = "run" if "run" in phases else max(phases, key=lambda n: phases[n]["seconds"],

@@ -190,3 +190,31 @@ def test_the_documented_gpu_only_note_reads_as_docs_report_schema_says():
     with i18n.using("ko"):
         assert notes.said(note).startswith("다른 작업으로 바쁜 GPU: GPU 0 클럭 저하(thermal). ")
     assert notes.english(note).startswith("busy GPU: GPU 0 clocks slowed (thermal): these times")
+
+
+def test_a_model_s_source_and_the_optimizer_theory_read_in_korean():
+    from worker import models, notes
+    found = models.resolve("mistral-7b", [], hub=False)
+    assert found["source"] == "trialbot's copy of mistralai/Mistral-7B-v0.1's config.json"
+    m = {"name": "mistral-7b", "architecture": "MistralForCausalLM", "layers": 2,
+         "full_layers": 32, "attn": "sdpa", "transformers": "4.57.1",
+         "weights": notes.RANDOM_WEIGHTS, "source": found["source"],
+         "source_note": found["source_note"]}
+    tr = {"params": 1234567, "precision": "bf16", "checkpointing": "none", "zero": 1,
+          "world": 2, "loss_first": 8.3, "loss_final": 8.1, "steps": 6,
+          "optimizer_state_theory_per_rank": 4 * 2**20, "theory": "as the worker wrote it",
+          "theory_note": notes.message(notes.THEORY_ZERO, world=2),
+          "ranks": [{"rank": 0, "optimizer_state_bytes": 4 * 2**20}]}
+    with i18n.using("ko"):
+        assert summary.model_line(m) == (
+            "mistral-7b: MistralForCausalLM, 레이어 32개 중 2개, attn=sdpa, transformers 4.57.1, "
+            "무작위(config로 생성; 아무것도 내려받지 않음); config 출처: trialbot에 들어 있는 "
+            "mistralai/Mistral-7B-v0.1의 config.json 사본")
+        assert summary.training(tr).endswith(
+            "(이론값 랭크당 4.00 MiB: AdamW는 exp_avg와 exp_avg_sq를 fp32로 보관합니다: "
+            "8 bytes/param, ZeRO-1 방식으로 랭크 2개에 나눔)")
+    assert summary.model_line(m).endswith("random (from the config; nothing downloaded); config "
+                                          "from trialbot's copy of mistralai/Mistral-7B-v0.1's "
+                                          "config.json")
+    assert summary.training(tr).startswith("1,234,567 params, bf16, checkpointing none, ZeRO-1 "
+                                           "over 2 rank(s); loss 8.3000 → 8.1000 after 6 steps")

@@ -1,9 +1,10 @@
 """The worker's words that reach a reader through a report: a busy machine's
-warning, for now. The worker runs in English and does not know the channel,
-so the report carries, beside the English text, the message and its values:
-{"id": msgid, "values": {...}} (docs/report-schema.md). The bot renders it in
-the channel's language; an older report, or an id this code does not know,
-shows the English as written. Pure and torch-free, like worker/spec.py."""
+warning, the optimizer-state theory, where a model's config came from. The
+worker runs in English and does not know the channel, so the report carries,
+beside the English text, the message and its values: {"id": msgid, "values":
+{...}} (docs/report-schema.md). The bot renders it in the channel's language;
+an older report, or an id this code does not know, shows the English as
+written. Pure and torch-free, like worker/spec.py."""
 from __future__ import annotations
 
 from worker import i18n
@@ -30,8 +31,19 @@ GPU_BUSY = N_("busy GPU: {gpu}: these times are not the machine's own speed; re-
 GPU_OTHERS = N_("{n} other process(es) on GPU {index} holding {gib} GiB")
 GPU_SLOWED = N_("GPU {index} clocks slowed ({reasons})")
 
+# llm-train's optimizer states, in theory (worker/workloads/llm_train.py).
+THEORY = N_("AdamW keeps exp_avg and exp_avg_sq in fp32: 8 bytes/param")
+THEORY_ZERO = N_("AdamW keeps exp_avg and exp_avg_sq in fp32: 8 bytes/param, divided over "
+                 "{world} ranks by ZeRO-1")
+# Where an hf-* trial's config came from (worker/models.py), and its weights.
+SOURCE_PRESET = N_("trialbot's copy of {source}'s config.json")
+SOURCE_FILE = N_("{path} (the worker's --models {directory})")
+SOURCE_HUB = N_("the Hugging Face hub's {name} config.json (config only)")
+RANDOM_WEIGHTS = N_("random (from the config; nothing downloaded)")
+
 KNOWN = frozenset({CPU_BUSY, CPU_STEAL_BUSY, CPU_GPU_BUSY, CPU_STEAL_GPU_BUSY, GPU_BUSY,
-                   GPU_OTHERS, GPU_SLOWED})
+                   GPU_OTHERS, GPU_SLOWED, THEORY, THEORY_ZERO, SOURCE_PRESET, SOURCE_FILE,
+                   SOURCE_HUB, RANDOM_WEIGHTS})
 
 
 def message(msgid: str, /, **values) -> dict:
@@ -44,6 +56,12 @@ def english(note: dict) -> str:
     """The text the worker writes beside the message (the worker speaks English)."""
     with i18n.using("en"):
         return said(note) or ""
+
+
+def text(english: str) -> str:
+    """A report's text that is a message without values (RANDOM_WEIGHTS) in the
+    language in use; any other text as written."""
+    return i18n._(english) if english in KNOWN and "{" not in english else english
 
 
 def said(note: object, fallback: str | None = None) -> str | None:

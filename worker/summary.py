@@ -176,7 +176,8 @@ def model_line(m: dict) -> str:
              "transformers {transformers}, {weights}; config from {source}", name=m["name"],
              architecture=m.get("architecture") or m.get("model_type"), layers=m["layers"],
              full_layers=m["full_layers"], attn=m.get("attn"),
-             transformers=m.get("transformers"), weights=m["weights"], source=m["source"])
+             transformers=m.get("transformers"), weights=notes.text(m["weights"]),
+             source=notes.said(m.get("source_note"), m["source"]))
 
 
 def slurm_line(s: dict) -> str:
@@ -205,7 +206,7 @@ def training(tr: dict) -> str:
              first=format(tr["loss_first"], ".4f"), final=format(tr["loss_final"], ".4f"),
              steps=tr["steps"], states=states,
              theory_size=format(tr["optimizer_state_theory_per_rank"] / 2**20, ".2f"),
-             theory=tr["theory"])
+             theory=notes.said(tr.get("theory_note"), tr["theory"]))
 
 
 # Why measuring stopped (worker/repeat.py), as the stability line says it.

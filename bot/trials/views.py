@@ -47,9 +47,10 @@ def help_text(recipes: dict | None = None) -> str:
              "since, idle hours this week). The trial's message is edited in place as it runs "
              "and carries Cancel, Re-run and Add to plan… buttons.", ""]
     for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
-        lines.append(f"*{'recipe ' if w.recipe else ''}{w.name}*: {w.summary}"
+        lines.append(f"*{'recipe ' if w.recipe else ''}{w.name}*: {w.summary_text()}"
                      + (" (needs CUDA)" if w.requires == "cuda" else ""))
-        lines += [f"• `{p.name}={p.default}` {p.help} ({p.allowed()})" for p in w.params]
+        lines += [f"• `{p.name}={p.default}` {p.help_text()} ({p.allowed()})"
+                  for p in w.params]
     if not recipes:
         lines.append("_No recipes: a worker started with `--recipes FILE` adds its own._")
     lines.append("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`")

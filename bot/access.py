@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
-SETUP = ("whoever runs `trialbot serve` sets TRIALBOT_RUN_USERS, TRIALBOT_RUN_CHANNELS, "
-         "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (docs/operations.md, \"Who may do what\")")
+from worker.i18n import N_, _
+
+DO_THIS, RUN_TRIALS = N_("do this"), N_("run trials")  # what a refusal says by default
 
 
 def _ids() -> frozenset:
@@ -79,32 +80,40 @@ def allows(policy: Policy, action: str, user: str, channel: str,
         return None
     if in_any(policy.admin_usergroups) or (action == "run" and in_any(policy.run_usergroups)):
         return None
-    unchecked = (f" Slack could not say whether you are in user group {', '.join(failed)}; "
-                 "try again in a minute." if failed else "")
+    # `what` is a phrase marked N_ by the caller ("record prices"), shown translated.
+    unchecked = (" " + _("Slack could not say whether you are in user group {groups}; try "
+                         "again in a minute.", groups=", ".join(failed)) if failed else "")
     if action == "admin":
-        doing = what or "do this"
+        doing = _(what or DO_THIS)
         if not (policy.admins or policy.admin_usergroups):
-            return (f"Only an admin may {doing} (permission: admin), and no admin is configured: "
-                    "whoever runs `trialbot serve` sets TRIALBOT_ADMINS (docs/operations.md, "
-                    "\"Who may do what\").")
+            return _("Only an admin may {doing} (permission: admin), and no admin is "
+                     "configured: whoever runs `trialbot serve` sets TRIALBOT_ADMINS "
+                     "(docs/operations.md, \"Who may do what\").", doing=doing)
         where = "TRIALBOT_ADMINS" + (" or TRIALBOT_ADMIN_USERGROUPS"
                                      if policy.admin_usergroups else "")
-        return (f"Only an admin may {doing} (permission: admin): you are not in {where}."
-                f"{unchecked} {_ask(policy)}")
-    doing = what or "run trials"
+        return (_("Only an admin may {doing} (permission: admin): you are not in {where}.",
+                  doing=doing, where=where) + f"{unchecked} {_ask(policy)}")
+    doing = _(what or RUN_TRIALS)
     if not policy.configured:
-        return (f"Nobody may {doing} yet (permission: run): this bot has no access settings; "
-                f"{SETUP}.")
-    missing = ["your user is not in TRIALBOT_RUN_USERS"
-               + (" or TRIALBOT_RUN_USERGROUPS" if policy.run_usergroups else "")]
+        return _("Nobody may {doing} yet (permission: run): this bot has no access settings; "
+                 "whoever runs `trialbot serve` sets TRIALBOT_RUN_USERS, TRIALBOT_RUN_CHANNELS, "
+                 "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (docs/operations.md, \"Who may do "
+                 "what\").", doing=doing)
+    where = "TRIALBOT_RUN_USERS" + (" or TRIALBOT_RUN_USERGROUPS" if policy.run_usergroups
+                                    else "")
     if policy.run_channels:
-        missing.append("this channel is not in TRIALBOT_RUN_CHANNELS")
-    return (f"You may not {doing} here (permission: run): {' and '.join(missing)}."
-            f"{unchecked} {_ask(policy)}")
+        refusal = _("You may not {doing} here (permission: run): your user is not in {where} "
+                    "and this channel is not in TRIALBOT_RUN_CHANNELS.", doing=doing,
+                    where=where)
+    else:
+        refusal = _("You may not {doing} here (permission: run): your user is not in {where}.",
+                    doing=doing, where=where)
+    return f"{refusal}{unchecked} {_ask(policy)}"
 
 
 def _ask(policy: Policy) -> str:
     if not policy.admins:
-        return "Ask whoever runs the bot to add you."
+        return _("Ask whoever runs the bot to add you.")
     shown = sorted(policy.admins)[:3]
-    return "Ask an admin (" + ", ".join(f"<@{a}>" for a in shown) + ") to add you."
+    return _("Ask an admin ({admins}) to add you.",
+             admins=", ".join(f"<@{a}>" for a in shown))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot import access
+from worker.i18n import _
 
 PLAN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 # /plan's own words: never a plan name
@@ -19,10 +20,10 @@ PLAN_WORDS = {"new", "list", "help", "price", "prices", "digest", "calibration",
 def plan_name_problem(word: str) -> str | None:
     """Why `word` cannot name a plan, or None."""
     if word in PLAN_WORDS:
-        return f"`{word}` is one of `/plan`'s own words, not a plan name"
+        return _("`{word}` is one of `/plan`'s own words, not a plan name", word=word)
     if not PLAN_NAME.fullmatch(word):
-        return (f"`{word}` is not a plan name: use lower-case letters, digits, `-` and `_`, "
-                "at most 40 characters (e.g. `adkv-repro`)")
+        return _("`{word}` is not a plan name: use lower-case letters, digits, `-` and `_`, "
+                 "at most 40 characters (e.g. `adkv-repro`)", word=word)
     return None
 
 
@@ -94,10 +95,13 @@ class Context:
         plan = self.store.plan(name)
         if plan is None:
             seen, admin = self.visible_plans(user, channel)
-            known = ", ".join(p["name"] for p in seen) or "none yet"
-            raise PlanUnreachable(f"There is no plan `{name}`. Plans{'' if admin else ' here'}: "
-                                  f"{known}. Start one with `/plan new {name}`")
+            known = ", ".join(p["name"] for p in seen) or _("none yet")
+            raise PlanUnreachable(
+                _("There is no plan `{plan}`. Plans: {known}. Start one with `/plan new {plan}`",
+                  plan=name, known=known) if admin else
+                _("There is no plan `{plan}`. Plans here: {known}. Start one with "
+                  "`/plan new {plan}`", plan=name, known=known))
         if self.hides(plan["channel"], user, channel):
-            raise HiddenPlan(f"Plan `{name}` belongs to another channel; ask there (or an admin "
-                             "can ask anywhere).")
+            raise HiddenPlan(_("Plan `{plan}` belongs to another channel; ask there (or an "
+                               "admin can ask anywhere).", plan=name))
         return plan

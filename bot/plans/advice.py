@@ -8,13 +8,14 @@ import datetime as dt
 from bot.fits import depth, gpus
 from bot.plans import estimate, prices
 from bot.plans import money as codes
+from worker.i18n import N_, _
 
-RULES = {
-    1: "Code not yet run successfully on the target environment",
-    2: "Work concentrated in a period, later use uncertain",
-    3: "Long, steady, fixed workload",
-    4: "Code depends on CUDA, the target is not a CUDA platform",
-    5: "Environment or workload not fixed, or peak memory never measured",
+RULES = {  # shown translated: views.advice
+    1: N_("Code not yet run successfully on the target environment"),
+    2: N_("Work concentrated in a period, later use uncertain"),
+    3: N_("Long, steady, fixed workload"),
+    4: N_("Code depends on CUDA, the target is not a CUDA platform"),
+    5: N_("Environment or workload not fixed, or peak memory never measured"),
 }
 
 
@@ -62,51 +63,54 @@ def advise(fx: dict, today: dt.date) -> dict:
                 also.append(entry)
     if answer is None:
         return {"rule": None, "title": "no rule fired", "facts": _summary(fx),
-                "answer": "Nothing stands in the way of renting for the estimated hours: the "
-                          "code ran on the target, memory is measured, the plan is locked and "
-                          "no buy case applies. Rent the target GPU for the plan's blocks.",
+                "answer": _("Nothing stands in the way of renting for the estimated hours: the "
+                            "code ran on the target, memory is measured, the plan is locked and "
+                            "no buy case applies. Rent the target GPU for the plan's blocks."),
                 "also": [], "missing": []}
     answer["also"] = also
     return answer
 
 
 def _summary(fx: dict) -> list[str]:
-    return [f"target {fx['target']}", f"trials on target: {', '.join(fx['on_target']) or 'none'}",
-            f"plan {'locked' if fx['fixed'] else 'not locked'}"]
+    return [_("target {gpu}", gpu=fx["target"]),
+            _("trials on target: {trials}", trials=", ".join(fx["on_target"]) or _("none")),
+            _("plan locked") if fx["fixed"] else _("plan not locked")]
 
 
 def _rule1(fx, today):
     if not fx["target"]:
-        return {"missing": ["the target GPU kind: `/plan NAME set gpu=H100` (or gpu=cpu)"]}
+        return {"missing": [_("the target GPU kind: `/plan NAME set gpu=H100` (or gpu=cpu)")]}
     if fx["on_target"]:
         return {"fires": False}
-    seen = ", ".join(fx["envs"]) or "no successful trial at all"
+    seen = ", ".join(fx["envs"]) or _("no successful trial at all")
     return {"fires": True,
-            "facts": [f"target {fx['target']}", f"the plan's trials ran on: {seen}"],
-            "answer": f"Rent no hardware for the full experiment yet. Run a representative "
-                      f"trial on a {fx['target']} first (`/trial ...` on a worker with that "
-                      "GPU) and estimate the blocks from it."}
+            "facts": [_("target {gpu}", gpu=fx["target"]),
+                      _("the plan's trials ran on: {envs}", envs=seen)],
+            "answer": _("Rent no hardware for the full experiment yet. Run a representative "
+                        "trial on a {gpu} first (`/trial ...` on a worker with that GPU) and "
+                        "estimate the blocks from it.", gpu=fx["target"])}
 
 
 def _rule2(fx, today):
     missing = []
     if not fx["pattern"]:
-        missing.append("whether the work is bunched in one period or steady: "
-                       "`set pattern=concentrated` or `set pattern=steady`")
+        missing.append(_("whether the work is bunched in one period or steady: "
+                         "`set pattern=concentrated` or `set pattern=steady`"))
     if fx["pattern"] == "concentrated" and not fx["later_use"]:
-        missing.append("whether the GPUs have a use afterwards: `set later_use=uncertain` or "
-                       "`set later_use=planned`")
+        missing.append(_("whether the GPUs have a use afterwards: `set later_use=uncertain` or "
+                         "`set later_use=planned`"))
     if missing:
         return {"missing": missing}
     if fx["pattern"] == "concentrated" and fx["later_use"] == "uncertain":
+        total, prep = f"{fx['total_hours']:.4g}", f"{fx['prep_hours']:.4g}"
         return {"fires": True,
-                "facts": ["pattern concentrated", "later use uncertain",
-                          f"estimate {fx['total_hours']:.4g} GPU-h, of which prep "
-                          f"{fx['prep_hours']:.4g} h"],
-                "answer": "Rent, for that period only. Rent the trial stage and the main run "
-                          "separately; each rental session pays the set-up again "
-                          f"({fx['prep_hours']:.4g} GPU-h of prep in this plan as estimated; "
-                          "`set rental=per-block` counts it per block)."}
+                "facts": [_("pattern concentrated"), _("later use uncertain"),
+                          _("estimate {total} GPU-h, of which prep {prep} h", total=total,
+                            prep=prep)],
+                "answer": _("Rent, for that period only. Rent the trial stage and the main run "
+                            "separately; each rental session pays the set-up again ({prep} "
+                            "GPU-h of prep in this plan as estimated; `set rental=per-block` "
+                            "counts it per block).", prep=prep)}
     return {"fires": False}
 
 
@@ -118,75 +122,84 @@ def _rule3(fx, today):
         return {"fires": False}
     missing = []
     if not fx["period"]:
-        missing.append("how long the steady work lasts: `set period=6mo`")
+        missing.append(_("how long the steady work lasts: `set period=6mo`"))
     if fx["utilization"] is None:
-        missing.append("how busy an owned GPU would be: `set utilization=0.6`")
+        missing.append(_("how busy an owned GPU would be: `set utilization=0.6`"))
     p = fx["prices"]
     for kind, how in (("rent", f"/plan price {fx['target']} 2.49/h"),
                       ("buy", f"/plan price {fx['target']} buy=30000"),
                       ("power", f"/plan price {fx['target']} power=0.7kW"),
                       ("electricity", "/plan price electricity 0.12/kWh")):
         if p[kind] is None:
-            missing.append(f"a confirmed {kind} figure: `{how} source=... date=YYYY-MM-DD` "
-                           "(the numbers here only show the form)")
+            missing.append(_("a confirmed {kind} figure: `{how} source=... date=YYYY-MM-DD` "
+                             "(the numbers here only show the form)", kind=kind, how=how))
     money = [p[k] for k in ("rent", "buy", "resale", "electricity") if p.get(k)]
     if len({codes.code(m["currency"]) for m in money}) > 1:  # never converted
-        missing.append("the prices in one currency: rent, buy, resale and electricity were "
-                       "given in " + ", ".join(sorted({codes.code(m["currency"]) or "(none)"
-                                                       for m in money}))
-                       + "; record them again in one")
+        missing.append(_("the prices in one currency: rent, buy, resale and electricity were "
+                         "given in {currencies}; record them again in one",
+                         currencies=", ".join(sorted({codes.code(m["currency"]) or _("(none)")
+                                                      for m in money}))))
     if p["buy"] and p["resale"] and p["resale"]["value"] >= p["buy"]["value"]:
-        missing.append(f"a resale value below the purchase price (resale {p['resale']['value']:g} "
-                       f"≥ buy {p['buy']['value']:g}); check the figures")
+        missing.append(_("a resale value below the purchase price (resale {resale} ≥ buy "
+                         "{buy}); check the figures", resale=f"{p['resale']['value']:g}",
+                         buy=f"{p['buy']['value']:g}"))
     if missing:
-        return {"missing": missing, "facts": ["pattern steady", "plan locked"]}
+        return {"missing": missing, "facts": [_("pattern steady"), _("plan locked")]}
     be = prices.breakeven(p["buy"], p["resale"], p["rent"], p["power"], p["electricity"],
                           fx["utilization"])
     used = [prices.cited(p[k], today) for k in ("rent", "buy", "resale", "power", "electricity")
             if p[k]]
     if not p["resale"]:
-        used.append("no confirmed resale value: taken as 0")
+        used.append(_("no confirmed resale value: taken as 0"))
     if be["hours"] is None:
-        verdict = f"Rent: {be['why']}."
+        verdict = _("Rent: {why}.", why=be["why"])
     else:
-        buy = be["days"] <= fx["period"]
-        verdict = (f"Break-even after {be['hours']:,.0f} GPU-hours, {be['days']:,.0f} days at "
-                   f"{fx['utilization']:.0%} utilisation; the work lasts {fx['period']:.0f} "
-                   f"days, so {'buying pays off' if buy else 'renting is cheaper'}"
-                   " (operations and idle periods of owned hardware not included).")
+        values = dict(hours=f"{be['hours']:,.0f}", days=f"{be['days']:,.0f}",
+                      utilization=f"{fx['utilization']:.0%}", period=f"{fx['period']:.0f}")
+        verdict = (_("Break-even after {hours} GPU-hours, {days} days at {utilization} "
+                     "utilisation; the work lasts {period} days, so buying pays off (operations "
+                     "and idle periods of owned hardware not included).", **values)
+                   if be["days"] <= fx["period"] else
+                   _("Break-even after {hours} GPU-hours, {days} days at {utilization} "
+                     "utilisation; the work lasts {period} days, so renting is cheaper "
+                     "(operations and idle periods of owned hardware not included).", **values))
     return {"fires": True, "breakeven": be,
-            "facts": ["pattern steady", f"period {fx['period']:.0f} days", "plan locked",
-                      *used],
-            "answer": "Compare buying and renting. H = (hardware − resale) / (rent per h − "
-                      "power per h), days = H / (24 · utilisation). " + verdict}
+            "facts": [_("pattern steady"), _("period {days} days", days=f"{fx['period']:.0f}"),
+                      _("plan locked"), *used],
+            "answer": _("Compare buying and renting. H = (hardware − resale) / (rent per h − "
+                        "power per h), days = H / (24 · utilisation).") + " " + verdict}
 
 
 def _rule4(fx, today):
     if fx["needs_cuda"] is None:
-        return {"missing": ["whether the code needs CUDA (its support matrix): "
-                            "`set needs_cuda=yes` or `set needs_cuda=no`"]}
+        return {"missing": [_("whether the code needs CUDA (its support matrix): "
+                              "`set needs_cuda=yes` or `set needs_cuda=no`")]}
     if fx["needs_cuda"] == "no":
         return {"fires": False}
     if not fx["platform"]:
-        return {"missing": ["the target platform: `set platform=cuda` (or rocm, mps, cpu, tpu)"]}
+        return {"missing": [_("the target platform: `set platform=cuda` (or rocm, mps, cpu, "
+                              "tpu)")]}
     if fx["platform"] == "cuda":
         return {"fires": False}
-    return {"fires": True, "facts": ["the code needs CUDA", f"target platform {fx['platform']}"],
-            "answer": "Secure a CUDA device and a compatible software stack first: the repo's "
-                      "support matrix beats the device's name (a cloud Mac is not a CUDA box)."}
+    return {"fires": True, "facts": [_("the code needs CUDA"),
+                                     _("target platform {platform}", platform=fx["platform"])],
+            "answer": _("Secure a CUDA device and a compatible software stack first: the repo's "
+                        "support matrix beats the device's name (a cloud Mac is not a CUDA "
+                        "box).")}
 
 
 def _rule5(fx, today):
     reasons = []
     if not fx["fixed"]:
-        reasons.append("the plan is not locked (environment and workload may still change): "
-                       "`/plan NAME lock` when they are fixed")
+        reasons.append(_("the plan is not locked (environment and workload may still change): "
+                         "`/plan NAME lock` when they are fixed"))
     if not fx["peak_on_target"]:
-        reasons.append(f"peak memory was never measured on {fx['target']}"
-                       + (f" at full depth ({', '.join(map(str, fx['partial']))} ran part of "
-                          "the model: their full-depth peak is a prediction)"
-                          if fx.get("partial") else ""))
+        reasons.append(_("peak memory was never measured on {gpu} at full depth ({trials} ran "
+                         "part of the model: their full-depth peak is a prediction)",
+                         gpu=fx["target"], trials=", ".join(map(str, fx["partial"])))
+                       if fx.get("partial") else
+                       _("peak memory was never measured on {gpu}", gpu=fx["target"]))
     if not reasons:
         return {"fires": False}
     return {"fires": True, "facts": reasons,
-            "answer": "Make no long-term decision yet: plan and rent the trial stage only."}
+            "answer": _("Make no long-term decision yet: plan and rent the trial stage only.")}

@@ -40,13 +40,16 @@ import math
 
 import numpy as np
 
+from worker.i18n import N_, _
+
 LEVEL = 0.90
 COMPONENTS = ("prep", "runs", "retries", "data", "idle")
 # What a component's excess is called when it explains a miss.
-CAUSES = {"runs": ("slower runs", "faster runs"), "prep": ("longer prep", "shorter prep"),
-          "retries": ("more retries", "fewer retries"), "data": ("longer data prep",
-                                                                 "shorter data prep"),
-          "idle": ("more idle", "less idle")}
+CAUSES = {"runs": (N_("slower runs"), N_("faster runs")),
+          "prep": (N_("longer prep"), N_("shorter prep")),
+          "retries": (N_("more retries"), N_("fewer retries")),
+          "data": (N_("longer data prep"), N_("shorter data prep")),
+          "idle": (N_("more idle"), N_("less idle"))}
 
 
 def scope_of(est: dict) -> str:
@@ -104,8 +107,9 @@ def usable(pairs: list[dict]) -> tuple[list[dict], list[str]]:
     for p in pairs:
         if not (p["estimate"] > 0 and p["actual"] > 0
                 and math.isfinite(p["estimate"]) and math.isfinite(p["actual"])):
-            left.append(f"{_name(p)}: estimate {p['estimate']:.4g} s, actual "
-                        f"{p['actual']:.4g} s has no ratio")
+            left.append(_("{name}: estimate {estimate} s, actual {actual} s has no ratio",
+                          name=_name(p), estimate=f"{p['estimate']:.4g}",
+                          actual=f"{p['actual']:.4g}"))
         else:
             good.append(p)
     return good, left
@@ -121,8 +125,8 @@ def calibrate(pairs: list[dict], level: float = LEVEL, scope: str | None = None)
     out = {"calibrated": False, "n": n, "needed": need, "level": level, "scope": scope,
            "used": used, "left_out": left, "low": None, "high": None, "centre": None}
     if n < need:
-        out["text"] = (f"uncalibrated: {n} of the {need} pairs needed{where} "
-                       f"({need - n} more recorded actuals)")
+        out["text"] = _("uncalibrated: {n} of the {needed} pairs needed{where} ({more} more "
+                        "recorded actuals)", n=n, needed=need, where=where, more=need - n)
         return out
     logs = np.log([p["actual"] / p["estimate"] for p in good])
     c = float(np.median(logs))
@@ -131,8 +135,9 @@ def calibrate(pairs: list[dict], level: float = LEVEL, scope: str | None = None)
     q = float(np.sort(scores)[k - 1])
     lo, hi = math.exp(c - q), math.exp(c + q)
     out.update(calibrated=True, low=lo, high=hi, centre=math.exp(c), rank=k, score=q,
-               text=f"calibrated on {n} past blocks{where}: {level:.0%} of actuals fell within "
-                    f"×{lo:.2f}–×{hi:.2f} of their estimate")
+               text=_("calibrated on {n} past blocks{where}: {level} of actuals fell within "
+                      "×{low}–×{high} of their estimate", n=n, where=where,
+                      level=f"{level:.0%}", low=f"{lo:.2f}", high=f"{hi:.2f}"))
     return out
 
 
@@ -158,14 +163,19 @@ def cause(pair: dict) -> str:
     over = pair["actual"] >= pair["estimate"]
     est, act = pair.get("estimate_parts") or {}, pair.get("actual_parts") or {}
     deltas = {k: act.get(k, 0.0) - est.get(k, 0.0) for k in COMPONENTS if k in est or k in act}
-    text = "components not recorded"
+    text = _("components not recorded")
     if deltas:
         name = max(deltas, key=lambda k: deltas[k] if over else -deltas[k])
-        text = f"{CAUSES[name][0 if deltas[name] >= 0 else 1]} ({deltas[name] / 3600:+.3g} GPU-h)"
+        text = (_(CAUSES[name][0 if deltas[name] >= 0 else 1])
+                + f" ({deltas[name] / 3600:+.3g} GPU-h)")
     if pair.get("contended"):
-        return f"contention{_on(pair['contended'])}; {text}"
+        trials = pair["contended"]
+        if isinstance(trials, (list, tuple)):
+            return _("contention on {trials}; {cause}", trials=", ".join(trials), cause=text)
+        return _("contention (flagged); {cause}", cause=text)
     if pair.get("unmeasured"):
-        return f"{text}; contention not measured on {', '.join(pair['unmeasured'])}"
+        return _("{cause}; contention not measured on {trials}", cause=text,
+                 trials=", ".join(pair["unmeasured"]))
     return text
 
 
@@ -191,11 +201,6 @@ def record(pairs: list[dict], level: float = LEVEL) -> dict:
             "no_interval": len(rows) - len(judged), "left_out": left,
             "median_error": float(np.median(errors)) if errors else None,
             "worst": dict(worst, cause=cause(worst["pair"])) if worst else None}
-
-
-def _on(trials) -> str:
-    # a list of trial names, or just True (the bench's pairs)
-    return f" on {', '.join(trials)}" if isinstance(trials, (list, tuple)) else " (flagged)"
 
 
 def _name(p: dict) -> str:

@@ -8,6 +8,7 @@ import datetime as dt
 from bot import figures
 from bot.blocks import reply
 from bot.plans import prices
+from worker.i18n import N_, _, ngettext
 
 HISTORY_SHOWN = 20
 
@@ -20,7 +21,7 @@ def day(stamp: float | None) -> str:
 def value_text(value) -> str:
     """A stored value as one short phrase."""
     if value is None:
-        return "(not set)"
+        return _("(not set)")
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict):
@@ -35,6 +36,14 @@ def value_text(value) -> str:
 _PERIODS = ((365.25, "year"), (30.44, "month"), (7, "week"))
 
 
+def _period_text(n: int, unit: str, days: str) -> str:
+    if unit == "year":
+        return ngettext("{n} year ({days} days)", "{n} years ({days} days)", n, days=days)
+    if unit == "month":
+        return ngettext("{n} month ({days} days)", "{n} months ({days} days)", n, days=days)
+    return ngettext("{n} week ({days} days)", "{n} weeks ({days} days)", n, days=days)
+
+
 def fact_value(key: str, value) -> str:
     """A stored fact as people read it: `period` in days with the unit it was
     likely typed in ("3 weeks (21 days)"), `handoff` in hours, `utilization` a share."""
@@ -45,8 +54,8 @@ def fact_value(key: str, value) -> str:
         for size, unit in _PERIODS:
             n = value / size
             if n >= 1 and abs(n - round(n)) < 1e-9:
-                return f"{round(n)} {unit}{'s' * (round(n) != 1)} ({days} days)"
-        return f"{days} days"
+                return _period_text(round(n), unit, days)
+        return _("{days} days", days=days)
     if key == "handoff":
         return f"{figures.number(value)} h"
     if key == "utilization":
@@ -57,7 +66,7 @@ def fact_value(key: str, value) -> str:
 def field_text(key: str, value) -> str:
     """A block's trials are named as users name them (T12)."""
     if key == "trials" and isinstance(value, list):
-        return ",".join(f"T{i}" for i in value) or "(none)"
+        return ",".join(f"T{i}" for i in value) or _("(none)")
     if key == "sweep" and value:
         return f"S{value}"
     return value_text(value)
@@ -75,101 +84,116 @@ def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
     done = []
     for key, value in facts.items():
         if value is None:
-            done.append(f"unset {key} (was {value_text(old.get(key))})")
+            done.append(_("unset {key} (was {old})", key=key, old=value_text(old.get(key))))
         elif old.get(key) is not None and old[key] != value:
-            done.append(f"set {key}={fact_value(key, value)} (was {fact_value(key, old[key])})")
+            done.append(_("set {key}={value} (was {old})", key=key,
+                          value=fact_value(key, value), old=fact_value(key, old[key])))
         else:
-            done.append(f"set {key}={fact_value(key, value)}")
-    return reply(f"Plan *{plan['name']}*: {'; '.join(done)}.\nOpen checklist items: "
-                 f"{', '.join(left) if left else 'none — the checklist is complete'}.")
+            done.append(_("set {key}={value}", key=key, value=fact_value(key, value)))
+    items = ", ".join(left) if left else _("none — the checklist is complete")
+    return reply(_("Plan *{plan}*: {changes}.", plan=plan["name"], changes="; ".join(done))
+                 + "\n" + _("Open checklist items: {items}.", items=items))
 
 
 def block_deleted(plan: dict, old: dict, actuals: int, tagged: int) -> dict:
     kept = ""
     if actuals or tagged:
-        kept = (f" Its {actuals} recorded actual(s) and {tagged} tagged trial(s) are kept: they "
-                f"count again if a {old['kind']} block is added.")
-    return reply(f"Plan *{plan['name']}*: the {old['kind']} block is deleted (it was "
-                 f"{value_text({k: old.get(k) for k in ('runs', 'configs', 'gpus')})}).{kept} "
-                 f"`/plan {plan['name']} history` keeps what it was.")
+        kept = " " + _("Its {actuals} recorded actual(s) and {tagged} tagged trial(s) are kept: "
+                       "they count again if a {kind} block is added.", actuals=actuals,
+                       tagged=tagged, kind=old["kind"])
+    was = value_text({k: old.get(k) for k in ("runs", "configs", "gpus")})
+    return reply(_("Plan *{plan}*: the {kind} block is deleted (it was {was}).",
+                   plan=plan["name"], kind=old["kind"], was=was) + kept + " "
+                 + _("`/plan {plan} history` keeps what it was.", plan=plan["name"]))
 
 
 def actual_line(a: dict) -> str:
     """One recorded actual with its number, hours and source."""
-    source = (f"Slurm jobs {', '.join(a['slurm'])}" if a.get("slurm")
-              else "manual" + (f": {a['note']}" if a.get("note") else ""))
-    return (f"#{a['id']} {a['hours']:g} GPU-h ({source}; by <@{a['user']}> on "
-            f"{day(a.get('recorded'))})")
+    source = (_("Slurm jobs {jobs}", jobs=", ".join(a["slurm"])) if a.get("slurm") else
+              _("manual: {note}", note=a["note"]) if a.get("note") else _("manual"))
+    return _("#{id} {hours} GPU-h ({source}; by {user} on {day})", id=a["id"],
+             hours=f"{a['hours']:g}", source=source, user=f"<@{a['user']}>",
+             day=day(a.get("recorded")))
 
 
 def actuals_now(plan: dict, kind: str, rows: list[dict], counted: list[dict],
                 tagged: list[str]) -> str:
     """The block's running total: each recorded actual, and its tagged trials."""
     if not rows:
-        text = f"The {kind} block has no recorded actuals now."
+        text = _("The {kind} block has no recorded actuals now.", kind=kind)
     else:
-        total = sum(a["hours"] for a in counted)
-        text = (f"The {kind} block now has {len(rows)} recorded actual(s), {total:g} GPU-h in all"
-                + (" (a Slurm request asked again counts once)" if len(counted) < len(rows)
-                   else "") + ":\n" + "\n".join(f"• {actual_line(a)}" for a in rows))
+        values = dict(kind=kind, n=len(rows), total=f"{sum(a['hours'] for a in counted):g}")
+        text = (_("The {kind} block now has {n} recorded actual(s), {total} GPU-h in all (a "
+                  "Slurm request asked again counts once):", **values)
+                if len(counted) < len(rows) else
+                _("The {kind} block now has {n} recorded actual(s), {total} GPU-h in all:",
+                  **values))
+        text += "\n" + "\n".join(f"• {actual_line(a)}" for a in rows)
     if tagged:
-        text += (f"\nIts tagged trials ({', '.join(tagged)}) add their measured time in "
-                 f"`/plan {plan['name']} review`.")
+        text += "\n" + _("Its tagged trials ({trials}) add their measured time in "
+                         "`/plan {plan} review`.", trials=", ".join(tagged), plan=plan["name"])
     return text
 
 
 def actual_recorded(plan: dict, kind: str, hours: float, replaced: int | None,
                     now: str) -> dict:
-    fixed = f", replacing {replaced} earlier one(s)" if replaced else ""
-    return reply(f"Recorded for *{plan['name']}* {kind}: {hours:g} GPU-h actual{fixed}. {now}\n"
-                 f"`/plan {plan['name']} review` compares it with the estimate; "
-                 f"`/plan {plan['name']} actual {kind} delete #N` removes one.")
+    values = dict(plan=plan["name"], kind=kind, hours=f"{hours:g}")
+    head = (_("Recorded for *{plan}* {kind}: {hours} GPU-h actual, replacing {n} earlier "
+              "one(s).", n=replaced, **values) if replaced else
+            _("Recorded for *{plan}* {kind}: {hours} GPU-h actual.", **values))
+    return reply(f"{head} {now}\n"
+                 + _("`/plan {plan} review` compares it with the estimate; `/plan {plan} actual "
+                     "{kind} delete #N` removes one.", **values))
 
 
 def actuals_deleted(plan: dict, kind: str, gone: int, now: str) -> dict:
-    return reply(f"Deleted {gone} recorded {kind} actual(s) of *{plan['name']}*: the review "
-                 f"and the calibration no longer count them. {now}")
+    return reply(_("Deleted {n} recorded {kind} actual(s) of *{plan}*: the review and the "
+                   "calibration no longer count them.", n=gone, kind=kind, plan=plan["name"])
+                 + f" {now}")
 
 
 def price_recorded(price: dict, pid: int, today: dt.date) -> dict:
-    return reply(f"Recorded P{pid}: {prices.cited(price, today)}. Plans use it where every price "
-                 "they need is confirmed; the figure confirmed latest applies. "
-                 f"`/plan price correct P{pid} ...` or `/plan price delete P{pid}` changes it.")
+    return reply(_("Recorded P{id}: {price}. Plans use it where every price they need is "
+                   "confirmed; the figure confirmed latest applies. `/plan price correct P{id} "
+                   "...` or `/plan price delete P{id}` changes it.", id=pid,
+                   price=prices.cited(price, today)))
 
 
 def price_changed(old: dict, new: dict | None, applies: dict | None, today: dt.date) -> dict:
-    what = (f"P{old['id']} corrected: {prices.cited(new, today)} (was "
-            f"{prices.cited(old, today)})" if new else
-            f"P{old['id']} deleted (it was {prices.cited(old, today)})")
+    what = (_("P{id} corrected: {price} (was {old}).", id=old["id"],
+              price=prices.cited(new, today), old=prices.cited(old, today)) if new else
+            _("P{id} deleted (it was {old}).", id=old["id"], old=prices.cited(old, today)))
     item = "electricity" if old["kind"] == "electricity" else f"{old['item']} {old['kind']}"
-    now = (f"The {item} figure that applies now: P{applies['id']}, "
-           f"{prices.cited(applies, today)}." if applies else
-           f"No {item} figure is confirmed now.")
-    return reply(f"{what}. {now}")
+    now = (_("The {item} figure that applies now: P{id}, {price}.", item=item, id=applies["id"],
+             price=prices.cited(applies, today)) if applies else
+           _("No {item} figure is confirmed now.", item=item))
+    return reply(f"{what} {now}")
 
 
 def price_list(rows: list[dict], today: dt.date, every: bool) -> dict:
     """`/plan prices` (the figure that applies per item) or `prices all`."""
     if not rows:
-        return reply("No confirmed prices. trialbot has no built-in price list: record one with "
-                     "`/plan price H100 RATE/h source=URL date=YYYY-MM-DD`.")
-    head = ("Every recorded price, the one that applies (confirmed latest) marked ✓:" if every
-            else "Confirmed prices (per item, the one confirmed latest; `/plan prices all` "
-                 "lists older ones):")
+        return reply(_("No confirmed prices. trialbot has no built-in price list: record one "
+                       "with `/plan price H100 RATE/h source=URL date=YYYY-MM-DD`."))
+    head = (_("Every recorded price, the one that applies (confirmed latest) marked ✓:")
+            if every else
+            _("Confirmed prices (per item, the one confirmed latest; `/plan prices all` lists "
+              "older ones):"))
     return reply(head + "\n" + "\n".join(
         f"• P{p['id']} {'✓ ' if every and p['applies'] else ''}{prices.cited(p, today)}"
         for p in rows))
 
 
-ACTIONS = {"new": "started", "set": "set", "unset": "unset", "add": "added",
-           "replace": "replaced", "correct": "corrected", "delete": "deleted",
-           "lock": "locked", "unlock": "unlocked"}
+ACTIONS = {"new": N_("started"), "set": N_("set"), "unset": N_("unset"), "add": N_("added"),
+           "replace": N_("replaced"), "correct": N_("corrected"), "delete": N_("deleted"),
+           "lock": N_("locked"), "unlock": N_("unlocked")}
 
 
 def history_line(row: dict) -> str:
     when = dt.datetime.fromtimestamp(row["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    what = row["what"] + (" (shared price list)" if row["plan"] is None else "")
-    verb = ACTIONS.get(row["action"], row["action"])
+    what = (_("{what} (shared price list)", what=row["what"]) if row["plan"] is None
+            else row["what"])
+    verb = _(ACTIONS[row["action"]]) if row["action"] in ACTIONS else row["action"]
     if row["action"] in ("lock", "unlock", "new"):
         change = ""
     elif row["action"] in ("set", "unset"):  # "fact period": worded as `set` echoes it
@@ -181,17 +205,18 @@ def history_line(row: dict) -> str:
                   else f": {value_text(row['old'])} → {value_text(row['new'])}")
     else:
         change = f": {value_text(row['new'] if row['old'] is None else row['old'])}"
-    return f"{when} UTC <@{row['user']}> {verb} {what}{change}"
+    return _("{when} UTC {user} {verb} {what}{change}", when=when, user=f"<@{row['user']}>",
+             verb=verb, what=what, change=change)
 
 
 def history(plan: dict, rows: list[dict], total: int) -> dict:
     """`/plan NAME history`: newest first, at most HISTORY_SHOWN lines."""
     if not rows:
-        return reply(f"Plan *{plan['name']}* has no recorded changes (changes are recorded "
-                     "since this version of trialbot).")
-    lines = [f"*Plan {plan['name']}*: its changes and those of the prices it reads, newest "
-             "first"] + [f"• {history_line(r)}" for r in rows]
+        return reply(_("Plan *{plan}* has no recorded changes (changes are recorded since "
+                       "this version of trialbot).", plan=plan["name"]))
+    lines = [_("*Plan {plan}*: its changes and those of the prices it reads, newest first",
+               plan=plan["name"])] + [f"• {history_line(r)}" for r in rows]
     if total > len(rows):
-        lines.append(f"… {total - len(rows)} older (all of them are in "
-                     f"`/plan {plan['name']} export`)")
+        lines.append(_("… {n} older (all of them are in `/plan {plan} export`)",
+                       n=total - len(rows), plan=plan["name"]))
     return reply("\n".join(lines))

@@ -13,6 +13,7 @@ from bot.store import DuplicateRequest
 from bot.trials import workers
 from bot.words import normalize
 from worker import i18n
+from worker.i18n import N_, _
 
 log = logging.getLogger("trialbot.plans")
 
@@ -39,12 +40,12 @@ def _handle(ctx, text, user, channel, today, now, request, response_url) -> dict
         # this channel's right is the plan's too: an admin has it everywhere)
         refused = need and ctx.allows(need, user, channel, what)
         if refused:
-            return views.reply(f":lock: {refused} Nothing was changed.")
+            return views.reply(":lock: " + _("{refused} Nothing was changed.", refused=refused))
         if cmd.action in POSTS or (cmd.action == "actual" and cmd.args.get("slurm")):
             unpostable = ctx.channels.refusal(channel)  # its messages go to this channel
             if unpostable:
-                return views.error(f"{unpostable}; then run the command again. Nothing "
-                                      "was changed.")
+                return views.error(_("{refusal}; then run the command again. Nothing was "
+                                     "changed.", refusal=unpostable))
         if cmd.action.startswith("digest"):  # bot/digest/command.py, through the context
             return ctx.digest_command(ctx, cmd, user, channel,
                                       now or dt.datetime.now(dt.timezone.utc), response_url)
@@ -52,27 +53,28 @@ def _handle(ctx, text, user, channel, today, now, request, response_url) -> dict
             cmd.args["response_url"] = response_url
         return ACTIONS[cmd.action](ctx, cmd, user, channel, today)
     except PlanHidden as exc:
-        return views.reply(f":lock: {exc}" + (" Nothing was changed." if need else ""))
+        return views.reply(":lock: " + (_("{refused} Nothing was changed.", refused=exc)
+                                          if need else str(exc)))
     except (PlanError, estimate.EstimateError) as exc:
         return views.error(str(exc))
     except Exception:  # noqa: BLE001 - a bug must still get an answer, and a log line
         log.exception("/plan %r failed", text)
-        return views.error("Something went wrong on our side answering this; it is in the "
-                              "bot's log. Try again, or report it with the command you typed.")
+        return views.error(_("Something went wrong on our side answering this; it is in the "
+                             "bot's log. Try again, or report it with the command you typed."))
 
 
 POSTS = ("export", "digest-now", "digest-weekly")  # actions that post in the channel later
 
 # What each /plan action needs (bot.access); reading is open to anyone (a plan
 # in its own channel, see _plan).
-NEEDS = {"price": ("admin", "record prices"),
-         "price-correct": ("admin", "correct prices"),
-         "price-delete": ("admin", "delete prices"),
-         "digest-weekly": ("admin", "schedule the digest"),
-         "digest-off": ("admin", "stop the digest"),
-         **{a: ("run", "change plans") for a in ("new", "set", "block", "block-correct",
+NEEDS = {"price": ("admin", N_("record prices")),
+         "price-correct": ("admin", N_("correct prices")),
+         "price-delete": ("admin", N_("delete prices")),
+         "digest-weekly": ("admin", N_("schedule the digest")),
+         "digest-off": ("admin", N_("stop the digest")),
+         **{a: ("run", N_("change plans")) for a in ("new", "set", "block", "block-correct",
                                                  "block-delete", "lock", "unlock", "actual")},
-         **{a: ("run", "post in this channel") for a in ("export", "digest-now")}}
+         **{a: ("run", N_("post in this channel")) for a in ("export", "digest-now")}}
 
 
 class PlanHidden(PlanError):
@@ -101,17 +103,17 @@ def _list(ctx, cmd, user, channel, today):
 def _new(ctx, cmd, user, channel, today):
     if not ctx.store.add_plan(cmd.plan, channel, user, cmd.args["facts"]):
         if ctx.store.plan(cmd.plan)["channel"] != channel:  # names are shared by all
-            raise PlanError(f"A plan `{cmd.plan}` exists already in another channel; choose "
-                            "another name")
-        raise PlanError(f"A plan `{cmd.plan}` exists already; `/plan {cmd.plan} show` shows it, "
-                        "or choose another name")
+            raise PlanError(_("A plan `{plan}` exists already in another channel; choose "
+                              "another name", plan=cmd.plan))
+        raise PlanError(_("A plan `{plan}` exists already; `/plan {plan} show` shows it, "
+                          "or choose another name", plan=cmd.plan))
     return views.created(ctx.store.plan(cmd.plan))
 
 
 def _locked_refusal(plan: dict, what: str) -> PlanError:
-    return PlanError(f"{what} is fixed while plan {plan['name']} is locked (since "
-                     f"{plan['locked']['at']}); `/plan {plan['name']} unlock` first (its "
-                     "estimates then need re-checking)")
+    return PlanError(_("{what} is fixed while plan {plan} is locked (since {at}); `/plan {plan} "
+                       "unlock` first (its estimates then need re-checking)",
+                       what=what, plan=plan["name"], at=plan["locked"]["at"]))
 
 
 def _set(ctx, cmd, user, channel, today):
@@ -122,8 +124,8 @@ def _set(ctx, cmd, user, channel, today):
         raise _locked_refusal(plan, f"`{fixed[0]}`")
     absent = [k for k, v in facts.items() if v is None and plan["facts"].get(k) is None]
     if absent:
-        raise PlanError(f"`{absent[0]}=`: plan {cmd.plan} has no {absent[0]} set, so there is "
-                        f"nothing to unset (`{absent[0]}=VALUE` sets it)")
+        raise PlanError(_("`{key}=`: plan {plan} has no {key} set, so there is nothing to "
+                          "unset (`{key}=VALUE` sets it)", key=absent[0], plan=cmd.plan))
     old = ctx.store.change_facts(cmd.plan, facts, user)
     plan = ctx.store.plan(cmd.plan)
     return changes.facts_set(plan, facts, old, views.open_items(plan))
@@ -139,8 +141,9 @@ def _block_correct(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     old = ctx.store.block(cmd.plan, cmd.args["kind"])
     if old is None:
-        raise PlanError(f"Plan {cmd.plan} has no {cmd.args['kind']} block to correct; add it "
-                        f"with `/plan {cmd.plan} block {cmd.args['kind']} runs=N trial=T12`")
+        raise PlanError(_("Plan {plan} has no {kind} block to correct; add it with "
+                          "`/plan {plan} block {kind} runs=N trial=T12`",
+                          plan=cmd.plan, kind=cmd.args["kind"]))
     block = parse.parse_block(parse.block_words(old, cmd.args["pairs"]))
     return _put_block(ctx, plan, dict(block, plan=cmd.plan, user=user), user, channel, old)
 
@@ -149,10 +152,10 @@ def _block_delete(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     kind = cmd.args["kind"]
     if kind in (plan["locked"] or {}):
-        raise _locked_refusal(plan, f"The {kind} block")
+        raise _locked_refusal(plan, _("The {kind} block", kind=kind))
     old = ctx.store.delete_block(cmd.plan, kind, user)
     if old is None:
-        raise PlanError(f"Plan {cmd.plan} has no {kind} block to delete")
+        raise PlanError(_("Plan {plan} has no {kind} block to delete", plan=cmd.plan, kind=kind))
     actuals = [a for a in ctx.store.actuals(cmd.plan) if a["block"] == kind]
     tagged = [j for j in ctx.store.plan_jobs(cmd.plan) if j["block"] == kind]
     return changes.block_deleted(plan, old, len(actuals), len(tagged))
@@ -165,8 +168,9 @@ def _put_block(ctx, plan, block, user, channel, old=None):
         [(f"T{i}", j["channel"]) for i in block["trials"] if (j := ctx.store.job(i))])
     hidden = [name for name, home in homes if ctx.hides(home, user, channel)]
     if hidden:
-        raise PlanHidden(f"{', '.join(hidden)} belongs to another channel; a plan here is "
-                         "estimated from this channel's trials (or an admin can use any).")
+        raise PlanHidden(_("{trials} belongs to another channel; a plan here is estimated "
+                           "from this channel's trials (or an admin can use any).",
+                           trials=", ".join(hidden)))
     existing = ctx.store.blocks(plan["name"])
     blocks = ([block if b["kind"] == block["kind"] else b for b in existing]
               if any(b["kind"] == block["kind"] for b in existing) else [*existing, block])
@@ -180,8 +184,11 @@ def _put_block(ctx, plan, block, user, channel, old=None):
         return out
     fields = changes.changed_fields({k: old.get(k) for k in BLOCK_FIELDS},
                                     {k: block.get(k) for k in BLOCK_FIELDS})
-    return views.reply(f"Corrected the {block['kind']} block of *{plan['name']}*: "
-                       f"{fields or 'nothing changed'}.\n{out['text']}")
+    head = (_("Corrected the {kind} block of *{plan}*: {fields}.", kind=block["kind"],
+              plan=plan["name"], fields=fields) if fields else
+            _("Corrected the {kind} block of *{plan}*: nothing changed.", kind=block["kind"],
+              plan=plan["name"]))
+    return views.reply(f"{head}\n{out['text']}")
 
 
 BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
@@ -202,30 +209,31 @@ def _export(ctx, cmd, user, channel, today):
     calib = service.calibrations(ctx, plan, ests, user, channel)
     rows = service.review_rows(ctx, plan, ests)
     held = [views.held_text(r, e, c) if r.get("actual") is not None else None
-            for r, (_, e, _), c in zip(rows, ests, calib)]
-    history, _ = ctx.store.history(plan["name"], _price_items(plan), limit=-1)
+            for r, (_block, e, _trials), c in zip(rows, ests, calib)]
+    history, _total = ctx.store.history(plan["name"], _price_items(plan), limit=-1)
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
     made = export.files(plan, ests, rows, price_list, today, calib, held, history)
     ctx.store.add_messages([dict(export.file(plan, channel, ext, content), **whom)
                             for ext, content in made])
     ctx.notify()
-    names = ", ".join(f"`{plan['name']}-plan.{ext}`" for ext, _ in made)
-    return views.reply(f"Exporting plan *{plan['name']}*: {names} (the estimate, actuals, "
-                       "review, lock, checklist, settings and prices used) are being uploaded "
-                       "to this channel.")
+    names = ", ".join(f"`{plan['name']}-plan.{ext}`" for ext, _content in made)
+    return views.reply(_("Exporting plan *{plan}*: {files} (the estimate, actuals, review, "
+                         "lock, checklist, settings and prices used) are being uploaded to "
+                         "this channel.", plan=plan["name"], files=names))
 
 
 def _lock(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     if plan["locked"]:
-        raise PlanError(f"Plan {cmd.plan} is locked since {plan['locked']['at']}; to lock it to "
-                        f"its current trials, `/plan {cmd.plan} unlock` first")
+        raise PlanError(_("Plan {plan} is locked since {at}; to lock it to its current "
+                          "trials, `/plan {plan} unlock` first", plan=cmd.plan,
+                          at=plan["locked"]["at"]))
     ests = service.estimates(ctx, plan)
     if not ests:
-        raise PlanError(f"Plan {cmd.plan} has no blocks to lock; add one with "
-                        f"`/plan {cmd.plan} block baseline runs=N trial=T12`")
+        raise PlanError(_("Plan {plan} has no blocks to lock; add one with "
+                          "`/plan {plan} block baseline runs=N trial=T12`", plan=cmd.plan))
     locked = {b["kind"]: {"config": e["config"], "code": e["code"], "trials": e["trials"]}
-              for b, e, _ in ests}
+              for b, e, _trials in ests}
     locked["at"] = today.isoformat()
     ctx.store.set_plan_lock(cmd.plan, locked, user)
     return views.locked(ctx.store.plan(cmd.plan))
@@ -234,18 +242,19 @@ def _lock(ctx, cmd, user, channel, today):
 def _unlock(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     if not plan["locked"]:
-        raise PlanError(f"Plan {cmd.plan} is not locked")
+        raise PlanError(_("Plan {plan} is not locked", plan=cmd.plan))
     ctx.store.set_plan_lock(cmd.plan, None, user)
-    return views.reply(f"Plan *{cmd.plan}* is unlocked: its input conditions and code "
-                          "version may change again; `/plan NAME lock` fixes them anew.")
+    return views.reply(_("Plan *{plan}* is unlocked: its input conditions and code "
+                         "version may change again; `/plan NAME lock` fixes them anew.",
+                         plan=cmd.plan))
 
 
 def _advise(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
-    reports = [dict(t["report"], trial=t["trial"]) for _, _, ts in ests for t in ts]
-    total = estimate.total([e for _, e, _ in ests])
-    prep = sum(float(c["hours"]) for _, e, _ in ests for c in e["components"]
+    reports = [dict(t["report"], trial=t["trial"]) for _block, _est, ts in ests for t in ts]
+    total = estimate.total([e for _block, e, _trials in ests])
+    prep = sum(float(c["hours"]) for _block, e, _trials in ests for c in e["components"]
                if c["name"] == "prep")
     fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep)
     return views.advice(plan, advice.advise(fx, today))
@@ -255,8 +264,9 @@ def _actual(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     kind = cmd.args["block"]
     if kind not in {b["kind"] for b in ctx.store.blocks(cmd.plan)}:
-        raise PlanError(f"Plan {cmd.plan} has no {kind} block; add it first with "
-                        f"`/plan {cmd.plan} block {kind} runs=N trial=T12`")
+        raise PlanError(_("Plan {plan} has no {kind} block; add it first with "
+                          "`/plan {plan} block {kind} runs=N trial=T12`", plan=cmd.plan,
+                          kind=kind))
     if cmd.args.get("slurm"):
         return _slurm_actual(ctx, cmd, plan, user)
     if cmd.args.get("delete"):
@@ -264,13 +274,15 @@ def _actual(ctx, cmd, user, channel, today):
         mine = {a["id"] for a in ctx.store.actuals(cmd.plan) if a["block"] == kind}
         unknown = [i for i in ids or [] if i not in mine]
         if unknown:
-            raise PlanError(f"Plan {cmd.plan}'s {kind} block has no recorded actual "
-                            f"#{unknown[0]}; its actuals: "
-                            + (", ".join(f"#{i}" for i in sorted(mine)) or "none"))
+            raise PlanError(
+                _("Plan {plan}'s {kind} block has no recorded actual #{id}; its actuals: "
+                  "{actuals}", plan=cmd.plan, kind=kind, id=unknown[0],
+                  actuals=", ".join(f"#{i}" for i in sorted(mine)) or _("none")))
         gone = ctx.store.delete_actuals(cmd.plan, kind, user, ids)
         if not gone:
-            raise PlanError(f"Plan {cmd.plan} has no recorded {kind} actual to delete (a "
-                            "tagged trial is a trial, not a recorded actual)")
+            raise PlanError(_("Plan {plan} has no recorded {kind} actual to delete (a tagged "
+                              "trial is a trial, not a recorded actual)", plan=cmd.plan,
+                              kind=kind))
         return changes.actuals_deleted(plan, kind, gone, _actuals_now(ctx, plan, kind))
     try:
         replaced = ctx.store.add_actual(
@@ -278,8 +290,8 @@ def _actual(ctx, cmd, user, channel, today):
              "parts": cmd.args["parts"], "runs": cmd.args["runs"], "note": cmd.args["note"],
              "user": user}, cmd.args.get("request"), replace=cmd.args.get("correct", False))
     except DuplicateRequest:
-        return views.reply(f"Already recorded: this {kind} actual arrived twice (Slack "
-                              "retried); it is counted once.")
+        return views.reply(_("Already recorded: this {kind} actual arrived twice (Slack "
+                             "retried); it is counted once.", kind=kind))
     return changes.actual_recorded(plan, kind, cmd.args["hours"],
                                    replaced if cmd.args.get("correct") else None,
                                    _actuals_now(ctx, plan, kind))
@@ -291,27 +303,25 @@ def _actuals_now(ctx, plan: dict, kind: str) -> str:
     return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
 
 
-SLURM_WORKER_HELP = ("start one on the cluster's login node: `trialbot-worker --server "
-                     "http://BOT-HOST:3000 --name hpc --executor slurm --partition P` "
-                     "(docs/slurm.md)")
-
-
 def _slurm_actual(ctx, cmd, plan, user):
     """The bot is not on the cluster: a Slurm worker runs sacct for it. The
     request is stored and leased like a trial; the actual is recorded, and
     posted in the plan's channel, when the worker's answer arrives."""
     slurm = workers.slurm(ctx.store)
     if not slurm:
-        raise PlanError("No Slurm worker is registered, and the bot cannot read Slurm's "
-                        f"accounting itself: {SLURM_WORKER_HELP}, then ask again")
+        raise PlanError(_("No Slurm worker is registered, and the bot cannot read Slurm's "
+                          "accounting itself: start one on the cluster's login node: "
+                          "`trialbot-worker --server http://BOT-HOST:3000 --name hpc --executor "
+                          "slurm --partition P` (docs/slurm.md), then ask again"))
     row = {"plan": plan["name"], "block": cmd.args["block"], "jobs": cmd.args["slurm"],
            "runs": cmd.args["runs"], "note": cmd.args["note"], "user": user,
            "channel": plan["channel"]}
     try:
         req = ctx.queue.submit_slurm_actual(row, cmd.args.get("request"))
     except DuplicateRequest as dup:
-        return views.reply(f"Already received: Slurm accounting request A{dup.jobs[0]} is "
-                              "asked for; its answer will be posted in the plan's channel.")
+        return views.reply(_("Already received: Slurm accounting request A{id} is asked for; "
+                             "its answer will be posted in the plan's channel.",
+                             id=dup.jobs[0]))
     online = set(workers.online(ctx.store))
     return views.slurm_asked(plan, req, [w["name"] for w in slurm],
                                 [w["name"] for w in slurm if w["name"] in online])
@@ -329,9 +339,9 @@ def _settings(ctx, cmd, user, channel, today):
     """`/plan settings [lang=ko]`: the channel's language (anyone reads it; a
     change needs the right to change plans)."""
     if "lang" in cmd.args:
-        refused = ctx.allows("run", user, channel, "change this channel's settings")
+        refused = ctx.allows("run", user, channel, N_("change this channel's settings"))
         if refused:
-            return views.reply(f":lock: {refused} Nothing was changed.")
+            return views.reply(":lock: " + _("{refused} Nothing was changed.", refused=refused))
         ctx.store.set_channel_lang(channel, cmd.args["lang"], user)
     lang = ctx.store.channel_lang(channel)
     with i18n.using(lang or i18n.default()):  # the answer speaks the language now in effect
@@ -356,8 +366,8 @@ def _price(ctx, cmd, user, channel, today):
 def _known_price(ctx, pid: int) -> dict:
     old = ctx.store.price(pid)
     if old is None:
-        raise PlanError(f"There is no price P{pid}; `/plan prices all` lists every recorded "
-                        "price with its id")
+        raise PlanError(_("There is no price P{id}; `/plan prices all` lists every recorded "
+                          "price with its id", id=pid))
     return old
 
 
@@ -370,7 +380,7 @@ def _price_correct(ctx, cmd, user, channel, today):
     old = _known_price(ctx, cmd.args["id"])
     fields = parse.parse_price_correction(old, cmd.args["words"], today)
     if not fields:
-        raise PlanError(f"P{old['id']} has those values already; nothing to correct")
+        raise PlanError(_("P{id} has those values already; nothing to correct", id=old["id"]))
     ctx.store.correct_price(old["id"], fields, user)
     return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), today)
 

@@ -17,6 +17,7 @@ import math
 from decimal import Decimal
 
 from bot.fits.ols import t_quantile
+from worker.i18n import N_, _
 
 # A recipe's `launch` (its interpreter and imports before its first phase) is
 # prep too: with run units timed it would otherwise be spread over its runs.
@@ -153,21 +154,26 @@ def per_run(trials: list[dict]) -> dict:
         trial_means = [run_seconds(r) / ni for r, ni in zip(reports, n)]
         windows = [[x * run_seconds(r) / (ni * mi) for x in _window_means(r)] if mi > 0 else []
                    for r, ni, mi in zip(reports, n, m)]
-        out = {"k": k, "mean": mean, "unit": "request", "trial_means": trial_means,
+        out = {"k": k, "mean": mean, "unit": N_("request"), "trial_means": trial_means,
                "within": within * scale ** 2, "windows": windows,
                "sd": math.sqrt(within) * scale if k > len(n) else None,
-               "source": f"{names}: run phase over {k} measured requests (latency mean "
-                         f"{lat:.4g} s" + (f", sd {math.sqrt(within):.3g} s" if k > len(n)
-                                           else "") + ")"}
+               "source": (_("{trials}: run phase over {k} measured requests (latency mean {mean} "
+                            "s, sd {sd} s)", trials=names, k=k, mean=f"{lat:.4g}",
+                            sd=f"{math.sqrt(within):.3g}") if k > len(n) else
+                          _("{trials}: run phase over {k} measured requests (latency mean {mean} "
+                            "s)", trials=names, k=k, mean=f"{lat:.4g}"))}
         return {**out, **spread(out, len(reports))}
     samples = [run_seconds(r) for r in reports]
     k = len(samples)
     mean = sum(samples) / k
     sd = math.sqrt(_var(samples)) if k > 1 else None
-    out = {"k": k, "mean": mean, "sd": sd, "unit": "run phase", "trial_means": samples,
+    out = {"k": k, "mean": mean, "sd": sd, "unit": N_("run phase"), "trial_means": samples,
            "within": 0.0, "windows": [[] for _ in samples],
-           "source": f"{names}: run phase of {k} trial(s), mean {mean:.4g} s"
-                     + (f", sd {sd:.3g} s" if sd is not None else "")}
+           "source": (_("{trials}: run phase of {k} trial(s), mean {mean} s, sd {sd} s",
+                        trials=names, k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}")
+                      if sd is not None else
+                      _("{trials}: run phase of {k} trial(s), mean {mean} s", trials=names, k=k,
+                        mean=f"{mean:.4g}"))}
     return {**out, **spread(out, k)}
 
 
@@ -189,11 +195,12 @@ def spread(pr: dict, trials: int) -> dict:
         pooled = sum(_var(w) * (len(w) - 1) for w in win) / dof_w
         per_window = pr["k"] / sum(len(w) for w in pr["windows"] if w) if pr["k"] else 1
         drift = max(0.0, pooled - pr["within"] / per_window)
-        parts.append(f"drift between the run phase's windows ({len(win[0])} windows"
-                     + (" per trial" if len(win) > 1 else "") + ")")
+        parts.append(_("drift between the run phase's windows ({n} windows per trial)",
+                       n=len(win[0])) if len(win) > 1 else
+                     _("drift between the run phase's windows ({n} windows)", n=len(win[0])))
     else:
         dof_w, pooled = 0, 0.0
-        missing.append("drift inside the run phase (a report from before windows)")
+        missing.append(_("drift inside the run phase (a report from before windows)"))
     means = pr["trial_means"]
     if trials >= 2:
         between = _var(means)
@@ -201,18 +208,18 @@ def spread(pr: dict, trials: int) -> dict:
         # or the requests' spread); the rest is drift between trials.
         below = pooled / len(win[0]) if win else pr["within"] * trials / max(1, pr["k"])
         drift_t = max(0.0, between - below)
-        parts.append(f"the spread between {trials} trials")
+        parts.append(_("the spread between {n} trials", n=trials))
         level = drift + drift_t + between / trials
         dof = trials - 1
     else:
-        missing.append("drift over longer than the trial's run phase (trials at other times, "
-                       "trial=T12,T13, measure it)")
+        missing.append(_("drift over longer than the trial's run phase (trials at other times, "
+                         "trial=T12,T13, measure it)"))
         if win:  # the level wanders by the drift; its mean is known to pooled/W
             level, dof = drift + pooled / len(win[0]), dof_w
         else:  # requests alone: the mean's uncertainty from their spread
             level, dof = pr["within"] / max(1, pr["k"]), max(0, pr["k"] - 1)
     if pr["k"] > trials:
-        parts.insert(0, "the run-to-run spread")
+        parts.insert(0, _("the run-to-run spread"))
     return {"level": level, "dof": dof, "parts": parts, "missing": missing}
 
 
@@ -236,22 +243,27 @@ def check_trials(trials: list[dict]) -> None:
     of different configs or environments."""
     for t in trials:
         if t["status"] in ("queued", "running"):
-            raise EstimateError(f"{t['trial']} is still {t['status']}; add the block when it "
-                                "has reported")
+            raise EstimateError(
+                _("{trial} is still queued; add the block when it has reported", trial=t["trial"])
+                if t["status"] == "queued" else
+                _("{trial} is still running; add the block when it has reported",
+                  trial=t["trial"]))
         if t["status"] != "done" or not t.get("report") or t["report"]["status"] != "ok":
-            raise EstimateError(f"{t['trial']} failed, so it measured no successful run; "
-                                "estimate from a trial that succeeded")
+            raise EstimateError(_("{trial} failed, so it measured no successful run; estimate "
+                                  "from a trial that succeeded", trial=t["trial"]))
     first = trials[0]["report"]
     for t in trials[1:]:
         diff = differences(config(first), config(t["report"]))
         if diff:
-            raise EstimateError(f"{trials[0]['trial']} and {t['trial']} ran different configs "
-                                f"({'; '.join(diff)}); a block is estimated from trials of one "
-                                "config")
+            raise EstimateError(_("{first} and {other} ran different configs ({differences}); a "
+                                  "block is estimated from trials of one config",
+                                  first=trials[0]["trial"], other=t["trial"],
+                                  differences="; ".join(diff)))
         if env_kind(t["report"]) != env_kind(first):
-            raise EstimateError(f"{trials[0]['trial']} ran on {env_kind(first)} and "
-                                f"{t['trial']} on {env_kind(t['report'])}; a block is estimated "
-                                "from one kind of environment")
+            raise EstimateError(_("{first} ran on {env} and {other} on {other_env}; a block is "
+                                  "estimated from one kind of environment",
+                                  first=trials[0]["trial"], env=env_kind(first),
+                                  other=t["trial"], other_env=env_kind(t["report"])))
 
 
 def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dict]],
@@ -263,14 +275,15 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
     runs = block["runs"] * block["configs"]
-    times = (f"{block['runs']} runs × {block['configs']} configs" if block["configs"] > 1
-             else f"{block['runs']} runs")
+    times = (_("{runs} runs × {configs} configs", runs=block["runs"], configs=block["configs"])
+             if block["configs"] > 1 else _("{runs} runs", runs=block["runs"]))
     if predicted:
         x = predicted["seconds"]
         if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
-            raise EstimateError(f"the fit predicts {x:.3g} s per run at this config, and a "
-                                "time is positive: the fit is unusable here; `/trial fit S"
-                                f"{block.get('sweep') or '..'}` says why and what to run")
+            raise EstimateError(_("the fit predicts {seconds} s per run at this config, and a "
+                                  "time is positive: the fit is unusable here; `/trial fit "
+                                  "S{sweep}` says why and what to run", seconds=f"{x:.3g}",
+                                  sweep=block.get("sweep") or ".."))
         run_source = f"{times} × {x:.4g} s {predicted['source']}"
         half = None
         if predicted.get("dof") and predicted.get("sd"):
@@ -279,31 +292,33 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
             half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
                     * math.sqrt(runs + runs ** 2 * h))
         why_no_interval = (predicted.get("no_interval")
-                           or "the fit has no residual degrees of freedom")
+                           or _("the fit has no residual degrees of freedom"))
     else:
         pr = per_run(trials)
         x = pr["mean"]
-        run_source = f"{times} × {x:.4g} s per {pr['unit']} ({pr['source']})"
+        run_source = _("{times} × {seconds} s per {unit} ({source})", times=times,
+                       seconds=f"{x:.4g}", unit=_(pr["unit"]), source=pr["source"])
         half = None
         if pr["dof"] >= 1:
             # The block's mean per run: its own runs' spread (within/runs) plus
             # the level it sits at (drift components and the mean's uncertainty).
             half = t_quantile(pr["dof"], LEVEL) * runs * math.sqrt(
                 pr["within"] / runs + pr["level"])
-        why_no_interval = ("one measurement has no spread; run the trial again (trial=T12,T13) "
-                           "or with more repeats")
+        why_no_interval = _("one measurement has no spread; run the trial again "
+                            "(trial=T12,T13) or with more repeats")
     run_s = runs * x
 
     fr = failure_rate(trials, attempts)
     if fr["failed"]:
         retry_s = run_s * fr["p"] / (1 - fr["p"])
-        retry_source = (f"{fr['failed']} of {fr['n']} trial attempts failed ({fr['causes']}): "
-                        f"expected attempts per run 1/(1−{fr['p']:.2f}); a failed run is "
-                        "redone whole")
+        retry_source = _("{failed} of {n} trial attempts failed ({causes}): expected attempts "
+                         "per run 1/(1−{p}); a failed run is redone whole", failed=fr["failed"],
+                         n=fr["n"], causes=fr["causes"], p=f"{fr['p']:.2f}")
     else:
         retry_s = 0.0
-        retry_source = (f"0 of {fr['n']} attempts failed; so few attempts do not rule out a "
-                        f"failure rate up to {min(1.0, 3 / fr['n']):.0%} (rule of three)")
+        retry_source = _("0 of {n} attempts failed; so few attempts do not rule out a failure "
+                         "rate up to {rate} (rule of three)", n=fr["n"],
+                         rate=f"{min(1.0, 3 / fr['n']):.0%}")
 
     if pays_prep:
         def mean_of(f) -> float:
@@ -311,42 +326,47 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         prep_s = mean_of(prep_seconds)
         shown = [p for p in PREP_PHASES if p != "launch" or any(
             phase_seconds(r, p) for r in reports)]
-        prep_source = (f"{names}: " + " + ".join(
-            f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in shown)
-            + f" + teardown {mean_of(teardown_seconds):.3g} s (mean), once for this block's "
-              "rental session")
+        phases = " + ".join(f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in shown)
+        prep_source = _("{trials}: {phases} + teardown {teardown} s (mean), once for this "
+                        "block's rental session", trials=names, phases=phases,
+                        teardown=f"{mean_of(teardown_seconds):.3g}")
         factor = (predicted or {}).get("weights_factor")
         if factor:  # a partial-depth trial built a fraction of the weights
             prep_s += (factor - 1) * mean_of(lambda r: phase_seconds(r, "weights"))
-            prep_source += (f"; weights phase ×{factor:.3g} for the full depth's parameters "
-                            "(a model estimate)")
+            prep_source += "; " + _("weights phase ×{factor} for the full depth's parameters "
+                                    "(a model estimate)", factor=f"{factor:.3g}")
     else:
         prep_s = 0.0
-        prep_source = "0: same rental session as an earlier block (rental=single)"
+        prep_source = _("0: same rental session as an earlier block (rental=single)")
 
     data_each = sum(phase_seconds(r, "data") for r in reports) / len(reports)
     data_s = data_each * block["configs"]
-    data_source = (f"{names}: data phase {data_each:.3g} s (mean)"
-                   + (f" × {block['configs']} configs" if block["configs"] > 1 else ""))
+    values = dict(trials=names, seconds=f"{data_each:.3g}", configs=block["configs"])
+    data_source = (_("{trials}: data phase {seconds} s (mean) × {configs} configs", **values)
+                   if block["configs"] > 1 else
+                   _("{trials}: data phase {seconds} s (mean)", **values))
 
     busy = prep_s + run_s + retry_s + data_s
     handoff = block.get("handoff") if block.get("handoff") is not None else facts.get("handoff")
     if handoff is not None:
-        idle_s, idle_source = handoff * 3600, f"declared hand-off gap {handoff:g} h"
+        idle_s, idle_source = handoff * 3600, _("declared hand-off gap {hours} h",
+                                                hours=f"{handoff:g}")
     elif facts.get("idle") == "measured" and usage and usage["idle"] + usage["busy"] > 0:
         share = usage["idle"] / (usage["idle"] + usage["busy"])
         idle_s = busy * share / (1 - share) if share < 1 else float("inf")
-        idle_source = (f"worker {usage['worker']} sat idle {share:.0%} of its measured time "
-                       f"({usage['idle'] / 3600:.2f} h idle, {usage['busy'] / 3600:.2f} h busy "
-                       f"over {usage['days']} days)")
+        idle_source = _("worker {worker} sat idle {share} of its measured time ({idle} h idle, "
+                        "{busy} h busy over {days} days)", worker=usage["worker"],
+                        share=f"{share:.0%}", idle=f"{usage['idle'] / 3600:.2f}",
+                        busy=f"{usage['busy'] / 3600:.2f}", days=usage["days"])
         if not math.isfinite(idle_s):
-            raise EstimateError(f"worker {usage['worker']} ran nothing while idle was measured; "
-                                "its idle share says nothing about a block: declare handoff=H")
+            raise EstimateError(_("worker {worker} ran nothing while idle was measured; its idle "
+                                  "share says nothing about a block: declare handoff=H",
+                                  worker=usage["worker"]))
     elif facts.get("idle") == "measured":
-        idle_s, idle_source = 0.0, "no idle measured yet for the trial's worker"
+        idle_s, idle_source = 0.0, _("no idle measured yet for the trial's worker")
     else:
-        idle_s, idle_source = 0.0, ("not counted: `set handoff=H` (a declared gap) or "
-                                    "`set idle=measured` (the workers' measured idle share)")
+        idle_s, idle_source = 0.0, _("not counted: `set handoff=H` (a declared gap) or "
+                                     "`set idle=measured` (the workers' measured idle share)")
 
     gpus = block["gpus"]
     parts = [("prep", prep_s, prep_source), ("runs", run_s, run_source),
@@ -359,7 +379,8 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
             "gpus": gpus, "components": components,
             "half": half * gpus if half is not None else None,
             "interval_note": (interval_note(None if predicted else pr, len(trials))
-                              if half is not None else f"no interval: {why_no_interval}"),
+                              if half is not None else
+                              _("no interval: {why}", why=why_no_interval)),
             "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
             "config": {**config(first), **(block.get("predict") or {}),
                        **(predicted or {}).get("config", {})},
@@ -372,15 +393,19 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
 def interval_note(pr: dict | None, trials: int) -> str:
     """What the interval contains and what it does not, by name."""
     if pr is None:
-        inside = ["the runs' spread around the sweep's fit and the fit's error at this config"]
-        missing = ["drift between the sweep's trials beyond the fit's residuals"]
+        inside = [_("the runs' spread around the sweep's fit and the fit's error at this "
+                    "config")]
+        missing = [_("drift between the sweep's trials beyond the fit's residuals")]
     else:
-        inside, missing = pr["parts"] or ["the run-to-run spread"], list(pr["missing"])
-    missing.append("the spread of prep, data and retries (each one measurement"
-                   + (" per trial" if trials > 1 else "") + ")")
-    missing.append("a busier or quieter machine than the trial's")
-    return (f"{LEVEL:.0%} prediction interval of the runs; it contains {', '.join(inside)}; "
-            f"not in it: {'; '.join(missing)}")
+        inside = pr["parts"] or [_("the run-to-run spread")]
+        missing = list(pr["missing"])
+    missing.append(_("the spread of prep, data and retries (each one measurement per trial)")
+                   if trials > 1 else
+                   _("the spread of prep, data and retries (each one measurement)"))
+    missing.append(_("a busier or quieter machine than the trial's"))
+    return _("{level} prediction interval of the runs; it contains {inside}; not in it: "
+             "{missing}", level=f"{LEVEL:.0%}", inside=", ".join(inside),
+             missing="; ".join(missing))
 
 
 def total(estimates: list[dict]) -> dict:

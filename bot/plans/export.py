@@ -21,8 +21,11 @@ from bot.plans.views import (
     grouped_warnings,
     table_rows,
 )
+from worker.i18n import N_, _
 
 SCHEMA = 1
+FIGURES = N_("GPU-hours to {digits} significant digits as shown (`shown`) and unrounded "
+             "(`exact`); totals are sums of the unrounded parts")
 PRICE_FIELDS = ("item", "kind", "value", "currency", "unit", "source", "date")
 
 
@@ -62,8 +65,8 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
     held = held or [None] * len(ests)
     warnings = grouped_warnings(plan, ests)
     blocks = []
-    for (_, e, _), c, k, row, h in zip(ests, cost, calib, reviewed or [None] * len(ests),
-                                       held):
+    for (_block, e, _trials), c, k, row, h in zip(ests, cost, calib,
+                                                  reviewed or [None] * len(ests), held):
         blocks.append({
             "kind": e["kind"], "runs": e["runs"], "configs": e["configs"], "gpus": e["gpus"],
             "trials": e["trials"], "env": e["env"], "config": e["config"], "code": e["code"],
@@ -78,12 +81,11 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
             "actual": _actual(row, h),
             # tagged trials off the target or the lock: evidence, not in the actual
             "kept_apart": (row or {}).get("apart") or []})
-    tot = estimate.total([e for _, e, _ in ests])
+    tot = estimate.total([e for _block, e, _trials in ests])
     done = [r for r in reviewed or [] if r.get("actual") is not None]
     return {
         "schema": SCHEMA, "plan": plan["name"], "exported": today.isoformat(),
-        "figures": f"GPU-hours to {figures.DIGITS} significant digits as shown (`shown`) and "
-                   "unrounded (`exact`); totals are sums of the unrounded parts",
+        "figures": _(FIGURES, digits=figures.DIGITS),
         "target": plan["facts"].get("gpu"),
         "checklist": {k: plan["facts"].get(k) for k in parse.CHECKLIST},
         "settings": {k: fact_value(k, plan["facts"][k]) for k in parse.SETTINGS
@@ -145,71 +147,80 @@ def _review_lines(d: dict) -> list[str]:
     out = []
     for b in d["blocks"]:
         a = b["actual"]
-        apart = [f"    - kept apart, {x}" for x in b["kept_apart"]]
+        apart = ["    - " + _("kept apart, {why}", why=x) for x in b["kept_apart"]]
         if a is None:
-            out += [f"- {b['kind']}: no actual yet"] + apart
+            out += ["- " + _("{kind}: no actual yet", kind=b["kind"])] + apart
             continue
         change = f" ({a['change']})" if a["change"] else ""
-        idle = "" if a["idle_compared"] else " (idle left out on both sides)"
-        out.append(f"- {b['kind']}: estimated {a['estimate_compared']['shown']}, actual "
-                   f"{a['gpu_hours']['shown']} GPU-h{change}{idle}, from "
-                   f"{', '.join(a['sources'])}")
+        idle = "" if a["idle_compared"] else " " + _("(idle left out on both sides)")
+        out.append("- " + _("{kind}: estimated {estimated}, actual {actual} GPU-h{change}, from "
+                            "{sources}", kind=b["kind"],
+                            estimated=a["estimate_compared"]["shown"],
+                            actual=a["gpu_hours"]["shown"], change=change + idle,
+                            sources=", ".join(a["sources"])))
         if a["held"]:
             out.append(f"    - {a['held']}")
         out += [f"    - {w['cause']}: {w['gpu_hours']} GPU-h ({w['how']})" for w in a["why"]]
-        out += [f"    - config changed: {c}" for c in a["config_changes"]]
+        out += ["    - " + _("config changed: {change}", change=c) for c in a["config_changes"]]
         out += apart
     return out
 
 
 def markdown(d: dict, rows: list[list]) -> str:
     """`rows`: the plan's table as `show` prints it (views.table_rows)."""
-    lines = [f"# Plan {d['plan']}", "",
-             f"Exported {d['exported']}. Target {d['target'] or 'not set'}. "
-             f"{d['prices']['line']}. Figures: {d['figures']}.", "",
+    lines = ["# " + _("Plan {plan}", plan=d["plan"]), "",
+             _("Exported {day}. Target {gpu}. {prices}. Figures: {figures}.", day=d["exported"],
+               gpu=d["target"] or _("not set"), prices=d["prices"]["line"],
+               figures=d["figures"]), "",
              "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows[1:]]
     for b in d["blocks"]:
         est = b["estimate"]
-        lines += ["", f"## {b['kind']}", "", f"From {', '.join(b['trials'])} on {b['env']}; "
-                  f"{est['interval_note']}.", ""]
+        lines += ["", f"## {b['kind']}", "",
+                  _("From {trials} on {env}; {note}.", trials=", ".join(b["trials"]),
+                    env=b["env"], note=est["interval_note"]), ""]
         lines += [f"- {c['name']}: {c['gpu_hours']['shown']} GPU-h — {c['source']}"
                   for c in est["components"]]
         if b["calibration"]:
             lines.append(f"- {b['calibration']['text']}")
         if b["partial"]:
-            lines.append(f"- predicted from a partial-depth trial ({b['partial']}) until a "
-                         "full-depth trial on the target replaces it")
+            lines.append("- " + _("predicted from a partial-depth trial ({trial}) until a "
+                                  "full-depth trial on the target replaces it",
+                                  trial=b["partial"]))
         if b["note"]:
-            lines.append(f"- open variable: {b['note']}")
-    lines += ["", "## Review: estimate against actual", ""] + _review_lines(d)
+            lines.append("- " + _("open variable: {note}", note=b["note"]))
+    lines += ["", "## " + _("Review: estimate against actual"), ""] + _review_lines(d)
     if d["total"]["actual"]:
-        lines.append(f"- actual so far: {d['total']['actual']['shown']} GPU-h on "
-                     f"{', '.join(d['total']['actual_blocks'])}")
+        lines.append("- " + _("actual so far: {hours} GPU-h on {blocks}",
+                              hours=d["total"]["actual"]["shown"],
+                              blocks=", ".join(d["total"]["actual_blocks"])))
     if d["warnings"]:
-        lines += ["", "## Warnings", ""] + [f"- {w[2:]}" for w in d["warnings"]]
-    lines += ["", "## Lock", ""]
+        lines += ["", "## " + _("Warnings"), ""] + [f"- {w[2:]}" for w in d["warnings"]]
+    lines += ["", "## " + _("Lock"), ""]
     lock = d["lock"]
     if not lock:
-        lines.append("Not locked: later trials are not checked against a fixed config.")
+        lines.append(_("Not locked: later trials are not checked against a fixed config."))
     else:
-        lines.append(f"Locked on {lock['at']}.")
+        lines.append(_("Locked on {at}.", at=lock["at"]))
         for kind, v in lock.items():
             if kind != "at":
                 cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
-                lines.append(f"- {kind}: `{cfg}`, code {v['code']} (from "
-                             f"{', '.join(v['trials'])})")
-    lines += ["", "## Checklist", ""]
-    lines += [f"- [{'x' if d['checklist'][k] else ' '}] {label}: "
-              f"{d['checklist'][k] or '(open)'}" for k, label in parse.CHECKLIST.items()]
-    lines += ["", "## Settings", ""]
+                lines.append("- " + _("{kind}: `{config}`, code {code} (from {trials})",
+                                      kind=kind, config=cfg, code=v["code"],
+                                      trials=", ".join(v["trials"])))
+    lines += ["", "## " + _("Checklist"), ""]
+    still_open = _("(open)")
+    lines += [f"- [{'x' if d['checklist'][k] else ' '}] {_(label)}: "
+              f"{d['checklist'][k] or still_open}" for k, label in parse.CHECKLIST.items()]
+    lines += ["", "## " + _("Settings"), ""]
     lines += ([f"- {k}: {v}" for k, v in d["settings"].items()]
-              or ["- none set (defaults: rental per-block, idle not counted)"])
-    lines += ["", "## Prices used", ""]
+              or ["- " + _("none set (defaults: rental per-block, idle not counted)")])
+    lines += ["", "## " + _("Prices used"), ""]
     used = d["prices"]["used"]
-    lines.append(f"- {used['cited']}" if used else f"- none: {d['prices']['line']}")
+    lines.append(f"- {used['cited']}" if used else
+                 "- " + _("none: {line}", line=d["prices"]["line"]))
     if d["history"]:
-        lines += ["", "## History", ""] + [f"- {r['line']}" for r in d["history"]]
+        lines += ["", "## " + _("History"), ""] + [f"- {r['line']}" for r in d["history"]]
     return "\n".join(lines) + "\n"
 
 
@@ -225,4 +236,5 @@ def files(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
 
 def file(plan: dict, channel: str, ext: str, content: str) -> dict:
     return {"channel": channel, "kind": "export", "file": f"{plan['name']}-plan.{ext}",
-            "content": content, "text": f"Plan {plan['name']} ({ext.upper()} export)"}
+            "content": content, "text": _("Plan {plan} ({format} export)", plan=plan["name"],
+                                          format=ext.upper())}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bot.fits import gpus
 from bot.plans import estimate
+from worker.i18n import _
 
 
 def why(plan: dict, job: dict) -> str | None:
@@ -16,14 +17,16 @@ def why(plan: dict, job: dict) -> str | None:
         return None
     target = plan["facts"].get("gpu")
     if gpus.matches_gpu(r, target) is False:
-        how = " (queued with gpu=any)" if ((job.get("spec") or {}).get("route") or {}).get(
-            "anywhere") else ""
-        return f"off target: ran on {estimate.env_kind(r)}, not {target}{how}"
+        values = dict(env=estimate.env_kind(r), target=target)
+        if ((job.get("spec") or {}).get("route") or {}).get("anywhere"):
+            return _("off target: ran on {env}, not {target} (queued with gpu=any)", **values)
+        return _("off target: ran on {env}, not {target}", **values)
     lock = (plan.get("locked") or {}).get(job["block"])
     if lock:
         diff = estimate.lock_differences(lock, estimate.config(r), estimate.code_version(r))
         if diff:
-            return f"not comparable with the locked plan: {'; '.join(diff)}"
+            return _("not comparable with the locked plan: {differences}",
+                     differences="; ".join(diff))
     return None
 
 
@@ -59,15 +62,16 @@ def queue_notes(ctx, tags: dict, specs: list[dict], route: dict) -> list[str]:
     name, kind, target = plan["name"], tags["block"], plan["facts"].get("gpu")
     out = []
     if route.get("anywhere") and target:
-        out.append(f"gpu=any: this trial may run on any worker, off plan {name}'s target "
-                   f"{target}. Measured off the target, it is kept as evidence in the {kind} "
-                   f"block but left out of its actual and its cost; `/plan {name} review` "
-                   "shows it apart.")
+        out.append(_("gpu=any: this trial may run on any worker, off plan {plan}'s target "
+                     "{target}. Measured off the target, it is kept as evidence in the {kind} "
+                     "block but left out of its actual and its cost; `/plan {plan} review` "
+                     "shows it apart.", plan=name, target=target, kind=kind))
     lock = (plan["locked"] or {}).get(kind)
     diffs = sorted({d for s in specs for d in (spec_differences(lock, s) if lock else [])})
     if diffs:
-        out.append(f"Not comparable with plan {name}'s lock of {plan['locked']['at']} "
-                   f"({'; '.join(diffs)}): it runs, but the {kind} block's actual leaves it out "
-                   f"and `/plan {name} review` shows it apart. Run it at the locked config to "
-                   f"count it, or `/plan {name} unlock` to change the plan.")
+        out.append(_("Not comparable with plan {plan}'s lock of {at} ({differences}): it runs, "
+                     "but the {kind} block's actual leaves it out and `/plan {plan} review` "
+                     "shows it apart. Run it at the locked config to count it, or `/plan {plan} "
+                     "unlock` to change the plan.", plan=name, at=plan["locked"]["at"],
+                     differences="; ".join(diffs), kind=kind))
     return out

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from worker.i18n import _
+
 SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "₩": "KRW", "원": "KRW"}
 SHOWN = {"USD": "$", "EUR": "€", "GBP": "£", "KRW": "₩"}  # a code's symbol, where one is clear
 # Units of the currency in one USD, to an order of magnitude only: the sanity limits scale
@@ -54,19 +56,20 @@ def parse(raw: str, what: str) -> tuple[float, str]:
     text = raw.strip()
     currency = ""
     if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-        raise MoneyError(f"`{raw}`: {what} must be a finite number")
+        raise MoneyError(_("`{raw}`: {what} must be a finite number", raw=raw, what=what))
     m = re.fullmatch(r"([$€£₩¥]|[A-Za-z]{3})?\s*([0-9][0-9.,]*)\s*([A-Za-z]{3}|원)?", text)
     if not m or (m.group(1) and m.group(3)):
-        raise MoneyError(f"`{raw}`: {what} must be a number, with at most one currency, e.g. "
-                         "2.49, $2.49, ₩3500 or 3500 KRW")
+        raise MoneyError(_("`{raw}`: {what} must be a number, with at most one currency, e.g. "
+                           "2.49, $2.49, ₩3500 or 3500 KRW", raw=raw, what=what))
     mark = m.group(1) or m.group(3) or ""
     if mark == "¥":
-        raise MoneyError(f"`{raw}`: ¥ is yen or yuan; write JPY or CNY, e.g. 350 JPY")
+        raise MoneyError(_("`{raw}`: ¥ is yen or yuan; write JPY or CNY, e.g. 350 JPY", raw=raw))
     if mark:
         currency = SYMBOLS.get(mark) or mark.upper()
         if currency not in SCALE:
-            raise MoneyError(f"`{raw}`: `{mark}` is not a currency I know; write one of "
-                             f"{', '.join(SCALE)} (or $, €, £, ₩)")
+            raise MoneyError(_("`{raw}`: `{mark}` is not a currency I know; write one of "
+                               "{codes} (or $, €, £, ₩)", raw=raw, mark=mark,
+                               codes=", ".join(SCALE)))
     return amount(m.group(2), currency, raw, what), currency
 
 
@@ -78,16 +81,19 @@ def amount(digits: str, currency: str, raw: str, what: str) -> float:
     if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d+)?", digits):
         if digits.count(",") == 1 and "." not in digits and currency not in NO_MINOR_UNIT:
             whole, frac = digits.split(",")
-            raise MoneyError(f"`{raw}`: {what} {digits} could be {int(whole + frac):,} "
-                             f"(a thousands comma) or {whole}.{frac} (a decimal comma); write "
-                             f"{whole}{frac} or {whole}.{frac}")
+            raise MoneyError(_("`{raw}`: {what} {digits} could be {thousands} (a thousands "
+                               "comma) or {decimal} (a decimal comma); write {plain} or "
+                               "{decimal}", raw=raw, what=what, digits=digits,
+                               thousands=f"{int(whole + frac):,}", decimal=f"{whole}.{frac}",
+                               plain=whole + frac))
         return float(digits.replace(",", ""))
     if re.fullmatch(r"\d+,\d+", digits):
         return float(digits.replace(",", "."))  # a decimal comma: 2,49
     if re.fullmatch(r"\d{1,3}(\.\d{3})+(,\d+)?", digits):
         return float(digits.replace(".", "").replace(",", "."))  # 1.234.567 or 1.234,56
-    raise MoneyError(f"`{raw}`: {what} {digits} is not a number I can read; write it with a "
-                     "decimal point and no thousands separators, e.g. 2.49 or 3500")
+    raise MoneyError(_("`{raw}`: {what} {digits} is not a number I can read; write it with a "
+                       "decimal point and no thousands separators, e.g. 2.49 or 3500", raw=raw,
+                       what=what, digits=digits))
 
 
 def check_limit(value: float, currency: str, kind: str, raw: str) -> None:
@@ -96,11 +102,15 @@ def check_limit(value: float, currency: str, kind: str, raw: str) -> None:
         return
     top = LIMITS[kind] * SCALE.get(currency, max(SCALE.values()))
     if value > top:
-        cur = currency or "any currency (none was written)"
-        why = {"rent": "a rent above {top:,} per GPU-hour in {cur}",
-               "electricity": "electricity above {top:,} per kWh in {cur}",
-               "buy": "a purchase price above {top:,} per GPU in {cur}",
-               "resale": "a resale value above {top:,} per GPU in {cur}"}[kind]
-        raise MoneyError(f"`{raw}`: {value:,.10g} is too much to be real: the limit refuses "
-                         + why.format(top=top, cur=cur) + ". Check the digits and the unit "
-                         "(per GPU and per hour, not per node or per month).")
+        values = dict(raw=raw, value=f"{value:,.10g}", top=f"{top:,}",
+                      cur=currency or _("any currency (none was written)"))
+        why = {"rent": _("`{raw}`: {value} is too much to be real: the limit refuses a rent "
+                         "above {top} per GPU-hour in {cur}.", **values),
+               "electricity": _("`{raw}`: {value} is too much to be real: the limit refuses "
+                                "electricity above {top} per kWh in {cur}.", **values),
+               "buy": _("`{raw}`: {value} is too much to be real: the limit refuses a purchase "
+                        "price above {top} per GPU in {cur}.", **values),
+               "resale": _("`{raw}`: {value} is too much to be real: the limit refuses a "
+                           "resale value above {top} per GPU in {cur}.", **values)}[kind]
+        raise MoneyError(why + " " + _("Check the digits and the unit (per GPU and per hour, "
+                                       "not per node or per month)."))

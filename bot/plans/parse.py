@@ -18,6 +18,7 @@ from bot.fits import gpus
 from bot.plans import money
 from bot.trials.parse import split
 from worker import i18n
+from worker.i18n import N_, _
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
          "trial=T12 ...|block KIND correct k=v ...|block KIND delete|lock|unlock|advise|"
@@ -32,36 +33,36 @@ ACTIONS = ("show", "export", "lock", "unlock", "advise", "review", "set", "block
 
 # The reproduction checklist, in the order a reproduction settles it.
 CHECKLIST = {
-    "paper": "paper and version (e.g. arXiv 2405.01234v2)",
-    "baseline": "the baseline to reproduce",
-    "configs": "the configs to compare",
-    "repo": "repository and commit",
-    "command": "run command",
-    "framework": "framework and dependencies",
-    "model": "model and weights",
-    "access": "access conditions of the weights",
-    "licence": "licence of code and weights",
-    "inputs": "input lengths and batch conditions",
-    "data": "data preparation",
-    "scope": "results in scope",
-    "excluded": "results excluded",
-    "gpu": "target GPU kind (e.g. H100)",
-    "platform": "target platform: cuda, rocm, mps, cpu or tpu",
+    "paper": N_("paper and version (e.g. arXiv 2405.01234v2)"),
+    "baseline": N_("the baseline to reproduce"),
+    "configs": N_("the configs to compare"),
+    "repo": N_("repository and commit"),
+    "command": N_("run command"),
+    "framework": N_("framework and dependencies"),
+    "model": N_("model and weights"),
+    "access": N_("access conditions of the weights"),
+    "licence": N_("licence of code and weights"),
+    "inputs": N_("input lengths and batch conditions"),
+    "data": N_("data preparation"),
+    "scope": N_("results in scope"),
+    "excluded": N_("results excluded"),
+    "gpu": N_("target GPU kind (e.g. H100)"),
+    "platform": N_("target platform: cuda, rocm, mps, cpu or tpu"),
 }
 # Items the lock fixes: the input conditions of the experiment.
 LOCKED_ITEMS = ("baseline", "configs", "inputs", "data", "model", "repo", "command")
 
 # Planning facts the estimate and the advice read.
 SETTINGS = {
-    "rental": "single | per-block: one rental session for the whole plan, or one per "
-              "block (prep is paid again in every session)",
-    "handoff": "hours a rented GPU waits between blocks (a declared hand-off gap)",
-    "idle": "measured | none: count the workers' measured idle share, or no idle",
-    "pattern": "concentrated | steady: is the work bunched in one period or steady",
-    "period": "how long the work lasts, e.g. 10d, 6w, 3mo, 1y",
-    "later_use": "uncertain | planned: is there use for the GPUs after this work",
-    "needs_cuda": "yes | no: does the code need CUDA (its support matrix, not the GPU name)",
-    "utilization": "share of the time an owned GPU would be busy, e.g. 0.6 or 60%",
+    "rental": N_("single | per-block: one rental session for the whole plan, or one per "
+                 "block (prep is paid again in every session)"),
+    "handoff": N_("hours a rented GPU waits between blocks (a declared hand-off gap)"),
+    "idle": N_("measured | none: count the workers' measured idle share, or no idle"),
+    "pattern": N_("concentrated | steady: is the work bunched in one period or steady"),
+    "period": N_("how long the work lasts, e.g. 10d, 6w, 3mo, 1y"),
+    "later_use": N_("uncertain | planned: is there use for the GPUs after this work"),
+    "needs_cuda": N_("yes | no: does the code need CUDA (its support matrix, not the GPU name)"),
+    "utilization": N_("share of the time an owned GPU would be busy, e.g. 0.6 or 60%"),
 }
 _KEYWORDS = {*PLAN_WORDS, *ACTIONS}
 
@@ -117,7 +118,7 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         return PlanCommand("price", args=parse_price(rest, today))
     if head == "new":
         if not rest:
-            raise PlanError("Name the plan: `/plan new NAME`, e.g. `/plan new adkv-repro`")
+            raise PlanError(_("Name the plan: `/plan new NAME`, e.g. `/plan new adkv-repro`"))
         name = plan_name(rest[0])
         return PlanCommand("new", name, {"facts": parse_facts(rest[1:])})
     if head == "digest":
@@ -129,8 +130,8 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         return PlanCommand(action, name)
     if action == "set":
         if not rest:
-            raise PlanError(f"`/plan {name} set` needs key=value pairs, e.g. "
-                            f"`/plan {name} set gpu=H100 platform=cuda`. {keys_help()}")
+            raise PlanError(_("`/plan {plan} set` needs key=value pairs, e.g. `/plan {plan} set "
+                              "gpu=H100 platform=cuda`.", plan=name) + " " + keys_help())
         # `key=` with nothing after it unsets the item (None)
         return PlanCommand("set", name, {"facts": parse_facts(rest, unset=True)})
     if action == "block" and rest[1:2] in (["correct"], ["delete"]):
@@ -139,25 +140,28 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         return PlanCommand("block", name, parse_block(rest))
     if action == "actual":
         return PlanCommand("actual", name, parse_actual(rest))
-    raise PlanError(f"`{action}` is not something a plan does; use one of show, set, block, "
-                    f"lock, unlock, advise, actual, review, history, export. Usage: `{USAGE}`")
+    raise PlanError(_("`{action}` is not something a plan does; use one of show, set, block, "
+                      "lock, unlock, advise, actual, review, history, export. Usage: `{usage}`",
+                      action=action, usage=USAGE))
 
 
 def parse_settings(words: list[str]) -> dict:
     """`/plan settings [lang=ko]`: this channel's own settings (`lang=` clears it)."""
-    pairs = _pairs(words, ("lang",), "a channel setting", empty=True)
+    pairs = _pairs(words, ("lang",), _("a channel setting"), empty=True)
     if "lang" not in pairs:
         return {}
     try:
         return {"lang": i18n.language(pairs["lang"]) if pairs["lang"] else None}
     except i18n.LanguageError as exc:
-        raise PlanError(f"{exc.message}; `lang=` goes back to the bot's default") from None
+        raise PlanError(_("{problem}; `lang=` goes back to the bot's default",
+                          problem=exc.message)) from None
 
 
 def plan_name(word: str) -> str:
     name = word.lower()  # names are stored in lower case: ADKV is adkv
     if name in PLAN_WORDS:
-        raise PlanError(f"`{name}` needs more words here; usage: `{USAGE}`")
+        raise PlanError(_("`{word}` needs more words here; usage: `{usage}`", word=name,
+                          usage=USAGE))
     if plan_name_problem(name):
         raise PlanError(plan_name_problem(word))  # naming the word as typed
     return name
@@ -165,7 +169,7 @@ def plan_name(word: str) -> str:
 
 def _no_more(rest: list[str], what: str) -> None:
     if rest:
-        raise PlanError(f"`{rest[0]}`: `{what}` takes nothing more")
+        raise PlanError(_("`{word}`: `{command}` takes nothing more", word=rest[0], command=what))
 
 
 def _pairs(words: list[str], allowed: tuple[str, ...], what: str, empty: bool = False) -> dict:
@@ -174,35 +178,38 @@ def _pairs(words: list[str], allowed: tuple[str, ...], what: str, empty: bool = 
     for word in words:
         key, eq, raw = word.partition("=")
         if not eq or not key or (not raw.strip() and not empty):
-            raise PlanError(f"`{word}`: write key=value (quote values with spaces: "
-                            f"note=\"like this\"); {what} takes {', '.join(allowed)}")
+            raise PlanError(_("`{word}`: write key=value (quote values with spaces: "
+                              "note=\"like this\"); {what} takes {keys}", word=word, what=what,
+                              keys=", ".join(allowed)))
         if key not in allowed:
-            raise PlanError(f"`{word}`: {what} has no `{key}`; it takes {', '.join(allowed)}")
+            raise PlanError(_("`{word}`: {what} has no `{key}`; it takes {keys}", word=word,
+                              what=what, key=key, keys=", ".join(allowed)))
         if key in out:
-            raise PlanError(f"`{word}`: {key} is given twice")
+            raise PlanError(_("`{word}`: {key} is given twice", word=word, key=key))
         out[key] = raw.strip()
     return out
 
 
 def keys_help() -> str:
-    return ("Checklist: " + ", ".join(CHECKLIST) + ". Settings: " + ", ".join(SETTINGS)
-            + ". `/plan help` explains each.")
+    return _("Checklist: {checklist}. Settings: {settings}. `/plan help` explains each.",
+             checklist=", ".join(CHECKLIST), settings=", ".join(SETTINGS))
 
 
 def parse_facts(words: list[str], unset: bool = False) -> dict:
     """Checklist items and settings, each value checked; with `unset`, `key=`
     (nothing after =) is None: the item is open again."""
-    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), "a plan", empty=unset)
+    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), _("a plan"), empty=unset)
     out = {}
     for key, raw in pairs.items():
         if len(raw) > 500:
-            raise PlanError(f"`{key}`: at most 500 characters")
+            raise PlanError(_("`{key}`: at most 500 characters", key=key))
         if not raw:
             out[key] = None
         elif key in CHOICES:
             value = raw.lower()
             if value not in CHOICES[key]:
-                raise PlanError(f"`{key}={raw}`: {key} must be one of {', '.join(CHOICES[key])}")
+                raise PlanError(_("`{key}={raw}`: {key} must be one of {choices}", key=key,
+                                  raw=raw, choices=", ".join(CHOICES[key])))
             out[key] = value
         elif key == "gpu":
             out[key] = target_gpu(raw)
@@ -241,12 +248,14 @@ def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> flo
     try:
         value = float(raw)
     except ValueError:
-        raise PlanError(f"`{what}={raw}`: {what} must be a number") from None
+        raise PlanError(_("`{key}={raw}`: {key} must be a number", key=what, raw=raw)) from None
     if not math.isfinite(value):
-        raise PlanError(f"`{what}={raw}`: {what} must be a finite number")
-    if value < low or (positive and value <= 0):
-        raise PlanError(f"`{what}={raw}`: {what} must be "
-                        + ("greater than 0" if positive else f"at least {low:g}"))
+        raise PlanError(_("`{key}={raw}`: {key} must be a finite number", key=what, raw=raw))
+    if positive and value <= 0:
+        raise PlanError(_("`{key}={raw}`: {key} must be greater than 0", key=what, raw=raw))
+    if value < low:
+        raise PlanError(_("`{key}={raw}`: {key} must be at least {low}", key=what, raw=raw,
+                          low=f"{low:g}"))
     return value
 
 
@@ -258,20 +267,22 @@ def hours(raw: str, what: str, positive: bool = False) -> float:
     same (hours=, handoff=, prep=...)."""
     m = re.fullmatch(r"([0-9.]+)\s*(h|hr|hrs|hours?|m|min|mins|minutes?)?", raw.strip().lower())
     if not m:
-        raise PlanError(f"`{what}={raw}`: {what} is hours, e.g. {what}=2, {what}=2h or "
-                        f"{what}=90m")
+        raise PlanError(_("`{key}={raw}`: {key} is hours, e.g. {key}=2, {key}=2h or {key}=90m",
+                          key=what, raw=raw))
     value = number(m.group(1), what, positive=positive)
     value = value / 60 if (m.group(2) or "h").startswith("m") else value
     if value > MAX_HOURS:
-        raise PlanError(f"`{what}={raw}`: {value:,.10g} hours is more than {MAX_HOURS:,}, the "
-                        "most one figure in hours may be; check the digits and the unit")
+        raise PlanError(_("`{key}={raw}`: {hours} hours is more than {most}, the most one "
+                          "figure in hours may be; check the digits and the unit", key=what,
+                          raw=raw, hours=f"{value:,.10g}", most=f"{MAX_HOURS:,}"))
     return value
 
 
 def period_days(raw: str) -> float:
     m = re.fullmatch(r"([0-9.]+)\s*(d|w|mo|y)", raw.strip().lower())
     if not m:
-        raise PlanError(f"`period={raw}`: write a length with a unit: 10d, 6w, 3mo or 1y")
+        raise PlanError(_("`period={raw}`: write a length with a unit: 10d, 6w, 3mo or 1y",
+                          raw=raw))
     return number(m.group(1), "period", positive=True) * {"d": 1, "w": 7, "mo": 30.44,
                                                           "y": 365.25}[m.group(2)]
 
@@ -281,7 +292,7 @@ def utilization(raw: str) -> float:
     value = number(raw.rstrip("%"), "utilization", positive=True)
     value = value / 100 if pct else value
     if value > 1:
-        raise PlanError(f"`utilization={raw}`: a share from 0 to 1 (or 0% to 100%)")
+        raise PlanError(_("`utilization={raw}`: a share from 0 to 1 (or 0% to 100%)", raw=raw))
     return value
 
 
@@ -290,10 +301,10 @@ def trial_ids(raw: str) -> list[int]:
     for word in raw.split(","):
         m = re.fullmatch(r"[Tt]?(\d{1,12})", word.strip())
         if not m:
-            raise PlanError(f"`trial={raw}`: `{word}` is not a trial id; write trial=T12 or "
-                            "trial=T12,T13 (trials of the same config)")
+            raise PlanError(_("`trial={raw}`: `{word}` is not a trial id; write trial=T12 or "
+                              "trial=T12,T13 (trials of the same config)", raw=raw, word=word))
         if int(m.group(1)) in ids:
-            raise PlanError(f"`trial={raw}`: T{m.group(1)} is given twice")
+            raise PlanError(_("`trial={raw}`: T{id} is given twice", raw=raw, id=m.group(1)))
         ids.append(int(m.group(1)))
     return ids
 
@@ -302,10 +313,11 @@ def count(raw: str, what: str, high: int = 10**7) -> int:
     try:
         value = int(raw, 10)
     except ValueError:
-        raise PlanError(f"`{what}={raw}`: {what} must be a whole number from 1 to {high}") \
-            from None
+        raise PlanError(_("`{key}={raw}`: {key} must be a whole number from 1 to {high}",
+                          key=what, raw=raw, high=high)) from None
     if not 1 <= value <= high:
-        raise PlanError(f"`{what}={raw}`: {what} must be from 1 to {high}")
+        raise PlanError(_("`{key}={raw}`: {key} must be from 1 to {high}", key=what, raw=raw,
+                          high=high))
     return value
 
 
@@ -315,16 +327,22 @@ BLOCK_KEYS = ("runs", "configs", "gpus", "trial", "sweep", "note", "handoff", "b
 
 def parse_block(words: list[str]) -> dict:
     if not words or words[0] not in BLOCK_KINDS:
-        got = f"`{words[0]}` is not a block kind" if words else "Name the block kind"
-        raise PlanError(f"{got}: one of {', '.join(BLOCK_KINDS)}. Usage: `/plan NAME block "
-                        "KIND runs=N [configs=M] trial=T12 [note=\"open variable ...\"]`")
+        kinds = ", ".join(BLOCK_KINDS)
+        raise PlanError(
+            _("`{word}` is not a block kind: one of {kinds}. Usage: `/plan NAME block KIND "
+              "runs=N [configs=M] trial=T12 [note=\"open variable ...\"]`", word=words[0],
+              kinds=kinds) if words else
+            _("Name the block kind: one of {kinds}. Usage: `/plan NAME block KIND runs=N "
+              "[configs=M] trial=T12 [note=\"open variable ...\"]`", kinds=kinds))
     kind = words[0]
-    pairs = _pairs(words[1:], BLOCK_KEYS, f"a {kind} block")
+    pairs = _pairs(words[1:], BLOCK_KEYS, _("a {kind} block", kind=kind))
     if "runs" not in pairs:
-        raise PlanError(f"a {kind} block needs runs=N: how many runs the experiment makes")
+        raise PlanError(_("a {kind} block needs runs=N: how many runs the experiment makes",
+                          kind=kind))
     if ("trial" in pairs) == ("sweep" in pairs):
-        raise PlanError(f"a {kind} block is estimated from measured trials: give trial=T12 "
-                        "(or trial=T12,T13), or sweep=S12 with the config to predict")
+        raise PlanError(_("a {kind} block is estimated from measured trials: give trial=T12 "
+                          "(or trial=T12,T13), or sweep=S12 with the config to predict",
+                          kind=kind))
     block = {"kind": kind, "runs": count(pairs["runs"], "runs"),
              "configs": count(pairs.get("configs", "1"), "configs", 10000),
              "gpus": count(pairs.get("gpus", "1"), "gpus", 4096),
@@ -333,16 +351,17 @@ def parse_block(words: list[str]) -> dict:
     predict = {k: count(pairs[k], k) for k in ("batch", "prompt", "gen", "layers") if k in pairs}
     if "trial" in pairs:
         if predict:
-            raise PlanError(f"`{next(iter(predict))}=`: a config to predict goes with sweep=S12; "
-                            "a block from trial=T12 is estimated at that trial's own config")
+            raise PlanError(_("`{key}=`: a config to predict goes with sweep=S12; a block from "
+                              "trial=T12 is estimated at that trial's own config",
+                              key=next(iter(predict))))
         block["trials"] = trial_ids(pairs["trial"])
     else:
         m = re.fullmatch(r"[Ss]?(\d{1,12})", pairs["sweep"])
         if not m:
-            raise PlanError(f"`sweep={pairs['sweep']}`: sweep ids look like S12")
+            raise PlanError(_("`sweep={raw}`: sweep ids look like S12", raw=pairs["sweep"]))
         if not predict:
-            raise PlanError("a block from a sweep needs the config to predict, e.g. "
-                            "sweep=S12 batch=32 prompt=2048")
+            raise PlanError(_("a block from a sweep needs the config to predict, e.g. "
+                              "sweep=S12 batch=32 prompt=2048"))
         block["sweep"], block["predict"] = int(m.group(1)), predict
     return block
 
@@ -353,31 +372,35 @@ MAX_SLURM_JOBS = 100
 
 def parse_actual(words: list[str]) -> dict:
     if not words or words[0] not in BLOCK_KINDS:
-        got = f"`{words[0]}` is not a block kind" if words else "Name the block"
-        raise PlanError(f"{got}: one of {', '.join(BLOCK_KINDS)}. Usage: `/plan NAME actual "
-                        "KIND [correct] hours=H [prep=H] [data=H] [retries=H] [idle=H] "
-                        "[runs=N] [note=...]`, `/plan NAME actual KIND slurm=JOBID[,JOBID...] "
-                        "[runs=N] [note=...]`, or `/plan NAME actual KIND delete`")
+        usage = ("`/plan NAME actual KIND [correct] hours=H [prep=H] [data=H] [retries=H] "
+                 "[idle=H] [runs=N] [note=...]`, `/plan NAME actual KIND "
+                 "slurm=JOBID[,JOBID...] [runs=N] [note=...]`, or `/plan NAME actual KIND "
+                 "delete`")
+        kinds = ", ".join(BLOCK_KINDS)
+        raise PlanError(_("`{word}` is not a block kind: one of {kinds}. Usage: {usage}",
+                          word=words[0], kinds=kinds, usage=usage) if words else
+                        _("Name the block: one of {kinds}. Usage: {usage}", kinds=kinds,
+                          usage=usage))
     if words[1:2] == ["delete"]:
         return {"block": words[0], "delete": True, "ids": actual_ids(words[0], words[2:])}
     correct = words[1:2] == ["correct"]  # replaces the block's earlier recorded actuals
     rest = words[2:] if correct else words[1:]
     pairs = _pairs(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
-                          "note"), "an actual")
+                          "note"), _("an actual"))
     if "slurm" in pairs:
         if correct:
-            raise PlanError("`correct` with `slurm=`: Slurm's answer arrives later; delete the "
-                            f"earlier one first (`/plan NAME actual {words[0]} delete`), then ask "
-                            "again")
+            raise PlanError(_("`correct` with `slurm=`: Slurm's answer arrives later; delete the "
+                              "earlier one first (`/plan NAME actual {kind} delete`), then ask "
+                              "again", kind=words[0]))
         return parse_slurm_actual(words[0], pairs)
     if "hours" not in pairs:
-        raise PlanError("an actual needs hours=H (the GPU-hours the block really took) or "
-                        "slurm=JOBID (read them from Slurm's accounting)")
+        raise PlanError(_("an actual needs hours=H (the GPU-hours the block really took) or "
+                          "slurm=JOBID (read them from Slurm's accounting)"))
     total = hours(pairs["hours"], "hours", positive=True)
     parts = {k: hours(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
     if sum(parts.values()) > total:
-        raise PlanError(f"prep, data, retries and idle add up to {sum(parts.values()):g} h, "
-                        f"more than hours={total:g}")
+        raise PlanError(_("prep, data, retries and idle add up to {parts} h, more than "
+                          "hours={total}", parts=f"{sum(parts.values()):g}", total=f"{total:g}"))
     return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None,
             "correct": correct}
@@ -391,10 +414,10 @@ def actual_ids(kind: str, words: list[str]) -> list[int] | None:
             continue
         m = re.fullmatch(r"#?(\d{1,12})", word.strip())
         if not m:
-            raise PlanError(f"`{word}`: `/plan NAME actual {kind} delete` takes nothing more "
-                            f"than the numbers of the actuals to delete, e.g. `delete #4` "
-                            "(the reply that recorded one shows its number), or none to "
-                            "delete them all")
+            raise PlanError(_("`{word}`: `/plan NAME actual {kind} delete` takes nothing more "
+                              "than the numbers of the actuals to delete, e.g. `delete #4` "
+                              "(the reply that recorded one shows its number), or none to "
+                              "delete them all", word=word, kind=kind))
         ids.append(int(m.group(1)))
     return ids or None
 
@@ -404,17 +427,18 @@ def parse_block_change(name: str, words: list[str]) -> PlanCommand:
     `block KIND delete`."""
     kind, verb, rest = words[0], words[1], words[2:]
     if kind not in BLOCK_KINDS:
-        raise PlanError(f"`{kind}` is not a block kind: one of {', '.join(BLOCK_KINDS)}")
+        raise PlanError(_("`{word}` is not a block kind: one of {kinds}", word=kind,
+                          kinds=", ".join(BLOCK_KINDS)))
     if verb == "delete":
         _no_more(rest, f"/plan {name} block {kind} delete")
         return PlanCommand("block-delete", name, {"kind": kind})
     if not rest:
-        raise PlanError(f"`/plan {name} block {kind} correct` needs the fields to change, e.g. "
-                        f"`/plan {name} block {kind} correct runs=30` (it takes "
-                        f"{', '.join(BLOCK_KEYS)})")
+        raise PlanError(_("`/plan {plan} block {kind} correct` needs the fields to change, "
+                          "e.g. `/plan {plan} block {kind} correct runs=30` (it takes {keys})",
+                          plan=name, kind=kind, keys=", ".join(BLOCK_KEYS)))
     return PlanCommand("block-correct", name, {"kind": kind,
                                                "pairs": _pairs(rest, BLOCK_KEYS,
-                                                               f"a {kind} block")})
+                                                               _("a {kind} block", kind=kind))})
 
 
 def block_words(block: dict, changes: dict) -> list[str]:
@@ -448,17 +472,19 @@ PRICE_ID = re.compile(r"[Pp]?(\d{1,12})")
 def parse_price_change(verb: str, words: list[str]) -> PlanCommand:
     """`price correct P7 [FIGURE] [source=...] [date=...]` and `price delete P7`;
     the figure is checked against P7's item in the command (parse_price_correction)."""
-    usage = ("`/plan price correct P7 2.39/h source=... date=YYYY-MM-DD` (any of the figure, "
-             "source= and date=) or `/plan price delete P7`; `/plan prices all` lists the ids")
+    usage = _("`/plan price correct P7 2.39/h source=... date=YYYY-MM-DD` (any of the figure, "
+              "source= and date=) or `/plan price delete P7`; `/plan prices all` lists the ids")
     if not words or not PRICE_ID.fullmatch(words[0]):
-        got = f"`{words[0]}` is not a price id" if words else "Name the price"
-        raise PlanError(f"{got}: prices are named P7 and so on. Usage: {usage}")
+        raise PlanError(_("`{word}` is not a price id: prices are named P7 and so on. Usage: "
+                          "{usage}", word=words[0], usage=usage) if words else
+                        _("Name the price: prices are named P7 and so on. Usage: {usage}",
+                          usage=usage))
     pid = int(PRICE_ID.fullmatch(words[0]).group(1))
     if verb == "delete":
         _no_more(words[1:], f"/plan price delete P{pid}")
         return PlanCommand("price-delete", args={"id": pid})
     if not words[1:]:
-        raise PlanError(f"Say what to correct in P{pid}. Usage: {usage}")
+        raise PlanError(_("Say what to correct in P{id}. Usage: {usage}", id=pid, usage=usage))
     return PlanCommand("price-correct", args={"id": pid, "words": words[1:]})
 
 
@@ -471,8 +497,9 @@ def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
     new = parse_price([item, *(figure or [_figure_word(old)]), *dated, *_kept(old, words)],
                       today)
     if new["kind"] != old["kind"]:
-        raise PlanError(f"P{old['id']} is a {old['kind']} price; a correction keeps its kind. "
-                        f"Record a {new['kind']} figure as a new price (`/plan price {item} ...`)")
+        raise PlanError(_("P{id} is a {kind} price; a correction keeps its kind. Record a "
+                          "{new} figure as a new price (`/plan price {item} ...`)", id=old["id"],
+                          kind=old["kind"], new=new["kind"], item=item))
     return {k: new[k] for k in ("value", "unit", "currency", "source", "date")
             if new[k] != old.get(k)}
 
@@ -496,22 +523,23 @@ def parse_slurm_actual(kind: str, pairs: dict) -> dict:
     parts (prep, data, retries, idle) cannot be given beside it."""
     given = [k for k in ("hours", "prep", "data", "retries", "idle") if k in pairs]
     if given:
-        raise PlanError(f"`{given[0]}=` and `slurm=` together: slurm= reads the hours from "
-                        "Slurm's accounting (jobs that did not complete count as retries); "
-                        "give hours=H or slurm=JOBID, not both")
+        raise PlanError(_("`{key}=` and `slurm=` together: slurm= reads the hours from "
+                          "Slurm's accounting (jobs that did not complete count as retries); "
+                          "give hours=H or slurm=JOBID, not both", key=given[0]))
     ids = []
     for word in pairs["slurm"].split(","):
         word = word.strip()
         if not SLURM_JOB.fullmatch(word):
-            raise PlanError(f"`slurm={pairs['slurm']}`: `{word}` is not a Slurm job id; write "
-                            "the numbers sbatch printed, e.g. slurm=123456 or "
-                            "slurm=123456,123457 (an array task: 123456_7)")
+            raise PlanError(_("`slurm={raw}`: `{word}` is not a Slurm job id; write the numbers "
+                              "sbatch printed, e.g. slurm=123456 or slurm=123456,123457 (an "
+                              "array task: 123456_7)", raw=pairs["slurm"], word=word))
         if word in ids:
-            raise PlanError(f"`slurm={pairs['slurm']}`: job {word} is given twice")
+            raise PlanError(_("`slurm={raw}`: job {job} is given twice", raw=pairs["slurm"],
+                              job=word))
         ids.append(word)
     if len(ids) > MAX_SLURM_JOBS:
-        raise PlanError(f"`slurm=`: at most {MAX_SLURM_JOBS} job ids at once (an array job's "
-                        "id counts once for all its tasks)")
+        raise PlanError(_("`slurm=`: at most {most} job ids at once (an array job's id counts "
+                          "once for all its tasks)", most=MAX_SLURM_JOBS))
     return {"block": kind, "slurm": ids, "hours": None, "parts": {}, "note": pairs.get("note"),
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
 
@@ -522,84 +550,90 @@ MAX_POWER_KW = 10  # one GPU: a B200 draws about 1 kW
 def parse_price(words: list[str], today: dt.date) -> dict:
     """`H100 2.49/h`, `H100 buy=30000`, `H100 resale=9000`, `H100 power=0.7kW`,
     `electricity 0.12/kWh`, each with source= and date=."""
-    usage = ("Usage: `/plan price H100 2.49/h source=URL-or-quote date=YYYY-MM-DD` "
-             "(also buy=, resale=, power=KW per GPU, and `/plan price electricity 0.12/kWh`)")
+    usage = _("Usage: `/plan price H100 2.49/h source=URL-or-quote date=YYYY-MM-DD` "
+              "(also buy=, resale=, power=KW per GPU, and `/plan price electricity 0.12/kWh`)")
     if not words:
-        raise PlanError(f"Name what the price is for. {usage}")
+        raise PlanError(_("Name what the price is for.") + " " + usage)
     item, rest = words[0], words[1:]
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}", item):
-        raise PlanError(f"`{item}` is not a GPU name; e.g. H100, A100-80GB. {usage}")
+        raise PlanError(_("`{item}` is not a GPU name; e.g. H100, A100-80GB.", item=item)
+                        + " " + usage)
     value_words = [w for w in rest if not w.startswith(("source=", "date="))]
     pairs = _pairs([w for w in rest if w.startswith(("source=", "date="))],
-                   ("source", "date"), "a price")
+                   ("source", "date"), _("a price"))
     # `KRW 3,500/h` and `3500 KRW/h` are one figure in two words
     if len(value_words) == 2 and any(re.fullmatch(r"[A-Za-z]{3}(/.*)?", w) for w in value_words):
         value_words = [" ".join(value_words)]
     if len(value_words) != 1:
-        raise PlanError(f"Give exactly one figure for {item}. {usage}")
+        raise PlanError(_("Give exactly one figure for {item}.", item=item) + " " + usage)
     word = value_words[0]
     currency = ""
     try:
         if item.lower() == "electricity":
             m = re.fullmatch(r"(.+)/kWh", word, re.IGNORECASE)
             if not m:
-                raise PlanError(f"`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh")
+                raise PlanError(_("`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh",
+                                  word=word))
             kind, unit = "electricity", "per kWh"
             value, currency = money.parse(m.group(1), "electricity")
         elif "=" in word:
-            kind, _, raw = word.partition("=")
+            kind, _eq, raw = word.partition("=")
             kind = kind.lower()
             if kind not in ("buy", "resale", "power"):
-                raise PlanError(f"`{word}`: a GPU's figures are RATE/h, buy=, resale= or "
-                                f"power=. {usage}")
+                raise PlanError(_("`{word}`: a GPU's figures are RATE/h, buy=, resale= or "
+                                  "power=.", word=word) + " " + usage)
             if kind == "power":
                 m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
                 if not m:
-                    raise PlanError(f"`{word}`: power is a draw per GPU with its unit, e.g. "
-                                    "power=0.7kW or power=700W")
+                    raise PlanError(_("`{word}`: power is a draw per GPU with its unit, e.g. "
+                                      "power=0.7kW or power=700W", word=word))
                 value = number(m.group(1), "power", positive=True)
                 value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
                 if value > MAX_POWER_KW:
-                    raise PlanError(f"`{word}`: {value:g} kW is more than {MAX_POWER_KW} kW, the "
-                                    "most one GPU may draw here; give the draw per GPU, not "
-                                    "per node (e.g. power=0.7kW)")
+                    raise PlanError(_("`{word}`: {value} kW is more than {most} kW, the most one "
+                                      "GPU may draw here; give the draw per GPU, not per node "
+                                      "(e.g. power=0.7kW)", word=word, value=f"{value:g}",
+                                      most=MAX_POWER_KW))
             else:
                 value, currency = money.parse(raw, kind)
                 unit = "per GPU"
         else:
             m = re.fullmatch(r"(.+)/(h|hr|hour)", word, re.IGNORECASE)
             if not m:
-                raise PlanError(f"`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h. {usage}")
+                raise PlanError(_("`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h.",
+                                  word=word) + " " + usage)
             kind, unit = "rent", "per GPU-hour"
             value, currency = money.parse(m.group(1), "rate")
         if kind in ("buy", "rent", "electricity") and value <= 0:  # resale may be 0
-            raise PlanError(f"`{word}`: {kind} must be greater than 0")
+            raise PlanError(_("`{word}`: {kind} must be greater than 0", word=word, kind=kind))
         money.check_limit(value, currency, kind, word)
     except money.MoneyError as exc:
         raise PlanError(exc.message) from None
     if "source" not in pairs:
-        raise PlanError(f"A price needs source=: the URL or quote it comes from, so others "
-                        f"can check it. {usage}")
+        raise PlanError(_("A price needs source=: the URL or quote it comes from, so others "
+                          "can check it.") + " " + usage)
     if "date" not in pairs:
-        raise PlanError(f"A price needs date=YYYY-MM-DD: when it was confirmed. {usage}")
+        raise PlanError(_("A price needs date=YYYY-MM-DD: when it was confirmed.") + " "
+                        + usage)
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", pairs["date"]):
             raise ValueError(pairs["date"])
         date = dt.date.fromisoformat(pairs["date"])
     except ValueError:
-        raise PlanError(f"`date={pairs['date']}`: write the date as YYYY-MM-DD") from None
+        raise PlanError(_("`date={raw}`: write the date as YYYY-MM-DD",
+                          raw=pairs["date"])) from None
     if date > today:
-        raise PlanError(f"`date={pairs['date']}` is in the future (today is {today}); give the "
-                        "date the price was confirmed")
+        raise PlanError(_("`date={raw}` is in the future (today is {today}); give the date the "
+                          "price was confirmed", raw=pairs["date"], today=today))
     return {"item": "electricity" if kind == "electricity" else gpu_item(item), "kind": kind,
             "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
             "date": date.isoformat()}
 
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-DIGEST_USAGE = ("`/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, a 24-hour time and an "
-                "IANA timezone), `/plan digest now`, `/plan digest off`, or `/plan digest` to "
-                "see the schedule")
+DIGEST_USAGE = N_("`/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, a 24-hour time and "
+                  "an IANA timezone), `/plan digest now`, `/plan digest off`, or `/plan digest` "
+                  "to see the schedule")
 
 
 def parse_digest(words: list[str]) -> PlanCommand:
@@ -610,10 +644,11 @@ def parse_digest(words: list[str]) -> PlanCommand:
         _no_more(words[1:], f"/plan digest {words[0]}")
         return PlanCommand("digest-" + words[0])
     if words[0] != "weekly":
-        raise PlanError(f"`{words[0]}`: the digest takes weekly, now or off. {DIGEST_USAGE}")
+        raise PlanError(_("`{word}`: the digest takes weekly, now or off.", word=words[0]) + " "
+                        + _(DIGEST_USAGE))
     if len(words) != 4:
-        raise PlanError("A weekly digest needs a weekday, a time and a timezone, e.g. "
-                        "`/plan digest weekly mon 09:00 Asia/Seoul`")
+        raise PlanError(_("A weekly digest needs a weekday, a time and a timezone, e.g. "
+                          "`/plan digest weekly mon 09:00 Asia/Seoul`"))
     day, at, tz = words[1:]
     return PlanCommand("digest-weekly", args={"weekday": weekday(day), **time_of_day(at),
                                               "tz": timezone(tz)})
@@ -624,8 +659,8 @@ def weekday(raw: str) -> str:
     day = next((d for d in WEEKDAYS if word == d or (len(word) >= 3 and
                 any(full.startswith(word) for full in _FULL_DAYS[d]))), None)
     if day is None:
-        raise PlanError(f"`{raw}` is not a weekday: write mon, tue, wed, thu, fri, sat or sun "
-                        "(e.g. `/plan digest weekly mon 09:00 Asia/Seoul`)")
+        raise PlanError(_("`{word}` is not a weekday: write mon, tue, wed, thu, fri, sat or sun "
+                          "(e.g. `/plan digest weekly mon 09:00 Asia/Seoul`)", word=raw))
     return day
 
 
@@ -637,12 +672,14 @@ _FULL_DAYS = {"mon": ("monday",), "tue": ("tuesday", "tues"), "wed": ("wednesday
 def time_of_day(raw: str) -> dict:
     m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw)
     if not m:
-        raise PlanError(f"`{raw}` is not a time of day: write 24-hour HH:MM, e.g. 09:00 or 17:30")
+        raise PlanError(_("`{word}` is not a time of day: write 24-hour HH:MM, e.g. 09:00 or "
+                          "17:30", word=raw))
     hour, minute = int(m.group(1)), int(m.group(2))
     if hour > 23:
-        raise PlanError(f"`{raw}`: hours go from 00 to 23 (midnight is 00:00), e.g. 09:00")
+        raise PlanError(_("`{word}`: hours go from 00 to 23 (midnight is 00:00), e.g. 09:00",
+                          word=raw))
     if minute > 59:
-        raise PlanError(f"`{raw}`: minutes go from 00 to 59, e.g. 09:30")
+        raise PlanError(_("`{word}`: minutes go from 00 to 59, e.g. 09:30", word=raw))
     return {"hour": hour, "minute": minute}
 
 
@@ -660,6 +697,9 @@ def timezone(raw: str) -> str:
     if raw.lower() in names:
         return names[raw.lower()]  # asia/seoul is Asia/Seoul
     close = difflib.get_close_matches(raw.lower(), list(names), n=1, cutoff=0.75)
-    hint = f"did you mean {names[close[0]]}? " if close else ""
-    raise PlanError(f"`{raw}` is not an IANA timezone: {hint}write Area/City as in the tz "
-                    "database, e.g. Asia/Seoul, Europe/Berlin, America/New_York, or UTC")
+    if close:
+        raise PlanError(_("`{word}` is not an IANA timezone: did you mean {zone}? write "
+                          "Area/City as in the tz database, e.g. Asia/Seoul, Europe/Berlin, "
+                          "America/New_York, or UTC", word=raw, zone=names[close[0]]))
+    raise PlanError(_("`{word}` is not an IANA timezone: write Area/City as in the tz database, "
+                      "e.g. Asia/Seoul, Europe/Berlin, America/New_York, or UTC", word=raw))

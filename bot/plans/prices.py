@@ -8,6 +8,10 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from bot.fits import gpus
 from bot.plans import money as codes
+from worker.i18n import N_, _
+
+# How a stored unit reads (parse_price writes these words).
+UNITS = (N_("per GPU-hour"), N_("per GPU"), N_("per kWh"))
 
 STALE_DAYS = 30
 
@@ -51,14 +55,16 @@ def cost(hours: Decimal, rent: dict) -> Decimal:
 
 def cited(price: dict, today: dt.date) -> str:
     """A price with where it came from and how old it is."""
-    stale = (f", STALE: {age_days(price, today)} days old, reconfirm with `/plan price`"
-             if is_stale(price, today) else "")
+    unit = _(price["unit"]) if price["unit"] in UNITS else price["unit"]
+    stale = (", " + _("STALE: {days} days old, reconfirm with `/plan price`",
+                      days=age_days(price, today)) if is_stale(price, today) else "")
     item = "" if price["kind"] == "electricity" else f"{price['item']} "
-    value = (f"{price['value']:g} {price['unit']}" if price["kind"] == "power"
-             else f"{codes.shown(price['currency'])}{price['value']:g} {price['unit']}")
+    value = (f"{price['value']:g} {unit}" if price["kind"] == "power"
+             else f"{codes.shown(price['currency'])}{price['value']:g} {unit}")
     pid = f"P{price['id']}, " if price.get("id") else ""  # which recorded price: `/plan prices`
-    return (f"{item}{price['kind']} {value} ({pid}source: {price['source']}, confirmed "
-            f"{price['date']}{stale})")
+    return f"{item}{price['kind']} {value} (" + _(
+        "{id}source: {source}, confirmed {date}{stale})", id=pid, source=price["source"],
+        date=price["date"], stale=stale)
 
 
 def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electricity: dict,
@@ -70,8 +76,9 @@ def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electrici
     margin = rent["value"] - power_per_h
     if margin <= 0:
         return {"hours": None, "days": None, "power_per_h": power_per_h, "net": net,
-                "why": "running an owned GPU costs as much as renting one per hour "
-                       f"({power_per_h:.3f} ≥ {rent['value']:g}): buying never breaks even"}
+                "why": _("running an owned GPU costs as much as renting one per hour "
+                         "({power} ≥ {rent}): buying never breaks even",
+                         power=f"{power_per_h:.3f}", rent=f"{rent['value']:g}")}
     h = net / margin
     return {"hours": h, "days": h / (24 * utilization), "power_per_h": power_per_h, "net": net,
             "why": None}

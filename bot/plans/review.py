@@ -13,6 +13,7 @@ from bot.plans.estimate import (
     prep_seconds,
     run_seconds,
 )
+from worker.i18n import N_, _
 
 
 def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
@@ -28,7 +29,8 @@ def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
 
 
 def _label(delta: float, more: str, fewer: str, same: str) -> str:
-    return more if delta > 0 else fewer if delta < 0 else same
+    """The cause's name (each marked N_ where it is written), translated."""
+    return _(more if delta > 0 else fewer if delta < 0 else same)
 
 
 def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict]],
@@ -66,7 +68,8 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
         if m.get("slurm"):  # read from Slurm's accounting by a Slurm worker
             sources.append(m["note"])  # "Slurm accounting: jobs …, Elapsed …, MaxRSS …"
         else:
-            sources.append(f"manual #{m['id']}" + (f" ({m['note']})" if m.get("note") else ""))
+            sources.append(_("manual #{id} ({note})", id=m["id"], note=m["note"]) if m.get("note")
+                           else _("manual #{id}", id=m["id"]))
     if not sources:
         return {"kind": estimate["kind"], "actual": None}
     est = {c["name"]: c["seconds"] for c in estimate["components"]}
@@ -75,27 +78,30 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
     planned = estimate["runs"] * estimate["configs"]
     if counted and run_count:
         count_part = (run_count - planned) * estimate["per_run"] * estimate["gpus"]
-        why.append((_label(count_part, "more runs", "fewer runs", "runs as planned"),
-                    count_part, f"{run_count} runs done, {planned} planned"))
-        why.append((_label(d_runs - count_part, "slower runs", "faster runs", "runs as fast"),
-                    d_runs - count_part,
-                    f"{parts['runs'] / run_count / estimate['gpus']:.4g} s per run measured, "
-                    f"{estimate['per_run']:.4g} s estimated"))
+        why.append((_label(count_part, N_("more runs"), N_("fewer runs"), N_("runs as planned")),
+                    count_part, _("{done} runs done, {planned} planned", done=run_count,
+                                  planned=planned)))
+        why.append((_label(d_runs - count_part, N_("slower runs"), N_("faster runs"),
+                           N_("runs as fast")), d_runs - count_part,
+                    _("{measured} s per run measured, {estimated} s estimated",
+                      measured=f"{parts['runs'] / run_count / estimate['gpus']:.4g}",
+                      estimated=f"{estimate['per_run']:.4g}")))
     else:
-        why.append(("runs", d_runs, "run count not recorded: slower runs and more runs "
-                    "cannot be told apart (give runs=N with the actual)"))
+        why.append((_("runs"), d_runs, _("run count not recorded: slower runs and more runs "
+                                         "cannot be told apart (give runs=N with the actual)")))
     waiting = parts["prep"] + parts["data"] - est["prep"] - est["data"]
-    what = "prep + data"
     if idle is not None:
         waiting += idle - est["idle"]
-        what += " + idle"
+        what = "prep + data + idle"
     else:
-        what += "; idle not measured in the actuals (give idle=H with `/plan NAME actual`)"
-    why.append((_label(waiting, "longer prep or waiting", "shorter prep or waiting",
-                       "prep and waiting as estimated"), waiting, what))
+        what = _("prep + data; idle not measured in the actuals (give idle=H with `/plan NAME "
+                 "actual`)")
+    why.append((_label(waiting, N_("longer prep or waiting"), N_("shorter prep or waiting"),
+                       N_("prep and waiting as estimated")), waiting, what))
     d_retry = parts["retries"] - est["retries"]
-    why.append((_label(d_retry, "more retries", "fewer retries", "retries as estimated"),
-                d_retry, "failed attempts' and cancelled trials' time"))
+    why.append((_label(d_retry, N_("more retries"), N_("fewer retries"),
+                       N_("retries as estimated")),
+                d_retry, _("failed attempts' and cancelled trials' time")))
     actual = sum(parts.values()) + (idle or 0.0)
     # The estimate as `show` prints it (its exact total), idle left out on both
     # sides when the actuals do not give it.
@@ -113,9 +119,9 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
             "actual_parts": act_parts}
 
 
-MEMORY_METHODS = (("peak_allocated", "torch allocator peak allocated"),
-                  ("process_used_peak", "NVML per-process used peak"),
-                  ("host_rss_peak", "host RSS peak of the child tree"))
+MEMORY_METHODS = (("peak_allocated", N_("torch allocator peak allocated")),
+                  ("process_used_peak", N_("NVML per-process used peak")),
+                  ("host_rss_peak", N_("host RSS peak of the child tree")))
 
 
 def memory_compare(estimate_reports: list[dict], actual_reports: list[dict]) -> list[str]:
@@ -127,8 +133,9 @@ def memory_compare(estimate_reports: list[dict], actual_reports: list[dict]) -> 
         act = [r["memory"].get(field) for r in actual_reports if r["memory"].get(field)]
         if est and act:
             e, a = max(est), max(act)
-            out.append(f"{label}: {e / 2**30:.3f} GiB in the estimate's trial, "
-                       f"{a / 2**30:.3f} GiB in the actual ({(a - e) / e:+.1%})")
+            out.append(_("{method}: {estimate} GiB in the estimate's trial, {actual} GiB in the "
+                         "actual ({change})", method=_(label), estimate=f"{e / 2**30:.3f}",
+                         actual=f"{a / 2**30:.3f}", change=f"{(a - e) / e:+.1%}"))
     return out
 
 

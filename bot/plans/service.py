@@ -13,6 +13,8 @@ from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, kept_apart, review, slurm
 from bot.plans.parse import PlanError
 from bot.trials.queue import LeaseLost
+from worker import i18n
+from worker.i18n import _
 
 
 def _trials(ctx, ids: list[int]) -> list[dict]:
@@ -20,7 +22,7 @@ def _trials(ctx, ids: list[int]) -> list[dict]:
     for i in ids:
         job = ctx.store.job(i)
         if job is None:
-            raise PlanError(f"There is no trial T{i}; `/trial list` shows recent ones")
+            raise PlanError(_("There is no trial T{id}; `/trial list` shows recent ones", id=i))
         jobs.append(job)
     estimate.check_trials(jobs)
     return jobs
@@ -29,15 +31,16 @@ def _trials(ctx, ids: list[int]) -> list[dict]:
 def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     jobs = ctx.store.sweep_jobs(block["sweep"])
     if not jobs:
-        raise PlanError(f"There is no sweep S{block['sweep']}; `/trial sweep ...` starts one")
+        raise PlanError(_("There is no sweep S{id}; `/trial sweep ...` starts one",
+                          id=block["sweep"]))
     waiting = [j["trial"] for j in jobs if j["status"] in ("queued", "running")]
     if waiting:
-        raise PlanError(f"Sweep S{block['sweep']} is still running ({', '.join(waiting)}); add "
-                        "the block when it has reported")
+        raise PlanError(_("Sweep S{id} is still running ({trials}); add the block when it has "
+                          "reported", id=block["sweep"], trials=", ".join(waiting)))
     ok = [j for j in jobs if j["report"] and j["report"]["status"] == "ok"]
     if len(ok) < 2:
-        raise PlanError(f"Sweep S{block['sweep']} has {len(ok)} successful trial(s); a fit needs "
-                        "at least 2")
+        raise PlanError(_("Sweep S{id} has {n} successful trial(s); a fit needs at least 2",
+                          id=block["sweep"], n=len(ok)))
     params = {**ok[0]["report"]["params"], **block["predict"]}
     try:
         fit = fit_sweep([j["report"] for j in ok])
@@ -48,22 +51,25 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     except PlanError:
         raise
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-        raise PlanError(f"Sweep S{block['sweep']} cannot predict this config: {exc}") from None
+        raise PlanError(_("Sweep S{id} cannot predict this config: {problem}", id=block["sweep"],
+                          problem=exc)) from None
     shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
     if not verdict["usable"]:  # the real cause, not a blanket "extrapolated too far"
-        raise PlanError(f"Sweep S{block['sweep']}'s time fit is {usable.text(verdict)}. "
-                        f"`/trial fit S{block['sweep']} {shown}` shows the fit; nothing was "
-                        "added")
+        raise PlanError(_("Sweep S{id}'s time fit is {verdict}. `/trial fit S{id} {config}` shows "
+                          "the fit; nothing was added", id=block["sweep"],
+                          verdict=usable.text(verdict), config=shown))
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     first = ok[0]["report"]
     units = first.get("units") or {}  # a recipe's timed run units (worker/launcher)
-    unit = ("per request" if not first.get("recipe") else
-            f"per {units['unit']}" if units.get("run") else "per run phase")
-    source = (f"{unit}, predicted for {shown}"
-              + (f" (at the sweep's {', '.join(f'{k}={params[k]}' for k in held)})"
-                 if held else "")
-              + f" by the time fit of sweep S{block['sweep']} ({len(ok)} trials; a model "
-              "estimate, not measured at this config)")
+    unit = (_("per request") if not first.get("recipe") else
+            _("per {unit}", unit=units["unit"]) if units.get("run") else _("per run phase"))
+    values = dict(unit=unit, config=shown, id=block["sweep"], n=len(ok),
+                  held=", ".join(f"{k}={params[k]}" for k in held))
+    source = (_("{unit}, predicted for {config} (at the sweep's {held}) by the time fit of sweep "
+                "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
+              if held else
+              _("{unit}, predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
+                "model estimate, not measured at this config)", **values))
     out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
            "source": source, "partial": None,
            # The points' own marks travel into the block's warnings.
@@ -75,8 +81,9 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     if fit.get("kind") == "depth":
         depths = sorted({j["report"]["params"]["layers"] for j in ok})
         if params["layers"] > depths[-1]:
-            out["partial"] = (f"sweep S{block['sweep']} measured layers "
-                              f"{', '.join(map(str, depths))}; predicted at {params['layers']}")
+            out["partial"] = _("sweep S{id} measured layers {depths}; predicted at {layers}",
+                               id=block["sweep"], depths=", ".join(map(str, depths)),
+                               layers=params["layers"])
     elif ok[0]["report"]["workload"] in depth.DEPTHED:
         # A batch sweep of a partial-depth model: its fit is the partial model's time.
         first = {"workload": ok[0]["report"]["workload"], "params": fit["defaults"],
@@ -98,11 +105,14 @@ def _check_depth_block(block: dict, params: dict, fit: dict) -> None:
     full = depth.full_layers(fit) if fit.get("preset") else None
     name = fit.get("preset")
     if "layers" not in block["predict"]:
-        raise PlanError(f"Sweep S{block['sweep']} is a depth sweep: give the depth the block "
-                        "is for, layers=N" + (f" ({name}'s full depth is layers={full})"
-                                              if full else ""))
+        raise PlanError(
+            _("Sweep S{id} is a depth sweep: give the depth the block is for, layers=N ({model}'s "
+              "full depth is layers={full})", id=block["sweep"], model=name, full=full) if full
+            else _("Sweep S{id} is a depth sweep: give the depth the block is for, layers=N",
+                   id=block["sweep"]))
     if full and block["predict"]["layers"] > full:
-        raise PlanError(f"{name} has {full} layers; predict at layers=1..{full}")
+        raise PlanError(_("{model} has {full} layers; predict at layers=1..{full}", model=name,
+                          full=full))
 
 
 def _partial_prediction(trials: list[dict]) -> dict | None:
@@ -116,7 +126,8 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     pr = estimate.per_run(trials)
     k = depth.time_factor(first["params"], depth.sizing_of(first))
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
-            "source": f"per {pr['unit']} ({pr['source']}), {k['what']}", "partial": part,
+            "source": _("per {unit} ({source}), {what}", unit=_(pr["unit"]), source=pr["source"],
+                        what=k["what"]), "partial": part,
             "no_interval": "a model-scaled time has no measured spread at the full depth",
             "weights_factor": k["weights_factor"],
             "config": {"layers": depth.full_layers(first)}}
@@ -144,7 +155,7 @@ def estimates(ctx, plan: dict, blocks: list[dict] | None = None
                                      pays_prep=not single or i == 0, usage=usage,
                                      predicted=predicted)
         out.append((block, est, trials))
-    estimate.in_hours([e for _, e, _ in out])
+    estimate.in_hours([e for _block, e, _trials in out])
     return out
 
 
@@ -189,7 +200,7 @@ def calibration_pairs(ctx, user: str, channel: str) -> list[dict]:
             ests = estimates(ctx, plan)
         except (PlanError, estimate.EstimateError):
             continue
-        for (_, est, _), row in zip(ests, review_rows(ctx, plan, ests)):
+        for (_block, est, _trials), row in zip(ests, review_rows(ctx, plan, ests)):
             p = calibration.pair_of(plan["name"], est, row)
             if p is not None:
                 pairs.append(p)
@@ -201,7 +212,7 @@ def calibrations(ctx, plan: dict, ests: list, user: str, channel: str,
     """Each block's calibration: from the pairs of its scope, less its own."""
     pairs = calibration_pairs(ctx, user, channel) if pairs is None else pairs
     out = []
-    for _, est, _ in ests:
+    for _block, est, _trials in ests:
         scope = calibration.scope_of(est)
         out.append(calibration.calibrate(
             calibration.scoped(pairs, scope, exclude=(plan["name"], est["kind"])), scope=scope))
@@ -218,7 +229,8 @@ def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: dict,
         raise LeaseLost(f"there is no Slurm accounting request A{req_id}")
     if req["worker"] != worker or req["lease"] != lease:
         raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
-    actual, text = slurm.outcome(req, result)
+    with i18n.using(ctx.store.channel_lang(req["channel"])):  # posted in the plan's channel
+        actual, text = slurm.outcome(req, result)
     if not ctx.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
                                          actual, [dict(message(req["channel"], text),
                                                        user=req["user"])], key=key):

@@ -14,6 +14,7 @@ gres/gpu in AccountingStorageTRES) the figure is node-hours, Σ ElapsedRaw /
 """
 from __future__ import annotations
 
+from worker.i18n import _
 from worker.sacct import NOT_ENDED
 from worker.units import size
 
@@ -54,40 +55,50 @@ def mine(records: list[dict], job_id: str) -> list[dict]:
 def outcome(req: dict, result: dict) -> tuple[dict | None, str]:
     """(the actual to record or None, the channel's message) for a request
     {plan, block, jobs, runs, note, user} and a worker's result."""
-    head = f"Slurm accounting for *{req['plan']}* {req['block']} (jobs {', '.join(req['jobs'])})"
-    nothing = f"Nothing was recorded (asked by <@{req['user']}>)."
+    values = dict(plan=req["plan"], block=req["block"], jobs=", ".join(req["jobs"]),
+                  user=f"<@{req['user']}>")
+    nothing = _("Nothing was recorded (asked by {user}).", **values)
     if "error" in result:
-        return None, f":x: {head}: the Slurm worker could not read it: {result['error']}. {nothing}"
+        return None, ":x: " + _("Slurm accounting for *{plan}* {block} (jobs {jobs}): the Slurm "
+                                "worker could not read it: {error}.", error=result["error"],
+                                **values) + f" {nothing}"
     records = result["records"]
     unknown = [j for j in req["jobs"] if not mine(records, j)]
     if unknown:
-        return None, (f":x: {head}: sacct does not know job {', '.join(unknown)} (a typo, "
-                      "another cluster, or purged from the accounting database). " + nothing)
+        return None, ":x: " + _("Slurm accounting for *{plan}* {block} (jobs {jobs}): sacct does "
+                                "not know job {unknown} (a typo, another cluster, or purged from "
+                                "the accounting database).", unknown=", ".join(unknown),
+                                **values) + f" {nothing}"
     jobs = [r for j in req["jobs"] for r in mine(records, j)]
     jobs = list({r["job_id"]: r for r in jobs}.values())  # an id given as job and as task
     running = [f"{r['job_id']} ({r['state']})" for r in jobs if r["state"] in NOT_ENDED]
     if running:
-        return None, (f":hourglass: {head}: job {', '.join(running)} has not ended, so its "
-                      f"Elapsed is still growing. {nothing} Ask again when it has ended.")
+        return None, (":hourglass: " + _("Slurm accounting for *{plan}* {block} (jobs {jobs}): "
+                                         "job {running} has not ended, so its Elapsed is still "
+                                         "growing.", running=", ".join(running), **values)
+                      + f" {nothing} " + _("Ask again when it has ended."))
     gpu = any(r["gpus"] for r in jobs)
     weight = (lambda r: r["gpus"]) if gpu else (lambda r: 1)
     total = sum(r["elapsed_s"] * weight(r) for r in jobs)
     failed = sum(r["elapsed_s"] * weight(r) for r in jobs if r["state"] != "COMPLETED")
     if total <= 0:
-        return None, (f":x: {head}: the jobs ran 0 GPU-seconds by Slurm's accounting "
-                      f"({_states(jobs)}): nothing to compare. {nothing}")
+        return None, ":x: " + _("Slurm accounting for *{plan}* {block} (jobs {jobs}): the jobs ran "
+                                "0 GPU-seconds by Slurm's accounting ({states}): nothing to "
+                                "compare.", states=_states(jobs), **values) + f" {nothing}"
     unit = "GPU-h" if gpu else "node-h"
     summary = summary_text(jobs, gpu)
     note = summary + (f"; {req['note']}" if req.get("note") else "")
     actual = {"plan": req["plan"], "block": req["block"], "hours": total / 3600,
               "parts": {"retries": failed / 3600} if failed else {}, "runs": req.get("runs"),
               "note": note, "user": req["user"]}
-    text = (f":white_check_mark: Recorded for *{req['plan']}* {req['block']}: "
-            f"{total / 3600:.4g} {unit} actual"
-            + (f" ({failed / 3600:.4g} of it in jobs that did not complete, counted as "
-               "retries)" if failed else "")
-            + f", from {summary}. `/plan {req['plan']} review` compares it with the estimate "
-            f"(asked by <@{req['user']}>).")
+    values.update(hours=f"{total / 3600:.4g}", unit=unit, summary=summary,
+                  failed=f"{failed / 3600:.4g}")
+    text = ":white_check_mark: " + (
+        _("Recorded for *{plan}* {block}: {hours} {unit} actual ({failed} of it in jobs that did "
+          "not complete, counted as retries), from {summary}. `/plan {plan} review` compares it "
+          "with the estimate (asked by {user}).", **values) if failed else
+        _("Recorded for *{plan}* {block}: {hours} {unit} actual, from {summary}. `/plan {plan} "
+          "review` compares it with the estimate (asked by {user}).", **values))
     return actual, text
 
 

@@ -15,7 +15,7 @@ from worker.spec import LIVE_TIME_NOTE
 
 
 def error(message: str) -> dict:
-    return reply(f":x: {message}\nNothing was stored. `/plan help` lists the commands.")
+    return reply(f":x: {message}\n" + _("Nothing was stored. `/plan help` lists the commands."))
 
 
 def channel_settings(chosen: str | None, speaking: str) -> dict:
@@ -33,42 +33,44 @@ def channel_settings(chosen: str | None, speaking: str) -> dict:
 
 
 def help_text() -> dict:
-    lines = ["*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
-             "confirmed prices) and rent/buy guidance.",
+    lines = [_("*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
+               "confirmed prices) and rent/buy guidance."),
              "• `/plan new NAME` · `/plan list` · `/plan NAME show` · `/plan NAME export`",
-             "• `/plan NAME set key=value ...` fills the checklist and the planning facts",
-             "• `/plan NAME block KIND runs=N [configs=M] [gpus=G] trial=T12[,T13] "
-             "[note=\"open variable\"] [handoff=H]`, KIND one of "
-             + ", ".join(parse.BLOCK_KINDS),
-             "• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
+             _("• `/plan NAME set key=value ...` fills the checklist and the planning facts"),
+             _("• `/plan NAME block KIND runs=N [configs=M] [gpus=G] trial=T12[,T13] "
+               "[note=\"open variable\"] [handoff=H]`, KIND one of {kinds}",
+               kinds=", ".join(parse.BLOCK_KINDS)),
+             _("• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
              "estimated from a sweep's fit (a depth sweep: `sweep=S12 layers=32`; it and a "
-             "partial-depth trial are marked until a full-depth trial replaces them)",
+             "partial-depth trial are marked until a full-depth trial replaces them)"),
              "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
              "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "
              "`/plan NAME review`",
-             "• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the actual "
+             _("• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the actual "
              "from Slurm's accounting, read by a Slurm worker with sacct: GPU-h = Σ Elapsed × "
              "allocated GPUs (jobs that did not complete count as retries; no GPU allocated: "
-             "node-hours), with MaxRSS and GPU TRES usage in its note",
-             "• `/plan NAME actual KIND correct hours=H ...` replaces the block's recorded "
-             "actuals · `/plan NAME actual KIND delete [#N]` removes them (or actual #N)",
-             "• Corrections: `/plan NAME set key=` unsets an item · `/plan NAME block KIND "
+             "node-hours), with MaxRSS and GPU TRES usage in its note"),
+             _("• `/plan NAME actual KIND correct hours=H ...` replaces the block's recorded "
+             "actuals · `/plan NAME actual KIND delete [#N]` removes them (or actual #N)"),
+             _("• Corrections: `/plan NAME set key=` unsets an item · `/plan NAME block KIND "
              "correct runs=30 ...` · `/plan NAME block KIND delete` · `/plan price correct P7 "
              "2.39/h|source=...|date=...` · `/plan price delete P7` · `/plan prices all`; "
-             "`/plan NAME history` shows every change (who, when, old and new value)",
-             "• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
+             "`/plan NAME history` shows every change (who, when, old and new value)"),
+             _("• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
              "workload; once 9 blocks of one have actuals, `show` adds their calibrated 90% "
-             "interval and `review` says whether each actual fell inside",
-             "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
-             "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`",
-             "• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on the "
-             "plan's target GPU; `gpu=any` runs it anywhere, kept apart as off-target)",
-             "• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
-             "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel",
-             "*Checklist*: " + "; ".join(f"`{k}` {v}" for k, v in parse.CHECKLIST.items()),
-             "*Settings*: " + "; ".join(f"`{k}` {v}" for k, v in parse.SETTINGS.items()),
-             "A run is one repetition of the trial's measured unit: one request for llm-infer, "
-             "one run phase of a recipe's program."]
+             "interval and `review` says whether each actual fell inside"),
+             _("• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
+             "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`"),
+             _("• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on the "
+             "plan's target GPU; `gpu=any` runs it anywhere, kept apart as off-target)"),
+             _("• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
+             "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel"),
+             _("*Checklist*: {items}",
+               items="; ".join(f"`{k}` {_(v)}" for k, v in parse.CHECKLIST.items())),
+             _("*Settings*: {items}",
+               items="; ".join(f"`{k}` {_(v)}" for k, v in parse.SETTINGS.items())),
+             _("A run is one repetition of the trial's measured unit: one request for llm-infer, "
+               "one run phase of a recipe's program.")]
     return reply("\n".join(lines))
 
 
@@ -79,13 +81,20 @@ def open_items(plan: dict) -> list[str]:
 def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
     """This channel's plans; `everywhere` (an admin's list): every plan, with its channel."""
     if not plans:
-        return reply(f"No plans{'' if everywhere else ' in this channel'} yet. Start one with "
-                     "`/plan new NAME`.")
-    lines = [f"• *{p['name']}*" + (f" in <#{p['channel']}>" if everywhere else "")
-             + (" (locked)" if p["locked"] else "")
-             + f" — target {p['facts'].get('gpu') or 'not set'}, {len(open_items(p))} "
-               "checklist items open" for p in plans]
-    return reply(f"Plans in {'every' if everywhere else 'this'} channel:\n" + "\n".join(lines))
+        return reply(_("No plans yet. Start one with `/plan new NAME`.") if everywhere else
+                     _("No plans in this channel yet. Start one with `/plan new NAME`."))
+    lines = [_("• {plan} — target {gpu}, {n} checklist items open", plan=_plan_named(p, everywhere),
+               gpu=p["facts"].get("gpu") or _("not set"), n=len(open_items(p)))
+             for p in plans]
+    head = _("Plans in every channel:") if everywhere else _("Plans in this channel:")
+    return reply(head + "\n" + "\n".join(lines))
+
+
+def _plan_named(p: dict, everywhere: bool) -> str:
+    name = f"*{p['name']}*"
+    if everywhere:
+        name = _("{plan} in {channel}", plan=name, channel=f"<#{p['channel']}>")
+    return _("{plan} (locked)", plan=name) if p["locked"] else name
 
 
 # What `created` suggests for the first items still open, in this order.
@@ -94,11 +103,14 @@ def created(plan: dict) -> dict:
     name, facts = plan["name"], plan["facts"]
     given = ", ".join(f"{k}={changes.fact_value(k, v)}" for k, v in facts.items())
     missing = " ".join(f"{k}={example}" for k, example in FIRST_FACTS if not facts.get(k))
-    step = f"`/plan {name} block baseline runs=N trial=T12`"
-    next_ = (f"Next: `/plan {name} set {missing}`, then {step}." if missing
-             else f"Next: {step}.")
-    return reply(f"Plan *{name}* started" + (f" with {given}" if given else "")
-                 + f". Open checklist items: {', '.join(open_items(plan)) or 'none'}.\n{next_}")
+    items = ", ".join(open_items(plan)) or _("none")
+    head = (_("Plan *{plan}* started with {given}. Open checklist items: {items}.", plan=name,
+              given=given, items=items) if given else
+            _("Plan *{plan}* started. Open checklist items: {items}.", plan=name, items=items))
+    next_ = (_("Next: `/plan {plan} set {missing}`, then `/plan {plan} block baseline runs=N "
+               "trial=T12`.", plan=name, missing=missing) if missing else
+             _("Next: `/plan {plan} block baseline runs=N trial=T12`.", plan=name))
+    return reply(f"{head}\n{next_}")
 
 
 def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
@@ -106,50 +118,56 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     target = plan["facts"].get("gpu")
     live = [name for r, name in zip(reports, est["trials"]) if summary.timed_live_on_cpu(r)]
     if live:
-        out.append(f"{usable.names(live)} timed on the CPU under malloc=live: {LIVE_TIME_NOTE}. "
-                   "This block's times overstate a glibc run's: re-run with malloc=auto "
-                   "(or without malloc=) and re-add the block with the new trial")
+        out.append(_("{trials} timed on the CPU under malloc=live: {note}. This block's times "
+                     "overstate a glibc run's: re-run with malloc=auto (or without malloc=) and "
+                     "re-add the block with the new trial", trials=usable.names(live),
+                     note=_(LIVE_TIME_NOTE)))
     for r, name in zip(reports, est["trials"]):
         on = gpus.matches_gpu(r, target)
         if on is None:
             # the plan's, not the trial's: worded alike on every block, so `show` says it once
-            out.append("no target GPU is set (`set gpu=H100`), so nobody checked that "
-                       "this block's trials ran on it")
+            out.append(_("no target GPU is set (`set gpu=H100`), so nobody checked that "
+                         "this block's trials ran on it"))
             break
         if not on:
-            out.append(f"{name} ran on {estimate.env_kind(r)}, not the plan's target {target}: "
-                       "its times and memory are not the target's")
+            out.append(_("{trial} ran on {env}, not the plan's target {target}: its times and "
+                         "memory are not the target's", trial=name, env=estimate.env_kind(r),
+                         target=target))
         busy = r.get("contention") or {}
         if busy.get("flagged"):
-            out.append(f"{name} ran on a busy machine — {busy['summary']}. This block carries "
-                       "that slowdown: re-run it (the Re-run button on its card) and re-add the "
-                       "block with the new trial")
+            out.append(_("{trial} ran on a busy machine — {summary}. This block carries that "
+                         "slowdown: re-run it (the Re-run button on its card) and re-add the "
+                         "block with the new trial", trial=name, summary=busy["summary"]))
         changed = {k: v for k, v in (r.get("requested") or {}).items()
                    if r["params"].get(k) != v}
         if changed:
-            out.append(f"{name} was measured at a different config than requested ("
-                       + ", ".join(f"{k}={r['params'][k]}, requested {v}"
-                                   for k, v in changed.items()) + ")")
+            out.append(_("{trial} was measured at a different config than requested "
+                         "({changes})", trial=name, changes=", ".join(
+                             _("{key}={got}, requested {wanted}", key=k, got=r["params"][k],
+                               wanted=v) for k, v in changed.items())))
     lock = (plan.get("locked") or {}).get(est["kind"])
     diff = estimate.lock_differences(lock, est["config"], est["code"]) if lock else []
     if diff:
-        out.append("NOT COMPARABLE with the locked plan: " + "; ".join(diff))
+        out.append(_("NOT COMPARABLE with the locked plan: {differences}",
+                     differences="; ".join(diff)))
     marks = est.get("marks") or {}
     if marks.get("marked"):
-        out.append(f"rests on marked sweep points: {', '.join(marks['marked'])}; their times "
-                   "are suspect, so is the fit's — re-run them on a quiet machine")
+        out.append(_("rests on marked sweep points: {points}; their times are suspect, so is "
+                     "the fit's — re-run them on a quiet machine",
+                     points=", ".join(marks["marked"])))
     if marks.get("unmeasured"):
-        out.append(f"contention not measured for {usable.names(marks['unmeasured'])} (reports "
-                   "from before the probe): nobody checked the machine was quiet")
+        out.append(_("contention not measured for {trials} (reports from before the probe): "
+                     "nobody checked the machine was quiet",
+                     trials=usable.names(marks["unmeasured"])))
     if marks.get("unchecked"):
-        out.append(f"the sweep's time fit is {marks['unchecked']}")
+        out.append(_("the sweep's time fit is {state}", state=marks["unchecked"]))
     if est.get("partial"):
-        out.append(f"PREDICTED FROM A PARTIAL-DEPTH TRIAL ({est['partial']}): a full-depth "
-                   "trial on the target replaces it — run it and re-add the block with "
-                   "trial=T..")
+        out.append(_("PREDICTED FROM A PARTIAL-DEPTH TRIAL ({trial}): a full-depth trial on "
+                     "the target replaces it — run it and re-add the block with trial=T..",
+                     trial=est["partial"]))
     elif est.get("predicted"):
-        out.append("predicted from a sweep's fit, not measured at this config: run a trial at "
-                   "it and re-add the block to replace the prediction")
+        out.append(_("predicted from a sweep's fit, not measured at this config: run a trial "
+                     "at it and re-add the block to replace the prediction"))
     return out
 
 
@@ -160,7 +178,7 @@ def hours_text(x: Decimal | None) -> str:
 
 def _interval(est: dict) -> str:
     if not est["interval"]:
-        return "no interval"
+        return _("no interval")
     return figures.interval(*est["interval"])
 
 
@@ -170,13 +188,16 @@ def components_text(est: dict) -> str:
 
 
 def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> dict:
-    verb = "replaced" if replaced else "added"
     spread = (f"{_interval(est)}; {est['interval_note']}" if est["interval"]
               else est["interval_note"])
-    text = (f"Plan *{plan['name']}*: {est['kind']} block {verb} — {hours_text(est['hours'])} GPU-h "
-            f"({spread}), from {', '.join(est['trials'])} on "
-            f"{est['env']}.\n```{components_text(est)}\n"
-            f"  total    {hours_text(est['hours'])} GPU-h```")
+    values = dict(plan=plan["name"], kind=est["kind"], hours=hours_text(est["hours"]),
+                  spread=spread, trials=", ".join(est["trials"]), env=est["env"])
+    head = (_("Plan *{plan}*: {kind} block replaced — {hours} GPU-h ({spread}), from {trials} "
+              "on {env}.", **values) if replaced else
+            _("Plan *{plan}*: {kind} block added — {hours} GPU-h ({spread}), from {trials} on "
+              "{env}.", **values))
+    text = (f"{head}\n```{components_text(est)}\n"
+            f"  {_('total'):<8} {hours_text(est['hours'])} GPU-h```")
     text += "".join(f"\n:warning: {w}" for w in warnings)
     return reply(text)
 
@@ -185,34 +206,38 @@ def cost_view(plan: dict, price_list: list[dict], today: dt.date):
     """(rent price or None, the line that says which)."""
     target = plan["facts"].get("gpu")
     if not target:
-        return None, "cost unconfirmed: no target GPU set (`set gpu=H100`)"
+        return None, _("cost unconfirmed: no target GPU set (`set gpu=H100`)")
     rent = prices.find(price_list, target, "rent")
     if rent is None:
-        return None, (f"cost unconfirmed: no confirmed price for {target} "
-                      f"(`/plan price {target} RATE/h source=... date=YYYY-MM-DD`)")
-    return rent, "cost at " + prices.cited(rent, today)
+        return None, _("cost unconfirmed: no confirmed price for {gpu} (`/plan price {gpu} "
+                       "RATE/h source=... date=YYYY-MM-DD`)", gpu=target)
+    return rent, _("cost at {price}", price=prices.cited(rent, today))
 
 
 def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[str]:
     """The cost cell of each block, then of the total. Money only from a confirmed
     rate, only for hours measured on the target GPU; the total is the sum of the
     blocks' costs as shown, so the column adds up."""
-    rent, _ = cost_view(plan, price_list, today)
+    rent, _line = cost_view(plan, price_list, today)
     if rent is None:
-        return ["unconfirmed"] * (len(ests) + 1)
-    stale = " (stale)" if prices.is_stale(rent, today) else ""
+        return [_("unconfirmed")] * (len(ests) + 1)
+    stale = prices.is_stale(rent, today)
     cells, counted = [], []
-    for _, e, trials in ests:
+    for _block, e, trials in ests:
         if not all(gpus.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
-            cells.append(f"n/a: not measured on {plan['facts']['gpu']}")
+            cells.append(_("n/a: not measured on {gpu}", gpu=plan["facts"]["gpu"]))
             continue
         counted.append(e["hours"])
-        cells.append(prices.money(prices.cost(e["hours"], rent), rent["currency"]) + stale)
+        cells.append(_stale(prices.money(prices.cost(e["hours"], rent), rent["currency"]), stale))
     if len(counted) < len(ests):
-        return cells + ["unconfirmed: not every block was measured on the target"]
+        return cells + [_("unconfirmed: not every block was measured on the target")]
     # The total's cost from the unrounded hours, rounded to the cent once.
-    return cells + [prices.money(prices.cost(sum(counted, Decimal(0)), rent), rent["currency"])
-                    + stale]
+    return cells + [_stale(prices.money(prices.cost(sum(counted, Decimal(0)), rent),
+                                        rent["currency"]), stale)]
+
+
+def _stale(money: str, stale: bool) -> str:
+    return _("{money} (stale)", money=money) if stale else money
 
 
 def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] | None:
@@ -225,16 +250,17 @@ def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] 
 def calibrated_total(ests: list, calib: list[dict]) -> tuple[Decimal, Decimal] | None:
     """The sums of the blocks' calibrated bounds; None unless every block is
     calibrated."""
-    shown = [calibrated_interval(e, c) for (_, e, _), c in zip(ests, calib)]
+    shown = [calibrated_interval(e, c) for (_block, e, _trials), c in zip(ests, calib)]
     if not shown or not all(shown):
         return None
-    return (sum((lo for lo, _ in shown), Decimal(0)), sum((hi for _, hi in shown), Decimal(0)))
+    return (sum((lo for lo, _hi in shown), Decimal(0)),
+            sum((hi for _lo, hi in shown), Decimal(0)))
 
 
 def _calibrated_cell(est: dict, cal: dict) -> str:
     iv = calibrated_interval(est, cal)
     if iv is None:
-        return f"uncalibrated ({cal['n']}/{cal['needed']})"
+        return _("uncalibrated ({n}/{needed})", n=cal["n"], needed=cal["needed"])
     return figures.interval(*iv)
 
 
@@ -243,20 +269,20 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     """The plan's table; with `calib` (one calibration per block) a column of
     the calibrated 90% intervals beside the uncalibrated ones."""
     cost = costs(plan, ests, price_list, today)
-    rows = [["block", "runs", "GPU-h", "90% interval"] + (["calibrated 90%"] if calib else [])
-            + ["cost"]]
+    rows = [[_("block"), _("runs"), "GPU-h", _("90% interval")]
+            + ([_("calibrated 90%")] if calib else []) + [_("cost")]]
     for i, ((_block, e, _trials), c) in enumerate(zip(ests, cost)):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
-        kind = e["kind"] + (" (partial depth)" if e.get("partial") else "")
+        kind = _("{kind} (partial depth)", kind=e["kind"]) if e.get("partial") else e["kind"]
         rows.append([kind, runs, hours_text(e["hours"]), _interval(e)]
                     + ([_calibrated_cell(e, calib[i])] if calib else []) + [c])
-    tot = estimate.total([e for _, e, _ in ests])
-    iv = figures.interval(*tot["interval"]) if tot["interval"] else "no interval"
+    tot = estimate.total([e for _block, e, _trials in ests])
+    iv = figures.interval(*tot["interval"]) if tot["interval"] else _("no interval")
     extra = []
     if calib:
         ct = calibrated_total(ests, calib)
-        extra = [figures.interval(*ct) if ct else "n/a: not every block calibrated"]
-    rows.append(["total", "", hours_text(tot["hours"]), iv] + extra + [cost[-1]])
+        extra = [figures.interval(*ct) if ct else _("n/a: not every block calibrated")]
+    rows.append([_("total"), "", hours_text(tot["hours"]), iv] + extra + [cost[-1]])
     return rows
 
 
@@ -269,9 +295,10 @@ def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
             lo, hi = calibrated_interval(e, c)
             line += f" → {figures.interval(lo, hi)} GPU-h"
         if c["used"]:
-            names = c["used"][:12]
-            line += ("; pairs: " + ", ".join(names)
-                     + (f" and {len(c['used']) - 12} more" if len(c["used"]) > 12 else ""))
+            names = ", ".join(c["used"][:12])
+            line += "; " + (_("pairs: {names} and {more} more", names=names,
+                              more=len(c["used"]) - 12) if len(c["used"]) > 12 else
+                            _("pairs: {names}", names=names))
         out.append(line)
     return out
 
@@ -285,43 +312,48 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
         why = kept_apart.why(plan, j)
         if why:
             why = why.replace("not comparable", "NOT COMPARABLE", 1)
-            line += f" — {why}; kept out of the actual"
+            line += " — " + _("{why}; kept out of the actual", why=why)
         out.append(line)
     return out
 
 
 def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
          tagged: list[dict] | None = None, calib: list[dict] | None = None) -> dict:
-    _, cost_line = cost_view(plan, price_list, today)
+    _rent, cost_line = cost_view(plan, price_list, today)
     f = plan["facts"]
-    head = (f"*Plan {plan['name']}*" + (f" (locked {plan['locked']['at']})" if plan["locked"]
-                                         else "")
-            + f" — target {f.get('gpu') or 'not set'} ({f.get('platform') or 'platform not set'})"
-            + f", rental {f.get('rental', 'per-block')}")
+    values = dict(plan=plan["name"], gpu=f.get("gpu") or _("not set"),
+                  platform=f.get("platform") or _("platform not set"),
+                  rental=f.get("rental", "per-block"))
+    head = (_("*Plan {plan}* (locked {at}) — target {gpu} ({platform}), rental {rental}",
+              at=plan["locked"]["at"], **values) if plan["locked"] else
+            _("*Plan {plan}* — target {gpu} ({platform}), rental {rental}", **values))
     if not ests:
-        body = (f"No blocks yet: `/plan {plan['name']} block baseline runs=N trial=T12`.")
+        body = _("No blocks yet: `/plan {plan} block baseline runs=N trial=T12`.",
+                 plan=plan["name"])
         text = f"{head}\n{body}"
     else:
         body = table_text(table_rows(plan, ests, price_list, today, calib))
-        detail = "\n".join(f"{e['kind']} (from {', '.join(e['trials'])} on {e['env']}):\n"
-                           f"{components_text(e)}" for _, e, _ in ests)
+        detail = "\n".join(_("{kind} (from {trials} on {env}):", kind=e["kind"],
+                             trials=", ".join(e["trials"]), env=e["env"])
+                           + f"\n{components_text(e)}" for _block, e, _trials in ests)
         text = f"{head}\n```{body}```\n{cost_line}\n```{detail}```"
         if calib:
-            text += "\n*Calibration* (`/plan calibration`):\n" + "\n".join(
+            text += "\n" + _("*Calibration* (`/plan calibration`):") + "\n" + "\n".join(
                 calibration_lines(ests, calib))
-    notes = [f"• {e['kind']}: {note_shown(plan, e['note'])}" for _, e, _ in ests
+    notes = [f"• {e['kind']}: {note_shown(plan, e['note'])}" for _block, e, _trials in ests
              if e.get("note")]
     warn = grouped_warnings(plan, ests)
     left = open_items(plan)
     actual = tagged_lines(plan, tagged or [])
-    text += ("\n*Actual trials*:\n" + "\n".join(actual) if actual else "")
-    text += ("\n*Open checklist items*: " + (", ".join(left) if left else "none")
-             + ("\n*Open variables*:\n" + "\n".join(notes) if notes else "")
-             + ("\n*Warnings*:\n" + "\n".join(warn) if warn else ""))
+    text += ("\n" + _("*Actual trials*:") + "\n" + "\n".join(actual) if actual else "")
+    text += ("\n" + _("*Open checklist items*: {items}",
+                       items=", ".join(left) if left else _("none"))
+             + ("\n" + _("*Open variables*:") + "\n" + "\n".join(notes) if notes else "")
+             + ("\n" + _("*Warnings*:") + "\n" + "\n".join(warn) if warn else ""))
     blocks = [section(part) for part in chunks(text)]
-    blocks.append(context("GPU-hours = measured wall time × GPUs; each component names its "
-                           "trial and phase. Interval: runs' spread only (prep and data are "
-                           "single measurements)."))
+    blocks.append(context(_("GPU-hours = measured wall time × GPUs; each component names its "
+                            "trial and phase. Interval: runs' spread only (prep and data are "
+                            "single measurements).")))
     return {"response_type": "in_channel", "text": text, "blocks": blocks}
 
 
@@ -331,8 +363,9 @@ NOTE_SHOWN = 1500  # characters of a block's note in `show`; the export has all 
 def note_shown(plan: dict, note: str) -> str:
     if len(note) <= NOTE_SHOWN:
         return note
-    return (clip(note, NOTE_SHOWN) + f" (the whole note, {len(note):,} characters, is in "
-            f"`/plan {plan['name']} export`)")
+    return clip(note, NOTE_SHOWN) + " " + _("(the whole note, {n} characters, is in "
+                                            "`/plan {plan} export`)", n=f"{len(note):,}",
+                                            plan=plan["name"])
 
 
 def grouped_warnings(plan: dict, ests: list) -> list[str]:
@@ -349,30 +382,35 @@ def grouped_warnings(plan: dict, ests: list) -> list[str]:
 
 def locked(plan: dict) -> dict:
     lock = plan["locked"]
-    lines = [f"Plan *{plan['name']}* locked on {lock['at']}: later trials of a block with a "
-             "different config or code version are marked *not comparable*, and the input "
-             f"conditions ({', '.join(parse.LOCKED_ITEMS)}) cannot be set until "
-             f"`/plan {plan['name']} unlock`."]
+    lines = [_("Plan *{plan}* locked on {at}: later trials of a block with a different "
+               "config or code version are marked *not comparable*, and the input conditions "
+               "({items}) cannot be set until `/plan {plan} unlock`.", plan=plan["name"],
+               at=lock["at"], items=", ".join(parse.LOCKED_ITEMS))]
     for kind, v in lock.items():
         if kind != "at":
             cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
-            lines.append(f"• {kind}: `{cfg}`, code {v['code']} (from {', '.join(v['trials'])})")
+            lines.append(_("• {kind}: `{config}`, code {code} (from {trials})", kind=kind,
+                           config=cfg, code=v["code"], trials=", ".join(v["trials"])))
     return reply("\n".join(lines))
 
 
 def advice(plan: dict, a: dict) -> dict:
     if a["rule"] is None and a.get("undecided"):
-        text = (f"*Plan {plan['name']}*: rule {a['undecided']} ({a['title']}) cannot be "
-                "decided without these facts — I won't guess:\n"
-                + "\n".join(f"• {m}" for m in a["missing"]))
+        text = (_("*Plan {plan}*: rule {rule} ({title}) cannot be decided without these facts "
+                  "— I won't guess:", plan=plan["name"], rule=a["undecided"],
+                  title=_(a["title"]))
+                + "\n" + "\n".join(f"• {m}" for m in a["missing"]))
     else:
-        which = f"Rule {a['rule']} fired — {a['title']}" if a["rule"] else "No rule fired"
-        text = (f"*Plan {plan['name']}*: {which}.\n{a['answer']}\nFacts: "
-                + "; ".join(a.get("facts", [])))
+        which = (_("*Plan {plan}*: Rule {rule} fired — {title}.", plan=plan["name"],
+                   rule=a["rule"], title=_(a["title"])) if a["rule"] else
+                 _("*Plan {plan}*: No rule fired.", plan=plan["name"]))
+        text = (f"{which}\n{a['answer']}\n"
+                + _("Facts: {facts}", facts="; ".join(a.get("facts", []))))
         for other in a.get("also", []):
-            text += f"\nAlso rule {other['rule']} ({other['title']}): {other['answer']}"
+            text += "\n" + _("Also rule {rule} ({title}): {answer}", rule=other["rule"],
+                             title=_(other["title"]), answer=other["answer"])
         if a.get("missing"):
-            text += "\nStill missing: " + "; ".join(a["missing"])
+            text += "\n" + _("Still missing: {facts}", facts="; ".join(a["missing"]))
     return reply(text)
 
 
@@ -381,18 +419,25 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
     calibrated one (from the other blocks of its scope) or else its own?"""
     pair = {"estimate": row["estimate"], "actual": row["actual"]}
     if not row["estimate"] > 0:
-        return "no interval to judge it by (an estimate of 0 GPU-h)"
+        return _("no interval to judge it by (an estimate of 0 GPU-h)")
     if cal and cal["calibrated"]:
-        mult, what = (cal["low"], cal["high"]), (f"the calibrated {cal['level']:.0%} interval "
-                                              f"×{cal['low']:.2f}–×{cal['high']:.2f}")
+        mult = (cal["low"], cal["high"])
     elif est.get("interval") and est["hours"] > 0:
         mult = tuple(float(x / est["hours"]) for x in est["interval"])
-        what = "its uncalibrated 90% interval"
     else:
-        return "no interval to judge it by"
+        return _("no interval to judge it by")
     lo, hi = (row["estimate"] * m for m in mult)
-    verdict = "inside" if calibration.inside(pair, mult) else "OUTSIDE"
-    return f"{verdict} {what} ({figures.interval(lo, hi)} GPU-h)"
+    inside, shown = calibration.inside(pair, mult), figures.interval(lo, hi)
+    if cal and cal["calibrated"]:
+        values = dict(level=f"{cal['level']:.0%}", low=f"{cal['low']:.2f}",
+                      high=f"{cal['high']:.2f}", interval=shown)
+        return (_("inside the calibrated {level} interval ×{low}–×{high} ({interval} GPU-h)",
+                  **values) if inside else
+                _("OUTSIDE the calibrated {level} interval ×{low}–×{high} ({interval} GPU-h)",
+                  **values))
+    return (_("inside its uncalibrated 90% interval ({interval} GPU-h)", interval=shown)
+            if inside else
+            _("OUTSIDE its uncalibrated 90% interval ({interval} GPU-h)", interval=shown))
 
 
 def review_cost(plan: dict, row: dict, est_trials: list[dict], rent: dict | None) -> str | None:
@@ -402,84 +447,104 @@ def review_cost(plan: dict, row: dict, est_trials: list[dict], rent: dict | None
     if rent is None or not all(gpus.matches_gpu(t["report"], target) for t in est_trials):
         return None
     est, act = (prices.cost(Decimal(str(h)), rent) for h in (row["estimate"], row["actual"]))
-    return (f"cost at P{rent['id']}: estimated {prices.money(est, rent['currency'])}, actual "
-            f"{prices.money(act, rent['currency'])}")
+    return _("cost at P{id}: estimated {estimated}, actual {actual}", id=rent["id"],
+             estimated=prices.money(est, rent["currency"]),
+             actual=prices.money(act, rent["currency"]))
 
 
 def review(plan: dict, rows: list[dict], ests: list | None = None,
            calib: list[dict] | None = None, price_list: list[dict] | None = None,
            today: dt.date | None = None) -> dict:
     """With `price_list`, each block's cost at the rent that applies, and which."""
-    lines = [f"*Plan {plan['name']}*: estimate against actual (GPU-hours)"]
+    lines = [_("*Plan {plan}*: estimate against actual (GPU-hours)", plan=plan["name"])]
     if not rows:
-        lines.append(f"No blocks yet, so there is nothing to review: add one with `/plan "
-                     f"{plan['name']} block baseline runs=N trial=T12`, then record what it "
-                     f"really took with `/plan {plan['name']} actual baseline hours=H` or by "
-                     f"tagging trials `plan={plan['name']} block=baseline`.")
+        lines.append(_("No blocks yet, so there is nothing to review: add one with `/plan "
+                       "{plan} block baseline runs=N trial=T12`, then record what it really "
+                       "took with `/plan {plan} actual baseline hours=H` or by tagging trials "
+                       "`plan={plan} block=baseline`.", plan=plan["name"]))
     rent = prices.find(price_list or [], plan["facts"].get("gpu"), "rent")
+    costed = False
     for i, r in enumerate(rows):
-        apart = [f"    kept apart, {a}" for a in r.get("apart") or []]
+        apart = ["    " + _("kept apart, {why}", why=a) for a in r.get("apart") or []]
         if r.get("actual") is None:
-            lines.append(f"• {r['kind']}: no " + ("comparable " if apart else "")
-                         + f"actual yet (tag trials with `plan={plan['name']} "
-                         f"block={r['kind']}`, or `/plan {plan['name']} actual {r['kind']} "
-                         "hours=H` or `slurm=JOBID`)")
+            values = dict(plan=plan["name"], kind=r["kind"])
+            lines.append(_("• {kind}: no comparable actual yet (tag trials with `plan={plan} "
+                           "block={kind}`, or `/plan {plan} actual {kind} hours=H` or "
+                           "`slurm=JOBID`)", **values) if apart else
+                         _("• {kind}: no actual yet (tag trials with `plan={plan} "
+                           "block={kind}`, or `/plan {plan} actual {kind} hours=H` or "
+                           "`slurm=JOBID`)", **values))
             lines += apart
             continue
         rel = figures.change(r["estimate"], r["actual"])
         rel = f" ({rel})" if rel else ""
-        idle = "" if r["idle_compared"] else " (idle left out on both sides)"
-        lines.append(f"• *{r['kind']}*: estimated {figures.gpu_hours(r['estimate'])}, actual "
-                     f"{figures.gpu_hours(r['actual'])} GPU-h{rel}{idle}, from "
-                     f"{', '.join(r['sources'])}")
+        idle = "" if r["idle_compared"] else " " + _("(idle left out on both sides)")
+        lines.append(_("• *{kind}*: estimated {estimated}, actual {actual} GPU-h{change}, "
+                       "from {sources}", kind=r["kind"],
+                       estimated=figures.gpu_hours(r["estimate"]),
+                       actual=figures.gpu_hours(r["actual"]), change=rel + idle,
+                       sources=", ".join(r["sources"])))
         if ests is not None:
             lines.append(f"    {held_text(r, ests[i][1], calib[i] if calib else None)}")
         lines += [f"    {name}: {figures.signed(value)} GPU-h ({why})"
                   for name, value, why in r["why"]]
-        lines += [f"    config changed: {c}" for c in r["config_changes"]]
+        lines += ["    " + _("config changed: {change}", change=c) for c in r["config_changes"]]
         lines += apart
-        lines += [f"    memory, same method: {m}" for m in r.get("memory", [])]
+        lines += ["    " + _("memory, same method: {memory}", memory=m)
+                  for m in r.get("memory", [])]
         cost = review_cost(plan, r, ests[i][2], rent) if ests is not None else None
         lines += [f"    {cost}"] if cost else []
-    if rent and any("    cost at P" in x for x in lines):
-        lines.append(f"Costs at {prices.cited(rent, today)}.")
+        costed = costed or bool(cost)
+    if rent and costed:
+        lines.append(_("Costs at {price}.", price=prices.cited(rent, today)))
     return reply("\n".join(lines))
 
 
 def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str]) -> dict:
     """The ephemeral answer to `actual KIND slurm=...`: asked, and where the result goes."""
-    who = (f"a Slurm worker ({', '.join(online)} online)" if online else
-           f"a Slurm worker; none is online now (registered: {', '.join(registered)}), so "
-           "it waits for one")
-    return reply(f"Asked {who} for Slurm's accounting of job {', '.join(req['jobs'])} "
-                 f"(request A{req['id']}). The actual for *{plan['name']}* {req['block']} is "
-                 f"recorded and posted in <#{plan['channel']}> when sacct has answered; "
-                 "nothing is recorded for a job that is unknown or still running.")
+    values = dict(jobs=", ".join(req["jobs"]), id=req["id"], plan=plan["name"],
+                  block=req["block"], channel=f"<#{plan['channel']}>")
+    if online:
+        asked = _("Asked a Slurm worker ({workers} online) for Slurm's accounting of job {jobs} "
+                  "(request A{id}).", workers=", ".join(online), **values)
+    else:
+        asked = _("Asked a Slurm worker; none is online now (registered: {workers}), so it "
+                  "waits for one for Slurm's accounting of job {jobs} (request A{id}).",
+                  workers=", ".join(registered), **values)
+    return reply(asked + " " + _("The actual for *{plan}* {block} is recorded and posted in "
+                                 "{channel} when sacct has answered; nothing is recorded for a "
+                                 "job that is unknown or still running.", **values))
 
 
 def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool) -> dict:
     """`/plan calibration`: per scope (scope, its record, its calibration now)."""
-    where = "every channel's plans" if everywhere else "this channel's plans"
+    where = _("every channel's plans") if everywhere else _("this channel's plans")
     if not groups:
-        return reply(f"No actuals recorded yet in {where}, so every interval is uncalibrated: "
-                     f"a scope (GPU kind and workload) is calibrated once "
-                     f"{calibration.min_pairs()} of its blocks have actuals. Record them with "
-                     "`/plan NAME actual KIND hours=H`, `slurm=JOBID`, or trials tagged "
-                     "`plan=NAME block=KIND`.")
-    lines = [f"*Calibration record* of {where}: each block's actual against the 90% interval "
-             "the bot would have shown for it when it was recorded (calibrated from the earlier "
-             "blocks of its scope once there were enough, else its own)"]
+        return reply(_("No actuals recorded yet in {where}, so every interval is uncalibrated: "
+                       "a scope (GPU kind and workload) is calibrated once {n} of its blocks "
+                       "have actuals. Record them with `/plan NAME actual KIND hours=H`, "
+                       "`slurm=JOBID`, or trials tagged `plan=NAME block=KIND`.", where=where,
+                       n=calibration.min_pairs()))
+    lines = [_("*Calibration record* of {where}: each block's actual against the 90% interval "
+               "the bot would have shown for it when it was recorded (calibrated from the "
+               "earlier blocks of its scope once there were enough, else its own)",
+               where=where)]
     for scope, rec, now in groups:
-        lines.append(f"• *{scope}*: {len(rec['rows'])} past blocks; {rec['held']} of "
-                     f"{rec['n']} intervals held the actual"
-                     + (f" ({rec['no_interval']} had no interval)" if rec["no_interval"] else "")
-                     + (f"; median absolute error {rec['median_error']:.0%}"
-                        if rec["median_error"] is not None else ""))
+        line = _("• *{scope}*: {blocks} past blocks; {held} of {n} intervals held the actual",
+                 scope=scope, blocks=len(rec["rows"]), held=rec["held"], n=rec["n"])
+        if rec["no_interval"]:
+            line += " " + _("({n} had no interval)", n=rec["no_interval"])
+        if rec["median_error"] is not None:
+            line += "; " + _("median absolute error {error}",
+                             error=f"{rec['median_error']:.0%}")
+        lines.append(line)
         w = rec["worst"]
         if w:
-            lines.append(f"    worst miss: {w['name']}, actual ×{w['ratio']:.2f} its estimate"
-                         f" ({'inside' if w['held'] else 'OUTSIDE' if w['held'] is False else 'no'}"
-                         f" interval); cause: {w['cause']}")
-        lines.append(f"    now: {now['text']}")
-        lines += [f"    left out: {x}" for x in rec["left_out"]]
+            held = (_("inside interval") if w["held"] else
+                    _("OUTSIDE interval") if w["held"] is False else _("no interval"))
+            lines.append("    " + _("worst miss: {name}, actual ×{ratio} its estimate ({held}); "
+                                    "cause: {cause}", name=w["name"], ratio=f"{w['ratio']:.2f}",
+                                    held=held, cause=w["cause"]))
+        lines.append("    " + _("now: {calibration}", calibration=now["text"]))
+        lines += ["    " + _("left out: {what}", what=x) for x in rec["left_out"]]
     return reply("\n".join(lines))

@@ -164,7 +164,7 @@ def cancel(ctx, job_id: int, user: str) -> str:
     admin. Returns what happened; raises ValueError naming why it cannot."""
     job = ctx.store.job(job_id)
     if job is not None and job["user"] != user and job["status"] in ("queued", "running"):
-        refused = ctx.allows("admin", user, job["channel"], "cancel someone else's trial")
+        refused = ctx.allows("admin", user, job["channel"], i18n.N_("cancel someone else's trial"))
         if refused:
             raise ValueError(f"{job['trial']} was started by <@{job['user']}>; only they or an "
                              f"admin can cancel it. {refused.rstrip('.')}")

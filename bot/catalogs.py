@@ -3,6 +3,9 @@ extractor), and what each language's catalog lacks. `scripts/i18n` and
 tests/test_i18n.py both use it, so the check a developer runs is the test."""
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
 import re
 from collections import Counter
 from pathlib import Path
@@ -24,12 +27,42 @@ NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 def template() -> Catalog:
     """Every message the bot's source marks for translation, with where it is used."""
     pot = Catalog(domain=i18n.DOMAIN, project="trialbot")
-    for source in SOURCES:
-        for file, line, message, comments, _context in extract_from_dir(
-                str(ROOT / source), [("**.py", "python")], keywords=KEYWORDS,
-                strip_comment_tags=True):
-            pot.add(message, locations=[(f"{source}/{file}", line)], auto_comments=comments)
+    # Babel warns of every f-string inside a marked call, values included; a message
+    # that is itself not a plain string is what unextractable() finds.
+    with contextlib.redirect_stderr(io.StringIO()):
+        for source in SOURCES:
+            for file, line, message, comments, _context in extract_from_dir(
+                    str(ROOT / source), [("**.py", "python")], keywords=KEYWORDS,
+                    strip_comment_tags=True):
+                pot.add(message, locations=[(f"{source}/{file}", line)],
+                        auto_comments=comments)
     return pot
+
+
+def unextractable() -> list[str]:
+    """Marked calls whose message is not a plain string (`_(f"...")`, `_(a + b)`):
+    Babel cannot read them, so they would stay English without any check noticing.
+    `_(CONSTANT)`, `_(a or b)` and the like translate a message marked elsewhere
+    (N_) and pass."""
+    out = []
+    for source in SOURCES:
+        for file in sorted((ROOT / source).rglob("*.py")):
+            tree = ast.parse(file.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id in KEYWORDS and node.args
+                        and _built(node.args[0])):
+                    out.append(f"{file.relative_to(ROOT)}:{node.lineno}: the message given "
+                               f"to {node.func.id}() is not a plain string, so it cannot be "
+                               "translated: write one string with named placeholders")
+    return out
+
+
+def _built(node: ast.expr) -> bool:
+    """A message made in the call itself: an f-string, `+`/`%`, or `.format()`."""
+    return (isinstance(node, (ast.JoinedStr, ast.BinOp))
+            or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "format"))
 
 
 def path(lang: str) -> Path:
@@ -73,7 +106,7 @@ def problems(lang: str) -> list[str]:
     """What stops `lang`'s catalog from translating every message the source marks:
     missing, empty or fuzzy translations, and translations whose placeholders,
     backticked command words or numbers differ from the English."""
-    catalog, out = read(lang), []
+    catalog, out = read(lang), unextractable()
     for message in template():
         if not message.id:
             continue

@@ -106,3 +106,17 @@ def test_the_process_default_applies_where_no_channel_chose(monkeypatch):
         assert i18n.current() == "en"
     with pytest.raises(i18n.LanguageError):
         i18n.set_default("xx")
+
+
+def test_a_message_built_in_the_call_is_found(tmp_path, monkeypatch):
+    (tmp_path / "bot").mkdir()
+    (tmp_path / "worker").mkdir()
+    (tmp_path / "bot" / "m.py").write_text(
+        'from worker.i18n import _\n'
+        'A = _(f"Trial {x} queued")\n'
+        'B = _("Trial " + x)\n'
+        'C = _(KIND or OTHER)\n')
+    monkeypatch.setattr(catalogs, "ROOT", tmp_path)
+    found = catalogs.unextractable()
+    assert [f.split(":")[1] for f in found] == ["2", "3"]
+    assert "is not a plain string" in found[0]

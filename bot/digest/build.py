@@ -313,5 +313,6 @@ def chart_message(channel: str, label: str, png: bytes) -> dict:
 
 
 def schedule_text(s: dict) -> str:
-    return _("every {weekday} at {time} {zone}", weekday=s["weekday"].capitalize(),
-             time=f"{s['hour']:02d}:{s['minute']:02d}", zone=s["tz"])
+    time = f"{s['hour']:02d}:{s['minute']:02d}"
+    return _("every {weekday} at {time} {zone}", weekday=s["weekday"].capitalize(), time=time,
+             zone=s["tz"])

@@ -82,7 +82,7 @@ def post_scheduled(ctx, schedule: dict, now: dt.datetime) -> bool:
         late = None
         if now - fire > LATE:
             late = _("Posted {when}, late: the bot was not running at the scheduled "
-                     "{schedule}.", when=f"{now.astimezone(fire.tzinfo):%a %H:%M}",
+                     "{schedule}.", when=format(now.astimezone(fire.tzinfo), "%a %H:%M"),
                      schedule=digest.schedule_text(schedule))
         messages = build(ctx, schedule["channel"], fire, week, late, schedule.get("user"))
     posted = ctx.store.post_digest(schedule["channel"], week, messages)
@@ -112,7 +112,7 @@ def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
         _resync(ctx)
         nxt = digest.trigger(schedule).get_next_fire_time(None, now)
         values = dict(schedule=digest.schedule_text(schedule),
-                      next=f"{nxt:%a %Y-%m-%d %H:%M %Z}")
+                      next=format(nxt, "%a %Y-%m-%d %H:%M %Z"))
         text = (_("Budget digest scheduled in this channel {schedule}; next {next}. It replaces "
                   "{old}. `/plan digest now` posts one now; `/plan digest off` stops it.",
                   old=digest.schedule_text(old), **values) if old else
@@ -140,7 +140,7 @@ def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
     nxt = digest.trigger(current).get_next_fire_time(None, now)
     return reply(_("Budget digest in this channel {schedule}; next {next}. `/plan digest off` "
                    "stops it.", schedule=digest.schedule_text(current),
-                   next=f"{nxt:%a %Y-%m-%d %H:%M %Z}"))
+                   next=format(nxt, "%a %Y-%m-%d %H:%M %Z")))
 
 
 def _resync(ctx) -> None:

@@ -54,7 +54,7 @@ def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
                    "trial from the residuals (Student t, dof = points − terms); dof 1 is a weak "
                    "check: add points. A held-out error refits without the largest config and "
                    "predicts it. Ask `/trial fit S{sweep} batch=N gpu=H100`.",
-                   level=f"{LEVEL:.0%}", sweep=sweep))
+                   level=format(LEVEL, ".0%"), sweep=sweep))
     return [p for p in parts if p]
 
 
@@ -155,15 +155,16 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     if held:
         err = held["relative_error"]
         check.append(_("held out {trial} (b={b}, s={s}): predicted {predicted}, measured "
-                       "{measured}, error {error}", trial=held["trial"], b=f"{held['b']:g}",
-                       s=f"{held['s']:g}", predicted=fmt(held["predicted"]),
+                       "{measured}, error {error}", trial=held["trial"], b=format(held["b"], "g"),
+                       s=format(held["s"], "g"), predicted=fmt(held["predicted"]),
                        measured=fmt(held["measured"]),
-                       error=f"{err:+.1%}" if err is not None else _("n/a")))
+                       error=format(err, "+.1%") if err is not None else _("n/a")))
     else:
         check.append(_("held-out error cannot be computed: {why}", why=model["held_out_why"]))
     if model.get("loo"):
         check.append(_("leave-one-out max {max} over {count} points",
-                       max=f"{model['loo']['max_relative']:.1%}", count=model["loo"]["count"]))
+                       max=format(model["loo"]["max_relative"], ".1%"),
+                       count=model["loo"]["count"]))
     if model.get("missing"):
         check.append(_("{n} trial(s) had no {target} figure", n=model["missing"],
                        target=model["target"]))
@@ -214,11 +215,12 @@ def _arithmetic_text(fit: dict) -> str:
     a, d = fit["arithmetic"], fit["defaults"]
     parts, layers = a["parts"], a.get("layers") or d["layers"]
     head = (_("tied to the embedding") if a.get("tied_embedding") else
-            _("{params}, not tied", params=f"{parts['lm_head']:,}"))
-    values = dict(dtype=a["dtype"], bytes=a["dtype_bytes"], params=f"{a['weight_params']:,}",
-                  size=size(a["weight_bytes"]), embedding=f"{parts['embedding']:,}", head=head,
-                  layers=layers, per_layer=f"{parts['layers'] // layers:,}",
-                  rest=f"{parts['final_norm']:,}", formula=a["kv_formula"],
+            _("{params}, not tied", params=format(parts["lm_head"], ",")))
+    values = dict(dtype=a["dtype"], bytes=a["dtype_bytes"],
+                  params=format(a["weight_params"], ","), size=size(a["weight_bytes"]),
+                  embedding=format(parts["embedding"], ","), head=head,
+                  layers=layers, per_layer=format(parts["layers"] // layers, ","),
+                  rest=format(parts["final_norm"], ","), formula=a["kv_formula"],
                   kv=size(a["kv_bytes_per_token"]))
     lines = [_("*From the architecture* (exact, {dtype} = {bytes} B): weights {params} params = "
                "{size} (embedding {embedding}, lm head {head}; layers {layers} × {per_layer}; "
@@ -236,7 +238,7 @@ def _arithmetic_text(fit: dict) -> str:
         if slope is not None and a["kv_bytes_per_token"]:
             ratio = slope / a["kv_bytes_per_token"]
             bits.append(_("fitted {size} per token = {ratio}× the KV cache's", size=size(slope),
-                          ratio=f"{ratio:.2f}"))
+                          ratio=format(ratio, ".2f")))
         if "1" in coef:
             bits.append(_("fixed term {fixed} vs weights {weights}", fixed=size(coef["1"]),
                           weights=size(a["weight_bytes"])))
@@ -266,7 +268,7 @@ def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) ->
             continue
         band = ols.interval(value, se, dof, LEVEL)
         spread = (_(" ± {half} ({level} PI, dof {dof})", half=fmt((band[1] - band[0]) / 2),
-                    level=f"{LEVEL:.0%}", dof=dof) if band
+                    level=format(LEVEL, ".0%"), dof=dof) if band
                   else _(" (no interval: 2 points, dof 0)"))
         v = _verdict_at(fit, name, params, value)
         if not v["usable"]:
@@ -300,7 +302,7 @@ def _extrapolation(fit: dict, name: str, params: dict) -> str:
     top = model["range"]["b"][1]
     if params[batch] > top:
         return _(" — extrapolated {times}× past the largest measured batch {top}",
-                 times=f"{params[batch] / top:.3g}", top=f"{top:g}")
+                 times=format(params[batch] / top, ".3g"), top=format(top, "g"))
     return ""
 
 
@@ -311,7 +313,7 @@ def _largest_line(ans: dict, fit: dict, lengths: dict) -> str:
                      if k in fit["defaults"]}, **lengths})
     values = dict(batch=ans["batch"], at=at, predicted=size(ans["predicted"]),
                   method=ans["method"], margin=size(ans["margin_bytes"]),
-                  fraction=f"{ans['margin_fraction']:.1%}", total=size(ans["gpu_bytes"]))
+                  fraction=format(ans["margin_fraction"], ".1%"), total=size(ans["gpu_bytes"]))
     text = (_("largest batch ≈ *{batch}* at {at}: predicted {predicted} ({method}), margin "
               "{margin} ({fraction} of {total})", **values) if at else
             _("largest batch ≈ *{batch}*: predicted {predicted} ({method}), margin {margin} "
@@ -319,10 +321,10 @@ def _largest_line(ans: dict, fit: dict, lengths: dict) -> str:
     # each clause below is its own message, appended: the line reads as a list of caveats
     if ans.get("batch_upper") is not None:
         text += _("; if the {level} upper bound must fit too: batch {batch}",
-                  level=f"{ans['level']:.0%}", batch=ans["batch_upper"])
+                  level=format(ans["level"], ".0%"), batch=ans["batch_upper"])
     if ans.get("extrapolation", 1) > 1:
         text += _(" — extrapolated {times}× past the largest measured batch",
-                  times=f"{ans['extrapolation']:.3g}")
+                  times=format(ans["extrapolation"], ".3g"))
         if ans["extrapolation"] > 4:
             text += _("; measure near it before relying on it")
     if ans["batch"] > 4096:

@@ -38,7 +38,7 @@ def _unstable(r: dict) -> str | None:
     st = r.get("stability") or {}
     if st.get("stable") is False:
         ratio = st.get("iqr_over_median")
-        return (_("UNSTABLE (IQR/median {ratio})", ratio=f"{ratio:.0%}") if ratio is not None
+        return (_("UNSTABLE (IQR/median {ratio})", ratio=format(ratio, ".0%")) if ratio is not None
                 else "UNSTABLE")
     return None
 
@@ -194,11 +194,12 @@ def phrase(c: dict) -> str:
     if c["verdict"] is None:
         if c["ratio"]:
             return _("{nb}/{na} ×{ratio}, no verdict: {why}", nb=nb, na=na,
-                     ratio=f"{c['ratio']:.2f}", why=c["why"])
+                     ratio=format(c["ratio"], ".2f"), why=c["why"])
         return _("no verdict: {why}", why=c["why"])
     said = {"faster": lambda: _("{nb} is faster", nb=nb),
             "slower": lambda: _("{nb} is slower", nb=nb),
             "same": lambda: _(NO_DIFFERENCE)}[c["verdict"]]()
     return _("{nb}/{na} ×{ratio} ({level} {test} t interval ×{low}–×{high} {over}): {said}",
-             nb=nb, na=na, ratio=f"{c['ratio']:.2f}", level=f"{c['level']:.0%}", test=c["test"],
-             low=f"{c['low']:.2f}", high=f"{c['high']:.2f}", over=over(c), said=said)
+             nb=nb, na=na, ratio=format(c["ratio"], ".2f"), level=format(c["level"], ".0%"),
+             test=c["test"], low=format(c["low"], ".2f"), high=format(c["high"], ".2f"),
+             over=over(c), said=said)

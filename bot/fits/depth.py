@@ -152,7 +152,7 @@ def from_trial(r: dict) -> dict | None:
     imported = (r.get("model") or {}).get("import_rss_bytes")
     if imported and not on_gpu:
         what += _(". Host RSS includes {mib} MiB that importing transformers added (host "
-                  "memory: a GPU's memory holds none of it)", mib=f"{imported / 2**20:.0f}")
+                  "memory: a GPU's memory holds none of it)", mib=format(imported / 2**20, ".0f"))
     out = {"schema": SCHEMA, "source": "trial", "preset": name_of(p), "trial": r.get("trial"),
            "trial_layers": depth, "layers": deep, "per_layer": per_layer,
            "memory": predicted, "workload": r["workload"], "what": what}
@@ -198,7 +198,7 @@ def time_factor(p: dict, s: dict | None = None) -> dict:
     return {"factor": k, "weights_factor": w,
             "what": _("scaled ×{factor} from {depth} to {deep} layers by the parameters each "
                       "token passes through (layers + lm head): a model estimate, not measured "
-                      "(a depth sweep measures it)", factor=f"{k:.3g}", depth=depth,
+                      "(a depth sweep measures it)", factor=format(k, ".3g"), depth=depth,
                       deep=s["layers"])}
 
 

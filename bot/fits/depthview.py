@@ -80,7 +80,7 @@ def decode_text(d: dict, layers: int, only: str | None = None) -> str:
     for g in d["gpus"]:
         if only and g["gpu"] != only:
             continue
-        each = [_("{time} at {bandwidth} GB/s", time=duration(s), bandwidth=f"{bw:,.0f}")
+        each = [_("{time} at {bandwidth} GB/s", time=duration(s), bandwidth=format(bw, ",.0f"))
                 for s, bw in zip(g["seconds"], g["bandwidth_gbs"])]
         parts.append(f"{g['gpu']} {' – '.join(each)}")
     if not parts:
@@ -121,13 +121,13 @@ def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> 
     # the clauses below are each one message, appended in order
     if per_layer_arith:
         line += _(" (arithmetic per layer: {per}; measured/arithmetic {ratio})",
-                  per=fmt(per_layer_arith), ratio=f"{per / per_layer_arith:.2f}")
+                  per=fmt(per_layer_arith), ratio=format(per / per_layer_arith, ".2f"))
     held = model.get("held_out")
     if held:
         line += _("; held out {trial} at {layers} layers: predicted {predicted}, measured "
-                  "{measured} ({error})", trial=held["trial"], layers=f"{held['b']:g}",
+                  "{measured} ({error})", trial=held["trial"], layers=format(held["b"], "g"),
                   predicted=fmt(held["predicted"]), measured=fmt(held["measured"]),
-                  error=f"{held['relative_error']:+.1%}")
+                  error=format(held["relative_error"], "+.1%"))
     else:
         line += _("; no held-out check: {why}", why=model["held_out_why"])
     marks = usable.marks_text(v, unmeasured_only=v["cause"] == "noise") if v else ""
@@ -192,7 +192,7 @@ def _prediction_parts(fit: dict, layers: int | None, gpu=None) -> list[str]:
     if pred:
         lines = [_("*Predicted at {layers} layers* (from the fit; ± {level} prediction interval "
                    "where the fit has residual degrees of freedom):", layers=pred["layers"],
-                   level=f"{LEVEL:.0%}")]
+                   level=format(LEVEL, ".0%"))]
         for m, v in pred["memory"].items():
             lines.append(f"• {_SHORT[m]}: {size(v['value'])}" + _interval(v, size))
         if pred["time"]:

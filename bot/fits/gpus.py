@@ -54,10 +54,10 @@ class Gpu:
     def describe(self) -> str:
         if self.datasheet_gb is None:  # a size the user gave
             return _("{name}: {gib} GiB ({bytes} bytes, as given)", name=self.name,
-                     gib=f"{self.bytes / GIB:.2f}", bytes=self.bytes)
+                     gib=format(self.bytes / GIB, ".2f"), bytes=self.bytes)
         return _("{name}: {gb} GB {memory} per the {source}, read as {gb}×10^9 B = {gib} GiB",
-                 name=self.name, gb=f"{self.datasheet_gb:g}", memory=self.memory,
-                 source=self.source, gib=f"{self.bytes / GIB:.1f}")
+                 name=self.name, gb=format(self.datasheet_gb, "g"), memory=self.memory,
+                 source=self.source, gib=format(self.bytes / GIB, ".1f"))
 
 
 def _gpu(name, gb, memory, source, note="", bw=(), family="", bf16=True):

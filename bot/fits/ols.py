@@ -136,7 +136,7 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
                 and base > NEGLIGIBLE and err < RICHER_FACTOR * base):
             chosen, why = cand, _("{terms}: leave-one-out error {error} against {base} for the "
                                   "default", terms=" + ".join(cand["features"]),
-                                  error=f"{err:.1%}", base=f"{base:.1%}")
+                                  error=format(err, ".1%"), base=format(base, ".1%"))
             base = err
     features = chosen["features"]
     coef, cov = _fit_rows(features, rows)
@@ -174,7 +174,7 @@ def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
         lo, hi = model["range"][axis]
         if not any(axis in f for f in model["features"]) and not lo <= value <= hi:
             at = f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}"
-            values = dict(at=at, target=model["target"], value=f"{value:g}")
+            values = dict(at=at, target=model["target"], value=format(value, "g"))
             raise ValueError(_("the sweep measured batch {at} only, so its {target} fit cannot "
                                "say what happens at batch {value}: sweep the batch too", **values)
                              if axis == "b" else

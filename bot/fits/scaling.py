@@ -441,7 +441,7 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     b = math.floor((gpu_bytes - c0) / c1)
     if b < 1:
         out["reason"] = _("even batch 1 is predicted at {need} bytes, over the {have} bytes "
-                          "available", need=f"{c0 + c1:.4g}", have=f"{gpu_bytes:.4g}")
+                          "available", need=format(c0 + c1, ".4g"), have=format(gpu_bytes, ".4g"))
         out["predicted"] = c0 + c1
         return out
     pred = c0 + c1 * b

@@ -52,9 +52,9 @@ def sweep_chart(sweep: int, channel: str, fit: dict, params: dict | None = None
 
 
 def sweep_fit_failed(sweep: int, jobs: list[dict], exc: Exception) -> dict:
+    error = f"{type(exc).__name__}: {exc}"
     text = _(":x: *Sweep S{sweep}* ({first}–{last}) ended, but its fit failed: {error}. The "
              "trials' own reports stand; `/trial fit S{sweep}` tries again.", sweep=sweep,
-             first=jobs[0]["trial"], last=jobs[-1]["trial"],
-             error=f"{type(exc).__name__}: {exc}")
+             first=jobs[0]["trial"], last=jobs[-1]["trial"], error=error)
     return {"channel": jobs[0]["channel"], "kind": "sweep", "text": text,
             "blocks": [section(text)]}

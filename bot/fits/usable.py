@@ -61,7 +61,7 @@ def marked(model: dict, points: list[dict], which=("unstable", "contended")) -> 
     for p in _own(model, points):
         m = p.get("marks") or {}
         if m.get("unstable") and "unstable" in which:
-            spread = (_("IQR/median {spread}", spread=f"{m['spread']:.1%}")
+            spread = (_("IQR/median {spread}", spread=format(m["spread"], ".1%"))
                       if m.get("spread") is not None else _("spread"))
             out.append(_("{trial} UNSTABLE ({spread})", trial=p["trial"], spread=spread))
         if m.get("contended") and "contended" in which:
@@ -106,8 +106,8 @@ def verdict(model: dict, points: list[dict], at: tuple | None = None,
             and abs(held["relative_error"]) > HELD_OUT_BOUND:
         out.update(usable=False,
                    problem=_("held-out error {error} at {trial}, over the {bound} bound",
-                             error=f"{held['relative_error']:+.1%}", trial=held["trial"],
-                             bound=f"{HELD_OUT_BOUND:.0%}"))
+                             error=format(held["relative_error"], "+.1%"), trial=held["trial"],
+                             bound=format(HELD_OUT_BOUND, ".0%")))
         _cause_held(out, model, axis)
     if out["usable"] and at is not None:
         _judge_at(out, model, at, axis)
@@ -161,14 +161,14 @@ def _judge_at(out: dict, model: dict, at: tuple, axis: str | None) -> None:
         _noise(out)
         if far:
             out["why"] = _("{why}; and the config is far from the points (leverage {h})",
-                           why=out["why"], h=f"{h:.3g}")
+                           why=out["why"], h=format(h, ".3g"))
     elif far:
         top = model["range"]["b"][1]
         lev = f"{h:.3g}"
         why = (_("{axis}={b} is {times}× the largest measured {axis} {top}; the fit's own error "
                  "there (leverage {h}) outweighs the points' scatter: the distance, not the "
-                 "noise, decides", axis=axis, b=f"{b:g}", times=f"{b / top:.3g}",
-                 top=f"{top:g}", h=lev) if axis and b > top else
+                 "noise, decides", axis=axis, b=format(b, "g"), times=format(b / top, ".3g"),
+                 top=format(top, "g"), h=lev) if axis and b > top else
                _("the fit's own error there (leverage {h}) outweighs the points' scatter: the "
                  "distance, not the noise, decides", h=lev))
         out.update(cause="extrapolation", why=why,
@@ -178,7 +178,8 @@ def _judge_at(out: dict, model: dict, at: tuple, axis: str | None) -> None:
                and model.get("mean") else None)
         out.update(cause="noise",
                    why=(_("noisy points: inside the measured range the points scatter more "
-                          "than the trend (residual sd {rel} of their mean)", rel=f"{rel:.0%}")
+                          "than the trend (residual sd {rel} of their mean)",
+                          rel=format(rel, ".0%"))
                         if rel is not None else
                         _("noisy points: inside the measured range the points scatter more "
                           "than the trend")),

@@ -2,6 +2,8 @@
 `--json`. Pure."""
 from __future__ import annotations
 
+import unicodedata
+
 LIMIT = 3000  # characters of one section's or context element's text (Slack's limit)
 
 
@@ -26,9 +28,14 @@ def context(text: str) -> dict:
 
 def table_text(rows: list[list]) -> str:
     """Rows as aligned columns, for a code block (Slack has no tables)."""
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-                     for r in rows)
+    widths = [max(_width(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c) + " " * (w - _width(str(c))) for c, w in zip(r, widths))
+                     .rstrip() for r in rows)
+
+
+def _width(text: str) -> int:
+    """Columns `text` takes in a monospace font: Hangul and other wide characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def chunks(text: str, size: int = 2900) -> list[str]:

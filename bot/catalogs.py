@@ -21,7 +21,9 @@ SOURCES = ("bot", "worker")  # the worker's parameter checks reach users through
 KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
 PLACEHOLDER = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)(?:[:!][^}]*)?\}(?!\})")
 BACKTICKED = re.compile(r"`[^`]+`")
-NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
+# A number is digits not inside a word of ASCII letters (T12, bf16): Korean counters
+# follow a number directly ("30일", "2개"), so a Hangul neighbour does not hide it.
+NUMBER = re.compile(r"(?<![0-9A-Za-z_.])\d+(?:[.,]\d+)*(?![0-9A-Za-z_])")
 
 
 def template() -> Catalog:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from worker.i18n import _
+
 DIGITS = 3  # significant digits of every figure shown
 MAX_DIGITS = 6  # an interval gets up to this many to keep its ends apart
 
@@ -26,7 +28,7 @@ def rounded(x: Decimal | float, digits: int = DIGITS) -> Decimal:
 def number(x: Decimal | float | None, digits: int = DIGITS) -> str:
     """A figure as shown: "0.0857", "2.50", "1,235"; "n/a" for None."""
     if x is None:
-        return "n/a"
+        return _("n/a")
     q = rounded(x, digits)
     # Decimal's own format turns 7.53e-8 into "7.53E-8" and 1.2e-6 into "0.0000012":
     # positional down to a millionth, a plain exponent below

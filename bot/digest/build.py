@@ -17,8 +17,12 @@ from bot.blocks import chunks, context, section
 from bot.fits import gpus
 from bot.plans import estimate, prices, review, views
 from bot.plans.parse import WEEKDAYS
+from worker.i18n import N_, _
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")
+# the components' words in the text, shown as _(word) (the chart keeps them English)
+COMPONENT_WORDS = {"runs": N_("runs"), "prep": N_("prep"), "data": N_("data"),
+                   "retries": N_("retries"), "idle": N_("idle")}
 MAX_LINES = 15  # plans listed in one message (it has to stay readable); the rest in replies
 
 
@@ -47,7 +51,7 @@ def last_fire(schedule: dict, now: dt.datetime) -> dt.datetime:
 
 def week_key(fire: dt.datetime) -> str:
     """The ISO week of the fire's local date: one digest per channel and week."""
-    year, week, _ = fire.date().isocalendar()
+    year, week = fire.date().isocalendar()[:2]
     return f"{year}-W{week:02d}"
 
 
@@ -131,7 +135,7 @@ def plan_summary(plan: dict, ests: list, reviewed: list[dict], costs: list[str])
     review's cause for it."""
     done = [r for r in reviewed if r.get("actual") is not None]
     out = {"name": plan["name"], "gpu": plan["facts"].get("gpu"),
-           "estimate": estimate.total([e for _, e, _ in ests])["hours"] if ests else None,
+           "estimate": estimate.total([e for _block, e, _why in ests])["hours"] if ests else None,
            "blocks": len(ests), "cost": costs[-1] if ests else None,
            "open": views.open_items(plan), "actual": None, "biggest": None,
            "rows": done}
@@ -156,7 +160,8 @@ def _split(seconds: dict, unit: str) -> tuple[str, Decimal]:
     the total from the unrounded parts."""
     total = estimate.hours(sum(seconds.values()))
     return (f"{figures.number(total)} {unit} = " + " + ".join(
-        f"{c} {figures.number(estimate.hours(seconds[c]))}" for c in COMPONENTS), total)
+        f"{_(COMPONENT_WORDS[c])} {figures.number(estimate.hours(seconds[c]))}"
+        for c in COMPONENTS), total)
 
 
 def cost_lines(by_gpu: dict, price_list: list[dict], today: dt.date) -> list[str]:
@@ -165,8 +170,9 @@ def cost_lines(by_gpu: dict, price_list: list[dict], today: dt.date) -> list[str
         h = estimate.hours(seconds)
         rent = rent_for(name, price_list)
         if rent is None:
-            out.append(f"• {name}: {figures.number(h)} GPU-h, cost unconfirmed (no confirmed "
-                       "price; `/plan price GPU RATE/h source=... date=YYYY-MM-DD`)")
+            out.append(_("• {gpu}: {hours} GPU-h, cost unconfirmed (no confirmed price; "
+                         "`/plan price GPU RATE/h source=... date=YYYY-MM-DD`)", gpu=name,
+                         hours=figures.number(h)))
         else:
             out.append(f"• {name}: {figures.number(h)} GPU-h × {prices.cited(rent, today)} = "
                        f"{prices.money(prices.cost(h, rent), rent['currency'])}")
@@ -175,35 +181,41 @@ def cost_lines(by_gpu: dict, price_list: list[dict], today: dt.date) -> list[str
 
 def plan_line(s: dict) -> str:
     if s.get("error"):
-        return f"• *{s['name']}*: cannot be estimated now — {s['error']}"
+        return _("• *{plan}*: cannot be estimated now — {error}", plan=s["name"],
+                 error=s["error"])
     if not s["blocks"]:
-        return f"• *{s['name']}*: no blocks yet"
-    line = (f"• *{s['name']}* ({s['gpu'] or 'no target GPU'}): estimate "
-            f"{figures.gpu_hours(s['estimate'])} GPU-h, cost {s['cost']}")
+        return _("• *{plan}*: no blocks yet", plan=s["name"])
+    line = _("• *{plan}* ({gpu}): estimate {estimate} GPU-h, cost {cost}", plan=s["name"],
+             gpu=s["gpu"] or _("no target GPU"), estimate=figures.gpu_hours(s["estimate"]),
+             cost=s["cost"])
     if s["actual"] is None:
-        return line + "; no actuals yet"
+        return line + _("; no actuals yet")
     est = s["actual_estimate"]
     rel = figures.change(est, s["actual"])
-    rel = f" ({rel})" if rel else ""
-    line += (f"; actual so far {figures.gpu_hours(s['actual'])} GPU-h on "
-             f"{', '.join(r['kind'] for r in s['rows'])} against {figures.gpu_hours(est)} "
-             f"estimated{rel}")
+    actual = dict(actual=figures.gpu_hours(s["actual"]),
+                  blocks=", ".join(r["kind"] for r in s["rows"]),
+                  estimate=figures.gpu_hours(est))
+    line += (_("; actual so far {actual} GPU-h on {blocks} against {estimate} estimated "
+               "({change})", change=rel, **actual) if rel else
+             _("; actual so far {actual} GPU-h on {blocks} against {estimate} estimated",
+               **actual))
     b = s["biggest"]
     name, value, why = b["cause"]
-    return line + (f"; biggest variance {b['kind']} {figures.signed(b['delta'])} GPU-h, mostly "
-                   f"{name} {figures.signed(value)} GPU-h ({why})")
+    return line + _("; biggest variance {block} {delta} GPU-h, mostly {cause} {value} GPU-h "
+                    "({why})", block=b["kind"], delta=figures.signed(b["delta"]), cause=name,
+                    value=figures.signed(value), why=why)
 
 
-def _capped(lines: list[str], what: str, heading: str) -> tuple[list[str], list[str]]:
+def _capped(lines: list[str], what, heading: str) -> tuple[list[str], list[str]]:
     """The first MAX_LINES for the digest, and the rest as replies in its
-    thread, MAX_LINES to a reply."""
+    thread, MAX_LINES to a reply. `what(n)` says how many more there are."""
     if len(lines) <= MAX_LINES:
         return lines, []
-    more = [f"*{heading}* (continued: {i + 1}–{min(i + MAX_LINES, len(lines))} of "
-            f"{len(lines)}):\n" + "\n".join(lines[i:i + MAX_LINES])
+    more = [_("*{heading}* (continued: {first}–{last} of {total}):", heading=heading,
+              first=i + 1, last=min(i + MAX_LINES, len(lines)), total=len(lines))
+            + "\n" + "\n".join(lines[i:i + MAX_LINES])
             for i in range(MAX_LINES, len(lines), MAX_LINES)]
-    return (lines[:MAX_LINES]
-            + [f"• … and {len(lines) - MAX_LINES} more {what}, continued in the thread"], more)
+    return lines[:MAX_LINES] + [what(len(lines) - MAX_LINES)], more
 
 
 def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
@@ -212,61 +224,77 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
     """The digest's text, and the texts of the replies that continue its
     longer lists in its thread."""
     zone = str(end.tzinfo)
-    head = (f"*Weekly budget digest*{f' {week}' if week else ''} — {_hm(start)} → {_hm(end)} "
-            f"{zone}")
+    head = (_("*Weekly budget digest* {week} — {start} → {end} {zone}", week=week,
+              start=_hm(start), end=_hm(end), zone=zone) if week else
+            _("*Weekly budget digest* — {start} → {end} {zone}", start=_hm(start), end=_hm(end),
+              zone=zone))
     lines = [head] + ([f"_{late}_"] if late else [])
-    cancelled = f", {m['cancelled']} cancelled" if m["cancelled"] else ""
-    lines.append(f"*Trials*: {m['trials']} ended ({m['ok']} ok, {m['failed']} failed"
-                 f"{cancelled}); "
-                 f"{m['retried']} retried, {m['failed_tries']} failed attempts in all")
+    counts = dict(trials=m["trials"], ok=m["ok"], failed=m["failed"],
+                  cancelled=m["cancelled"], retried=m["retried"], tries=m["failed_tries"])
+    lines.append(_("*Trials*: {trials} ended ({ok} ok, {failed} failed, {cancelled} cancelled); "
+                   "{retried} retried, {tries} failed attempts in all", **counts)
+                 if m["cancelled"] else
+                 _("*Trials*: {trials} ended ({ok} ok, {failed} failed); {retried} retried, "
+                   "{tries} failed attempts in all", **counts))
     gpu, gpu_total = _split(m["gpu"]["seconds"], "GPU-h")
-    lines.append(f"*GPU-hours measured*: {gpu}")
+    lines.append(_("*GPU-hours measured*: {split}", split=gpu))
     cpu_s = m["cpu"]["seconds"]
     if any(cpu_s.values()):
-        cpu, _ = _split(cpu_s, "h")
-        lines.append(f"*CPU-only work* (no GPU-hours): {cpu}")
-    lines.append("_How: trial wall time × the trial's GPUs, split by its reported phases "
-                 "(prep = setup + weights + warmup + teardown, data, runs = the rest); "
-                 "retries = failed attempts' and cancelled trials' seconds; idle = the "
-                 "workers' reported idle × their GPUs._")
+        cpu = _split(cpu_s, "h")[0]
+        lines.append(_("*CPU-only work* (no GPU-hours): {split}", split=cpu))
+    lines.append(_("_How: trial wall time × the trial's GPUs, split by its reported phases "
+                   "(prep = setup + weights + warmup + teardown, data, runs = the rest); "
+                   "retries = failed attempts' and cancelled trials' seconds; idle = the "
+                   "workers' reported idle × their GPUs._"))
     first, last = idle_days(start)
     if m["idle_workers"]:
         idle = ", ".join(f"{w} {v['seconds'] / 3600:.2f} h ("
                          + (f"{len(v['gpus'])} GPU" if v["gpus"] else "CPU") + ")"
                          for w, v in sorted(m["idle_workers"].items()))
-        lines.append(f"*Worker idle* (ready, nothing to run; UTC days {first} to {last}): "
-                     f"{idle}")
+        lines.append(_("*Worker idle* (ready, nothing to run; UTC days {first} to {last}): "
+                       "{idle}", first=first, last=last, idle=idle))
     else:
-        lines.append(f"*Worker idle*: none reported for UTC days {first} to {last}")
-    lines.append("*Cost* (confirmed prices only):")
-    lines += cost_lines(m["by_gpu"], price_list, today) or ["• no GPU-hours this week"]
+        lines.append(_("*Worker idle*: none reported for UTC days {first} to {last}",
+                       first=first, last=last))
+    lines.append(_("*Cost* (confirmed prices only):"))
+    lines += cost_lines(m["by_gpu"], price_list, today) or [_("• no GPU-hours this week")]
     ordered = sorted(plans, key=lambda s: (-abs(s["biggest"]["delta"]) if s.get("biggest")
                                            else 0, s["name"]))
-    lines.append(f"*Plans* ({len(plans)} in this channel; estimate against actuals so far):")
-    shown, more = _capped([plan_line(s) for s in ordered], "plans", "Plans")
-    lines += shown or ["• none: `/plan new NAME` starts one"]
+    lines.append(_("*Plans* ({n} in this channel; estimate against actuals so far):",
+                   n=len(plans)))
+    shown, more = _capped([plan_line(s) for s in ordered], _plans_more, _("Plans"))
+    lines += shown or [_("• none: `/plan new NAME` starts one")]
     stale = [p for p in price_list if prices.is_stale(p, today)]
     if stale:
         went = start.date()
-        lines.append("*Stale prices* (confirmed over 30 days ago; reconfirm with `/plan price`):")
-        lines += [f"• {prices.cited(p, today)}"
-                  + (" — went stale this week" if prices.age_days(p, went) <= prices.STALE_DAYS
-                     else "") for p in stale]
+        lines.append(_("*Stale prices* (confirmed over 30 days ago; reconfirm with "
+                       "`/plan price`):"))
+        lines += [_("• {price} — went stale this week", price=prices.cited(p, today))
+                  if prices.age_days(p, went) <= prices.STALE_DAYS else
+                  f"• {prices.cited(p, today)}" for p in stale]
     blocked = [f"• *{s['name']}*: {', '.join(s['open'])}" for s in plans if s.get("open")]
     if blocked:
-        heading = "Open checklist items blocking a plan"
+        heading = _("Open checklist items blocking a plan")
         lines.append(f"*{heading}*:")
-        shown, open_more = _capped(blocked, "plans with open items", heading)
+        shown, open_more = _capped(blocked, _open_more, heading)
         lines += shown
         more += open_more
     return "\n".join(lines), more
 
 
+def _plans_more(n: int) -> str:
+    return _("• … and {n} more plans, continued in the thread", n=n)
+
+
+def _open_more(n: int) -> str:
+    return _("• … and {n} more plans with open items, continued in the thread", n=n)
+
+
 def message(channel: str, body: str) -> dict:
     blocks = [section(part) for part in chunks(body)][:48]
-    blocks.append(context("GPU-hours are measured wall time × GPUs; the chart (GPU-hours "
-                           "by component per day, planned vs actual per block) is in the "
-                           "thread."))
+    blocks.append(context(_("GPU-hours are measured wall time × GPUs; the chart (GPU-hours "
+                             "by component per day, planned vs actual per block) is in the "
+                             "thread.")))
     return {"channel": channel, "kind": "digest", "text": body, "blocks": blocks}
 
 
@@ -279,9 +307,12 @@ def thread_message(channel: str, body: str) -> dict:
 
 def chart_message(channel: str, label: str, png: bytes) -> dict:
     return {"channel": channel, "kind": "digest-chart",
-            "text": "Digest chart: GPU-hours by component per day, planned vs actual per block",
+            "text": _("Digest chart: GPU-hours by component per day, planned vs actual per "
+                      "block"),
             "file": f"digest-{label}.png", "content": png}
 
 
 def schedule_text(s: dict) -> str:
-    return f"every {s['weekday'].capitalize()} at {s['hour']:02d}:{s['minute']:02d} {s['tz']}"
+    time = f"{s['hour']:02d}:{s['minute']:02d}"
+    return _("every {weekday} at {time} {zone}", weekday=s["weekday"].capitalize(), time=time,
+             zone=s["tz"])

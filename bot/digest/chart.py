@@ -7,6 +7,9 @@ import io
 
 from bot.digest.build import COMPONENTS
 
+# Labels stay English in every channel's language: matplotlib has no Korean font
+# here (a missing glyph draws as a box), and the message beside the chart is translated.
+
 MAX_BLOCKS = 12  # the blocks with the largest variance; more bars are unreadable
 
 

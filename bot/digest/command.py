@@ -14,6 +14,8 @@ from bot.digest import build as digest
 from bot.digest import chart
 from bot.plans import estimate, service, views
 from bot.plans.parse import PlanError
+from worker import i18n
+from worker.i18n import _
 
 log = logging.getLogger("trialbot.digest")
 
@@ -41,8 +43,9 @@ def collect(ctx, channel: str, start: dt.datetime, end: dt.datetime,
                               "open": views.open_items(plan)})
         except Exception as exc:  # noqa: BLE001 - one odd plan must not lose the digest
             log.exception("digest: plan %s could not be summarised", plan["name"])
-            summaries.append({"name": plan["name"], "error": f"could not be summarised "
-                              f"({type(exc).__name__}; in the bot's log)",
+            summaries.append({"name": plan["name"],
+                              "error": _("could not be summarised ({error}; in the bot's log)",
+                                         error=type(exc).__name__),
                               "open": views.open_items(plan)})
     return m, summaries, price_list
 
@@ -57,6 +60,7 @@ def build(ctx, channel: str, end: dt.datetime, week: str | None,
     today = end.date()
     m, summaries, price_list = collect(ctx, channel, start, end, today)
     body, more = digest.text(start, end, week, m, summaries, price_list, today, late)
+    # the chart's title and labels stay English: matplotlib has no Korean font here
     png = chart.png(m, summaries, f"#{channel} digest {week or ''} — "
                                   f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} {end.tzinfo}")
     whom = {k: v for k, v in (("user", user), ("response_url", response_url)) if v}
@@ -73,13 +77,15 @@ def post_scheduled(ctx, schedule: dict, now: dt.datetime) -> bool:
     week = digest.week_key(fire)
     if ctx.store.digest_sent(schedule["channel"], week):
         return False
-    late = None
-    if now - fire > LATE:
-        late = (f"Posted {now.astimezone(fire.tzinfo):%a %H:%M}, late: the bot was not running "
-                f"at the scheduled {digest.schedule_text(schedule)}.")
-    posted = ctx.store.post_digest(schedule["channel"], week,
-                                     build(ctx, schedule["channel"], fire, week, late,
-                                           schedule.get("user")))
+    # a scheduled post runs on the scheduler's thread: the channel's language is set here
+    with i18n.using(ctx.store.channel_lang(schedule["channel"])):
+        late = None
+        if now - fire > LATE:
+            late = _("Posted {when}, late: the bot was not running at the scheduled "
+                     "{schedule}.", when=format(now.astimezone(fire.tzinfo), "%a %H:%M"),
+                     schedule=digest.schedule_text(schedule))
+        messages = build(ctx, schedule["channel"], fire, week, late, schedule.get("user"))
+    posted = ctx.store.post_digest(schedule["channel"], week, messages)
     if posted:
         ctx.notify()
     return posted
@@ -105,32 +111,36 @@ def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
         old = store.set_digest(schedule)
         _resync(ctx)
         nxt = digest.trigger(schedule).get_next_fire_time(None, now)
-        text = (f"Budget digest scheduled in this channel {digest.schedule_text(schedule)}; "
-                f"next {nxt:%a %Y-%m-%d %H:%M %Z}."
-                + (f" It replaces {digest.schedule_text(old)}." if old else "")
-                + " `/plan digest now` posts one now; `/plan digest off` stops it.")
+        values = dict(schedule=digest.schedule_text(schedule),
+                      next=format(nxt, "%a %Y-%m-%d %H:%M %Z"))
+        text = (_("Budget digest scheduled in this channel {schedule}; next {next}. It replaces "
+                  "{old}. `/plan digest now` posts one now; `/plan digest off` stops it.",
+                  old=digest.schedule_text(old), **values) if old else
+                _("Budget digest scheduled in this channel {schedule}; next {next}. "
+                  "`/plan digest now` posts one now; `/plan digest off` stops it.", **values))
         return reply(text)
     if cmd.action == "digest-off":
         if not store.delete_digest(channel):
-            raise PlanError("No digest is scheduled in this channel; nothing to stop")
+            raise PlanError(_("No digest is scheduled in this channel; nothing to stop"))
         _resync(ctx)
-        return reply(f"Budget digest stopped in this channel (it was "
-                     f"{digest.schedule_text(current)}).")
+        return reply(_("Budget digest stopped in this channel (it was {schedule}).",
+                       schedule=digest.schedule_text(current)))
     if cmd.action == "digest-now":
         tz = ZoneInfo(current["tz"]) if current else dt.timezone.utc
         end = now.astimezone(tz)
         store.post_digest(channel, None, build(ctx, channel, end, None, user=user,
                                                response_url=response_url))
         ctx.notify()
-        return reply("Posting the budget digest of the last 7 days in this channel (the chart "
-                     "follows in its thread).")
+        return reply(_("Posting the budget digest of the last 7 days in this channel (the "
+                       "chart follows in its thread)."))
     if current is None:
-        return reply("No digest is scheduled in this channel. `/plan digest weekly mon 09:00 "
-                     "Asia/Seoul` schedules one (any weekday, time and IANA timezone); "
-                     "`/plan digest now` posts one now.")
+        return reply(_("No digest is scheduled in this channel. `/plan digest weekly mon 09:00 "
+                       "Asia/Seoul` schedules one (any weekday, time and IANA timezone); "
+                       "`/plan digest now` posts one now."))
     nxt = digest.trigger(current).get_next_fire_time(None, now)
-    return reply(f"Budget digest in this channel {digest.schedule_text(current)}; next "
-                 f"{nxt:%a %Y-%m-%d %H:%M %Z}. `/plan digest off` stops it.")
+    return reply(_("Budget digest in this channel {schedule}; next {next}. `/plan digest off` "
+                   "stops it.", schedule=digest.schedule_text(current),
+                   next=format(nxt, "%a %Y-%m-%d %H:%M %Z")))
 
 
 def _resync(ctx) -> None:

@@ -12,6 +12,8 @@ from bot.fits import depth, ols, scaling
 
 LEVEL = 0.90  # as in the sweep messages
 MAX_LINES = 4  # a sweep of batch and length: one line per length, the smallest few
+# Labels stay English in every channel's language: matplotlib has no Korean font
+# here (a missing glyph draws as a box), and the message beside the chart is translated.
 
 
 def png(fit: dict, sweep: int, params: dict | None = None) -> bytes:

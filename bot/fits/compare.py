@@ -28,16 +28,18 @@ import math
 import numpy as np
 
 from bot.fits.ols import t_quantile
+from worker.i18n import N_, _
 
 LEVEL = 0.95
-NO_DIFFERENCE = "no measurable difference"
+NO_DIFFERENCE = N_("no measurable difference")  # shown as _(NO_DIFFERENCE)
 
 
 def _unstable(r: dict) -> str | None:
     st = r.get("stability") or {}
     if st.get("stable") is False:
         ratio = st.get("iqr_over_median")
-        return f"UNSTABLE (IQR/median {ratio:.0%})" if ratio is not None else "UNSTABLE"
+        return (_("UNSTABLE (IQR/median {ratio})", ratio=format(ratio, ".0%")) if ratio is not None
+                else "UNSTABLE")
     return None
 
 
@@ -45,25 +47,28 @@ def trial_time(r: dict) -> dict:
     """One trial's time per run outside contention: {mean, samples (window
     means, or None), sd, count, excluded (why it cannot be used, or None),
     notes (marks to carry)}."""
-    name = r.get("trial") or "a trial"
+    name = r.get("trial") or _("a trial")
+    # `why` is what excluded it (failed, contended, busy): what to advise, in any language
     out = {"trial": name, "mean": None, "samples": None, "sd": None, "count": 0,
-           "excluded": None, "notes": []}
+           "excluded": None, "why": None, "notes": []}
     if not r or r.get("status") != "ok" or not (r.get("latency") or {}).get("mean"):
-        out["excluded"] = f"{name} did not succeed"
+        out["excluded"], out["why"] = _("{name} did not succeed", name=name), "failed"
         return out
     unstable = _unstable(r)
     if unstable:  # kept: the test's spread holds it; the mark is carried
-        out["notes"].append(f"{name} was {unstable}")
+        out["notes"].append(_("{name} was {unstable}", name=name, unstable=unstable))
     contention = r.get("contention")
     rows = ((r.get("windows") or {}).get("rows") or [])
     if rows:
         quiet = [w for w in rows if not w.get("contended") and w.get("count") and w.get("mean")]
         if not quiet:
-            out["excluded"] = f"{name}: every window of its run phase was contended"
+            out["excluded"] = _("{name}: every window of its run phase was contended",
+                                name=name)
+            out["why"] = "contended"
             return out
         if len(quiet) < len(rows):
-            out["notes"].append(f"{name}: {len(rows) - len(quiet)} of {len(rows)} windows "
-                                "contended, left out")
+            out["notes"].append(_("{name}: {left} of {total} windows contended, left out",
+                                  name=name, left=len(rows) - len(quiet), total=len(rows)))
         counts = np.array([w["count"] for w in quiet], dtype=float)
         means = np.array([w["mean"] for w in quiet], dtype=float)
         out.update(mean=float(counts @ means / counts.sum()), samples=means.tolist(),
@@ -73,11 +78,11 @@ def trial_time(r: dict) -> dict:
         return out
     if contention and contention.get("flagged"):
         # the summary's first clause: "busy machine: others used 61% of the CPU ..."
-        said = (contention.get("summary") or "busy machine").split(" (")[0].split(": these")[0]
-        out["excluded"] = f"{name}: {said}"
+        said = (contention.get("summary") or _("busy machine")).split(" (")[0].split(": these")[0]
+        out["excluded"], out["why"] = f"{name}: {said}", "busy"
         return out
     if contention is None:
-        out["notes"].append(f"{name}: contention not measured")
+        out["notes"].append(_("{name}: contention not measured", name=name))
     lat = r["latency"]
     out.update(mean=float(lat["mean"]), sd=lat.get("stdev"), count=int(lat.get("count") or 0))
     return out
@@ -89,6 +94,7 @@ def _arm(reports: list[dict | None]) -> dict:
     usable = [t for t in times if not t["excluded"]]
     arm = {"trials": times, "n": len(usable), "notes": [n for t in times for n in t["notes"]],
            "excluded": [t["excluded"] for t in times if t["excluded"]],
+           "why": [t["why"] for t in times if t["excluded"]],
            "mean": float(np.mean([t["mean"] for t in usable])) if usable else None}
     if len(usable) >= 2:
         logs = np.log([t["mean"] for t in usable])
@@ -126,12 +132,12 @@ def compare(a: list[dict | None], b: list[dict | None], level: float = LEVEL,
         out["ratio"] = B["mean"] / A["mean"]
     for name, arm in zip(names, (A, B)):
         if not arm["n"]:
-            out["why"] = (f"{name} has no usable trial ({'; '.join(arm['excluded'])}): "
-                          + _advice(arm["excluded"]))
+            out["why"] = _("{name} has no usable trial ({excluded}): {advice}", name=name,
+                           excluded="; ".join(arm["excluded"]), advice=_advice(arm["why"]))
             return out
         if arm["method"] is None:
-            out["why"] = (f"{name}'s one usable trial measured no spread (fewer than 2 "
-                          "runs outside contention); run more repeats=, or more rounds=")
+            out["why"] = _("{name}'s one usable trial measured no spread (fewer than 2 runs "
+                           "outside contention); run more repeats=, or more rounds=", name=name)
             return out
     out["ratio"] = math.exp(B["m"] - A["m"])
     if A["method"] == B["method"] == "between":
@@ -153,29 +159,32 @@ def compare(a: list[dict | None], b: list[dict | None], level: float = LEVEL,
     return out
 
 
-def _advice(excluded: list[str]) -> str:
-    text = " ".join(excluded)
-    if "UNSTABLE" in text:
-        return ("run it again with a longer run_cap= (or more repeats=) so it settles, "
-                "or on a quieter worker")
-    if "contend" in text or "busy" in text:
-        return "run it again when the machine is quiet, or on a worker nothing else uses"
-    return "fix the failed trial and run it again"
+def _advice(why: list[str]) -> str:
+    """What to run, from what excluded the arm's trials (trial_time's `why`)."""
+    if "contended" in why or "busy" in why:
+        return _("run it again when the machine is quiet, or on a worker nothing else uses")
+    return _("fix the failed trial and run it again")
 
 
 def over(c: dict) -> str:
     """What the interval's spread came from: "over 2+2 trials"."""
     a, b = c["a"], c["b"]
     if a["method"] == b["method"] == "between":
-        return f"over {a['n']}+{b['n']} trials"
+        return _("over {a}+{b} trials", a=a["n"], b=b["n"])
     if a["method"] == b["method"]:
-        return (f"from the {a['method']} within each trial; the spread within a trial misses "
-                "the drift between trials")
-    said = {"between": "{n} trials", "windows": "windows in 1 trial", "runs": "runs in 1 trial"}
+        within = {"windows": _("from the windows within each trial; the spread within a trial "
+                               "misses the drift between trials"),
+                  "runs": _("from the runs within each trial; the spread within a trial misses "
+                            "the drift between trials")}
+        return within[a["method"]]
+
+    def said(arm):
+        return {"between": lambda: _("{n} trials", n=arm["n"]),
+                "windows": lambda: _("windows in 1 trial"),
+                "runs": lambda: _("runs in 1 trial")}[arm["method"]]()
     na, nb = c["names"]
-    return (f"from {na}: {said[a['method']].format(n=a['n'])}, {nb}: "
-            f"{said[b['method']].format(n=b['n'])}; the spread within a trial misses the "
-            "drift between trials")
+    return _("from {na}: {a}, {nb}: {b}; the spread within a trial misses the drift between "
+             "trials", na=na, a=said(a), nb=nb, b=said(b))
 
 
 def phrase(c: dict) -> str:
@@ -183,9 +192,14 @@ def phrase(c: dict) -> str:
     difference", or why no verdict is given."""
     na, nb = c["names"]
     if c["verdict"] is None:
-        ratio = f"{nb}/{na} ×{c['ratio']:.2f}, " if c["ratio"] else ""
-        return f"{ratio}no verdict: {c['why']}"
-    said = {"faster": f"{nb} is faster", "slower": f"{nb} is slower", "same": NO_DIFFERENCE}
-    return (f"{nb}/{na} ×{c['ratio']:.2f} ({c['level']:.0%} {c['test']} t interval "
-            f"×{c['low']:.2f}–"
-            f"×{c['high']:.2f} {over(c)}): {said[c['verdict']]}")
+        if c["ratio"]:
+            return _("{nb}/{na} ×{ratio}, no verdict: {why}", nb=nb, na=na,
+                     ratio=format(c["ratio"], ".2f"), why=c["why"])
+        return _("no verdict: {why}", why=c["why"])
+    said = {"faster": lambda: _("{nb} is faster", nb=nb),
+            "slower": lambda: _("{nb} is slower", nb=nb),
+            "same": lambda: _(NO_DIFFERENCE)}[c["verdict"]]()
+    return _("{nb}/{na} ×{ratio} ({level} {test} t interval ×{low}–×{high} {over}): {said}",
+             nb=nb, na=na, ratio=format(c["ratio"], ".2f"), level=format(c["level"], ".0%"),
+             test=c["test"], low=format(c["low"], ".2f"), high=format(c["high"], ".2f"),
+             over=over(c), said=said)

@@ -32,6 +32,7 @@ import math
 
 from bot.fits import gpus, ols, scaling, usable
 from worker import arithmetic, presets, summary
+from worker.i18n import N_, _, ngettext
 from worker.spec import LIVE_TIME_NOTE
 
 SCHEMA = "trialbot.depth/1"
@@ -39,8 +40,8 @@ SCHEMA = "trialbot.depth/1"
 # miss a prefill's short-lived peak once freed memory leaves RSS (malloc=live).
 METHODS = (*scaling.METHODS, "host_rss_peak_kernel")
 WHAT = {**scaling.METHOD_WHAT,
-        "host_rss_peak_kernel": "the kernel's max RSS of the trial's process (exact "
-                                "high-water mark, CPU side)"}
+        "host_rss_peak_kernel": N_("the kernel's max RSS of the trial's process (exact "
+                                   "high-water mark, CPU side)")}  # shown as _(WHAT[m])
 # Answers "what fits a GPU" from the most inclusive GPU figure measured: NVML's
 # per-process use holds the CUDA context, reserved holds the allocator's cache.
 FIT_METHODS = ("process_used_peak", "peak_reserved", "peak_allocated")
@@ -139,15 +140,19 @@ def from_trial(r: dict) -> dict | None:
         grows = not on_gpu or m in FIT_METHODS
         predicted[m] = {"measured": mem[m], "layers": depth,
                         "predicted": mem[m] + grown if grows else None}
-    what = (f"measured at {depth} layer{'s' * (depth != 1)} + the other {deep - depth} "
-            "layers' weights and KV cache by arithmetic; assumes activations, logits and "
-            "workspace do not grow with depth (inference frees each layer's activations); "
-            "not checked by a depth sweep" if depth < deep else
-            f"measured at the full {deep} layers: nothing predicted")
+    what = (ngettext("measured at {n} layer + the other {other} layers' weights and KV cache "
+                     "by arithmetic; assumes activations, logits and workspace do not grow with "
+                     "depth (inference frees each layer's activations); not checked by a depth "
+                     "sweep",
+                     "measured at {n} layers + the other {other} layers' weights and KV cache "
+                     "by arithmetic; assumes activations, logits and workspace do not grow with "
+                     "depth (inference frees each layer's activations); not checked by a depth "
+                     "sweep", depth, other=deep - depth) if depth < deep else
+            _("measured at the full {deep} layers: nothing predicted", deep=deep))
     imported = (r.get("model") or {}).get("import_rss_bytes")
     if imported and not on_gpu:
-        what += (f". Host RSS includes {imported / 2**20:.0f} MiB that importing transformers "
-                 "added (host memory: a GPU's memory holds none of it)")
+        what += _(". Host RSS includes {mib} MiB that importing transformers added (host "
+                  "memory: a GPU's memory holds none of it)", mib=format(imported / 2**20, ".0f"))
     out = {"schema": SCHEMA, "source": "trial", "preset": name_of(p), "trial": r.get("trial"),
            "trial_layers": depth, "layers": deep, "per_layer": per_layer,
            "memory": predicted, "workload": r["workload"], "what": what}
@@ -163,8 +168,9 @@ def partial(r: dict) -> str | None:
     s = sizing_of(r) if r.get("workload") in DEPTHED else None
     if not s or layers_of(p, s) >= s["layers"]:
         return None
-    name = r.get("trial") or "the trial"
-    return f"{name}: {layers_of(p, s)} of {s['layers']} layers of {name_of(p)}"
+    name = r.get("trial") or _("the trial")
+    return _("{trial}: {layers} of {deep} layers of {model}", trial=name,
+             layers=layers_of(p, s), deep=s["layers"], model=name_of(p))
 
 
 def full_layers(r: dict) -> int | None:
@@ -190,9 +196,10 @@ def time_factor(p: dict, s: dict | None = None) -> dict:
     # Building random weights takes time in proportion to all of them.
     w = arithmetic.sized_params(s)["total"] / arithmetic.sized_params(s, depth)["total"]
     return {"factor": k, "weights_factor": w,
-            "what": (f"scaled ×{k:.3g} from {depth} to {s['layers']} layers by the "
-                     "parameters each token passes through (layers + lm head): a model "
-                     "estimate, not measured (a depth sweep measures it)")}
+            "what": _("scaled ×{factor} from {depth} to {deep} layers by the parameters each "
+                      "token passes through (layers + lm head): a model estimate, not measured "
+                      "(a depth sweep measures it)", factor=format(k, ".3g"), depth=depth,
+                      deep=s["layers"])}
 
 
 # --- a depth sweep --------------------------------------------------------------
@@ -221,7 +228,7 @@ def fit_depth(reports: list[dict]) -> dict:
                                   "layers": (r.get("params") or {}).get("layers"),
                                   "error_class": err.get("class")})
     if not ok:
-        out["error"] = "no trial of the sweep succeeded: nothing to fit"
+        out["error"] = _("no trial of the sweep succeeded: nothing to fit")
         return out
     first = ok[0]["params"]
     out["defaults"] = {k: v for k, v in first.items() if k != "layers"
@@ -229,14 +236,14 @@ def fit_depth(reports: list[dict]) -> dict:
     other = sorted(k for k in first if k != "layers" and k not in out["defaults"]
                    and k not in scaling.MEASUREMENT_PARAMS)
     if other:
-        out["error"] = (f"the trials differ in {', '.join(other)} as well as layers: a depth "
-                        "sweep varies layers alone")
+        out["error"] = _("the trials differ in {params} as well as layers: a depth sweep "
+                         "varies layers alone", params=", ".join(other))
         return out
     out["preset"] = name_of(first)
     out["sizing"] = sizing_of(ok[0]) or arithmetic.decoder_sizing(first)
     out["per_layer"] = layer_bytes(first, out["sizing"])
     for r in ok:
-        secs, _ = scaling.seconds_of(r)
+        secs = scaling.seconds_of(r)[0]
         dec = (r.get("decode_per_token") or {}).get("mean")
         out["points"].append({"trial": r.get("trial"), "layers": r["params"]["layers"],
                               "memory": {m: (r.get("memory") or {}).get(m) for m in METHODS},
@@ -244,24 +251,25 @@ def fit_depth(reports: list[dict]) -> dict:
     workers = sorted({(r.get("worker") or "?", scaling.device_of(r)) for r in ok})
     out["workers"] = [{"worker": w, "device": d} for w, d in workers]
     if len(workers) > 1:
-        out["notes"].append(f"the trials ran on {len(workers)} workers/devices: their times "
-                            "are fitted together; rerun on one worker for a clean fit")
+        out["notes"].append(_("the trials ran on {n} workers/devices: their times are fitted "
+                              "together; rerun on one worker for a clean fit", n=len(workers)))
     out["allocators"] = scaling.allocators(ok)
     live = [r.get("trial") or "?" for r in ok if summary.timed_live_on_cpu(r)]
     if live:
-        out["notes"].append(f"{usable.names(live)} timed on the CPU under malloc=live: "
-                            f"{LIVE_TIME_NOTE}, and so does the time fit; re-run the sweep "
-                            "with malloc=auto (or without malloc=) for glibc's times")
+        out["notes"].append(_("{trials} timed on the CPU under malloc=live: {note}, and so does "
+                              "the time fit; re-run the sweep with malloc=auto (or without "
+                              "malloc=) for glibc's times", trials=usable.names(live),
+                              note=_(LIVE_TIME_NOTE)))
     if len({p["layers"] for p in out["points"]}) < 2:
-        out["error"] = "1 distinct depth succeeded: at least 2 are needed to fit anything"
+        out["error"] = _("1 distinct depth succeeded: at least 2 are needed to fit anything")
         return out
     for m in METHODS:
         rows = [(p["layers"], 1, p["memory"][m], p["trial"]) for p in out["points"]
                 if p["memory"].get(m) is not None]
         if rows:
-            out["memory"][m] = ols.fit_target(rows, "memory", "b", m, "bytes", WHAT[m])
-    for key, what in (("seconds", "mean latency per request (prefill + decode of the batch)"),
-                      ("decode", "mean decode step (one token for the whole batch)")):
+            out["memory"][m] = ols.fit_target(rows, "memory", "b", m, "bytes", _(WHAT[m]))
+    for key, what in (("seconds", _("mean latency per request (prefill + decode of the batch)")),
+                      ("decode", _("mean decode step (one token for the whole batch)"))):
         rows = [(p["layers"], 1, p[key], p["trial"]) for p in out["points"]
                 if p[key] is not None]
         if rows:
@@ -279,10 +287,11 @@ def question_layers(fit: dict, params: dict) -> int:
     for k, v in params.items():
         if k != "layers" and k not in scaling.MEASUREMENT_PARAMS and k in fit["defaults"] \
                 and fit["defaults"][k] != v:
-            raise ValueError(f"the depth sweep measured {k}={fit['defaults'][k]} only; a "
-                             f"prediction at {k}={v} needs a sweep at that value")
+            raise ValueError(_("the depth sweep measured {k}={measured} only; a prediction at "
+                               "{k}={v} needs a sweep at that value", k=k,
+                               measured=fit["defaults"][k], v=v))
     if "layers" not in params:
-        raise ValueError("a depth sweep predicts a depth: give layers=N")
+        raise ValueError(_("a depth sweep predicts a depth: give layers=N"))
     return params["layers"]
 
 
@@ -308,11 +317,11 @@ def from_sweep(fit: dict, layers: int | None = None) -> dict:
     s = fit.get("sizing") if fit.get("preset") else None
     layers = layers or (s or {}).get("layers")
     if layers is None:
-        raise ValueError("the sweep has no preset or model, so there is no full depth to "
-                         "predict: ask for a depth, e.g. `/trial fit S12 layers=32`")
+        raise ValueError(_("the sweep has no preset or model, so there is no full depth to "
+                           "predict: ask for a depth, e.g. `/trial fit S12 layers=32`"))
     if s and layers > s["layers"]:
-        raise ValueError(f"{fit['preset']} has {s['layers']} layers; ask for "
-                         f"layers=1..{s['layers']}")
+        raise ValueError(_("{model} has {deep} layers; ask for layers=1..{deep}",
+                           model=fit["preset"], deep=s["layers"]))
     s = s or arithmetic.decoder_sizing({**d, "layers": layers})
     at = {**d, "layers": layers}
     pts = fit.get("points") or []
@@ -328,8 +337,8 @@ def from_sweep(fit: dict, layers: int | None = None) -> dict:
                                  for m, v in good.items()},
                             bounded={m for m, v in good.items() if v["interval"]}, s=s),
             "decode_estimate": decode_estimate(at, s),
-            "fits_note": ("the GPU memory fits are unusable (above), so this list falls back "
-                          "to the arithmetic" if any(m in FIT_METHODS for m in mem)
+            "fits_note": (_("the GPU memory fits are unusable (above), so this list falls back "
+                            "to the arithmetic") if any(m in FIT_METHODS for m in mem)
                           and not any(m in FIT_METHODS for m in good) else None)}
 
 
@@ -360,17 +369,20 @@ def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozens
         peak = peaks[method]
         rest = max(0.0, peak - a["weights"] - a["kv"])
         caveat = scaling.GPU_CAVEAT[method]
-        figure = ("measured" if measured else
-                  "predicted, the upper end of the fit's 90% prediction interval"
-                  if method in bounded else "predicted (a point figure, no interval)")
-        basis = (f"{WHAT[method]}, {figure}; above batch {b0} the measured rest (activations, "
-                 "logits, workspace) is grown in proportion, below it kept whole"
-                 + (f"; {caveat}" if caveat else ""))
+        figure = (_("measured") if measured else
+                  _("predicted, the upper end of the fit's 90% prediction interval")
+                  if method in bounded else _("predicted (a point figure, no interval)"))
+        values = dict(what=_(WHAT[method]), figure=figure, batch=b0)
+        basis = (_("{what}, {figure}; above batch {batch} the measured rest (activations, "
+                   "logits, workspace) is grown in proportion, below it kept whole; {caveat}",
+                   caveat=_(caveat), **values) if caveat else
+                 _("{what}, {figure}; above batch {batch} the measured rest (activations, "
+                   "logits, workspace) is grown in proportion, below it kept whole", **values))
     else:
         peak, rest = a["weights"] + a["kv"], 0.0
-        basis = ("arithmetic lower bound: weights + KV cache only — activations, workspace "
-                 "and the CUDA context are not in it (this trial measured no GPU memory), "
-                 "so a GPU shown as fitting may not; the largest batch is an upper bound")
+        basis = _("arithmetic lower bound: weights + KV cache only — activations, workspace "
+                  "and the CUDA context are not in it (this trial measured no GPU memory), so a "
+                  "GPU shown as fitting may not; the largest batch is an upper bound")
     out = {"method": method, "basis": basis, "peak": peak, "batch": b0,
            "weights": a["weights"], "kv_per_sequence": a["kv_per_sequence"], "rest": rest,
            "dtype": p.get("dtype")}
@@ -385,7 +397,7 @@ def fit_row(fits: dict, gpu: gpus.Gpu) -> dict:
     no_dtype = fits.get("dtype") == "bf16" and gpu.bf16 is False
     return {"gpu": gpu.name, "bytes": gpu.bytes, "margin": gpu.bytes - fits["peak"],
             "fits": fits["peak"] <= gpu.bytes and not no_dtype,
-            "no_dtype": (f"no bf16 ({gpu.bf16_source}); use dtype=fp16 or fp32 there"
+            "no_dtype": (_("no bf16 ({why}); use dtype=fp16 or fp32 there", why=gpu.bf16_source)
                          if no_dtype else None),
             "largest_batch": largest_batch(gpu.bytes, fits["weights"], fits["kv_per_sequence"],
                                            fits["rest"], fits["batch"])}
@@ -415,11 +427,11 @@ def decode_estimate(p: dict, s: dict | None = None) -> dict:
              "note": g.note}
             for g in gpus.TABLE.values() if g.bandwidth_gbs]
     return {"bytes_per_step": nbytes, "batch": p["batch"], "gpus": rows,
-            "what": ("model estimate, not measured: memory-bound decode reads every layer's and "
-                     "the lm head's weights (one embedding row per sequence) and the KV cache "
-                     "filled so far once per step; step ≥ bytes ÷ the datasheet's "
-                     "peak bandwidth, so real steps are slower (kernels reach a fraction of "
-                     "peak, and small batches add launch overhead)"),
+            "what": _("model estimate, not measured: memory-bound decode reads every layer's "
+                      "and the lm head's weights (one embedding row per sequence) and the KV "
+                      "cache filled so far once per step; step ≥ bytes ÷ the datasheet's peak "
+                      "bandwidth, so real steps are slower (kernels reach a fraction of peak, "
+                      "and small batches add launch overhead)"),
             "no_bandwidth": [g.name for g in gpus.TABLE.values() if not g.bandwidth_gbs],
             "experts": _experts_note((s or {}).get("experts"), p["batch"])}
 
@@ -429,7 +441,10 @@ def _experts_note(experts: dict | None, batch: int) -> str | None:
     if not experts:
         return None
     n, k = experts["experts"], experts.get("per_token")
-    return (f"a mixture of {n} experts ({k or '?'} per token): this reads every expert, and "
-            f"a step of {batch} sequence{'s' * (batch != 1)} routes to at most "
-            f"{min(n, batch * k) if k else '?'} per layer, so it is no floor below "
-            f"batch {-(-n // k) if k else '?'}")
+    return ngettext("a mixture of {experts} experts ({k} per token): this reads every expert, "
+                    "and a step of {n} sequence routes to at most {most} per layer, so it is no "
+                    "floor below batch {floor}",
+                    "a mixture of {experts} experts ({k} per token): this reads every expert, "
+                    "and a step of {n} sequences routes to at most {most} per layer, so it is no "
+                    "floor below batch {floor}", batch, experts=n, k=k or "?",
+                    most=min(n, batch * k) if k else "?", floor=-(-n // k) if k else "?")

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from worker.i18n import N_, _
+
 GB = 10**9
 GIB = 2**30
 
@@ -35,26 +37,34 @@ class Gpu:
     bytes: int                  # what the answers use (see the module docstring)
     memory: str                 # memory technology, as the datasheet says
     source: str                 # the public document the size comes from
-    note: str = ""
+    note: str = ""              # marked N_: shown as _(note)
     bandwidth_gbs: tuple[float, ...] = ()  # peak memory bandwidth, GB/s (10^9 B/s), as printed
     family: str = ""            # the words a reported name carries (nvidia-smi, torch)
     bf16: bool | None = None    # bfloat16 arithmetic; None: not known (a size the user gave)
-    bf16_source: str = ""
+
+    @property
+    def bf16_source(self) -> str:
+        """Why `bf16` says what it says, in the language in use ("" for a given size)."""
+        if self.bf16 is None:
+            return ""
+        arch = _ARCH[self.name]
+        return (_("{arch}: BF16 Tensor Core throughput listed", arch=arch) if self.bf16 else
+                _("{arch}: the datasheet lists FP16 but no BF16 precision", arch=arch))
 
     def describe(self) -> str:
         if self.datasheet_gb is None:  # a size the user gave
-            return f"{self.name}: {self.bytes / GIB:.2f} GiB ({self.bytes} bytes, as given)"
-        return (f"{self.name}: {self.datasheet_gb:g} GB {self.memory} per the {self.source}, "
-                f"read as {self.datasheet_gb:g}×10^9 B = {self.bytes / GIB:.1f} GiB")
+            return _("{name}: {gib} GiB ({bytes} bytes, as given)", name=self.name,
+                     gib=format(self.bytes / GIB, ".2f"), bytes=self.bytes)
+        return _("{name}: {gb} GB {memory} per the {source}, read as {gb}×10^9 B = {gib} GiB",
+                 name=self.name, gb=format(self.datasheet_gb, "g"), memory=self.memory,
+                 source=self.source, gib=format(self.bytes / GIB, ".1f"))
 
 
 def _gpu(name, gb, memory, source, note="", bw=(), family="", bf16=True):
     # bf16: Volta (V100) and Turing (T4) have none; Ampere and later do (their datasheets
     # and NVIDIA's architecture whitepapers list BF16 Tensor Core throughput).
-    why = (f"{_ARCH[name]}: BF16 Tensor Core throughput listed" if bf16 else
-           f"{_ARCH[name]}: the datasheet lists FP16 but no BF16 precision")
     return Gpu(name, gb, int(round(gb * GB)), memory, source, note, tuple(bw),
-               family or name.split("-")[0], bf16, why)
+               family or name.split("-")[0], bf16)
 
 
 _ARCH = {"H100-80GB": "Hopper", "H100-NVL": "Hopper", "H200": "Hopper", "A100-40GB": "Ampere",
@@ -71,13 +81,13 @@ _V100_SHEET = "NVIDIA Tesla V100 GPU datasheet"
 # key: canonical name; aliases are normalised (lower case, letters and digits only).
 TABLE: dict[str, Gpu] = {g.name: g for g in (
     _gpu("H100-80GB", 80, "HBM3 (SXM5) / HBM2e (PCIe)", _H100_SHEET,
-         "H100 SXM5 and H100 PCIe both list 80GB; bandwidth 2 TB/s PCIe, 3.35 TB/s SXM5",
+         N_("H100 SXM5 and H100 PCIe both list 80GB; bandwidth 2 TB/s PCIe, 3.35 TB/s SXM5"),
          (2000, 3350)),
-    _gpu("H100-NVL", 94, "HBM3", _H100_SHEET, "per GPU of the NVL pair", (3900,), "H100 NVL"),
+    _gpu("H100-NVL", 94, "HBM3", _H100_SHEET, N_("per GPU of the NVL pair"), (3900,), "H100 NVL"),
     _gpu("H200", 141, "HBM3e", "NVIDIA H200 Tensor Core GPU datasheet",
-         "H200 SXM and H200 NVL both list 141GB and 4.8 TB/s", (4800,)),
-    _gpu("A100-40GB", 40, "HBM2", _A100_SHEET, "1,555 GB/s PCIe and SXM", (1555,)),
-    _gpu("A100-80GB", 80, "HBM2e", _A100_SHEET, "1,935 GB/s PCIe, 2,039 GB/s SXM",
+         N_("H200 SXM and H200 NVL both list 141GB and 4.8 TB/s"), (4800,)),
+    _gpu("A100-40GB", 40, "HBM2", _A100_SHEET, N_("1,555 GB/s PCIe and SXM"), (1555,)),
+    _gpu("A100-80GB", 80, "HBM2e", _A100_SHEET, N_("1,935 GB/s PCIe, 2,039 GB/s SXM"),
          (1935, 2039)),
     _gpu("L40S", 48, "GDDR6 with ECC", "NVIDIA L40S GPU datasheet", bw=(864,)),
     _gpu("L4", 24, "GDDR6", "NVIDIA L4 Tensor Core GPU datasheet", bw=(300,)),
@@ -86,11 +96,12 @@ TABLE: dict[str, Gpu] = {g.name: g for g in (
     _gpu("RTX-4090", 24, "GDDR6X", "NVIDIA GeForce RTX 4090 specifications page", family="4090"),
     _gpu("V100-16GB", 16, "HBM2", _V100_SHEET, bw=(900,), bf16=False),
     _gpu("V100-32GB", 32, "HBM2", _V100_SHEET, bw=(900,), bf16=False),
-    _gpu("T4", 16, "GDDR6", "NVIDIA T4 Tensor Core GPU datasheet", "bandwidth printed as 320+ GB/s",
+    _gpu("T4", 16, "GDDR6", "NVIDIA T4 Tensor Core GPU datasheet",
+         N_("bandwidth printed as 320+ GB/s"),
          (320,), bf16=False),
     _gpu("B200", 180, "HBM3e", "NVIDIA DGX B200 datasheet (1,440 GB total GPU memory for 8 GPUs)",
-         "per GPU in DGX/HGX B200; some announcements said 192GB — measure your card; "
-         "bandwidth 64 TB/s for 8 GPUs in the same datasheet", (8000,)),
+         N_("per GPU in DGX/HGX B200; some announcements said 192GB — measure your card; "
+            "bandwidth 64 TB/s for 8 GPUs in the same datasheet"), (8000,)),
     _gpu("MI300X", 192, "HBM3", "AMD Instinct MI300X accelerator data sheet", bw=(5300,)),
     _gpu("MI250X", 128, "HBM2e", "AMD Instinct MI250X accelerator data sheet", bw=(3200,)),
 )}
@@ -149,7 +160,8 @@ def lookup(name: str) -> Gpu:
     size = parse_size(text)
     if size is not None:
         if not 2**20 <= size <= 100 * 2**40:
-            raise ValueError(f"`{text}`: a GPU memory size must be from 1 MiB to 100 TiB")
+            raise ValueError(_("`{text}`: a GPU memory size must be from 1 MiB to 100 TiB",
+                               text=text))
         return Gpu(f"{text} GPU", None, size, "", "given by the user")
     return named(text)
 
@@ -164,15 +176,20 @@ def named(text: str) -> Gpu:
     if key in _AMBIGUOUS:
         choices = _AMBIGUOUS[key]
         sizes = ", ".join(f"{c} ({TABLE[c].datasheet_gb:g} GB)" for c in choices)
-        raise GpuNameError("ambiguous", f"`{text}` is ambiguous: it comes with different "
-                           f"memory sizes — say which: {sizes}")
+        raise GpuNameError("ambiguous", _("`{text}` is ambiguous: it comes with different "
+                                          "memory sizes — say which: {sizes}",
+                                          text=text, sizes=sizes))
     import difflib  # only when a name is wrong
     close = difflib.get_close_matches(key, list(_INDEX), n=1, cutoff=0.6)
-    hint = f"did you mean {_INDEX[close[0]]}? " if close else ""
-    raise GpuNameError("typo" if close else "unknown",
-                       f"`{text}` is not a GPU I know; {hint}known: {', '.join(TABLE)}; or "
-                       "give a size such as `80GiB` or `81559MiB` (what nvidia-smi shows as "
-                       "memory.total)")
+    known = ", ".join(TABLE)
+    if close:
+        raise GpuNameError("typo", _(
+            "`{text}` is not a GPU I know; did you mean {close}? known: {known}; or give a "
+            "size such as `80GiB` or `81559MiB` (what nvidia-smi shows as memory.total)",
+            text=text, close=_INDEX[close[0]], known=known))
+    raise GpuNameError("unknown", _(
+        "`{text}` is not a GPU I know; known: {known}; or give a size such as `80GiB` or "
+        "`81559MiB` (what nvidia-smi shows as memory.total)", text=text, known=known))
 
 
 def canonical(name: str) -> str:

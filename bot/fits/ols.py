@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from worker.i18n import _
+
 RICHER_FACTOR = 0.8  # a richer model must cut the leave-one-out error by 20%...
 
 NEGLIGIBLE = 1e-6    # ...of a default whose error is not already negligible (rounding)
@@ -51,7 +53,7 @@ def _lstsq(X: np.ndarray, y: np.ndarray):
     scale = np.linalg.norm(X, axis=0)
     scale[scale == 0] = 1.0
     Z = X / scale
-    coef, _, rank, _ = np.linalg.lstsq(Z, y, rcond=None)
+    coef, _residuals, rank, _sv = np.linalg.lstsq(Z, y, rcond=None)
     if rank < X.shape[1]:
         return None, None, rank
     cov = np.linalg.pinv(Z.T @ Z) / np.outer(scale, scale)
@@ -60,7 +62,7 @@ def _lstsq(X: np.ndarray, y: np.ndarray):
 def _fit_rows(features, rows):
     """rows: [(b, s, y, trial)] → (coef, cov) or None when rank-deficient."""
     X = design(features, [(r[0], r[1]) for r in rows])
-    coef, cov, _ = _lstsq(X, np.array([r[2] for r in rows], dtype=float))
+    coef, cov, _rank = _lstsq(X, np.array([r[2] for r in rows], dtype=float))
     return None if coef is None else (coef, cov)
 
 def _configs(rows) -> list[tuple]:
@@ -89,16 +91,16 @@ def _loo(features, rows) -> dict | None:
 def _held_out(features, rows) -> tuple[dict | None, str | None]:
     configs = _configs(rows)
     if len(configs) < 3:
-        return None, (f"needs 3 distinct configs, the sweep has {len(configs)}: a line through "
-                      "2 points has nothing left to check it with")
+        return None, _("needs 3 distinct configs, the sweep has {n}: a line through 2 points "
+                       "has nothing left to check it with", n=len(configs))
     largest = configs[-1]
     rest = [r for r in rows if (r[0], r[1]) != largest]
     if len(_configs(rest)) < len(features):
-        return None, (f"the {len(features)}-term model needs {len(features)} configs besides "
-                      "the largest")
+        return None, _("the {n}-term model needs {n} configs besides the largest",
+                       n=len(features))
     fit = _fit_rows(features, rest)
     if fit is None:
-        return None, "the configs besides the largest cannot determine the model"
+        return None, _("the configs besides the largest cannot determine the model")
     held = [r for r in rows if (r[0], r[1]) == largest]
     measured = float(np.mean([r[2] for r in held]))
     predicted = float(design(features, [largest])[0] @ fit[0])
@@ -112,8 +114,8 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
     varied: "b" | "s" | "bs". Returns a model dict, or {"error": ...}."""
     configs = _configs(rows)
     if len(configs) < 2:
-        return {"target": target, "error": f"{len(configs)} distinct config measured: at least "
-                "2 are needed to fit anything"}
+        return {"target": target, "error": _("{n} distinct config measured: at least 2 are "
+                                             "needed to fit anything", n=len(configs))}
     tried = []
     for features in CANDIDATES[kind][varied]:
         if len(configs) < len(features):
@@ -124,15 +126,17 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
         tried.append({"features": features,
                       "loo": _loo(features, rows) if len(configs) > len(features) else None})
     if not tried:
-        return {"target": target, "error": "the measured configs cannot determine even a line"}
-    chosen, why = tried[0], "the default model for what the sweep varied"
+        return {"target": target,
+                "error": _("the measured configs cannot determine even a line")}
+    chosen, why = tried[0], _("the default model for what the sweep varied")
     base = (chosen["loo"] or {}).get("rms_relative")
     for cand in tried[1:]:
         err = (cand["loo"] or {}).get("rms_relative")
         if (len(configs) >= len(cand["features"]) + 2 and base is not None and err is not None
                 and base > NEGLIGIBLE and err < RICHER_FACTOR * base):
-            chosen, why = cand, (f"{' + '.join(cand['features'])}: leave-one-out error "
-                                 f"{err:.1%} against {base:.1%} for the default")
+            chosen, why = cand, _("{terms}: leave-one-out error {error} against {base} for the "
+                                  "default", terms=" + ".join(cand["features"]),
+                                  error=format(err, ".1%"), base=format(base, ".1%"))
             base = err
     features = chosen["features"]
     coef, cov = _fit_rows(features, rows)
@@ -166,13 +170,17 @@ def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
     """(value, standard error of a new observation, dof) at batch b, length s.
     A model without a batch (length) term only holds at the batch (length) the
     sweep measured: asking elsewhere raises ValueError."""
-    for axis, value, name in (("b", b, "batch"), ("s", s, "length")):
+    for axis, value in (("b", b), ("s", s)):
         lo, hi = model["range"][axis]
         if not any(axis in f for f in model["features"]) and not lo <= value <= hi:
             at = f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}"
-            raise ValueError(f"the sweep measured {name} {at} only, so its {model['target']} "
-                             f"fit cannot say what happens at {name} {value:g}: sweep the "
-                             f"{name} too")
+            values = dict(at=at, target=model["target"], value=format(value, "g"))
+            raise ValueError(_("the sweep measured batch {at} only, so its {target} fit cannot "
+                               "say what happens at batch {value}: sweep the batch too", **values)
+                             if axis == "b" else
+                             _("the sweep measured length {at} only, so its {target} fit cannot "
+                               "say what happens at length {value}: sweep the length too",
+                               **values))
     x = design(model["features"], [(b, s)])[0]
     value = float(x @ np.array(model["coef"]))
     if not model["dof"] or model["residual_sd"] is None:

@@ -73,6 +73,7 @@ import math
 
 from bot.fits import ols, usable
 from worker import arithmetic
+from worker.i18n import N_, _
 
 SCHEMA = "trialbot.scaling/1"
 
@@ -81,21 +82,22 @@ GPU_METHODS = ("process_used_peak", "peak_reserved", "peak_allocated")
 
 METHODS = (*GPU_METHODS, "host_rss_peak")
 
+# Both tables' texts are marked N_ and translated where a fit takes them: _(METHOD_WHAT[m]).
 METHOD_WHAT = {
-    "process_used_peak": "NVML per-process used, the trial's processes, sampled ~100 Hz "
-                         "(includes the CUDA context)",
-    "peak_reserved": "torch CUDA allocator peak reserved (excludes the CUDA context)",
-    "peak_allocated": "torch CUDA allocator peak allocated, tensors only (excludes the "
-                      "allocator's cache and the CUDA context)",
-    "host_rss_peak": "host RSS of the child process tree, sampled ~100 Hz (CPU side)",
+    "process_used_peak": N_("NVML per-process used, the trial's processes, sampled ~100 Hz "
+                            "(includes the CUDA context)"),
+    "peak_reserved": N_("torch CUDA allocator peak reserved (excludes the CUDA context)"),
+    "peak_allocated": N_("torch CUDA allocator peak allocated, tensors only (excludes the "
+                         "allocator's cache and the CUDA context)"),
+    "host_rss_peak": N_("host RSS of the child process tree, sampled ~100 Hz (CPU side)"),
 }
 
 GPU_CAVEAT = {
     "process_used_peak": "",
-    "peak_reserved": "the CUDA context (~300 MB+) is not in the allocator's figure: leave "
-                     "that much more free",
-    "peak_allocated": "the allocator's cache and the CUDA context (~300 MB+) are not in "
-                      "peak allocated: leave room for both",
+    "peak_reserved": N_("the CUDA context (~300 MB+) is not in the allocator's figure: leave "
+                        "that much more free"),
+    "peak_allocated": N_("the allocator's cache and the CUDA context (~300 MB+) are not in "
+                         "peak allocated: leave room for both"),
 }
 
 # Parameters that change how a trial is measured, not what it holds in memory
@@ -131,12 +133,12 @@ def seconds_of(r: dict) -> tuple[float | None, str]:
     lat = r.get("latency")
     if lat and lat.get("mean") is not None:
         if r.get("recipe"):  # the run units its probe timed
-            unit = (r.get("units") or {}).get("unit") or "run unit"
-            return lat["mean"], f"mean latency per {unit} in the run phase"
-        return lat["mean"], "mean latency per request (prefill + decode of the whole batch)"
+            unit = (r.get("units") or {}).get("unit") or _("run unit")
+            return lat["mean"], _("mean latency per {unit} in the run phase", unit=unit)
+        return lat["mean"], _("mean latency per request (prefill + decode of the whole batch)")
     run = [p["seconds"] for p in r.get("phases") or [] if p.get("name") == "run"]
     if run:
-        return sum(run), "seconds of the run phase (one run of the program)"
+        return sum(run), _("seconds of the run phase (one run of the program)")
     return None, ""
 
 def allocator_of(r: dict, figure: str) -> str:
@@ -146,9 +148,10 @@ def allocator_of(r: dict, figure: str) -> str:
     passes = r.get("passes") or []
     for p in passes:
         if figure in (p.get("supplied") or []):
-            return f"malloc={p.get('malloc')}, {p.get('pass')} pass"
+            return _("malloc={malloc}, {name} pass", malloc=p.get("malloc"), name=p.get("pass"))
     if passes:  # everything a memory pass did not supply is the last pass's
-        return f"malloc={passes[-1].get('malloc')}, {passes[-1].get('pass')} pass"
+        return _("malloc={malloc}, {name} pass", malloc=passes[-1].get("malloc"),
+                 name=passes[-1].get("pass"))
     return f"malloc={(r.get('params') or {}).get('malloc', 'glibc')}"
 
 
@@ -197,7 +200,7 @@ def fit_sweep(reports: list[dict]) -> dict:
                                   "message": last[-1][:300] if last else ""})
     _oom_summary(out, reports, ok, vars_)
     if not ok:
-        out["error"] = "no trial of the sweep succeeded: nothing to fit"
+        out["error"] = _("no trial of the sweep succeeded: nothing to fit")
         return out
     keys = set(ok[0]["params"])
     out["defaults"] = {k: ok[0]["params"][k] for k in sorted(keys)
@@ -206,13 +209,13 @@ def fit_sweep(reports: list[dict]) -> dict:
     other = sorted(k for k in keys if k not in out["defaults"] and k not in modeled
                    and k not in MEASUREMENT_PARAMS)
     if other:
-        out["error"] = (f"the trials differ in {', '.join(other)}, which the fit does not "
-                        "model: a sweep varies batch and length only")
+        out["error"] = _("the trials differ in {params}, which the fit does not model: a sweep "
+                         "varies batch and length only", params=", ".join(other))
         return out
     out["allocators"] = allocators(ok)
     for r in ok:
         b, s = _bs(vars_, r["params"])
-        secs, _ = seconds_of(r)
+        secs = seconds_of(r)[0]
         mem = r.get("memory") or {}
         out["points"].append({"trial": r.get("trial"), "worker": r.get("worker"),
                               "params": _axis_params(vars_, r), "b": b, "s": s,
@@ -229,14 +232,15 @@ def fit_sweep(reports: list[dict]) -> dict:
     workers = sorted({(r.get("worker") or "?", device_of(r)) for r in ok})
     out["workers"] = [{"worker": w, "device": d} for w, d in workers]
     if len(workers) > 1:
-        out["notes"].append(f"the trials ran on {len(workers)} different workers/devices ("
-                            + ", ".join(f"{w}: {d}" for w, d in workers) + "): their times "
-                            "and memory are fitted together; rerun on one worker for a clean fit")
+        out["notes"].append(_("the trials ran on {n} different workers/devices ({workers}): "
+                              "their times and memory are fitted together; rerun on one worker "
+                              "for a clean fit", n=len(workers),
+                              workers=", ".join(f"{w}: {d}" for w, d in workers)))
     bs_set = {(p["b"], p["s"]) for p in out["points"]}
     varied = _varied(bs_set)
     if varied is None:
-        out["error"] = (f"{len(bs_set)} distinct config succeeded: at least 2 configs of "
-                        "different batch or length are needed to fit anything")
+        out["error"] = _("{n} distinct config succeeded: at least 2 configs of different "
+                         "batch or length are needed to fit anything", n=len(bs_set))
         return out
     for m in METHODS:
         rows = [(p["b"], p["s"], p["memory"][m], p["trial"]) for p in out["points"]
@@ -245,7 +249,7 @@ def fit_sweep(reports: list[dict]) -> dict:
             continue
         missing = len(out["points"]) - len(rows)
         model = ols.fit_target(rows, "memory", _varied({(r[0], r[1]) for r in rows}) or varied,
-                           m, "bytes", METHOD_WHAT[m])
+                           m, "bytes", _(METHOD_WHAT[m]))
         if missing:
             model["missing"] = missing
         out["memory"][m] = model
@@ -288,10 +292,11 @@ def sized_arithmetic(d: dict, s: dict) -> dict:
                       "final_norm": w["other"], "lm_head": w["lm_head"]},
             "tied_embedding": s.get("tied_embeddings", False),
             "kv_bytes_per_token": arithmetic.sized_kv(s, 1, depth) * n,
-            "kv_formula": "Σ over the layers of K+V elements per token·bytes (transformers' "
-                          "sizing" + (f"; sliding-window layers keep at most "
-                                      f"{', '.join(map(str, windows))} positions)"
-                                      if windows else ")")}
+            "kv_formula": (_("Σ over the layers of K+V elements per token·bytes (transformers' "
+                             "sizing; sliding-window layers keep at most {windows} positions)",
+                             windows=", ".join(map(str, windows))) if windows else
+                           _("Σ over the layers of K+V elements per token·bytes (transformers' "
+                             "sizing)"))}
 
 
 def device_of(r: dict) -> str:
@@ -301,8 +306,8 @@ def device_of(r: dict) -> str:
     return str(e.get("device") or "?")
 
 def _varied(bs_set) -> str | None:
-    bs = {b for b, _ in bs_set}
-    ss = {s for _, s in bs_set}
+    bs = {b for b, _s in bs_set}
+    ss = {s for _b, s in bs_set}
     if len(bs) > 1 and len(ss) > 1:
         return "bs"
     if len(bs) > 1:
@@ -333,13 +338,14 @@ def _point(fit: dict, params: dict) -> tuple[int, int]:
         if k in MEASUREMENT_PARAMS or k in (vars_["batch"], *vars_["length"]):
             continue
         if k in defaults and defaults[k] != v:
-            raise ValueError(f"the sweep measured {k}={defaults[k]}; a prediction at {k}={v} "
-                             "is outside what it can say — sweep at that value")
+            raise ValueError(_("the sweep measured {k}={measured}; a prediction at {k}={v} is "
+                               "outside what it can say — sweep at that value", k=k,
+                               measured=defaults[k], v=v))
     merged = {**defaults, **params}
     missing = [k for k in [vars_["batch"], *vars_["length"]] if k and k not in merged]
     if missing:
-        raise ValueError(f"the sweep varied {', '.join(missing)}: give "
-                         + " ".join(f"{k}=N" for k in missing))
+        raise ValueError(_("the sweep varied {params}: give {words}", params=", ".join(missing),
+                           words=" ".join(f"{k}=N" for k in missing)))
     return _bs(vars_, merged)
 
 def point(fit: dict, params: dict) -> tuple[int, int]:
@@ -352,9 +358,10 @@ def predict_memory(fit: dict, method: str, params: dict) -> tuple[float, float, 
         raise ValueError(fit["error"])
     model = fit["memory"].get(method)
     if model is None or model.get("error"):
-        raise ValueError(f"the sweep has no {method} fit"
-                         + (f": {model['error']}" if model else
-                            f"; it measured {', '.join(fit['memory']) or 'no memory'}"))
+        raise ValueError(_("the sweep has no {method} fit: {error}", method=method,
+                           error=model["error"]) if model else
+                         _("the sweep has no {method} fit; it measured {methods}", method=method,
+                           methods=", ".join(fit["memory"]) or _("no memory")))
     return ols.predict_model(model, *_point(fit, params))
 
 def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
@@ -364,8 +371,8 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
         raise ValueError(fit["error"])
     model = fit.get("time")
     if model is None or model.get("error"):
-        raise ValueError("the sweep has no time fit"
-                         + (f": {model['error']}" if model else ""))
+        raise ValueError(_("the sweep has no time fit: {error}", error=model["error"]) if model
+                         else _("the sweep has no time fit"))
     return ols.predict_model(model, *_point(fit, params))
 
 def gpu_method(fit: dict) -> str | None:
@@ -391,30 +398,32 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     method = method or gpu_method(fit)
     if method is None or method not in fit["memory"]:
         if "host_rss_peak" in fit["memory"]:
-            out["reason"] = ("this sweep measured host RSS only (a CPU run): CPU memory does "
-                             "not say what fits a GPU — weights, activations and the KV cache "
-                             "live in device memory there, with the CUDA context and the "
-                             "allocator's cache on top. Run the sweep on a CUDA worker "
-                             "(`device=cuda`) and ask again")
+            out["reason"] = _("this sweep measured host RSS only (a CPU run): CPU memory does "
+                              "not say what fits a GPU — weights, activations and the KV cache "
+                              "live in device memory there, with the CUDA context and the "
+                              "allocator's cache on top. Run the sweep on a CUDA worker "
+                              "(`device=cuda`) and ask again")
         else:
-            out["reason"] = "the sweep has no GPU memory figures"
+            out["reason"] = _("the sweep has no GPU memory figures")
         return out
     if method == "host_rss_peak":
-        out["reason"] = "host RSS is CPU memory: it cannot answer what fits a GPU"
+        out["reason"] = _("host RSS is CPU memory: it cannot answer what fits a GPU")
         return out
     model = fit["memory"][method]
     if model.get("error"):
         out["reason"] = model["error"]
         return out
     if not (model.get("verdict") or {}).get("usable", True):
-        out["reason"] = f"the {method} fit is {usable.text(model['verdict'])}"
+        out["reason"] = _("the {method} fit is {verdict}", method=method,
+                          verdict=usable.text(model["verdict"]))
         return out
-    out["method"], out["caveat"] = method, GPU_CAVEAT[method] or None
+    caveat = GPU_CAVEAT[method]
+    out["method"], out["caveat"] = method, _(caveat) if caveat else None
     if not vars_.get("batch") or not any("b" in f for f in model["features"]):
-        out["reason"] = "the sweep did not vary batch, so the fit says nothing about it"
+        out["reason"] = _("the sweep did not vary batch, so the fit says nothing about it")
         return out
     try:
-        _, s = _point(fit, {vars_["batch"]: 1, **params})
+        s = _point(fit, {vars_["batch"]: 1, **params})[1]
     except ValueError as exc:
         out["reason"] = str(exc)
         return out
@@ -426,13 +435,13 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
         return out
     out["per_sequence"], out["fixed"] = c1, c0
     if c1 <= 0:
-        out["reason"] = ("the fit shows no memory growth with batch, so it cannot bound the "
-                         "batch; check the sweep's points")
+        out["reason"] = _("the fit shows no memory growth with batch, so it cannot bound the "
+                          "batch; check the sweep's points")
         return out
     b = math.floor((gpu_bytes - c0) / c1)
     if b < 1:
-        out["reason"] = (f"even batch 1 is predicted at {c0 + c1:.4g} bytes, over the "
-                         f"{gpu_bytes:.4g} bytes available")
+        out["reason"] = _("even batch 1 is predicted at {need} bytes, over the {have} bytes "
+                          "available", need=format(c0 + c1, ".4g"), have=format(gpu_bytes, ".4g"))
         out["predicted"] = c0 + c1
         return out
     pred = c0 + c1 * b

@@ -7,6 +7,7 @@ import logging
 
 from bot.blocks import paragraphs, plain, section
 from bot.fits import batchview, chart, depthview
+from worker.i18n import _
 
 log = logging.getLogger("trialbot.sweeps")
 
@@ -39,8 +40,11 @@ def sweep_chart(sweep: int, channel: str, fit: dict, params: dict | None = None
         log.exception("sweep S%s: the chart could not be drawn", sweep)
         return None
     asked = " ".join(f"{k}={v}" for k, v in (params or {}).items())
-    text = (f"Sweep S{sweep} fit chart: measured points, the fitted line, the held-out point"
-            + (f" and the prediction at {asked} with its interval" if asked else ""))
+    text = (_("Sweep S{sweep} fit chart: measured points, the fitted line, the held-out point "
+              "and the prediction at {asked} with its interval", sweep=sweep, asked=asked)
+            if asked else
+            _("Sweep S{sweep} fit chart: measured points, the fitted line, the held-out point",
+              sweep=sweep))
     return {"channel": channel, "kind": "sweep-chart", "text": text,
             "file": f"S{sweep}-fit" + (f"-{asked.replace(' ', '-').replace('=', '')}"
                                        if asked else "") + ".png",
@@ -48,8 +52,9 @@ def sweep_chart(sweep: int, channel: str, fit: dict, params: dict | None = None
 
 
 def sweep_fit_failed(sweep: int, jobs: list[dict], exc: Exception) -> dict:
-    text = (f":x: *Sweep S{sweep}* ({jobs[0]['trial']}–{jobs[-1]['trial']}) ended, but its "
-            f"fit failed: {type(exc).__name__}: {exc}. The trials' own reports stand; "
-            f"`/trial fit S{sweep}` tries again.")
+    error = f"{type(exc).__name__}: {exc}"
+    text = _(":x: *Sweep S{sweep}* ({first}–{last}) ended, but its fit failed: {error}. The "
+             "trials' own reports stand; `/trial fit S{sweep}` tries again.", sweep=sweep,
+             first=jobs[0]["trial"], last=jobs[-1]["trial"], error=error)
     return {"channel": jobs[0]["channel"], "kind": "sweep", "text": text,
             "blocks": [section(text)]}

@@ -25,8 +25,12 @@ from __future__ import annotations
 import math
 
 from bot.fits import ols
+from worker.i18n import N_, _
 from worker.stats import FIXED_BOUND
 from worker.units import duration, size
+
+# A verdict's `cause` is one of these codes; shown as _(cause).
+CAUSES = (N_("too few points"), N_("noise"), N_("extrapolation"), N_("shape"))
 
 # A plan multiplies a time fit's error by its run count; a fit that misses the
 # one config it is checked on by over a quarter cannot tell a block from one a
@@ -57,10 +61,12 @@ def marked(model: dict, points: list[dict], which=("unstable", "contended")) -> 
     for p in _own(model, points):
         m = p.get("marks") or {}
         if m.get("unstable") and "unstable" in which:
-            spread = f"IQR/median {m['spread']:.1%}" if m.get("spread") is not None else "spread"
-            out.append(f"{p['trial']} UNSTABLE ({spread})")
+            spread = (_("IQR/median {spread}", spread=format(m["spread"], ".1%"))
+                      if m.get("spread") is not None else _("spread"))
+            out.append(_("{trial} UNSTABLE ({spread})", trial=p["trial"], spread=spread))
         if m.get("contended") and "contended" in which:
-            out.append(f"{p['trial']} contended ({m.get('contention') or 'busy machine'})")
+            out.append(_("{trial} contended ({contention})", trial=p["trial"],
+                         contention=m.get("contention") or _("busy machine")))
     return out
 
 
@@ -80,24 +86,28 @@ def verdict(model: dict, points: list[dict], at: tuple | None = None,
     """The fit's verdict, or its prediction's at `at` = (b, s, value). `axis`
     names the b axis's parameter (batch, layers) for what to run instead."""
     out = {"usable": True, "checked": True, "problem": None, "cause": None, "why": None,
-           "instead": None, "marked": [], "unmeasured": []}
+           "instead": None, "marked": [], "marked_trials": [], "unmeasured": []}
     if model.get("error"):
         return {**out, "usable": False, "checked": False, "cause": "too few points",
-                "problem": model["error"], "why": "too few points for the model",
-                "instead": "add points: " + _more(model, axis)}
+                "problem": model["error"], "why": _("too few points for the model"),
+                "instead": _add(model, axis)}
     time = model["unit"] == "s"
     if time:
         out["marked"], out["unmeasured"] = marked(model, points), unmeasured(model, points)
+        out["marked_trials"] = [p["trial"] for p in _own(model, points)
+                                if marked(model, [p])]
     held = model.get("held_out")
     if not model["dof"]:
-        out.update(checked=False, why=f"{model['distinct']} configs for {len(model['features'])} "
-                   "terms: an exact fit, nothing checks it",
-                   instead="add points: " + _more(model, axis))
+        out.update(checked=False,
+                   why=_("{configs} configs for {terms} terms: an exact fit, nothing checks it",
+                         configs=model["distinct"], terms=len(model["features"])),
+                   instead=_add(model, axis))
     elif held and held["relative_error"] is not None \
             and abs(held["relative_error"]) > HELD_OUT_BOUND:
         out.update(usable=False,
-                   problem=(f"held-out error {held['relative_error']:+.1%} at {held['trial']}, "
-                            f"over the {HELD_OUT_BOUND:.0%} bound"))
+                   problem=_("held-out error {error} at {trial}, over the {bound} bound",
+                             error=format(held["relative_error"], "+.1%"), trial=held["trial"],
+                             bound=format(HELD_OUT_BOUND, ".0%")))
         _cause_held(out, model, axis)
     if out["usable"] and at is not None:
         _judge_at(out, model, at, axis)
@@ -109,16 +119,19 @@ def _cause_held(out: dict, model: dict, axis: str | None) -> None:
         _noise(out)
     elif model["distinct"] <= len(model["features"]) + 1:
         out.update(cause="too few points",
-                   why=(f"the check refits {len(model['features'])} terms on "
-                        f"{model['distinct'] - 1} configs, so one odd point decides it"),
-                   instead="add points: " + _more(model, axis))
+                   why=_("the check refits {terms} terms on {configs} configs, so one odd point "
+                         "decides it", terms=len(model["features"]),
+                         configs=model["distinct"] - 1),
+                   instead=_add(model, axis))
     else:
-        quiet = ("no point is marked UNSTABLE or contended" if not out["unmeasured"] else
-                 "no point is marked UNSTABLE (contention not measured)")
-        out.update(cause="shape",
-                   why=(f"{quiet}, so the largest config departs from the trend of the "
-                        "others: the model misses a term, or the range is too wide for it"),
-                   instead="sweep closer: " + _between(model, axis))
+        why = (_("no point is marked UNSTABLE or contended, so the largest config departs from "
+                 "the trend of the others: the model misses a term, or the range is too wide "
+                 "for it") if not out["unmeasured"] else
+               _("no point is marked UNSTABLE (contention not measured), so the largest config "
+                 "departs from the trend of the others: the model misses a term, or the range "
+                 "is too wide for it"))
+        out.update(cause="shape", why=why,
+                   instead=_("sweep closer: {configs}", configs=_between(model, axis)))
 
 
 def _judge_at(out: dict, model: dict, at: tuple, axis: str | None) -> None:
@@ -127,48 +140,57 @@ def _judge_at(out: dict, model: dict, at: tuple, axis: str | None) -> None:
     if model["unit"] == "s":
         if value > 0:
             return
-        out["problem"] = f"predicts {duration(value)} per run, and a time is positive"
+        out["problem"] = _("predicts {time} per run, and a time is positive",
+                           time=duration(value))
     else:
         # Below the smallest peak beyond the fit's own noise: the interval's top too.
-        _, se, dof = ols.predict_model(model, b, s)
+        se, dof = ols.predict_model(model, b, s)[1:]
         top = value + ols.t_quantile(dof) * se if dof and not math.isnan(se) else value
         if value > 0 and not (b >= small["b"] and s >= small["s"]
                               and top < model["min"] * (1 - 1e-9)):
             return
-        out["problem"] = (f"predicts {size(value)}, below every measured peak (the least "
-                          f"{size(model['min'])}) at a config no smaller than the smallest, and "
-                          "memory does not shrink as the config grows" if value > 0 else
-                          f"predicts {size(value)}, and memory is positive")
+        out["problem"] = (_("predicts {size}, below every measured peak (the least {least}) "
+                            "at a config no smaller than the smallest, and memory does not "
+                            "shrink as the config grows", size=size(value),
+                            least=size(model["min"])) if value > 0 else
+                          _("predicts {size}, and memory is positive", size=size(value)))
     out["usable"] = False
     h = ols.leverage(model, b, s)
     far = h is not None and h > FAR_LEVERAGE
     if out["marked"]:
         _noise(out)
         if far:
-            out["why"] += f"; and the config is far from the points (leverage {h:.3g})"
+            out["why"] = _("{why}; and the config is far from the points (leverage {h})",
+                           why=out["why"], h=format(h, ".3g"))
     elif far:
         top = model["range"]["b"][1]
-        where = (f"{axis}={b:g} is {b / top:.3g}× the largest measured {axis} {top:g}; "
-                 if axis and b > top else "")
-        out.update(cause="extrapolation",
-                   why=(f"{where}the fit's own error there (leverage {h:.3g}) outweighs "
-                        "the points' scatter: the distance, not the noise, decides"),
-                   instead="sweep closer: " + _toward(model, b, axis))
+        lev = f"{h:.3g}"
+        why = (_("{axis}={b} is {times}× the largest measured {axis} {top}; the fit's own error "
+                 "there (leverage {h}) outweighs the points' scatter: the distance, not the "
+                 "noise, decides", axis=axis, b=format(b, "g"), times=format(b / top, ".3g"),
+                 top=format(top, "g"), h=lev) if axis and b > top else
+               _("the fit's own error there (leverage {h}) outweighs the points' scatter: the "
+                 "distance, not the noise, decides", h=lev))
+        out.update(cause="extrapolation", why=why,
+                   instead=_("sweep closer: {configs}", configs=_toward(model, b, axis)))
     else:
         rel = (model["residual_sd"] / abs(model["mean"]) if model.get("residual_sd")
                and model.get("mean") else None)
         out.update(cause="noise",
-                   why=("noisy points: inside the measured range the points scatter more "
-                        "than the trend" + (f" (residual sd {rel:.0%} of their mean)"
-                                            if rel is not None else "")),
-                   instead="re-run the sweep on a quiet machine, with more repeats")
+                   why=(_("noisy points: inside the measured range the points scatter more "
+                          "than the trend (residual sd {rel} of their mean)",
+                          rel=format(rel, ".0%"))
+                        if rel is not None else
+                        _("noisy points: inside the measured range the points scatter more "
+                          "than the trend")),
+                   instead=_("re-run the sweep on a quiet machine, with more repeats"))
 
 
 def _noise(out: dict) -> None:
-    names = sorted({m.split()[0] for m in out["marked"]}, key=_num)
-    out.update(cause="noise", why="noisy points: " + ", ".join(out["marked"]),
-               instead=(f"re-run {', '.join(names)} on a quiet machine (the sweep again, or "
-                        "with more repeats) and fit again"))
+    names = sorted(set(out["marked_trials"]), key=_num)
+    out.update(cause="noise", why=_("noisy points: {points}", points=", ".join(out["marked"])),
+               instead=_("re-run {trials} on a quiet machine (the sweep again, or with more "
+                         "repeats) and fit again", trials=", ".join(names)))
 
 
 def _num(trial: str) -> int:
@@ -181,14 +203,18 @@ def _values(model: dict) -> list[float]:
 
 def _fmt(axis: str | None, values) -> str:
     shown = ",".join(f"{v:g}" for v in values)
-    return f"`{axis}={shown}`" if axis else f"configs at b = {shown}"
+    return f"`{axis}={shown}`" if axis else _("configs at b = {values}", values=shown)
+
+
+def _add(model: dict, axis: str | None) -> str:
+    return _("add points: {configs}", configs=_more(model, axis))
 
 
 def _more(model: dict, axis: str | None) -> str:
     """A third point (or more) for a fit with none to spare."""
     vals = _values(model)
     if not vals or (model.get("range") or {}).get("b", [0, 0])[0] == model["range"]["b"][1]:
-        return "a config of another size"
+        return _("a config of another size")
     nxt = [*vals[1:], vals[-1] * 2]
     gaps = [round((a + c) / 2) for a, c in zip(vals, nxt) if round((a + c) / 2) not in vals]
     return _fmt(axis, sorted({*gaps[-2:]})) if gaps else _fmt(axis, [vals[-1] * 2])
@@ -216,21 +242,23 @@ def _toward(model: dict, b: float, axis: str | None) -> str:
 def text(v: dict) -> str:
     """"unusable: …; cause: …; instead: …" (or the unchecked note)."""
     if v["usable"]:
-        return f"unchecked: {v['why']}; {v['instead']}" if not v["checked"] else ""
-    return f"unusable: {v['problem']}; cause: {v['why']}; instead: {v['instead']}"
+        return (_("unchecked: {why}; {instead}", why=v["why"], instead=v["instead"])
+                if not v["checked"] else "")
+    return _("unusable: {problem}; cause: {why}; instead: {instead}", problem=v["problem"],
+             why=v["why"], instead=v["instead"])
 
 
 def names(trials: list[str]) -> str:
     """T1, T2, T3 — or T1–T16 (16 trials) when there are many."""
     return ", ".join(trials) if len(trials) <= 4 else \
-        f"{trials[0]}–{trials[-1]} ({len(trials)} trials)"
+        _("{first}–{last} ({n} trials)", first=trials[0], last=trials[-1], n=len(trials))
 
 
 def marks_text(v: dict, unmeasured_only: bool = False) -> str:
     """The marked and unmeasured points, for a usable fit too."""
     bits = []
     if v["marked"] and not unmeasured_only:
-        bits.append("points marked: " + ", ".join(v["marked"]))
+        bits.append(_("points marked: {points}", points=", ".join(v["marked"])))
     if v["unmeasured"]:
-        bits.append(f"contention not measured for {names(v['unmeasured'])}")
+        bits.append(_("contention not measured for {trials}", trials=names(v["unmeasured"])))
     return "; ".join(bits)

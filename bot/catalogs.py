@@ -18,7 +18,7 @@ from worker import i18n
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("bot", "worker")  # the worker's parameter checks reach users through the bot
-KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
+KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2), "pgettext": ((1, "c"), 2)}
 PLACEHOLDER = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)(?:[:!][^}]*)?\}(?!\})")
 BACKTICKED = re.compile(r"`[^`]+`")
 # A number is digits not inside a word of ASCII letters (T12, bf16): Korean counters
@@ -33,11 +33,11 @@ def template() -> Catalog:
     # that is itself not a plain string is what unextractable() finds.
     with contextlib.redirect_stderr(io.StringIO()):
         for source in SOURCES:
-            for file, line, message, comments, _context in extract_from_dir(
+            for file, line, message, comments, context in extract_from_dir(
                     str(ROOT / source), [("**.py", "python")], keywords=KEYWORDS,
                     strip_comment_tags=True):
                 pot.add(message, locations=[(f"{source}/{file}", line)],
-                        auto_comments=comments)
+                        auto_comments=comments, context=context)
     return pot
 
 
@@ -114,7 +114,7 @@ def problems(lang: str) -> list[str]:
             continue
         where = ", ".join(f"{f}:{n}" for f, n in message.locations[:2])
         english = strings(message.id)
-        found = catalog.get(message.id)
+        found = catalog.get(message.id, context=message.context)
         if found is None or not all(strings(found.string)):
             out.append(f"{where}: no {lang} translation for {english[0]!r}")
             continue

@@ -108,6 +108,13 @@ def ngettext(singular: str, plural: str, n: int, /, **values) -> str:
     return text.format(n=n, **values)
 
 
+def pgettext(context: str, message: str, /, **values) -> str:
+    """`message` where one English word means two things ("runs": a count in a
+    table's column, a component of GPU-hours): `context` tells them apart."""
+    text = catalog(current()).pgettext(context, message)
+    return text.format(**values) if values else text
+
+
 def N_(message: str, /) -> str:
     """Marks a message kept in a constant; `_(CONSTANT)` translates it where it is shown."""
     return message

@@ -10,7 +10,7 @@ from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import calibration, changes, estimate, kept_apart, parse, prices
 from worker import i18n, summary
-from worker.i18n import _
+from worker.i18n import _, pgettext
 from worker.spec import LIVE_TIME_NOTE
 
 
@@ -269,7 +269,7 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     """The plan's table; with `calib` (one calibration per block) a column of
     the calibrated 90% intervals beside the uncalibrated ones."""
     cost = costs(plan, ests, price_list, today)
-    rows = [[_("block"), _("runs"), "GPU-h", _("90% interval")]
+    rows = [[_("block"), pgettext("column", "runs"), "GPU-h", _("90% interval")]
             + ([_("calibrated 90%")] if calib else []) + [_("cost")]]
     for i, ((_block, e, _trials), c) in enumerate(zip(ests, cost)):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")

@@ -130,3 +130,22 @@ def test_a_table_with_a_korean_header_lines_up():
     lines = table_text(rows).splitlines()
     assert width("단계") == 4 and lines == ["단계      trial", "baseline  T1"]
     assert table_text([["step", "x"], ["baseline", "T1"]]) == "step      x\nbaseline  T1"
+
+
+def test_a_ladder_table_and_its_recommendation_in_korean():
+    from test_ladder import report  # the ladder tests' synthetic step reports
+
+    reports = [report(10 * 2**30, 1.0, 5.0), report(9 * 2**30, 0.9, 5.0, step=1),
+               report(8 * 2**30, 1.2, 5.0, step=2), report(7 * 2**30, 1.3, 5.0, 2, (400, 400))]
+    jobs = [{"id": 1, "trial": f"T{i}", "channel": "C"} for i in (1, 2, 3, 4)]
+    with i18n.using("ko"):
+        text = ladder.message(jobs, reports, 2**30)["text"]
+    head, rows = text.split("```")[1].splitlines()[0], text.split("```")[1].splitlines()[1:]
+    assert text.startswith("*래더 L1* (T1–T4)\n") and head.startswith("단계           트라이얼")
+    assert [r.split()[0] for r in rows] == list(ladder.STEPS)  # step names as typed
+    assert "• 1 GiB에 맞는 것이 없습니다: 가장 좋은 것이 7 GiB입니다(6 GiB 초과)." in text
+    assert "가장 작은 GPU는 L4 (24 GB)입니다" in text
+    assert text.endswith("• 권장 구성: precision=bf16 checkpointing=full zero=1 world=2 "
+                         "(zero-1 단계, T4).")
+    english = ladder.message(jobs, reports, 2**30)["text"]
+    assert "Nothing fits 1 GiB: the best is 7 GiB (6 GiB over)." in english

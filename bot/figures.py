@@ -27,13 +27,17 @@ def number(x: Decimal | float | None, digits: int = DIGITS) -> str:
     """A figure as shown: "0.0857", "2.50", "1,235"; "n/a" for None."""
     if x is None:
         return "n/a"
-    return f"{rounded(x, digits):,}"
+    q = rounded(x, digits)
+    # Decimal's own format turns 7.53e-8 into "7.53E-8" and 1.2e-6 into "0.0000012":
+    # positional down to a millionth, a plain exponent below
+    return f"{q:,f}" if q == 0 or q.adjusted() >= -6 else f"{q:e}"
 
 
 def signed(x: Decimal | float, digits: int = DIGITS) -> str:
     """A difference: "+0.0012", "-3.40", "0"."""
-    q = rounded(x, digits)
-    return f"{q:+,}" if q != 0 else "0"
+    if rounded(x, digits) == 0:
+        return "0"
+    return ("+" if x > 0 else "") + number(x, digits)
 
 
 def gpu_hours(x: Decimal | float | None) -> str:

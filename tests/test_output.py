@@ -48,7 +48,8 @@ def exported(ctx, name):
 
 @pytest.mark.parametrize("x, shown", [
     (0.0857, "0.0857"), (0.08575001, "0.0858"), (2.5, "2.50"), (123.45, "123"),
-    (12345.6, "12,346"), (0.09996, "0.100"), (0, "0"), (None, "n/a")])
+    (12345.6, "12,346"), (0.09996, "0.100"), (0, "0"), (None, "n/a"),
+    (0.0000012, "0.00000120"), (7.529e-8, "7.53e-8")])
 def test_each_figure_is_rounded_to_three_significant_digits(x, shown):
     assert figures.number(x) == shown
 

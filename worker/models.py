@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from worker import presets
+from worker import notes, presets
 
 PRESET_DIR = Path(__file__).parent / "hfconfigs"
 ENV_DIRS, ENV_HUB = "TRIALBOT_MODELS", "TRIALBOT_HUB"
@@ -47,6 +47,11 @@ def is_hub_id(name: str) -> bool:
     return bool(HUB_ID.fullmatch(name)) and ".." not in name
 
 
+def _source(found: dict, note: dict) -> dict:
+    """Where the config came from, in English and as a message (worker/notes.py)."""
+    return {**found, "source": notes.english(note), "source_note": note}
+
+
 def resolve(name: str, dirs: list[str] | None = None, hub: bool | None = None) -> dict:
     """{"name", "kind": preset|file|hub, "path" or "hub_id", "config" (None for
     the hub: fetched by transformers), "source"}; ModelError when not allowed."""
@@ -54,21 +59,22 @@ def resolve(name: str, dirs: list[str] | None = None, hub: bool | None = None) -
     hub = hub_allowed() if hub is None else hub
     if presets.get(name):
         path = PRESET_DIR / f"{name}.json"
-        return {"name": name, "kind": "preset", "path": str(path), "config": read(path),
-                "source": f"trialbot's copy of {presets.get(name).source}'s config.json"}
+        return _source({"name": name, "kind": "preset", "path": str(path), "config": read(path)},
+                       notes.message(notes.SOURCE_PRESET, source=presets.get(name).source))
     for d in dirs:
         path = find(d, name)
         if path:
-            return {"name": name, "kind": "file", "path": str(path), "config": read(path),
-                    "source": f"{path} (the worker's --models {d})"}
+            return _source({"name": name, "kind": "file", "path": str(path),
+                            "config": read(path)},
+                           notes.message(notes.SOURCE_FILE, path=str(path), directory=d))
     if is_hub_id(name):
         if not hub:
             raise ModelError(f"`model={name}` looks like a hub id, and this worker may not "
                              "fetch configs from the Hugging Face hub; save its config.json "
                              "in the worker's --models directory and name it, or start the "
                              "worker with --hub")
-        return {"name": name, "kind": "hub", "hub_id": name, "config": None,
-                "source": f"the Hugging Face hub's {name} config.json (config only)"}
+        return _source({"name": name, "kind": "hub", "hub_id": name, "config": None},
+                       notes.message(notes.SOURCE_HUB, name=name))
     where = (f"in the worker's --models {', '.join(dirs)}" if dirs else
              "and the worker allows no directory of configs (--models DIR)")
     raise ModelError(f"`model={name}` is not a preset ({presets.known()}) nor a config "

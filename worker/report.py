@@ -107,6 +107,7 @@ class Contention(TypedDict, total=False):
     """What else used the machine while the trial ran (worker/probes/contention.py)."""
     flagged: bool          # past a threshold in warmup or run: the figures are suspect
     summary: str | None    # plain words for the card, or None when quiet
+    summary_note: dict | None  # the same as {"id", "values"}, for the reader's language
     cpus: int
     threshold: dict        # {others_cpu, steal, gpu_others_memory}: the stated limits
     phases: dict           # phase name -> {seconds, others_cpu, others_cpu_max, steal, load_max}

@@ -2,8 +2,10 @@
 uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
+from worker import notes
+from worker.i18n import N_, _, ngettext
 from worker.report import Report
-from worker.spec import LIVE_TIME_NOTE
+from worker.spec import live_time_note
 from worker.units import duration, size
 
 
@@ -12,24 +14,33 @@ def headline_figure(r: Report) -> str:
     if not h:
         return ""
     value = duration(h["value"]) if h["unit"] == "s" else f"{h['value']:.1f} {h['unit']}"
-    where = f"{r['scenario']}: " if r.get("scenario") else ""
-    return f" — {where}{h['metric']} {value}"
+    if r.get("scenario"):
+        return f" — {r['scenario']}: {h['metric']} {value}"
+    return f" — {h['metric']} {value}"
 
 
 def headline(r: Report) -> str:
-    who = r.get("trial") or "trial"
-    what = f"recipe {r['recipe']}" if r.get("recipe") else r["workload"]
-    where = r.get("worker") or r.get("env", {}).get("host") or "?"
-    took = f" in {duration(r['seconds'])}" if r.get("seconds") is not None else ""
+    values = {"who": r.get("trial") or _("trial"),
+              "what": f"recipe {r['recipe']}" if r.get("recipe") else r["workload"],
+              "where": r.get("worker") or r.get("env", {}).get("host") or "?",
+              "took": duration(r.get("seconds"))}
+    timed = r.get("seconds") is not None
     if r["status"] == "failed":
         err = r.get("error") or {}
-        return (f"{who} {what} FAILED ({err.get('class')}, phase "
-                f"{err.get('phase')}) on {where}{took}")
-    return f"{who} {what} ok on {where}{took}{headline_figure(r)}"
+        values.update(error=err.get("class"), phase=err.get("phase"))
+        if timed:
+            return _("{who} {what} FAILED ({error}, phase {phase}) on {where} in {took}",
+                     **values)
+        return _("{who} {what} FAILED ({error}, phase {phase}) on {where}", **values)
+    values["figure"] = headline_figure(r)
+    if timed:
+        return _("{who} {what} ok on {where} in {took}{figure}", **values)
+    return _("{who} {what} ok on {where}{figure}", **values)
 
 
 def phases_line(r: Report) -> str:
-    return "phases: " + ", ".join(f"{p['name']} {duration(p['seconds'])}" for p in r["phases"])
+    return _("phases: {phases}", phases=", ".join(f"{p['name']} {duration(p['seconds'])}"
+                                                  for p in r["phases"]))
 
 
 def facts(r: Report) -> list[tuple[str, str]]:
@@ -41,52 +52,76 @@ def facts(r: Report) -> list[tuple[str, str]]:
     # A recipe's unit is what the probe timed: a generate call or a model call.
     unit = "step" if tr else (r.get("units") or {}).get("unit") or "request"
     if lat and lat.get("count"):
-        spread = f", stdev {duration(lat['stdev'])}" if lat.get("stdev") is not None else ""
-        out.append(("time per step" if tr else f"latency per {unit}",
-                    f"p50 {duration(lat['p50'])}, p90 {duration(lat['p90'])}, "
-                    f"p99 {duration(lat['p99'])}, mean {duration(lat['mean'])}{spread} over "
-                    f"{lat['count']} {unit}s"))
+        values = {k: duration(lat[k]) for k in ("p50", "p90", "p99", "mean")}
+        values.update(count=lat["count"], units=_units(unit), stdev=duration(lat.get("stdev")))
+        label = _("time per step") if tr else _latency_label(unit)
+        if lat.get("stdev") is not None:
+            out.append((label, _("p50 {p50}, p90 {p90}, p99 {p99}, mean {mean}, stdev {stdev} "
+                                 "over {count} {units}", **values)))
+        else:
+            out.append((label, _("p50 {p50}, p90 {p90}, p99 {p99}, mean {mean} over {count} "
+                                 "{units}", **values)))
     if tr:
-        out.append(("training", training(tr)))
+        out.append((_("training"), training(tr)))
     ttft, dec = r.get("ttft"), r.get("decode_per_token")
     if ttft and ttft.get("count"):
-        per = (f"; decode per token p50 {duration(dec['p50'])}, p90 {duration(dec['p90'])}"
-               if dec else "")
-        out.append(("time to first token",
-                    f"p50 {duration(ttft['p50'])}, p90 {duration(ttft['p90'])}"
-                    + per))
+        values = {"p50": duration(ttft["p50"]), "p90": duration(ttft["p90"])}
+        if dec:
+            text = _("p50 {p50}, p90 {p90}; decode per token p50 {decode_p50}, p90 {decode_p90}",
+                     decode_p50=duration(dec["p50"]), decode_p90=duration(dec["p90"]), **values)
+        else:
+            text = f"p50 {values['p50']}, p90 {values['p90']}"
+        out.append((_("time to first token"), text))
     if timed_live_on_cpu(r):
-        out.append(("timed under malloc=live", LIVE_TIME_NOTE))
+        out.append((_("timed under malloc=live"), live_time_note()))
     st = r.get("stability")
     if st:
-        out.append(("stability", stability(st, unit)))
+        out.append((_("stability"), stability(st, unit)))
     if r.get("contention"):
-        out.append(("machine", machine(r["contention"])))
+        out.append((_("machine"), machine(r["contention"])))
     if thr:
-        out.append(("throughput", f"{thr['value']:.1f} {thr['unit']}"))
+        out.append((_("throughput"), f"{thr['value']:.1f} {thr['unit']}"))
     if m.get("peak_allocated") is not None:
-        out.append(("GPU peak allocated / reserved", f"{size(m['peak_allocated'])} / "
-                    f"{size(m['peak_reserved'])} (torch allocator)"))
+        out.append((_("GPU peak allocated / reserved"),
+                    _("{allocated} / {reserved} (torch allocator)",
+                      allocated=size(m["peak_allocated"]), reserved=size(m["peak_reserved"]))))
     if m.get("device_used_peak") is not None:
-        out.append(("GPU device used / trial processes", f"{size(m['device_used_peak'])} / "
-                    f"{size(m['process_used_peak'])} (NVML, sampled ~100 Hz)"))
-    out.append(("host RSS peak", f"{size(m.get('host_rss_peak'))} (child tree, sampled ~100 Hz"
-                f"{allocator(r)}; kernel max RSS {size(m.get('host_rss_peak_kernel'))})"))
+        out.append((_("GPU device used / trial processes"),
+                    _("{device} / {processes} (NVML, sampled ~100 Hz)",
+                      device=size(m["device_used_peak"]), processes=size(m["process_used_peak"]))))
+    out.append((_("host RSS peak"),
+                _("{peak} (child tree, sampled ~100 Hz{allocator}; kernel max RSS {kernel})",
+                  peak=size(m.get("host_rss_peak")), allocator=allocator(r),
+                  kernel=size(m.get("host_rss_peak_kernel")))))
     if sc and tr:
-        out.append(("scale", f"batch {sc['batch']} × seq {sc['prompt_tokens']}, "
-                    f"{sc['tokens']} tokens trained in the measured steps"))
+        out.append((_("scale"), _("batch {batch} × seq {seq}, {tokens} tokens trained in the "
+                                  "measured steps", batch=sc["batch"], seq=sc["prompt_tokens"],
+                                  tokens=sc["tokens"])))
     elif sc:
-        out.append(("scale", f"batch {sc['batch']}, prompt {sc['prompt_tokens']}, gen "
-                    f"{sc['gen_tokens']} tokens, {sc['tokens']} tokens processed"))
+        out.append((_("scale"), _("batch {batch}, prompt {prompt}, gen {gen} tokens, {tokens} "
+                                  "tokens processed", batch=sc["batch"],
+                                  prompt=sc["prompt_tokens"], gen=sc["gen_tokens"],
+                                  tokens=sc["tokens"])))
     if r.get("model"):
-        out.append(("model", model_line(r["model"])))
+        out.append((_("model"), model_line(r["model"])))
     if r.get("full_depth"):
-        how = "counted, not measured" if r["full_depth"].get("sizing") else \
-            "arithmetic, not measured"
-        out.append((f"full depth ({how})", full_depth(r["full_depth"])))
+        label = (_("full depth (counted, not measured)") if r["full_depth"].get("sizing")
+                 else _("full depth (arithmetic, not measured)"))
+        out.append((label, full_depth(r["full_depth"])))
     if r.get("slurm"):
         out.append(("Slurm", slurm_line(r["slurm"])))
     return out
+
+
+def _units(unit: str) -> str:
+    """The plural of a timed unit; a recipe's own unit stays as its probe names it."""
+    return {"request": _("requests"), "step": _("steps")}.get(unit, f"{unit}s")
+
+
+def _latency_label(unit: str) -> str:
+    if unit == "request":
+        return _("latency per request")
+    return _("latency per {unit}", unit=unit)
 
 
 def timed_live_on_cpu(r: Report) -> bool:
@@ -101,24 +136,28 @@ def allocator(r: Report) -> str:
     """Under which C allocator setting host RSS was measured (docs/commands.md, malloc=)."""
     first = (r.get("passes") or [{}])[0]
     if first.get("pass") == "memory":
-        return (f", from a {duration(first.get('seconds'))} memory pass under malloc=live; "
-                "times from a glibc pass")
+        return _(", from a {seconds} memory pass under malloc=live; times from a glibc pass",
+                 seconds=duration(first.get("seconds")))
     malloc = (r.get("params") or {}).get("malloc")
     if malloc == "live":
         return ", malloc=live"
-    return ", glibc's default: holds freed blocks" if malloc else ""
+    return _(", glibc's default: holds freed blocks") if malloc else ""
 
 
 def full_depth(fd: dict) -> str:
     """A model's full depth, by the decoder's arithmetic (llm-*) or counted by
     transformers on the meta device (hf-*): no trial ran it."""
-    name = fd.get("preset") or fd.get("model")
-    vs = (f" ({fd['relative_error']:+.3%} vs the published {fd['published_text']})"
-          if fd.get("published_params") else "")
-    how = " counted by transformers on the meta device" if fd.get("sizing") else ""
-    return (f"{name} at {fd['layers']} layers (this trial {fd['trial_layers']}): "
-            f"{fd['params']:,} params{how}{vs}, {size(fd['weight_bytes'])} of {fd['dtype']} "
-            f"weights; KV cache {fd['kv_formula']} = {size(fd['kv_cache_bytes'])}"
+    values = {"name": fd.get("preset") or fd.get("model"), "layers": fd["layers"],
+              "trial_layers": fd["trial_layers"], "params": f"{fd['params']:,}",
+              "weights": size(fd["weight_bytes"]), "dtype": fd["dtype"],
+              "formula": fd["kv_formula"], "cache": size(fd["kv_cache_bytes"])}
+    params = (_("{params} params counted by transformers on the meta device", **values)
+              if fd.get("sizing") else _("{params} params", **values))
+    if fd.get("published_params"):
+        params = _("{params} ({error} vs the published {published})", params=params,
+                   error=format(fd["relative_error"], "+.3%"), published=fd["published_text"])
+    return (_("{name} at {layers} layers (this trial {trial_layers}): {params_line}, {weights} "
+              "of {dtype} weights; KV cache {formula} = {cache}", params_line=params, **values)
             + _per_sequence(fd))
 
 
@@ -127,90 +166,120 @@ def _per_sequence(fd: dict) -> str:
     batch = fd.get("batch") or 1
     if batch <= 1:
         return ""
-    return f" ({size(fd['kv_cache_bytes'] / batch)} per sequence × batch {batch})"
+    return _(" ({size} per sequence × batch {batch})", size=size(fd["kv_cache_bytes"] / batch),
+             batch=batch)
 
 
 def model_line(m: dict) -> str:
     """An hf-* trial's model: what transformers built, from where."""
-    return (f"{m['name']}: {m.get('architecture') or m.get('model_type')}, {m['layers']} of "
-            f"{m['full_layers']} layers, attn={m.get('attn')}, transformers "
-            f"{m.get('transformers')}, {m['weights']}; config from {m['source']}")
+    return _("{name}: {architecture}, {layers} of {full_layers} layers, attn={attn}, "
+             "transformers {transformers}, {weights}; config from {source}", name=m["name"],
+             architecture=m.get("architecture") or m.get("model_type"), layers=m["layers"],
+             full_layers=m["full_layers"], attn=m.get("attn"),
+             transformers=m.get("transformers"), weights=notes.text(m["weights"]),
+             source=notes.said(m.get("source_note"), m["source"]))
 
 
 def slurm_line(s: dict) -> str:
     """Queue wait apart from run time: on a rented cluster the wait is idle money."""
     if not s.get("job_id"):
-        return f"refused by sbatch (partition {s['partition']})"
+        return _("refused by sbatch (partition {partition})", partition=s["partition"])
     jobs = s.get("jobs") or []
-    again = f", {len(jobs)} submissions" if len(jobs) > 1 else ""
-    return (f"job {s['job_id']} {s['state']} on {s['partition']}/{s.get('node')}: queue wait "
-            f"{duration(s.get('queue_wait_s'))}, ran {duration(s.get('run_s'))}{again}")
+    values = {"job": s["job_id"], "state": s["state"], "partition": s["partition"],
+              "node": s.get("node"), "wait": duration(s.get("queue_wait_s")),
+              "ran": duration(s.get("run_s")), "n": len(jobs)}
+    if len(jobs) > 1:
+        return _("job {job} {state} on {partition}/{node}: queue wait {wait}, ran {ran}, "
+                 "{n} submissions", **values)
+    return _("job {job} {state} on {partition}/{node}: queue wait {wait}, ran {ran}", **values)
 
 
 def training(tr: dict) -> str:
     ranks = tr["ranks"]
-    states = ", ".join(f"rank {x['rank']} {x['optimizer_state_bytes'] / 2**20:.2f} MiB"
-                       for x in ranks)
-    return (f"{tr['params']:,} params, {tr['precision']}, checkpointing {tr['checkpointing']}, "
-            f"ZeRO-{tr['zero']} over {tr['world']} rank(s); loss {tr['loss_first']:.4f} → "
-            f"{tr['loss_final']:.4f} after {tr['steps']} steps; optimizer states {states} "
-            f"(theory {tr['optimizer_state_theory_per_rank'] / 2**20:.2f} MiB per rank: "
-            f"{tr['theory']})")
+    states = ", ".join(_("rank {rank} {size} MiB", rank=x["rank"],
+                         size=format(x["optimizer_state_bytes"] / 2**20, ".2f")) for x in ranks)
+    return _("{params} params, {precision}, checkpointing {checkpointing}, ZeRO-{zero} over "
+             "{world} rank(s); loss {first} → {final} after {steps} steps; optimizer states "
+             "{states} (theory {theory_size} MiB per rank: {theory})",
+             params=format(tr["params"], ","), precision=tr["precision"],
+             checkpointing=tr["checkpointing"], zero=tr["zero"], world=tr["world"],
+             first=format(tr["loss_first"], ".4f"), final=format(tr["loss_final"], ".4f"),
+             steps=tr["steps"], states=states,
+             theory_size=format(tr["optimizer_state_theory_per_rank"] / 2**20, ".2f"),
+             theory=notes.said(tr.get("theory_note"), tr["theory"]))
+
+
+# Why measuring stopped (worker/repeat.py), as the stability line says it.
+STOPPED_BY = {"stable": N_("stable"), "time cap": N_("time cap"), "count": N_("count"),
+              "max count": N_("max count")}
 
 
 def stability(st: dict, unit: str = "request") -> str:
-    ratio = "n/a" if st["iqr_over_median"] is None else f"{st['iqr_over_median']:.1%}"
-    runs = f"{st['count']} {unit}{'s' * (st['count'] != 1)}"
-    bound = st.get("bound")
-    if not st.get("threshold") and bound:  # a fixed count, judged against a stated bound
+    v = {"ratio": "n/a" if st["iqr_over_median"] is None else f"{st['iqr_over_median']:.1%}",
+         "runs": _runs(st["count"], unit), "bound": f"{st.get('bound') or 0:.0%}",
+         "threshold": f"{st.get('threshold') or 0:.0%}",
+         "stopped_by": _(STOPPED_BY[st.get("stopped_by")]) if st.get("stopped_by") in STOPPED_BY
+         else st.get("stopped_by")}
+    if not st.get("threshold") and st.get("bound"):  # a fixed count, judged against a bound
         if st["stable"] is None:
-            return f"IQR/median {ratio} over a fixed {runs}: too few to judge"
+            return _("IQR/median {ratio} over a fixed {runs}: too few to judge", **v)
         if st["stable"]:
-            return f"IQR/median {ratio} over a fixed {runs}, under the {bound:.0%} bound"
-        return (f"UNSTABLE: IQR/median {ratio} ≥ the {bound:.0%} bound over a fixed {runs}; "
-                "treat these figures with care")
+            return _("IQR/median {ratio} over a fixed {runs}, under the {bound} bound", **v)
+        return _("UNSTABLE: IQR/median {ratio} ≥ the {bound} bound over a fixed {runs}; "
+                 "treat these figures with care", **v)
     if st["stable"] is None:
-        return f"IQR/median {ratio} over a fixed {runs}"
+        return _("IQR/median {ratio} over a fixed {runs}", **v)
     if st["stable"]:
-        return f"stable: IQR/median {ratio} < {st['threshold']:.0%} after {runs}"
-    return (f"UNSTABLE: IQR/median {ratio} ≥ {st['threshold']:.0%} after {runs} "
-            f"({st['stopped_by']}); treat these figures with care")
+        return _("stable: IQR/median {ratio} < {threshold} after {runs}", **v)
+    return _("UNSTABLE: IQR/median {ratio} ≥ {threshold} after {runs} ({stopped_by}); treat "
+             "these figures with care", **v)
+
+
+def _runs(count: int, unit: str) -> str:
+    """"5 requests", "1 step"; a recipe's own unit stays as its probe names it."""
+    if unit == "request":
+        return ngettext("{n} request", "{n} requests", count)
+    if unit == "step":
+        return ngettext("{n} step", "{n} steps", count)
+    return f"{count} {unit}{'s' * (count != 1)}"
 
 
 def busy_line(r: Report) -> str | None:
     """The warning a contended trial carries wherever it is shown."""
     c = r.get("contention") or {}
-    return c.get("summary") if c.get("flagged") else None
+    return notes.said(c.get("summary_note"), c.get("summary")) if c.get("flagged") else None
 
 
 def machine(c: dict) -> str:
     """Busy or quiet, in plain words, from the contention probe."""
     if c.get("summary"):
-        return c["summary"]
+        return notes.said(c.get("summary_note"), c["summary"])
     phases = c.get("phases") or {}
     # The run phase, or a recipe's longest marked phase: where its time went.
     name = "run" if "run" in phases else max(phases, key=lambda n: phases[n]["seconds"],
                                               default=None)
     if name is None:
-        return "contention not measured: no CPU counters were read during the trial's phases"
+        return _("contention not measured: no CPU counters were read during the trial's phases")
     p = phases[name]
-    return (f"quiet: other processes used {p['others_cpu']:.0%} of the {c['cpus']} CPUs "
-            f"during the {name} phase (steal {p['steal']:.0%}; flagged above "
-            f"{c['threshold']['others_cpu']:.0%})")
+    return _("quiet: other processes used {others} of the {cpus} CPUs during the {phase} phase "
+             "(steal {steal}; flagged above {threshold})", others=format(p["others_cpu"], ".0%"),
+             cpus=c["cpus"], phase=name, steal=format(p["steal"], ".0%"),
+             threshold=format(c["threshold"]["others_cpu"], ".0%"))
 
 
 def env_line(r: Report) -> str:
     e = r.get("env") or {}
     if r.get("recipe"):
         gpu = (f"{e['gpu_count']}× {e['gpu_name']}, CUDA {e.get('cuda')}, torch {e.get('torch')}"
-               if e.get("gpu_count") else "no CUDA allocator seen")
-        return (f"env: {e.get('host', '?')}: {gpu}; code {e.get('code_version')} in "
-                f"{e.get('recipe_cwd')}")
+               if e.get("gpu_count") else _("no CUDA allocator seen"))
+        return _("env: {host}: {gpu}; code {code} in {cwd}", host=e.get("host", "?"), gpu=gpu,
+                 code=e.get("code_version"), cwd=e.get("recipe_cwd"))
     gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({size(e['gpu_memory'])}), "
            f"driver {e.get('driver')}, "
            f"CUDA {e.get('cuda')}" if e.get("gpu_count") else f"CPU {e.get('cpu', '?')}")
-    return (f"env: {e.get('device', '?')} on {e.get('host', '?')}: {gpu}; torch "
-            f"{e.get('torch', '?')}, Python {e.get('python', '?')}")
+    return _("env: {device} on {host}: {gpu}; torch {torch}, Python {python}",
+             device=e.get("device", "?"), host=e.get("host", "?"), gpu=gpu,
+             torch=e.get("torch", "?"), python=e.get("python", "?"))
 
 
 def retry_line(r: Report) -> str | None:
@@ -219,12 +288,23 @@ def retry_line(r: Report) -> str | None:
     if len(tries) < 2:
         return None
     changed = {k: v for k, v in r["params"].items() if r["requested"].get(k) != v}
-    said = "; ".join(f"try {t['attempt']}: {t['error_class'] or t['status']}"
-                     + (f", then {t['next']}" if t["next"] else "") for t in tries)
-    measured = ", ".join(f"{k}={v} (requested {r['requested'][k]})" for k, v in changed.items())
-    verb = "measured at" if r["status"] == "ok" else "last tried at"
-    return (f"RETRIED: {verb} {measured}, not the requested config. {said}. "
-            f"{duration(r.get('seconds_lost'))} lost to failed tries")
+    said = "; ".join(_try(t) for t in tries)
+    measured = ", ".join(_("{key}={value} (requested {requested})", key=k, value=v,
+                           requested=r["requested"][k]) for k, v in changed.items())
+    values = {"measured": measured, "said": said, "lost": duration(r.get("seconds_lost"))}
+    if r["status"] == "ok":
+        return _("RETRIED: measured at {measured}, not the requested config. {said}. {lost} "
+                 "lost to failed tries", **values)
+    return _("RETRIED: last tried at {measured}, not the requested config. {said}. {lost} lost "
+             "to failed tries", **values)
+
+
+def _try(t: dict) -> str:
+    what = t["error_class"] or t["status"]
+    if t["next"]:
+        return _("try {attempt}: {what}, then {next}", attempt=t["attempt"], what=what,
+                 next=t["next"])
+    return _("try {attempt}: {what}", attempt=t["attempt"], what=what)
 
 
 def text(r: Report) -> str:
@@ -232,8 +312,9 @@ def text(r: Report) -> str:
     if retry_line(r):
         lines.append(retry_line(r))
     if busy_line(r):
-        lines.append(f"BUSY: {busy_line(r)}")
+        lines.append(_("BUSY: {warning}", warning=busy_line(r)))
     if r["status"] == "failed":
-        lines.append("error: " + (r["error"]["message"].strip().splitlines() or [""])[-1])
+        lines.append(_("error: {message}",
+                       message=(r["error"]["message"].strip().splitlines() or [""])[-1]))
     lines += [phases_line(r), *(f"{label}: {value}" for label, value in facts(r)), env_line(r)]
     return "\n".join(lines)

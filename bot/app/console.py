@@ -26,6 +26,8 @@ from bot.app.runtime import Runtime
 from bot.plans import command as plan_command
 from bot.trials import command as trial_command
 from bot.trials.job import ENDED
+from worker import i18n
+from worker.i18n import _
 
 CHANNEL = "console"
 USER = "console"
@@ -43,12 +45,14 @@ def run(db: str, as_json: bool, stdin=None, stdout=None) -> int:
     # The console's one user is the operator of this box: an admin, no settings needed.
     transport = ConsoleTransport(stdout, as_json, files)
     rt = Runtime(db, secrets.token_urlsafe(24), transport, policy=access.operator(USER))
+    transport.language = rt.store.channel_lang
     rt.start()
     rt.start_local_worker()
     interactive = stdin.isatty()
     if interactive:
-        print("trialbot console — type `/trial help`, `/trial llm-infer`, or `quit`.",
-              file=stdout, flush=True)
+        with i18n.using(rt.store.channel_lang(CHANNEL)):
+            print(_("trialbot console — type `/trial help`, `/trial llm-infer`, or `quit`."),
+                  file=stdout, flush=True)
     try:
         for line in _lines(stdin, transport, interactive):
             if line in ("quit", "exit"):
@@ -81,15 +85,16 @@ def _lines(stdin, transport, interactive):
 
 
 def respond(rt: Runtime, line: str) -> tuple[dict, dict | None]:
-    command, _, text = line.partition(" ")
+    command, _space, text = line.partition(" ")
     if command == "/trial":
         return trial_command.handle(rt.ctx, text, USER, CHANNEL)
     if command == "/plan":
         return plan_command.handle(rt.ctx, text, USER, CHANNEL,
                             dt.datetime.now(dt.timezone.utc).date()), None
-    return {"response_type": "ephemeral",
-            "text": f":x: `{command}` is not a command here; lines start with `/trial` or "
-                    "`/plan` (try `/trial help`)."}, None
+    with i18n.using(rt.store.channel_lang(CHANNEL)):
+        return {"response_type": "ephemeral",
+                "text": _(":x: `{command}` is not a command here; lines start with `/trial` "
+                          "or `/plan` (try `/trial help`).", command=command)}, None
 
 
 def show(reply: dict, stdout, as_json: bool) -> None:
@@ -159,6 +164,7 @@ class ConsoleTransport:
         self.lock = threading.Lock()
         self.tty = _isatty(out)
         self.prompting = False  # "> " is on the terminal's last line, awaiting input
+        self.language = lambda channel: None  # a channel's language (run() gives the store's)
 
     def prompt(self) -> None:
         with self.lock:
@@ -188,20 +194,30 @@ class ConsoleTransport:
                 payload["file"] = path
                 if not self.as_json:
                     payload = dict(payload, text=f"{payload['text']}: {path}")
-            where = (f"#{payload['channel']}" if not payload.get("via") else
-                     f"#{payload['channel']}, to <@{payload['user']}> only"
-                     if payload["via"] == "ephemeral" else f"to <@{payload.get('user')}>")
             if self.as_json:
                 self._print(json.dumps({k: v for k, v in payload.items() if k != "url"}))
                 return f"console.{self.count}"
-            text = render(payload["text"], payload.get("blocks"))
-            if payload.get("update"):
-                self._print(f"[{where}] (updated {payload['ts']})\n{text}")
-                return payload["ts"]
+            with i18n.using(self.language(payload["channel"])):
+                where = _where(payload)
+                text = render(payload["text"], payload.get("blocks"))
+                if payload.get("update"):
+                    self._print(_("[{where}] (updated {ts})", where=where, ts=payload["ts"])
+                                + f"\n{text}")
+                    return payload["ts"]
             indent = "    " if payload.get("thread_ts") else ""
             body = "\n".join(indent + line for line in text.splitlines())
             self._print(f"[{where}]\n{body}")
             return f"console.{self.count}"
+
+
+def _where(payload: dict) -> str:
+    """Who a message reaches, as the console frames it."""
+    if not payload.get("via"):
+        return f"#{payload['channel']}"
+    if payload["via"] == "ephemeral":
+        return _("#{channel}, to <@{user}> only", channel=payload["channel"],
+                 user=payload["user"])
+    return _("to <@{user}>", user=payload.get("user"))
 
 
 def _isatty(out) -> bool:

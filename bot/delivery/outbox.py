@@ -13,6 +13,7 @@ from bot.delivery import refusals
 from bot.delivery.refusals import Undeliverable
 from bot.store import Store
 from bot.trials import chart
+from worker import i18n
 
 log = logging.getLogger("trialbot.outbox")
 
@@ -216,9 +217,10 @@ class Outbox(threading.Thread):
         notice = None
         if row["requester"] and not row["via"] and not _progress(row):
             trial = f"T{row['job']}" if row["job"] else None
+            with self._language(row["channel"]):
+                text = refusals.notice(error, row["channel"], trial, row["kind"])
             notice = {"channel": row["channel"], "kind": "notice", "via": "ephemeral",
-                      "user": row["requester"], "response_url": row["url"],
-                      "text": refusals.notice(error, row["channel"], trial, row["kind"])}
+                      "user": row["requester"], "response_url": row["url"], "text": text}
         return self._give_up(row, error, gave_up, notice)
 
     def _redirected(self, row: dict, gave_up: set) -> str:
@@ -231,8 +233,10 @@ class Outbox(threading.Thread):
             return self._give_up(row, "the channel refused it and nobody asked for it",
                                  gave_up)
         error = row["redirect"] or row["last_error"] or "refused"
-        text, blocks = refusals.redirected(row["text"], row["blocks"], error, row["channel"],
-                                           f"T{row['job']}" if row["job"] else None)
+        with self._language(row["channel"]):
+            text, blocks = refusals.redirected(row["text"], row["blocks"], error,
+                                               row["channel"],
+                                               f"T{row['job']}" if row["job"] else None)
         url = row["url"]
         path = ("response_url" if url and not row["file"] and self.store.response_url_usable(url)
                 else "dm")
@@ -259,6 +263,10 @@ class Outbox(threading.Thread):
         self.store.mark_sent(row["id"], ts, row["version"], via=path,
                              url=url if path == "response_url" else None)
         return SENT
+
+    def _language(self, channel: str):
+        """A note about a message speaks the language of the channel it was for."""
+        return i18n.using(self.store.channel_lang(channel))
 
     def _give_up(self, row: dict, error: str, gave_up: set, notice: dict | None = None,
                  quiet: bool = False) -> str:

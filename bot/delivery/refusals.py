@@ -8,6 +8,8 @@ down): only the last is worth waiting for.
 """
 from __future__ import annotations
 
+from worker.i18n import N_, _
+
 BOT = "@trialbot"  # the bot user's name in manifest.yml
 
 # The bot cannot post in the conversation at all: later messages of the same
@@ -39,17 +41,23 @@ APP_ERRORS = {
 # unknown refusal must not hold its channel for ever.
 UNKNOWN_TRIES = 5
 
+# Written in the language of the channel the message was for (bot/delivery/outbox.py).
 FIXES = {
-    "not_in_channel": "I am not a member of {where}: invite me with `/invite {bot}` there",
-    "channel_not_found": ("I cannot see {where} (a private channel or a direct message I am "
-                          "not in, or it was deleted): invite me with `/invite {bot}`, or "
-                          "use `/trial` in a channel I am in"),
-    "is_archived": "{where} is archived: unarchive it, or use `/trial` in another channel",
-    "msg_too_long": "Slack refused the message as too long (over 40,000 characters)",
-    "no_text": "the message was empty (a trialbot bug: please report it)",
+    "not_in_channel": N_("I am not a member of {where}: invite me with `/invite {bot}` there"),
+    "channel_not_found": N_("I cannot see {where} (a private channel or a direct message I am "
+                            "not in, or it was deleted): invite me with `/invite {bot}`, or "
+                            "use `/trial` in a channel I am in"),
+    "is_archived": N_("{where} is archived: unarchive it, or use `/trial` in another channel"),
+    "msg_too_long": N_("Slack refused the message as too long (over 40,000 characters)"),
+    "no_text": N_("the message was empty (a trialbot bug: please report it)"),
 }
-RESTRICTED = ("posting in {where} is restricted by a workspace setting (read-only, "
-              "thread-only or admins only): ask a workspace admin, or use another channel")
+RESTRICTED = N_("posting in {where} is restricted by a workspace setting (read-only, "
+                "thread-only or admins only): ask a workspace admin, or use another channel")
+# What a refused message was, as the requester's note names it.
+KINDS = {"report": N_("report"), "chart": N_("memory chart"), "summary": N_("summary"),
+         "digest": N_("budget digest"), "export": N_("plan export"),
+         "sweep-chart": N_("sweep chart"), "digest-chart": N_("digest chart")}
+OTHER_KIND = N_("message")
 
 
 def classify(error: str, tries: int = 0) -> str:
@@ -69,31 +77,35 @@ def fix(error: str, channel: str) -> str:
     where = f"<#{channel}>"
     if error.startswith("restricted_action") or error in ("ekm_access_denied", "no_permission",
                                                           "team_access_not_granted"):
-        return RESTRICTED.format(where=where)
+        return _(RESTRICTED, where=where)
     text = FIXES.get(error)
     if text is None:
-        return f"Slack refused it ({error})"
-    return text.format(where=where, bot=BOT)
+        return _("Slack refused it ({error})", error=error)
+    return _(text, where=where, bot=BOT)
 
 
 def redirected(text: str, blocks: list, error: str, channel: str, trial: str | None
                ) -> tuple[str, list]:
     """A message that could not go to `channel`, as its requester receives it."""
-    about = f"{trial}: " if trial else ""
-    head = (f":warning: {about}not posted in <#{channel}> — {fix(error, channel)}. "
-            "Until then this comes to you here.")
+    values = {"trial": trial, "channel": channel, "fix": fix(error, channel)}
+    if trial:
+        head = _(":warning: {trial}: not posted in <#{channel}> — {fix}. Until then this comes "
+                 "to you here.", **values)
+    else:
+        head = _(":warning: not posted in <#{channel}> — {fix}. Until then this comes to you "
+                 "here.", **values)
     context = {"type": "context", "elements": [{"type": "mrkdwn", "text": head[:3000]}]}
     return f"{head}\n\n{text}", [context, *blocks][:50]
 
 
 def notice(error: str, channel: str, trial: str | None, kind: str | None) -> str:
     """The requester's note about one message Slack refused (the channel itself works)."""
-    what = {"report": "report", "chart": "memory chart", "summary": "summary",
-            "digest": "budget digest", "export": "plan export", "sweep-chart": "sweep chart",
-            "digest-chart": "digest chart"}.get(kind or "", "message")
-    about = f"{trial}'s {what}" if trial else f"A {what}"
-    read = f" `/trial status {trial}` shows the report." if trial else ""
-    return f":warning: {about} could not be posted in <#{channel}>: {fix(error, channel)}.{read}"
+    values = {"what": _(KINDS.get(kind or "", OTHER_KIND)), "trial": trial,
+              "channel": channel, "fix": fix(error, channel)}
+    if trial:
+        return _(":warning: {trial}'s {what} could not be posted in <#{channel}>: {fix}. "
+                 "`/trial status {trial}` shows the report.", **values)
+    return _(":warning: A {what} could not be posted in <#{channel}>: {fix}.", **values)
 
 
 def can_post(channel: str, info: dict | None, error: str | None) -> str | None:

@@ -57,9 +57,11 @@ def help_text(recipes: dict | None = None) -> str:
                "and carries Cancel, Re-run and Add to plan… buttons."), ""]
     for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
         name = f"recipe {w.name}" if w.recipe else w.name  # `recipe` is the command's word
-        lines.append(_("*{name}*: {summary} (needs CUDA)", name=name, summary=w.summary)
-                     if w.requires == "cuda" else f"*{name}*: {w.summary}")
-        lines += [f"• `{p.name}={p.default}` {p.help} ({p.allowed()})" for p in w.params]
+        summary = w.summary_text()
+        lines.append(_("*{name}*: {summary} (needs CUDA)", name=name, summary=summary)
+                     if w.requires == "cuda" else f"*{name}*: {summary}")
+        lines += [f"• `{p.name}={p.default}` {p.help_text()} ({p.allowed()})"
+                  for p in w.params]
     if not recipes:
         lines.append(_("_No recipes: a worker started with `--recipes FILE` adds its own._"))
     lines.append(_("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`"))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import time
 
+from worker import notes
+
 PERIOD = 0.1      # seconds between reads: /proc/stat costs ~20 µs, the tick 10 ms
 CHUNK = 0.5       # seconds: the span the peak share is taken over
 OTHERS_CPU = 0.25  # share of all CPUs other processes may use before a phase is flagged
@@ -131,30 +133,37 @@ class ContentionTracker:
         busy = [(n, per[n]) for n in measured
                 if max(per[n]["others_cpu"], per[n]["others_cpu_max"]) > OTHERS_CPU
                 or per[n]["steal"] > STEAL]
-        gpu_busy = (gpu or {}).get("flagged_why")
-        summary = None
-        if busy:
-            # The run phase is named when it is busy: its times are the ones reused.
-            found = dict(busy)
-            name = "run" if "run" in found else max(
-                found, key=lambda n: found[n]["others_cpu"] + found[n]["steal"])
-            worst = found[name]
-            summary = (f"busy machine: other processes used {worst['others_cpu']:.0%} of the "
-                       f"CPU during the {name} phase (up to {worst['others_cpu_max']:.0%} over "
-                       f"{CHUNK:g} s)")
-            if worst["steal"] > STEAL:
-                summary += f", and the hypervisor took {worst['steal']:.0%} (steal)"
-        if gpu_busy:
-            summary = f"{summary}; {gpu_busy}" if summary else f"busy GPU: {gpu_busy}"
-        if summary:
-            summary += ": these times are not the machine's own speed; re-run on a quiet machine"
+        note = _busy_note(busy, gpu)
+        summary = notes.english(note) if note else None
         method = dict(METHOD)
         if not per:
             method["others_cpu"] = ("not measured: no CPU counters were read during the "
                                     "trial's phases (it ended too fast, or /proc is missing)")
-        return {"flagged": bool(summary), "summary": summary, "cpus": self.cpus,
+        return {"flagged": bool(summary), "summary": summary, "summary_note": note,
+                "cpus": self.cpus,
                 "threshold": {"others_cpu": OTHERS_CPU, "steal": STEAL, "span_s": CHUNK},
                 "phases": per, "gpu": gpu, "method": method}
+
+
+def _busy_note(busy: list, gpu: dict | None) -> dict | None:
+    """The busy warning as a message (worker/notes.py), or None when quiet."""
+    findings = (gpu or {}).get("flagged_notes") or []
+    if not busy:
+        return notes.message(notes.GPU_BUSY, gpu=findings) if findings else None
+    # The run phase is named when it is busy: its times are the ones reused.
+    found = dict(busy)
+    name = "run" if "run" in found else max(
+        found, key=lambda n: found[n]["others_cpu"] + found[n]["steal"])
+    worst = found[name]
+    values = {"others": format(worst["others_cpu"], ".0%"), "phase": name,
+              "peak": format(worst["others_cpu_max"], ".0%"), "span": format(CHUNK, "g")}
+    steal = worst["steal"] > STEAL
+    if steal:
+        values["steal"] = format(worst["steal"], ".0%")
+    if findings:
+        return notes.message(notes.CPU_STEAL_GPU_BUSY if steal else notes.CPU_GPU_BUSY,
+                             gpu=findings, **values)
+    return notes.message(notes.CPU_STEAL_BUSY if steal else notes.CPU_BUSY, **values)
 
 
 def _share(a: tuple, b: tuple) -> dict:

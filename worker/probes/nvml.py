@@ -6,6 +6,8 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID so torch's device i is NVML's device i (when
 CUDA_VISIBLE_DEVICES does not hide some)."""
 from __future__ import annotations
 
+from worker import notes
+
 
 def _init():
     """(pynvml module, None) or (None, why NVML is unavailable)."""
@@ -126,7 +128,7 @@ class NvmlTracker:
             return None
         attributed = any(d["ours"] for d in self.devices)
         mine = [d for d in self.devices if d["ours"]] or self.devices
-        devices, why = [], []
+        devices, why = [], []  # why: each finding as a message (worker/notes.py)
         for d in mine:
             reasons = self._reason_names(d["reasons"])
             others = [{"pid": pid, "used_peak": used} for pid, used in sorted(d["others"].items())]
@@ -136,12 +138,16 @@ class NvmlTracker:
                 "utilization_mean": sum(d["util"]) / len(d["util"]) if d["util"] else None,
                 "throttle": [THROTTLE[r] for r in reasons]})
             if others and attributed:  # unattributed: ours may be among them (PID namespace)
-                why.append(f"{len(others)} other process(es) on GPU {d['index']} holding "
-                           f"{sum(o['used_peak'] for o in others) / 2**30:.2f} GiB")
+                why.append(notes.message(
+                    notes.GPU_OTHERS, n=len(others), index=d["index"],
+                    gib=format(sum(o["used_peak"] for o in others) / 2**30, ".2f")))
             slow = [THROTTLE[r] for r in reasons if r in JUDGED]
             if slow:
-                why.append(f"GPU {d['index']} clocks slowed ({', '.join(slow)})")
-        return {"devices": devices, "flagged_why": "; ".join(why) or None,
+                why.append(notes.message(notes.GPU_SLOWED, index=d["index"],
+                                         reasons=", ".join(slow)))
+        return {"devices": devices,
+                "flagged_why": "; ".join(notes.english(w) for w in why) or None,
+                "flagged_notes": why,
                 "method": "NVML nvmlDeviceGetComputeRunningProcesses (processes outside the "
                           "trial's tree, their peak memory), nvmlDeviceGetUtilizationRates "
                           "(includes the trial's own work) and the current clock event "

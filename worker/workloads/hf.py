@@ -14,7 +14,7 @@ import importlib.util
 import psutil
 import torch
 
-from worker import models, presets
+from worker import models, notes, presets
 from worker.arithmetic import sized_full_depth
 from worker.workloads import Unsupported
 
@@ -203,11 +203,12 @@ def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: i
     (sizing builds the full model on the meta device: no memory, a few seconds)."""
     preset = presets.get(p["model"])
     sizing_ = sizing(cfg, full, source, version)
-    info = {"name": source["name"], "source": source["source"], "kind": source["kind"],
+    info = {"name": source["name"], "source": source["source"],
+            "source_note": source.get("source_note"), "kind": source["kind"],
             "architecture": sizing_["architecture"],  # the class transformers built
             "model_type": cfg.model_type, "layers": cfg.get_text_config().num_hidden_layers,
             "full_layers": full, "attn": p.get("attn"), "transformers": version,
-            "weights": "random (from the config; nothing downloaded)",
+            "weights": notes.RANDOM_WEIGHTS,
             "import_rss_bytes": import_rss,
             "import_what": "host RSS that importing transformers added to the trial's "
                            "process (psutil, before and after): host memory a GPU does not "

@@ -30,7 +30,7 @@ from torch import multiprocessing as mp
 from torch import nn
 from torch.nn import functional as F
 
-from worker import stats, windows
+from worker import notes, stats, windows
 from worker.arithmetic import ffn_width
 from worker.workloads import Unsupported
 from worker.workloads.decoder import Decoder, rotary_tables
@@ -249,6 +249,8 @@ def results(p: dict, ranks: list[dict]) -> dict:
     tokens = p["batch"] * p["seq"]
     theory = ADAM_STATE_BYTES * lead["params"] / p["world"] if p["zero"] else \
         ADAM_STATE_BYTES * lead["params"]
+    theory_note = (notes.message(notes.THEORY_ZERO, world=p["world"]) if p["zero"]
+                   else notes.message(notes.THEORY))
     return {
         "headline": {"metric": "step time", "value": step["mean"], "unit": "s"},
         "latency": step,
@@ -266,8 +268,8 @@ def results(p: dict, ranks: list[dict]) -> dict:
             "steps": p["warmup"] + p["steps"], "loss_first": lead["losses"][0],
             "loss_final": lead["losses"][-1], "losses": lead["losses"],
             "optimizer_state_theory_per_rank": theory,
-            "theory": ("AdamW keeps exp_avg and exp_avg_sq in fp32: 8 bytes/param"
-                       + (f", divided over {p['world']} ranks by ZeRO-1" if p["zero"] else "")),
+            "theory": notes.english(theory_note),
+            "theory_note": theory_note,
             "ranks": [{k: r[k] for k in ("rank", "optimizer_state_bytes", "shard_params",
                                          "host_rss_start", "host_rss_peak", "peak_allocated")}
                       for r in ranks],

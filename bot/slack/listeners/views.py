@@ -3,6 +3,7 @@ the modal itself (response_action=errors), so nothing is tagged by mistake."""
 from __future__ import annotations
 
 from bot.trials import card, tags
+from worker import i18n
 
 
 def plan_modal_callback(ack, body, view, client, context) -> None:
@@ -10,14 +11,16 @@ def plan_modal_callback(ack, body, view, client, context) -> None:
     job_id = int(view["private_metadata"])
     chosen = (view["state"]["values"].get("block", {}).get("choice", {})
               .get("selected_option") or {}).get("value", "")
-    plan, _, block = chosen.partition("|")
-    try:
-        text = tags.add(ctx, job_id, plan, block, user)
-    except tags.TagError as exc:
-        ack(response_action="errors", errors={"block": exc.message[:150]})
-        return
+    plan, _bar, block = chosen.partition("|")
+    job = ctx.store.job(job_id)
+    with i18n.using(ctx.store.channel_lang(job["channel"] if job else None)):
+        try:
+            text = tags.add(ctx, job_id, plan, block, user)
+        except tags.TagError as exc:
+            ack(response_action="errors", errors={"block": exc.message[:150]})
+            return
     ack()
-    client.chat_postEphemeral(channel=ctx.store.job(job_id)["channel"], user=user, text=text)
+    client.chat_postEphemeral(channel=job["channel"], user=user, text=text)
 
 
 def register(app) -> None:

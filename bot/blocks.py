@@ -26,16 +26,17 @@ def context(text: str) -> dict:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": clip(text)}]}
 
 
+def width(text: str) -> int:
+    """Columns `text` takes in a monospace font: a Korean syllable (East Asian
+    wide or full-width) takes two, so a Korean header still lines up."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def table_text(rows: list[list]) -> str:
     """Rows as aligned columns, for a code block (Slack has no tables)."""
-    widths = [max(_width(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(c) + " " * (w - _width(str(c))) for c, w in zip(r, widths))
+    widths = [max(width(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c) + " " * (w - width(str(c))) for c, w in zip(r, widths))
                      .rstrip() for r in rows)
-
-
-def _width(text: str) -> int:
-    """Columns `text` takes in a monospace font: Hangul and other wide characters take two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def chunks(text: str, size: int = 2900) -> list[str]:

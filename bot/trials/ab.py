@@ -9,6 +9,7 @@ from bot.blocks import reply, section
 from bot.fits import compare as test
 from worker import spec as specs
 from worker import units
+from worker.i18n import _, ngettext
 
 USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
          "/trial ab llm-train precision=fp32,bf16")
@@ -31,9 +32,10 @@ def rounds(words: list[str]) -> tuple[list[str], int]:
         return rest, ROUNDS
     raw = given[-1].partition("=")[2]
     if len(given) > 1 or not raw.isdigit() or not 1 <= int(raw) <= MAX_ROUNDS:
-        raise specs.SpecError(" ".join(given), f"`{' '.join(given)}`: rounds= is one whole "
-                              f"number from 1 to {MAX_ROUNDS} (rounds of A then B; 2 or more "
-                              "let the test see the drift between trials)", USAGE)
+        raise specs.SpecError(" ".join(given), _("`{words}`: rounds= is one whole number from "
+                                                 "1 to {most} (rounds of A then B; 2 or more let "
+                                                 "the test see the drift between trials)",
+                                                 words=" ".join(given), most=MAX_ROUNDS), USAGE)
     return rest, int(raw)
 
 
@@ -44,12 +46,13 @@ def parse(words: list[str]) -> tuple[list[specs.TrialSpec], list[str], str]:
     lists = [w for w in words[1:] if "," in w.partition("=")[2]]
     if len(lists) != 1 or len(lists[0].partition("=")[2].split(",")) != 2:
         raise specs.SpecError(" ".join(lists) or " ".join(words[:1]),
-                              "an A/B varies exactly one parameter with two values, e.g. "
-                              "dtype=fp32,bf16", USAGE)
-    key, _, raw = lists[0].partition("=")
+                              _("an A/B varies exactly one parameter with two values, e.g. "
+                                "dtype=fp32,bf16"), USAGE)
+    key, _eq, raw = lists[0].partition("=")
     a, b = raw.split(",")
     if a == b:
-        raise specs.SpecError(lists[0], f"`{lists[0]}`: A and B are the same value", USAGE)
+        raise specs.SpecError(lists[0], _("`{word}`: A and B are the same value",
+                                          word=lists[0]), USAGE)
     out, lines = [], []
     for value in (a, b):
         one = [f"{key}={value}" if w == lists[0] else w for w in words]
@@ -75,7 +78,8 @@ def compare(a: dict, b: dict) -> dict:
     out["memory_method"] = fa if fa == fb else None
     if a.get("training") and b.get("training"):
         la, lb = a["training"]["loss_final"], b["training"]["loss_final"]
-        out["quality"] = {"what": f"loss after {a['training']['steps']} steps from the same seed",
+        out["quality"] = {"what": _("loss after {steps} steps from the same seed",
+                                    steps=a["training"]["steps"]),
                           "value": (lb - la) / la, "tolerance": LOSS_TOLERANCE,
                           "held": abs(lb - la) / la <= LOSS_TOLERANCE}
     elif a.get("quality_probe") and b.get("quality_probe"):
@@ -84,10 +88,10 @@ def compare(a: dict, b: dict) -> dict:
                         / len(qa["logits_head"]))
         rel = rms / qa["logits_sd"] if qa["logits_sd"] else float("inf")
         agree = sum(x == y for x, y in zip(qa["first_tokens"], qb["first_tokens"]))
-        out["quality"] = {"what": f"prefill logits: RMS difference / spread of A's logits; "
-                                  f"next token agrees for {agree} of {len(qa['first_tokens'])} "
-                                  "sequences (random weights leave near-ties, so this is shown, "
-                                  "not judged)",
+        out["quality"] = {"what": _("prefill logits: RMS difference / spread of A's logits; "
+                                    "next token agrees for {agree} of {n} sequences (random "
+                                    "weights leave near-ties, so this is shown, not judged)",
+                                    agree=agree, n=len(qa["first_tokens"])),
                           "value": rel, "tolerance": LOGITS_TOLERANCE,
                           "held": rel <= LOGITS_TOLERANCE}
     else:
@@ -106,44 +110,57 @@ def queued(jobs: list[dict]) -> dict:
     a, b = arms(jobs)
     n = len(a)
     order = ", ".join(j["trial"] for j in jobs)
-    return reply(f"Queued an A/B of {n} round{'s' * (n > 1)}: A `{a[0]['words']}` "
-                 f"({', '.join(j['trial'] for j in a)}), B `{b[0]['words']}` "
-                 f"({', '.join(j['trial'] for j in b)}), run in the order {order} so drift "
-                 "over time falls on both. The comparison is posted in this channel when all "
-                 "have ended.")
+    return reply(ngettext("Queued an A/B of {n} round: A `{a}` ({trials_a}), B `{b}` "
+                          "({trials_b}), run in the order {order} so drift over time falls on "
+                          "both. The comparison is posted in this channel when all have ended.",
+                          "Queued an A/B of {n} rounds: A `{a}` ({trials_a}), B `{b}` "
+                          "({trials_b}), run in the order {order} so drift over time falls on "
+                          "both. The comparison is posted in this channel when all have ended.",
+                          n, a=a[0]["words"], trials_a=", ".join(j["trial"] for j in a),
+                          b=b[0]["words"], trials_b=", ".join(j["trial"] for j in b),
+                          order=order))
 
 
 def message(jobs: list[dict], reports: list[dict | None]) -> dict:
     (ja, jb), (ra, rb) = arms(jobs), arms(reports)
-    head = (f"*A/B*: A {', '.join(j['trial'] for j in ja)} `{ja[0]['words']}` vs "
-            f"B {', '.join(j['trial'] for j in jb)} `{jb[0]['words']}`")
+    head = _("*A/B*: A {trials_a} `{a}` vs B {trials_b} `{b}`",
+             trials_a=", ".join(j["trial"] for j in ja), a=ja[0]["words"],
+             trials_b=", ".join(j["trial"] for j in jb), b=jb[0]["words"])
     ok_a = [r for r in ra if r and r["status"] == "ok"]
     ok_b = [r for r in rb if r and r["status"] == "ok"]
     bad = [j["trial"] for j, r in zip(jobs, reports) if not r or r["status"] != "ok"]
     if not ok_a or not ok_b:
-        text = f"{head}\n:x: {', '.join(bad)} did not succeed, so there is nothing to compare."
+        text = head + "\n" + _(":x: {trials} did not succeed, so there is nothing to compare.",
+                                trials=", ".join(bad))
     else:
         c = compare(ok_a[0], ok_b[0])
         t = test.compare(ok_a, ok_b)
-        unit = "step" if ok_a[0].get("training") else "request"
         mean_a = t["a"]["mean"] or ok_a[0]["latency"]["mean"]
         mean_b = t["b"]["mean"] or ok_b[0]["latency"]["mean"]
-        lines = [f"• time per {unit}: A {units.duration(mean_a)}, B "
-                 f"{units.duration(mean_b)}: {test.phrase(t)}"]
+        times = {"a": units.duration(mean_a), "b": units.duration(mean_b),
+                 "verdict": test.phrase(t)}
+        lines = [_("• time per step: A {a}, B {b}: {verdict}", **times)
+                 if ok_a[0].get("training") else
+                 _("• time per request: A {a}, B {b}: {verdict}", **times)]
         if bad:
-            lines.append(f"• {', '.join(bad)} did not succeed: compared without them")
+            lines.append(_("• {trials} did not succeed: compared without them",
+                           trials=", ".join(bad)))
         if t["marks"]:
             lines.append(":warning: " + "; ".join(t["marks"]))
-        lines.append(f"• peak memory ({c['memory_method']}): {c['memory']:+.1%}"
+        lines.append(_("• peak memory ({method}): {change}", method=c["memory_method"],
+                       change=format(c["memory"], "+.1%"))
                      if c["memory"] is not None else
-                     "• peak memory: not compared (A and B were not measured the same way)")
+                     _("• peak memory: not compared (A and B were not measured the same way)"))
         q = c["quality"]
         if q:
-            verdict = "held" if q["held"] else "BROKE"
-            lines.append(f"• quality {verdict}: {q['value']:+.2%} against a tolerance of "
-                         f"±{q['tolerance']:.0%} — {q['what']}")
+            values = {"value": f"{q['value']:+.2%}", "tolerance": f"{q['tolerance']:.0%}",
+                      "what": q["what"]}
+            lines.append(_("• quality held: {value} against a tolerance of ±{tolerance} — "
+                           "{what}", **values) if q["held"] else
+                         _("• quality BROKE: {value} against a tolerance of ±{tolerance} — "
+                           "{what}", **values))
         else:
-            lines.append("• quality: this workload reports nothing to compare")
+            lines.append(_("• quality: this workload reports nothing to compare"))
         text = head + "\n" + "\n".join(lines)
     return {"channel": jobs[0]["channel"], "kind": "ab", "text": text,
             "blocks": [section(text)]}

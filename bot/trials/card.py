@@ -4,6 +4,7 @@ fail. Details, the chart and each failed try go into its thread. Pure."""
 from __future__ import annotations
 
 from worker import summary
+from worker.i18n import _
 from worker.report import Report
 
 # action_id of each button; bot/slack/listeners/actions.py answers them.
@@ -27,10 +28,12 @@ def _card(job: dict, text: str, buttons: list[dict], kind: str) -> dict:
 def progress_line(progress: dict | None) -> str:
     """`phase warmup · try 2 (try 1: oom)` from a worker's heartbeat."""
     p = progress or {}
-    parts = [f"phase `{p['phase']}`"] if p.get("phase") else []
+    parts = [_("phase `{phase}`", phase=p["phase"])] if p.get("phase") else []
     if p.get("attempt", 1) > 1 or p.get("failed"):
-        failed = ", ".join(f"try {i}: {c}" for i, c in enumerate(p.get("failed") or [], 1))
-        parts.append(f"try {p.get('attempt', 1)}" + (f" ({failed})" if failed else ""))
+        failed = ", ".join(_("try {n}: {error}", n=i, error=c)
+                           for i, c in enumerate(p.get("failed") or [], 1))
+        parts.append(_("try {n} ({failed})", n=p.get("attempt", 1), failed=failed) if failed
+                     else _("try {n}", n=p.get("attempt", 1)))
     return " · ".join(parts)
 
 
@@ -38,28 +41,33 @@ def failed_tries(job: dict, before: list | None, progress: dict) -> list[dict]:
     """A thread reply for each try that failed since the last heartbeat."""
     known, failed = len(before or []), progress.get("failed") or []
     return [{"channel": job["channel"], "kind": "attempt", "thread_of": job["started_msg"],
-             "text": f":warning: {job['trial']} try {n} failed ({cls}); "
-                     + (f"try {n + 1} started" if progress.get("attempt", 1) > n else
-                        "no try left")}
+             "text": _(":warning: {trial} try {n} failed ({error}); try {next} started",
+                       trial=job["trial"], n=n, error=cls, next=n + 1)
+             if progress.get("attempt", 1) > n else
+             _(":warning: {trial} try {n} failed ({error}); no try left",
+               trial=job["trial"], n=n, error=cls)}
             for n, cls in enumerate(failed[known:], start=known + 1)]
 
 
 def started(job: dict, worker: str, progress: dict | None = None) -> dict:
     """While the trial runs: who, where, what, and its progress; a Cancel button."""
     line = progress_line(progress)
-    cancelling = " · *cancelling…*" if job.get("cancel") else ""
-    text = (f":hourglass_flowing_sand: *{job['trial']}* started on *{worker}*: "
-            f"`{job['words']}` (by <@{job['user']}>)"
+    cancelling = " · " + _("*cancelling…*") if job.get("cancel") else ""
+    text = (_(":hourglass_flowing_sand: *{trial}* started on *{worker}*: `{words}` "
+              "(by <@{user}>)", trial=job["trial"], worker=worker, words=job["words"],
+              user=job["user"])
             + (f"\n{line}" if line else "") + cancelling)
-    buttons = [] if job.get("cancel") else [_button("Cancel", CANCEL, job, "danger")]
+    buttons = [] if job.get("cancel") else [_button(_("Cancel"), CANCEL, job, "danger")]
     return _card(job, text, buttons, "progress" if progress or job.get("cancel") else "started")
 
 
 def final(job: dict, r: Report) -> dict:
     """The card once the trial ended: its one-line summary; the report is in the thread."""
     if (r.get("error") or {}).get("class") == "cancelled":
-        who = f" by <@{job['cancelled_by']}>" if job.get("cancelled_by") else ""
-        icon, line = ":no_entry_sign:", f"*{job['trial']}* cancelled{who}: `{job['words']}`"
+        values = {"trial": job["trial"], "words": job["words"]}
+        icon, line = ":no_entry_sign:", (
+            _("*{trial}* cancelled by <@{user}>: `{words}`", user=job["cancelled_by"], **values)
+            if job.get("cancelled_by") else _("*{trial}* cancelled: `{words}`", **values))
     else:
         icon = ":white_check_mark:" if r["status"] == "ok" else ":x:"
         line = f"{summary.headline(r)}: `{job['words']}`"
@@ -67,9 +75,9 @@ def final(job: dict, r: Report) -> dict:
             line += f"\n:warning: {summary.retry_line(r)}"
         if summary.busy_line(r):
             line += f"\n:warning: {summary.busy_line(r)}"
-    text = f"{icon} {line}\nDetails in the thread."
-    return _card(job, text, [_button("Re-run", RERUN, job),
-                             _button("Add to plan…", ADD_TO_PLAN, job)], "summary")
+    text = f"{icon} {line}\n" + _("Details in the thread.")
+    return _card(job, text, [_button(_("Re-run"), RERUN, job),
+                             _button(_("Add to plan…"), ADD_TO_PLAN, job)], "summary")
 
 
 PLAN_MODAL = "trial_add_to_plan_modal"  # callback_id of the "Add to plan…" modal
@@ -80,10 +88,11 @@ def plan_modal(job: dict, choices: list[tuple[str, str]]) -> dict:
     options = [{"text": {"type": "plain_text", "text": f"{plan} · {kind}"[:75]},
                 "value": f"{plan}|{kind}"} for plan, kind in choices[:100]]
     return {"type": "modal", "callback_id": PLAN_MODAL, "private_metadata": str(job["id"]),
-            "title": {"type": "plain_text", "text": f"Add {job['trial']} to a plan"[:24]},
-            "submit": {"type": "plain_text", "text": "Add"},
-            "close": {"type": "plain_text", "text": "Cancel"},
+            "title": {"type": "plain_text",
+                      "text": _("Add {trial} to a plan", trial=job["trial"])[:24]},
+            "submit": {"type": "plain_text", "text": _("Add")},
+            "close": {"type": "plain_text", "text": _("Cancel")},
             "blocks": [{"type": "input", "block_id": "block",
-                        "label": {"type": "plain_text", "text": "Plan and block"},
+                        "label": {"type": "plain_text", "text": _("Plan and block")},
                         "element": {"type": "static_select", "action_id": "choice",
                                     "options": options}}]}

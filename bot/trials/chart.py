@@ -7,6 +7,10 @@ import io
 
 from worker.units import duration, size
 
+# The chart's labels stay English in every language: no Korean font is installed for
+# matplotlib, which would draw Hangul as empty boxes. The message that carries the
+# chart (bot/trials/views.py chart) is translated.
+
 SERIES = (  # (timeline part, column, label)
     ("allocator", "allocated", "torch allocated (CUDA allocator)"),
     ("allocator", "reserved", "torch reserved (CUDA allocator)"),

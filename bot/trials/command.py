@@ -14,6 +14,7 @@ from bot.trials.job import ENDED
 from bot.words import normalize
 from worker import i18n
 from worker import spec as specs
+from worker.i18n import _
 
 
 def handle(ctx, text: str, user: str, channel: str,
@@ -26,9 +27,13 @@ def handle(ctx, text: str, user: str, channel: str,
         try:  # once, here: every parser and every echo then sees the plain words
             return _handle(ctx, normalize(text), user, channel, request, response_url)
         except DuplicateRequest as exc:
-            trials = ", ".join(f"T{i}" for i in exc.jobs) or "nothing"
-            return reply(f"Already received: this request (Slack retried it, or it came "
-                         f"twice) queued {trials}. Nothing new was queued."), None
+            if not exc.jobs:
+                return reply(_("Already received: this request (Slack retried it, or it came "
+                               "twice) queued nothing. Nothing new was queued.")), None
+            trials = ", ".join(f"T{i}" for i in exc.jobs)
+            return reply(_("Already received: this request (Slack retried it, or it came "
+                           "twice) queued {trials}. Nothing new was queued.",
+                           trials=trials)), None
 
 
 READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")
@@ -48,10 +53,11 @@ def _handle(ctx, text: str, user: str, channel: str,
     except specs.SpecError as exc:
         return views.error(exc), None
     except (tags.TagError, routing.RouteError) as exc:
-        return reply(f":x: {exc.message}\nNothing was queued."), None
+        return reply(_(":x: {message}\nNothing was queued.", message=exc.message)), None
     if (tagged or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
-        return reply(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
-                            f"that runs; `/trial {cmd.name}` takes none. Nothing was queued."), None
+        return reply(_(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
+                       "that runs; `/trial {name}` takes none. Nothing was queued.",
+                       name=cmd.name)), None
     if tagged and "gpu" not in route and not route.get("anywhere"):  # the plan's target
         target = (ctx.store.plan(tagged["plan"]) or {}).get("facts", {}).get("gpu")
         try:  # a target that names no GPU (`gpu=cpu`, a typo) routes nowhere
@@ -65,7 +71,7 @@ def _handle(ctx, text: str, user: str, channel: str,
         # right here is the right to change it.
         refused = ctx.allows("run", user, channel)
         if refused:
-            return reply(f":lock: {refused} Nothing was queued."), None
+            return reply(_(":lock: {refused} Nothing was queued.", refused=refused)), None
     if cmd.name == "help":
         return reply(views.help_text(recipes)), None
     if cmd.name == "list":
@@ -85,25 +91,28 @@ def _handle(ctx, text: str, user: str, channel: str,
     if cmd.name == "status":
         job = ctx.store.job(cmd.job_id)
         if job is None:
-            return reply(f":x: There is no trial T{cmd.job_id}. `/trial list` shows "
-                                "recent ones."), None
+            return reply(_(":x: There is no trial T{id}. `/trial list` shows recent ones.",
+                           id=cmd.job_id)), None
         if ctx.hides(job["channel"], user, channel):
-            return reply(f":lock: T{cmd.job_id} belongs to another channel; ask "
-                                "there (or an admin can ask anywhere)."), None
+            return reply(_(":lock: T{id} belongs to another channel; ask there (or an admin "
+                           "can ask anywhere).", id=cmd.job_id)), None
         return views.status(job, ctx.store.attempts(job["id"])), None
     if cmd.name == "fit":
         return fit(ctx, cmd, user, channel), None
     first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
     if registered and route and not any(routing.matches(w["info"], route) for w in registered):
         have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
-        from_plan = (" (the plan's target GPU; give `gpu=OTHER` to run elsewhere, or "
-                     "`gpu=any` to run on any worker: a trial measured off the target is kept "
-                     "as evidence, not counted in the block's actual)"
-                     if tagged and route.get("gpu") and "gpu=" not in text else "")
-        return reply(f":x: No worker matches `{routing.describe(route)}`{from_plan}. "
-                            f"Workers:\n{have}\nChange the constraint, or start a worker "
-                            "that has it (`trialbot-worker --label KEY=VALUE`). Nothing was "
-                            "queued."), None
+        if tagged and route.get("gpu") and "gpu=" not in text:
+            return reply(_(":x: No worker matches `{route}` (the plan's target GPU; give "
+                           "`gpu=OTHER` to run elsewhere, or `gpu=any` to run on any worker: a "
+                           "trial measured off the target is kept as evidence, not counted in "
+                           "the block's actual). Workers:\n{have}\nChange the constraint, or "
+                           "start a worker that has it (`trialbot-worker --label KEY=VALUE`). "
+                           "Nothing was queued.", route=routing.describe(route), have=have)), None
+        return reply(_(":x: No worker matches `{route}`. Workers:\n{have}\nChange the "
+                       "constraint, or start a worker that has it (`trialbot-worker --label "
+                       "KEY=VALUE`). Nothing was queued.",
+                       route=routing.describe(route), have=have)), None
 
     def runnable(spec) -> bool:
         return any(workers.can_run(w["info"], dict(spec.to_dict(),
@@ -113,24 +122,26 @@ def _handle(ctx, text: str, user: str, channel: str,
         why = registered and s.workload in specs.HF and workers.hf_refusal(
             s.params, s.workload, [w for w in registered if routing.matches(w["info"], route)])
         if why:
-            return reply(f":x: {why} Nothing was queued."), None
+            return reply(_(":x: {why} Nothing was queued.", why=why)), None
     wide = next((s for s in (cmd.specs or (cmd.spec,)) if not s.recipe and not runnable(s)),
                 None)
     if registered and wide:
-        have = "; ".join(f"{w['name']}: {len(w['info'].get('gpus') or [])} GPU(s), "
-                         f"{w['info'].get('cpus', '?')} cores" for w in registered)
-        return reply(f":x: No worker can run `world={wide.params.get('world')}` ranks on "
-                            f"device={wide.params.get('device')}: a rank needs its own GPU (or "
-                            f"CPU core). Workers: {have}. Use a smaller world, or start a worker "
-                            "with enough GPUs. Nothing was queued."), None
+        have = "; ".join(_("{name}: {gpus} GPU(s), {cpus} cores", name=w["name"],
+                           gpus=len(w["info"].get("gpus") or []),
+                           cpus=w["info"].get("cpus", "?")) for w in registered)
+        return reply(_(":x: No worker can run `world={world}` ranks on device={device}: a rank "
+                       "needs its own GPU (or CPU core). Workers: {have}. Use a smaller world, "
+                       "or start a worker with enough GPUs. Nothing was queued.",
+                       world=wide.params.get("world"), device=wide.params.get("device"),
+                       have=have)), None
     if first.recipe and not runnable(first):
-        return reply(f":x: No worker can run recipe `{first.recipe}`: it needs CUDA "
-                            "and every worker with it in its recipe file has no NVIDIA GPU. "
-                            "Start a GPU worker with that recipe file. Nothing was queued."), None
+        return reply(_(":x: No worker can run recipe `{recipe}`: it needs CUDA and every "
+                       "worker with it in its recipe file has no NVIDIA GPU. Start a GPU worker "
+                       "with that recipe file. Nothing was queued.", recipe=first.recipe)), None
     unpostable = ctx.channels.refusal(channel)  # asked last: it may be a call to Slack
     if unpostable:
-        return reply(f":x: {unpostable}; then run the command again. Nothing was "
-                            "queued."), None
+        return reply(_(":x: {refusal}; then run the command again. Nothing was queued.",
+                       refusal=unpostable)), None
     where = {"request": request, "route": route, "response_url": response_url}
     answer, job = _submit(ctx, cmd, text, user, channel, tagged, where)
     notes = (ctx.tag_notes(ctx, tagged, [s.to_dict() for s in cmd.specs or (cmd.spec,)], route)
@@ -163,12 +174,15 @@ def cancel(ctx, job_id: int, user: str) -> str:
     """`/trial cancel T12` and the card's Cancel button: the trial's owner, or an
     admin. Returns what happened; raises ValueError naming why it cannot."""
     job = ctx.store.job(job_id)
-    if job is not None and job["user"] != user and job["status"] in ("queued", "running"):
-        refused = ctx.allows("admin", user, job["channel"], i18n.N_("cancel someone else's trial"))
-        if refused:
-            raise ValueError(f"{job['trial']} was started by <@{job['user']}>; only they or an "
-                             f"admin can cancel it. {refused.rstrip('.')}")
-    return ctx.queue.cancel(job_id, user)
+    with ctx.queue.speaking(job and job["channel"]):  # a click has no command around it
+        if job is not None and job["user"] != user and job["status"] in ("queued", "running"):
+            refused = ctx.allows("admin", user, job["channel"],
+                                 i18n.N_("cancel someone else's trial"))
+            if refused:
+                raise ValueError(_("{trial} was started by <@{user}>; only they or an admin "
+                                   "can cancel it. {refused}", trial=job["trial"],
+                                   user=job["user"], refused=refused.rstrip(".")))
+        return ctx.queue.cancel(job_id, user)
 
 
 def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
@@ -177,17 +191,17 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
     if not jobs:
         return views.sweep_not_found(cmd.sweep_id)
     if ctx.hides(jobs[0]["channel"], user, channel):
-        return reply(f":lock: S{cmd.sweep_id} belongs to another channel; ask there (or "
-                            "an admin can ask anywhere).")
+        return reply(_(":lock: S{id} belongs to another channel; ask there (or an admin "
+                       "can ask anywhere).", id=cmd.sweep_id))
     if any(j["status"] not in ENDED for j in jobs):
         return views.sweep_unfinished(cmd.sweep_id, jobs)
     result = fit_sweep([j["report"] for j in jobs])
     if result.get("kind") == "depth" and not result.get("error"):
         for key, value in cmd.params.items():
             if key != "layers":
-                return reply(f":x: `{key}={value}`: S{cmd.sweep_id} is a depth sweep; "
-                                    f"it answers layers=N (e.g. `/trial fit S{cmd.sweep_id} "
-                                    "layers=32 gpu=H100`).")
+                return reply(_(":x: `{key}={value}`: S{id} is a depth sweep; it answers "
+                               "layers=N (e.g. `/trial fit S{id} layers=32 gpu=H100`).",
+                               key=key, value=value, id=cmd.sweep_id))
     elif not result.get("error"):
         known = {result["variables"]["batch"], *result["variables"]["length"],
                  *result["defaults"]}
@@ -195,9 +209,10 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
             if key not in known:
                 axes = [k for k in (result["variables"]["batch"], *result["variables"]["length"])
                         if k] or ["batch"]
-                return reply(f":x: `{key}={value}`: sweep S{cmd.sweep_id} has no "
-                                    f"parameter `{key}`; ask with {', '.join(axes)} (e.g. "
-                                    f"`/trial fit S{cmd.sweep_id} {axes[0]}=32 gpu=H100`).")
+                return reply(_(":x: `{key}={value}`: sweep S{id} has no parameter `{key}`; "
+                               "ask with {axes} (e.g. `/trial fit S{id} {axis}=32 gpu=H100`).",
+                               key=key, value=value, id=cmd.sweep_id, axes=", ".join(axes),
+                               axis=axes[0]))
     answer = sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
     # A question with a config gets the chart with its prediction (the fit's own
     # chart was posted with the fit). An ephemeral answer holds no file: the chart
@@ -209,9 +224,10 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
         home = channel == jobs[0]["channel"]
         ctx.store.add_messages([dict(drawn, user=user, **({} if home else {"via": "dm"}))])
         ctx.notify()
-        note = (f"The chart ({drawn['file']}) is being uploaded to this channel." if home else
-                f"The chart ({drawn['file']}) comes to you in a direct message, since "
-                f"S{cmd.sweep_id} belongs to another channel.")
+        note = (_("The chart ({file}) is being uploaded to this channel.", file=drawn["file"])
+                if home else
+                _("The chart ({file}) comes to you in a direct message, since S{id} belongs to "
+                  "another channel.", file=drawn["file"], id=cmd.sweep_id))
         answer = dict(answer, text=f"{answer['text']}\n{note}",
                       blocks=[*answer["blocks"][:49], section(note)])
     return answer
@@ -228,30 +244,37 @@ def rerun(ctx, job_id: int, user: str, request: str | None = None,
     `card` names the message clicked on: each click has a trigger_id of its own,
     so a double click is caught by card and user."""
     old = ctx.store.job(job_id)
+    with ctx.queue.speaking(old and old["channel"]):  # the card's channel's language
+        return _rerun(ctx, job_id, old, user, request, response_url, card)
+
+
+def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
+           response_url: str | None, card: str | None) -> dict:
     if old is None:
-        return reply(f":x: There is no trial T{job_id} any more; nothing was queued.")
+        return reply(_(":x: There is no trial T{id} any more; nothing was queued.", id=job_id))
     refused = ctx.allows("run", user, old["channel"])
     if refused:
-        return reply(f":lock: {refused} Nothing was queued.")
+        return reply(_(":lock: {refused} Nothing was queued.", refused=refused))
     try:
         spec = specs.TrialSpec.from_dict(old["spec"])
     except (KeyError, TypeError, ValueError) as exc:
-        return reply(f":x: T{job_id}'s stored spec cannot be read ({exc}); type the "
-                            f"command again: `/trial {old['words']}`. Nothing was queued.")
+        return reply(_(":x: T{id}'s stored spec cannot be read ({error}); type the command "
+                       "again: `/trial {words}`. Nothing was queued.", id=job_id, error=exc,
+                       words=old["words"]))
     registered = ctx.store.workers()
     if registered and not any(workers.can_run(w["info"], old["spec"]) for w in registered):
-        return reply(f":x: No registered worker can run T{job_id} again (its recipe, "
-                            "ranks or route need a worker that is not there). Nothing was "
-                            "queued.")
+        return reply(_(":x: No registered worker can run T{id} again (its recipe, ranks or "
+                       "route need a worker that is not there). Nothing was queued.", id=job_id))
     unpostable = ctx.channels.refusal(old["channel"])
     if unpostable:
-        return reply(f":x: {unpostable}; then click again. Nothing was queued.")
+        return reply(_(":x: {refusal}; then click again. Nothing was queued.",
+                       refusal=unpostable))
     try:
         keys = [(request, None), (card and f"rerun:{card}:{user}", CLICK_SECONDS)]
         job = ctx.queue.submit(spec, old["words"], user, old["channel"], request=keys,
                            route=old["spec"].get("route"), response_url=response_url)
     except DuplicateRequest as exc:
-        return reply(f"Already received: your click on this card queued "
-                            f"T{exc.jobs[0]}; nothing new was queued. To run it once more, "
-                            f"click again after {CLICK_SECONDS} s.")
+        return reply(_("Already received: your click on this card queued T{id}; nothing new "
+                       "was queued. To run it once more, click again after {seconds} s.",
+                       id=exc.jobs[0], seconds=CLICK_SECONDS))
     return views.queued(job, workers.online_for(ctx.store, job["spec"]))

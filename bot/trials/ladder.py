@@ -9,6 +9,7 @@ from bot.blocks import chunks, reply, section, table_text
 from bot.fits import compare, gpus
 from worker import arithmetic, units
 from worker import spec as specs
+from worker.i18n import N_, _, ngettext
 
 STEPS = ("baseline", "precision", "checkpointing", "zero-1")
 ADAM_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per parameter
@@ -21,13 +22,14 @@ MEMORY_NOISE = {"allocator": 0.01, "host": 0.05}
 CHANGES = {"precision": ("precision",), "checkpointing": ("checkpointing",),
            "zero-1": ("zero", "world")}
 CONFIG_KEYS = ("precision", "checkpointing", "zero", "world")
-REFERENCES = {
-    "precision": "NVIDIA AMP: mixed precision up to 3× faster on Tensor Core GPUs",
-    "checkpointing": "full-layer recomputation ≈30% more compute per layer (Megatron Bridge "
-                     "docs); selective recomputation: 70% less activation memory for 2.7% more "
-                     "FLOPs (GPT-3, via HF Accelerate's Megatron-LM guide)",
-    "zero-1": "ZeRO-1 divides optimizer-state memory by the data-parallel degree "
-              "(Adam in mixed precision: 12 bytes/param, 1.5B params → 18 GB → 2.25 GB on 8 ranks)",
+REFERENCES = {  # shown with _(): translated where the table is posted
+    "precision": N_("NVIDIA AMP: mixed precision up to 3× faster on Tensor Core GPUs"),
+    "checkpointing": N_("full-layer recomputation ≈30% more compute per layer (Megatron Bridge "
+                        "docs); selective recomputation: 70% less activation memory for 2.7% "
+                        "more FLOPs (GPT-3, via HF Accelerate's Megatron-LM guide)"),
+    "zero-1": N_("ZeRO-1 divides optimizer-state memory by the data-parallel degree "
+                 "(Adam in mixed precision: 12 bytes/param, 1.5B params → 18 GB → 2.25 GB on 8 "
+                 "ranks)"),
 }
 USAGE = ("/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] [budget=24GB]  |  "
          "/trial ladder hf-train model=NAME layers=2 ...")
@@ -37,8 +39,8 @@ TRAINING = ("llm-train", "hf-train")
 def size(raw: str) -> int:
     value = gpus.parse_size(raw)
     if not value:
-        raise specs.SpecError(f"budget={raw}", f"`budget={raw}` is not a size; write e.g. "
-                              "budget=24GB or budget=80GiB", USAGE)
+        raise specs.SpecError(f"budget={raw}", _("`budget={raw}` is not a size; write e.g. "
+                                                 "budget=24GB or budget=80GiB", raw=raw), USAGE)
     return value
 
 
@@ -46,24 +48,27 @@ def parse(words: list[str]) -> tuple[list[tuple[str, specs.TrialSpec, str]], int
     """`llm-train k=v ... [budget=24GB]` → the ladder's trials, each parsed as a
     single trial would be, and the memory budget in bytes (or None)."""
     if not words or words[0] not in TRAINING:
-        raise specs.SpecError(" ".join(words[:1]) or "ladder", "the ladder runs a training "
-                              "workload: `/trial ladder llm-train ...` or `/trial ladder "
-                              "hf-train model=NAME ...`", USAGE)
+        raise specs.SpecError(" ".join(words[:1]) or "ladder", _(
+            "the ladder runs a training workload: `/trial ladder llm-train ...` or `/trial "
+            "ladder hf-train model=NAME ...`"), USAGE)
     given = dict(w.partition("=")[::2] for w in words[1:] if "=" in w)
     budget = size(given.pop("budget")) if "budget" in given else None
     for fixed in ("checkpointing", "zero"):
         if fixed in given:
-            raise specs.SpecError(f"{fixed}={given[fixed]}", f"`{fixed}=`: the ladder sets it "
-                                  "itself, one step at a time; leave it out", USAGE)
+            raise specs.SpecError(f"{fixed}={given[fixed]}", _(
+                "`{key}=`: the ladder sets it itself, one step at a time; leave it out",
+                key=fixed), USAGE)
     precision = given.pop("precision", "bf16")
     if precision == "fp32":
-        raise specs.SpecError("precision=fp32", "`precision=fp32`: the ladder's first step "
-                              "lowers precision from the fp32 baseline; give bf16 or fp16", USAGE)
+        raise specs.SpecError("precision=fp32", _("`precision=fp32`: the ladder's first step "
+                                                  "lowers precision from the fp32 baseline; "
+                                                  "give bf16 or fp16"), USAGE)
     world = given.pop("world", "2")
     rest = [f"{k}={v}" for k, v in given.items()]
     for w in words[1:]:
         if "=" not in w:
-            raise specs.SpecError(w, f"`{w}`: parameters are written key=value", USAGE)
+            raise specs.SpecError(w, _("`{word}`: parameters are written key=value", word=w),
+                                  USAGE)
     steps = [("baseline", ["precision=fp32", "checkpointing=none", "zero=0", "world=1"]),
              ("precision", [f"precision={precision}", "checkpointing=none", "zero=0", "world=1"]),
              ("checkpointing", [f"precision={precision}", "checkpointing=full", "zero=0",
@@ -83,13 +88,13 @@ def peak(report: dict) -> tuple[int | None, str, int]:
     ranks = (report.get("training") or {}).get("ranks") or []
     allocated = [r["peak_allocated"] for r in ranks if r.get("peak_allocated")]
     if allocated:
-        return max(allocated), "torch allocator peak allocated, largest rank", 0
+        return max(allocated), N_("torch allocator peak allocated, largest rank"), 0
     rss = [r for r in ranks if r.get("host_rss_peak")]
     if rss:
         top = max(rss, key=lambda r: r["host_rss_peak"])
-        return (top["host_rss_peak"], "host max RSS (getrusage), largest rank",
+        return (top["host_rss_peak"], N_("host max RSS (getrusage), largest rank"),
                 top.get("host_rss_start") or 0)
-    return None, "not measured", 0
+    return None, N_("not measured"), 0
 
 
 def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
@@ -100,7 +105,7 @@ def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
         if not r or r["status"] != "ok":
             err = (r or {}).get("error") or {}
             out.append({"step": name, "ok": False,
-                        "why": f"{err.get('class', 'not run')}: "
+                        "why": f"{err['class'] if 'class' in err else _('not run')}: "
                                f"{(err.get('message') or '').strip().splitlines()[-1:] or ''}"})
             continue
         mem, method, runtime = peak(r)
@@ -119,7 +124,7 @@ def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
         row["sd"] = r["latency"].get("stdev")
         for ref, key in ((prev, "prev"), (base, "base")):
             if ref is not None and ref is not r:
-                ref_mem, ref_method, _ = peak(ref)
+                ref_mem, ref_method, _runtime = peak(ref)
                 row[f"dmem_{key}"] = (mem - ref_mem) / ref_mem if (
                     mem and ref_mem and ref_method == method) else None
                 row[f"dtime_{key}"] = row["seconds"] / ref["latency"]["mean"] - 1
@@ -143,19 +148,45 @@ def judge(row: dict) -> dict:
     noise = memory_noise(row["method"])
     d = row.get("dmem_prev")
     saves, grows = d is not None and d < -noise, d is not None and d > noise
-    memory = ("memory not compared (another method)" if d is None else
-              f"{-d:.0%} less memory" if saves else f"{d:.0%} more memory" if grows else
-              f"memory {d:+.1%}, within the {noise:.0%} noise of {row['method']}")
+    memory = (_("memory not compared (another method)") if d is None else
+              _("{share} less memory", share=format(-d, ".0%")) if saves else
+              _("{share} more memory", share=format(d, ".0%")) if grows else
+              _("memory {change}, within the {noise} noise of {method}", change=format(d, "+.1%"),
+                noise=format(noise, ".0%"), method=_(row["method"])))
     t = row.get("time_test")
     verdict = t["verdict"] if t else None
     return {"saves": saves, "grows": grows, "faster": verdict == "faster",
             "slower": verdict == "slower", "memory": memory,
-            "time": f"time {compare.phrase(t)}" if t else "time not compared",
+            "time": _("time {verdict}", verdict=compare.phrase(t)) if t else
+            _("time not compared"),
             "marks": t["marks"] if t else []}
 
 
 def config(row: dict) -> str:
     return " ".join(f"{k}={row['params'][k]}" for k in CONFIG_KEYS if k in row["params"])
+
+
+def joined(items: list[str], both: str) -> str:
+    """`a and b and c`, each pair a message (`both`, from N_) a language words its own way."""
+    out = items[0]
+    for item in items[1:]:
+        out = _(both, first=out, second=item)
+    return out
+
+
+AND, OR = N_("{first} and {second}"), N_("{first} or {second}")
+# A step adopted: why (memory, time or both) and whether it is slower, each a sentence.
+ADOPT = {("memory", False): N_("{step}: adopt for memory — {memory}; {time}; quality "
+                               "held.{marks}"),
+         ("memory", True): N_("{step}: adopt for memory, though slower — {memory}; {time}; "
+                              "quality held.{marks}"),
+         ("time", False): N_("{step}: adopt for time — {memory}; {time}; quality held.{marks}"),
+         ("time", True): N_("{step}: adopt for time, though slower — {memory}; {time}; "
+                            "quality held.{marks}"),
+         ("both", False): N_("{step}: adopt for memory and time — {memory}; {time}; quality "
+                             "held.{marks}"),
+         ("both", True): N_("{step}: adopt for memory and time, though slower — {memory}; "
+                            "{time}; quality held.{marks}")}
 
 
 def recommend(table: list[dict], budget: int | None) -> list[str]:
@@ -166,45 +197,47 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
     lines, adopted = [], []
     current = table[0] if table and table[0]["ok"] else None
     if current is None:
-        return ["The baseline did not run, so no step can be judged; fix it first."]
+        return [_("The baseline did not run, so no step can be judged; fix it first.")]
     if budget is not None and current["memory"] and current["memory"] <= budget:
-        return [f"The baseline already fits the budget ({units.size(current['memory'])} ≤ "
-                f"{units.size(budget)}): adopt nothing for memory's sake.",
-                f"Recommended configuration: {config(current)} (the baseline, "
-                f"{current.get('trial') or 'as measured'})."]
+        return [_("The baseline already fits the budget ({peak} ≤ {budget}): adopt nothing "
+                  "for memory's sake.", peak=units.size(current["memory"]),
+                  budget=units.size(budget)),
+                _("Recommended configuration: {config} (the baseline, {trial}).",
+                  config=config(current), trial=current.get("trial") or _("as measured"))]
     fits = False
     for row in table[1:]:
         if not row["ok"]:
-            lines.append(f"{row['step']}: did not run ({row['why']}); not adopted.")
+            lines.append(_("{step}: did not run ({why}); not adopted.", step=row["step"],
+                           why=row["why"]))
             continue
         if not row.get("quality_ok", False):
-            lines.append(f"{row['step']}: quality broke (loss {row['quality']:+.2%} against "
-                         f"the fp32 baseline, tolerance ±{QUALITY_TOLERANCE:.0%}): not adopted, "
-                         "whatever it saves.")
+            lines.append(_("{step}: quality broke (loss {loss} against the fp32 baseline, "
+                           "tolerance ±{tolerance}): not adopted, whatever it saves.",
+                           step=row["step"], loss=format(row["quality"], "+.2%"),
+                           tolerance=format(QUALITY_TOLERANCE, ".0%")))
             continue
         j = judge(row)
-        marks = f" ({'; '.join(j['marks'])})" if j["marks"] else ""
+        values = {"step": row["step"], "memory": j["memory"], "time": j["time"],
+                  "marks": f" ({'; '.join(j['marks'])})" if j["marks"] else ""}
         if j["saves"] or (j["faster"] and not j["grows"]):
             adopted.append(row["step"])
             current = row
-            why = "for memory" if j["saves"] and not j["faster"] else (
-                "for time" if not j["saves"] else "for memory and time")
-            cost = ", though slower" if j["slower"] else ""
-            lines.append(f"{row['step']}: adopt {why}{cost} — {j['memory']}; {j['time']}; "
-                         f"quality held.{marks}")
+            why = "memory" if j["saves"] and not j["faster"] else (
+                "time" if not j["saves"] else "both")
+            lines.append(_(ADOPT[why, bool(j["slower"])], **values))
         else:
-            lines.append(f"{row['step']}: not adopted: no measurable gain — {j['memory']}; "
-                         f"{j['time']}.{marks}")
+            lines.append(_("{step}: not adopted: no measurable gain — {memory}; {time}.{marks}",
+                           **values))
         if budget is not None and current["memory"] and current["memory"] <= budget:
-            lines.append(f"Fits the budget after {', '.join(adopted)}: "
-                         f"{units.size(current['memory'])} "
-                         f"≤ {units.size(budget)}. Stop here.")
+            lines.append(_("Fits the budget after {steps}: {peak} ≤ {budget}. Stop here.",
+                           steps=", ".join(adopted), peak=units.size(current["memory"]),
+                           budget=units.size(budget)))
             fits = True
             break
     if not fits and budget is not None and current["memory"]:
-        lines.append(f"Nothing fits {units.size(budget)}: the best is "
-                     f"{units.size(current['memory'])} "
-                     f"({units.size(current['memory'] - budget)} over). Redefine the goal:")
+        lines.append(_("Nothing fits {budget}: the best is {peak} ({over} over). Redefine the "
+                       "goal:", budget=units.size(budget), peak=units.size(current["memory"]),
+                       over=units.size(current["memory"] - budget)))
         lines.extend(redefine(current, budget, per_sequence(table)))
     return lines + chain(table, adopted, current)
 
@@ -219,16 +252,26 @@ def chain(table: list[dict], adopted: list[str], current: dict) -> list[str]:
         if row["step"] in adopted or not later or not row["ok"]:
             continue
         change = " ".join(f"{k}={row['params'].get(k, '?')}" for k in CHANGES[row["step"]])
-        out.append(f"{' and '.join(later)} {'was' if len(later) == 1 else 'were'} measured "
-                   f"with {change} anyway ({row['step']} was not adopted; the ladder queues "
-                   "every step at once, each on top of the previous).")
+        out.append(ngettext("{later} was measured with {change} anyway ({step} was not "
+                            "adopted; the ladder queues every step at once, each on top of the "
+                            "previous).",
+                            "{later} were measured with {change} anyway ({step} was not "
+                            "adopted; the ladder queues every step at once, each on top of the "
+                            "previous).", len(later), later=joined(later, AND), change=change,
+                            step=row["step"]))
     kept = [s for s in steps[1:steps.index(current["step"]) + 1] if s not in adopted]
-    carried = (f"; it keeps {' and '.join(kept)}, not adopted on its own, because "
-               f"{current['step']} was measured on top of it — to drop it, run that config "
-               "as a trial" if kept else "")
-    which = "the baseline" if current["step"] == "baseline" else f"the {current['step']} step"
-    out.append(f"Recommended configuration: {config(current)} ({which}, "
-               f"{current.get('trial') or 'as measured'}{carried}).")
+    values = {"config": config(current), "trial": current.get("trial") or _("as measured"),
+              "step": current["step"]}
+    if current["step"] == "baseline":
+        out.append(_("Recommended configuration: {config} (the baseline, {trial}).", **values))
+    elif kept:
+        out.append(_("Recommended configuration: {config} (the {step} step, {trial}; it keeps "
+                     "{kept}, not adopted on its own, because {step} was measured on top of it "
+                     "— to drop it, run that config as a trial).", kept=joined(kept, AND),
+                     **values))
+    else:
+        out.append(_("Recommended configuration: {config} (the {step} step, {trial}).",
+                     **values))
     return out
 
 
@@ -307,56 +350,82 @@ def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
     p, mem, g = row["params"], row["memory"], goal(row, budget, per_seq)
     out = []
     if g["activations"] <= 0:
-        out.append(f"(the measured peak {units.size(mem)} leaves nothing for activations once the "
-                   f"weights', gradients' and states' {units.size(g['fixed'])}"
-                   f"{' and the runtime' if g['runtime'] else ''} are taken out, so no "
-                   "prediction is made from it)")
+        values = {"peak": units.size(mem), "fixed": units.size(g["fixed"])}
+        out.append(_("(the measured peak {peak} leaves nothing for activations once the "
+                     "weights', gradients' and states' {fixed} and the runtime are taken out, "
+                     "so no prediction is made from it)", **values) if g["runtime"] else
+                   _("(the measured peak {peak} leaves nothing for activations once the "
+                     "weights', gradients' and states' {fixed} are taken out, so no prediction "
+                     "is made from it)", **values))
     else:
-        basis = (f"{units.size(g['per_seq'])} of activations per sequence, measured as the "
-                 "checkpointing step's peak less the ZeRO-1 step's (fewer sequences per "
-                 "rank) less the states ZeRO-1 moved off the rank" if g["per_seq"] else
-                 f"the peak {units.size(mem)} less {units.size(g['fixed'])} of weights, "
-                 "gradients and AdamW "
-                 f"states ({g['bytes_per_param']:g} B/param)"
-                 + (f" and {units.size(g['runtime'])} of runtime (host RSS before the model)"
-                    if g["runtime"] else "")
-                 + f" leaves {units.size(g['activations'])} taken as activations")
-        options = [f"{k}={g[k]} (now {p[k]})" for k in ("batch", "seq") if g[k]]
-        out.append(f"{' or '.join(options)} predicted to fit: {basis}, linear in batch·seq"
-                   if options else
-                   f"no smaller batch or sequence fits: {units.size(mem - budget)} over is "
-                   "more than "
-                   f"the rank's {units.size(g['activations'])} of activations ({basis})")
-        out.append(f"layers={g['layers']} (now {p['layers']}) predicted to fit: each layer "
-                   f"holds {units.size(g['per_layer'])} of weights, gradients and states; "
-                   "activations "
-                   "kept as measured" if g["layers"] else
-                   f"fewer layers alone cannot fit: all {p['layers']} layers' weights, "
-                   "gradients and states are "
-                   f"{units.size(g['per_layer'] * p['layers'])}, and it is "
-                   f"{units.size(mem - budget)} over (their activations taken as kept)")
+        sizes = {"peak": units.size(mem), "fixed": units.size(g["fixed"]),
+                 "per_param": f"{g['bytes_per_param']:g}",
+                 "activations": units.size(g["activations"])}
+        basis = (_("{per_seq} of activations per sequence, measured as the checkpointing "
+                   "step's peak less the ZeRO-1 step's (fewer sequences per rank) less the "
+                   "states ZeRO-1 moved off the rank", per_seq=units.size(g["per_seq"]))
+                 if g["per_seq"] else
+                 _("the peak {peak} less {fixed} of weights, gradients and AdamW states "
+                   "({per_param} B/param) and {runtime} of runtime (host RSS before the model) "
+                   "leaves {activations} taken as activations",
+                   runtime=units.size(g["runtime"]), **sizes) if g["runtime"] else
+                 _("the peak {peak} less {fixed} of weights, gradients and AdamW states "
+                   "({per_param} B/param) leaves {activations} taken as activations", **sizes))
+        options = [_("{key}={value} (now {now})", key=k, value=g[k], now=p[k])
+                   for k in ("batch", "seq") if g[k]]
+        out.append(_("{options} predicted to fit: {basis}, linear in batch·seq",
+                     options=joined(options, OR), basis=basis) if options else
+                   _("no smaller batch or sequence fits: {over} over is more than the rank's "
+                     "{activations} of activations ({basis})", over=units.size(mem - budget),
+                     activations=units.size(g["activations"]), basis=basis))
+        out.append(_("layers={layers} (now {now}) predicted to fit: each layer holds "
+                     "{per_layer} of weights, gradients and states; activations kept as "
+                     "measured", layers=g["layers"], now=p["layers"],
+                     per_layer=units.size(g["per_layer"])) if g["layers"] else
+                   _("fewer layers alone cannot fit: all {layers} layers' weights, gradients "
+                     "and states are {total}, and it is {over} over (their activations taken "
+                     "as kept)", layers=p["layers"],
+                     total=units.size(g["per_layer"] * p["layers"]),
+                     over=units.size(mem - budget)))
+    out.append(bigger_gpu(g, mem, "host" in row["method"]))
+    return [f"  – {x}" for x in out] + ["  " + _("(predictions, not measurements: run the "
+                                                 "ladder again with the change to confirm)")]
+
+
+def bigger_gpu(g: dict, mem: int, host: bool) -> str:
+    """The smallest GPU of the datasheet table that holds `mem` (and does bf16 when
+    the run is bf16); a host-memory peak is said to be one."""
     gpu = g["gpu"]
-    out.append((f"a bigger GPU: the smallest in the datasheet table above {units.size(mem)} "
-                f"that does bf16 (V100 and T4 do not) is {gpu.name} ({gpu.datasheet_gb:g} GB)"
-                if g["bf16"] else
-                f"a bigger GPU: the smallest in the datasheet table above {units.size(mem)} is "
-                f"{gpu.name} ({gpu.datasheet_gb:g} GB)")
-               + (" — measured as host memory on a CPU worker; a GPU's peak differs, so "
-                  "run the ladder on a GPU worker before renting" if "host" in row["method"]
-                  else "")
-               if gpu else f"no GPU in the datasheet table holds {units.size(mem)} on one card")
-    return [f"  – {x}" for x in out] + ["  (predictions, not measurements: run the ladder "
-                                        "again with the change to confirm)"]
+    if not gpu:
+        return _("no GPU in the datasheet table holds {peak} on one card", peak=units.size(mem))
+    values = {"peak": units.size(mem), "gpu": gpu.name, "gb": f"{gpu.datasheet_gb:g}"}
+    if g["bf16"] and host:
+        return _("a bigger GPU: the smallest in the datasheet table above {peak} that does "
+                 "bf16 (V100 and T4 do not) is {gpu} ({gb} GB) — measured as host memory on a "
+                 "CPU worker; a GPU's peak differs, so run the ladder on a GPU worker before "
+                 "renting", **values)
+    if g["bf16"]:
+        return _("a bigger GPU: the smallest in the datasheet table above {peak} that does "
+                 "bf16 (V100 and T4 do not) is {gpu} ({gb} GB)", **values)
+    if host:
+        return _("a bigger GPU: the smallest in the datasheet table above {peak} is {gpu} "
+                 "({gb} GB) — measured as host memory on a CPU worker; a GPU's peak differs, "
+                 "so run the ladder on a GPU worker before renting", **values)
+    return _("a bigger GPU: the smallest in the datasheet table above {peak} is {gpu} "
+             "({gb} GB)", **values)
 
 
 # the posted table -------------------------------------------------------------
 
 def queued(jobs: list[dict], budget: int | None) -> dict:
     steps = "\n".join(f"• {j['trial']} {name}: `{j['words']}`" for j, name in zip(jobs, STEPS))
-    goal = f" against a budget of {units.size(budget)}" if budget else ""
-    return reply(f"Queued ladder *L{jobs[0]['id']}*{goal}: each step on top of the previous, "
-                 f"judged by the loss after the same steps from the same seed.\n{steps}\n"
-                 "The table is posted in this channel when the last step ends.")
+    head = (_("Queued ladder *L{id}* against a budget of {budget}: each step on top of the "
+              "previous, judged by the loss after the same steps from the same seed.",
+              id=jobs[0]["id"], budget=units.size(budget)) if budget else
+            _("Queued ladder *L{id}*: each step on top of the previous, judged by the loss "
+              "after the same steps from the same seed.", id=jobs[0]["id"]))
+    return reply(f"{head}\n{steps}\n"
+                 + _("The table is posted in this channel when the last step ends."))
 
 
 def _pct(x: float | None) -> str:
@@ -365,15 +434,17 @@ def _pct(x: float | None) -> str:
 
 def message(jobs: list[dict], reports: list[dict | None], budget: int | None) -> dict:
     table = rows(list(STEPS), reports)
-    head = ["step", "trial", "peak mem", "step time ±sd", "Δmem prev/base", "Δtime prev/base",
-            "loss Δ vs fp32"]
+    head = [_("step"), _("trial"), _("peak mem"), _("step time ±sd"), _("Δmem prev/base"),
+            _("Δtime prev/base"), _("loss Δ vs fp32")]
     cells = [head]
     for row in table:
         if not row["ok"]:
             cells.append([row["step"], "", row["why"][:60], "", "", "", ""])
             continue
-        quality = ("—" if "quality" not in row else
-                   f"{row['quality']:+.3%}" + (" ok" if row["quality_ok"] else " BROKE"))
+        change = f"{row['quality']:+.3%}" if "quality" in row else None
+        quality = ("—" if change is None else
+                   _("{change} ok", change=change) if row["quality_ok"] else
+                   _("{change} BROKE", change=change))
         cells.append([row["step"], row.get("trial") or "",
                       units.size(row["memory"]),
                       units.duration(row["seconds"])
@@ -385,33 +456,39 @@ def message(jobs: list[dict], reports: list[dict | None], budget: int | None) ->
     ok = {r["step"]: r for r in table if r["ok"]}
     notes = []
     if "baseline" in ok:
-        notes.append(f"Memory: {ok['baseline']['method']}; quality: loss after "
-                     f"{ok['baseline']['steps']} steps from the same seed, tolerance "
-                     f"±{QUALITY_TOLERANCE:.0%} of the fp32 baseline.")
+        notes.append(_("Memory: {method}; quality: loss after {steps} steps from the same "
+                       "seed, tolerance ±{tolerance} of the fp32 baseline.",
+                       method=_(ok["baseline"]["method"]), steps=ok["baseline"]["steps"],
+                       tolerance=f"{QUALITY_TOLERANCE:.0%}"))
     if "precision" in ok and ok["precision"].get("time_test"):
-        notes.append(f"Precision: time {compare.phrase(ok['precision']['time_test'])} "
-                     f"(reference: {REFERENCES['precision']}).")
+        notes.append(_("Precision: time {verdict} (reference: {reference}).",
+                       verdict=compare.phrase(ok["precision"]["time_test"]),
+                       reference=_(REFERENCES["precision"])))
     if "checkpointing" in ok and ok["checkpointing"].get("time_test"):
         c = ok["checkpointing"]
-        notes.append(f"Checkpointing: memory {_pct(c.get('dmem_prev'))}, time "
-                     f"{compare.phrase(c['time_test'])} (recomputation adds work, so a "
-                     "faster step is noise unless the interval says otherwise; reference: "
-                     f"{REFERENCES['checkpointing']}).")
+        notes.append(_("Checkpointing: memory {change}, time {verdict} (recomputation adds "
+                       "work, so a faster step is noise unless the interval says otherwise; "
+                       "reference: {reference}).", change=_pct(c.get("dmem_prev")),
+                       verdict=compare.phrase(c["time_test"]),
+                       reference=_(REFERENCES["checkpointing"])))
     if "zero-1" in ok:
         z = ok["zero-1"]
-        per = ", ".join(f"rank {r} {b / 2**20:.2f} MiB" for r, b in z["zero"])
-        worst = max(abs(b - z["zero_theory"]) / z["zero_theory"] for _, b in z["zero"])
-        notes.append(f"ZeRO-1 over {z['world']} ranks: optimizer states measured {per}; theory "
-                     f"{z['zero_theory'] / 2**20:.2f} MiB per rank (AdamW's two fp32 moments, 8 "
-                     f"bytes/param, ÷ {z['world']}; autocast keeps the weights fp32, so there "
-                     "is no separate master copy — the reference's 12 bytes/param counts "
-                     f"one), worst rank {worst:.2%} off. Each rank also holds "
-                     f"only batch/{z['world']} sequences of activations, so its peak falls by "
-                     "more than the states alone. (Reference: "
-                     f"{REFERENCES['zero-1']}.)")
+        per = ", ".join(_("rank {rank} {size} MiB", rank=r, size=format(b / 2**20, ".2f"))
+                        for r, b in z["zero"])
+        worst = max(abs(b - z["zero_theory"]) / z["zero_theory"] for _rank, b in z["zero"])
+        notes.append(_("ZeRO-1 over {world} ranks: optimizer states measured {per}; theory "
+                       "{theory} MiB per rank (AdamW's two fp32 moments, 8 bytes/param, ÷ "
+                       "{world}; autocast keeps the weights fp32, so there is no separate "
+                       "master copy — the reference's 12 bytes/param counts one), worst rank "
+                       "{worst} off. Each rank also holds only batch/{world} sequences of "
+                       "activations, so its peak falls by more than the states alone. "
+                       "(Reference: {reference}.)", world=z["world"], per=per,
+                       theory=format(z["zero_theory"] / 2**20, ".2f"), worst=format(worst, ".2%"),
+                       reference=_(REFERENCES["zero-1"])))
     advice = recommend(table, budget)
-    text = (f"*Ladder L{jobs[0]['id']}* ({jobs[0]['trial']}–{jobs[-1]['trial']})\n```{grid}```\n"
-            + "\n".join(notes) + "\n*Recommendation*:\n"
+    text = (_("*Ladder L{id}* ({first}–{last})", id=jobs[0]["id"], first=jobs[0]["trial"],
+              last=jobs[-1]["trial"]) + f"\n```{grid}```\n"
+            + "\n".join(notes) + "\n" + _("*Recommendation*:") + "\n"
             + "\n".join(a if a.startswith(" ") else f"• {a}" for a in advice))
     return {"channel": jobs[0]["channel"], "kind": "ladder", "text": text,
             "blocks": [section(part) for part in chunks(text)]}

@@ -10,6 +10,7 @@ from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
 from bot.trials import ab, card, ladder, views
 from bot.trials.job import ENDED
+from worker.i18n import _
 from worker.report import Report
 
 
@@ -35,8 +36,9 @@ def group_messages(store, job: dict, report: Report) -> list[dict]:
                 return [ab.message(jobs, reports)]
             return [ladder.message(jobs, reports, job.get("budget"))]
         except Exception as exc:  # noqa: BLE001 - the trial's report matters more
-            return [message(jobs[0]["channel"], f":x: Ladder L{job['ladder']} ended, but its "
-                                                f"table failed: {exc!r}")]
+            return [message(jobs[0]["channel"], _(":x: Ladder L{id} ended, but its table "
+                                                  "failed: {error}", id=job["ladder"],
+                                                  error=repr(exc)))]
     if not job.get("sweep"):
         return []
     jobs = store.sweep_jobs(job["sweep"])

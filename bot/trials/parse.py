@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from bot.fits import gpus
 from bot.trials import ab, ladder
 from worker import spec as specs
+from worker.i18n import _
 
 USAGE = specs.general_usage()
 SWEEP_USAGE = ("/trial sweep llm-infer batch=1,2,4,8 prompt=512  |  "
@@ -42,7 +43,8 @@ def split(text: str) -> list[str]:
     try:
         return shlex.split(text or "")
     except ValueError as exc:  # an unclosed quote
-        raise specs.SpecError(text, f"could not read `{text}`: {exc}", USAGE) from None
+        raise specs.SpecError(text, _("could not read `{text}`: {error}", text=text, error=exc),
+                              USAGE) from None
 
 
 def parse_trial(text: str, recipes: dict | None = None) -> Command:
@@ -56,33 +58,34 @@ def parse_trial(text: str, recipes: dict | None = None) -> Command:
     head, rest = words[0], words[1:]
     if head == "status":
         if len(rest) != 1:
-            raise specs.SpecError(" ".join(words), "`/trial status` takes one trial id, "
-                                  "e.g. `/trial status T12`", USAGE)
+            raise specs.SpecError(" ".join(words), _("`/trial status` takes one trial id, "
+                                                     "e.g. `/trial status T12`"), USAGE)
         return Command("status", job_id=parse_trial_id(rest[0]))
     if head == "cancel":
         if len(rest) != 1:
-            raise specs.SpecError(" ".join(words), "`/trial cancel` takes one trial id, "
-                                  "e.g. `/trial cancel T12`", USAGE)
+            raise specs.SpecError(" ".join(words), _("`/trial cancel` takes one trial id, "
+                                                     "e.g. `/trial cancel T12`"), USAGE)
         return Command("cancel", job_id=parse_trial_id(rest[0]))
     if head == "workers":
         if rest:
-            raise specs.SpecError(rest[0], f"`{rest[0]}`: `/trial workers` takes no arguments",
-                                  USAGE)
+            raise specs.SpecError(rest[0], _("`{word}`: `/trial workers` takes no arguments",
+                                             word=rest[0]), USAGE)
         return Command("workers")
     if head == "list":
         if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
-            raise specs.SpecError(" ".join(rest), f"`{' '.join(rest)}`: `/trial list` takes "
-                                  f"one of {', '.join(LIST_FILTERS)} or nothing", USAGE)
+            raise specs.SpecError(" ".join(rest), _("`{words}`: `/trial list` takes one of "
+                                                    "{filters} or nothing", words=" ".join(rest),
+                                                    filters=", ".join(LIST_FILTERS)), USAGE)
         return Command("list", which=rest[0] if rest else None)
     if head == "sweep":
         return parse_sweep(rest, recipes)
     if head == "ab":
-        pair, lines, _ = ab.parse(rest)
+        pair, lines, _key = ab.parse(rest)
         return Command("ab", specs=tuple(pair), words=tuple(lines))
     if head == "ladder":
         steps, budget = ladder.parse(rest)
-        return Command("ladder", specs=tuple(s for _, s, _ in steps),
-                       words=tuple(w for _, _, w in steps), budget=budget)
+        return Command("ladder", specs=tuple(s for _name, s, _words in steps),
+                       words=tuple(w for _name, _spec, w in steps), budget=budget)
     if head == "fit":
         return parse_fit(rest)
     return Command("run", spec=specs.parse(words, recipes))
@@ -92,8 +95,9 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
     """`llm-infer batch=1,2,4 prompt=512` → one spec per config of the cartesian
     product of the comma lists, each parsed exactly as a single trial."""
     if not words or (words[0] == "recipe" and len(words) < 2):
-        raise specs.SpecError(" ".join(words), "Name what to sweep, e.g. "
-                              "`/trial sweep llm-infer batch=1,2,4 prompt=512`", SWEEP_USAGE)
+        raise specs.SpecError(" ".join(words), _("Name what to sweep, e.g. "
+                                                 "`/trial sweep llm-infer batch=1,2,4 "
+                                                 "prompt=512`"), SWEEP_USAGE)
     if words[0].lower() in (*specs.WORKLOADS, "recipe"):
         words = [words[0].lower(), *words[1:]]
     n_head = 2 if words[0] == "recipe" else 1
@@ -110,63 +114,75 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
             continue  # a single value: the single-trial parse below judges it
         param = workload.param(key)
         if param is None:
-            raise specs.SpecError(word, f"`{word}`: {workload.name} has no parameter `{key}`; "
-                                  f"it takes {', '.join(p.name for p in workload.params)}", usage)
-        if param.kind != "int":
-            raise specs.SpecError(word, f"`{word}`: only whole-number parameters take a list "
-                                  f"in a sweep; {key} is a {param.kind}", usage)
-        if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
-            allowed = ("batch, prompt, gen or layers" if not workload.recipe else
-                       "batch and one length-like parameter")
-            raise specs.SpecError(word, f"`{word}`: a sweep varies {allowed} — the fits "
-                                  f"model batch, length and depth only; give {key} one value",
+            raise specs.SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it "
+                                          "takes {names}", word=word, workload=workload.name,
+                                          key=key,
+                                          names=", ".join(p.name for p in workload.params)),
                                   usage)
+        if param.kind != "int":
+            raise specs.SpecError(word, _("`{word}`: only whole-number parameters take a list "
+                                          "in a sweep; {key} is a {kind}", word=word, key=key,
+                                          kind=param.kind), usage)
+        if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
+            message = (_("`{word}`: a sweep varies batch, prompt, gen or layers — the fits "
+                         "model batch, length and depth only; give {key} one value",
+                         word=word, key=key) if not workload.recipe else
+                       _("`{word}`: a sweep varies batch and one length-like parameter — the "
+                         "fits model batch, length and depth only; give {key} one value",
+                         word=word, key=key))
+            raise specs.SpecError(word, message, usage)
         if key in lists:
-            raise specs.SpecError(word, f"`{word}`: {key} is given twice", usage)
+            raise specs.SpecError(word, _("`{word}`: {key} is given twice", word=word, key=key),
+                                  usage)
         values = []
         for item in raw.split(","):
             if not item:
-                raise specs.SpecError(word, f"`{word}`: an empty item in the list; write "
-                                      f"values separated by commas, e.g. {key}=1,2,4", usage)
+                raise specs.SpecError(word, _("`{word}`: an empty item in the list; write "
+                                              "values separated by commas, e.g. {key}=1,2,4",
+                                              word=word, key=key), usage)
             try:
                 value = param.parse(item, usage)
             except specs.SpecError as exc:
-                raise specs.SpecError(word, f"`{word}`: in the list, {exc.message}",
-                                      usage) from None
+                raise specs.SpecError(word, _("`{word}`: in the list, {error}", word=word,
+                                              error=exc.message), usage) from None
             if value in values:
-                raise specs.SpecError(word, f"`{word}`: {value} is listed twice; give each "
-                                      "value once", usage)
+                raise specs.SpecError(word, _("`{word}`: {value} is listed twice; give each "
+                                              "value once", word=word, value=value), usage)
             values.append(value)
         lists[key] = values
     if not lists:
-        raise specs.SpecError(" ".join(words), "a sweep needs at least 2 configs: give a "
-                              "parameter a comma list, e.g. `batch=1,2,4`", usage)
+        raise specs.SpecError(" ".join(words), _("a sweep needs at least 2 configs: give a "
+                                                 "parameter a comma list, e.g. `batch=1,2,4`"),
+                              usage)
     depth = "layers" in lists and not workload.recipe
     if depth and workload.name not in ("llm-infer", "hf-infer"):
-        raise specs.SpecError(" ".join(words), f"`layers=` as a list is a depth sweep, which "
-                              f"llm-infer and hf-infer run (its fit is of inference memory and "
-                              f"time); give {workload.name} one layers value", usage)
+        raise specs.SpecError(" ".join(words), _("`layers=` as a list is a depth sweep, which "
+                                                 "llm-infer and hf-infer run (its fit is of "
+                                                 "inference memory and time); give {workload} "
+                                                 "one layers value", workload=workload.name),
+                              usage)
     if depth and 0 in lists["layers"]:
-        raise specs.SpecError(" ".join(words), "`layers=0` (the config's full depth) in a depth "
-                              "sweep: give every depth as a number of layers, e.g. "
-                              "layers=1,2,4", usage)
+        raise specs.SpecError(" ".join(words), _("`layers=0` (the config's full depth) in a "
+                                                 "depth sweep: give every depth as a number of "
+                                                 "layers, e.g. layers=1,2,4"), usage)
     if depth and len(lists) > 1:
-        raise specs.SpecError(" ".join(f"{k}=..." for k in lists), "a depth sweep varies "
-                              "layers alone (the fit is fixed + per-layer × layers); give "
-                              f"{', '.join(k for k in lists if k != 'layers')} one value, or "
-                              "run a separate batch sweep", usage)
+        raise specs.SpecError(" ".join(f"{k}=..." for k in lists), _(
+            "a depth sweep varies layers alone (the fit is fixed + per-layer × layers); give "
+            "{keys} one value, or run a separate batch sweep",
+            keys=", ".join(k for k in lists if k != "layers")), usage)
     others = [k for k in lists if k != "batch"]
     if workload.recipe and len(others) > 1:
-        raise specs.SpecError(" ".join(f"{k}=..." for k in others), f"a recipe sweep varies "
-                              f"`batch` and at most one other (length-like) parameter; this "
-                              f"one lists {', '.join(others)}", usage)
+        raise specs.SpecError(" ".join(f"{k}=..." for k in others), _(
+            "a recipe sweep varies `batch` and at most one other (length-like) parameter; this "
+            "one lists {keys}", keys=", ".join(others)), usage)
     count = 1
     for values in lists.values():
         count *= len(values)
     if count > MAX_SWEEP:
         sizes = " × ".join(f"{len(v)} {k}" for k, v in lists.items())
-        raise specs.SpecError(" ".join(words), f"{sizes} = {count} trials; a sweep runs at "
-                              f"most {MAX_SWEEP}: shorten a list", usage)
+        raise specs.SpecError(" ".join(words), _("{sizes} = {count} trials; a sweep runs at "
+                                                 "most {most}: shorten a list", sizes=sizes,
+                                                 count=count, most=MAX_SWEEP), usage)
     configs, all_words = [], []
     for combo in itertools.product(*lists.values()):
         chosen = dict(zip(lists, combo))
@@ -195,18 +211,19 @@ def canonical(words: list[str], spec: specs.TrialSpec) -> str:
 def parse_fit(words: list[str]) -> Command:
     """`S12 batch=32 prompt=2048 gpu=H100`: a question to a finished sweep."""
     if not words:
-        raise specs.SpecError("fit", "`/trial fit` takes a sweep id, e.g. "
-                              "`/trial fit S12 batch=32 gpu=H100`", FIT_USAGE)
+        raise specs.SpecError("fit", _("`/trial fit` takes a sweep id, e.g. "
+                                       "`/trial fit S12 batch=32 gpu=H100`"), FIT_USAGE)
     sweep_id = parse_sweep_id(words[0])
     params: dict[str, int] = {}
     gpu = None
     for word in words[1:]:
         key, eq, raw = word.partition("=")
         if not eq or not key or not raw:
-            raise specs.SpecError(word, f"`{word}`: write key=value, e.g. batch=32 or gpu=H100",
-                                  FIT_USAGE)
+            raise specs.SpecError(word, _("`{word}`: write key=value, e.g. batch=32 or "
+                                          "gpu=H100", word=word), FIT_USAGE)
         if key in params or (key == "gpu" and gpu is not None):
-            raise specs.SpecError(word, f"`{word}`: {key} is given twice", FIT_USAGE)
+            raise specs.SpecError(word, _("`{word}`: {key} is given twice", word=word, key=key),
+                                  FIT_USAGE)
         if key == "gpu":
             try:
                 gpu = gpus.lookup(raw)
@@ -214,8 +231,9 @@ def parse_fit(words: list[str]) -> Command:
                 raise specs.SpecError(word, f"`{word}`: {exc}", FIT_USAGE) from None
             continue
         if not re.fullmatch(r"\d{1,9}", raw) or int(raw) < 1:
-            raise specs.SpecError(word, f"`{word}`: {key} must be a whole number ≥ 1 (a fit "
-                                  "answers one config at a time)", FIT_USAGE)
+            raise specs.SpecError(word, _("`{word}`: {key} must be a whole number ≥ 1 (a fit "
+                                          "answers one config at a time)", word=word, key=key),
+                                  FIT_USAGE)
         params[key] = int(raw)
     return Command("fit", sweep_id=sweep_id, params=params, gpu=gpu)
 
@@ -223,14 +241,15 @@ def parse_fit(words: list[str]) -> Command:
 def parse_sweep_id(word: str) -> int:
     m = re.fullmatch(r"[Ss]?(\d{1,12})", word)
     if not m:
-        raise specs.SpecError(word, f"`{word}` is not a sweep id; sweep ids look like S12 "
-                              "(the reply to `/trial sweep` names it)", FIT_USAGE)
+        raise specs.SpecError(word, _("`{word}` is not a sweep id; sweep ids look like S12 "
+                                      "(the reply to `/trial sweep` names it)", word=word),
+                              FIT_USAGE)
     return int(m.group(1))
 
 
 def parse_trial_id(word: str) -> int:
     m = re.fullmatch(r"[Tt]?(\d{1,12})", word)
     if not m:
-        raise specs.SpecError(word, f"`{word}` is not a trial id; trial ids look like T12",
-                              USAGE)
+        raise specs.SpecError(word, _("`{word}` is not a trial id; trial ids look like T12",
+                                      word=word), USAGE)
     return int(m.group(1))

@@ -15,6 +15,7 @@ from bot.blocks import message
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
 from worker import report as reports
+from worker.i18n import _
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
 MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)
@@ -142,11 +143,12 @@ class JobQueue:
                 self._fail_expired(job)
 
     def _fail_slurm(self, req: dict) -> None:
-        why = (f"lease expired {req['attempts']} times: the Slurm workers asked "
-               f"({req['worker']} last) stopped answering")
-        text = (f":x: Slurm accounting for *{req['plan']}* {req['block']} (jobs "
-                f"{', '.join(req['jobs'])}): {why}. Nothing was recorded (asked by "
-                f"<@{req['user']}>); ask again when a Slurm worker runs.")
+        why = _("lease expired {n} times: the Slurm workers asked ({worker} last) stopped "
+                "answering", n=req["attempts"], worker=req["worker"])
+        text = _(":x: Slurm accounting for *{plan}* {block} (jobs {jobs}): {why}. Nothing was "
+                 "recorded (asked by <@{user}>); ask again when a Slurm worker runs.",
+                 plan=req["plan"], block=req["block"], jobs=", ".join(req["jobs"]), why=why,
+                 user=req["user"])
         if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
                                           [dict(message(req["channel"], text),
                                                 user=req["user"])],
@@ -156,13 +158,15 @@ class JobQueue:
     def _fail_expired(self, job: dict) -> None:
         report = reports.new_report(job["workload"], job["spec"]["params"])
         if job["cancel"]:  # cancelled, then its worker went silent: never run again
-            reports.fail(report, "cancelled", f"cancelled by <@{job['cancelled_by']}>; "
-                         f"{job['worker']} stopped heartbeating before it could kill it",
+            reports.fail(report, "cancelled", _("cancelled by <@{user}>; {worker} stopped "
+                                                "heartbeating before it could kill it",
+                                                user=job["cancelled_by"], worker=job["worker"]),
                          None)
         else:
-            reports.fail(report, "killed", f"lease expired {job['attempts']} times: the "
-                         f"workers running it ({job['worker']} last) stopped heartbeating — "
-                         "died, were killed, or lost the network mid-trial; not retried",
+            reports.fail(report, "killed", _("lease expired {n} times: the workers running "
+                                             "it ({worker} last) stopped heartbeating — died, "
+                                             "were killed, or lost the network mid-trial; not "
+                                             "retried", n=job["attempts"], worker=job["worker"]),
                          None)
         report["trial"], report["worker"] = job["trial"], job["worker"]
         with self.sweep_lock:
@@ -199,32 +203,36 @@ class JobQueue:
 
     def _cancel(self, job_id: int, job: dict | None, user: str) -> str:
         if job is None:
-            raise ValueError(f"there is no trial T{job_id}; `/trial list` shows recent ones")
+            raise ValueError(_("there is no trial T{id}; `/trial list` shows recent ones",
+                               id=job_id))
         if job["status"] not in ("queued", "running"):
-            raise ValueError(f"{job['trial']} already ended ({job['status']}); nothing to cancel")
+            raise ValueError(_("{trial} already ended ({status}); nothing to cancel",
+                               trial=job["trial"], status=views.status_word(job["status"])))
         if job["cancel"]:
-            return f"{job['trial']} is already being cancelled"
+            return _("{trial} is already being cancelled", trial=job["trial"])
         if job["status"] == "queued":
-            said = f"cancelled by <@{user}> before it started"
+            said = _("cancelled by <@{user}> before it started", user=user)
             report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
                                   "cancelled", said, None)
             report["trial"] = job["trial"]
-            note = message(job["channel"], f":no_entry_sign: *{job['trial']}* "
-                                        f"{said}: `{job['words']}`")
+            note = message(job["channel"], _(":no_entry_sign: *{trial}* cancelled by <@{user}> "
+                                             "before it started: `{words}`", trial=job["trial"],
+                                             user=user, words=job["words"]))
             with self.sweep_lock:  # the last of a sweep or ladder to end posts its message
                 group = outcome.group_messages(self.store, job, report)
                 cancelled = self.store.cancel_queued(job_id, user, report, [note] + group)
             if cancelled:
                 self.on_message()
-                return f"{job['trial']} was queued and is cancelled; it will not run"
+                return _("{trial} was queued and is cancelled; it will not run",
+                         trial=job["trial"])
             return self.cancel(job_id, user)  # a worker leased it meanwhile: ask it
         edit = card.started(dict(job, cancel=1), job["worker"], job.get("progress"))
         edit = dict(edit, update_of=job["started_msg"]) if job["started_msg"] else None
         if not self.store.request_cancel(job_id, user, edit):
             return self.cancel(job_id, user)  # it ended meanwhile: say so
         self.on_message()
-        return (f"{job['trial']} is running on {job['worker']}: the worker kills it at its next "
-                "heartbeat and the report will say cancelled")
+        return _("{trial} is running on {worker}: the worker kills it at its next heartbeat "
+                 "and the report will say cancelled", trial=job["trial"], worker=job["worker"])
 
     def finish(self, job_id: int, worker: str, lease: str, report: dict,
                key: str | None = None) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from bot.fits import gpus
+from worker.i18n import _
 
 KEYS = ("gpu=", "min_mem=", "label=")
 LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")
@@ -27,29 +28,30 @@ def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
         if not w.startswith(KEYS):
             rest.append(w)
             continue
-        key, _, value = w.partition("=")
+        key, _eq, value = w.partition("=")
         if key in route and key != "label":
-            raise RouteError(f"`{w}`: {key}= is given twice; give one")
+            raise RouteError(_("`{word}`: {key}= is given twice; give one", word=w, key=key))
         if key == "gpu" and (value.lower() == "any" or "anywhere" in route):
             if "gpu" in route or "anywhere" in route:  # gpu=any with gpu=H100, or twice
-                raise RouteError(f"`{w}`: gpu= is given twice; give one")
+                raise RouteError(_("`{word}`: {key}= is given twice; give one", word=w,
+                                   key="gpu"))
             route["anywhere"] = True  # no GPU asked for: a plan's target is not applied
         elif key == "gpu" and value.lower() in ("", "cpu", "none"):
-            raise RouteError(f"`{w}`: gpu= names a GPU kind (e.g. gpu=H100); `gpu=any` runs "
-                             "on any worker, CPU-only ones too")
+            raise RouteError(_("`{word}`: gpu= names a GPU kind (e.g. gpu=H100); `gpu=any` "
+                               "runs on any worker, CPU-only ones too", word=w))
         elif key == "gpu":
             route["gpu"] = gpu_name(value, workers)
         elif key == "min_mem":
             size = gpus.parse_size(value)
             if not size:
-                raise RouteError(f"`{w}`: min_mem is a size, e.g. `min_mem=80GB` or "
-                                 "`min_mem=40GiB`")
+                raise RouteError(_("`{word}`: min_mem is a size, e.g. `min_mem=80GB` or "
+                                   "`min_mem=40GiB`", word=w))
             route["min_mem"] = size
         else:
             k, eq, v = value.partition("=")
             if not (eq and LABEL.fullmatch(k) and LABEL.fullmatch(v)):
-                raise RouteError(f"`{w}`: a label is written `label=KEY=VALUE`, e.g. "
-                                 "`label=team=nlp` (letters, digits, `_.-`)")
+                raise RouteError(_("`{word}`: a label is written `label=KEY=VALUE`, e.g. "
+                                   "`label=team=nlp` (letters, digits, `_.-`)", word=w))
             route.setdefault("labels", {})[k] = v
     return rest, route
 
@@ -96,10 +98,13 @@ def worker_line(w: dict) -> str:
     names, memory = info.get("gpus") or [], info.get("gpu_memory") or []
     hw = (", ".join(f"{n} ({m / 2**30:.0f} GiB)" if m else n
                     for n, m in zip(names, memory or [None] * len(names)))
-          or f"no GPU, {info.get('cpus', '?')} CPU cores")
+          or _("no GPU, {cpus} CPU cores", cpus=info.get("cpus", "?")))
     labels = " ".join(f"{k}={v}" for k, v in sorted((info.get("labels") or {}).items()))
-    return (f"{w['name']}: {info.get('device') or ('cuda' if names else 'cpu')}, {hw}"
-            + (f", labels {labels}" if labels else ""))
+    device = info.get("device") or ("cuda" if names else "cpu")
+    if labels:
+        return _("{name}: {device}, {hardware}, labels {labels}", name=w["name"],
+                 device=device, hardware=hw, labels=labels)
+    return f"{w['name']}: {device}, {hw}"
 
 
 def _gpus(w: dict) -> list[str]:

@@ -7,90 +7,117 @@ from bot.fits import depth, depthview
 from bot.trials.job import ENDED
 from worker import spec as specs
 from worker import summary
+from worker.i18n import N_, _
 from worker.report import Report
 from worker.units import duration
 
+# A job's status as shown; the stored word stays English (`/trial list running` takes it).
+STATUS = {"queued": N_("queued"), "running": N_("running"), "done": N_("done"),
+          "failed": N_("failed"), "cancelled": N_("cancelled")}
+
+
+def status_word(status: str) -> str:
+    return _(STATUS[status]) if status in STATUS else status
+
 
 def error(exc: specs.SpecError) -> dict:
-    return reply(f":x: {exc.message}\nUsage: `{exc.usage}` (`/trial help` lists every "
-                 "parameter)\nNothing was queued.")
+    return reply(_(":x: {message}\nUsage: `{usage}` (`/trial help` lists every parameter)\n"
+                   "Nothing was queued.", message=exc.message, usage=exc.usage))
 
 
 def help_text(recipes: dict | None = None) -> str:
-    lines = ["*`/trial`* runs a measured trial on a worker and posts the report here.",
-             f"Usage: `{specs.general_usage()}`",
-             "*Sweeps*: `/trial sweep llm-infer batch=1,2,4,8 prompt=512` (or `/trial sweep "
-             "recipe NAME batch=1,2,4`) runs one trial per config (comma lists on whole-number "
-             "parameters, at most 16) and posts a scaling fit of peak memory and time; "
-             "`/trial fit S12 batch=32 prompt=2048 gpu=H100` predicts a config and the largest "
-             "batch that fits a GPU.",
-             "*A model you cannot run yet*: `/trial llm-infer preset=llama-3-8b layers=2 "
-             "batch=8 prompt=4096 gen=256 dtype=bf16` runs 2 of its 32 layers; the report "
-             "predicts the full depth's peak, which GPUs hold it (margin, largest batch) and a "
-             "decode-time model estimate per GPU. `/trial sweep llm-infer preset=llama-3-8b "
-             "layers=1,2,4 ...` measures the per-layer part instead of assuming it.",
-             "*A Hugging Face model's own code*: `/trial hf-infer model=mistral-7b layers=2 "
-             "dtype=bf16` builds it with transformers from its config (random weights, nothing "
-             "downloaded) and predicts the full depth the same way; `model=` also takes a "
-             "config in a worker's `--models` directory. `hf-train` trains it, and `/trial "
-             "ladder hf-train model=NAME ...` climbs the ladder.",
-             "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
-             "[budget=24GB]` runs the baseline, then lower precision, then activation "
-             "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
-             "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16 "
-             "[rounds=3]` runs A, B, A, B, A, B and compares time (a verdict only beyond the "
-             "noise), memory and quality (logits, or the loss).",
-             "*Where*: add `gpu=H100`, `min_mem=80GB` or `label=team=nlp` to run only on a "
-             "worker that has it (`/trial workers` lists what each has).",
-             "*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
-             "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
-             "since, idle hours this week). The trial's message is edited in place as it runs "
-             "and carries Cancel, Re-run and Add to plan… buttons.", ""]
+    lines = [_("*`/trial`* runs a measured trial on a worker and posts the report here."),
+             _("Usage: `{usage}`", usage=specs.general_usage()),
+             _("*Sweeps*: `/trial sweep llm-infer batch=1,2,4,8 prompt=512` (or `/trial sweep "
+               "recipe NAME batch=1,2,4`) runs one trial per config (comma lists on whole-number "
+               "parameters, at most 16) and posts a scaling fit of peak memory and time; "
+               "`/trial fit S12 batch=32 prompt=2048 gpu=H100` predicts a config and the largest "
+               "batch that fits a GPU."),
+             _("*A model you cannot run yet*: `/trial llm-infer preset=llama-3-8b layers=2 "
+               "batch=8 prompt=4096 gen=256 dtype=bf16` runs 2 of its 32 layers; the report "
+               "predicts the full depth's peak, which GPUs hold it (margin, largest batch) and a "
+               "decode-time model estimate per GPU. `/trial sweep llm-infer preset=llama-3-8b "
+               "layers=1,2,4 ...` measures the per-layer part instead of assuming it."),
+             _("*A Hugging Face model's own code*: `/trial hf-infer model=mistral-7b layers=2 "
+               "dtype=bf16` builds it with transformers from its config (random weights, nothing "
+               "downloaded) and predicts the full depth the same way; `model=` also takes a "
+               "config in a worker's `--models` directory. `hf-train` trains it, and `/trial "
+               "ladder hf-train model=NAME ...` climbs the ladder."),
+             _("*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
+               "[budget=24GB]` runs the baseline, then lower precision, then activation "
+               "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
+               "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16 "
+               "[rounds=3]` runs A, B, A, B, A, B and compares time (a verdict only beyond the "
+               "noise), memory and quality (logits, or the loss)."),
+             _("*Where*: add `gpu=H100`, `min_mem=80GB` or `label=team=nlp` to run only on a "
+               "worker that has it (`/trial workers` lists what each has)."),
+             _("*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
+               "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
+               "since, idle hours this week). The trial's message is edited in place as it runs "
+               "and carries Cancel, Re-run and Add to plan… buttons."), ""]
     for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
-        lines.append(f"*{'recipe ' if w.recipe else ''}{w.name}*: {w.summary_text()}"
-                     + (" (needs CUDA)" if w.requires == "cuda" else ""))
+        name = f"recipe {w.name}" if w.recipe else w.name  # `recipe` is the command's word
+        summary = w.summary_text()
+        lines.append(_("*{name}*: {summary} (needs CUDA)", name=name, summary=summary)
+                     if w.requires == "cuda" else f"*{name}*: {summary}")
         lines += [f"• `{p.name}={p.default}` {p.help_text()} ({p.allowed()})"
                   for p in w.params]
     if not recipes:
-        lines.append("_No recipes: a worker started with `--recipes FILE` adds its own._")
-    lines.append("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`")
+        lines.append(_("_No recipes: a worker started with `--recipes FILE` adds its own._"))
+    lines.append(_("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`"))
     return "\n".join(lines)
 
 
 def queued(job: dict, workers: list[str]) -> dict:
+    values = {"trial": job["trial"], "words": job["words"]}
     if workers:
-        where = f"next free worker ({len(workers)} online: {', '.join(workers)})"
+        text = _("Queued as *{trial}* on next free worker ({n} online: {names}): `{words}`",
+                 n=len(workers), names=", ".join(workers), **values)
+    elif job["spec"].get("recipe"):
+        text = _("Queued as *{trial}* on next free worker that can run it — none is online now; "
+                 "start one with `trialbot-worker --server URL --token TOKEN` `--recipes FILE` "
+                 "(with an NVIDIA GPU if the recipe needs CUDA): `{words}`", **values)
     else:
-        where = ("next free worker that can run it — none is online now; start one with "
-                 "`trialbot-worker --server URL --token TOKEN`"
-                 + (" `--recipes FILE` (with an NVIDIA GPU if the recipe needs CUDA)"
-                    if job["spec"].get("recipe") else ""))
-    actual = (f"\nIt counts as an actual of plan *{job['plan']}*, {job['block']} block "
-              f"(`/plan {job['plan']} review`)." if job.get("plan") else "")
-    return reply(f"Queued as *{job['trial']}* on {where}: `{job['words']}`\n"
-                 f"The report will be posted in this channel. `/trial status {job['trial']}`"
-                 + actual)
+        text = _("Queued as *{trial}* on next free worker that can run it — none is online now; "
+                 "start one with `trialbot-worker --server URL --token TOKEN`: `{words}`",
+                 **values)
+    text += "\n" + _("The report will be posted in this channel. `/trial status {trial}`",
+                     trial=job["trial"])
+    if job.get("plan"):
+        text += "\n" + _("It counts as an actual of plan *{plan}*, {block} block "
+                         "(`/plan {plan} review`).", plan=job["plan"], block=job["block"])
+    return reply(text)
 
 
 def status(job: dict, attempts: list[dict] | None = None) -> dict:
-    lines = [f"*{job['trial']}* `{job['words']}` — *{job['status']}*"
-             + (f" on {job['worker']}" if job.get("worker") else "")]
+    values = {"trial": job["trial"], "words": job["words"], "status": status_word(job["status"])}
+    lines = [_("*{trial}* `{words}` — *{status}* on {worker}", worker=job["worker"], **values)
+             if job.get("worker") else _("*{trial}* `{words}` — *{status}*", **values)]
     for a in attempts or []:
         what = a["error_class"] or a["status"]
-        lines.append(f"• try {a['n']} on {a['worker']}: {what}, {duration(a['seconds'])}"
+        lines.append(_("• try {n} on {worker}: {what}, {seconds}", n=a["n"], worker=a["worker"],
+                       what=what, seconds=duration(a["seconds"]))
                      + (f" — {a['message'].strip().splitlines()[-1]}"
                         if a["error_class"] and a["message"].strip() else "")
-                     + (f"; then {a['next']}" if a["next"] else ""))
+                     + (_("; then {next}", next=a["next"]) if a["next"] else ""))
     if job.get("report"):
         lines.append(summary.text(job["report"]))
     return reply("\n".join(lines))
 
 
+# `/trial list`'s filters (parse.LIST_FILTERS): each answer a sentence of its own.
+NONE_LISTED = {None: N_("No trials yet. Try `/trial llm-infer` or `/trial help`."),
+               "mine": N_("No mine trials in this channel."),
+               "running": N_("No running trials in this channel."),
+               "failed": N_("No failed trials in this channel.")}
+LISTED = {None: N_("Recent trials:"), "mine": N_("Recent mine trials:"),
+          "running": N_("Recent running trials:"), "failed": N_("Recent failed trials:")}
+
+
 def job_list(jobs: list[dict], which: str | None = None) -> dict:
     if not jobs:
-        return reply(f"No {which} trials in this channel." if which else
-                     "No trials yet. Try `/trial llm-infer` or `/trial help`.")
-    lines = [f"Recent {which + ' ' if which else ''}trials:"]
+        return reply(_(NONE_LISTED[which]))
+    lines = [_(LISTED[which])]
     for j in jobs:
         r = j.get("report")
         headline = ""
@@ -98,8 +125,10 @@ def job_list(jobs: list[dict], which: str | None = None) -> dict:
             headline = f" · p90 {duration(r['latency']['p90'])}"
         elif r and r.get("error"):
             headline = f" · {r['error']['class']}"
-        where = f" on {j['worker']}" if j.get("worker") else ""
-        lines.append(f"• *{j['trial']}* {j['status']}{where} `{j['words']}`{headline}")
+        values = {"trial": j["trial"], "status": status_word(j["status"]), "words": j["words"]}
+        line = (_("• *{trial}* {status} on {worker} `{words}`", worker=j["worker"], **values)
+                if j.get("worker") else _("• *{trial}* {status} `{words}`", **values))
+        lines.append(line + headline)
     return reply("\n".join(lines))
 
 
@@ -115,7 +144,8 @@ def chart(job: dict, r: Report) -> dict:
     """The memory timeline PNG, uploaded into the trial's thread (drawn at send time
     from the stored report, so the outbox row holds no image)."""
     return {"channel": job["channel"], "kind": "chart", "thread_of": job.get("started_msg"),
-            "text": f"{job['trial']} memory over time: sampled series, phases shaded",
+            "text": _("{trial} memory over time: sampled series, phases shaded",
+                      trial=job["trial"]),
             "file": f"{job['trial']}-memory.png"}
 
 
@@ -131,7 +161,8 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     if r["status"] == "failed":
         err = r["error"]
         tail = "\n".join(err["message"].strip().splitlines()[-6:])
-        blocks.append(section(f"*{err['class']}* in phase `{err.get('phase')}`:\n```{tail}```"))
+        blocks.append(section(_("*{error}* in phase `{phase}`:\n```{tail}```",
+                                error=err["class"], phase=err.get("phase"), tail=tail)))
     fields = [f"*{label[0].upper()}{label[1:]}*\n{value}" for label, value in summary.facts(r)]
     blocks.append({"type": "section",
                    "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]})
@@ -145,33 +176,38 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
 
 def sweep_queued(jobs: list[dict], workers: list[str]) -> dict:
     first, last = jobs[0], jobs[-1]
+    values = {"id": first["sweep"], "first": first["trial"], "last": last["trial"],
+              "n": len(jobs), "configs": ", ".join(f"`{j['words']}`" for j in jobs)}
     if workers:
-        where = f"next free workers ({len(workers)} online: {', '.join(workers)})"
+        text = _("Queued sweep *S{id}*: {first}–{last} ({n} trials) on next free workers "
+                 "({online} online: {names}): {configs}", online=len(workers),
+                 names=", ".join(workers), **values)
     else:
-        where = ("the next free worker that can run them — none is online now; start one with "
-                 "`trialbot-worker --server URL --token TOKEN`")
-    configs = ", ".join(f"`{j['words']}`" for j in jobs)
+        text = _("Queued sweep *S{id}*: {first}–{last} ({n} trials) on the next free worker "
+                 "that can run them — none is online now; start one with `trialbot-worker "
+                 "--server URL --token TOKEN`: {configs}", **values)
     # What this sweep's fit answers: a depth sweep takes layers=N, and refuses batch=.
     if depth.is_depth_sweep([j["spec"] for j in jobs]):
-        then = (f"the depth fit is posted too. Then `/trial fit S{first['sweep']} layers=N "
-                "gpu=H100` predicts a depth's memory and time and whether it fits a GPU.")
+        then = _("Each report is posted here; when the last one ends, the depth fit is posted "
+                 "too. Then `/trial fit S{id} layers=N gpu=H100` predicts a depth's memory and "
+                 "time and whether it fits a GPU.", id=first["sweep"])
     else:
-        then = (f"the scaling fit is posted too. Then `/trial fit S{first['sweep']} batch=N "
-                "gpu=H100` predicts a config and the largest batch for a GPU.")
-    return reply(f"Queued sweep *S{first['sweep']}*: {first['trial']}–{last['trial']} "
-                 f"({len(jobs)} trials) on {where}: {configs}\n"
-                 f"Each report is posted here; when the last one ends, {then}")
+        then = _("Each report is posted here; when the last one ends, the scaling fit is posted "
+                 "too. Then `/trial fit S{id} batch=N gpu=H100` predicts a config and the "
+                 "largest batch for a GPU.", id=first["sweep"])
+    return reply(f"{text}\n{then}")
 
 
 def sweep_not_found(sweep: int) -> dict:
-    return reply(f":x: There is no sweep S{sweep}. A sweep's id is in the reply to "
-                 "`/trial sweep` (S and its first trial's number); `/trial list` shows recent "
-                 "trials. Nothing was queued.")
+    return reply(_(":x: There is no sweep S{id}. A sweep's id is in the reply to `/trial "
+                   "sweep` (S and its first trial's number); `/trial list` shows recent "
+                   "trials. Nothing was queued.", id=sweep))
 
 
 def sweep_unfinished(sweep: int, jobs: list[dict]) -> dict:
     waiting = [j for j in jobs if j["status"] not in ENDED]
-    names = ", ".join(f"{j['trial']} ({j['status']})" for j in waiting)
-    return reply(f":x: Sweep S{sweep} is not finished: {len(waiting)} of {len(jobs)} trials "
-                 f"still to end: {names}. Its fit is posted here when the last one ends; ask "
-                 f"again then (`/trial status {waiting[-1]['trial']}`).")
+    names = ", ".join(f"{j['trial']} ({status_word(j['status'])})" for j in waiting)
+    return reply(_(":x: Sweep S{id} is not finished: {left} of {n} trials still to end: "
+                   "{names}. Its fit is posted here when the last one ends; ask again then "
+                   "(`/trial status {last}`).", id=sweep, left=len(waiting), n=len(jobs),
+                   names=names, last=waiting[-1]["trial"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from worker.i18n import N_, _
 from worker.units import duration
 
 
@@ -14,35 +15,46 @@ def week_start(now: float) -> str:
     return (day - dt.timedelta(days=day.weekday())).isoformat()
 
 
-def _since(t: float | None, now: float) -> str:
+# Each state with and without its "since" (a worker that never ran has none).
+STATES = {"offline": (N_("offline"), N_("offline since {stamp} ({ago} ago)")),
+          "busy": (N_("busy with *T{job}*"), N_("busy with *T{job}* since {stamp} ({ago} ago)")),
+          "idle": (N_("idle"), N_("idle since {stamp} ({ago} ago)"))}
+
+
+def _state(kind: str, t: float | None, now: float, **values) -> str:
+    bare, since = STATES[kind]
     if not t:
-        return ""
+        return _(bare, **values)
     stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%a %H:%M UTC")
-    return f" since {stamp} ({duration(max(0.0, now - t))} ago)"
+    return _(since, stamp=stamp, ago=duration(max(0.0, now - t)), **values)
 
 
 def state(w: dict, now: float, online_seconds: float) -> str:
     if now - (w["last_seen"] or 0) > online_seconds:
-        return "offline" + _since(w["last_seen"], now)
+        return _state("offline", w["last_seen"], now)
     if w["job"]:
-        return f"busy with *T{w['job']}*" + _since(w["job_started"], now)
-    return "idle" + _since(max(w["last_finished"] or 0, w["registered"] or 0), now)
+        return _state("busy", w["job_started"], now, job=w["job"])
+    return _state("idle", max(w["last_finished"] or 0, w["registered"] or 0), now)
 
 
 def text(workers: list[dict], now: float, online_seconds: float) -> str:
     if not workers:
-        return ("No worker has registered yet. Start one on a GPU box with "
-                "`trialbot-worker --server URL --token TOKEN`.")
-    lines = [f"Workers (idle hours: measured by each worker, ready with nothing to run, "
-             f"since Monday {week_start(now)} UTC):"]
+        return _("No worker has registered yet. Start one on a GPU box with "
+                 "`trialbot-worker --server URL --token TOKEN`.")
+    lines = [_("Workers (idle hours: measured by each worker, ready with nothing to run, "
+               "since Monday {day} UTC):", day=week_start(now))]
     for w in workers:
         gpus = w["info"].get("gpus") or []
         kind = (f"{len(gpus)}× {gpus[0]}" if gpus and len(set(gpus)) == 1 else
-                ", ".join(gpus) if gpus else f"no GPU ({w['info'].get('cpus', '?')} CPU cores)")
+                ", ".join(gpus) if gpus else
+                _("no GPU ({cpus} CPU cores)", cpus=w["info"].get("cpus", "?")))
         labels = " ".join(f"`{k}={v}`" for k, v in sorted((w["info"].get("labels") or {}).items()))
-        lines.append(f"• *{w['name']}* — {kind}{' — ' + labels if labels else ''} — "
-                     f"{state(w, now, online_seconds)} — idle {w['idle_seconds'] / 3600:.1f} h "
-                     "this week" + hf_text(w["info"].get("hf") or {}))
+        values = {"name": w["name"], "kind": kind, "state": state(w, now, online_seconds),
+                  "hours": f"{w['idle_seconds'] / 3600:.1f}"}
+        line = (_("• *{name}* — {kind} — {labels} — {state} — idle {hours} h this week",
+                  labels=labels, **values) if labels else
+                _("• *{name}* — {kind} — {state} — idle {hours} h this week", **values))
+        lines.append(line + hf_text(w["info"].get("hf") or {}))
     return "\n".join(lines)
 
 
@@ -51,9 +63,10 @@ def hf_text(hf: dict) -> str:
     if not hf.get("transformers"):
         return ""
     extra = [f"flash-attn {hf['flash_attn']}"] if hf.get("flash_attn") else []
-    extra += ["hub configs"] if hf.get("hub") else []
+    extra += [_("hub configs")] if hf.get("hub") else []
     names = [n for n, m in (hf.get("models") or {}).items() if not m.get("error")]
     bad = [n for n, m in (hf.get("models") or {}).items() if m.get("error")]
     return (f" — transformers {hf['transformers']}{''.join(', ' + e for e in extra)}"
-            + (f"; models {', '.join(f'`{n}`' for n in names)}" if names else "")
-            + (f"; cannot build {', '.join(f'`{n}`' for n in bad)}" if bad else ""))
+            + (_("; models {names}", names=", ".join(f"`{n}`" for n in names)) if names else "")
+            + (_("; cannot build {names}", names=", ".join(f"`{n}`" for n in bad)) if bad
+               else ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bot.trials import routing
 from worker import models, presets
 from worker import spec as specs
+from worker.i18n import _
 from worker.spec import Workload
 
 ONLINE_SECONDS = 90  # a worker seen within this is "online"
@@ -32,43 +33,51 @@ def hf_lacks(info: dict, params: dict) -> str | None:
     it registered of transformers, flash-attn, its configs and the hub."""
     hf = info.get("hf") or {}
     if not hf.get("transformers"):
-        return "has no transformers (`pip install 'trialbot[hf]'` on the worker)"
+        return _("has no transformers (`pip install 'trialbot[hf]'` on the worker)")
     if params.get("attn") == "flash_attention_2":
         if not hf.get("flash_attn"):
-            return "has no flash-attn (attn=flash_attention_2)"
+            return _("has no flash-attn (attn=flash_attention_2)")
         if info.get("device") != "cuda":
-            return "has no CUDA GPU (attn=flash_attention_2 runs on CUDA only)"
+            return _("has no CUDA GPU (attn=flash_attention_2 runs on CUDA only)")
     model = params.get("model", "none")
     if presets.get(model):
         return None
     known = (hf.get("models") or {}).get(model)
     if known and known.get("error"):
-        return f"cannot build `model={model}`: {known['error']}"
+        return _("cannot build `model={model}`: {error}", model=model, error=known["error"])
     if known:
         depth = known.get("layers")
         if depth and params.get("layers", 0) > depth:
-            return f"has `model={model}` with {depth} layers (layers={params['layers']} asked)"
+            return _("has `model={model}` with {depth} layers (layers={layers} asked)",
+                     model=model, depth=depth, layers=params["layers"])
         return None
     if models.is_hub_id(model):
-        return None if hf.get("hub") else f"may not fetch `model={model}` from the hub (--hub)"
-    return f"has no config named `model={model}` (--models DIR)"
+        return None if hf.get("hub") else _("may not fetch `model={model}` from the hub (--hub)",
+                                            model=model)
+    return _("has no config named `model={model}` (--models DIR)", model=model)
 
 
 def hf_refusal(params: dict, workload: str, registered: list[dict]) -> str | None:
     """Why no registered worker can run this hf-* trial, in words that say how
     to fix it; None when one can."""
     reasons = [(w["name"], hf_lacks(w["info"], params)) for w in registered]
-    if any(why is None for _, why in reasons):
+    if any(why is None for _name, why in reasons):
         return None
     names = sorted({n for w in registered for n, m in ((w["info"].get("hf") or {})
                                                         .get("models") or {}).items()
                      if not m.get("error")})
-    listed = "; ".join(f"{name} {why}" for name, why in reasons)
-    return (f"No worker can run this {workload} trial: {listed}. Models any worker can build: "
-            f"the presets ({presets.known()})"
-            + (f" and {', '.join(names)}" if names else "")
-            + ". Name one of those, or give a worker the config (`trialbot-worker --models DIR`),"
-              " the hub (`--hub`) or the package it lacks.")
+    # "{worker} {why}": each why is what the worker has or lacks
+    listed = "; ".join(_("{worker} {why}", worker=name, why=why) for name, why in reasons)
+    values = {"workload": workload, "listed": listed, "presets": presets.known()}
+    if names:
+        return _("No worker can run this {workload} trial: {listed}. Models any worker can "
+                 "build: the presets ({presets}) and {names}. Name one of those, or give a "
+                 "worker the config (`trialbot-worker --models DIR`), the hub (`--hub`) or the "
+                 "package it lacks.", names=", ".join(names), **values)
+    return _("No worker can run this {workload} trial: {listed}. Models any worker can build: "
+             "the presets ({presets}). Name one of those, or give a worker the config "
+             "(`trialbot-worker --models DIR`), the hub (`--hub`) or the package it lacks.",
+             **values)
 
 
 def fits_ranks(info: dict, params: dict) -> bool:

@@ -34,6 +34,17 @@ LEVEL = 0.95
 NO_DIFFERENCE = N_("no measurable difference")  # shown as _(NO_DIFFERENCE)
 
 
+def _busy(contention: dict) -> str:
+    """The busy warning's first clause, "busy machine: others used 61% of the CPU in
+    the run phase", from the note's values (the channel's language) where the
+    report has them, else cut from the English summary (older reports)."""
+    values = (contention.get("summary_note") or {}).get("values") or {}
+    if "others" in values and "phase" in values:
+        return _("busy machine: other processes used {others} of the CPU during the {phase} "
+                 "phase", others=values["others"], phase=values["phase"])
+    return (contention.get("summary") or _("busy machine")).split(" (")[0].split(": these")[0]
+
+
 def _unstable(r: dict) -> str | None:
     st = r.get("stability") or {}
     if st.get("stable") is False:
@@ -77,9 +88,7 @@ def trial_time(r: dict) -> dict:
             out.update(sd=quiet[0].get("sd"), count=int(quiet[0]["count"]))
         return out
     if contention and contention.get("flagged"):
-        # the summary's first clause: "busy machine: others used 61% of the CPU ..."
-        said = (contention.get("summary") or _("busy machine")).split(" (")[0].split(": these")[0]
-        out["excluded"], out["why"] = f"{name}: {said}", "busy"
+        out["excluded"], out["why"] = f"{name}: {_busy(contention)}", "busy"
         return out
     if contention is None:
         out["notes"].append(_("{name}: contention not measured", name=name))

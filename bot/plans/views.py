@@ -137,7 +137,7 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
         if busy.get("flagged"):
             out.append(_("{trial} ran on a busy machine — {summary}. This block carries that "
                          "slowdown: re-run it (the Re-run button on its card) and re-add the "
-                         "block with the new trial", trial=name, summary=busy["summary"]))
+                         "block with the new trial", trial=name, summary=summary.busy_line(r)))
         changed = {k: v for k, v in (r.get("requested") or {}).items()
                    if r["params"].get(k) != v}
         if changed:

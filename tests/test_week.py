@@ -2,7 +2,8 @@
 #19): look-alike characters, case and units, plans corrected and their history,
 prices by confirmation date, a tagged trial run off the target and off the lock,
 figures that agree between show, review, export and the digest, and the same
-plan read in Korean. One console process, two small trials."""
+plan read in Korean (`/plan settings lang=ko`). One console process, two small
+trials."""
 from __future__ import annotations
 
 import json
@@ -99,6 +100,22 @@ def test_a_users_week(tmp_path):
     assert "CPU cores" in out and "? CPU cores" not in out
     assert "*T1*" in section(out, "/trial status", "") or "T1 llm-infer ok" in out
     assert "set scope=한국어 범위: 128K 문맥" in out  # Korean in values, unchanged
+
+    # The same plan read in Korean: the same figures, ids and commands, no English prose.
+    ko = section(out, "이 채널의 언어: 한국어 (`ko`)", "This channel's language: English")
+    ko_show = section(ko, "*계획 adkv*(", "*계획 adkv*: 추정치 대 실측치")
+    assert re.search(rf"^compare\s+20×1\s+{re.escape(compare)}\s", ko_show, re.M)
+    assert re.search(rf"^합계\s+{re.escape(total)}\s", ko_show, re.M)
+    assert "비용 기준: H100-80GB rent $2.49 GPU-시간당 (P1, 출처: https://example.com/q" in ko_show
+    assert "T2 (compare): 완료 — 대상 외" in ko_show
+    assert "*남은 체크리스트 항목*" in ko_show and "*경고*" in ko_show
+    assert f"*baseline*: 추정치 {baseline}, 실측치 1.50 GPU-h" in ko
+    assert "따로 보관됨, T2: 대상 외" in ko
+    assert "`batch=0`: batch은(는) 1부터 4096까지여야 합니다" in ko
+    assert "아무것도 대기열에 추가하지 않았습니다." in ko
+    for english in ("ran on", "Open checklist items", "Warnings", "estimate against actual",
+                    "kept apart", "Nothing was", "must be from", "GPU-hours = measured"):
+        assert english not in ko, english
 
 
 def section(out: str, start: str, end: str) -> str:

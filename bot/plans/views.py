@@ -9,6 +9,7 @@ from bot import figures
 from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import calibration, changes, estimate, kept_apart, parse, prices
+from bot.trials.views import status_word
 from worker import i18n, summary
 from worker.i18n import _, pgettext
 from worker.spec import LIVE_TIME_NOTE
@@ -308,7 +309,7 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
     target GPU and the lock: one that fails either is kept apart."""
     out = []
     for j in jobs:
-        line = f"• {j['trial']} ({j['block']}): {j['status']}"
+        line = f"• {j['trial']} ({j['block']}): {status_word(j['status'])}"
         why = kept_apart.why(plan, j)
         if why:
             why = why.replace("not comparable", "NOT COMPARABLE", 1)

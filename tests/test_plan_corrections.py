@@ -4,6 +4,7 @@ and deleted, actuals with their running total, prices by confirmation date,
 the history of every change, and tagged trials kept apart when they ran off
 the target GPU or off the lock."""
 import datetime as dt
+import re
 
 import pytest
 
@@ -220,3 +221,19 @@ def test_a_trial_off_the_lock_is_warned_of_when_queued_and_kept_out_of_the_actua
     row = service.review_rows(ctx, ctx.store.plan("repro"),
                               service.estimates(ctx, ctx.store.plan("repro")))[0]
     assert row["sources"] == [same["trial"]]
+
+
+def test_an_actual_a_thousand_times_its_estimate_is_refused_until_confirmed(ctx):
+    plan_with_block(ctx)
+    shown = say(ctx, "repro show")
+    estimate = float(re.search(r"^baseline\s+\S+\s+(\S+)\s", shown, re.M).group(1))
+    big = f"{estimate * 5000:.4g}"
+    out = say(ctx, f"repro actual baseline hours={big}")
+    assert ":x:" in out and "× the baseline block's estimate" in out
+    assert f"`/plan repro actual baseline hours={big} confirm`" in out
+    assert not ctx.store.actuals("repro")
+    assert "Recorded for *repro* baseline" in say(ctx, f"repro actual baseline hours={big} "
+                                                       "confirm")
+    assert [a["hours"] for a in ctx.store.actuals("repro")] == [float(big)]
+    small = f"{estimate * 50:.4g}"  # far off, but plausible: recorded as given
+    assert "Recorded" in say(ctx, f"repro actual baseline hours={small}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from bot import figures
 from bot.context import HiddenPlan, PlanUnreachable
 from bot.plans import advice, calibration, changes, estimate, export, parse, review, service, views
 from bot.plans.parse import PlanError
@@ -284,6 +285,8 @@ def _actual(ctx, cmd, user, channel, today):
                               "trial is a trial, not a recorded actual)", plan=cmd.plan,
                               kind=kind))
         return changes.actuals_deleted(plan, kind, gone, _actuals_now(ctx, plan, kind))
+    if not cmd.args.get("confirm"):
+        _plausible(ctx, plan, kind, cmd.args["hours"])
     try:
         replaced = ctx.store.add_actual(
             {"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
@@ -295,6 +298,25 @@ def _actual(ctx, cmd, user, channel, today):
     return changes.actual_recorded(plan, kind, cmd.args["hours"],
                                    replaced if cmd.args.get("correct") else None,
                                    _actuals_now(ctx, plan, kind))
+
+
+IMPLAUSIBLE = 1000  # an actual this many times its estimate is asked to be confirmed
+
+
+def _plausible(ctx, plan: dict, kind: str, hours: float) -> None:
+    """A figure a thousand times the block's estimate is more likely a slip (minutes
+    typed as hours, a digit too many) than a run: it is refused until confirmed."""
+    try:
+        est = next(e for b, e, _t in service.estimates(ctx, plan) if b["kind"] == kind)
+    except (StopIteration, PlanError, estimate.EstimateError):
+        return  # no estimate to compare with: nothing to judge it by
+    if est["hours"] > 0 and hours > IMPLAUSIBLE * float(est["hours"]):
+        raise PlanError(_("hours={hours} is {times}× the {kind} block's estimate of {estimate} "
+                          "GPU-h; check the digits and the unit (GPU-hours, not minutes), or "
+                          "add `confirm` if it really took that long: `/plan {plan} actual "
+                          "{kind} hours={hours} confirm`", hours=f"{hours:g}",
+                          times=f"{hours / float(est['hours']):,.0f}", kind=kind,
+                          estimate=figures.gpu_hours(est["hours"]), plan=plan["name"]))
 
 
 def _actuals_now(ctx, plan: dict, kind: str) -> str:

@@ -373,7 +373,7 @@ MAX_SLURM_JOBS = 100
 def parse_actual(words: list[str]) -> dict:
     if not words or words[0] not in BLOCK_KINDS:
         usage = ("`/plan NAME actual KIND [correct] hours=H [prep=H] [data=H] [retries=H] "
-                 "[idle=H] [runs=N] [note=...]`, `/plan NAME actual KIND "
+                 "[idle=H] [runs=N] [note=...] [confirm]`, `/plan NAME actual KIND "
                  "slurm=JOBID[,JOBID...] [runs=N] [note=...]`, or `/plan NAME actual KIND "
                  "delete`")
         kinds = ", ".join(BLOCK_KINDS)
@@ -385,6 +385,8 @@ def parse_actual(words: list[str]) -> dict:
         return {"block": words[0], "delete": True, "ids": actual_ids(words[0], words[2:])}
     correct = words[1:2] == ["correct"]  # replaces the block's earlier recorded actuals
     rest = words[2:] if correct else words[1:]
+    confirm = "confirm" in [w.lower() for w in rest]  # an actual far above its estimate
+    rest = [w for w in rest if w.lower() != "confirm"]
     pairs = _pairs(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
                           "note"), _("an actual"))
     if "slurm" in pairs:
@@ -403,7 +405,7 @@ def parse_actual(words: list[str]) -> dict:
                           "hours={total}", parts=f"{sum(parts.values()):g}", total=f"{total:g}"))
     return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None,
-            "correct": correct}
+            "correct": correct, "confirm": confirm}
 
 
 def actual_ids(kind: str, words: list[str]) -> list[int] | None:

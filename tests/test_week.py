@@ -91,6 +91,10 @@ def test_a_users_week(tmp_path):
     assert blocks["baseline"]["actual"]["gpu_hours"]["shown"] == "1.50"
     assert blocks["baseline"]["actual"]["sources"] == ["manual #2"]
     assert blocks["compare"]["kept_apart"][0].startswith("T2: off target")
+    assert [(a["id"], a["gpu_hours"], a["by"]) for a in blocks["baseline"]["recorded_actuals"]] \
+        == [(2, 1.5, "console")]
+    md = (tmp_path / "trialbot-files" / "adkv-plan.md").read_text()
+    assert "## Recorded actuals" in md and "baseline #2: 1.50 GPU-h, by hand, by <@console>" in md
     total = re.search(r"^total\s+(\S+)\s", show, re.M).group(1)
     assert f"*adkv* (H100-80GB): estimate {total} GPU-h" in out  # the digest's plan line
     # The history holds who changed what, with the old value.

@@ -213,7 +213,8 @@ def _export(ctx, cmd, user, channel, today):
             for r, (_block, e, _trials), c in zip(rows, ests, calib)]
     history, _total = ctx.store.history(plan["name"], _price_items(plan), limit=-1)
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
-    made = export.files(plan, ests, rows, price_list, today, calib, held, history)
+    made = export.files(plan, ests, rows, price_list, today, calib, held, history,
+                        ctx.store.actuals(plan["name"]))
     ctx.store.add_messages([dict(export.file(plan, channel, ext, content), **whom)
                             for ext, content in made])
     ctx.notify()

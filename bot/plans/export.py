@@ -52,13 +52,23 @@ def _actual(row: dict | None, calib_used: str | None) -> dict | None:
             "held": calib_used}
 
 
+def _recorded(a: dict) -> dict:
+    """One actual as it was recorded: by hand or from Slurm, by whom and when."""
+    return {"id": a["id"], "gpu_hours": a["hours"], "parts": a["parts"], "runs": a["runs"],
+            "note": a["note"], "slurm_jobs": a["slurm"], "by": a["user"],
+            "recorded": dt.datetime.fromtimestamp(a["recorded"], dt.timezone.utc)
+            .strftime("%Y-%m-%d %H:%M UTC")}
+
+
 def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
          today: dt.date, calib: list[dict] | None = None,
-         held: list[str] | None = None, history: list[dict] | None = None) -> dict:
+         held: list[str] | None = None, history: list[dict] | None = None,
+         recorded: list[dict] | None = None) -> dict:
     """Everything the export says, as one dict. `reviewed` is the review's row
     per block (bot/plans/service.review_rows); `held`, per block, whether its
     actual fell inside the interval shown (views.held_text); `history`, the
-    plan's changes, newest first (all of them: a report is complete)."""
+    plan's changes, newest first (all of them: a report is complete); `recorded`,
+    the plan's recorded actuals (Store.actuals), each listed under its block."""
     rent, cost_line = cost_view(plan, price_list, today)
     cost = costs(plan, ests, price_list, today)
     calib = calib or [None] * len(ests)
@@ -79,6 +89,8 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
             "calibration": ({"text": k["text"], "interval": _pair(calibrated_interval(e, k))}
                             if k else None),
             "actual": _actual(row, h),
+            "recorded_actuals": [_recorded(a) for a in recorded or []
+                                 if a["block"] == e["kind"]],
             # tagged trials off the target or the lock: evidence, not in the actual
             "kept_apart": (row or {}).get("apart") or []})
     tot = estimate.total([e for _block, e, _trials in ests])
@@ -166,6 +178,20 @@ def _review_lines(d: dict) -> list[str]:
     return out
 
 
+def _recorded_lines(d: dict) -> list[str]:
+    """Every recorded actual, as it was given: the figures behind the review."""
+    out = []
+    for b in d["blocks"]:
+        for a in b["recorded_actuals"]:
+            how = (_("from Slurm jobs {jobs}", jobs=", ".join(a["slurm_jobs"]))
+                   if a["slurm_jobs"] else _("by hand"))
+            out.append("- " + _("{kind} #{id}: {hours} GPU-h, {how}, by <@{user}> on {at}",
+                                kind=b["kind"], id=a["id"], hours=figures.number(a["gpu_hours"]),
+                                how=how, user=a["by"], at=a["recorded"])
+                       + (f" — {a['note']}" if a["note"] else ""))
+    return out
+
+
 def markdown(d: dict, rows: list[list]) -> str:
     """`rows`: the plan's table as `show` prints it (views.table_rows)."""
     lines = ["# " + _("Plan {plan}", plan=d["plan"]), "",
@@ -194,6 +220,9 @@ def markdown(d: dict, rows: list[list]) -> str:
         lines.append("- " + _("actual so far: {hours} GPU-h on {blocks}",
                               hours=d["total"]["actual"]["shown"],
                               blocks=", ".join(d["total"]["actual_blocks"])))
+    recorded = _recorded_lines(d)
+    if recorded:
+        lines += ["", "## " + _("Recorded actuals"), ""] + recorded
     if d["warnings"]:
         lines += ["", "## " + _("Warnings"), ""] + [f"- {w[2:]}" for w in d["warnings"]]
     lines += ["", "## " + _("Lock"), ""]
@@ -226,10 +255,10 @@ def markdown(d: dict, rows: list[list]) -> str:
 
 def files(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
           today: dt.date, calib: list[dict] | None = None,
-          held: list[str] | None = None,
-          history: list[dict] | None = None) -> list[tuple[str, str]]:
+          held: list[str] | None = None, history: list[dict] | None = None,
+          recorded: list[dict] | None = None) -> list[tuple[str, str]]:
     """(extension, content) of each file the export uploads."""
-    d = data(plan, ests, reviewed, price_list, today, calib, held, history)
+    d = data(plan, ests, reviewed, price_list, today, calib, held, history, recorded)
     rows = table_rows(plan, ests, price_list, today, calib)
     return [("csv", csv_text(d)), ("md", markdown(d, rows)), ("json", json_text(d))]
 

@@ -60,6 +60,8 @@ def help_text() -> dict:
              _("• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
              "workload; once 9 blocks of one have actuals, `show` adds their calibrated 90% "
              "interval and `review` says whether each actual fell inside"),
+             _("• `/plan settings lang=ko` writes this channel's messages in Korean "
+               "(`lang=en` in English, `lang=` the bot's default) · `/plan settings` shows it"),
              _("• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
              "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`"),
              _("• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on the "

@@ -93,10 +93,11 @@ def test_a_later_message_in_a_terminal_gets_its_own_line_and_the_prompt_again():
         transport.send({"channel": "console", "text": "T1 report"})
         transport.answered()  # the user pressed Enter: the next message is no interruption
         transport.send({"channel": "console", "text": "reply"})
-        seen = os.read(master, 4096).decode()
+        # the terminal turns \n into \r\n
+        want = "> \r\x1b[K[#console]\r\nT1 report\r\n> [#console]\r\nreply\r\n"
+        seen = _read_pty(master, len(want.encode()))
     os.close(master)
-    # the terminal turns \n into \r\n
-    assert seen == "> \r\x1b[K[#console]\r\nT1 report\r\n> [#console]\r\nreply\r\n"
+    assert seen == want
 
 
 def test_the_console_prompt_is_redrawn_under_a_report_that_arrives_while_it_waits():
@@ -114,9 +115,23 @@ def test_the_console_prompt_is_redrawn_under_a_report_that_arrives_while_it_wait
                 return "/trial list\n"
         lines = console._lines(Typing(), transport, interactive=True)
         assert next(lines) == "/trial list" and not transport.prompting
-        seen = os.read(master, 4096).decode()
+        want = "> \r\x1b[K[#console]\r\nT1 report\r\n> "
+        seen = _read_pty(master, len(want.encode()))
     os.close(master)
-    assert seen == "> \r\x1b[K[#console]\r\nT1 report\r\n> "
+    assert seen == want
+
+
+def _read_pty(fd: int, size: int, timeout: float = 10.0) -> str:
+    """What the terminal shows, `size` bytes of it: the kernel hands a pty's output
+    to its reader in pieces, later under load, so one read may see only a part."""
+    import os
+    import select
+    import time
+    got, deadline = b"", time.monotonic() + timeout
+    while len(got) < size and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.1)[0]:
+            got += os.read(fd, 4096)
+    return got.decode()
 
 
 def test_outside_a_terminal_messages_print_as_before():

@@ -185,3 +185,16 @@ def test_settings_for_health_are_checked():
         with pytest.raises(config.ConfigError, match="TRIALBOT_OUTBOX_ALERT_MINUTES=.* must be "
                                                      "minutes from 1 to 10080"):
             config.from_env(dict(env, TRIALBOT_OUTBOX_ALERT_MINUTES=bad))
+
+
+def test_the_documented_metrics_are_the_scraped_ones(rt):
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    health = doc[doc.index("## Health"):doc.index("## The database")]
+    documented = set(re.findall(r"^\| `(trialbot_[a-z_]+)", health, re.M))
+    status, _, body = get(rt, "/metrics", "wtoken")
+    names = {f.name for f in text_string_to_metric_families(body)}
+    # the parser names a counter without its _total
+    assert documented == {n + "_total" if n in ("trialbot_lease_expiries", "trialbot_slack_errors")
+                          else n for n in names}

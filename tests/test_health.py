@@ -198,3 +198,20 @@ def test_the_documented_metrics_are_the_scraped_ones(rt):
     # the parser names a counter without its _total
     assert documented == {n + "_total" if n in ("trialbot_lease_expiries", "trialbot_slack_errors")
                           else n for n in names}
+
+
+def test_the_running_outbox_raises_a_stuck_message_itself(rt, fake_slack, caplog):
+    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    rt.store.add_messages([{"channel": "C123", "text": "waiting"}])
+    age_outbox(rt, 20 * 60)
+    caplog.set_level(logging.ERROR, logger="trialbot.outbox")
+    rt.outbox.start()  # its first look is at once, then every 30 s
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+                "unsent for over 15 min" in r.getMessage() for r in caplog.records):
+            time.sleep(0.05)
+    finally:
+        rt.outbox.stop()
+        rt.outbox.join(timeout=10)
+    assert [r for r in caplog.records if "unsent for over 15 min" in r.getMessage()]

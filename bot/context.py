@@ -66,6 +66,7 @@ class Context:
     # What a tagged trial's queue reply warns of (bot/plans/kept_apart.queue_notes)
     tag_notes: Callable | None = None
     notify: Callable[[], None] = lambda: None  # wakes the outbox: messages were stored
+    outbox_alert_minutes: float = 15  # unsent longer: shown to admins in `/trial workers`
 
     def allows(self, action: str, user: str, channel: str, what: str | None = None
                ) -> str | None:

@@ -12,7 +12,7 @@ MASK = "[redacted]"
 TOKEN_SHAPES = re.compile(r"\b(?:xox[abposre]|xapp)-[A-Za-z0-9-]+"
                           r"|(?<=Bearer )[A-Za-z0-9._~+/=-]+")
 ENV_SECRETS = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
-               "TRIALBOT_WORKER_TOKEN")
+               "TRIALBOT_WORKER_TOKEN", "TRIALBOT_METRICS_TOKEN")
 MIN_LENGTH = 6  # masking a shorter value would blank ordinary words and numbers
 
 

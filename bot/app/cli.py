@@ -84,7 +84,8 @@ def run_serve(local_worker: bool) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from worker import redact
     redact.install(redact.secret_values(settings.bot_token, settings.app_token,
-                                        settings.signing_secret, settings.worker_token))
+                                        settings.signing_secret, settings.worker_token,
+                                        settings.metrics_token))
     from worker import i18n
     i18n.set_default(settings.lang)
     from bot.app.runtime import Runtime
@@ -94,7 +95,8 @@ def run_serve(local_worker: bool) -> int:
     client = web_client(settings.bot_token, settings.api_url)
     try:
         rt = Runtime(settings.db, settings.worker_token, SlackTransport(client),
-                     settings.host, settings.port, settings.lease_seconds, settings.policy)
+                     settings.host, settings.port, settings.lease_seconds, settings.policy,
+                     settings.metrics_token, settings.outbox_alert_minutes)
     except OSError as exc:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
@@ -123,7 +125,7 @@ def run_serve(local_worker: bool) -> int:
     rt.start()
     if local_worker:
         rt.start_local_worker()
-    log.info("listening on %s (worker API, /healthz)", rt.server.url)
+    log.info("listening on %s (worker API, /healthz, /metrics)", rt.server.url)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

@@ -27,6 +27,8 @@ class Settings:
     lease_seconds: float
     policy: object = None  # access.Policy: who may run, who is an admin
     lang: str = "en"  # TRIALBOT_LANG: messages where no channel chose (`/plan settings`)
+    metrics_token: str | None = None  # TRIALBOT_METRICS_TOKEN: /metrics without the worker token
+    outbox_alert_minutes: float = 15  # TRIALBOT_OUTBOX_ALERT_MINUTES
 
     @property
     def socket_mode(self) -> bool:
@@ -60,6 +62,13 @@ def from_env(env) -> Settings:
     except (ValueError, AssertionError):
         raise ConfigError(f"TRIALBOT_LEASE_SECONDS={env.get('TRIALBOT_LEASE_SECONDS')!r} must "
                           "be seconds from 1 to 3600") from None
+    try:
+        alert = float(env.get("TRIALBOT_OUTBOX_ALERT_MINUTES", "15"))
+        assert 1 <= alert <= 7 * 24 * 60
+    except (ValueError, AssertionError):
+        raise ConfigError(f"TRIALBOT_OUTBOX_ALERT_MINUTES="
+                          f"{env.get('TRIALBOT_OUTBOX_ALERT_MINUTES')!r} must be minutes from 1 "
+                          "to 10080 (a week)") from None
     policy = load_access(env)
     lang = default_lang(env)
     return Settings(
@@ -68,7 +77,8 @@ def from_env(env) -> Settings:
         worker_token=env["TRIALBOT_WORKER_TOKEN"], db=env.get("TRIALBOT_DB", "./trialbot.db"),
         host=env.get("TRIALBOT_HOST", "0.0.0.0"), port=port,
         api_url=env.get("SLACK_API_URL") or None, lease_seconds=lease, policy=policy,
-        lang=lang)
+        lang=lang, metrics_token=env.get("TRIALBOT_METRICS_TOKEN") or None,
+        outbox_alert_minutes=alert)
 
 
 def default_lang(env) -> str:

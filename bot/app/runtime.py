@@ -11,9 +11,10 @@ import time
 
 from bot import access
 from bot.context import Context
-from bot.delivery.outbox import Outbox
+from bot.delivery.outbox import ALERT_MINUTES, Outbox
 from bot.digest import command as digest_command
 from bot.digest.scheduler import Digests
+from bot.http.metrics import Watch
 from bot.http.server import Server
 from bot.http.workerapi import WorkerApi
 from bot.plans import kept_apart
@@ -38,24 +39,30 @@ def context(store: Store, queue: JobQueue | None = None, policy: access.Policy |
 class Runtime:
     def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
                  port: int = 0, lease_seconds: float = LEASE_SECONDS,
-                 policy: access.Policy | None = None):
+                 policy: access.Policy | None = None, metrics_token: str | None = None,
+                 outbox_alert_minutes: float = ALERT_MINUTES):
         self.store = Store(db)
         self.outbox = Outbox(self.store, transport,
                              update_interval=getattr(transport, "update_interval", None),
-                             on_refused=lambda channel: self.ctx.channels.forget(channel))
+                             on_refused=lambda channel: self.ctx.channels.forget(channel),
+                             alert_minutes=outbox_alert_minutes)
         self.queue = JobQueue(self.store, on_message=self.outbox.wake,
                               lease_seconds=lease_seconds)
         # Unconfigured, nobody may run (access.Policy()): the commands say how to set it.
         self.ctx = context(self.store, self.queue, policy or access.Policy(),
                            notify=self.outbox.wake)
+        self.ctx.outbox_alert_minutes = outbox_alert_minutes
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.ctx, worker_token),
-                             health=self.health)
+                             health=self.health,
+                             watch=Watch(self.store, worker_token, metrics_token,
+                                         self.outbox.slack_errors))
         self.agent = None
         self.digests = self.ctx.digests = Digests(self.ctx)  # `/plan digest` re-reads it
 
     def health(self) -> dict:
-        return {"workers_online": workers.online(self.store)}
+        """Open to anyone: a count, never the workers' names (GET /api/workers has them)."""
+        return {"workers_online": len(workers.online(self.store))}
 
     def start(self) -> None:
         self.outbox.start()

@@ -12,7 +12,7 @@ import time
 from bot.delivery import refusals
 from bot.delivery.refusals import Undeliverable
 from bot.store import Store
-from bot.trials import chart
+from bot.trials import chart, workerlist
 from worker import i18n
 
 log = logging.getLogger("trialbot.outbox")
@@ -45,6 +45,25 @@ def _progress(row: dict) -> bool:
     return bool(row["update_of"]) and row["kind"] != "summary"
 
 
+ALERT_MINUTES = 15  # TRIALBOT_OUTBOX_ALERT_MINUTES: a message unsent longer is an error
+ALERT_CHECK = 30.0  # seconds between looks for stuck messages
+
+
+def error_class(exc: Exception) -> str:
+    """A failed send's class for /metrics: Slack's error code, ratelimited,
+    http_NNN (Slack answered with an HTTP error), network, or the exception's type."""
+    if isinstance(exc, Undeliverable):
+        return exc.error or "unknown"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status == 429:
+        return "ratelimited"
+    if isinstance(status, int):
+        return f"http_{status}"
+    if isinstance(exc, OSError):  # refused, reset, DNS, timeouts (URLError is one)
+        return "network"
+    return type(exc).__name__
+
+
 SENT, GONE, AGAIN, WAIT = "sent", "gone", "again", "wait"  # what became of one message
 LANES = 8  # channels delivered at once: a slow one holds only its own thread
 
@@ -57,7 +76,8 @@ class Outbox(threading.Thread):
     (1 s doubling to `max_backoff`)."""
 
     def __init__(self, store: Store, transport, max_backoff: float = 60,
-                 update_interval: float | None = None, on_refused=lambda channel: None):
+                 update_interval: float | None = None, on_refused=lambda channel: None,
+                 alert_minutes: float = ALERT_MINUTES):
         super().__init__(daemon=True, name="outbox")
         self.update_interval = UPDATE_INTERVAL if update_interval is None else update_interval
         self.store, self.transport = store, transport
@@ -71,6 +91,10 @@ class Outbox(threading.Thread):
         self.update_lock = threading.Lock()
         self.next_update = 0.0
         self.pool = None
+        self.errors: dict[str, int] = {}  # failed sends by error_class, since start
+        self.alert_seconds = alert_minutes * 60
+        self.alerted: set[int] = set()  # stuck messages already logged
+        self.next_alert_check = 0.0
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -89,6 +113,12 @@ class Outbox(threading.Thread):
                     self.dispatch()
                 except Exception as exc:  # noqa: BLE001 - e.g. the database is busy: next time
                     log.warning("outbox: dispatch failed (%s)", exc)
+                if time.monotonic() >= self.next_alert_check:
+                    self.next_alert_check = time.monotonic() + ALERT_CHECK
+                    try:
+                        self.check_stuck()
+                    except Exception as exc:  # noqa: BLE001 - the database is busy: next time
+                        log.warning("outbox: the stuck-message check failed (%s)", exc)
                 # Also re-check now and then: nothing is left behind.
                 self.wake_event.wait(self._next_check())
         finally:
@@ -181,8 +211,10 @@ class Outbox(threading.Thread):
                 out.update(via=row["via"], user=row["requester"])
             ts = self.transport.send(out)
         except Undeliverable as exc:
+            self._count(exc)
             return self._refused(row, exc.error, gave_up)
         except Exception as exc:  # noqa: BLE001 - Slack down, a network error, a bad chart
+            self._count(exc)
             return self._wait(row, repr(exc), gave_up)
         if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"]):
             sent[row["id"]] = ts
@@ -249,6 +281,7 @@ class Outbox(threading.Thread):
                 out["blocks"] = blocks
             ts = self.transport.send(out)
         except Undeliverable as exc:
+            self._count(exc)
             if path == "response_url":  # spent or expired: a direct message next
                 self.store.spend_response_url(url)
                 return AGAIN
@@ -259,6 +292,7 @@ class Outbox(threading.Thread):
             return self._give_up(row, f"{error}; the requester could not be reached either "
                                       f"({exc.error})", gave_up)
         except Exception as exc:  # noqa: BLE001 - Slack down, a chart that cannot be drawn
+            self._count(exc)
             return self._wait(row, repr(exc), gave_up)
         self.store.mark_sent(row["id"], ts, row["version"], via=path,
                              url=url if path == "response_url" else None)
@@ -289,3 +323,29 @@ class Outbox(threading.Thread):
             at = max(now, self.next_update)
             self.next_update = at + self.update_interval
         time.sleep(at - now)
+
+    def _count(self, exc: Exception) -> None:
+        with self.lock:
+            name = error_class(exc)
+            self.errors[name] = self.errors.get(name, 0) + 1
+
+    def slack_errors(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.errors)
+
+    def check_stuck(self, now: float | None = None) -> list[dict]:
+        """Log, once per message, messages unsent for longer than alert_seconds
+        (an expired token, a Slack outage): one error line for those newly
+        stuck, naming the oldest's channel and last error. Returns them all."""
+        now = time.time() if now is None else now
+        stuck = self.store.stuck_messages(now - self.alert_seconds)
+        new = [m for m in stuck if m["id"] not in self.alerted]
+        self.alerted = {m["id"] for m in stuck}  # sent or set aside: forgotten
+        if new:
+            first = stuck[0]
+            log.error("outbox: %d message(s) unsent for over %d min (%d new); the oldest, to "
+                      "%s, waits %d min after %d tries, last error: %s. %s.", len(stuck),
+                      self.alert_seconds // 60, len(new), first["channel"],
+                      (now - first["created"]) // 60, first["tries"],
+                      first["last_error"] or "none yet", workerlist.stuck_hint(first["last_error"]))
+        return stuck

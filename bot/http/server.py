@@ -1,5 +1,6 @@
 """The HTTP server: Slack's requests at /slack/events (HTTP mode), the worker
-API under /api/, and /healthz — one port, both modes.
+API under /api/, /healthz (open to anyone, says no names) and, behind a token,
+/metrics and GET /api/workers — one port, both modes.
 
 A thread per request (ThreadingHTTPServer): Bolt's `dispatch` is synchronous,
 so calling it on a single event loop would serialise every slash command;
@@ -24,8 +25,9 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 256  # the default 5 resets bursts of slash commands
 
-    def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}):
+    def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}, watch=None):
         self.worker_api, self.bolt_app, self.health = worker_api, bolt_app, health
+        self.watch = watch  # bot/http/metrics.Watch: /metrics and GET /api/workers
         super().__init__(address, Handler)
 
     @property
@@ -43,8 +45,18 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("%s " + fmt, self.address_string(), *args)
 
     def do_GET(self) -> None:
-        if self.path.partition("?")[0] == "/healthz":
+        path = self.path.partition("?")[0]
+        watch = self.server.watch
+        if path == "/healthz":
             self._json(200, {"ok": True, **self.server.health()})
+        elif watch is not None and path in ("/metrics", "/api/workers"):
+            refused = watch.refusal(self.headers.get("Authorization"))
+            if refused:
+                self._json(401, {"error": refused})
+            elif path == "/api/workers":
+                self._json(200, watch.workers())
+            else:
+                self._send(200, watch.metrics(), watch.content_type)
         else:
             self._json(404, {"error": f"no such endpoint: GET {self.path}"})
 
@@ -119,9 +131,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _json(self, status: int, body: dict | None) -> None:
         data = b"" if body is None else json.dumps(body).encode()
+        self._send(status, data, "application/json" if body is not None else None)
+
+    def _send(self, status: int, data: bytes, content_type: str | None) -> None:
         self.send_response(status)
-        if body is not None:
-            self.send_header("Content-Type", "application/json")
+        if content_type:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

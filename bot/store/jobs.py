@@ -281,6 +281,32 @@ class Jobs:
         return [_job(r) for r in self.db["jobs"].rows_where(
             "plan = ?", [plan], order_by="id", select=JOB_COLUMNS)]
 
+    def job_counts(self) -> dict[str, int]:
+        """How many jobs are in each state (/metrics)."""
+        return dict(self.db.execute("select status, count(*) from jobs "
+                                    "group by status").fetchall())
+
+    def oldest_queued(self) -> float | None:
+        """When the longest-waiting queued job was queued (a Unix time)."""
+        return self.db.execute("select min(created) from jobs where "
+                               "status = 'queued'").fetchone()[0]
+
+    def queue_waits(self, bounds: tuple[float, ...]) -> tuple[list[int], float, int]:
+        """Seconds from queued to leased (started - created) of every job leased
+        once at least: the count at or under each bound, their sum and count. A
+        job leased again after its lease expired counts its latest lease."""
+        cols = ", ".join(f"coalesce(sum(started - created <= {float(b)!r}), 0)"
+                         for b in bounds)
+        row = self.db.execute(f"select {cols}, coalesce(sum(started - created), 0), count(*) "
+                              "from jobs where started is not null").fetchone()
+        return list(row[:len(bounds)]), float(row[-2]), row[-1]
+
+    def lease_expiries(self) -> int:
+        """Leases that expired and were taken over by another lease: lease_next
+        records each as an attempt with this message (never translated)."""
+        return self.db.execute("select count(*) from attempts where message like "
+                               "'lease expired:%'").fetchone()[0]
+
 
 def _job(row: dict) -> dict:
     row = dict(row)

@@ -123,3 +123,21 @@ class Outbox:
     def unsent_for(self, job_id: int) -> int:
         return self.db.execute("select count(*) from outbox where job = ? and sent is null "
                                "and given_up is null", [job_id]).fetchone()[0]
+
+    def outbox_backlog(self) -> dict:
+        """Unsent messages: how many, and the oldest one's created time, channel,
+        tries and last error (None when nothing waits): /metrics, /trial workers."""
+        count = self.db.execute("select count(*) from outbox where sent is null and "
+                                "given_up is null").fetchone()[0]
+        row = self.db.execute("select id, channel, created, tries, last_error from outbox "
+                              "where sent is null and given_up is null order by id "
+                              "limit 1").fetchone()
+        oldest = dict(zip(("id", "channel", "created", "tries", "last_error"), row)) if row \
+            else None
+        return {"count": count, "oldest": oldest}
+
+    def stuck_messages(self, before: float) -> list[dict]:
+        """Unsent messages stored before `before` (a Unix time), oldest first."""
+        return [dict(r) for r in self.db.query(
+            "select id, channel, created, tries, last_error from outbox where sent is null "
+            "and given_up is null and created < ? order by id", [before])]

@@ -81,8 +81,13 @@ def _handle(ctx, text: str, user: str, channel: str,
                                cmd.which), None
     if cmd.name == "workers":
         now = time.time()
-        return reply(workerlist.text(ctx.store.worker_states(
-            workerlist.week_start(now)), now, workers.ONLINE_SECONDS)), None
+        out = workerlist.text(ctx.store.worker_states(workerlist.week_start(now)), now,
+                              workers.ONLINE_SECONDS)
+        stuck = (ctx.allows("admin", user, channel) is None and ctx.store.stuck_messages(
+            now - ctx.outbox_alert_minutes * 60))
+        if stuck:  # an admin can fix what keeps messages from Slack
+            out = workerlist.stuck_text(stuck, now, ctx.outbox_alert_minutes) + "\n" + out
+        return reply(out), None
     if cmd.name == "cancel":
         try:
             return reply(f":no_entry_sign: {cancel(ctx, cmd.job_id, user)}."), None

@@ -1,11 +1,12 @@
 """`/trial workers`: each worker, its GPUs, whether it is idle, busy or offline
-and since when, its current trial, and its measured idle hours this week.
+and since when, its current trial, and its measured idle hours this week; and,
+to admins, messages the outbox has failed to send for too long.
 Pure: rows and the time in, a reply out."""
 from __future__ import annotations
 
 import datetime as dt
 
-from worker.i18n import N_, _
+from worker.i18n import N_, _, ngettext
 from worker.units import duration
 
 
@@ -70,3 +71,46 @@ def hf_text(hf: dict) -> str:
             + (_("; models {names}", names=", ".join(f"`{n}`" for n in names)) if names else "")
             + (_("; cannot build {names}", names=", ".join(f"`{n}`" for n in bad)) if bad
                else ""))
+
+
+# Why messages stay unsent, by their last error: the admin's next step.
+AUTH_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
+               "token_expired", "not_allowed_token_type"}
+STUCK_HINTS = {
+    "auth": N_("Slack refuses the bot's token: check SLACK_BOT_TOKEN (revoked, expired or "
+               "another app's) and restart the bot"),
+    "missing_scope": N_("The bot's token lacks a scope: reinstall the app from manifest.yml"),
+    "ratelimited": N_("Slack is rate limiting the bot: the messages go out as it allows"),
+    "network": N_("The bot cannot reach Slack: check the bot host's network, and "
+                  "status.slack.com"),
+    "other": N_("The bot's log (lines from trialbot.outbox) has the details"),
+}
+NETWORK_SIGNS = ("URLError", "ConnectionError", "Timeout", "timed out", "OSError", "socket")
+
+
+def stuck_hint(error: str | None) -> str:
+    """What to check when messages wait with `error` as the last one."""
+    error = error or ""
+    key = ("auth" if error in AUTH_ERRORS else
+           "ratelimited" if error in ("ratelimited", "rate_limited") else
+           error if error in STUCK_HINTS else
+           "network" if any(sign in error for sign in NETWORK_SIGNS) else "other")
+    return _(STUCK_HINTS[key])
+
+
+def stuck_text(stuck: list[dict], now: float, alert_minutes: float) -> str:
+    """The admin's warning in `/trial workers`: messages unsent for longer than
+    `alert_minutes` (the store's rows, oldest first), the oldest's channel and
+    its last error, and what to check."""
+    first = stuck[0]
+    error = (first["last_error"] or _("none yet"))[:120]  # not inside ngettext(): Babel
+    # would then extract the singular alone
+    return ngettext(":rotating_light: {count} message unsent for over {minutes} min: to "
+                    "<#{channel}>, it has waited {waited} min (last error: {error}). {hint}.",
+                    ":rotating_light: {count} messages unsent for over {minutes} min; the "
+                    "oldest, to <#{channel}>, has waited {waited} min (last error: {error}). "
+                    "{hint}.",
+                    len(stuck), count=len(stuck), minutes=f"{alert_minutes:g}",
+                    channel=first["channel"], waited=int(max(0.0, now - first["created"]) // 60),
+                    error=error,
+                    hint=stuck_hint(first["last_error"]))

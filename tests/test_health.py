@@ -1,0 +1,217 @@
+"""Health you can see: /metrics (scraped over loopback HTTP and read with
+prometheus-client's own parser), /healthz without names, GET /api/workers, and
+the stuck outbox raised in the log and to admins in `/trial workers`."""
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bot.access import Policy
+from bot.app.runtime import Runtime
+from bot.slack.app import web_client
+from bot.slack.transport import SlackTransport
+from bot.trials import command as trial_command
+from worker import i18n
+from worker.spec import parse
+
+
+@pytest.fixture
+def rt(tmp_path, fake_slack):
+    """The store, outbox and HTTP server on a fake Slack; only the server runs,
+    so the test decides when the outbox delivers (flush)."""
+    rt = Runtime(str(tmp_path / "h.db"), "wtoken",
+                 SlackTransport(web_client("xoxb-test", fake_slack.api_url)),
+                 policy=Policy(run_everyone=True, admins=frozenset({"UADMIN"})),
+                 metrics_token="mtoken-123")
+    threading.Thread(target=rt.server.serve_forever, daemon=True).start()
+    yield rt
+    rt.server.shutdown()
+    rt.server.server_close()
+
+
+def get(rt, path, token=None):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(rt.server.url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.headers.get("Content-Type"), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type"), exc.read().decode()
+
+
+def scrape(rt, token="wtoken") -> dict:
+    """{(sample name, labels as a sorted tuple): value}."""
+    status, kind, body = get(rt, "/metrics", token)
+    assert status == 200 and kind.startswith("text/plain"), body
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body) for s in family.samples}
+
+
+def test_metrics_follow_the_store(rt, fake_slack):
+    m = scrape(rt)
+    assert m[("trialbot_jobs", (("state", "queued"),))] == 0
+    assert m[("trialbot_outbox_unsent", ())] == 0
+    assert m[("trialbot_outbox_oldest_unsent_seconds", ())] == 0
+    assert m[("trialbot_workers_online", ())] == 0
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    rt.store.add_messages([{"channel": "C1", "text": "a reply waiting for Slack"}])
+    time.sleep(0.05)
+    m = scrape(rt, "mtoken-123")  # the metrics token is accepted too
+    assert m[("trialbot_jobs", (("state", "queued"),))] == 2
+    assert m[("trialbot_queue_oldest_seconds", ())] >= 0.05
+    assert m[("trialbot_queue_wait_seconds_count", ())] == 0
+    assert m[("trialbot_outbox_unsent", ())] == 1
+    assert m[("trialbot_outbox_oldest_unsent_seconds", ())] > 0
+
+    rt.store.upsert_worker("w1", {})
+    rt.store.upsert_worker("w2", {})
+    rt.store.upsert_worker("w3", {})
+    first = rt.store.lease_next("w1", 0.01)  # a lease that runs out at once
+    time.sleep(0.05)
+    assert rt.store.lease_next("w2", 60)["id"] == first["id"]  # taken over: an expiry
+    m = scrape(rt)
+    assert m[("trialbot_jobs", (("state", "queued"),))] == 1
+    assert m[("trialbot_jobs", (("state", "running"),))] == 1
+    assert m[("trialbot_queue_wait_seconds_count", ())] == 1
+    assert m[("trialbot_queue_wait_seconds_bucket", (("le", "+Inf"),))] == 1
+    assert m[("trialbot_queue_wait_seconds_sum", ())] >= 0.05
+    assert m[("trialbot_lease_expiries_total", ())] == 1
+    assert m[("trialbot_workers_online", ())] == 3
+    # w3 only: w1 stays busy with the job it lost (as `/trial workers` shows) until it
+    # asks again or goes offline
+    assert m[("trialbot_workers_idle", ())] == 1
+
+    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50  # a revoked token
+    rt.outbox.flush()
+    m = scrape(rt)
+    assert m[("trialbot_slack_errors_total", (("class", "invalid_auth"),))] == 1
+    assert m[("trialbot_outbox_unsent", ())] == 1
+    fake_slack.errors.clear()
+    rt.outbox.flush()
+    assert scrape(rt)[("trialbot_outbox_unsent", ())] == 0
+
+
+@pytest.mark.parametrize("token, says", [(None, "no Bearer token"),
+                                         ("nope", "not one of these"),
+                                         ("wtoken2", "not one of these")])
+def test_metrics_and_worker_names_need_a_token(rt, token, says):
+    for path in ("/metrics", "/api/workers"):
+        status, kind, body = get(rt, path, token)
+        assert status == 401 and kind == "application/json"
+        error = json.loads(body)["error"]
+        assert says in error and "TRIALBOT_WORKER_TOKEN" in error
+        assert "TRIALBOT_METRICS_TOKEN" in error
+
+
+def test_per_worker_tokens_do_not_open_metrics(rt):
+    from bot.http import tokens
+    token = tokens.new_token()
+    rt.store.add_worker_token("box1", tokens.digest(token))
+    assert get(rt, "/metrics", token)[0] == 401
+
+
+def test_healthz_counts_workers_and_names_none(rt):
+    rt.store.upsert_worker("secret-gpu-box", {})
+    status, _, body = get(rt, "/healthz")
+    assert status == 200 and json.loads(body) == {"ok": True, "workers_online": 1}
+    assert "secret-gpu-box" not in body
+    status, _, body = get(rt, "/api/workers", "wtoken")
+    assert status == 200
+    assert json.loads(body)["workers"][0] | {"last_seen": None} == {
+        "name": "secret-gpu-box", "online": True, "job": None, "last_seen": None}
+
+
+def age_outbox(rt, seconds):
+    with rt.store.tx():
+        rt.store.db.execute("update outbox set created = created - ?", [seconds])
+
+
+def test_a_stuck_outbox_is_logged_once_per_message(rt, fake_slack, caplog):
+    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    rt.store.add_messages([{"channel": "C123", "text": "first"}])
+    rt.outbox.flush()
+    caplog.set_level(logging.ERROR, logger="trialbot.outbox")
+    assert rt.outbox.check_stuck() == []  # not yet 15 minutes
+    age_outbox(rt, 20 * 60)
+    assert len(rt.outbox.check_stuck()) == 1
+    assert len(rt.outbox.check_stuck()) == 1
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(lines) == 1, lines  # once, not every poll
+    assert "1 message(s) unsent for over 15 min" in lines[0]
+    assert "to C123" in lines[0] and "last error: invalid_auth" in lines[0]
+    assert "SLACK_BOT_TOKEN" in lines[0]
+    rt.store.add_messages([{"channel": "C123", "text": "second"}])
+    age_outbox(rt, 20 * 60)
+    assert len(rt.outbox.check_stuck()) == 2
+    assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 2  # a new one
+
+
+def test_trial_workers_shows_the_stuck_outbox_to_admins_only(rt, fake_slack):
+    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    rt.store.add_messages([{"channel": "C123", "text": "a"}, {"channel": "C9", "text": "b"}])
+    rt.outbox.flush()
+    age_outbox(rt, 22 * 60)
+    text = lambda user: trial_command.handle(rt.ctx, "workers", user, "C1")[0]["text"]  # noqa
+    admin = text("UADMIN")
+    assert admin.startswith(":rotating_light: 2 messages unsent for over 15 min; the oldest, "
+                            "to <#C123>, has waited 22")
+    assert "(last error: invalid_auth). Slack refuses the bot's token: check SLACK_BOT_TOKEN" \
+        in admin
+    assert "rotating_light" not in text("U1")  # not an admin
+    with i18n.using("ko"):
+        ko = text("UADMIN")
+    assert ko.startswith(":rotating_light:") and "SLACK_BOT_TOKEN" in ko
+    assert "unsent" not in ko  # translated
+    fake_slack.errors.clear()
+    rt.outbox.flush()
+    assert "rotating_light" not in text("UADMIN")  # sent: nothing to raise
+
+
+def test_settings_for_health_are_checked():
+    from bot.app import config
+    env = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1",
+           "TRIALBOT_WORKER_TOKEN": "wtoken"}
+    s = config.from_env(env)
+    assert s.metrics_token is None and s.outbox_alert_minutes == 15
+    s = config.from_env(dict(env, TRIALBOT_METRICS_TOKEN="m1", TRIALBOT_OUTBOX_ALERT_MINUTES="5"))
+    assert s.metrics_token == "m1" and s.outbox_alert_minutes == 5
+    for bad in ("soon", "0", "-3", "99999"):
+        with pytest.raises(config.ConfigError, match="TRIALBOT_OUTBOX_ALERT_MINUTES=.* must be "
+                                                     "minutes from 1 to 10080"):
+            config.from_env(dict(env, TRIALBOT_OUTBOX_ALERT_MINUTES=bad))
+
+
+def test_the_documented_metrics_are_the_scraped_ones(rt):
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    health = doc[doc.index("## Health"):doc.index("## The database")]
+    documented = set(re.findall(r"^\| `(trialbot_[a-z_]+)", health, re.M))
+    status, _, body = get(rt, "/metrics", "wtoken")
+    names = {f.name for f in text_string_to_metric_families(body)}
+    # the parser names a counter without its _total
+    assert documented == {n + "_total" if n in ("trialbot_lease_expiries", "trialbot_slack_errors")
+                          else n for n in names}
+
+
+def test_the_running_outbox_raises_a_stuck_message_itself(rt, fake_slack, caplog):
+    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    rt.store.add_messages([{"channel": "C123", "text": "waiting"}])
+    age_outbox(rt, 20 * 60)
+    caplog.set_level(logging.ERROR, logger="trialbot.outbox")
+    rt.outbox.start()  # its first look is at once, then every 30 s
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+                "unsent for over 15 min" in r.getMessage() for r in caplog.records):
+            time.sleep(0.05)
+    finally:
+        rt.outbox.stop()
+        rt.outbox.join(timeout=10)
+    assert [r for r in caplog.records if "unsent for over 15 min" in r.getMessage()]

@@ -15,15 +15,18 @@ def test_every_marked_message_has_a_korean_translation():
     assert catalogs.problems("ko") == []
 
 
-def test_a_message_without_translation_is_found(tmp_path, monkeypatch):
+def _source(tmp_path, monkeypatch, *lines: str) -> None:
+    """A source tree of one module, bot/m.py, that the catalog reads instead of ours."""
     (tmp_path / "bot").mkdir()
     (tmp_path / "worker").mkdir()
-    (tmp_path / "bot" / "m.py").write_text(
-        'from worker.i18n import _\n'
-        'A = _("Trial {id} queued on `{worker}`", id=1, worker="w")\n'
-        'B = _("at most 40 characters")\n'
-        'C = _("no translation yet")\n')
+    (tmp_path / "bot" / "m.py").write_text("from worker.i18n import _\n" + "".join(
+        line + "\n" for line in lines))
     monkeypatch.setattr(catalogs, "ROOT", tmp_path)
+
+
+def test_a_message_without_translation_is_found(tmp_path, monkeypatch):
+    _source(tmp_path, monkeypatch, 'A = _("Trial {id} queued on `{worker}`", id=1, worker="w")',
+            'B = _("at most 40 characters")', 'C = _("no translation yet")')
     monkeypatch.setattr(i18n, "LOCALE_DIR", tmp_path / "locale")
     ko = Catalog(locale="ko", domain=i18n.DOMAIN)
     ko.add("Trial {id} queued on `{worker}`", "시험 {n} 대기 중: `{worker}`")  # placeholder renamed
@@ -109,14 +112,8 @@ def test_the_process_default_applies_where_no_channel_chose(monkeypatch):
 
 
 def test_a_message_built_in_the_call_is_found(tmp_path, monkeypatch):
-    (tmp_path / "bot").mkdir()
-    (tmp_path / "worker").mkdir()
-    (tmp_path / "bot" / "m.py").write_text(
-        'from worker.i18n import _\n'
-        'A = _(f"Trial {x} queued")\n'
-        'B = _("Trial " + x)\n'
-        'C = _(KIND or OTHER)\n')
-    monkeypatch.setattr(catalogs, "ROOT", tmp_path)
+    _source(tmp_path, monkeypatch, 'A = _(f"Trial {x} queued")', 'B = _("Trial " + x)',
+            'C = _(KIND or OTHER)')
     found = catalogs.unextractable()
     assert [f.split(":")[1] for f in found] == ["2", "3"]
     assert "is not a plain string" in found[0]

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from worker import attempts, redact
 from worker import report as reports
-from worker.client import ApiError, Client, new_key
+from worker.client import ApiError, CertError, Client, new_key
 from worker.spec import TrialSpec, resolve
 
 log = logging.getLogger("trialbot.worker")
@@ -151,7 +151,7 @@ class Agent:
                 if exc.status == 409:
                     log.warning("%s: lease lost (%s); stopping the trial", job["trial"], exc)
                     cancel.set()
-            except OSError as exc:
+            except (OSError, CertError) as exc:  # the lease loop stops on a CertError
                 log.warning("heartbeat failed: %s", exc)
 
     def _retry(self, call, what: str):

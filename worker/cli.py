@@ -1,7 +1,7 @@
 """`trialbot-worker`: serve a bot's queue, or run one trial locally.
 
     trialbot-worker --server URL --token-file FILE [--name NAME] [--recipes FILE]
-        [--trial-user USER]     (or the token in env TRIALBOT_WORKER_TOKEN)
+        [--trial-user USER] [--ca-file CA.pem]   (or the token in env TRIALBOT_WORKER_TOKEN)
     trialbot-worker --server URL ... --executor slurm --partition P [--account A] [--shared-dir D]
     trialbot-worker [--recipes FILE] trial llm-infer batch=4 ... [--json]
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import sys
-import urllib.parse
 
 from worker import spec as specs
 from worker import summary
@@ -132,6 +131,10 @@ def serve_command(argv: list[str]) -> int:
                              "LoadCredential=); or set env TRIALBOT_WORKER_TOKEN")
     parser.add_argument("--token", help="the worker token itself: every user's `ps` shows it, "
                                         "prefer --token-file or the environment")
+    parser.add_argument("--ca-file", metavar="FILE", default=os.environ.get("TRIALBOT_CA_FILE"),
+                        help="for an https:// server: the CA bundle (PEM) that signed the "
+                             "bot's certificate, if not a public CA (env TRIALBOT_CA_FILE); "
+                             "certificates are always verified")
     parser.add_argument("--trial-user", metavar="USER",
                         help="run trials as USER (the worker runs as root), so they cannot "
                              "read the worker's token, memory or files")
@@ -171,10 +174,7 @@ def serve_command(argv: list[str]) -> int:
               "TRIALBOT_WORKER_TOKEN); to run one trial locally: trialbot-worker trial "
               "llm-infer", file=sys.stderr)
         return 2
-    url = urllib.parse.urlparse(args.server)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        print(f"trialbot-worker: --server {args.server!r} is not a URL; write it as "
-              "http://HOST:PORT", file=sys.stderr)
+    if not _server_ok(args.server, args.ca_file):
         return 2
     if args.executor == "slurm" and not args.partition:
         print("trialbot-worker: --executor slurm needs --partition", file=sys.stderr)
@@ -202,7 +202,7 @@ def serve_command(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from worker import models
     from worker.agent import Agent
-    from worker.client import ApiError, Client
+    from worker.client import ApiError, CertError, Client
     info, executor = dict(machine_info(), labels=labels), None
     info["hf"] = models.capabilities(models.allowed_dirs(), args.hub)
     if user:
@@ -214,11 +214,14 @@ def serve_command(argv: list[str]) -> int:
                                  args.mem, args.gpus, args.sbatch_arg)
         # Routing reads what the partition's nodes have, not this login node.
         info.update(partition_info(args.partition), executor="slurm", partition=args.partition)
-    agent = Agent(Client(args.server, token), args.name, info, recipes, executor)
+    agent = Agent(Client(args.server, token, args.ca_file), args.name, info, recipes, executor)
     from worker import redact
     redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
     try:
         agent.serve_forever()
+    except CertError as exc:
+        print(f"trialbot-worker: {exc}", file=sys.stderr)
+        return 2
     except ApiError as exc:
         print(f"trialbot-worker: the server refused us: {exc}"
               + (" — check --token-file / --token / TRIALBOT_WORKER_TOKEN"
@@ -227,6 +230,35 @@ def serve_command(argv: list[str]) -> int:
     finally:
         agent.stop()
     return 0
+
+
+def _server_ok(server: str, ca_file: str | None) -> bool:
+    """--server is an http(s) URL and --ca-file a CA bundle; else False, said."""
+    import ssl
+
+    from worker.client import server_problem, tls_context
+    from worker.i18n import _
+    problem = server_problem(server)
+    if problem:
+        print(f"trialbot-worker: {problem}", file=sys.stderr)
+        return False
+    if not ca_file:
+        return True
+    if not server.startswith("https://"):
+        print("trialbot-worker: warning: " + _(
+            "--ca-file is used only with an https:// server; {server} is plain HTTP, so the "
+            "connection is not encrypted (fine through an SSH tunnel to localhost)",
+            server=server), file=sys.stderr)
+        return True
+    try:
+        tls_context(ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        print("trialbot-worker: " + _(
+            "--ca-file {file} is not a readable CA bundle ({why}); give the PEM file of the "
+            "CA that signed the bot's certificate", file=ca_file,
+            why=getattr(exc, "strerror", None) or exc), file=sys.stderr)
+        return False
+    return True
 
 
 def _token(args) -> str | None:

@@ -3,15 +3,41 @@ extra HTTP package). Every call is outbound: the box needs no open port."""
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
+
+from worker.i18n import _
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+
+
+class CertError(Exception):
+    """The bot's TLS certificate could not be verified: final, not retried, since
+    waiting does not make a certificate trusted."""
+
+
+def server_problem(server: str | None) -> str | None:
+    """What is wrong with a --server URL, or None: http:// or https:// and a host."""
+    url = urllib.parse.urlparse(server or "")
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return _("--server {server} is not an http:// or https:// URL; write it as "
+                 "https://HOST or http://HOST:PORT, e.g. http://localhost:3000 through an "
+                 "SSH tunnel", server=repr(server))
+    return None
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Certificates and host names verified: against `ca_file` alone when given
+    (a private CA, a self-signed bot), else the system's store (SSL_CERT_FILE
+    honoured). Raises OSError or ssl.SSLError for a file that is not a CA bundle."""
+    return ssl.create_default_context(cafile=ca_file)
 
 
 def new_key() -> str:
@@ -21,9 +47,12 @@ def new_key() -> str:
 
 
 class Client:
-    def __init__(self, server: str, token: str):
+    def __init__(self, server: str, token: str, ca_file: str | None = None):
         self.server = server.rstrip("/")
         self.token = token
+        self.ca_file = ca_file
+        https = self.server.startswith("https://")
+        self.context = tls_context(ca_file) if https else None
 
     def call(self, path: str, body: dict, timeout: float = 30) -> dict | None:
         """POST JSON; the decoded reply, or None for 204. Raises ApiError for
@@ -33,7 +62,7 @@ class Client:
             headers={"Content-Type": "application/json",
                      "Authorization": f"Bearer {self.token}"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.context) as resp:
                 if resp.status == 204:
                     return None
                 return json.loads(resp.read() or b"{}")
@@ -43,6 +72,23 @@ class Client:
             except ValueError:
                 message = exc.reason
             raise ApiError(exc.code, message) from None
+        except (urllib.error.URLError, ssl.SSLCertVerificationError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise CertError(self._cert_message(reason)) from None
+            raise
+
+    def _cert_message(self, reason: ssl.SSLCertVerificationError) -> str:
+        host = urllib.parse.urlparse(self.server).hostname
+        why = reason.verify_message or str(reason)
+        if self.ca_file:
+            return _("the certificate of {host} is not trusted by --ca-file {file} ({why}); "
+                     "give the CA that signed the bot's certificate, or check that the URL "
+                     "names the host the certificate is for", host=host, file=self.ca_file,
+                     why=why)
+        return _("the certificate of {host} could not be verified ({why}); if the bot's "
+                 "certificate is self-signed or from your own CA, give that CA with --ca-file "
+                 "FILE (or env TRIALBOT_CA_FILE)", host=host, why=why)
 
     def register(self, name: str, info: dict) -> dict:
         return self.call("/api/workers/register", {"worker": name, "info": info})

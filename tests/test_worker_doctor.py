@@ -4,7 +4,11 @@ token, bot down, bad recipes), and the cheaper checks in-process."""
 import io
 import os
 import re
+import shutil
+import socket
+import ssl
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -122,6 +126,40 @@ def test_a_per_worker_token_under_another_name_is_a_token_failure(rt):
     bad = {x.what: x for x in checks.bot_lines(rt.server.url, token, "gpu-b")}
     assert bad["token"].code == checks.TOKEN and "another worker's" in bad["token"].text
     assert "`trialbot worker-token create gpu-b`" in bad["token"].text
+
+
+@pytest.fixture
+def untrusted_tls(tmp_path):
+    """A TLS listener with a self-signed certificate, as a proxy with its own CA shows."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            try:
+                ctx.wrap_socket(conn, server_side=True).close()
+            except (OSError, ssl.SSLError):  # the client hangs up on the certificate
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"https://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_an_untrusted_certificate_is_named_with_its_fix(untrusted_tls):
+    bot = checks.bot_lines(untrusted_tls, "wtoken", "w")[0]
+    assert bot.code == checks.UNREACHABLE and "certificate is not trusted" in bot.text
+    assert "SSL_CERT_FILE" in bot.text and "self-signed" in bot.text
 
 
 class Ahead:

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -97,8 +98,7 @@ def gpu_lines() -> list[Line]:
             "trials run on CPU and this line stays failed.", why=why), GPU)]
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
-        cuda = nvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040 for 12.4
-        cuda = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        cuda = _cuda_version(nvml)
         lines = []
         for i in range(nvml.nvmlDeviceGetCount()):
             h = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -115,6 +115,15 @@ def gpu_lines() -> list[Line]:
     return lines or [Line("fail", "gpu", _(
         "NVML works (driver {driver}) but sees no GPU. Fix: check `nvidia-smi` and "
         "CUDA_VISIBLE_DEVICES.", driver=driver), GPU)]
+
+
+def _cuda_version(nvml) -> str:
+    """The CUDA version the driver supports, e.g. 12040 read as 12.4."""
+    try:
+        v = nvml.nvmlSystemGetCudaDriverVersion()
+    except nvml.NVMLError:  # an old driver may not say
+        return "?"
+    return f"{v // 1000}.{v % 1000 // 10}"
 
 
 def _text(v) -> str:
@@ -139,6 +148,12 @@ def bot_lines(server: str | None, token: str | None, name: str) -> list[Line]:
     except ApiError as exc:
         return _refused(exc, server, token, name)
     except (OSError, ValueError) as exc:  # refused, DNS, TLS, timeout; or not JSON
+        if isinstance(getattr(exc, "reason", None), ssl.SSLCertVerificationError):
+            return [Line("fail", "bot", _(
+                "The bot at {url} answers, but its TLS certificate is not trusted here: "
+                "{error}. Fix: give its proxy a certificate from a public CA, or point "
+                "SSL_CERT_FILE at your own CA's certificate.", url=server,
+                error=_reason(exc)), UNREACHABLE), _skip("token"), _skip_clock()]
         return [Line("fail", "bot", _(
             "The bot at {url} does not answer: {error}. Fix: start it (`trialbot serve`) or "
             "correct the URL; from a rented box reach it through `ssh -N -L "

@@ -207,3 +207,15 @@ def test_the_documented_exit_codes_are_the_code_s():
     names = ("OK", "GPU", "UNREACHABLE", "TOKEN", "RECIPES", "DISK", "CLOCK", "USAGE")
     assert table == {str(getattr(checks, n)): n for n in names}
     assert f"{checks.CLOCK_LIMIT:g} s" in text and f"{checks.DISK_MIN // 2**30} GiB" in text
+
+
+def test_a_token_file_the_worker_cannot_use_is_the_token_line(tmp_path):
+    from argparse import Namespace
+    token, (bad,) = doctor._token(Namespace(token_file=str(tmp_path / "none"), token=None))
+    assert token is None and bad.code == checks.TOKEN
+    assert "no such file" in bad.text and "mode 600" in bad.text
+    loose = tmp_path / "token"
+    loose.write_text("t0k\n")
+    loose.chmod(0o644)
+    token, (warn,) = doctor._token(Namespace(token_file=str(loose), token=None))
+    assert token == "t0k" and warn.status == "warn" and f"chmod 600 {loose}" in warn.text

@@ -72,7 +72,9 @@ def _token(args) -> tuple[str | None, list[checks.Line]]:
             token, warning = secrecy.read_file(args.token_file)
         except secrecy.TokenError as exc:
             return None, [checks.Line("fail", "token", _(
-                "The token file cannot be used: {error}.", error=str(exc)), checks.TOKEN)]
+                "The token file cannot be used: {error}. Fix: point `--token-file` at a file "
+                "this user can read that holds only the token (mode 600).", error=str(exc)),
+                checks.TOKEN)]
         return token, [checks.Line("warn", "token", warning)] if warning else []
     return args.token or os.environ.get("TRIALBOT_WORKER_TOKEN"), []
 

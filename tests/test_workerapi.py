@@ -360,3 +360,22 @@ def test_a_new_worker_token_never_reads_as_an_option():
     from bot.http import tokens
     # 1 in 64 of token_urlsafe's start with `-`, which `--token TOKEN` would take for a flag
     assert not any(tokens.new_token().startswith("-") for _ in range(2000))
+
+
+def test_ping_says_whose_token_and_the_bots_clock_and_changes_nothing(rt):
+    import time
+    own = Client(rt.server.url, make_token(rt, "gpu-a"))
+    before = snapshot(rt)
+    t0 = time.time()
+    shared = Client(rt.server.url, "wtoken").call("/api/ping", {"worker": "w9"})
+    assert t0 <= shared["time"] <= time.time()
+    assert shared["token"] == "shared" and shared["worker"] == "w9"
+    assert shared["registered"] is False and (shared["lease"], shared["heartbeat"]) == (60, 10)
+    assert own.call("/api/ping", {"worker": "gpu-a"})["token"] == "worker"
+    with pytest.raises(ApiError) as err:
+        own.call("/api/ping", {"worker": "gpu-b"})
+    assert err.value.status == 403 and "'gpu-a'" in str(err.value)
+    with pytest.raises(ApiError) as err:
+        Client(rt.server.url, "nope").call("/api/ping", {"worker": "w9"})
+    assert err.value.status == 401
+    assert snapshot(rt) == before  # nothing registered, leased or counted

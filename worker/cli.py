@@ -6,6 +6,7 @@
     trialbot-worker [--recipes FILE] trial llm-infer batch=4 ... [--json]
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
     trialbot-worker trial hf-infer model=PATH/config.json layers=2 ...   (needs trialbot[hf])
+    trialbot-worker doctor [--server URL ...] [--recipes FILE] [--workdir DIR]   (docs/doctor.md)
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     # process group is killed on the way out instead of left running.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        if argv[:1] == ["doctor"]:  # checks this box; runs no trial
+            from worker import doctor
+            return doctor.main(argv[1:])
         if "trial" in argv:
             at = argv.index("trial")
             return trial_command(argv[:at], argv[at + 1:])

@@ -1,5 +1,7 @@
 """The worker API: JSON over HTTP, `Authorization: Bearer <token>`.
 
+    POST /api/ping              {worker}                  -> 200 {worker, token, time, ...}
+      (changes nothing: `trialbot-worker doctor` asks whether the token is accepted)
     POST /api/workers/register  {worker, info}            -> 200
     POST /api/lease             {worker, wait, idle, key} -> 200 {job...} | 204 (none yet)
     POST /api/jobs/<id>/heartbeat {worker, lease, progress} -> 200 {cancel} | 409 lease lost
@@ -21,6 +23,7 @@ otherwise. Requests without a valid token get 401; every refused request
 from __future__ import annotations
 
 import re
+import time
 
 from bot.http import tokens
 from bot.plans import service
@@ -131,6 +134,8 @@ class WorkerApi:
         if key is not None and not (isinstance(key, str) and 0 < len(key) <= 100):
             return 400, {"error": "`key` must be the request's idempotency key (1-100 "
                                   "characters, the same on each retry of one request)"}
+        if path == "/api/ping":
+            return 200, self.ping(worker, who)
         if path == "/api/workers/register":
             info = {} if body.get("info") is None else body["info"]  # [] is no object
             if not isinstance(info, dict):
@@ -199,6 +204,14 @@ class WorkerApi:
             if action == "report" and self._answered(worker, key, "report", job=job_id):
                 return 200, {"trial": job["trial"], "status": job["status"]}
             return 409, {"error": str(exc)}
+
+    def ping(self, worker: str, who) -> dict:
+        """The token is accepted for `worker`: the bot's clock and lease timings, so a
+        worker can measure its clock's offset. Reads only; registers nothing."""
+        return {"worker": worker, "token": "shared" if who is tokens.SHARED else "worker",
+                "time": time.time(), "registered": workers.known(self.ctx.store, worker),
+                "lease": self.ctx.queue.lease_seconds,
+                "heartbeat": self.ctx.queue.heartbeat_seconds}
 
     def _answered(self, worker: str, key: str | None, kind: str, **ref) -> bool:
         """The request with this key was applied before (its answer was lost)."""

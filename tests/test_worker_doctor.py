@@ -159,7 +159,7 @@ def untrusted_tls(tmp_path):
 def test_an_untrusted_certificate_is_named_with_its_fix(untrusted_tls):
     bot = checks.bot_lines(untrusted_tls, "wtoken", "w")[0]
     assert bot.code == checks.UNREACHABLE and "certificate is not trusted" in bot.text
-    assert "SSL_CERT_FILE" in bot.text and "self-signed" in bot.text
+    assert "`--ca-file`" in bot.text and "self-signed" in bot.text
 
 
 class Ahead:

@@ -32,6 +32,9 @@ def main(argv: list[str]) -> int:
                         help="the bot's URL (env TRIALBOT_SERVER)")
     parser.add_argument("--token-file", metavar="FILE", help="the worker token's file")
     parser.add_argument("--token", help="the worker token (or env TRIALBOT_WORKER_TOKEN)")
+    parser.add_argument("--ca-file", metavar="FILE", default=os.environ.get("TRIALBOT_CA_FILE"),
+                        help="for an https:// bot: the CA bundle that signed its certificate "
+                             "(env TRIALBOT_CA_FILE), as for the worker")
     parser.add_argument("--name", default=socket.gethostname(),
                         help="the worker's name (a per-worker token is checked against it)")
     parser.add_argument("--recipes", help="the recipe file (TOML) the worker would load")
@@ -52,7 +55,7 @@ def run(args) -> list[checks.Line]:
     torch = checks.torch_lines()
     gpus = checks.gpu_lines()
     gpu_ok = all(line.status == "ok" for line in torch + gpus)
-    bot = checks.bot_lines(args.server, token, args.name)
+    bot = checks.bot_lines(args.server, token, args.name, args.ca_file)
     if token is None and token_lines:  # the token could not be read: that is its line
         bot = [token_lines[0] if line.what == "token" else line for line in bot]
     else:

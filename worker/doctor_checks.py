@@ -130,14 +130,25 @@ def _text(v) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
-def bot_lines(server: str | None, token: str | None, name: str) -> list[Line]:
-    """The bot, the token and the clock: POST /api/ping, best of three round trips."""
-    from worker.client import ApiError, Client
+def bot_lines(server: str | None, token: str | None, name: str,
+              ca_file: str | None = None) -> list[Line]:
+    """The bot, the token and the clock: POST /api/ping, best of three round trips;
+    an https:// bot verified as the worker does (`ca_file`, else the system store)."""
+    from worker.client import ApiError, CertError, Client, server_problem
     if not server:
         return [Line("fail", "bot", _(
             "No bot URL given. Fix: pass `--server URL` or set TRIALBOT_SERVER."), UNREACHABLE),
             *_no_token(token), _skip_clock()]
-    client, best = Client(server, token or ""), None
+    problem = server_problem(server)
+    if problem:
+        return [Line("fail", "bot", problem, UNREACHABLE), _skip("token"), _skip_clock()]
+    try:
+        client, best = Client(server, token or "", ca_file), None
+    except (OSError, ssl.SSLError) as exc:
+        return [Line("fail", "bot", _(
+            "--ca-file {file} is not a readable CA bundle ({why}). Fix: give the PEM file of "
+            "the CA that signed the bot's certificate.", file=ca_file, why=_reason(exc)),
+            UNREACHABLE), _skip("token"), _skip_clock()]
     try:
         for _try in range(3):
             t0, p0 = time.time(), time.perf_counter()
@@ -147,13 +158,13 @@ def bot_lines(server: str | None, token: str | None, name: str) -> list[Line]:
                 best = (rtt, t0 + rtt / 2, reply)
     except ApiError as exc:
         return _refused(exc, server, token, name)
-    except (OSError, ValueError) as exc:  # refused, DNS, TLS, timeout; or not JSON
-        if isinstance(getattr(exc, "reason", None), ssl.SSLCertVerificationError):
-            return [Line("fail", "bot", _(
-                "The bot at {url} answers, but its TLS certificate is not trusted here: "
-                "{error}. Fix: give its proxy a certificate from a public CA, or point "
-                "SSL_CERT_FILE at your own CA's certificate.", url=server,
-                error=_reason(exc)), UNREACHABLE), _skip("token"), _skip_clock()]
+    except CertError as exc:
+        return [Line("fail", "bot", _(
+            "The bot at {url} answers, but its TLS certificate is not trusted here: {error}. "
+            "Fix: give its proxy a certificate from a public CA, or pass `--ca-file` with "
+            "your own CA's certificate.", url=server, error=str(exc)), UNREACHABLE),
+            _skip("token"), _skip_clock()]
+    except (OSError, ValueError) as exc:  # refused, DNS, TLS handshake, timeout; or not JSON
         return [Line("fail", "bot", _(
             "The bot at {url} does not answer: {error}. Fix: start it (`trialbot serve`) or "
             "correct the URL; from a rented box reach it through `ssh -N -L "

@@ -62,7 +62,8 @@ def _scopes_line(headers: dict, policy):
                       "name user groups; they name none."), warn=True)
     return Line(_("The token lacks scopes manifest.yml asks for: {missing}. Add them (update "
                   "the app from manifest.yml), then Reinstall to Workspace: a token keeps its "
-                  "old grant until then.", missing=", ".join(missing)), Exit.SLACK_SCOPES)
+                  "old grant until then (docs/operations.md says what each scope is for).",
+                  missing=", ".join(missing)), Exit.SLACK_SCOPES)
 
 
 def _socket_line(app_token: str, api_url: str | None, where: str):

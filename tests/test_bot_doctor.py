@@ -205,6 +205,27 @@ def test_no_worker_in_the_last_hour(site, monkeypatch, capsys):
     assert "`trialbot-worker doctor`" in line
 
 
+def test_many_workers_stay_on_one_line(site, monkeypatch, capsys):
+    env, store = site
+    for n in range(12):
+        store.upsert_worker(f"box-{n:02d}", {"gpus": ["A100"]})
+    got, out = doctor(monkeypatch, capsys, env)
+    [line] = [line for line in out.splitlines() if line.startswith("ok    workers")]
+    assert got == Exit.OK and "13 workers seen in the last hour, the latest: " in line
+    assert line.count("seen") == 7  # the count, and six named
+
+
+def test_too_little_free_space(site, monkeypatch, capsys):
+    env, _ = site
+    monkeypatch.setattr("bot.app.doctor.MIN_FREE", 2**60)  # more than any disk here has
+    got, out = doctor(monkeypatch, capsys, env)
+    assert got == Exit.DISK
+    [line] = failing(out)
+    assert line.startswith("Only ") and f"free on the filesystem of {env['TRIALBOT_DB']} " \
+        f"(under {size(2**60)})" in line
+    assert "stop the bot and move the file with its -wal and -shm" in line
+
+
 def test_no_worker_ever(tmp_path, site, monkeypatch, capsys):
     env, _ = site
     db = str(tmp_path / "fresh.db")

@@ -15,6 +15,8 @@ from worker import i18n
 from worker.i18n import _
 from worker.units import size
 
+SHOWN = 6  # workers named on their line
+
 
 def run(env) -> int:
     """Print the checks; the exit code of the first failing class, 0 when none."""
@@ -196,9 +198,13 @@ def _backup_line(last: dict | None) -> Line:
 def _workers_line(workers: list[dict], last: dict | None) -> Line:
     now = time.time()
     if workers:
+        recent = sorted(workers, key=lambda w: -w["last_seen"])[:SHOWN]  # one line, one screen
         shown = ", ".join(_("{name} ({gpus}, seen {age} ago)", name=w["name"],
                             gpus=_gpus(w["info"]), age=ago(now - w["last_seen"]))
-                          for w in workers)
+                          for w in recent)
+        if len(workers) > SHOWN:
+            return Line(_("{n} workers seen in the last hour, the latest: {workers}.",
+                          n=len(workers), workers=shown))
         return Line(_("Workers seen in the last hour: {workers}.", workers=shown))
     start = "`trialbot-worker --server http://BOT-HOST:PORT --name NAME`"
     if last is None:

@@ -45,12 +45,12 @@ def run(env) -> int:
     failed = sorted({line.failed for line in lines if line.failed})
     if not failed:
         print(_("All {n} checks passed.", n=len(lines)))
-        return Exit.OK
+        return 0
     print(_("{failed} of {n} checks failed; exit code {code} ({name}): fix the first FAIL "
             "line first, it may cause the others.",
             failed=sum(1 for line in lines if line.failed), n=len(lines), code=int(failed[0]),
             name=failed[0].name.lower()))
-    return failed[0]
+    return int(failed[0])
 
 
 def settings_lines(env) -> tuple[list[Line], config.Settings | None]:

@@ -30,6 +30,7 @@ class FakeSlack(ThreadingHTTPServer):
         self.channel_errors: dict[str, str] = {}
         self.delays: dict[str, float] = {}
         self.expired_urls: set[str] = set()  # response_url paths answered 404 expired_url
+        self.scopes: str | None = None  # the x-oauth-scopes header of every answer, as Slack's
         self.lock = threading.Lock()
         self.counter = 0
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -146,6 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, status: int, body: bytes, kind: str = "application/json") -> None:
         self.send_response(status)
+        if self.server.scopes is not None:
+            self.send_header("x-oauth-scopes", self.server.scopes)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

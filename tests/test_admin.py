@@ -1,5 +1,6 @@
 """Schema migrations, `trialbot backup` and `trialbot worker-token`, on real
 SQLite files and as a user runs the commands."""
+import re
 import sqlite3
 import subprocess
 import threading
@@ -156,6 +157,11 @@ def test_token_and_backup_commands_while_the_bot_serves(served_bot, bot_env, tmp
     done = trialbot("backup", str(copy), env=bot_env)
     assert done.returncode == 0, done.stderr
     assert sqlite3.connect(copy).execute("pragma integrity_check").fetchone()[0] == "ok"
+    done = trialbot("doctor", env=bot_env)  # beside the running bot, on what it wrote
+    assert done.returncode == 0, done.stdout
+    for check, says in [("database", "the latest"), ("wal", "WAL"), ("backup", "served-copy.db"),
+                        ("workers", "gpu-a (CPU, seen")]:
+        assert re.search(rf"^ok +{check} .*{re.escape(says)}", done.stdout, re.M), done.stdout
 
 
 def test_a_column_a_later_step_adds_to_a_baseline_table_survives_a_restart(tmp_path):

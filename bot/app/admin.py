@@ -87,6 +87,9 @@ def run_backup(db: str, path: str, force: bool) -> int:
         return _fail(f"cannot back up {db} to {path}: {exc}")
     print(f"Backed up {db} to {path}: {size(copied['bytes'])}, {copied['jobs']} "
           f"jobs, schema version {copied['version']}.")
+    if not copied["recorded"]:
+        print(f"It is not recorded in {db} (not writable, or not migrated: start "
+              "`trialbot serve` once), so `trialbot doctor` cannot show it.")
     return 0
 
 

@@ -1,5 +1,6 @@
-"""`trialbot`: `serve` (Slack), `console` (terminal), and the admin commands
-`worker-token` and `backup` (bot/app/admin.py), which work while the bot runs."""
+"""`trialbot`: `serve` (Slack), `console` (terminal), the admin commands
+`worker-token` and `backup` (bot/app/admin.py), which work while the bot runs,
+and `doctor` (bot/app/doctor.py), which checks what `serve` would use."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     bak.add_argument("path", help="the backup file to write")
     bak.add_argument("--force", action="store_true", help="replace PATH if it exists")
     bak.add_argument("--db", default=default_db, help=db_help)
+    sub.add_parser("doctor", help="check the settings, Slack, the database and the workers, "
+                   "with serve's environment (docs/doctor.md)")
     args = parser.parse_args(argv)
     try:
         import slack_bolt  # noqa: F401
@@ -46,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         # Slack tokens sit in our environment and memory, and a local worker's
         # trials run as our user: they must not read either.
         secrecy.undumpable()
+    if args.command == "doctor":
+        from bot.app import doctor
+        return doctor.run(os.environ)
     try:
         if args.command in ("worker-token", "backup"):
             from bot.app import admin

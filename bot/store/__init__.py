@@ -9,7 +9,9 @@ Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
 `outbox` (every message the bot will post, stored before it is sent),
 `worker_tokens` (per-worker API tokens, hashed), the
 plans' tables, and `digests` / `digests_sent` (the weekly digest's schedule
-per channel, and each week posted), `channel_settings` (a channel's language).
+per channel, and each week posted), `channel_settings` (a channel's language),
+`backups` (each `trialbot backup` made; health.py reads them for `trialbot
+doctor`, read-only).
 """
 from __future__ import annotations
 

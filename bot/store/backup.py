@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 
@@ -27,4 +28,23 @@ def backup(source: str, target: str) -> dict:
     finally:
         src.close()
     os.replace(partial, target)
-    return {"bytes": os.path.getsize(target), "jobs": jobs, "version": version}
+    made = {"bytes": os.path.getsize(target), "jobs": jobs, "version": version}
+    return dict(made, recorded=_record(source, target, made))
+
+
+def _record(source: str, target: str, made: dict) -> bool:
+    """Note the backup in the source's `backups` table, for `trialbot doctor`;
+    False when it cannot (a file not yet migrated, or one we may only read):
+    the copy is made all the same."""
+    try:
+        conn = sqlite3.connect(source, timeout=30)
+        try:
+            with conn:
+                conn.execute("insert into backups (at, path, bytes, version) values "
+                             "(?, ?, ?, ?)", [time.time(), os.path.abspath(target),
+                                              made["bytes"], made["version"]])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return True

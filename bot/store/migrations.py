@@ -77,6 +77,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "create table if not exists channel_settings (channel text primary key, lang text, "
         "set_by text, set_at float)",
     ]),
+    # Each `trialbot backup` made of this file (`trialbot doctor` shows the last).
+    ("backups made", [
+        "create table if not exists backups (id integer primary key, at float not null, "
+        "path text not null, bytes integer not null, version integer not null)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

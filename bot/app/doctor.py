@@ -1,0 +1,233 @@
+"""`trialbot doctor`: on the bot's host, with the environment of `trialbot
+serve`, one line per check (settings and access, Slack, the database, the
+workers); each failing line says how to fix it. Reads only: it never
+migrates the file, posts to Slack or opens the Socket Mode socket."""
+from __future__ import annotations
+
+import os
+import time
+
+from bot.app import config
+from bot.app.doctorcodes import BACKUP_DAYS, MIN_FREE, WORKERS_WITHIN, Exit, Line
+from bot.app.doctorslack import slack_lines
+from bot.store import health, migrations
+from worker import i18n
+from worker.i18n import _
+from worker.units import size
+
+SHOWN = 6  # workers named on their line
+
+
+def run(env) -> int:
+    """Print the checks; the exit code of the first failing class, 0 when none."""
+    try:
+        i18n.set_default(config.default_lang(env))
+    except config.ConfigError:
+        pass  # the settings line says it
+    lines, settings = settings_lines(env)
+    token = settings.bot_token if settings else env.get("SLACK_BOT_TOKEN")
+    app_token = settings.app_token if settings else env.get("SLACK_APP_TOKEN")
+    policy = settings.policy if settings else None
+    if token:
+        slack, channel_names = slack_lines(token, app_token, env.get("SLACK_API_URL") or None,
+                                           policy)
+    else:
+        slack, channel_names = [], {}
+    if settings:
+        lines += [line.named("access")
+                  for line in access_lines(settings.policy, env, channel_names)]
+    lines += slack
+    lines += database_lines(settings.db if settings else env.get("TRIALBOT_DB",
+                                                                  "./trialbot.db"))
+    print(_("trialbot doctor: the checks of `trialbot serve`'s settings on this host."))
+    for line in lines:
+        print(line)
+    failed = sorted({line.failed for line in lines if line.failed})
+    if not failed:
+        print(_("All {n} checks passed.", n=len(lines)))
+        return 0
+    print(_("{failed} of {n} checks failed; exit code {code} ({name}): fix the first FAIL "
+            "line first, it may cause the others.",
+            failed=sum(1 for line in lines if line.failed), n=len(lines), code=int(failed[0]),
+            name=failed[0].name.lower()))
+    return int(failed[0])
+
+
+def settings_lines(env) -> tuple[list[Line], config.Settings | None]:
+    from worker.redact import text  # a token pasted into the wrong variable
+    try:
+        s = config.from_env(env)
+    except config.ConfigError as exc:
+        return [Line(_("The settings stop `trialbot serve`: {error}.", error=text(str(exc), ())),
+                     Exit.SETTINGS, check="settings")], None
+    if s.socket_mode:
+        mode = _("Slack: Socket Mode (SLACK_APP_TOKEN is set): the bot connects out to Slack "
+                 "and needs no public URL.")
+    else:
+        mode = _("Slack: HTTP mode (no SLACK_APP_TOKEN): Slack must reach port {port} of this "
+                 "host at /slack/events, and every request is checked with "
+                 "SLACK_SIGNING_SECRET.", port=s.port)
+    metrics = (_("/metrics and GET /api/workers take the worker token or "
+                 "TRIALBOT_METRICS_TOKEN.") if s.metrics_token else
+               _("/metrics and GET /api/workers take the worker token (no "
+                 "TRIALBOT_METRICS_TOKEN)."))
+    return [Line(mode, check="settings"),
+            Line(_("Workers, /healthz and /metrics: HTTP on {host}:{port}; a lease expires "
+                   "after {lease} s without a heartbeat. {metrics}", host=s.host, port=s.port,
+                   lease=f"{s.lease_seconds:g}", metrics=metrics), check="settings"),
+            Line(_("Language: {lang} ({name}) in every channel that has not chosen one "
+                   "(TRIALBOT_LANG); a message unsent for {minutes} min is raised to admins.",
+                   lang=s.lang, name=i18n.LANGS[s.lang], minutes=f"{s.outbox_alert_minutes:g}"),
+                 check="settings")], s
+
+
+def access_lines(policy, env, channel_names: dict) -> list[Line]:
+    """The access policy in plain words, as bot/access.py enforces it."""
+    def channels(ids):
+        return ", ".join(f"#{channel_names[c]} ({c})" if c in channel_names else c
+                         for c in sorted(ids))
+
+    def ids(values):
+        return ", ".join(sorted(values))
+
+    lines = []
+    if env.get("TRIALBOT_CONFIG"):
+        lines.append(Line(_("Access settings: [access] in {path}; a variable that is set "
+                            "replaces its key.", path=env["TRIALBOT_CONFIG"])))
+    if not policy.configured:
+        lines.append(Line(_("Nobody may run trials and nobody is an admin: there are no access "
+                            "settings. Set TRIALBOT_RUN_CHANNELS, TRIALBOT_RUN_USERS, "
+                            "TRIALBOT_RUN_USERGROUPS or TRIALBOT_ADMINS (docs/operations.md, "
+                            "\"Who may do what\")."), Exit.SETTINGS))
+        return lines
+    if policy.run_everyone:
+        lines.append(Line(_("Anyone in the workspace may run trials and change plans "
+                            "(TRIALBOT_RUN_EVERYONE).")))
+    if policy.run_channels:
+        lines.append(Line(_("Anyone in {channels} may run trials and change plans there "
+                            "(TRIALBOT_RUN_CHANNELS).", channels=channels(policy.run_channels))))
+    if policy.run_users:
+        lines.append(Line(_("Users {users} may run trials and change plans anywhere "
+                            "(TRIALBOT_RUN_USERS).", users=ids(policy.run_users))))
+    if policy.run_usergroups:
+        lines.append(Line(_("Members of user groups {groups} may run trials and change plans "
+                            "(TRIALBOT_RUN_USERGROUPS); when Slack cannot say who is in them, "
+                            "they are refused.", groups=ids(policy.run_usergroups))))
+    if policy.admins or policy.admin_usergroups:
+        who = ids(policy.admins | {f"@{g}" for g in policy.admin_usergroups})
+        lines.append(Line(_("Admins: {admins} (TRIALBOT_ADMINS, TRIALBOT_ADMIN_USERGROUPS): "
+                            "they may also run trials, record prices, schedule the weekly "
+                            "digest and cancel anyone's trial.", admins=who)))
+    else:
+        lines.append(Line(_("No admin: nobody may record prices, schedule the weekly digest or "
+                            "cancel another's trial; set TRIALBOT_ADMINS to Slack user ids "
+                            "(U…)."), warn=True))
+    lines.append(Line(_("Reading (help, list, status, workers, fit, /plan show, review, "
+                        "prices) is open to anyone; a trial or a plan only in its own channel, "
+                        "or to an admin anywhere.")))
+    return lines
+
+
+def database_lines(path: str) -> list[Line]:
+    if not os.path.isfile(path):
+        return [Line(_("No database at {path}: set TRIALBOT_DB to the bot's file (`trialbot "
+                       "serve` creates it on first start).", path=path), Exit.DATABASE,
+                     check="database")]
+    import sqlite3
+    try:
+        found = health.read(path, WORKERS_WITHIN)
+    except sqlite3.Error as exc:
+        return [Line(_("Cannot read {path} as a database ({error}): set TRIALBOT_DB to the "
+                       "bot's SQLite file.", path=path, error=str(exc)), Exit.DATABASE,
+                     check="database")]
+    lines = [_version_line(path, found["version"]).named("database")]
+    if found["journal"] == "wal":
+        lines.append(Line(_("Journal mode WAL: backups and admin commands do not block the "
+                            "bot."), check="wal"))
+    else:
+        lines.append(Line(_("{path} is in journal mode {mode}, not WAL: a backup or an admin "
+                            "command would block the bot; start `trialbot serve` once, it turns "
+                            "WAL on.", path=path, mode=found["journal"]), Exit.DATABASE,
+                          check="wal"))
+    lines.append(_disk_line(path).named("disk"))
+    if found["version"] >= migrations.LATEST:  # older: the version line says to migrate
+        lines.append(_backup_line(found["backup"]).named("backup"))
+    if found["workers"] is not None:
+        lines.append(_workers_line(found["workers"], found["last_worker"]).named("workers"))
+    return lines
+
+
+def _version_line(path: str, version: int) -> Line:
+    latest = migrations.LATEST
+    if version > latest:
+        return Line(_("{path} has schema version {found}, newer than this trialbot's {latest}: "
+                      "upgrade trialbot on this host.", path=path, found=version, latest=latest),
+                    Exit.DATABASE)
+    if version < latest:
+        return Line(_("{path} has schema version {found}, this trialbot's is {latest}: make a "
+                      "`trialbot backup`, then start `trialbot serve` once; it migrates the "
+                      "file at start.", path=path, found=version, latest=latest), Exit.DATABASE)
+    return Line(_("Database {path}: schema version {found}, the latest; {size}.", path=path,
+                  found=version, size=size(sum(os.path.getsize(f) for f in (path, path + "-wal")
+                                               if os.path.exists(f)))))
+
+
+def _disk_line(path: str) -> Line:
+    import shutil
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    if free < MIN_FREE:
+        return Line(_("Only {free} free on the filesystem of {path} (under {least}): SQLite "
+                      "stops writing when it runs out; free space, or stop the bot and move "
+                      "the file with its -wal and -shm.", free=size(free), path=path,
+                      least=size(MIN_FREE)), Exit.DISK)
+    return Line(_("{free} free on the filesystem of the database.", free=size(free)))
+
+
+def _backup_line(last: dict | None) -> Line:
+    if last is None:
+        return Line(_("No backup recorded: run `trialbot backup PATH` now, and daily from cron "
+                      "(docs/operations.md, \"The database\")."), Exit.BACKUP)
+    age = time.time() - last["at"]
+    if age > BACKUP_DAYS * 86400:
+        return Line(_("The last backup is {age} old ({path}): run `trialbot backup PATH` now, "
+                      "and daily from cron.", age=ago(age), path=last["path"]), Exit.BACKUP)
+    return Line(_("Last backup {age} ago: {path}, {size}.", age=ago(age), path=last["path"],
+                  size=size(last["bytes"])))
+
+
+def _workers_line(workers: list[dict], last: dict | None) -> Line:
+    now = time.time()
+    if workers:
+        recent = sorted(workers, key=lambda w: -w["last_seen"])[:SHOWN]  # one line, one screen
+        shown = ", ".join(_("{name} ({gpus}, seen {age} ago)", name=w["name"],
+                            gpus=_gpus(w["info"]), age=ago(now - w["last_seen"]))
+                          for w in recent)
+        if len(workers) > SHOWN:
+            return Line(_("{n} workers seen in the last hour, the latest: {workers}.",
+                          n=len(workers), workers=shown))
+        return Line(_("Workers seen in the last hour: {workers}.", workers=shown))
+    start = "`trialbot-worker --server http://BOT-HOST:PORT --name NAME`"
+    if last is None:
+        return Line(_("No worker has registered: start {command} on a GPU box; `trialbot-worker "
+                      "doctor` there says why it cannot reach the bot.", command=start),
+                    Exit.WORKERS)
+    return Line(_("No worker seen in the last hour (the last, {name}, {age} ago): start "
+                  "{command} on a GPU box; `trialbot-worker doctor` there says why it cannot "
+                  "reach the bot.", name=last["name"], age=ago(now - last["last_seen"]),
+                  command=start), Exit.WORKERS)
+
+
+def _gpus(info: dict) -> str:
+    gpus = info.get("gpus") or []
+    if not gpus:
+        return "CPU"
+    return f"{len(gpus)}× {gpus[0]}" if len(set(gpus)) == 1 else ", ".join(gpus)
+
+
+def ago(seconds: float) -> str:
+    """An age as people read it: 40 s, 12 min, 5 h, 9 d."""
+    seconds = max(0.0, seconds)
+    for unit, scale, upto in (("s", 1, 120), ("min", 60, 120 * 60), ("h", 3600, 48 * 3600)):
+        if seconds < upto:
+            return f"{seconds / scale:.0f} {unit}"
+    return f"{seconds / 86400:.0f} d"

@@ -1,0 +1,37 @@
+"""What `trialbot doctor` reads from the database, read-only: opening a Store
+would migrate the file and turn WAL on, hiding the very things it checks."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+
+def read(path: str, seen_within: float) -> dict:
+    """The file's schema version and journal mode, its last recorded backup, the
+    workers seen in the last `seen_within` seconds and the last one seen at all.
+    Raises sqlite3.Error when the file cannot be read as a database."""
+    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
+    try:
+        tables = {r[0] for r in conn.execute("select name from sqlite_master "
+                                             "where type = 'table'")}
+        out = {"version": conn.execute("pragma user_version").fetchone()[0],
+               "journal": conn.execute("pragma journal_mode").fetchone()[0].lower(),
+               "backup": None, "workers": None, "last_worker": None}
+        if "backups" in tables:
+            row = conn.execute("select at, path, bytes, version from backups "
+                               "order by at desc limit 1").fetchone()
+            if row:
+                out["backup"] = dict(zip(("at", "path", "bytes", "version"), row))
+        if "workers" in tables:
+            rows = conn.execute("select name, info, last_seen from workers where last_seen >= ? "
+                                "order by name", [time.time() - seen_within]).fetchall()
+            out["workers"] = [{"name": n, "info": json.loads(i or "{}"), "last_seen": s}
+                              for n, i, s in rows]
+            last = conn.execute("select name, last_seen from workers "
+                                "order by last_seen desc limit 1").fetchone()
+            out["last_worker"] = {"name": last[0], "last_seen": last[1]} if last else None
+        return out
+    finally:
+        conn.close()

@@ -31,6 +31,7 @@ class FakeSlack(ThreadingHTTPServer):
         self.delays: dict[str, float] = {}
         self.expired_urls: set[str] = set()  # response_url paths answered 404 expired_url
         self.scopes: str | None = None  # the x-oauth-scopes header of every answer, as Slack's
+        self.socket_mode = None  # a socketfake.SocketFake: apps.connections.open answers its URL
         self.lock = threading.Lock()
         self.counter = 0
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -137,6 +138,8 @@ class _Handler(BaseHTTPRequestHandler):
                                  "is_archived": False, **self.server.channel_info.get(channel, {})}
         elif method == "conversations.open":  # the bot's direct-message channel with a user
             answer["channel"] = {"id": "D" + args.get("users", "")}
+        elif method == "apps.connections.open" and self.server.socket_mode:
+            answer["url"] = self.server.socket_mode.url()
         if method == "files.getUploadURLExternal":
             file_id = f"F{self.server.counter}"
             answer.update(file_id=file_id, upload_url=f"http://127.0.0.1:"

@@ -110,9 +110,10 @@ def run_serve(local_worker: bool) -> int:
     app = build_app(rt.ctx, client, settings.signing_secret)
     log = logging.getLogger("trialbot")
     if settings.socket_mode:
-        from slack_bolt.adapter.socket_mode import SocketModeHandler
         from slack_sdk.errors import SlackApiError
-        handler = SocketModeHandler(app, settings.app_token)
+
+        from bot.slack.socketmode import Handler
+        handler = Handler(app, settings.app_token)
         try:
             handler.connect()
             log.info("Slack: Socket Mode connected")

@@ -379,3 +379,33 @@ def test_ping_says_whose_token_and_the_bots_clock_and_changes_nothing(rt):
         Client(rt.server.url, "nope").call("/api/ping", {"worker": "w9"})
     assert err.value.status == 401
     assert snapshot(rt) == before  # nothing registered, leased or counted
+
+
+def test_a_lease_its_worker_hung_up_on_goes_back_to_the_queue_at_once(rt, caplog):
+    """A worker killed during its long poll: the trial the bot then leases to
+    it cannot be written, so it is queued again, costing no attempt, instead of
+    held by a dead worker until its lease expires (60 s)."""
+    import socket
+    import struct
+    import time
+    c = Client(rt.server.url, "wtoken")
+    c.register("dead", {})
+    c.register("alive", {})
+    body = json.dumps({"worker": "dead", "wait": 10}).encode()
+    host, port = rt.server.server_address[:2]
+    s = socket.create_connection((host, port))
+    s.sendall(b"POST /api/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wtoken\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.5)  # the bot holds the long poll open
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()  # reset, as when the worker's process is killed
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    deadline = time.monotonic() + 10
+    while "queued again" not in caplog.text:
+        assert time.monotonic() < deadline, "the unsent lease was not released"
+        time.sleep(0.05)
+    job = rt.store.job(1)
+    assert (job["status"], job["worker"], job["attempts"]) == ("queued", None, 0)
+    assert rt.store.attempts(1) == []
+    assert c.lease("alive", 1)["trial"] == "T1"
+    assert rt.store.job(1)["attempts"] == 1

@@ -94,7 +94,11 @@ class Handler(BaseHTTPRequestHandler):
                 return
             status, reply = self.server.worker_api.handle(
                 path, self.headers.get("Authorization"), body)
-            self._json(status, reply)
+            try:
+                self._json(status, reply)
+            except (BrokenPipeError, ConnectionResetError):  # the worker hung up, mid long-poll
+                self.close_connection = True
+                self.server.worker_api.unsent(path, body, reply)
         else:
             self._json(404, {"error": f"no such endpoint: POST {path}"})
 

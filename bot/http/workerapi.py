@@ -22,6 +22,7 @@ otherwise. Requests without a valid token get 401; every refused request
 """
 from __future__ import annotations
 
+import logging
 import re
 import time
 
@@ -32,6 +33,8 @@ from bot.trials import routing, workers
 from bot.trials.queue import LeaseLost
 from worker import report as reports
 from worker.spec import Workload
+
+log = logging.getLogger("trialbot.http")
 
 MAX_WAIT = 30  # seconds a lease request may be held open
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
@@ -204,6 +207,15 @@ class WorkerApi:
             if action == "report" and self._answered(worker, key, "report", job=job_id):
                 return 200, {"trial": job["trial"], "status": job["status"]}
             return 409, {"error": str(exc)}
+
+    def unsent(self, path: str, body, reply: dict | None) -> None:
+        """The answer to `path` could not be written (the worker hung up): a trial
+        it leased goes back to the queue. A Slurm accounting request waits out its
+        lease (seconds of sacct, asked again)."""
+        if (path == "/api/lease" and reply and "trial" in reply and isinstance(body, dict)
+                and self.ctx.queue.unsent(body.get("worker"), reply["id"], reply["lease"])):
+            log.warning("lease of %s not delivered to %s (the connection was gone); "
+                        "queued again", reply["trial"], body.get("worker"))
 
     def ping(self, worker: str, who) -> dict:
         """The token is accepted for `worker`: the bot's clock and lease timings, so a

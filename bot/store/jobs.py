@@ -142,6 +142,21 @@ class Jobs:
         return self._finish(job["id"], job["worker"], job["lease"], report, messages, [lost],
                             expired=True)
 
+    def release_lease(self, job_id: int, worker: str, lease: str) -> bool:
+        """Back to the queue, as if never leased, a lease whose answer never reached
+        its worker (the connection was gone): it cost no attempt, and the worker
+        did not run it. Only while that lease still holds the job."""
+        with self.tx():
+            cur = self.db.execute(
+                "update jobs set status = 'queued', worker = null, lease = null, "
+                "lease_expires = null, started = null, attempts = attempts - 1 "
+                "where id = ? and worker = ? and lease = ? and status = 'running'",
+                [job_id, worker, lease])
+            if cur.rowcount == 1:
+                self.db.execute("update workers set job = null where name = ? and job = ?",
+                                [worker, job_id])
+        return cur.rowcount == 1
+
     def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:
         with self.tx():
             cur = self.db.execute(

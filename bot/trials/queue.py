@@ -114,6 +114,15 @@ class JobQueue:
             with self.changed:
                 self.changed.wait(min(left, 1.0))
 
+    def unsent(self, worker: str, job_id: int, lease: str) -> bool:
+        """A leased trial whose answer could not be written to its worker: queued
+        again at once for the next worker, rather than held until its lease expires."""
+        if not self.store.release_lease(job_id, worker, lease):
+            return False
+        with self.changed:
+            self.changed.notify_all()
+        return True
+
     def held(self, worker: str, key: str) -> dict | None:
         """The lease a lease request with this key got, while `worker` still
         holds it: the request came again because its answer was lost, and the

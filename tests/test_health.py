@@ -95,6 +95,15 @@ def test_metrics_follow_the_store(rt, fake_slack):
     fake_slack.errors.clear()
     rt.outbox.flush()
     assert scrape(rt)[("trialbot_outbox_unsent", ())] == 0
+    # w2's lease, the job's second and last allowed, expires too: the job fails
+    with rt.store.tx():
+        rt.store.db.execute("update jobs set lease_expires = ? where id = ?",
+                            [time.time() - 1, first["id"]])
+    rt.queue.fail_exhausted()
+    assert rt.store.job(first["id"])["status"] == "failed"
+    m = scrape(rt)
+    assert m[("trialbot_lease_expiries_total", ())] == 2
+    assert m[("trialbot_jobs", (("state", "failed"),))] == 1
 
 
 @pytest.mark.parametrize("token, says", [(None, "no Bearer token"),

@@ -45,7 +45,8 @@ class StoreCollector:
             "Seconds from queued to leased of every job leased (its latest lease).",
             buckets=buckets, sum_value=total)
         yield CounterMetricFamily("trialbot_lease_expiries",
-                                  "Leases that expired (no heartbeat) and were leased again.",
+                                  "Leases that expired (no heartbeat): leased again, or a job's "
+                                  "last, which ended it.",
                                   value=self.store.lease_expiries())
         backlog = self.store.outbox_backlog()
         yield GaugeMetricFamily("trialbot_outbox_unsent", "Messages stored and not yet sent.",

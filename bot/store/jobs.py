@@ -116,7 +116,7 @@ class Jobs:
                     continue  # another worker took it first: it records the lost lease
                 if row["status"] == "running":  # the previous worker went silent
                     self._add_attempt(row["id"], row["worker"], {
-                        "status": "failed", "error_class": "killed",
+                        "status": "failed", "error_class": "killed", "expired": True,
                         "message": f"lease expired: {row['worker']} sent no heartbeat "
                                    "(worker died, or lost its network); re-queued",
                         "seconds": now - (row["started"] or now)})
@@ -136,7 +136,7 @@ class Jobs:
 
     def fail_expired(self, job: dict, report: dict, messages: list[dict]) -> bool:
         """End a job whose last lease expired; only if it is still that lease."""
-        lost = {"status": "failed", "error_class": report["error"]["class"],
+        lost = {"status": "failed", "error_class": report["error"]["class"], "expired": True,
                 "message": report["error"]["message"],
                 "seconds": time.time() - (job["started"] or time.time())}
         return self._finish(job["id"], job["worker"], job["lease"], report, messages, [lost],
@@ -213,10 +213,10 @@ class Jobs:
         n = self.db.execute("select count(*) from attempts where job = ?", [job_id]).fetchone()[0]
         self.db.execute(
             "insert into attempts (job, n, worker, status, error_class, message, seconds, "
-            "changed, next, recorded) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "changed, next, recorded, expired) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [job_id, n + 1, worker, a["status"], a.get("error_class"),
              (a.get("message") or "")[-500:], a.get("seconds"), json.dumps(a.get("changed") or {}),
-             a.get("next"), time.time()])
+             a.get("next"), time.time(), int(bool(a.get("expired")))])
 
     def attempts(self, job_id: int) -> list[dict]:
         return list(self.db["attempts"].rows_where("job = ?", [job_id], order_by="n"))
@@ -317,10 +317,9 @@ class Jobs:
         return list(row[:len(bounds)]), float(row[-2]), row[-1]
 
     def lease_expiries(self) -> int:
-        """Leases that expired and were taken over by another lease: lease_next
-        records each as an attempt with this message (never translated)."""
-        return self.db.execute("select count(*) from attempts where message like "
-                               "'lease expired:%'").fetchone()[0]
+        """Leases that expired without a heartbeat: those taken over by another
+        lease and those that were a job's last (it ended failed or cancelled)."""
+        return self.db.execute("select count(*) from attempts where expired = 1").fetchone()[0]
 
 
 def _job(row: dict) -> dict:

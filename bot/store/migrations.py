@@ -82,6 +82,12 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "create table if not exists backups (id integer primary key, at float not null, "
         "path text not null, bytes integer not null, version integer not null)",
     ]),
+    # An attempt that ended because its lease expired (re-leased or the last one):
+    # /metrics counts them by this, since their messages are translated.
+    ("expired attempts", [
+        "alter table attempts add column expired integer not null default 0",
+        "update attempts set expired = 1 where message like 'lease expired:%'",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

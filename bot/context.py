@@ -67,6 +67,9 @@ class Context:
     tag_notes: Callable | None = None
     notify: Callable[[], None] = lambda: None  # wakes the outbox: messages were stored
     outbox_alert_minutes: float = 15  # unsent longer: shown to admins in `/trial workers`
+    # Counters of failed Slack calls by class, each a () -> {class: n}: the
+    # outbox's sends, and the Bolt app's own calls (/metrics adds them up).
+    slack_errors: list[Callable[[], dict]] = field(default_factory=list)
 
     def allows(self, action: str, user: str, channel: str, what: str | None = None
                ) -> str | None:

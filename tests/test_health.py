@@ -106,6 +106,25 @@ def test_metrics_follow_the_store(rt, fake_slack):
     assert m[("trialbot_jobs", (("state", "failed"),))] == 1
 
 
+def test_the_bolt_apps_own_failed_calls_are_counted_with_the_outboxs(rt, fake_slack):
+    """views.open, conversations.info and the like go through Bolt's client, not
+    the outbox: a revoked token fails them too, and /metrics shows it."""
+    from slack_sdk.errors import SlackApiError
+
+    from bot.slack.app import build_app
+    app = build_app(rt.ctx, web_client("xoxb-test", fake_slack.api_url), "s3cret")
+    fake_slack.errors["views.open"] = ["invalid_auth", "expired_trigger_id"]
+    for _try in range(2):
+        with pytest.raises(SlackApiError):
+            app.client.views_open(trigger_id="t1", view={"type": "modal"})
+    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    rt.store.add_messages([{"channel": "C1", "text": "a reply waiting for Slack"}])
+    rt.outbox.flush()
+    m = scrape(rt)
+    assert m[("trialbot_slack_errors_total", (("class", "invalid_auth"),))] == 2
+    assert m[("trialbot_slack_errors_total", (("class", "expired_trigger_id"),))] == 1
+
+
 @pytest.mark.parametrize("token, says", [(None, "no Bearer token"),
                                          ("nope", "not one of these"),
                                          ("wtoken2", "not one of these")])

@@ -52,13 +52,22 @@ class Runtime:
         self.ctx = context(self.store, self.queue, policy or access.Policy(),
                            notify=self.outbox.wake)
         self.ctx.outbox_alert_minutes = outbox_alert_minutes
+        self.ctx.slack_errors.append(self.outbox.slack_errors)
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.ctx, worker_token),
                              health=self.health,
                              watch=Watch(self.store, worker_token, metrics_token,
-                                         self.outbox.slack_errors))
+                                         self.slack_errors))
         self.agent = None
         self.digests = self.ctx.digests = Digests(self.ctx)  # `/plan digest` re-reads it
+
+    def slack_errors(self) -> dict[str, int]:
+        """Failed Slack calls by class: the outbox's and the Bolt app's, added."""
+        total: dict[str, int] = {}
+        for counter in self.ctx.slack_errors:
+            for name, n in counter().items():
+                total[name] = total.get(name, 0) + n
+        return total
 
     def health(self) -> dict:
         """Open to anyone: a count, never the workers' names (GET /api/workers has them)."""

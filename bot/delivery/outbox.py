@@ -54,7 +54,10 @@ def error_class(exc: Exception) -> str:
     http_NNN (Slack answered with an HTTP error), network, or the exception's type."""
     if isinstance(exc, Undeliverable):
         return exc.error or "unknown"
-    status = getattr(getattr(exc, "response", None), "status_code", None)
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if status == 200 and callable(getattr(response, "get", None)) and response.get("error"):
+        return response.get("error")  # a SlackApiError: Slack's own code (ok: false)
     if status == 429:
         return "ratelimited"
     if isinstance(status, int):

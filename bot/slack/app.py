@@ -4,11 +4,13 @@ per-request context, put there by one middleware."""
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from slack_bolt import App
 from slack_sdk import WebClient
 
+from bot.delivery.outbox import error_class
 from bot.slack import channels, groups, listeners
 
 log = logging.getLogger("trialbot.slack")
@@ -22,9 +24,37 @@ def web_client(bot_token: str, api_url: str | None) -> WebClient:
     return WebClient(token=bot_token)
 
 
+class CountingClient(WebClient):
+    """A WebClient that counts its failed calls by class (Slack's error code,
+    ratelimited, http_NNN, network) for /metrics: the Bolt app's own calls
+    (views.open, conversations.info, user groups, Socket Mode's connection)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._failed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def api_call(self, api_method: str, **kwargs):
+        try:
+            return super().api_call(api_method, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - counted, then raised as it was
+            name = error_class(exc)
+            with self._lock:
+                self._failed[name] = self._failed.get(name, 0) + 1
+            raise
+
+    def failures(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._failed)
+
+
 def build_app(ctx, client: WebClient, signing_secret: str | None) -> App:
     """The Bolt app over `ctx`, which gains what only Slack knows: user groups
-    (for access rules) and whether the bot can post in a channel."""
+    (for access rules) and whether the bot can post in a channel. Its calls go
+    through a CountingClient over `client`'s token, URL and retry handlers."""
+    client = CountingClient(token=client.token, base_url=client.base_url,
+                            timeout=client.timeout, retry_handlers=client.retry_handlers)
+    ctx.slack_errors.append(client.failures)
     # Token verification calls auth.test at start-up; skipped so a Slack outage
     # never stops the bot from starting (messages wait in the outbox instead).
     # Bolt runs listeners on a pool of 5 threads by default; a burst of slash

@@ -238,29 +238,18 @@ def serve_command(argv: list[str]) -> int:
 
 def _server_ok(server: str, ca_file: str | None) -> bool:
     """--server is an http(s) URL and --ca-file a CA bundle; else False, said."""
-    import ssl
-
-    from worker.client import server_problem, tls_context
+    from worker.client import ca_problem, server_problem
     from worker.i18n import _
     problem = server_problem(server)
-    if problem:
-        print(f"trialbot-worker: {problem}", file=sys.stderr)
-        return False
-    if not ca_file:
-        return True
-    if not server.startswith("https://"):
+    if not problem and ca_file and not server.startswith("https://"):
         print("trialbot-worker: warning: " + _(
             "--ca-file is used only with an https:// server; {server} is plain HTTP, so the "
             "connection is not encrypted (fine through an SSH tunnel to localhost)",
             server=server), file=sys.stderr)
-        return True
-    try:
-        tls_context(ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        print("trialbot-worker: " + _(
-            "--ca-file {file} is not a readable CA bundle ({why}); give the PEM file of the "
-            "CA that signed the bot's certificate", file=ca_file,
-            why=getattr(exc, "strerror", None) or exc), file=sys.stderr)
+    elif not problem and ca_file:
+        problem = ca_problem(ca_file)
+    if problem:
+        print(f"trialbot-worker: {problem}", file=sys.stderr)
         return False
     return True
 

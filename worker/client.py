@@ -40,6 +40,17 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_file)
 
 
+def ca_problem(ca_file: str) -> str | None:
+    """What is wrong with --ca-file as a CA bundle, or None."""
+    try:
+        tls_context(ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        return _("--ca-file {file} is not a readable CA bundle ({why}); give the PEM file of "
+                 "the CA that signed the bot's certificate", file=ca_file,
+                 why=getattr(exc, "strerror", None) or exc)
+    return None
+
+
 def new_key() -> str:
     """An idempotency key for one logical request: sent with each of its retries,
     so the bot applies a request whose answer was lost once."""

@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import shutil
-import ssl
 import subprocess
 import sys
 import time
@@ -89,7 +88,8 @@ def gpu_lines() -> list[Line]:
         return [Line("fail", "gpu", _(
             "nvidia-ml-py is not installed, so NVML cannot list the GPUs. Fix: "
             "`pip install nvidia-ml-py`."), GPU)]
-    from worker.probes.nvml import _init
+    from worker import machine
+    from worker.probes.nvml import _init, _text
     nvml, why = _init()
     if not nvml:
         return [Line("fail", "gpu", _(
@@ -99,22 +99,19 @@ def gpu_lines() -> list[Line]:
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         cuda = _cuda_version(nvml)
-        lines = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            lines.append(Line("ok", "gpu", _(
-                "GPU {index}: {name}, {gib} GiB, driver {driver}, CUDA {cuda}.", index=i,
-                name=_text(nvml.nvmlDeviceGetName(h)), driver=driver, cuda=cuda,
-                gib=format(nvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, ".1f"))))
+        found = machine.gpus()  # what the worker registers
     except nvml.NVMLError as exc:
         return [Line("fail", "gpu", _(
             "NVML fails while listing the GPUs: {error}. Fix: check `nvidia-smi`; a driver "
             "newer than its kernel module needs a reboot.", error=str(exc)), GPU)]
     finally:
         nvml.nvmlShutdown()
-    return lines or [Line("fail", "gpu", _(
-        "NVML works (driver {driver}) but sees no GPU. Fix: check `nvidia-smi` and "
-        "CUDA_VISIBLE_DEVICES.", driver=driver), GPU)]
+    return [Line("ok", "gpu", _(
+        "GPU {index}: {name}, {gib} GiB, driver {driver}, CUDA {cuda}.", index=g["index"],
+        name=g["name"], driver=driver, cuda=cuda, gib=format(g["memory"] / 2**30, ".1f")))
+        for g in found] or [Line("fail", "gpu", _(
+            "NVML works (driver {driver}) but sees no GPU. Fix: check `nvidia-smi` and "
+            "CUDA_VISIBLE_DEVICES.", driver=driver), GPU)]
 
 
 def _cuda_version(nvml) -> str:
@@ -126,29 +123,20 @@ def _cuda_version(nvml) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
-def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
 def bot_lines(server: str | None, token: str | None, name: str,
               ca_file: str | None = None) -> list[Line]:
     """The bot, the token and the clock: POST /api/ping, best of three round trips;
     an https:// bot verified as the worker does (`ca_file`, else the system store)."""
-    from worker.client import ApiError, CertError, Client, server_problem
+    from worker.client import ApiError, CertError, Client, ca_problem, server_problem
     if not server:
         return [Line("fail", "bot", _(
             "No bot URL given. Fix: pass `--server URL` or set TRIALBOT_SERVER."), UNREACHABLE),
             *_no_token(token), _skip_clock()]
-    problem = server_problem(server)
+    https = server.startswith("https://")  # only then is --ca-file read, as by the worker
+    problem = server_problem(server) or (ca_problem(ca_file) if ca_file and https else None)
     if problem:
         return [Line("fail", "bot", problem, UNREACHABLE), _skip("token"), _skip_clock()]
-    try:
-        client, best = Client(server, token or "", ca_file), None
-    except (OSError, ssl.SSLError) as exc:
-        return [Line("fail", "bot", _(
-            "--ca-file {file} is not a readable CA bundle ({why}). Fix: give the PEM file of "
-            "the CA that signed the bot's certificate.", file=ca_file, why=_reason(exc)),
-            UNREACHABLE), _skip("token"), _skip_clock()]
+    client, best = Client(server, token or "", ca_file), None
     try:
         for _try in range(3):
             t0, p0 = time.time(), time.perf_counter()

@@ -113,6 +113,7 @@ def run_serve(local_worker: bool) -> int:
         from slack_sdk.errors import SlackApiError
 
         from bot.slack.socketmode import Handler
+        from bot.trials.workerlist import AUTH_ERRORS
         handler = Handler(app, settings.app_token)
         try:
             handler.connect()
@@ -140,10 +141,6 @@ def run_serve(local_worker: bool) -> int:
     finally:
         rt.stop()
     return 0
-
-
-AUTH_ERRORS = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
-               "not_allowed_token_type", "token_expired"}
 
 
 def _connect_later(handler, log, first_error) -> None:

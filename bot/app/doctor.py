@@ -11,6 +11,7 @@ from bot.app import config
 from bot.app.doctorcodes import BACKUP_DAYS, MIN_FREE, WORKERS_WITHIN, Exit, Line
 from bot.app.doctorslack import slack_lines
 from bot.store import health, migrations
+from bot.trials.workerlist import gpu_kind
 from worker import i18n
 from worker.i18n import _
 from worker.units import size
@@ -200,7 +201,7 @@ def _workers_line(workers: list[dict], last: dict | None) -> Line:
     if workers:
         recent = sorted(workers, key=lambda w: -w["last_seen"])[:SHOWN]  # one line, one screen
         shown = ", ".join(_("{name} ({gpus}, seen {age} ago)", name=w["name"],
-                            gpus=_gpus(w["info"]), age=ago(now - w["last_seen"]))
+                            gpus=gpu_kind(w["info"]) or "CPU", age=ago(now - w["last_seen"]))
                           for w in recent)
         if len(workers) > SHOWN:
             return Line(_("{n} workers seen in the last hour, the latest: {workers}.",
@@ -215,13 +216,6 @@ def _workers_line(workers: list[dict], last: dict | None) -> Line:
                   "{command} on a GPU box; `trialbot-worker doctor` there says why it cannot "
                   "reach the bot.", name=last["name"], age=ago(now - last["last_seen"]),
                   command=start), Exit.WORKERS)
-
-
-def _gpus(info: dict) -> str:
-    gpus = info.get("gpus") or []
-    if not gpus:
-        return "CPU"
-    return f"{len(gpus)}× {gpus[0]}" if len(set(gpus)) == 1 else ", ".join(gpus)
 
 
 def ago(seconds: float) -> str:

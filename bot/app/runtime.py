@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 
 from bot import access
 from bot.context import Context
@@ -63,11 +64,10 @@ class Runtime:
 
     def slack_errors(self) -> dict[str, int]:
         """Failed Slack calls by class: the outbox's and the Bolt app's, added."""
-        total: dict[str, int] = {}
+        total = Counter()
         for counter in self.ctx.slack_errors:
-            for name, n in counter().items():
-                total[name] = total.get(name, 0) + n
-        return total
+            total.update(counter())
+        return dict(total)
 
     def health(self) -> dict:
         """Open to anyone: a count, never the workers' names (GET /api/workers has them)."""

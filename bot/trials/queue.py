@@ -48,8 +48,7 @@ class JobQueue:
                response_url: str | None = None) -> dict:
         job = self.store.add_jobs(_dicts([spec], route), [words], user, channel, tags=tags,
                                   request=request, response_url=response_url)[0]
-        with self.changed:
-            self.changed.notify_all()
+        self._wake()
         return job
 
     def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
@@ -59,8 +58,7 @@ class JobQueue:
         jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
                                    sweep=True, tags=tags, request=request,
                                    response_url=response_url)
-        with self.changed:
-            self.changed.notify_all()
+        self._wake()
         return jobs
 
     def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
@@ -71,15 +69,18 @@ class JobQueue:
         jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
                                    group=kind, budget=budget, tags=tags, request=request,
                                    response_url=response_url)
-        with self.changed:
-            self.changed.notify_all()
+        self._wake()
         return jobs
 
     def submit_slurm_actual(self, row: dict, request: str | None = None) -> dict:
         req = self.store.add_slurm_actual(row, request)
+        self._wake()
+        return req
+
+    def _wake(self) -> None:
+        """Lease requests waiting in lease() look again: the queue changed."""
         with self.changed:
             self.changed.notify_all()
-        return req
 
     def speaking(self, channel: str | None):
         """What is written for a trial speaks its channel's language."""
@@ -119,8 +120,7 @@ class JobQueue:
         again at once for the next worker, rather than held until its lease expires."""
         if not self.store.release_lease(job_id, worker, lease):
             return False
-        with self.changed:
-            self.changed.notify_all()
+        self._wake()
         return True
 
     def held(self, worker: str, key: str) -> dict | None:
@@ -259,7 +259,6 @@ class JobQueue:
                                              key):
                     raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         self.on_message()
-        with self.changed:
-            self.changed.notify_all()
+        self._wake()
         return self.store.job(job_id)
 

@@ -45,10 +45,8 @@ def text(workers: list[dict], now: float, online_seconds: float) -> str:
     lines = [_("Workers (idle hours: measured by each worker, ready with nothing to run, "
                "since Monday {day} UTC):", day=week_start(now))]
     for w in workers:
-        gpus = w["info"].get("gpus") or []
-        kind = (f"{len(gpus)}× {gpus[0]}" if gpus and len(set(gpus)) == 1 else
-                ", ".join(gpus) if gpus else
-                _("no GPU ({cpus} CPU cores)", cpus=w["info"].get("cpus", "?")))
+        kind = gpu_kind(w["info"]) or _("no GPU ({cpus} CPU cores)",
+                                        cpus=w["info"].get("cpus", "?"))
         labels = " ".join(f"`{k}={v}`" for k, v in sorted((w["info"].get("labels") or {}).items()))
         values = {"name": w["name"], "kind": kind, "state": state(w, now, online_seconds),
                   "hours": f"{w['idle_seconds'] / 3600:.1f}"}
@@ -57,6 +55,12 @@ def text(workers: list[dict], now: float, online_seconds: float) -> str:
                 _("• *{name}* — {kind} — {state} — idle {hours} h this week", **values))
         lines.append(line + hf_text(w["info"].get("hf") or {}))
     return "\n".join(lines)
+
+
+def gpu_kind(info: dict) -> str:
+    """A worker's GPUs in a few words: `2× NVIDIA H100`, or each named; "" for none."""
+    gpus = info.get("gpus") or []
+    return f"{len(gpus)}× {gpus[0]}" if len(set(gpus)) == 1 else ", ".join(gpus)
 
 
 def hf_text(hf: dict) -> str:

@@ -44,8 +44,10 @@ def test_host_oom_is_classified():
 
 def test_timeout_kills_the_child_and_says_so():
     # 10000 requests of 64 tokens, uncapped, take minutes: the timeout falls in a phase
-    # of the trial (run_cap's 3 s default would let a loaded box reach teardown)
-    r = launcher.run_trial(small(repeats=10000, gen=64, run_cap=3600, timeout=5))
+    # of the trial. One glibc pass: under malloc=auto the short memory pass runs first
+    # with the same timeout, and a loaded box can spend it all there, up to its teardown.
+    r = launcher.run_trial(small(repeats=10000, gen=64, run_cap=3600, timeout=5,
+                                 malloc="glibc"))
     assert r["error"]["class"] == "timeout"
     assert r["error"]["phase"] in ("setup", "weights", "data", "warmup", "run")
     assert r["seconds"] < 30

@@ -76,6 +76,40 @@ def test_expired_lease_requeues_and_late_worker_cannot_report(ctx):
     assert done["status"] == "done" and done["report"]["worker"] == "w2"
 
 
+def test_a_lease_its_worker_never_got_edits_the_card_back_to_queued(ctx):
+    job = submit(ctx)
+    leased = ctx.queue.lease("w1", 0)
+    assert ctx.queue.unsent("w1", job["id"], leased["lease"])
+    assert not ctx.queue.unsent("w1", job["id"], leased["lease"])  # once: it is queued now
+    card_id, edit = ctx.store.unsent()[0]["id"], ctx.store.unsent()[1]
+    assert edit["update_of"] == card_id and "queued again" in edit["text"]
+    assert "*w1* hung up" in edit["text"] and "started on" not in edit["text"]
+    assert edit["blocks"][1]["elements"][0]["action_id"] == "trial_cancel"
+    again = ctx.queue.lease("w2", 0)
+    assert again["attempts"] == 1
+    last = ctx.store.unsent()[-1]
+    assert last["update_of"] == card_id and "started on *w2*" in last["text"]
+
+
+def test_cancelling_a_requeued_trial_ends_its_card_too(ctx):
+    job = submit(ctx)
+    leased = ctx.queue.lease("w1", 0)
+    ctx.queue.unsent("w1", job["id"], leased["lease"])
+    assert "will not run" in ctx.queue.cancel(job["id"], "U9")
+    card_id = ctx.store.unsent()[0]["id"]
+    ended = [m for m in ctx.store.unsent() if m["update_of"] == card_id][-1]
+    assert "cancelled by <@U9>" in ended["text"] and "blocks" in ended
+    actions = [e["action_id"] for b in ended["blocks"] if b["type"] == "actions"
+               for e in b["elements"]]
+    assert "trial_cancel" not in actions and "trial_rerun" in actions
+
+
+def test_cancelling_a_trial_that_never_started_posts_no_card_edit(ctx):
+    job = submit(ctx)
+    ctx.queue.cancel(job["id"], "U9")
+    assert not [m for m in ctx.store.unsent() if m["update_of"]]
+
+
 def test_finish_queues_report_threaded_under_started(ctx):
     job = submit(ctx)
     leased = ctx.queue.lease("w1", 0)

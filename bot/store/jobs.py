@@ -142,10 +142,12 @@ class Jobs:
         return self._finish(job["id"], job["worker"], job["lease"], report, messages, [lost],
                             expired=True)
 
-    def release_lease(self, job_id: int, worker: str, lease: str) -> bool:
+    def release_lease(self, job_id: int, worker: str, lease: str,
+                      card: dict | None = None) -> bool:
         """Back to the queue, as if never leased, a lease whose answer never reached
         its worker (the connection was gone): it cost no attempt, and the worker
-        did not run it. Only while that lease still holds the job."""
+        did not run it. Only while that lease still holds the job; `card` is the
+        card's edit, None while the job has no card."""
         with self.tx():
             cur = self.db.execute(
                 "update jobs set status = 'queued', worker = null, lease = null, "
@@ -155,6 +157,8 @@ class Jobs:
             if cur.rowcount == 1:
                 self.db.execute("update workers set job = null where name = ? and job = ?",
                                 [worker, job_id])
+                if card:
+                    self._add_message(card, job_id)
         return cur.rowcount == 1
 
     def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:

@@ -61,6 +61,14 @@ def started(job: dict, worker: str, progress: dict | None = None) -> dict:
     return _card(job, text, buttons, "progress" if progress or job.get("cancel") else "started")
 
 
+def requeued(job: dict, worker: str) -> dict:
+    """A lease its worker never received (it hung up): the trial waits again."""
+    text = _(":hourglass: *{trial}* is queued again: *{worker}* hung up before it received "
+             "the trial, so it did not run there: `{words}` (by <@{user}>)",
+             trial=job["trial"], worker=worker, words=job["words"], user=job["user"])
+    return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
+
+
 def final(job: dict, r: Report) -> dict:
     """The card once the trial ended: its one-line summary; the report is in the thread."""
     if (r.get("error") or {}).get("class") == "cancelled":

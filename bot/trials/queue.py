@@ -118,8 +118,14 @@ class JobQueue:
     def unsent(self, worker: str, job_id: int, lease: str) -> bool:
         """A leased trial whose answer could not be written to its worker: queued
         again at once for the next worker, rather than held until its lease expires."""
-        if not self.store.release_lease(job_id, worker, lease):
+        job = self.store.job(job_id)
+        edit = None
+        if job and job["started_msg"]:  # its card said "started on {worker}"
+            with self.speaking(job["channel"]):
+                edit = dict(card.requeued(job, worker), update_of=job["started_msg"])
+        if not self.store.release_lease(job_id, worker, lease, edit):
             return False
+        self.on_message()
         self._wake()
         return True
 
@@ -227,9 +233,13 @@ class JobQueue:
             note = message(job["channel"], _(":no_entry_sign: *{trial}* cancelled by <@{user}> "
                                              "before it started: `{words}`", trial=job["trial"],
                                              user=user, words=job["words"]))
+            edit = ([dict(card.final(dict(job, cancelled_by=user), report),
+                          update_of=job["started_msg"])]
+                    if job["started_msg"] else [])  # queued again after a lease (unsent)
             with self.sweep_lock:  # the last of a sweep or ladder to end posts its message
                 group = outcome.group_messages(self.store, job, report)
-                cancelled = self.store.cancel_queued(job_id, user, report, [note] + group)
+                cancelled = self.store.cancel_queued(job_id, user, report,
+                                                     edit + [note] + group)
             if cancelled:
                 self.on_message()
                 return _("{trial} was queued and is cancelled; it will not run",

@@ -144,12 +144,13 @@ def test_a_refresh_requested_disconnect_is_followed_and_a_redelivery_queues_noth
     opened = len(sm.slack.calls_of("apps.connections.open"))
     old = sm.socket.connections[-1]
     sm.socket.refresh()
-    assert sm.reconnected(opened) < 2
+    assert sm.reconnected(opened) < 3  # Slack closes the old socket about 10 s later
     # At once on the new socket, while the client still reads the old one: with
-    # slack_sdk's 3 s read timeout this ack took 2.8-3.1 s (bot/slack/socketmode.py).
+    # slack_sdk's 3 s read timeout this ack took 2.8-3.1 s, with ours 1.05-1.09 s
+    # (bot/slack/socketmode.py); the bound leaves a loaded box room between them.
     sm.socket.deliver("slash_commands", payload, envelope_id)
     again = sm.socket.wait_ack(envelope_id, nth=2)
-    assert again.seconds < 2 and f"queued T{trial}" in again.payload["text"]
+    assert again.seconds < 2.5 and f"queued T{trial}" in again.payload["text"]
     sm.socket.wait_ended(old)  # the bot closed the old socket itself
     assert len(sm.jobs()) == trial
     assert f"*T{trial}*" in sm.say(f"status T{trial}")  # the next command is handled

@@ -19,8 +19,13 @@ def ended(store, job: dict, report: Report) -> list[dict]:
     out = [views.report(job, report)]
     if job.get("started_msg"):
         job = store.job(job["id"]) or job  # who cancelled, if anyone
-        out.insert(0, dict(card.final(job, report), update_of=job["started_msg"]))
-    return out
+    return card_edit(job, report) + out
+
+
+def card_edit(job: dict, report: Report) -> list[dict]:
+    """The card's final state as an edit of it; none while the trial has no card."""
+    return ([dict(card.final(job, report), update_of=job["started_msg"])]
+            if job.get("started_msg") else [])
 
 
 def group_messages(store, job: dict, report: Report) -> list[dict]:

@@ -233,9 +233,8 @@ class JobQueue:
             note = message(job["channel"], _(":no_entry_sign: *{trial}* cancelled by <@{user}> "
                                              "before it started: `{words}`", trial=job["trial"],
                                              user=user, words=job["words"]))
-            edit = ([dict(card.final(dict(job, cancelled_by=user), report),
-                          update_of=job["started_msg"])]
-                    if job["started_msg"] else [])  # queued again after a lease (unsent)
+            # a card exists when the trial was queued again after a lease (unsent)
+            edit = outcome.card_edit(dict(job, cancelled_by=user), report)
             with self.sweep_lock:  # the last of a sweep or ladder to end posts its message
                 group = outcome.group_messages(self.store, job, report)
                 cancelled = self.store.cancel_queued(job_id, user, report,

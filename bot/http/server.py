@@ -9,6 +9,7 @@ its own thread.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,9 +26,13 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 256  # the default 5 resets bursts of slash commands
 
-    def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}, watch=None):
+    def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}, watch=None,
+                 borrow=contextlib.nullcontext):
         self.worker_api, self.bolt_app, self.health = worker_api, bolt_app, health
         self.watch = watch  # bot/http/metrics.Watch: /metrics and GET /api/workers
+        # A request's thread lives for one connection: its database connection is
+        # borrowed from the store's pool for the request (Store.borrowed).
+        self.borrow = borrow
         super().__init__(address, Handler)
 
     @property
@@ -44,11 +49,16 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
 
+    def handle_one_request(self) -> None:
+        with self.server.borrow():
+            super().handle_one_request()
+
     def do_GET(self) -> None:
         path = self.path.partition("?")[0]
         watch = self.server.watch
-        if path == "/healthz":
-            self._json(200, {"ok": True, **self.server.health()})
+        if path == "/healthz":  # 503 when something the bot needs fails (the database)
+            health = {"ok": True, **self.server.health()}
+            self._json(200 if health["ok"] else 503, health)
         elif watch is not None and path in ("/metrics", "/api/workers"):
             refused = watch.refusal(self.headers.get("Authorization"))
             if refused:

@@ -29,6 +29,7 @@ import time
 from bot.http import tokens
 from bot.plans import service
 from bot.plans import slurm as slurmactual
+from bot.store import Unwritable
 from bot.trials import routing, workers
 from bot.trials.queue import LeaseLost
 from worker import report as reports
@@ -37,6 +38,7 @@ from worker.spec import Workload
 log = logging.getLogger("trialbot.http")
 
 MAX_WAIT = 30  # seconds a lease request may be held open
+API_WRITE_WAIT = 10.0  # seconds each write waits for the database: well inside the client's 30
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
 ACCOUNTING_PATH = re.compile(r"/api/accounting/(\d{1,12})/result")
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -117,6 +119,19 @@ class WorkerApi:
     body_limit = staticmethod(body_limit)
 
     def handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
+        """(status, reply). A write the database refuses (locked past
+        API_WRITE_WAIT, full, read-only) is a 503 that names why: the worker
+        retries a 5xx, with the same idempotency key."""
+        with self.ctx.store.write_wait(API_WRITE_WAIT):
+            try:
+                return self._handle(path, auth, body)
+            except Unwritable as exc:
+                log.warning("worker API %s: the database refused a write (%s)", path, exc)
+                return 503, {"error": f"the bot's database cannot be written now ({exc}); the "
+                                      "request was not completed: retry it later",
+                             "reason": exc.reason.value}
+
+    def _handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
         # Read per request: a token revoked by `trialbot worker-token revoke`
         # (another process) is refused from the next request on.
         who = tokens.caller(auth, self.token, self.ctx.store.active_token_hashes())

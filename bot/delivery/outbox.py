@@ -196,7 +196,7 @@ class Outbox(threading.Thread):
         ref = row["thread_of"] or row["update_of"]  # the message it needs sent first
         row["thread_ts"] = row["thread_ts"] or sent.get(ref)
         orphan = row["parent_given_up"] or ref in gave_up
-        if row["via"] == "redirect" or (row["redirect"] and not row["via"]) \
+        if row["via"] in ("redirect", "requester") or (row["redirect"] and not row["via"]) \
                 or row["parent_via"] == "redirect":
             return self._redirected(row, gave_up)
         if ref and not row["thread_ts"] and not orphan:
@@ -259,8 +259,9 @@ class Outbox(threading.Thread):
         return self._give_up(row, error, gave_up, notice)
 
     def _redirected(self, row: dict, gave_up: set) -> str:
-        """To the requester, since the channel refused: the command's response_url
-        while it lasts, else a direct message. A card's progress is not sent on."""
+        """To the requester, since the channel refused (or, via "requester", a note
+        meant for them alone): the command's response_url while it lasts, else a
+        direct message. A card's progress is not sent on."""
         if _progress(row):
             return self._give_up(row, "not sent on: the channel refused this trial's card",
                                  gave_up, quiet=True)
@@ -268,10 +269,13 @@ class Outbox(threading.Thread):
             return self._give_up(row, "the channel refused it and nobody asked for it",
                                  gave_up)
         error = row["redirect"] or row["last_error"] or "refused"
-        with self._language(row["channel"]):
-            text, blocks = refusals.redirected(row["text"], row["blocks"], error,
-                                               row["channel"],
-                                               f"T{row['job']}" if row["job"] else None)
+        if row["via"] == "requester":  # written for the requester: sent as it is
+            text, blocks = row["text"], row["blocks"]
+        else:
+            with self._language(row["channel"]):
+                text, blocks = refusals.redirected(row["text"], row["blocks"], error,
+                                                   row["channel"],
+                                                   f"T{row['job']}" if row["job"] else None)
         url = row["url"]
         path = ("response_url" if url and not row["file"] and self.store.response_url_usable(url)
                 else "dm")

@@ -2,6 +2,8 @@
 declared which recipes. Read from the store's `workers` rows; pure besides."""
 from __future__ import annotations
 
+import time
+
 from bot.trials import routing
 from worker import models, presets
 from worker import spec as specs
@@ -104,10 +106,12 @@ def online(store) -> list[str]:
     return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)]
 
 
-def online_for(store, spec: dict) -> list[str]:
-    """Online workers that could run `spec`."""
-    return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)
-            if can_run(w["info"], spec)]
+def online_for(registered: list[dict], spec: dict, now: float | None = None) -> list[str]:
+    """Of the registered workers (store.workers(), read once by the command),
+    those online that could run `spec`."""
+    since = (time.time() if now is None else now) - ONLINE_SECONDS
+    return [w["name"] for w in registered
+            if (w["last_seen"] or 0) >= since and can_run(w["info"], spec)]
 
 
 def known(store, worker: str) -> bool:

@@ -54,7 +54,7 @@ class Jobs:
             for key, _ in keys:
                 self.db.execute("update requests set jobs = ? where key = ?",
                                 [json.dumps(ids), key])
-        return [self.job(i) for i in ids]
+        return self._jobs_by_id(ids)
 
     def sweep_jobs(self, sweep: int) -> list[dict]:
         return [_job(r) for r in self.db["jobs"].rows_where(
@@ -65,8 +65,14 @@ class Jobs:
             "ladder = ?", [ladder], order_by="id", select=JOB_COLUMNS)]
 
     def job(self, job_id: int) -> dict | None:
-        rows = list(self.db["jobs"].rows_where("id = ?", [job_id], select=JOB_COLUMNS))
+        # One statement: sqlite-utils' rows_where asks for the table and view names first.
+        rows = self.rows(f"select {JOB_COLUMNS} from jobs where id = ?", [job_id])
         return _job(rows[0]) if rows else None
+
+    def _jobs_by_id(self, ids: list[int]) -> list[dict]:
+        return [_job(r) for r in self.rows(
+            f"select {JOB_COLUMNS} from jobs where id in ({','.join('?' * len(ids))}) "
+            "order by id", ids)]
 
     def report_with_timeline(self, job_id: int) -> dict:
         """The full report, memory timeline included (for the chart)."""
@@ -287,9 +293,9 @@ class Jobs:
                                               "where status = 'held'")]
 
     def held_jobs(self, channel: str) -> list[dict]:
-        return [_job(r) for r in self.db.query(f"select {JOB_COLUMNS} from jobs where "
-                                               "channel = ? and status = 'held' order by id",
-                                               [channel])]
+        return [_job(r) for r in self.rows(f"select {JOB_COLUMNS} from jobs where "
+                                           "channel = ? and status = 'held' order by id",
+                                           [channel])]
 
     def release_held(self, channel: str) -> int:
         """The channel's held jobs join the queue (as of when they were asked for)."""

@@ -2,7 +2,6 @@
 Parse → act on the queue/store → a reply payload. Bad input creates nothing."""
 from __future__ import annotations
 
-import shlex
 import time
 
 from bot.blocks import reply, section
@@ -53,7 +52,7 @@ def _handle(ctx, text: str, user: str, channel: str,
         words, tagged = tags.take(ctx, parse.split(text), user, channel)
         # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
         words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, registered)
-        cmd = parse.parse_trial(shlex.join(words), recipes)
+        cmd = parse.parse_trial(words, recipes)
     except specs.SpecError as exc:
         return views.error(exc), None
     except (tags.TagError, routing.RouteError) as exc:

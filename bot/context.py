@@ -44,9 +44,11 @@ def unwritable_text(exc) -> str:
         return _("the bot's database cannot be written: its file or filesystem is read-only. "
                  "Tell whoever runs the bot (`trialbot doctor` checks it), then run the "
                  "command again")
-    return _("the disk holding the bot's database failed the write ({detail}). Tell whoever "
-             "runs the bot (`trialbot doctor` checks it), then run the command again",
-             detail=exc.detail)
+    # SQLite says only "disk I/O error": the disk failed, or the file or its filesystem
+    # refused the write (made read-only or immutable while the bot had it open).
+    return _("the bot's database could not be written ({detail}): its disk failed, or its "
+             "file or filesystem became read-only. Tell whoever runs the bot (`trialbot "
+             "doctor` checks it), then run the command again", detail=exc.detail)
 
 
 class PlanUnreachable(Exception):

@@ -20,6 +20,7 @@ the fault's end to the first trial queued.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -82,7 +83,7 @@ class Bot:
 
 
 def stored(db: str) -> dict[int, str]:
-    with sqlite3.connect(db, timeout=60) as c:
+    with contextlib.closing(sqlite3.connect(db, timeout=60)) as c:  # closed: the umount
         return dict(c.execute("select id, status from jobs where channel = 'CFAULT'"))
 
 

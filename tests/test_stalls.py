@@ -208,12 +208,13 @@ def test_a_full_database_says_so_and_recovers_without_a_restart(tmp_path, fake_s
         rt.stop()
 
 
-def test_a_read_only_database_says_so(tmp_path, fake_slack, monkeypatch):
+def test_a_read_only_database_says_so_and_recovers_without_a_restart(tmp_path, fake_slack,
+                                                                      monkeypatch):
     db = str(tmp_path / "r.db")
     rt = bolt_runtime(db, fake_slack, POLICY)
     real = base.connect
 
-    def read_only(path):  # connections opened from now on (the requests' pool) cannot write
+    def read_only(path):  # a connection opened while the file cannot be written
         conn = real(path)
         conn.execute("pragma query_only = 1")
         return conn
@@ -225,6 +226,10 @@ def test_a_read_only_database_says_so(tmp_path, fake_slack, monkeypatch):
         status, health = get(rt, "/healthz")
         assert status == 503 and json.loads(health)["database"]["reason"] == "read-only"
         assert jobs(db) == []
+        monkeypatch.setattr(base, "connect", real)  # the file can be written again
+        # A connection that could not write is not kept: the next one can.
+        assert "Queued as *T1*" in slash(rt, QUICK)[1]["text"]
+        assert get(rt, "/healthz")[0] == 200
     finally:
         rt.stop()
 

@@ -8,7 +8,8 @@
     POST /api/jobs/<id>/report  {worker, lease, report, key} -> 200 | 400 bad report | 409
     POST /api/accounting/<id>/result {worker, lease, result, key} -> 200 | 400 | 409
       (a Slurm worker's sacct answer for `/plan NAME actual KIND slurm=JOBID`)
-    (a job id the bot never had: 404; a body over `body_limit`: 413)
+    (a job id the bot never had: 404; a body over `body_limit`: 413; a write the
+    database refuses: 503 {error, reason}, which the worker retries)
 
 `key` (optional) is the request's idempotency key, the same on each of its
 retries: a request sent again because its answer was lost is applied once

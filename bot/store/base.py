@@ -180,13 +180,19 @@ class Base:
 
     @contextlib.contextmanager
     def _translated(self):
-        """SQLite's refusals to write, as Unwritable (counted for /metrics)."""
+        """SQLite's refusals to write, as Unwritable (counted for /metrics). A
+        connection that could not write the file is closed, not used again: one
+        opened while the file could not be written stays read-only for good."""
         try:
             yield
         except sqlite3.Error as exc:
             failed = unwritable(exc)
             if failed is None:
                 raise
+            if failed.reason in (Reason.READ_ONLY, Reason.IO):
+                db = self._local.__dict__.pop("db", None)
+                if db is not None:
+                    db.conn.close()
             raise self._failed(failed) from exc
 
     def _failed(self, exc: Unwritable) -> Unwritable:

@@ -11,9 +11,10 @@ per request is its process's user + system time over the round (psutil), /N.
 
     python scripts/bench_ack.py [--concurrent 100] [--rounds 5]
 
-After each round it checks that every answer was 200 and said the trial was
-received, that N jobs were stored, and that none is left held once Slack's
-answer came (the channel check runs after the ack).
+After each round it checks that every answer was 200 and named its trial,
+that N jobs were stored, and that none is left held once Slack's answer came
+(the channel check runs after the ack); at the end, that Slack was asked
+about each channel once.
 """
 from __future__ import annotations
 
@@ -149,11 +150,13 @@ def main() -> int:
             spy.send_signal(2)  # SIGINT: py-spy writes the file
             spy.wait(30)
         lat = np.array(lat)
+        asked = len(slack.calls_of("conversations.info"))
+        if asked != args.warmup + args.rounds:  # once per channel, however many waited
+            failures.append(f"conversations.info asked {asked} times")
         print(f"all {args.rounds} rounds of {args.concurrent}: p50 {np.percentile(lat, 50):.1f} ms,"
               f" p99 {np.percentile(lat, 99):.1f} ms, max {lat.max():.1f} ms; bot CPU "
               f"{np.median(cpu):.2f} ms/request (median of rounds); "
-              f"conversations.info calls {len(slack.calls_of('conversations.info'))} "
-              f"(channels {args.warmup + args.rounds})")
+              f"conversations.info calls {asked} (channels {args.warmup + args.rounds})")
     finally:
         bot.terminate()
         bot.wait(10)

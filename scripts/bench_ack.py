@@ -128,7 +128,7 @@ def main() -> int:
             took, answers = one_round(port, args.concurrent, channel)
             used = sum(proc.cpu_times()[:2]) - before
             ms = np.array(took) * 1000
-            ok = sum(a.startswith(b"HTTP/1.1 200") and b"T" in a for a in answers)
+            ok = sum(a.startswith(b"HTTP/1.1 200") and b"Queued as *T" in a for a in answers)
             deadline = time.monotonic() + 10
             while count(db, "select count(*) from jobs where channel = ? and status = 'held'",
                         [channel]) and time.monotonic() < deadline:

@@ -45,8 +45,9 @@ def _progress(row: dict) -> bool:
     return bool(row["update_of"]) and row["kind"] != "summary"
 
 
-ALERT_MINUTES = 15  # TRIALBOT_OUTBOX_ALERT_MINUTES: a message unsent longer is an error
-ALERT_CHECK = 30.0  # seconds between looks for stuck messages
+ALERT_MINUTES = 5  # TRIALBOT_OUTBOX_ALERT_MINUTES: a message unsent longer is an error
+ALERT_CHECK = 30.0  # seconds between looks for stuck messages, at most: the next one due
+# to pass the limit is looked at when it does
 
 
 def error_class(exc: Exception) -> str:
@@ -68,6 +69,7 @@ def error_class(exc: Exception) -> str:
 
 
 SENT, GONE, AGAIN, WAIT = "sent", "gone", "again", "wait"  # what became of one message
+TOKEN_NOTICE = "token-notice"  # the outbox kind of a requester's note: our token is refused
 LANES = 8  # channels delivered at once: a slow one holds only its own thread
 
 
@@ -97,7 +99,8 @@ class Outbox(threading.Thread):
         self.errors: dict[str, int] = {}  # failed sends by error_class, since start
         self.alert_seconds = alert_minutes * 60
         self.alerted: set[int] = set()  # stuck messages already logged
-        self.next_alert_check = 0.0
+        self.next_alert_check = 0.0  # time.time() of the next look for stuck messages
+        self.token_refused: str | None = None  # Slack's code while it refuses our token
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -116,8 +119,11 @@ class Outbox(threading.Thread):
                     self.dispatch()
                 except Exception as exc:  # noqa: BLE001 - e.g. the database is busy: next time
                     log.warning("outbox: dispatch failed (%s)", exc)
-                if time.monotonic() >= self.next_alert_check:
-                    self.next_alert_check = time.monotonic() + ALERT_CHECK
+                if time.time() >= self.next_alert_check:
+                    # at most a quarter of the limit: a message stored after this look is
+                    # seen at the next, which then waits for it exactly
+                    self.next_alert_check = time.time() + min(ALERT_CHECK,
+                                                              self.alert_seconds / 4)
                     try:
                         self.check_stuck()
                     except Exception as exc:  # noqa: BLE001 - the database is busy: next time
@@ -133,7 +139,7 @@ class Outbox(threading.Thread):
         now = time.monotonic()
         with self.lock:
             due = [at - now for at, _ in self.blocked.values() if at > now]
-        return max(0.05, min([5.0, *due]))
+        return max(0.05, min([5.0, self.next_alert_check - time.time(), *due]))
 
     def dispatch(self) -> None:
         now = time.monotonic()
@@ -219,6 +225,9 @@ class Outbox(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - Slack down, a network error, a bad chart
             self._count(exc)
             return self._wait(row, repr(exc), gave_up)
+        if self.token_refused:
+            log.info("outbox: Slack accepts the bot's token again; the waiting messages go out")
+            self.token_refused = None
         if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"]):
             sent[row["id"]] = ts
             with self.lock:
@@ -240,6 +249,8 @@ class Outbox(threading.Thread):
 
     def _refused(self, row: dict, error: str, gave_up: set) -> str:
         scope = refusals.classify(error, row["tries"])
+        if error in workerlist.AUTH_ERRORS:
+            self._token_refused(row, error)
         if scope == "retry":
             return self._wait(row, error, gave_up)
         if scope == "channel" and row["requester"]:
@@ -257,6 +268,32 @@ class Outbox(threading.Thread):
             notice = {"channel": row["channel"], "kind": "notice", "via": "ephemeral",
                       "user": row["requester"], "response_url": row["url"], "text": text}
         return self._give_up(row, error, gave_up, notice)
+
+    def _token_refused(self, row: dict, error: str) -> None:
+        """Slack refuses the bot's token: no wait fixes that, so the log says it at
+        once (the stuck-outbox alarm would come minutes later), and the trial's
+        requester hears it through the command's response_url, which needs no token."""
+        if self.token_refused != error:
+            self.token_refused = error
+            log.error("outbox: Slack refuses the bot's token (%s): nothing can be posted until "
+                      "SLACK_BOT_TOKEN is replaced and the bot restarted; the messages wait in "
+                      "the outbox, none is lost. %s.", error, workerlist.stuck_hint(error))
+        if not (row["job"] and row["requester"] and row["url"]) or row["via"] \
+                or self.store.told(row["job"], TOKEN_NOTICE) \
+                or not self.store.response_url_usable(row["url"]):
+            return
+        with self._language(row["channel"]):
+            text = refusals.token_notice(error, row["channel"], f"T{row['job']}")
+        note = {"channel": row["channel"], "kind": TOKEN_NOTICE, "via": "response_url",
+                "url": row["url"], "user": row["requester"], "text": text}
+        try:
+            ts = self.transport.send(note)
+        except Exception as exc:  # noqa: BLE001 - told at the next refused message instead
+            self._count(exc)
+            log.warning("outbox: could not tell %s that the token is refused (%s)",
+                        row["requester"], exc)
+            return
+        self.store.add_sent_notice(dict(note, response_url=row["url"]), row["job"], ts)
 
     def _redirected(self, row: dict, gave_up: set) -> str:
         """To the requester, since the channel refused: the command's response_url
@@ -342,6 +379,9 @@ class Outbox(threading.Thread):
         stuck, naming the oldest's channel and last error. Returns them all."""
         now = time.time() if now is None else now
         stuck = self.store.stuck_messages(now - self.alert_seconds)
+        upcoming = self.store.oldest_unsent(since=now - self.alert_seconds)
+        if upcoming is not None:  # look again when it passes the limit, not up to 30 s later
+            self.next_alert_check = min(self.next_alert_check, upcoming + self.alert_seconds)
         new = [m for m in stuck if m["id"] not in self.alerted]
         self.alerted = {m["id"] for m in stuck}  # sent or set aside: forgotten
         if new:

@@ -84,7 +84,7 @@ def _handle(ctx, text: str, user: str, channel: str,
         out = workerlist.text(ctx.store.worker_states(workerlist.week_start(now)), now,
                               workers.ONLINE_SECONDS)
         stuck = (ctx.allows("admin", user, channel) is None and ctx.store.stuck_messages(
-            now - ctx.outbox_alert_minutes * 60))
+            now - ctx.outbox_alert_minutes * 60, frozenset(workerlist.AUTH_ERRORS)))
         if stuck:  # an admin can fix what keeps messages from Slack
             out = workerlist.stuck_text(stuck, now, ctx.outbox_alert_minutes) + "\n" + out
         return reply(out), None

@@ -71,6 +71,10 @@ def error_class(exc: Exception) -> str:
 SENT, GONE, AGAIN, WAIT = "sent", "gone", "again", "wait"  # what became of one message
 TOKEN_NOTICE = "token-notice"  # the outbox kind of a requester's note: our token is refused
 LANES = 8  # channels delivered at once: a slow one holds only its own thread
+# A channel that refused a trial's message is tried again for the trial's later
+# messages after this long (someone may have invited the bot); meanwhile they go
+# to the requester at once.
+REDIRECT_RETRY = 60.0
 
 
 class Outbox(threading.Thread):
@@ -101,6 +105,7 @@ class Outbox(threading.Thread):
         self.alerted: set[int] = set()  # stuck messages already logged
         self.next_alert_check = 0.0  # time.time() of the next look for stuck messages
         self.token_refused: str | None = None  # Slack's code while it refuses our token
+        self.refused_at: dict[str, float] = {}  # channel -> when it last refused a trial
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -202,9 +207,12 @@ class Outbox(threading.Thread):
         ref = row["thread_of"] or row["update_of"]  # the message it needs sent first
         row["thread_ts"] = row["thread_ts"] or sent.get(ref)
         orphan = row["parent_given_up"] or ref in gave_up
-        if row["via"] == "redirect" or (row["redirect"] and not row["via"]) \
-                or row["parent_via"] == "redirect":
+        elsewhere = row["parent_via"] == "redirect"  # its parent went to the requester
+        if row["via"] == "redirect" or (not row["via"] and (row["redirect"] or elsewhere)
+                                        and not self._try_channel_again(row)):
             return self._redirected(row, gave_up)
+        if elsewhere:  # the channel is tried again: a new message, not in a thread there
+            row["thread_ts"], ref = None, None
         if ref and not row["thread_ts"] and not orphan:
             log.warning("outbox: message %s waits for message %s", row["id"], ref)
             self._back_off(row["channel"])
@@ -228,6 +236,8 @@ class Outbox(threading.Thread):
         if self.token_refused:
             log.info("outbox: Slack accepts the bot's token again; the waiting messages go out")
             self.token_refused = None
+        if row["redirect"] and not row["via"]:  # the bot was let back in: later ones go there
+            self.store.clear_redirect(row["job"])
         if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"]):
             sent[row["id"]] = ts
             with self.lock:
@@ -256,6 +266,8 @@ class Outbox(threading.Thread):
         if scope == "channel" and row["requester"]:
             if not row["via"]:
                 self.on_refused(row["channel"])
+                with self.lock:
+                    self.refused_at[row["channel"]] = time.monotonic()
             log.warning("outbox: %s refused message %s (%s): to its requester instead",
                         row["channel"], row["id"], error)
             self.store.redirect(row["id"], row["job"] if not row["via"] else None, error)
@@ -294,6 +306,16 @@ class Outbox(threading.Thread):
                         row["requester"], exc)
             return
         self.store.add_sent_notice(dict(note, response_url=row["url"]), row["job"], ts)
+
+    def _try_channel_again(self, row: dict) -> bool:
+        """A later message of a trial whose channel refused it goes to the channel
+        again once the refusal is REDIRECT_RETRY old (the bot may have been invited
+        since); an edit of a message sent to the requester stays with the requester."""
+        if row["update_of"] and row["parent_via"] == "redirect":
+            return False
+        with self.lock:
+            at = self.refused_at.get(row["channel"])
+        return at is None or time.monotonic() - at >= REDIRECT_RETRY
 
     def _redirected(self, row: dict, gave_up: set) -> str:
         """To the requester, since the channel refused: the command's response_url

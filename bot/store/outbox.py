@@ -108,6 +108,12 @@ class Outbox:
                 self.db.execute("update jobs set redirect = ? where id = ? and redirect is null",
                                 [error, job_id])
 
+    def clear_redirect(self, job_id: int) -> None:
+        """The trial's channel took one of its messages again: its later messages
+        go there, not to the requester."""
+        with self.tx():
+            self.db.execute("update jobs set redirect = null where id = ?", [job_id])
+
     def response_url_usable(self, url: str) -> bool:
         """Not expired, and posted to fewer than 5 times."""
         row = self.db.execute("select expires, uses from response_urls where url = ?",

@@ -151,6 +151,17 @@ def online_for(store, spec: dict) -> list[str]:
             if can_run(w["info"], spec)]
 
 
+def offline_for(store, spec: dict) -> list[dict]:
+    """The registered workers that could run a routed `spec`, when all of them
+    are offline: the trial waits for them. [] when one is online, or when
+    `spec` is not routed (any worker that comes will do)."""
+    if not routing.routed(spec.get("route")):
+        return []
+    online = {w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)}
+    able = [w for w in store.workers() if can_run(w["info"], spec)]
+    return [] if any(w["name"] in online for w in able) else able
+
+
 def known(store, worker: str) -> bool:
     return any(w["name"] == worker for w in store.workers())
 

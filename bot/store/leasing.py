@@ -66,10 +66,10 @@ class Leasing:
 
     def unclassified(self, limit: int = 1000) -> list[tuple[int, dict]]:
         """Queued jobs without a needs class (from before classes, or put in by
-        SQL): (id, spec), oldest first."""
+        SQL): (id, spec). Unordered: `order by id` would walk every queued job."""
         return [(i, json.loads(spec)) for i, spec in self.db.execute(
-            "select id, spec from jobs where status = 'queued' and needs is null "
-            "order by id limit ?", [limit]).fetchall()]
+            "select id, spec from jobs where status = 'queued' and needs is null limit ?",
+            [limit]).fetchall()]
 
     def classify(self, keys: dict[int, str]) -> None:
         """Give jobs their needs class: {job id: needs key}."""

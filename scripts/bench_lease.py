@@ -19,7 +19,11 @@
 The backlog goes in through the queue (JobQueue.submit_sweep, in one
 transaction per 500 trials), as /trial sweep puts it there.
 
+A lease's cost grows with the users (and needs classes) waiting, not the
+trials: `--users` sets how many users the backlog has.
+
     python scripts/bench_lease.py [--samples 1000] [--sizes 0,1000,10000,100000]
+                                  [--users 20]
 """
 from __future__ import annotations
 
@@ -110,12 +114,12 @@ def starvation(tmp: str) -> bool:
     return ok and ok_sql
 
 
-def latency(tmp: str, sizes: list[int], samples: int) -> bool:
+def latency(tmp: str, sizes: list[int], samples: int, users: int) -> bool:
     ctxs = {}
     for n in sizes:
         t0 = time.perf_counter()
         ctxs[n] = fresh(tmp, f"q{n}")
-        backlog(ctxs[n], n, 20, MIX)
+        backlog(ctxs[n], n, users, MIX)
         print(f"   queued {n:,} in {time.perf_counter() - t0:.1f} s", flush=True)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     rounds, i = 10, 0
@@ -123,7 +127,7 @@ def latency(tmp: str, sizes: list[int], samples: int) -> bool:
         for n, ctx in ctxs.items():
             for _ in range(samples // rounds if r else 20):
                 words, route = MIX[i % 9]  # one it can run: the queue keeps its size
-                ctx.queue.submit(parse(words.split()), words, f"U{i % 20}", "C1", route=route)
+                ctx.queue.submit(parse(words.split()), words, f"U{i % users}", "C1", route=route)
                 i += 1
                 t0 = time.perf_counter()
                 job = ctx.queue.lease("cpu-box", 0)
@@ -147,12 +151,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--sizes", default="0,1000,10000,100000")
+    ap.add_argument("--users", type=int, default=20)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     tmp = tempfile.mkdtemp(prefix="trialbot-lease-")
     ok = starvation(tmp)
-    ok = latency(tmp, sizes, args.samples) and ok
+    ok = latency(tmp, sizes, args.samples, args.users) and ok
     print(f"load average {os.getloadavg()[0]:.2f}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

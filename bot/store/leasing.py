@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 
 from bot.store.jobs import JOB_COLUMNS, _job
 
@@ -49,6 +50,13 @@ select id, (select started from jobs where user = heads.u and started is not nul
 from heads order by served is not null, served, id limit 1"""
 
 
+@dataclass(frozen=True)
+class NeedsClass:
+    """A needs class that has queued jobs."""
+    id: int
+    key: str  # bot/trials/workers.py needs() as canonical JSON
+
+
 class Leasing:
     def _needs_ids(self, keys: list[str]) -> dict[str, int]:
         """Inside a transaction: the id of each needs class, added when new."""
@@ -60,9 +68,9 @@ class Leasing:
                                        [key]).fetchone()[0]
         return out
 
-    def queued_needs(self) -> list[tuple[int, str]]:
-        """Each needs class that has queued jobs: (id, its key)."""
-        return [tuple(r) for r in self.db.execute(_CLASSES).fetchall()]
+    def queued_needs(self) -> list[NeedsClass]:
+        """Each needs class that has queued jobs."""
+        return [NeedsClass(*r) for r in self.db.execute(_CLASSES).fetchall()]
 
     def unclassified(self, limit: int = 1000) -> list[tuple[int, dict]]:
         """Queued jobs without a needs class (from before classes, or put in by
@@ -86,25 +94,27 @@ class Leasing:
         UPDATE makes racing workers safe: only one takes a job; the others
         pick again."""
         if needs is None:
-            needs = [i for i, _ in self.queued_needs()] + [None]
-        while needs:
-            row = self.db.execute(_NEXT, [json.dumps(needs)]).fetchone()
-            if row is None:
-                return None
-            now, lease = time.time(), uuid.uuid4().hex
-            with self.tx():
-                cur = self.db.execute(
-                    "update jobs set status = 'running', worker = ?, lease = ?, "
-                    "lease_expires = ?, attempts = attempts + 1, started = ? "
-                    "where id = ? and status = 'queued'",
-                    [worker, lease, now + seconds, now, row[0]])
-                if cur.rowcount == 1:
-                    self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
-                                    [row[0], now, worker])
-                    self._leased_under(worker, key, lease, job=row[0])
-            if cur.rowcount == 1:
+            needs = [c.id for c in self.queued_needs()] + [None]
+        while needs and (row := self.db.execute(_NEXT, [json.dumps(needs)]).fetchone()):
+            if self._take(row[0], worker, seconds, key):
                 return self.job(row[0])
         return None
+
+    def _take(self, job_id: int, worker: str, seconds: float, key: str | None) -> bool:
+        """Lease a queued job to `worker`; False when another worker took it first."""
+        now, lease = time.time(), uuid.uuid4().hex
+        with self.tx():
+            cur = self.db.execute(
+                "update jobs set status = 'running', worker = ?, lease = ?, "
+                "lease_expires = ?, attempts = attempts + 1, started = ? "
+                "where id = ? and status = 'queued'",
+                [worker, lease, now + seconds, now, job_id])
+            if cur.rowcount != 1:
+                return False
+            self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
+                            [job_id, now, worker])
+            self._leased_under(worker, key, lease, job=job_id)
+        return True
 
     def lapsed_jobs(self, max_leases: int) -> list[dict]:
         """Running jobs whose lease expired with leases left (fewer than

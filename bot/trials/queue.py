@@ -127,7 +127,7 @@ class JobQueue:
         while unclassified := self.store.unclassified():
             self.store.classify({i: workers.needs_key(spec) for i, spec in unclassified})
         mine = workers.info_key(info)
-        return [i for i, needs in self.store.queued_needs() if workers.runs(mine, needs)]
+        return [c.id for c in self.store.queued_needs() if workers.runs(mine, c.key)]
 
     def unsent(self, worker: str, job_id: int, lease: str) -> bool:
         """A leased trial whose answer could not be written to its worker: queued

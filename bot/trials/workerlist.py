@@ -31,7 +31,7 @@ def _state(kind: str, t: float | None, now: float, **values) -> str:
 
 
 def offline(last_seen: float | None, now: float) -> str:
-    """`offline since Mon 10:00 UTC (3 d ago)`."""
+    """`offline since Mon 10:00 UTC (259200 s ago)`."""
     return _state("offline", last_seen, now)
 
 

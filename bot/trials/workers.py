@@ -39,7 +39,7 @@ def needs(spec: dict) -> dict:
     """What of `spec` decides where it may run: exactly what can_run reads, so
     `can_run(info, needs(spec)) == can_run(info, spec)` for every worker, and
     trials that differ only in batch, length or steps share one class (the
-    store leases by class, bot/store/jobs.py)."""
+    store leases by class, bot/store/leasing.py)."""
     params = spec.get("params") or {}
     out: dict = {"route": spec["route"]} if spec.get("route") else {}
     kept = {}
@@ -66,6 +66,7 @@ def runs(info_key: str, needs_key: str) -> bool:
 
 
 def info_key(info: dict) -> str:
+    """A worker's info as canonical JSON, for runs()."""
     return json.dumps(info, sort_keys=True, separators=(",", ":"))
 
 

@@ -85,7 +85,7 @@ class Runtime:
         """Expired leases are also noticed when no worker is asking for work."""
         while not self.outbox.stopping.wait(10):
             try:
-                self.queue.fail_exhausted()
+                self.queue.reap()
             except Exception:  # noqa: BLE001 - a locked database now is fine next time
                 pass
 

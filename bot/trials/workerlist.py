@@ -30,9 +30,14 @@ def _state(kind: str, t: float | None, now: float, **values) -> str:
     return _(since, stamp=stamp, ago=duration(max(0.0, now - t)), **values)
 
 
+def offline(last_seen: float | None, now: float) -> str:
+    """`offline since Mon 10:00 UTC (259200 s ago)`."""
+    return _state("offline", last_seen, now)
+
+
 def state(w: dict, now: float, online_seconds: float) -> str:
     if now - (w["last_seen"] or 0) > online_seconds:
-        return _state("offline", w["last_seen"], now)
+        return offline(w["last_seen"], now)
     if w["job"]:
         return _state("busy", w["job_started"], now, job=w["job"])
     return _state("idle", max(w["last_finished"] or 0, w["registered"] or 0), now)

@@ -14,7 +14,7 @@ from bot.trials import card, chart, views
 from test_digest import say
 from test_planner import report as planner_report
 from test_plans import finish
-from test_refusals import good
+from test_refusals import good, put
 from worker import units
 from worker.i18n import using
 
@@ -55,15 +55,6 @@ def leaves(doc, path=()):
         yield path, doc
 
 
-def with_value(doc: dict, path: tuple, value) -> dict:
-    doc = json.loads(json.dumps(doc))
-    target = doc
-    for k in path[:-1]:
-        target = target[k]
-    target[path[-1]] = value
-    return doc
-
-
 def rendered(r: dict) -> str:
     """Everything a trial shows of its report, as text."""
     job = {"id": 7, "trial": "T7", "channel": "C1", "words": "llm-infer", "user": "U1",
@@ -89,7 +80,7 @@ def test_a_bad_figure_anywhere_in_a_stored_report_renders_as_not_measured(bad):
     for path in NUMBERS:
         if bad < 0 and path[-1] in ("relative_error", "logits_head"):
             continue  # signed by nature: a relative error, a logit
-        r = stored_json(json.dumps(with_value(rich(), path, bad)))
+        r = stored_json(json.dumps(put(rich(), path, bad)))
         text = rendered(r)
         found = SHOWN_BAD.search(text)
         assert found is None, (path, found and text[max(0, found.start() - 80):found.end()])

@@ -98,10 +98,12 @@ def good(params: dict) -> dict:
     return r
 
 
-def put(doc: dict, path: str, value) -> dict:
-    """`doc` with the value at a path like `attempts[1].seconds` replaced."""
+def put(doc: dict, path: str | tuple, value) -> dict:
+    """`doc` with the value at a path like `attempts[1].seconds` (or its keys
+    as a tuple) replaced."""
     doc = copy.deepcopy(doc)
-    keys = [int(k) if k.isdigit() else k for k in re.findall(r"[^.\[\]]+", path)]
+    keys = path if isinstance(path, tuple) else [
+        int(k) if k.isdigit() else k for k in re.findall(r"[^.\[\]]+", path)]
     target = doc
     for k in keys[:-1]:
         target = target[k]

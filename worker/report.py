@@ -302,7 +302,7 @@ class Slurm(TypedDict, total=False):
 
 class TimelinePart(TypedDict, total=False):
     columns: Annotated[list[str], Most(16), REQUIRED]  # t (Unix time), then bytes
-    rows: Annotated[list[Annotated[list[float | None], Most(16)]], Most(MAX_ITEMS), REQUIRED]
+    rows: Annotated[list[list], Most(MAX_ITEMS), REQUIRED]  # each: t, then bytes or null
     method: str
 
 
@@ -405,20 +405,23 @@ def validate(report: object, spec: dict | None = None) -> list[str]:
 
 
 def _timeline(timeline) -> list[str]:
-    """Each row as wide as its columns: a Unix time, then bytes."""
+    """Each row as wide as its columns: a Unix time, then bytes or null. Checked
+    here rather than by annotation: thousands of rows, the first bad one named."""
     out = []
     for name, part in (timeline or {}).items() if isinstance(timeline, dict) else ():
         if not (isinstance(part, dict) and isinstance(part.get("columns"), list)
                 and isinstance(part.get("rows"), list)):
             continue  # its shape is named already
         width = len(part["columns"])
+        bounds = (TIME, *[BYTES] * (width - 1))
         for i, row in enumerate(part["rows"]):
             where = f"report.timeline.{name}.rows[{i}]"
-            if not isinstance(row, list) or len(row) != width:
+            if not isinstance(row, list) or len(row) != width or not all(
+                    v is None or shape.number(v) for v in row):
                 return out + [f"`{where}` must be a list of {width} numbers or nulls, one per "
                               "column"]
-            for value, bound in zip(row, (TIME, *[BYTES] * (width - 1))):
-                if shape.outside(value, bound):
+            for value, bound in zip(row, bounds):
+                if value is not None and shape.outside(value, bound):
                     return out + [f"`{where}` holds {value!r}: must be {bound.what}"]
     return out
 

@@ -12,6 +12,7 @@ document, annotated or not, must be finite. Pure: no I/O.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import types
@@ -105,7 +106,7 @@ def loose(value: object, path: str = "") -> list[str]:
 
 def outside(value, bound: Range) -> bool:
     """A finite number outside `bound` (a NaN or infinity is named by `loose`)."""
-    return (_number(value) and (isinstance(value, int) or math.isfinite(value))
+    return (number(value) and (isinstance(value, int) or math.isfinite(value))
             and not bound.low <= value <= bound.high)
 
 
@@ -115,73 +116,87 @@ def _unwrap(hint) -> tuple[object, tuple]:
     return hint, ()
 
 
-def _options(hint) -> tuple:
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
-def _number(v) -> bool:
+def number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _fits(value, hint) -> bool:
-    """Whether `value` has the JSON type `hint` names (not yet its contents)."""
-    hint, _ = _unwrap(hint)
-    origin = typing.get_origin(hint) or hint
-    if origin is Literal:
-        return value in typing.get_args(hint)
-    if hint in (int, float):
-        return _number(value)
-    if origin in (list, dict, str, bool):
-        return isinstance(value, origin)
-    if typing.is_typeddict(hint):
-        return isinstance(value, dict)
-    return hint is object
+@dataclass(frozen=True)
+class _Option:
+    """One type a union allows, worked out once: a report has thousands of values."""
+    hint: object
+    marks: tuple
+    json: object   # the Python type a value must be, "number", "null", or Literal's choices
+    origin: object
+    args: tuple
+    name: str
 
 
-def _name(hint) -> str:
-    hint, _ = _unwrap(hint)
-    origin = typing.get_origin(hint) or hint
-    if hint is type(None):
-        return "null"
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
-    return {int: "a number", float: "a number", str: "a string", bool: "true or false",
-            list: "a list"}.get(origin, "an object")
+@functools.cache
+def _plan(hint) -> tuple[tuple[_Option, ...], tuple]:
+    """The options of `hint` (each of a union's) and the marks on the whole."""
+    base, marks = _unwrap(hint)
+    union = typing.get_origin(base) in (Union, types.UnionType)
+    return tuple(_option(o) for o in (typing.get_args(base) if union else (base,))), marks
+
+
+def _option(hint) -> _Option:
+    base, marks = _unwrap(hint)
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    kind = origin or base
+    if base is type(None):
+        json_type, name = "null", "null"
+    elif kind is Literal:
+        json_type, name = args, "one of " + ", ".join(repr(a) for a in args)
+    elif base in (int, float):
+        json_type, name = "number", "a number"
+    elif kind in (list, dict, str, bool):
+        json_type = kind
+        name = {list: "a list", dict: "an object", str: "a string", bool: "true or false"}[kind]
+    elif typing.is_typeddict(base):
+        json_type, name = dict, "an object"
+    else:
+        json_type, name = object, "anything"
+    return _Option(base, marks, json_type, origin, args, name)
+
+
+def _fits(value, option: _Option) -> bool:
+    kind = option.json
+    if kind == "number":
+        return number(value)
+    if kind == "null":
+        return value is None
+    if isinstance(kind, tuple):
+        return value in kind
+    return isinstance(value, kind)
 
 
 def _check(value, hint, path: str, out: list[str]) -> None:
-    hint, marks = _unwrap(hint)
-    options = _options(hint)
+    options, marks = _plan(hint)
     match = next((o for o in options if _fits(value, o)), None)
-    if value is None and type(None) in options:
-        return
     if match is None:
-        names = list(dict.fromkeys(_name(o) for o in options))
+        names = list(dict.fromkeys(o.name for o in options))
         names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
         shown = "" if isinstance(value, (dict, list)) else f" (got {_shown(value)})"
         out.append(f"`{path}` must be {names}{shown}")
         return
-    match, inner = _unwrap(match)
-    marks += inner
-    origin, args = typing.get_origin(match), typing.get_args(match)
-    for mark in marks:
+    if value is None:
+        return
+    for mark in marks + match.marks:
         if isinstance(mark, Range) and outside(value, mark):
             out.append(f"`{path}` is {_shown(value)}: must be {mark.what}")
         if isinstance(mark, Most) and isinstance(value, (list, dict)) and len(value) > mark.items:
             out.append(f"`{path}` has {len(value)} items: at most {mark.items} are allowed")
             return
-    if typing.is_typeddict(match):
-        _object(value, match, path, out)
-    elif origin is list and args:
+    if typing.is_typeddict(match.hint):
+        _object(value, match.hint, path, out)
+    elif match.origin is list and match.args:
         for i, item in enumerate(value):
-            _check(item, args[0], f"{path}[{i}]", out)
+            _check(item, match.args[0], f"{path}[{i}]", out)
             if len(out) >= MAX_PROBLEMS:
                 return
-    elif origin is dict and args:
+    elif match.origin is dict and match.args:
         for key, item in value.items():
-            _check(item, args[1], f"{path}.{key}", out)
+            _check(item, match.args[1], f"{path}.{key}", out)
 
 
 def _object(value: dict, cls, path: str, out: list[str]) -> None:

@@ -113,7 +113,7 @@ class SlurmExecutor:
                  progress: dict | None = None) -> dict:
         cancel = cancel or threading.Event()
         progress = {} if progress is None else progress
-        called = time.time()
+        called = time.monotonic()  # wall_s is a duration: a clock stepped back must not shrink it
         trial_dir = os.path.join(self.shared_dir, f"trial-{uuid.uuid4().hex[:12]}")
         tries: list[dict] = []
         jobs: list[dict] = []
@@ -148,7 +148,7 @@ class SlurmExecutor:
             "node": jobs[-1]["node"] if jobs else None,
             "queue_wait_s": sum(j["queue_wait_s"] or 0 for j in jobs),
             "run_s": sum(j["run_s"] or 0 for j in jobs),
-            "wall_s": time.time() - called,  # lease to collected report, for the overhead
+            "wall_s": time.monotonic() - called,  # lease to collected report: the overhead
             "jobs": jobs,
         }
         return report

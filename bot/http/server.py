@@ -13,6 +13,8 @@ import json
 import logging
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from worker import shape
+
 log = logging.getLogger("trialbot.http")
 
 MAX_BODY = 16 * 2**20  # Slack's requests; the worker API has its own, smaller limits
@@ -88,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
             self._slack(raw, query)
         elif path.startswith("/api/"):
             try:
-                body = json.loads(raw or b"{}")
+                body = shape.loads(raw or b"{}")  # no NaN or Infinity: json_extract chokes
             except (ValueError, RecursionError) as exc:  # bad UTF-8 is a ValueError too
                 self._json(400, {"error": f"the request body is not JSON: {exc}"[:300]})
                 return

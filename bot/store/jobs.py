@@ -73,8 +73,8 @@ class Jobs:
         """The full report, memory timeline included (for the chart)."""
         row = self.db.execute("select report, timeline from jobs where id = ?",
                               [job_id]).fetchone()
-        report = json.loads(row[0])
-        report["timeline"] = json.loads(row[1]) if row[1] else None
+        report = stored_json(row[0])
+        report["timeline"] = stored_json(row[1]) if row[1] else None
         return report
 
     def jobs(self, limit: int = 10, channel: str | None = None, user: str | None = None,
@@ -156,14 +156,17 @@ class Jobs:
                   "cancelled" if error == "cancelled" else "failed")
         now = time.time()
         light = {k: v for k, v in report.items() if k != "timeline"}
-        timeline = json.dumps(report["timeline"]) if report.get("timeline") else None
+        # No NaN or Infinity is ever written: SQLite's json_extract refuses the row
+        timeline = (json.dumps(report["timeline"], allow_nan=False) if report.get("timeline")
+                    else None)
         with self.tx():
             cur = self.db.execute(
                 "update jobs set status = ?, report = ?, timeline = ?, error_class = ?, "
                 "finished = ?, lease = null, lease_expires = null where id = ? and worker = ? "
                 "and lease = ? and status = 'running'"
                 + (" and lease_expires < ?" if expired else ""),
-                [status, json.dumps(light), timeline, error, now, job_id, worker, lease]
+                [status, json.dumps(light, allow_nan=False), timeline, error, now, job_id,
+                 worker, lease]
                 + ([now] if expired else []))
             if cur.rowcount != 1:
                 return False
@@ -296,7 +299,13 @@ class Jobs:
 def _job(row: dict) -> dict:
     row = dict(row)
     row["spec"] = json.loads(row["spec"])
-    row["report"] = json.loads(row["report"]) if row.get("report") else None
+    row["report"] = stored_json(row["report"]) if row.get("report") else None
     row["progress"] = json.loads(row["progress"]) if row.get("progress") else None
     row["trial"] = f"T{row['id']}"
     return row
+
+
+def stored_json(text: str):
+    """A stored report as Python: a NaN or Infinity that a row from before the
+    worker API refused them holds reads as null (not measured)."""
+    return json.loads(text, parse_constant=lambda _: None)

@@ -111,7 +111,7 @@ def status(job: dict, attempts: list[dict] | None = None) -> dict:
     for a in attempts or []:
         what = a["error_class"] or a["status"]
         lines.append(_("• try {n} on {worker}: {what}, {seconds}", n=a["n"], worker=a["worker"],
-                       what=what, seconds=duration(a["seconds"]))
+                       what=what, seconds=duration(a["seconds"], measured=True))
                      + (f" — {a['message'].strip().splitlines()[-1]}"
                         if a["error_class"] and a["message"].strip() else "")
                      + (_("; then {next}", next=a["next"]) if a["next"] else ""))
@@ -137,7 +137,7 @@ def job_list(jobs: list[dict], which: str | None = None) -> dict:
         r = j.get("report")
         headline = ""
         if r and r["status"] == "ok" and r.get("latency"):
-            headline = f" · p90 {duration(r['latency']['p90'])}"
+            headline = f" · p90 {duration(r['latency']['p90'], measured=True)}"
         elif r and r.get("error"):
             headline = f" · {r['error']['class']}"
         values = {"trial": j["trial"], "status": status_word(j["status"]), "words": j["words"]}

@@ -168,3 +168,34 @@ def test_a_nan_stored_before_the_fix_does_not_break_the_digest_or_status(tmp_pat
     status = views.status(ctx.store.job(int(bad[1:])))["text"]
     assert "host RSS peak: n/a" in status and "setup n/a" in status  # as not measurable
     assert not SHOWN_BAD.search(status)
+
+
+@pytest.mark.parametrize("where", ["latency.mean", "phases.0.seconds", "seconds"])
+def test_a_nan_stored_before_the_fix_does_not_break_a_plan(tmp_path, where):
+    """A trial in a plan's block whose stored report holds a NaN (it reads back
+    as null): show, review, export and advise answer, saying the figure was not
+    measured, instead of "Something went wrong"."""
+    from test_plans import say as plan_say
+    ctx = context(Store(str(tmp_path / "p.db")), admins=frozenset({"U1"}))
+    ctx.store.upsert_worker("w1", {"gpus": ["NVIDIA H100 80GB HBM3"]})
+    good_trial = finish(ctx, planner_report())
+    bad = finish(ctx, planner_report())
+    r = planner_report()
+    node, *path = where.split(".")
+    target = r
+    for key in [node, *path][:-1]:
+        target = target[int(key)] if key.isdigit() else target[key]
+    last = [node, *path][-1]
+    target[int(last) if last.isdigit() else last] = NAN
+    assert "started" in plan_say(ctx, "new repro gpu=H100")
+    plan_say(ctx, f"repro block baseline runs=20 trial={good_trial}")
+    assert "scale block added" in plan_say(ctx, f"repro block scale runs=20 trial={bad}")
+    stored_before_the_fix(ctx, bad, r)  # the block rests on a row stored before #29
+    for command in ("repro show", "repro review", "repro export", "repro advise"):
+        out = plan_say(ctx, command)
+        assert "Something went wrong" not in out, (command, out)
+        assert not SHOWN_BAD.search(out), (command, out)
+    out = plan_say(ctx, "repro show")
+    assert f"{bad}'s report holds no measured value for" in out, out
+    out = plan_say(ctx, f"repro block verify runs=20 trial={bad}")
+    assert f"{bad}'s report holds no measured value for" in out and "run it again" in out

@@ -103,7 +103,7 @@ class Context:
     # What a tagged trial's queue reply warns of (bot/plans/kept_apart.queue_notes)
     tag_notes: Callable | None = None
     notify: Callable[[], None] = lambda: None  # wakes the outbox: messages were stored
-    outbox_alert_minutes: float = 15  # unsent longer: shown to admins in `/trial workers`
+    outbox_alert_minutes: float = 5  # unsent longer: shown to admins in `/trial workers`
     # Counters of failed Slack calls by class, each a () -> {class: n}: the
     # outbox's sends, and the Bolt app's own calls (/metrics adds them up).
     slack_errors: list[Callable[[], dict]] = field(default_factory=list)

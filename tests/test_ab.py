@@ -1,4 +1,6 @@
 """A/B trials: parsing, the comparison (pure), and one A/B through the console."""
+import re
+
 import pytest
 
 from bot.trials import ab
@@ -144,3 +146,22 @@ def test_an_ab_of_inference_precision_through_the_console(tmp_path):
     assert "time per request" in done.stdout and "quality held" in done.stdout
     # a verdict with its interval, or (on a busy machine) why none is given
     assert " t interval ×" in done.stdout or "no verdict: " in done.stdout
+
+
+def test_logits_or_a_loss_that_overflowed_break_quality_without_printing_inf():
+    # The worker reports a logit or loss that was not finite as null (an fp16 overflow)
+    a = infer(1.0, 1000, [0.0, 1.0, -1.0, 2.0], [1, 2])
+    overflowed = infer(0.5, 900, [None, 1.0, -1.0, 2.0], [1, 2])
+    q = ab.compare(a, overflowed)["quality"]
+    assert q["value"] is None and q["held"] is False
+    flat = ab.compare(dict(a, quality_probe=dict(a["quality_probe"], logits_sd=0.0)), a)
+    assert flat["quality"]["value"] is None  # no spread to compare against: not "inf"
+    trained = [{"training": {"loss_final": loss, "steps": 4}, "latency": {"mean": 1.0},
+                "memory": {"host_rss_peak": 10}} for loss in (5.0, None)]
+    q = ab.compare(*trained)["quality"]
+    assert q["value"] is None and q["held"] is False
+    reports = [timed(f"T{i}", 0.3, [(0.3, False)] * 2, QUIET) for i in range(1, 5)]
+    reports[1]["quality_probe"]["logits_head"][0] = None
+    text = ab.message(jobs_of(4), reports)["text"]
+    assert "quality BROKE: not finite against a tolerance of ±" in text
+    assert not re.search(r"(?i)\b(nan|inf)\b", text)

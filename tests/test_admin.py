@@ -109,6 +109,35 @@ def test_backup_command(tmp_path):
     assert trialbot("backup", str(out), "--force", "--db", str(db)).returncode == 0
 
 
+def test_a_backup_onto_a_full_disk_leaves_no_partial_files(tmp_path):
+    """The disk fills mid-copy (a file-size limit on the real command stands for
+    it: no mount needed) after an earlier backup was killed: the command says so
+    and leaves neither a partial copy nor a rollback journal behind."""
+    import resource
+    import signal
+    db = tmp_path / "bot.db"
+    store = Store(str(db))
+    store.add_jobs([{"workload": "llm-infer", "params": {"pad": "x" * 4000}}] * 200,
+                   ["llm-infer"] * 200, "U1", "C1")
+    assert db.stat().st_size + (tmp_path / "bot.db-wal").stat().st_size > 512 * 1024
+
+    def small_files():  # writes past 256 KiB fail with EFBIG, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    out = tmp_path / "copies" / "b.db"
+    out.parent.mkdir()
+    for left in ("b.db.partial", "b.db.partial-journal"):  # a backup killed mid-copy
+        (out.parent / left).write_bytes(b"\0" * 4096)
+    done = subprocess.run([str(BIN / "trialbot"), "backup", str(out), "--db", str(db)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          preexec_fn=small_files)
+    assert done.returncode == 2 and "cannot back up" in done.stderr, done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == []
+    assert trialbot("backup", str(out), "--db", str(db)).returncode == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["b.db"]
+
+
 def test_worker_token_commands(tmp_path):
     db = tmp_path / "bot.db"
     Store(str(db))

@@ -1,4 +1,5 @@
 """The worker agent against a real bot runtime on loopback."""
+import contextlib
 import io
 import threading
 import time
@@ -10,33 +11,60 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
 from worker import agent as agent_mod
+from worker import report as reports
 from worker.agent import Agent, split_by_day
 from worker.client import Client
 from worker.spec import parse
 
 
-def test_a_worker_side_error_still_ends_the_job_with_a_report(tmp_path, monkeypatch):
+@contextlib.contextmanager
+def one_trial(tmp_path, monkeypatch, run):
+    """A bot and an agent whose trials are `run(spec, ...)`: yields the bot, the
+    agent and the job of one llm-infer trial once it has ended."""
     rt = Runtime(str(tmp_path / "a.db"), "tok", ConsoleTransport(io.StringIO(), True,
                                                                  str(tmp_path)))
     rt.start()
-
-    def broken(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(agent_mod.attempts, "run", broken)
+    monkeypatch.setattr(agent_mod.attempts, "run", run)
     a = Agent(Client(rt.server.url, "tok"), "w1")
     threading.Thread(target=a.serve_forever, daemon=True).start()
     try:
         job = rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
         deadline = time.monotonic() + 30
-        while rt.store.job(job["id"])["status"] != "failed":
+        while rt.store.job(job["id"])["status"] not in ("done", "failed"):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        r = rt.store.job(job["id"])["report"]
-        assert r["error"]["class"] == "crash" and "No space left" in r["error"]["message"]
-        assert a.current is None  # the heartbeat for that job stopped
+        yield rt, a, rt.store.job(job["id"])
     finally:
         a.stop()
         rt.stop()
+
+
+def test_a_worker_side_error_still_ends_the_job_with_a_report(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    with one_trial(tmp_path, monkeypatch, broken) as (rt, a, job):
+        r = job["report"]
+        assert r["error"]["class"] == "crash" and "No space left" in r["error"]["message"]
+        assert a.current is None  # the heartbeat for that job stopped
+
+
+def test_a_report_the_bot_refuses_ends_the_job_as_a_plain_failure_naming_the_field(
+        tmp_path, monkeypatch):
+    """A worker with a bug that measures a negative peak: the bot refuses the
+    report (400, the field named) and the worker posts a plain failed one, so the
+    job still ends, and the negative figure is stored and posted nowhere."""
+    def buggy(spec, *args, **kwargs):
+        r = reports.new_report(spec.workload, spec.params)
+        r.update(status="ok", seconds=1.0)
+        r["memory"]["host_rss_peak"] = -5 * 2**30
+        return r
+    with one_trial(tmp_path, monkeypatch, buggy) as (rt, a, job):
+        r = job["report"]
+        assert r["status"] == "failed" and r["error"]["class"] == "crash"
+        assert "the worker's report was refused" in r["error"]["message"]
+        assert "`report.memory.host_rss_peak` is -5368709120" in r["error"]["message"]
+        assert r["memory"]["host_rss_peak"] is None
+        assert not any("-5 GiB" in m["text"] for m in rt.store.db["outbox"].rows)
 
 
 def test_idle_is_split_at_utc_midnight():

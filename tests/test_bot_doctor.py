@@ -257,6 +257,39 @@ def test_backups(site, tmp_path, monkeypatch, capsys):
     assert "It is not recorded in" in capsys.readouterr().out and (tmp_path / "b3.db").exists()
 
 
+def test_the_outbox(site, monkeypatch, capsys):
+    """What waits to be posted, read from the file: nothing, a message being
+    sent, one past the alert limit, and Slack refusing the bot's token."""
+    env, store = site
+    got, out = doctor(monkeypatch, capsys, env)
+    assert got == Exit.OK and said(out, "ok", "outbox", "Outbox: every message was posted; "
+                                   "none waits.")
+    store.add_messages([{"channel": "C0GPU", "text": "a card"}])
+    got, out = doctor(monkeypatch, capsys, env)
+    assert got == Exit.OK and said(out, "ok", "outbox", "Outbox: 1 message(s) being posted, "
+                                   "the oldest stored 0 s ago.")
+    with store.tx():
+        store.db.execute("update outbox set created = created - 600, tries = 4, "
+                         "last_error = 'service_unavailable'")
+    got, out = doctor(monkeypatch, capsys, env)
+    assert got == Exit.OUTBOX
+    assert failing(out) == ["1 message(s) wait to be posted; the oldest, to C0GPU, for 10 min "
+                            "(over the 5 min limit; last error: service_unavailable). The bot's "
+                            "log (lines from trialbot.outbox) has the details."]
+    got, out = doctor(monkeypatch, capsys, env | {"TRIALBOT_OUTBOX_ALERT_MINUTES": "30"})
+    assert got == Exit.OK  # the limit is the bot's own setting
+    store.add_messages([{"channel": "C0GPU", "text": "its report"}])
+    with store.tx():
+        store.db.execute("update outbox set last_error = 'token_revoked' where text = ?",
+                         ["its report"])
+    got, out = doctor(monkeypatch, capsys, env | {"TRIALBOT_OUTBOX_ALERT_MINUTES": "30"})
+    assert got == Exit.OUTBOX
+    [line] = failing(out)
+    assert line.startswith("Slack refuses the bot's token (token_revoked): 2 message(s) wait "
+                           "to be posted, the oldest 10 min to C0GPU. Slack refuses the bot's "
+                           "token: check SLACK_BOT_TOKEN")
+
+
 def test_settings_and_access(site, monkeypatch, capsys):
     env, _ = site
     no_token = {k: v for k, v in env.items() if k != "SLACK_BOT_TOKEN"}

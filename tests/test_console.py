@@ -1,6 +1,7 @@
 """`trialbot console` as a user runs it: a real process reading a script."""
 import json
 import subprocess
+import sys
 
 from conftest import BIN, ROOT
 
@@ -163,3 +164,41 @@ def test_the_console_prints_what_the_blocks_add_to_the_text():
     assert render("T1 ok\npeak: 236 MiB", blocks) == (
         "T1 ok\npeak: 236 MiB\nPlan repro\n*Seen*\n3 times\n_from T1_")
     assert render("plain", None) == "plain"
+
+
+def test_the_consoles_worker_runs_trials_as_the_trial_user(tmp_path):
+    """`--trial-user USER`, as trialbot-worker has it: the embedded worker's
+    trials run as USER. Here `nobody` may not run this venv's Python, which the
+    console warns of at start and the trial's report names: the switch happened."""
+    import os
+    import pwd
+
+    import pytest
+    if os.geteuid() != 0:
+        done = run_console(tmp_path, ["/trial help"], "--trial-user", "nobody")
+        assert done.returncode == 2 and "only a worker running as root" in done.stderr
+        return
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user `nobody` on this machine")
+    from conftest import python_for_nobody
+    done = run_console(tmp_path, ["/trial llm-infer gen=1 repeats=1 stability=0 malloc=glibc"],
+                       "--trial-user", "nobody")
+    assert done.returncode == 0, done.stderr
+    if python_for_nobody() == sys.executable:  # nobody may run this venv's Python
+        assert "T1 llm-infer ok" in done.stdout, done.stdout
+    else:
+        assert "cannot run the worker's Python" in done.stderr, done.stderr
+        assert "as user nobody: Permission denied" in done.stdout, done.stdout
+    for flags, says in [(("--trial-user", "root"), "is root (uid 0)"),
+                        (("--trial-user", "no-such-user-x"), "no such user")]:
+        refused = run_console(tmp_path, ["/trial help"], *flags)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+
+
+def test_serve_takes_trial_user_only_with_its_local_worker(tmp_path):
+    done = subprocess.run([str(BIN / "trialbot"), "serve", "--trial-user", "nobody"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "--trial-user is for the trials of --local-worker" \
+        in done.stderr, done.stderr

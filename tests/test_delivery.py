@@ -79,6 +79,33 @@ def test_a_channel_the_bot_is_not_in_goes_to_the_requester_and_stops_no_other(bo
     assert bot.store.unsent() == []
 
 
+def test_a_trial_redirected_goes_back_to_its_channel_once_the_bot_is_invited(
+        bot, fake_slack, monkeypatch):
+    """The card was refused (the bot not in CINV) and went to the requester; the
+    bot is invited while the trial runs: its report goes to the channel (a new
+    message: the card is not there), and so does every later message."""
+    monkeypatch.setattr("bot.delivery.outbox.REDIRECT_RETRY", 0.5)
+    url = fake_slack.api_url + "respond-inv"
+    assert "Queued as *T1*" in slash(bot, QUICK, "CINV", response_url=url)[1]["text"]
+    fake_slack.channel_errors["CINV"] = "not_in_channel"
+    wait(lambda: bot.store.job(1)["status"] == "queued", what="T1 queued (held until then)")
+    job = bot.store.job(1)
+    leased = bot.queue.lease("w1", 0)
+    wait(lambda: fake_slack.calls_of("respond-inv"), what="the card, to the requester")
+    assert bot.store.job(job["id"])["redirect"] == "not_in_channel"
+    del fake_slack.channel_errors["CINV"]  # /invite @trialbot
+    time.sleep(0.6)
+    report = reports.fail(reports.new_report("llm-infer", {}), "crash", "boom", "run")
+    bot.queue.finish(job["id"], "w1", leased["lease"], report)
+    posted = wait(lambda: posted_in(fake_slack, "CINV"), what="the report in CINV")
+    assert "T1 llm-infer FAILED" in posted[0]["text"] and "thread_ts" not in posted[0]
+    assert "not posted in" not in posted[0]["text"]
+    assert bot.store.job(job["id"])["redirect"] is None
+    wait(lambda: bot.store.unsent() == [], what="nothing left")
+    said = [c["text"] for c in fake_slack.calls_of("respond-inv")]
+    assert len(said) == 2 and "started on" in said[0] and "FAILED" in said[1]  # card, its end
+
+
 def test_an_archived_channel_with_the_response_url_spent_reaches_the_requester_by_dm(
         bot, fake_slack):
     assert "Queued as *T1*" in slash(bot, QUICK, "CARCH", user="U1",

@@ -74,7 +74,8 @@ def test_metrics_follow_the_store(rt, fake_slack):
     rt.store.upsert_worker("w3", {})
     first = rt.store.lease_next("w1", 0.01)  # a lease that runs out at once
     time.sleep(0.05)
-    assert rt.store.lease_next("w2", 60)["id"] == first["id"]  # taken over: an expiry
+    rt.queue.reap()  # back in the queue: an expiry
+    assert rt.store.lease_next("w2", 60)["id"] == first["id"]
     m = scrape(rt)
     assert m[("trialbot_jobs", (("state", "queued"),))] == 1
     assert m[("trialbot_jobs", (("state", "running"),))] == 1
@@ -83,9 +84,9 @@ def test_metrics_follow_the_store(rt, fake_slack):
     assert m[("trialbot_queue_wait_seconds_sum", ())] >= 0.05
     assert m[("trialbot_lease_expiries_total", ())] == 1
     assert m[("trialbot_workers_online", ())] == 3
-    # w3 only: w1 stays busy with the job it lost (as `/trial workers` shows) until it
-    # asks again or goes offline
-    assert m[("trialbot_workers_idle", ())] == 1
+    # w1 and w3: the job w1 lost went back to the queue, so w1 holds none (as when
+    # a job's last lease expires); it shows offline once unseen for 90 s
+    assert m[("trialbot_workers_idle", ())] == 2
 
     fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50  # a revoked token
     rt.outbox.flush()
@@ -162,44 +163,82 @@ def age_outbox(rt, seconds):
 
 
 def test_a_stuck_outbox_is_logged_once_per_message(rt, fake_slack, caplog):
-    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    fake_slack.errors["chat.postMessage"] = ["service_unavailable"] * 50  # Slack's own trouble
     rt.store.add_messages([{"channel": "C123", "text": "first"}])
     rt.outbox.flush()
     caplog.set_level(logging.ERROR, logger="trialbot.outbox")
-    assert rt.outbox.check_stuck() == []  # not yet 15 minutes
-    age_outbox(rt, 20 * 60)
+    assert rt.outbox.check_stuck() == []  # not yet 5 minutes
+    age_outbox(rt, 6 * 60)
     assert len(rt.outbox.check_stuck()) == 1
     assert len(rt.outbox.check_stuck()) == 1
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(lines) == 1, lines  # once, not every poll
-    assert "1 message(s) unsent for over 15 min" in lines[0]
-    assert "to C123" in lines[0] and "last error: invalid_auth" in lines[0]
-    assert "SLACK_BOT_TOKEN" in lines[0]
+    assert "1 message(s) unsent for over 5 min" in lines[0]
+    assert "to C123" in lines[0] and "last error: service_unavailable" in lines[0]
     rt.store.add_messages([{"channel": "C123", "text": "second"}])
-    age_outbox(rt, 20 * 60)
+    age_outbox(rt, 6 * 60)
     assert len(rt.outbox.check_stuck()) == 2
     assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 2  # a new one
 
 
 def test_trial_workers_shows_the_stuck_outbox_to_admins_only(rt, fake_slack):
-    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    fake_slack.outage = (time.monotonic() + 60, [503])  # Slack down: HTTP 503 to every call
     rt.store.add_messages([{"channel": "C123", "text": "a"}, {"channel": "C9", "text": "b"}])
     rt.outbox.flush()
-    age_outbox(rt, 22 * 60)
     text = lambda user: trial_command.handle(rt.ctx, "workers", user, "C1")[0]["text"]  # noqa
+    assert "rotating_light" not in text("UADMIN")  # a minute of an outage is no alarm
+    age_outbox(rt, 22 * 60)
     admin = text("UADMIN")
-    assert admin.startswith(":rotating_light: 2 messages unsent for over 15 min; the oldest, "
-                            "to <#C123>, has waited 22")
-    assert "(last error: invalid_auth). Slack refuses the bot's token: check SLACK_BOT_TOKEN" \
-        in admin
+    assert admin.startswith(":rotating_light: 2 messages unsent for over 5 min; the oldest, "
+                            "to <#C123>, has waited 22"), admin
+    assert "(last error: SlackApiError" in admin and "trialbot.outbox" in admin
     assert "rotating_light" not in text("U1")  # not an admin
     with i18n.using("ko"):
         ko = text("UADMIN")
-    assert ko.startswith(":rotating_light:") and "SLACK_BOT_TOKEN" in ko
+    assert ko.startswith(":rotating_light:") and "trialbot.outbox" in ko
     assert "unsent" not in ko  # translated
-    fake_slack.errors.clear()
+    fake_slack.outage = None
     rt.outbox.flush()
     assert "rotating_light" not in text("UADMIN")  # sent: nothing to raise
+
+
+def test_a_refused_token_is_raised_at_once_and_the_requester_told_once(rt, fake_slack,
+                                                                       caplog):
+    """A revoked token: no wait fixes it. The log says so at the first refusal,
+    admins see it in `/trial workers` at once, and the trial's requester reads it
+    through the command's response_url, which needs no token; once a trial."""
+    caplog.set_level(logging.INFO, logger="trialbot.outbox")
+    rt.store.upsert_worker("w1", {"cpus": 4})
+    url = fake_slack.api_url + "respond-token"
+    reply, job = trial_command.handle(rt.ctx, "llm-infer gen=1 repeats=1 stability=0", "U1",
+                                      "C1", response_url=url)
+    assert job and "Queued as *T1*" in reply["text"]
+    fake_slack.errors["chat.postMessage"] = ["token_revoked"] * 50
+    leased = rt.queue.lease("w1", 0)  # its card waits in the outbox
+    rt.outbox.flush()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "refuses the bot's token (token_revoked)" in errors[0]
+    assert "SLACK_BOT_TOKEN" in errors[0] and "none is lost" in errors[0]
+    told = fake_slack.calls_of("respond-token")
+    assert len(told) == 1 and told[0]["response_type"] == "ephemeral"
+    assert "T1: I cannot post in <#C1> now: Slack refuses my token (token_revoked)" \
+        in told[0]["text"]
+    admin = trial_command.handle(rt.ctx, "workers", "UADMIN", "C1")[0]["text"]
+    assert admin.startswith(":rotating_light: Slack refuses the bot's token (token_revoked): 1 "
+                            "message waits, to <#C1>, for 0 min."), admin
+    # The report joins the queue behind the card: neither the log nor the requester again.
+    from worker import report as reports
+    rt.queue.finish(job["id"], "w1", leased["lease"],
+                    dict(reports.new_report("llm-infer", {}), status="ok", seconds=1.0))
+    rt.outbox.flush()
+    rt.outbox.flush()
+    assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 1
+    assert len(fake_slack.calls_of("respond-token")) == 1
+    fake_slack.errors.clear()  # a new token, the bot restarted
+    rt.outbox.flush()
+    assert "accepts the bot's token again" in caplog.records[-1].getMessage() or any(
+        "accepts the bot's token again" in r.getMessage() for r in caplog.records)
+    assert rt.store.unsent() == [] and len(fake_slack.posts()) >= 2
 
 
 def test_settings_for_health_are_checked():
@@ -207,9 +246,9 @@ def test_settings_for_health_are_checked():
     env = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1",
            "TRIALBOT_WORKER_TOKEN": "wtoken"}
     s = config.from_env(env)
-    assert s.metrics_token is None and s.outbox_alert_minutes == 15
-    s = config.from_env(dict(env, TRIALBOT_METRICS_TOKEN="m1", TRIALBOT_OUTBOX_ALERT_MINUTES="5"))
-    assert s.metrics_token == "m1" and s.outbox_alert_minutes == 5
+    assert s.metrics_token is None and s.outbox_alert_minutes == 5
+    s = config.from_env(dict(env, TRIALBOT_METRICS_TOKEN="m1", TRIALBOT_OUTBOX_ALERT_MINUTES="15"))
+    assert s.metrics_token == "m1" and s.outbox_alert_minutes == 15
     for bad in ("soon", "0", "-3", "99999"):
         with pytest.raises(config.ConfigError, match="TRIALBOT_OUTBOX_ALERT_MINUTES=.* must be "
                                                      "minutes from 1 to 10080"):
@@ -231,17 +270,42 @@ def test_the_documented_metrics_are_the_scraped_ones(rt):
 
 
 def test_the_running_outbox_raises_a_stuck_message_itself(rt, fake_slack, caplog):
-    fake_slack.errors["chat.postMessage"] = ["invalid_auth"] * 50
+    fake_slack.errors["chat.postMessage"] = ["service_unavailable"] * 500
     rt.store.add_messages([{"channel": "C123", "text": "waiting"}])
-    age_outbox(rt, 20 * 60)
+    age_outbox(rt, 6 * 60)
     caplog.set_level(logging.ERROR, logger="trialbot.outbox")
-    rt.outbox.start()  # its first look is at once, then every 30 s
+    rt.outbox.start()  # its first look is at once
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not any(
-                "unsent for over 15 min" in r.getMessage() for r in caplog.records):
+                "unsent for over 5 min" in r.getMessage() for r in caplog.records):
             time.sleep(0.05)
     finally:
         rt.outbox.stop()
         rt.outbox.join(timeout=10)
-    assert [r for r in caplog.records if "unsent for over 15 min" in r.getMessage()]
+    assert [r for r in caplog.records if "unsent for over 5 min" in r.getMessage()]
+
+
+def test_the_alarm_comes_when_a_message_passes_the_limit_not_at_the_next_poll(
+        tmp_path, fake_slack, caplog):
+    """The outbox looks for stuck messages every 30 s at most, and also when the
+    oldest waiting one passes the limit: the alarm is never late by a poll."""
+    rt = Runtime(str(tmp_path / "a.db"), "wtoken",
+                 SlackTransport(web_client("xoxb-test", fake_slack.api_url)),
+                 policy=Policy(run_everyone=True), outbox_alert_minutes=0.05)  # 3 s
+    fake_slack.errors["chat.postMessage"] = ["service_unavailable"] * 500
+    caplog.set_level(logging.ERROR, logger="trialbot.outbox")
+    rt.outbox.start()  # looks at once: nothing waits yet
+    time.sleep(0.5)
+    rt.store.add_messages([{"channel": "C123", "text": "waiting"}])
+    stored = time.monotonic()
+    rt.outbox.wake()
+    try:
+        while time.monotonic() - stored < 15 and not any(
+                "unsent for over" in r.getMessage() for r in caplog.records):
+            time.sleep(0.05)
+    finally:
+        rt.outbox.stop()
+        rt.outbox.join(timeout=10)
+    raised = time.monotonic() - stored
+    assert 3 <= raised < 8, raised  # at the limit (3 s), not at the next 30 s poll

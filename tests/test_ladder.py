@@ -206,3 +206,18 @@ def test_ranks_no_worker_has_are_refused_before_a_job(tmp_path):
     assert "gpu-a: 1 GPU(s), 16 cores" in reply["text"] and q.store.jobs() == []
     _, job = trial_command.handle(q, "llm-train device=cuda", "U1", "C1")
     assert job is not None  # one rank fits
+
+
+def test_a_step_whose_loss_diverged_breaks_quality_and_says_so():
+    # The worker reports a loss that was not finite as null (JSON has no NaN):
+    # the step is not adopted, and the table says why rather than "nan%".
+    reports = [report(10 * 2**30, 1.0, 5.0), report(6 * 2**30, 0.5, None, step=1),
+               report(4 * 2**30, 0.6, 5.0, step=2), report(3 * 2**30, 0.7, 5.0, 2, (400, 400))]
+    table = ladder.rows(list(ladder.STEPS), reports)
+    assert table[1]["quality"] is None and table[1]["quality_ok"] is False
+    advice = ladder.recommend(table, budget=5 * 2**30)
+    assert advice[0].startswith("precision: quality broke (loss not finite against the fp32 "
+                                "baseline")
+    jobs = [{"id": i, "trial": f"T{i}", "channel": "C1", "ladder": 1} for i in range(1, 5)]
+    text = ladder.message(jobs, reports, 5 * 2**30)["text"]
+    assert "not finite BROKE" in text and "nan" not in text.lower()

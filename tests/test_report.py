@@ -15,7 +15,8 @@ def ok():
 def test_a_new_report_is_valid_once_it_has_a_verdict():
     assert report.validate(ok()) == []
     assert report.validate(report.fail(report.new_report("recipe", {}), "oom", "x")) == []
-    assert "status must be 'ok' or 'failed'" in report.validate(report.new_report("x", {}))
+    assert "`report.status` must be 'ok' or 'failed'" in report.validate(
+        report.new_report("x", {}))
 
 
 def test_memory_fields_are_the_types_memory_fields():
@@ -24,12 +25,12 @@ def test_memory_fields_are_the_types_memory_fields():
 
 
 @pytest.mark.parametrize("key, value, says", [
-    ("latency", [1, 2], "latency must be an object or null"),
-    ("seconds", "12", "seconds must be a number or null"),
-    ("seconds_lost", None, "seconds_lost must be a number"),
-    ("attempts", {"a": 1}, "attempts must be a list"),
-    ("recipe", 7, "recipe must be a string or null"),
-    ("headline", True, "headline must be an object or null"),
+    ("latency", [1, 2], "`report.latency` must be an object or null"),
+    ("seconds", "12", "`report.seconds` must be a number or null (got '12')"),
+    ("seconds_lost", None, "`report.seconds_lost` must be a number (got None)"),
+    ("attempts", {"a": 1}, "`report.attempts` must be a list"),
+    ("recipe", 7, "`report.recipe` must be a string or null (got 7)"),
+    ("headline", True, "`report.headline` must be an object or null (got True)"),
 ])
 def test_a_field_of_the_wrong_type_is_named(key, value, says):
     assert says in report.validate(dict(ok(), **{key: value}))
@@ -37,8 +38,7 @@ def test_a_field_of_the_wrong_type_is_named(key, value, says):
 
 def test_fields_with_their_own_checks_are_named_once():
     problems = report.validate(dict(ok(), phases={}, memory=[]))
-    assert problems == ["phases must be a list of {name, start, end, seconds}",
-                        "memory must be an object with a method object"]
+    assert problems == ["`report.phases` must be a list", "`report.memory` must be an object"]
 
 
 # --- stability: a fixed count is still judged --------------------------------
@@ -82,3 +82,17 @@ def test_llm_infer_with_stability_0_reports_a_judged_block():
     st = r["stability"]
     assert st["count"] == 3 and st["threshold"] is None and st["bound"] == 0.05
     assert st["stable"] == (st["iqr_over_median"] < 0.05)
+
+
+def test_a_model_output_that_is_not_finite_is_reported_as_null():
+    # an fp16 overflow or a diverged loss: JSON has no NaN, and the bot refuses one
+    assert [stats.finite(x) for x in (1.5, float("nan"), float("inf"), -float("inf"))] == [
+        1.5, None, None, None]
+    r = ok()
+    r["quality_probe"] = {"first_tokens": [3], "logits_head": [0.5, None], "logits_sd": None,
+                          "what": "x"}
+    assert report.validate(r) == []
+    r["quality_probe"]["logits_head"][1] = float("nan")
+    assert report.validate(r) == ["`report.quality_probe.logits_head[1]` is nan: JSON has no "
+                                  "NaN or Infinity; send a finite number, or null where nothing "
+                                  "was measured"]

@@ -1,6 +1,7 @@
 """Routing: workers' labels, `/trial gpu= min_mem= label=`, the answer when no
 worker can run a trial, and fair leasing across users."""
 import subprocess
+import time
 
 import pytest
 
@@ -64,6 +65,29 @@ def test_a_trial_no_worker_can_satisfy_is_answered_at_once(ctx):
     assert job is None and "No worker matches `gpu=H100-80GB label=team=nlp`" in reply["text"]
     assert "h100-box: cuda, NVIDIA H100 80GB HBM3 (80 GiB)" in reply["text"]
     assert "labels team=vision" in reply["text"] and ctx.store.jobs() == []
+
+
+def test_a_trial_whose_workers_are_all_offline_is_queued_and_says_whom_it_waits_for(ctx):
+    with ctx.store.tx():  # the H100 box was last seen three days ago, the A100 box 2 min ago
+        for name, ago in (("h100-box", 3 * 86400), ("a100-box", 120)):
+            ctx.store.db.execute("update workers set last_seen = ? where name = ?",
+                                 [time.time() - ago, name])
+    reply, job = trial_command.handle(ctx, f"{QUICK} gpu=H100", "U1", "C1")
+    assert job["status"] == "queued" and f"Queued as *{job['trial']}*" in reply["text"]
+    assert ("It waits for a worker that matches `gpu=H100-80GB`, and none is online now: "
+            "*h100-box*, offline since ") in reply["text"]
+    assert "(2592" in reply["text"] and "s ago)" in reply["text"]  # 259200 s and a little
+    assert "start one with" not in reply["text"]
+    reply, _ = trial_command.handle(ctx, f"sweep {QUICK} batch=1,2 min_mem=40GB", "U1", "C1")
+    assert "none is online now: *a100-box*, offline since" in reply["text"]
+    assert "*h100-box*, offline since" in reply["text"]  # both have 40 GB or more
+    reply, _ = trial_command.handle(ctx, "ladder llm-train steps=2 label=team=vision", "U1", "C1")
+    assert "Queued ladder" in reply["text"] and "matches `label=team=vision`" in reply["text"]
+    # one online worker matches: the usual answer; not routed: no waiting line
+    for text in (f"{QUICK} label=team=nlp", QUICK):
+        reply, _ = trial_command.handle(ctx, text, "U1", "C1")
+        assert "on next free worker (1 online: cpu-box)" in reply["text"]
+        assert "It waits for" not in reply["text"]
 
 
 def test_thirty_mixed_trials_each_run_on_a_matching_worker(ctx):

@@ -298,3 +298,10 @@ def test_a_silent_slurm_worker_loses_the_lease_and_the_request_fails_after_two(t
     result = json.loads(ctx.store.db.execute(
         "select result from slurm_actuals").fetchone()[0])
     assert "lease expired 2 times" in result["error"]
+
+
+def test_a_usage_figure_sacct_prints_as_nan_or_inf_is_not_recorded():
+    # float() reads "nan" and "inf": sent on, the bot refuses the whole result (#29)
+    for text in ("nan", "inf", "-inf", "NaN"):
+        assert sacct.gpu_usage({"gres/gpuutil": text, "gres/gpumem": "1G"}) == {"gpumem": 2**30}
+    assert sacct.gpu_usage({"gres/gpuutil": "87.5"}) == {"gpuutil": 87.5}

@@ -7,12 +7,11 @@ field holds; `validate` checks what the bot relies on before it stores one.
 """
 from __future__ import annotations
 
-import functools
-import types
-import typing
-from typing import Literal, TypedDict
+from typing import Annotated, Literal, TypedDict
 
-from worker import arithmetic
+from worker import arithmetic, shape
+from worker import spec as specs
+from worker.shape import REQUIRED, Most, Range
 
 SCHEMA = "trialbot.trial/1"
 
@@ -32,75 +31,158 @@ MEMORY_FIELDS = (
 
 ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled")
 
+# What a measured figure can be: past these, a report is refused (400), not
+# stored (docs/report-schema.md, "What the bot checks"). Each is far beyond any
+# real trial, so an honest one never comes near.
+YEAR = 366 * 86400
+MAX_BYTES = 2**50            # 1 PiB: more memory than any one machine has
+MAX_SECONDS = YEAR           # a trial, phase, try or run longer than a year
+MAX_RATE = 10**9             # per second: tokens/s or samples/s (the fastest do ~10^7)
+MAX_COUNT = MAX_RATE * YEAR  # runs, tokens, retries: more than that rate makes in a year
+LAST_TIME = 4102444800       # a Unix time after 2100-01-01 UTC
+MAX_RATIO = 10**6            # a spread (IQR/median) or a load: nothing measured varies so
+MAX_ATTEMPTS = 100           # tries of one trial (the heartbeat's `attempt` allows as many)
+MAX_PHASES = 10_000          # a recipe's marks included
+MAX_ITEMS = 100_000          # samples, losses, logits, timeline rows in one list
+MAX_DEVICES = 1024           # GPUs or ranks of one trial
+MAX_PARAMS = 200             # parameters of one spec
+
+BYTES = Range(0, MAX_BYTES, "bytes from 0 to 1 PiB (2^50)")
+SECONDS = Range(0, MAX_SECONDS, f"seconds from 0 to a year ({MAX_SECONDS:,})")
+TIME = Range(0, LAST_TIME, f"a Unix time from 0 to 2100-01-01 ({LAST_TIME:,})")
+COUNT = Range(0, MAX_COUNT, f"a count from 0 to {MAX_COUNT:,}")
+RATE = Range(0, MAX_RATE, f"a rate from 0 to {MAX_RATE:,} per second")
+FIGURE = Range(0, MAX_RATE, f"seconds or a rate, from 0 to {MAX_RATE:,}")
+SHARE = Range(0, 1, "a share from 0 to 1")
+PERCENT = Range(0, 100, "a percentage from 0 to 100")
+RATIO = Range(0, MAX_RATIO, f"a ratio from 0 to {MAX_RATIO:,}")
+TRY = Range(1, MAX_ATTEMPTS, f"a try's number from 1 to {MAX_ATTEMPTS}")
+AMOUNT = Range(0, float("inf"), "0 or more")  # arithmetic (full depth), not measured
+
+Scalar = str | float | bool | None  # a parameter's value
+Params = Annotated[dict[str, Scalar], Most(MAX_PARAMS)]
+
 # "class" is a keyword: the functional form spells it.
-TrialError = TypedDict("TrialError", {"class": str, "message": str, "phase": "str | None"})
+TrialError = TypedDict("TrialError", {
+    "class": Annotated[Literal[ERROR_CLASSES], REQUIRED],
+    "message": Annotated[str, REQUIRED],
+    "phase": str | None})
 
 
 class Phase(TypedDict, total=False):
-    name: str          # setup, weights, data, warmup, run (a recipe: launch, its marks)
-    start: float       # Unix time
-    end: float
-    seconds: float
+    name: Annotated[str, REQUIRED]  # setup, weights, data, warmup, run (a recipe: launch, marks)
+    start: Annotated[float, TIME]   # Unix time
+    end: Annotated[float, TIME]
+    seconds: Annotated[float, SECONDS, REQUIRED]
     found_by: str      # a recipe's: start, mark, hook:<what>, whole-program, recipe-setup
-    peak_allocated: int | None  # CUDA only: peaks reset at the phase's start
-    peak_reserved: int | None
-    allocated: int | None       # ... and at its end
-    reserved: int | None
+    peak_allocated: Annotated[int | None, BYTES]  # CUDA only: peaks reset at the phase's start
+    peak_reserved: Annotated[int | None, BYTES]
+    allocated: Annotated[int | None, BYTES]       # ... and at its end
+    reserved: Annotated[int | None, BYTES]
+
+
+class Device(TypedDict, total=False):
+    index: Annotated[int, COUNT]
+    name: str | None
+    used_peak: Annotated[int | None, BYTES]
+    process_used_peak: Annotated[int | None, BYTES]
+    utilization_mean: Annotated[float | None, PERCENT]
+    utilization_max: Annotated[float | None, PERCENT]
 
 
 class Memory(TypedDict, total=False):
-    method: dict[str, str]  # for every field: how it was measured, or why not
-    allocated: int | None
-    reserved: int | None
-    peak_allocated: int | None
-    peak_reserved: int | None
-    device_used_peak: int | None
-    process_used_peak: int | None
-    host_rss_peak: int | None
-    host_rss_peak_kernel: int | None
-    num_alloc_retries: int | None
-    num_ooms: int | None
-    devices: list[dict]  # per GPU: index, name, used_peak, process_used_peak, utilization
+    method: Annotated[dict, REQUIRED]  # for every field: how it was measured, or why not
+    allocated: Annotated[int | None, BYTES]
+    reserved: Annotated[int | None, BYTES]
+    peak_allocated: Annotated[int | None, BYTES]
+    peak_reserved: Annotated[int | None, BYTES]
+    device_used_peak: Annotated[int | None, BYTES]
+    process_used_peak: Annotated[int | None, BYTES]
+    host_rss_peak: Annotated[int | None, BYTES]
+    host_rss_peak_kernel: Annotated[int | None, BYTES]
+    num_alloc_retries: Annotated[int | None, COUNT]
+    num_ooms: Annotated[int | None, COUNT]
+    devices: Annotated[list[Device], Most(MAX_DEVICES)]  # per GPU
 
 
 class Stats(TypedDict, total=False):
-    """Latency (per request or training step), time to first token, decode step."""
-    count: int
-    p50: float
-    p90: float
-    p99: float
-    mean: float
-    stdev: float | None
+    """Latency (per request or training step), time to first token, decode step;
+    null figures when nothing was timed."""
+    count: Annotated[int, COUNT]
+    p50: Annotated[float | None, SECONDS]
+    p90: Annotated[float | None, SECONDS]
+    p99: Annotated[float | None, SECONDS]
+    mean: Annotated[float | None, SECONDS]
+    stdev: Annotated[float | None, SECONDS]
     unit: str
     what: str
 
 
+class Stability(TypedDict, total=False):
+    count: Annotated[int, COUNT]
+    iqr_over_median: Annotated[float | None, RATIO]
+    threshold: Annotated[float | None, SHARE]
+    bound: Annotated[float | None, SHARE]
+    stable: bool | None
+    stopped_by: str
+    seconds: Annotated[float | None, SECONDS]
+
+
+class Throughput(TypedDict, total=False):
+    value: Annotated[float, RATE, REQUIRED]
+    unit: Annotated[str, REQUIRED]
+    what: str
+
+
+class Headline(TypedDict, total=False):
+    metric: Annotated[str, REQUIRED]
+    value: Annotated[float, FIGURE, REQUIRED]
+    unit: Annotated[str, REQUIRED]
+
+
+class Scale(TypedDict, total=False):
+    batch: Annotated[int, COUNT]
+    prompt_tokens: Annotated[int, COUNT]
+    gen_tokens: Annotated[int, COUNT]
+    tokens_per_request: Annotated[int, COUNT]
+    requests: Annotated[int, COUNT]
+    tokens: Annotated[int, COUNT]
+
+
 class Attempt(TypedDict, total=False):
-    attempt: int
-    status: str
-    error_class: str | None
-    message: str
-    seconds: float | None
-    changed: dict      # parameters that differ from the request
+    attempt: Annotated[int, TRY]
+    status: Annotated[Literal["ok", "failed"], REQUIRED]
+    error_class: Literal[ERROR_CLASSES] | None
+    message: str | None
+    seconds: Annotated[float | None, SECONDS]
+    changed: Params | None  # parameters that differ from the request
     next: str | None   # what changed for the next try
 
 
 class Window(TypedDict, total=False):
     """One stretch of consecutive measured runs (requests or steps) in the run
     phase; the spread between windows is the drift within the trial."""
-    start: float           # Unix time of the window's first run
-    end: float             # ... and of its last run's end
-    count: int
-    mean: float            # seconds per run in the window
-    sd: float | None
-    others_cpu: float | None  # share of all CPUs other processes used meanwhile
+    start: Annotated[float, TIME]  # Unix time of the window's first run
+    end: Annotated[float, TIME]    # ... and of its last run's end
+    count: Annotated[int, COUNT]
+    mean: Annotated[float, SECONDS]  # seconds per run in the window
+    sd: Annotated[float | None, SECONDS]
+    others_cpu: Annotated[float | None, SHARE]  # share of all CPUs other processes used
     contended: bool        # others_cpu or steal over the contention threshold
 
 
 class Windows(TypedDict, total=False):
     unit: str              # request or step
     what: str
-    rows: list[Window]
+    rows: Annotated[list[Window], Most(100)]
+
+
+class ContentionPhase(TypedDict, total=False):
+    seconds: Annotated[float, SECONDS]
+    others_cpu: Annotated[float, SHARE]
+    others_cpu_max: Annotated[float, SHARE]
+    steal: Annotated[float, SHARE]
+    load_max: Annotated[float | None, RATIO]
 
 
 class Contention(TypedDict, total=False):
@@ -108,11 +190,11 @@ class Contention(TypedDict, total=False):
     flagged: bool          # past a threshold in warmup or run: the figures are suspect
     summary: str | None    # plain words for the card, or None when quiet
     summary_note: dict | None  # the same as {"id", "values"}, for the reader's language
-    cpus: int
+    cpus: Annotated[int, COUNT]
     threshold: dict        # {others_cpu, steal, gpu_others_memory}: the stated limits
-    phases: dict           # phase name -> {seconds, others_cpu, others_cpu_max, steal, load_max}
+    phases: Annotated[dict[str, ContentionPhase], Most(MAX_PHASES)]
     gpu: dict | None       # CUDA: per device others' processes, utilisation, throttle reasons
-    method: dict[str, str]
+    method: dict
 
 
 # One child run of a malloc=auto trial (worker/launcher/passes.py); "pass" is a
@@ -121,52 +203,147 @@ Pass = TypedDict("Pass", {
     "pass": str,            # memory, time, or one (CUDA: a single glibc pass)
     "malloc": str,          # live or glibc: the allocator setting it ran under
     "status": str,          # ok, failed, or "not run"
-    "seconds": float,       # its wall time (the memory pass's is a cost of measuring)
-    "params": dict,         # what it ran differently from the trial (the memory pass's runs)
-    "supplied": list,       # the report's figures taken from it
-    "host_rss_peak": "int | None",  # its own (the time pass's is not reported: glibc history)
+    "seconds": Annotated[float, SECONDS],  # its wall time (the memory pass's: a cost)
+    "params": Params,       # what it ran differently from the trial (the memory pass's runs)
+    "supplied": Annotated[list[str], Most(100)],  # the report's figures taken from it
+    "host_rss_peak": Annotated[int | None, BYTES],  # its own (not the time pass's)
     "what": str,
 }, total=False)
+
+
+class QualityProbe(TypedDict, total=False):
+    first_tokens: Annotated[list[int], Most(MAX_ITEMS)]
+    logits_head: Annotated[list[float | None], Most(MAX_ITEMS)]  # null: not finite
+    logits_sd: float | None
+    what: str
+
+
+class Rank(TypedDict, total=False):
+    rank: Annotated[int, COUNT, REQUIRED]
+    optimizer_state_bytes: Annotated[int, BYTES, REQUIRED]
+    shard_params: Annotated[int | None, COUNT]
+    host_rss_start: Annotated[int | None, BYTES]
+    host_rss_peak: Annotated[int | None, BYTES]
+    peak_allocated: Annotated[int | None, BYTES]
+
+
+class Training(TypedDict, total=False):
+    params: Annotated[int, COUNT, REQUIRED]
+    precision: Annotated[str, REQUIRED]
+    checkpointing: Annotated[str, REQUIRED]
+    zero: Annotated[int, COUNT, REQUIRED]
+    world: Annotated[int, COUNT, REQUIRED]
+    steps: Annotated[int, COUNT, REQUIRED]
+    loss_first: Annotated[float | None, REQUIRED]  # null: not finite (the loss diverged)
+    loss_final: Annotated[float | None, REQUIRED]
+    losses: Annotated[list[float | None], Most(MAX_ITEMS)]
+    optimizer_state_theory_per_rank: Annotated[float, BYTES, REQUIRED]
+    theory: Annotated[str, REQUIRED]
+    theory_note: dict | None
+    ranks: Annotated[list[Rank], Most(MAX_DEVICES), REQUIRED]
+
+
+class FullDepth(TypedDict, total=False):
+    """Arithmetic, not measured: sizes may exceed what one machine holds."""
+    layers: Annotated[int, COUNT, REQUIRED]
+    trial_layers: Annotated[int, COUNT, REQUIRED]
+    params: Annotated[int, AMOUNT, REQUIRED]
+    dtype: Annotated[str, REQUIRED]
+    weight_bytes: Annotated[float, AMOUNT, REQUIRED]
+    kv_cache_bytes: Annotated[float, AMOUNT, REQUIRED]
+    kv_formula: Annotated[str, REQUIRED]
+    batch: Annotated[int | None, COUNT]
+    published_params: Annotated[int | None, AMOUNT]
+    relative_error: float | None
+    sizing: dict | None
+
+
+class Model(TypedDict, total=False):
+    name: Annotated[str, REQUIRED]
+    source: Annotated[str, REQUIRED]
+    layers: Annotated[int, COUNT, REQUIRED]
+    full_layers: Annotated[int, COUNT, REQUIRED]
+    weights: Annotated[str, REQUIRED]
+    import_rss_bytes: Annotated[int | None, BYTES]
+
+
+class Env(TypedDict, total=False):
+    gpu_count: Annotated[int | None, COUNT]
+    gpu_memory: Annotated[int | None, BYTES]
+
+
+class Probe(TypedDict, total=False):
+    hz: Annotated[float, RATE]
+    samples: Annotated[int, COUNT]
+    sampler_cpu_seconds: Annotated[float | None, SECONDS]
+
+
+class Units(TypedDict, total=False):
+    unit: str
+    count: Annotated[int, COUNT]
+    run: Annotated[int, COUNT]
+    warmup: Annotated[int, COUNT]
+    kinds: dict[str, Annotated[int, COUNT]]
+    kept: Annotated[int, COUNT]
+
+
+class SlurmJob(TypedDict, total=False):
+    submit_s: Annotated[float | None, SECONDS]
+    queue_wait_s: Annotated[float | None, SECONDS]
+    run_s: Annotated[float | None, SECONDS]
+
+
+class Slurm(TypedDict, total=False):
+    queue_wait_s: Annotated[float | None, SECONDS]
+    run_s: Annotated[float | None, SECONDS]
+    wall_s: Annotated[float | None, SECONDS]
+    jobs: Annotated[list[SlurmJob], Most(MAX_ATTEMPTS)]
+
+
+class TimelinePart(TypedDict, total=False):
+    columns: Annotated[list[str], Most(16), REQUIRED]  # t (Unix time), then bytes
+    rows: Annotated[list[list], Most(MAX_ITEMS), REQUIRED]  # each: t, then bytes or null
+    method: str
 
 
 class Report(TypedDict, total=False):
     schema: str                        # SCHEMA
     trial: str | None                  # T12, set by the bot's queue
     worker: str | None
-    workload: str                      # llm-infer, llm-train, recipe
-    params: dict                       # every parameter, resolved
+    workload: Annotated[str, REQUIRED]  # llm-infer, llm-train, recipe
+    params: Annotated[Params, REQUIRED]  # every parameter, resolved
     status: Literal["running", "ok", "failed"]
     error: TrialError | None
-    started: float | None
-    finished: float | None
-    seconds: float | None
-    phases: list[Phase]
-    memory: Memory
+    started: Annotated[float | None, TIME]
+    finished: Annotated[float | None, TIME]
+    seconds: Annotated[float | None, SECONDS]
+    phases: Annotated[list[Phase], Most(MAX_PHASES), REQUIRED]
+    memory: Annotated[Memory, REQUIRED]
     latency: Stats | None
     ttft: Stats | None
     decode_per_token: Stats | None
-    stability: dict | None
-    throughput: dict | None            # {value, unit, what}
-    scale: dict | None
+    stability: Stability | None
+    throughput: Throughput | None      # {value, unit, what}
+    scale: Scale | None
     scenario: str | None
-    headline: dict | None              # {metric, value, unit}
-    quality_probe: dict | None
-    training: dict | None
-    full_depth: dict                   # llm-infer with preset= (arithmetic), hf-* (counted)
-    model: dict                        # hf-*: what transformers built, from where
-    env: dict
-    requested: dict
-    attempts: list[Attempt]
-    seconds_lost: float
-    timeline: dict | None              # {sampled, allocator}: {columns, rows, method}
-    probe: dict
+    headline: Headline | None          # {metric, value, unit}
+    quality_probe: QualityProbe | None
+    training: Training | None
+    full_depth: FullDepth              # llm-infer with preset= (arithmetic), hf-* (counted)
+    model: Model                       # hf-*: what transformers built, from where
+    env: Env
+    requested: Params
+    attempts: Annotated[list[Attempt], Most(MAX_ATTEMPTS)]
+    seconds_lost: Annotated[float, SECONDS]
+    timeline: dict[str, TimelinePart] | None  # {sampled, allocator}: {columns, rows, method}
+    probe: Probe
     recipe: str | None
     output_tail: str
-    slurm: dict
+    slurm: Slurm
     windows: Windows | None            # the run phase in windows (drift inside the trial)
-    units: dict | None                 # a recipe's generate/model calls the probe timed
+    units: Units | None                # a recipe's generate/model calls the probe timed
     contention: Contention | None      # what else ran on the machine meanwhile
-    passes: list[Pass] | None          # malloc=auto: memory pass (live) and time pass (glibc)
+    passes: Annotated[list[Pass], Most(10)] | None  # malloc=auto: memory and time passes
 
 
 def new_report(workload: str, params: dict) -> Report:
@@ -205,95 +382,93 @@ def fail(report: Report, error_class: str, message: str, phase: str | None = Non
     return report
 
 
-def validate(report: object) -> list[str]:
-    """Problems that make a posted report unusable (what the bot stores and
-    renders relies on these); empty when it is fine."""
+def validate(report: object, spec: dict | None = None) -> list[str]:
+    """Problems that make a posted report unusable, each naming its field's JSON
+    path (`report.memory.host_rss_peak`); empty when it is fine. Types, required
+    keys, sizes and ranges come from the annotations above; `spec`, the job's
+    stored spec, says which kind each parameter must be."""
     if not isinstance(report, dict):
-        return ["report must be a JSON object"]
+        return ["`report` must be a JSON object"]
     problems = []
     if report.get("schema") != SCHEMA:
-        problems.append(f"schema must be {SCHEMA!r}")
+        problems.append(f"`report.schema` must be {SCHEMA!r}")
     if report.get("status") not in ("ok", "failed"):
-        problems.append("status must be 'ok' or 'failed'")
-    if not isinstance(report.get("workload"), str):
-        problems.append("workload must be a string")
-    if not isinstance(report.get("params"), dict):
-        problems.append("params must be an object")
-    phases = report.get("phases")
-    if not isinstance(phases, list) or not all(
-            isinstance(p, dict) and isinstance(p.get("name"), str)
-            and _number(p.get("seconds")) for p in phases):
-        problems.append("phases must be a list of {name, start, end, seconds}")
-    memory = report.get("memory")
-    if not isinstance(memory, dict) or not isinstance(memory.get("method"), dict):
-        problems.append("memory must be an object with a method object")
-    else:
-        bad = [f for f in MEMORY_FIELDS if memory.get(f) is not None and not _number(memory[f])]
-        if bad:
-            problems.append(f"memory fields must be numbers or null: {', '.join(bad)}")
-    error = report.get("error")
-    if report.get("status") == "failed" and not (
-            isinstance(error, dict) and error.get("class") in ERROR_CLASSES
-            and isinstance(error.get("message"), str)):
-        problems.append(f"a failed report needs error {{class: one of {', '.join(ERROR_CLASSES)}, "
-                        "message}")
-    timeline = report.get("timeline")
-    if timeline is not None and not (isinstance(timeline, dict) and all(
-            isinstance(part, dict) and isinstance(part.get("columns"), list)
-            and isinstance(part.get("rows"), list)
-            and all(isinstance(r, list) and len(r) == len(part["columns"])
-                    and all(v is None or _number(v) for v in r) for r in part["rows"])
-            for part in timeline.values())):
-        problems.append("timeline parts must be {columns, rows} with numeric rows of that width")
-    problems += [f"{key} must be {what}" for key, what in _shapes(report)]
-    return problems
+        problems.append("`report.status` must be 'ok' or 'failed'")
+    if report.get("status") == "failed" and not isinstance(report.get("error"), dict):
+        problems.append(f"a failed report needs `report.error` {{class: one of "
+                        f"{', '.join(ERROR_CLASSES)}, message}}")
+    problems += shape.problems(report, Report, "report")
+    problems += _timeline(report.get("timeline"))
+    if isinstance(report.get("params"), dict):
+        problems += _against_spec(report["params"], spec)
+    return list(dict.fromkeys(problems))[:shape.MAX_PROBLEMS]
 
 
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-# Fields `validate` checks more closely than their type.
-_CHECKED = {"schema", "status", "workload", "params", "phases", "memory", "error", "timeline"}
-
-
-def _kinds(hint) -> tuple[tuple[type, ...], str]:
-    """The JSON types a field's annotation allows, and their name."""
-    args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    allowed, names = [], []
-    for a in args:
-        origin = typing.get_origin(a) or a
-        if a is type(None):
-            names.append("null")
-        elif origin is Literal or a is str:
-            allowed.append(str)
-            names.append("a string")
-        elif a in (int, float):
-            allowed += [int, float]
-            names.append("a number")
-        elif origin is list:
-            allowed.append(list)
-            names.append("a list")
-        else:  # dict or a TypedDict
-            allowed.append(dict)
-            names.append("an object")
-    return tuple(allowed) + ((type(None),) if "null" in names else ()), " or ".join(
-        dict.fromkeys(names))
-
-
-@functools.cache
-def _field_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
-    """Each Report field's allowed JSON types, worked out once (every report is checked)."""
-    return {key: _kinds(hint) for key, hint in typing.get_type_hints(Report).items()
-            if key not in _CHECKED}
-
-
-def _shapes(report: dict) -> list[tuple[str, str]]:
-    """Fields present with a JSON type their Report annotation does not allow."""
+def _timeline(timeline) -> list[str]:
+    """Each row as wide as its columns: a Unix time, then bytes or null. Checked
+    here rather than by annotation: thousands of rows, the first bad one named."""
     out = []
-    for key, (allowed, what) in _field_kinds().items():
-        if key in report:
-            value = report[key]
-            if not isinstance(value, allowed) or isinstance(value, bool) and bool not in allowed:
-                out.append((key, what))
+    for name, part in (timeline or {}).items() if isinstance(timeline, dict) else ():
+        if not (isinstance(part, dict) and isinstance(part.get("columns"), list)
+                and isinstance(part.get("rows"), list)):
+            continue  # its shape is named already
+        width = len(part["columns"])
+        bounds = (TIME, *[BYTES] * (width - 1))
+        for i, row in enumerate(part["rows"]):
+            where = f"report.timeline.{name}.rows[{i}]"
+            if not isinstance(row, list) or len(row) != width or not all(
+                    v is None or shape.number(v) for v in row):
+                return out + [f"`{where}` must be a list of {width} numbers or nulls, one per "
+                              "column"]
+            for value, bound in zip(row, bounds):
+                if value is not None and shape.outside(value, bound):
+                    return out + [f"`{where}` holds {value!r}: must be {bound.what}"]
     return out
+
+
+def _against_spec(params: dict, spec) -> list[str]:
+    """Each parameter of the kind the job's spec has for it: a built-in
+    workload's parameter in its range or choices, a recipe's as queued."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("params"), dict):
+        return []
+    workload = None if spec.get("recipe") else specs.WORKLOADS.get(spec.get("workload"))
+    out = []
+    for key, value in params.items():
+        if isinstance(value, (dict, list)):
+            continue  # not a scalar: named already
+        param = workload.param(key) if workload else None
+        queued = spec["params"].get(key)
+        if param is not None:
+            wrong, what = not _allowed(param, value), _allowed_text(param)
+        elif key in spec["params"]:
+            wrong = _kind(value) != _kind(queued)
+            what = f"{_kind(queued)}, as the job was queued with `{key}={queued}`"
+        else:
+            continue
+        if wrong:
+            out.append(f"`report.params.{key}` is {value!r}: must be {what}")
+    return out
+
+
+def _allowed(param: specs.Param, value) -> bool:
+    if param.kind in ("choice", "string"):
+        return isinstance(value, str) and (param.kind == "string" or value in param.choices)
+    return (_kind(value) == "a whole number" or param.kind == "float" and _kind(value)
+            == "a number") and param.low <= value <= param.high
+
+
+def _allowed_text(param: specs.Param) -> str:
+    if param.kind == "choice":
+        return "one of " + ", ".join(param.choices)
+    if param.kind == "string":
+        return "a string"
+    kind = "a whole number" if param.kind == "int" else "a number"
+    return f"{kind} from {param.low} to {param.high}"
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        return "a whole number"
+    return "a number" if isinstance(value, float) else "a string"

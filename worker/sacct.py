@@ -19,6 +19,7 @@ sacct. Each job comes back as one record:
 """
 from __future__ import annotations
 
+import math
 import operator
 import re
 import subprocess
@@ -138,8 +139,10 @@ def query(job_ids: list[str], run=subprocess.run) -> dict:
 
 
 def _number(raw: str) -> float | None:
+    """A usage figure; float() also reads "nan" and "inf", which are no figure."""
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
 

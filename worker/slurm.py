@@ -113,7 +113,7 @@ class SlurmExecutor:
                  progress: dict | None = None) -> dict:
         cancel = cancel or threading.Event()
         progress = {} if progress is None else progress
-        called = time.time()
+        called = time.monotonic()  # wall_s is a duration: a clock stepped back must not shrink it
         trial_dir = os.path.join(self.shared_dir, f"trial-{uuid.uuid4().hex[:12]}")
         tries: list[dict] = []
         jobs: list[dict] = []
@@ -148,7 +148,7 @@ class SlurmExecutor:
             "node": jobs[-1]["node"] if jobs else None,
             "queue_wait_s": sum(j["queue_wait_s"] or 0 for j in jobs),
             "run_s": sum(j["run_s"] or 0 for j in jobs),
-            "wall_s": time.time() - called,  # lease to collected report, for the overhead
+            "wall_s": time.monotonic() - called,  # lease to collected report: the overhead
             "jobs": jobs,
         }
         return report
@@ -175,7 +175,7 @@ class SlurmExecutor:
                          + (f", account `{self.account}`" if self.account else "")
                          + "): " + "; ".join(str(exc).splitlines()), "setup")
             report["started"], report["finished"] = t0, time.time()
-            report["seconds"] = report["finished"] - t0
+            report["seconds"] = max(0.0, report["finished"] - t0)
             return report, None
         submitted = time.time()
         progress["phase"] = "queued"
@@ -189,12 +189,14 @@ class SlurmExecutor:
         ended_at = _slurm_time(info.get("EndTime")) if info else None
         if started is None and info and info.get("StartTime") not in (None, "Unknown", "None"):
             started = _slurm_time(info["StartTime"])
+        # max(0.0, ...): the times come from this machine's clock, the node's and
+        # Slurm's; one a little behind another must not make a negative wait or run
         job = {"job_id": job_id, "state": state, "node": (info or {}).get("NodeList"),
                "exit_code": (info or {}).get("ExitCode"), "outcome": klass,
-               "submit_s": submitted - t0,
+               "submit_s": max(0.0, submitted - t0),
                "queue_wait_s": max(0.0, started - submitted) if started else None,
-               "run_s": ((job_report or {}).get("finished") or ended_at or collected) - started
-               if started else None}
+               "run_s": max(0.0, ((job_report or {}).get("finished") or ended_at or collected)
+                            - started) if started else None}
         if klass:
             why = {"oom": "went over its memory limit (sbatch "
                           f"--mem {self.mem})",
@@ -211,7 +213,8 @@ class SlurmExecutor:
                          or ("run" if started else "setup"))
         report["started"] = report.get("started") or started or submitted
         report["finished"] = report.get("finished") or collected
-        report["seconds"] = report.get("seconds") or report["finished"] - report["started"]
+        report["seconds"] = report.get("seconds") or max(0.0, report["finished"]
+                                                         - report["started"])
         report["env"] = report.get("env") or {"host": job["node"]}
         return report, job
 

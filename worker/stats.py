@@ -1,7 +1,15 @@
 """Summary statistics of measured samples (numpy, no clock)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+
+def finite(x: float) -> float | None:
+    """A model's output as the report holds it: a NaN or infinity (an fp16
+    overflow, a diverged loss) is null, since JSON has neither."""
+    return x if math.isfinite(x) else None
 
 
 def summary(samples: list[float]) -> dict:

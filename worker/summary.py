@@ -2,18 +2,26 @@
 uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
-from worker import notes
+import functools
+
+from worker import notes, units
 from worker.i18n import N_, _, ngettext
 from worker.report import Report
 from worker.spec import live_time_note
-from worker.units import duration, size
+from worker.units import number
+
+# Every figure here is measured (or a size by arithmetic): below zero, or not a
+# finite number, it reads "not measured" (a report stored before the bot refused them).
+size = functools.partial(units.size, measured=True)
+duration = functools.partial(units.duration, measured=True)
 
 
 def headline_figure(r: Report) -> str:
     h = r.get("headline")
     if not h:
         return ""
-    value = duration(h["value"]) if h["unit"] == "s" else f"{h['value']:.1f} {h['unit']}"
+    value = (duration(h["value"]) if h["unit"] == "s"
+             else number(h["value"], ".1f", unit=f" {h['unit']}"))
     if r.get("scenario"):
         return f" — {r['scenario']}: {h['metric']} {value}"
     return f" — {h['metric']} {value}"
@@ -80,7 +88,7 @@ def facts(r: Report) -> list[tuple[str, str]]:
     if r.get("contention"):
         out.append((_("machine"), machine(r["contention"])))
     if thr:
-        out.append((_("throughput"), f"{thr['value']:.1f} {thr['unit']}"))
+        out.append((_("throughput"), number(thr["value"], ".1f", unit=f" {thr['unit']}")))
     if m.get("peak_allocated") is not None:
         out.append((_("GPU peak allocated / reserved"),
                     _("{allocated} / {reserved} (torch allocator)",
@@ -148,14 +156,15 @@ def full_depth(fd: dict) -> str:
     """A model's full depth, by the decoder's arithmetic (llm-*) or counted by
     transformers on the meta device (hf-*): no trial ran it."""
     values = {"name": fd.get("preset") or fd.get("model"), "layers": fd["layers"],
-              "trial_layers": fd["trial_layers"], "params": f"{fd['params']:,}",
+              "trial_layers": fd["trial_layers"], "params": number(fd["params"], ","),
               "weights": size(fd["weight_bytes"]), "dtype": fd["dtype"],
               "formula": fd["kv_formula"], "cache": size(fd["kv_cache_bytes"])}
     params = (_("{params} params counted by transformers on the meta device", **values)
               if fd.get("sizing") else _("{params} params", **values))
     if fd.get("published_params"):
         params = _("{params} ({error} vs the published {published})", params=params,
-                   error=format(fd["relative_error"], "+.3%"), published=fd["published_text"])
+                   error=number(fd["relative_error"], "+.3%", measured=False),
+                   published=fd["published_text"])
     return (_("{name} at {layers} layers (this trial {trial_layers}): {params_line}, {weights} "
               "of {dtype} weights; KV cache {formula} = {cache}", params_line=params, **values)
             + _per_sequence(fd))
@@ -166,8 +175,8 @@ def _per_sequence(fd: dict) -> str:
     batch = fd.get("batch") or 1
     if batch <= 1:
         return ""
-    return _(" ({size} per sequence × batch {batch})", size=size(fd["kv_cache_bytes"] / batch),
-             batch=batch)
+    return _(" ({size} per sequence × batch {batch})",
+             size=size(_over(fd["kv_cache_bytes"], batch)), batch=batch)
 
 
 def model_line(m: dict) -> str:
@@ -197,16 +206,27 @@ def slurm_line(s: dict) -> str:
 def training(tr: dict) -> str:
     ranks = tr["ranks"]
     states = ", ".join(_("rank {rank} {size} MiB", rank=x["rank"],
-                         size=format(x["optimizer_state_bytes"] / 2**20, ".2f")) for x in ranks)
+                         size=number(_over(x["optimizer_state_bytes"], 2**20), ".2f"))
+                       for x in ranks)
     return _("{params} params, {precision}, checkpointing {checkpointing}, ZeRO-{zero} over "
              "{world} rank(s); loss {first} → {final} after {steps} steps; optimizer states "
              "{states} (theory {theory_size} MiB per rank: {theory})",
-             params=format(tr["params"], ","), precision=tr["precision"],
+             params=number(tr["params"], ","), precision=tr["precision"],
              checkpointing=tr["checkpointing"], zero=tr["zero"], world=tr["world"],
-             first=format(tr["loss_first"], ".4f"), final=format(tr["loss_final"], ".4f"),
+             first=_loss(tr["loss_first"]), final=_loss(tr["loss_final"]),
              steps=tr["steps"], states=states,
-             theory_size=format(tr["optimizer_state_theory_per_rank"] / 2**20, ".2f"),
+             theory_size=number(_over(tr["optimizer_state_theory_per_rank"], 2**20), ".2f"),
              theory=notes.said(tr.get("theory_note"), tr["theory"]))
+
+
+def _over(x: float | None, d: float) -> float | None:
+    """x / d, null kept null (a NaN a report stored before #29 held reads as null)."""
+    return None if x is None else x / d
+
+
+def _loss(loss: float | None) -> str:
+    """A training loss; null only when it was not finite (the worker's, llm_train)."""
+    return _("not finite") if loss is None else number(loss, ".4f", measured=False)
 
 
 # Why measuring stopped (worker/repeat.py), as the stability line says it.
@@ -215,9 +235,9 @@ STOPPED_BY = {"stable": N_("stable"), "time cap": N_("time cap"), "count": N_("c
 
 
 def stability(st: dict, unit: str = "request") -> str:
-    v = {"ratio": "n/a" if st["iqr_over_median"] is None else f"{st['iqr_over_median']:.1%}",
-         "runs": _runs(st["count"], unit), "bound": f"{st.get('bound') or 0:.0%}",
-         "threshold": f"{st.get('threshold') or 0:.0%}",
+    v = {"ratio": number(st["iqr_over_median"], ".1%"),
+         "runs": _runs(st["count"], unit), "bound": number(st.get("bound") or 0, ".0%"),
+         "threshold": number(st.get("threshold") or 0, ".0%"),
          "stopped_by": _(STOPPED_BY[st.get("stopped_by")]) if st.get("stopped_by") in STOPPED_BY
          else st.get("stopped_by")}
     if not st.get("threshold") and st.get("bound"):  # a fixed count, judged against a bound
@@ -262,9 +282,9 @@ def machine(c: dict) -> str:
         return _("contention not measured: no CPU counters were read during the trial's phases")
     p = phases[name]
     return _("quiet: other processes used {others} of the {cpus} CPUs during the {phase} phase "
-             "(steal {steal}; flagged above {threshold})", others=format(p["others_cpu"], ".0%"),
-             cpus=c["cpus"], phase=name, steal=format(p["steal"], ".0%"),
-             threshold=format(c["threshold"]["others_cpu"], ".0%"))
+             "(steal {steal}; flagged above {threshold})", others=number(p["others_cpu"], ".0%"),
+             cpus=c["cpus"], phase=name, steal=number(p["steal"], ".0%"),
+             threshold=number(c["threshold"]["others_cpu"], ".0%"))
 
 
 def env_line(r: Report) -> str:

@@ -81,9 +81,7 @@ def run_backup(db: str, path: str, force: bool) -> int:
         return _fail("the backup must be another file than the database")
     try:
         copied = backup(db, path)
-    except (OSError, sqlite3.Error) as exc:
-        if os.path.exists(path + ".partial"):
-            os.remove(path + ".partial")
+    except (OSError, sqlite3.Error) as exc:  # backup() removed its partial files
         return _fail(f"cannot back up {db} to {path}: {exc}")
     print(f"Backed up {db} to {path}: {size(copied['bytes'])}, {copied['jobs']} "
           f"jobs, schema version {copied['version']}.")

@@ -18,11 +18,15 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the Slack app, the worker API and /healthz")
     serve.add_argument("--local-worker", action="store_true",
                        help="also run a worker on this machine")
+    trial_user = ("run the local worker's trials as USER (the bot runs as root), so they "
+                  "cannot read the bot's tokens, memory or database")
+    serve.add_argument("--trial-user", metavar="USER", help=trial_user)
     console = sub.add_parser("console", help="run commands in this terminal with a local worker")
     console.add_argument("--db", default=os.environ.get("TRIALBOT_DB", "./trialbot.db"),
                          help="SQLite file (default ./trialbot.db)")
     console.add_argument("--json", action="store_true",
                          help="print each message as the JSON payload sent to Slack")
+    console.add_argument("--trial-user", metavar="USER", help=trial_user)
     db_help = "the bot's SQLite file (default TRIALBOT_DB or ./trialbot.db)"
     default_db = os.environ.get("TRIALBOT_DB", "./trialbot.db")
     tok = sub.add_parser("worker-token", help="create, revoke or list per-worker API tokens")
@@ -44,11 +48,18 @@ def main(argv: list[str] | None = None) -> int:
               "`pip install -e '.[bot]'`", file=sys.stderr)
         return 2
     from bot.store.migrations import SchemaTooNew
+    user = None
     if args.command in ("serve", "console"):
         from worker import secrecy
         # Slack tokens sit in our environment and memory, and a local worker's
         # trials run as our user: they must not read either.
-        secrecy.undumpable()
+        hidden = secrecy.undumpable()
+        if args.command == "serve" and args.trial_user and not args.local_worker:
+            print("trialbot serve: --trial-user is for the trials of --local-worker; give "
+                  "both, or start a trialbot-worker with --trial-user", file=sys.stderr)
+            return 2
+        if args.command == "console" or args.local_worker:
+            user = embedded_trial_user(args.command, args.trial_user, hidden)
     if args.command == "doctor":
         from bot.app import doctor
         return doctor.run(os.environ)
@@ -68,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             except config.ConfigError as exc:
                 print(f"trialbot console: {exc}", file=sys.stderr)
                 return 2
-            return console_mod.run(args.db, args.json)
-        return run_serve(args.local_worker)
+            return console_mod.run(args.db, args.json, user=user)
+        return run_serve(args.local_worker, user)
     except SchemaTooNew as exc:
         print(f"trialbot: {exc}", file=sys.stderr)
         return 2
@@ -79,7 +90,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def run_serve(local_worker: bool) -> int:
+def embedded_trial_user(command: str, name: str | None, hidden: bool):
+    """The local worker's --trial-user (exit 2 when refused), after warning what
+    its trials could still read of the bot."""
+    from worker import trialuser
+    try:
+        user = trialuser.lookup(name) if name else None
+    except trialuser.TrialUserError as exc:
+        print(f"trialbot {command}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for warning in trialuser.warnings(user, hidden, None) if user else []:
+        print(f"trialbot {command}: warning: {warning}", file=sys.stderr)
+    return user
+
+
+def run_serve(local_worker: bool, user=None) -> int:
     from bot.app import config
     try:
         settings = config.from_env(os.environ)
@@ -132,7 +157,7 @@ def run_serve(local_worker: bool) -> int:
         log.info("Slack: HTTP mode at %s/slack/events", rt.server.url)
     rt.start()
     if local_worker:
-        rt.start_local_worker()
+        rt.start_local_worker(user=user)
     log.info("listening on %s (worker API, /healthz, /metrics)", rt.server.url)
     try:
         threading.Event().wait()

@@ -28,7 +28,7 @@ class Settings:
     policy: object = None  # access.Policy: who may run, who is an admin
     lang: str = "en"  # TRIALBOT_LANG: messages where no channel chose (`/plan settings`)
     metrics_token: str | None = None  # TRIALBOT_METRICS_TOKEN: /metrics without the worker token
-    outbox_alert_minutes: float = 15  # TRIALBOT_OUTBOX_ALERT_MINUTES
+    outbox_alert_minutes: float = 5  # TRIALBOT_OUTBOX_ALERT_MINUTES
 
     @property
     def socket_mode(self) -> bool:
@@ -63,7 +63,7 @@ def from_env(env) -> Settings:
         raise ConfigError(f"TRIALBOT_LEASE_SECONDS={env.get('TRIALBOT_LEASE_SECONDS')!r} must "
                           "be seconds from 1 to 3600") from None
     try:
-        alert = float(env.get("TRIALBOT_OUTBOX_ALERT_MINUTES", "15"))
+        alert = float(env.get("TRIALBOT_OUTBOX_ALERT_MINUTES", "5"))
         assert 1 <= alert <= 7 * 24 * 60
     except (ValueError, AssertionError):
         raise ConfigError(f"TRIALBOT_OUTBOX_ALERT_MINUTES="

@@ -1,6 +1,6 @@
 """`trialbot doctor`: on the bot's host, with the environment of `trialbot
 serve`, one line per check (settings and access, Slack, the database, the
-workers); each failing line says how to fix it. Reads only: it never
+workers, the outbox); each failing line says how to fix it. Reads only: it never
 migrates the file (whether it can be written is a write rolled back), posts
 to Slack or opens the Socket Mode socket."""
 from __future__ import annotations
@@ -11,8 +11,9 @@ import time
 from bot.app import config
 from bot.app.doctorcodes import BACKUP_DAYS, MIN_FREE, WORKERS_WITHIN, WRITE_WAIT, Exit, Line
 from bot.app.doctorslack import slack_lines
+from bot.delivery.outbox import ALERT_MINUTES
 from bot.store import Reason, health, migrations
-from bot.trials.workerlist import gpu_kind
+from bot.trials.workerlist import AUTH_ERRORS, gpu_kind, stuck_hint
 from worker import i18n
 from worker.i18n import _
 from worker.units import size
@@ -39,8 +40,8 @@ def run(env) -> int:
         lines += [line.named("access")
                   for line in access_lines(settings.policy, env, channel_names)]
     lines += slack
-    lines += database_lines(settings.db if settings else env.get("TRIALBOT_DB",
-                                                                  "./trialbot.db"))
+    lines += database_lines(settings.db if settings else env.get("TRIALBOT_DB", "./trialbot.db"),
+                            settings.outbox_alert_minutes if settings else ALERT_MINUTES)
     print(_("trialbot doctor: the checks of `trialbot serve`'s settings on this host."))
     for line in lines:
         print(line)
@@ -130,7 +131,7 @@ def access_lines(policy, env, channel_names: dict) -> list[Line]:
     return lines
 
 
-def database_lines(path: str) -> list[Line]:
+def database_lines(path: str, alert_minutes: float = ALERT_MINUTES) -> list[Line]:
     if not os.path.isfile(path):
         return [Line(_("No database at {path}: set TRIALBOT_DB to the bot's file (`trialbot "
                        "serve` creates it on first start).", path=path), Exit.DATABASE,
@@ -157,6 +158,8 @@ def database_lines(path: str) -> list[Line]:
         lines.append(_backup_line(found["backup"]).named("backup"))
     if found["workers"] is not None:
         lines.append(_workers_line(found["workers"], found["last_worker"]).named("workers"))
+    if found["outbox"] is not None:
+        lines.append(_outbox_line(found["outbox"], alert_minutes).named("outbox"))
     return lines
 
 
@@ -234,6 +237,29 @@ def _workers_line(workers: list[dict], last: dict | None) -> Line:
                   "{command} on a GPU box; `trialbot-worker doctor` there says why it cannot "
                   "reach the bot.", name=last["name"], age=ago(now - last["last_seen"]),
                   command=start), Exit.WORKERS)
+
+
+def _outbox_line(outbox: dict, alert_minutes: float) -> Line:
+    """What waits to be posted: a fault when Slack refuses the bot's token (no wait
+    helps) or when the oldest waits past the alert limit, as the bot raises it."""
+    oldest = outbox["oldest"]
+    if oldest is None:
+        return Line(_("Outbox: every message was posted; none waits."))
+    waited = time.time() - oldest["created"]
+    values = {"n": outbox["count"], "channel": oldest["channel"], "age": ago(waited),
+              "error": oldest["last_error"] or _("none yet")}
+    if outbox["last_error"] in AUTH_ERRORS:
+        return Line(_("Slack refuses the bot's token ({error}): {n} message(s) wait to be "
+                      "posted, the oldest {age} to {channel}. {hint}.",
+                      hint=stuck_hint(outbox["last_error"]),
+                      **dict(values, error=outbox["last_error"])), Exit.OUTBOX)
+    if waited > alert_minutes * 60:
+        return Line(_("{n} message(s) wait to be posted; the oldest, to {channel}, for {age} "
+                      "(over the {minutes} min limit; last error: {error}). {hint}.",
+                      minutes=f"{alert_minutes:g}", hint=stuck_hint(oldest["last_error"]),
+                      **values), Exit.OUTBOX)
+    return Line(_("Outbox: {n} message(s) being posted, the oldest stored {age} ago.",
+                  **values))
 
 
 def ago(seconds: float) -> str:

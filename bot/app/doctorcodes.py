@@ -21,6 +21,7 @@ class Exit(IntEnum):
     DISK = 9  # under MIN_FREE free beside the database
     BACKUP = 10  # no backup recorded, or the last older than BACKUP_DAYS
     WORKERS = 11  # no worker seen in the last hour
+    OUTBOX = 12  # a message unsent past the alert limit, or Slack refuses the bot's token
 
 
 MIN_FREE = 2**30  # bytes free beside the database: SQLite stops writing when it runs out

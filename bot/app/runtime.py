@@ -3,6 +3,7 @@ the digest schedule, the one Context the commands read, and optionally a
 worker agent in this process (the single-box default)."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -94,26 +95,28 @@ class Runtime:
         """Expired leases are also noticed when no worker is asking for work."""
         while not self.outbox.stopping.wait(10):
             try:
-                self.queue.fail_exhausted()
+                self.queue.reap()
             except Exception:  # noqa: BLE001 - a locked database now is fine next time
                 pass
 
-    def start_local_worker(self, name: str | None = None):
+    def start_local_worker(self, name: str | None = None, user=None):
         """A worker agent in a thread of this process, talking to our own API
-        over loopback HTTP like any other worker; trials still run in children."""
-        from worker import machine
+        over loopback HTTP like any other worker; trials still run in children,
+        as `user` (a worker.trialuser.TrialUser: --trial-user) when given."""
+        from worker import attempts, machine
         from worker.agent import Agent
         from worker.client import Client
-        if os.geteuid() == 0:
+        if os.geteuid() == 0 and user is None:
             logging.getLogger("trialbot").warning(
-                "the local worker runs trials as root: a recipe can read this bot's Slack "
-                "tokens, worker token and database; run the bot as an unprivileged user, or "
-                "run trials on a trialbot-worker with --trial-user")
+                "the local worker runs trials as root: a trial can read this bot's Slack "
+                "tokens, worker token and database; give --trial-user USER, run the bot as "
+                "an unprivileged user, or run trials on a trialbot-worker with --trial-user")
         host, port = self.server.server_address[:2]
         host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         # Registered like trialbot-worker's: its GPUs and CPU cores (`/trial workers`).
         self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),
-                           name or f"{socket.gethostname()}-local", info=machine.info())
+                           name or f"{socket.gethostname()}-local", info=machine.info(),
+                           executor=functools.partial(attempts.run, user=user) if user else None)
         threading.Thread(target=self.agent.serve_forever, daemon=True, name="agent").start()
         deadline = time.monotonic() + 10  # so the first reply can already name it
         while (self.agent.name not in workers.online(self.store)

@@ -45,8 +45,9 @@ def _progress(row: dict) -> bool:
     return bool(row["update_of"]) and row["kind"] != "summary"
 
 
-ALERT_MINUTES = 15  # TRIALBOT_OUTBOX_ALERT_MINUTES: a message unsent longer is an error
-ALERT_CHECK = 30.0  # seconds between looks for stuck messages
+ALERT_MINUTES = 5  # TRIALBOT_OUTBOX_ALERT_MINUTES: a message unsent longer is an error
+ALERT_CHECK = 30.0  # seconds between looks for stuck messages, at most: the next one due
+# to pass the limit is looked at when it does
 
 
 def error_class(exc: Exception) -> str:
@@ -68,7 +69,12 @@ def error_class(exc: Exception) -> str:
 
 
 SENT, GONE, AGAIN, WAIT = "sent", "gone", "again", "wait"  # what became of one message
+TOKEN_NOTICE = "token-notice"  # the outbox kind of a requester's note: our token is refused
 LANES = 8  # channels delivered at once: a slow one holds only its own thread
+# A channel that refused a trial's message is tried again for the trial's later
+# messages after this long (someone may have invited the bot); meanwhile they go
+# to the requester at once.
+REDIRECT_RETRY = 60.0
 
 
 class Outbox(threading.Thread):
@@ -97,7 +103,9 @@ class Outbox(threading.Thread):
         self.errors: dict[str, int] = {}  # failed sends by error_class, since start
         self.alert_seconds = alert_minutes * 60
         self.alerted: set[int] = set()  # stuck messages already logged
-        self.next_alert_check = 0.0
+        self.next_alert_check = 0.0  # time.time() of the next look for stuck messages
+        self.token_refused: str | None = None  # Slack's code while it refuses our token
+        self.refused_at: dict[str, float] = {}  # channel -> when it last refused a trial
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -116,8 +124,11 @@ class Outbox(threading.Thread):
                     self.dispatch()
                 except Exception as exc:  # noqa: BLE001 - e.g. the database is busy: next time
                     log.warning("outbox: dispatch failed (%s)", exc)
-                if time.monotonic() >= self.next_alert_check:
-                    self.next_alert_check = time.monotonic() + ALERT_CHECK
+                if time.time() >= self.next_alert_check:
+                    # at most a quarter of the limit: a message stored after this look is
+                    # seen at the next, which then waits for it exactly
+                    self.next_alert_check = time.time() + min(ALERT_CHECK,
+                                                              self.alert_seconds / 4)
                     try:
                         self.check_stuck()
                     except Exception as exc:  # noqa: BLE001 - the database is busy: next time
@@ -133,7 +144,7 @@ class Outbox(threading.Thread):
         now = time.monotonic()
         with self.lock:
             due = [at - now for at, _ in self.blocked.values() if at > now]
-        return max(0.05, min([5.0, *due]))
+        return max(0.05, min([5.0, self.next_alert_check - time.time(), *due]))
 
     def dispatch(self) -> None:
         now = time.monotonic()
@@ -196,9 +207,13 @@ class Outbox(threading.Thread):
         ref = row["thread_of"] or row["update_of"]  # the message it needs sent first
         row["thread_ts"] = row["thread_ts"] or sent.get(ref)
         orphan = row["parent_given_up"] or ref in gave_up
-        if row["via"] in ("redirect", "requester") or (row["redirect"] and not row["via"]) \
-                or row["parent_via"] == "redirect":
+        elsewhere = row["parent_via"] == "redirect"  # its parent went to the requester
+        if row["via"] in ("redirect", "requester") \
+                or (not row["via"] and (row["redirect"] or elsewhere)
+                    and not self._try_channel_again(row)):
             return self._redirected(row, gave_up)
+        if elsewhere:  # the channel is tried again: a new message, not in a thread there
+            row["thread_ts"], ref = None, None
         if ref and not row["thread_ts"] and not orphan:
             log.warning("outbox: message %s waits for message %s", row["id"], ref)
             self._back_off(row["channel"])
@@ -219,6 +234,11 @@ class Outbox(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - Slack down, a network error, a bad chart
             self._count(exc)
             return self._wait(row, repr(exc), gave_up)
+        if self.token_refused:
+            log.info("outbox: Slack accepts the bot's token again; the waiting messages go out")
+            self.token_refused = None
+        if row["redirect"] and not row["via"]:  # the bot was let back in: later ones go there
+            self.store.clear_redirect(row["job"])
         if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"]):
             sent[row["id"]] = ts
             with self.lock:
@@ -240,11 +260,15 @@ class Outbox(threading.Thread):
 
     def _refused(self, row: dict, error: str, gave_up: set) -> str:
         scope = refusals.classify(error, row["tries"])
+        if error in workerlist.AUTH_ERRORS:
+            self._token_refused(row, error)
         if scope == "retry":
             return self._wait(row, error, gave_up)
         if scope == "channel" and row["requester"]:
             if not row["via"]:
                 self.on_refused(row["channel"])
+                with self.lock:
+                    self.refused_at[row["channel"]] = time.monotonic()
             log.warning("outbox: %s refused message %s (%s): to its requester instead",
                         row["channel"], row["id"], error)
             self.store.redirect(row["id"], row["job"] if not row["via"] else None, error)
@@ -257,6 +281,42 @@ class Outbox(threading.Thread):
             notice = {"channel": row["channel"], "kind": "notice", "via": "ephemeral",
                       "user": row["requester"], "response_url": row["url"], "text": text}
         return self._give_up(row, error, gave_up, notice)
+
+    def _token_refused(self, row: dict, error: str) -> None:
+        """Slack refuses the bot's token: no wait fixes that, so the log says it at
+        once (the stuck-outbox alarm would come minutes later), and the trial's
+        requester hears it through the command's response_url, which needs no token."""
+        if self.token_refused != error:
+            self.token_refused = error
+            log.error("outbox: Slack refuses the bot's token (%s): nothing can be posted until "
+                      "SLACK_BOT_TOKEN is replaced and the bot restarted; the messages wait in "
+                      "the outbox, none is lost. %s.", error, workerlist.stuck_hint(error))
+        if not (row["job"] and row["requester"] and row["url"]) or row["via"] \
+                or self.store.told(row["job"], TOKEN_NOTICE) \
+                or not self.store.response_url_usable(row["url"]):
+            return
+        with self._language(row["channel"]):
+            text = refusals.token_notice(error, row["channel"], f"T{row['job']}")
+        note = {"channel": row["channel"], "kind": TOKEN_NOTICE, "via": "response_url",
+                "url": row["url"], "user": row["requester"], "text": text}
+        try:
+            ts = self.transport.send(note)
+        except Exception as exc:  # noqa: BLE001 - told at the next refused message instead
+            self._count(exc)
+            log.warning("outbox: could not tell %s that the token is refused (%s)",
+                        row["requester"], exc)
+            return
+        self.store.add_sent_notice(dict(note, response_url=row["url"]), row["job"], ts)
+
+    def _try_channel_again(self, row: dict) -> bool:
+        """A later message of a trial whose channel refused it goes to the channel
+        again once the refusal is REDIRECT_RETRY old (the bot may have been invited
+        since); an edit of a message sent to the requester stays with the requester."""
+        if row["update_of"] and row["parent_via"] == "redirect":
+            return False
+        with self.lock:
+            at = self.refused_at.get(row["channel"])
+        return at is None or time.monotonic() - at >= REDIRECT_RETRY
 
     def _redirected(self, row: dict, gave_up: set) -> str:
         """To the requester, since the channel refused (or, via "requester", a note
@@ -346,6 +406,9 @@ class Outbox(threading.Thread):
         stuck, naming the oldest's channel and last error. Returns them all."""
         now = time.time() if now is None else now
         stuck = self.store.stuck_messages(now - self.alert_seconds)
+        upcoming = self.store.oldest_unsent(since=now - self.alert_seconds)
+        if upcoming is not None:  # look again when it passes the limit, not up to 30 s later
+            self.next_alert_check = min(self.next_alert_check, upcoming + self.alert_seconds)
         new = [m for m in stuck if m["id"] not in self.alerted]
         self.alerted = {m["id"] for m in stuck}  # sent or set aside: forgotten
         if new:

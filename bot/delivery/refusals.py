@@ -108,6 +108,15 @@ def notice(error: str, channel: str, trial: str | None, kind: str | None) -> str
     return _(":warning: A {what} could not be posted in <#{channel}>: {fix}.", **values)
 
 
+def token_notice(error: str, channel: str, trial: str) -> str:
+    """The requester's note, through the command's response_url (which needs no
+    token), when Slack refuses the bot's own token: nothing is lost, all waits."""
+    return _(":warning: {trial}: I cannot post in <#{channel}> now: Slack refuses my token "
+             "({error}). {trial}'s messages wait and are posted once an admin replaces "
+             "SLACK_BOT_TOKEN and restarts me; `/trial status {trial}` answers meanwhile.",
+             trial=trial, channel=channel, error=error)
+
+
 def can_post(channel: str, info: dict | None, error: str | None) -> str | None:
     """From Slack's conversations.info answer (`info`, or its `error`): None
     when the bot can post in `channel`, else why not and how to fix it. An

@@ -15,6 +15,8 @@ import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from worker import shape
+
 log = logging.getLogger("trialbot.http")
 
 # Slack requests Bolt handles at once; the others wait their turn, in order. One
@@ -108,7 +110,7 @@ class Handler(BaseHTTPRequestHandler):
             self._slack(raw, query)
         elif path.startswith("/api/"):
             try:
-                body = json.loads(raw or b"{}")
+                body = shape.loads(raw or b"{}")  # no NaN or Infinity: json_extract chokes
             except (ValueError, RecursionError) as exc:  # bad UTF-8 is a ValueError too
                 self._json(400, {"error": f"the request body is not JSON: {exc}"[:300]})
                 return

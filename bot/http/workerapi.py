@@ -64,8 +64,9 @@ def check_info(info: dict) -> str | None:
         return "`info.gpus` must be a list of GPU names"
     memory = info.get("gpu_memory", [])
     if not (isinstance(memory, list) and len(memory) in (0, len(gpus)) and all(
-            isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in memory)):
-        return "`info.gpu_memory` must be a list of byte counts, one per GPU"
+            isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= reports.MAX_BYTES
+            for m in memory)):
+        return "`info.gpu_memory` must be a list of byte counts (up to 1 PiB), one per GPU"
     if info.get("device") not in (None, "cuda", "mps", "cpu"):
         return "`info.device` must be cuda, mps or cpu"
     labels = info.get("labels", {})
@@ -211,7 +212,8 @@ class WorkerApi:
             if not isinstance(body.get("report"), dict):
                 return 400, {"error": "`report` must be a JSON object (a trialbot.trial/1 "
                                       "report)"}
-            problems = reports.validate(body.get("report"))
+            held = self.ctx.store.job(job_id)  # its spec: the kind of each parameter
+            problems = reports.validate(body.get("report"), held and held["spec"])
             if problems:
                 return 400, {"error": "invalid report: " + "; ".join(problems)}
             job = self.ctx.queue.finish(job_id, worker, lease, body["report"], key)

@@ -251,6 +251,12 @@ def check_trials(trials: list[dict]) -> None:
         if t["status"] != "done" or not t.get("report") or t["report"]["status"] != "ok":
             raise EstimateError(_("{trial} failed, so it measured no successful run; estimate "
                                   "from a trial that succeeded", trial=t["trial"]))
+        missing = unmeasured(t["report"])
+        if missing:  # a report stored before the worker API refused NaN reads it as null
+            raise EstimateError(_("{trial}'s report holds no measured value for {fields}, so "
+                                  "its time cannot be counted; run it again (`/trial status "
+                                  "{trial}` shows the command) and estimate from that trial",
+                                  trial=t["trial"], fields=", ".join(missing)))
     first = trials[0]["report"]
     for t in trials[1:]:
         diff = differences(config(first), config(t["report"]))
@@ -264,6 +270,22 @@ def check_trials(trials: list[dict]) -> None:
                                   "estimated from one kind of environment",
                                   first=trials[0]["trial"], env=env_kind(first),
                                   other=t["trial"], other_env=env_kind(t["report"])))
+
+
+def unmeasured(report: dict) -> list[str]:
+    """The times an estimate reads that the report holds no number for (a null,
+    as a NaN stored before #29 reads back)."""
+    def bad(v) -> bool:
+        return not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
+    missing = ["seconds"] if bad(report.get("seconds")) else []
+    missing += [f"phases.{p.get('name')}.seconds" for p in report.get("phases") or []
+                if bad(p.get("seconds"))]
+    latency = report.get("latency") or {}
+    if latency.get("count"):
+        missing += [f"latency.{k}" for k in ("mean", "count") if bad(latency.get(k))]
+    missing += ["windows" for w in ((report.get("windows") or {}).get("rows") or [])[:1]
+                if any(bad(r.get("mean")) for r in report["windows"]["rows"])]
+    return missing
 
 
 def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dict]],

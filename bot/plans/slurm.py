@@ -14,11 +14,35 @@ gres/gpu in AccountingStorageTRES) the figure is node-hours, Σ ElapsedRaw /
 """
 from __future__ import annotations
 
+from typing import Annotated, TypedDict
+
+from worker import report as reports
+from worker import shape
 from worker.i18n import _
 from worker.sacct import NOT_ENDED
+from worker.shape import REQUIRED, Most, Range
 from worker.units import size
 
 SHOWN = 12  # jobs named one by one in the note; the sums count them all
+GPUS = Range(0, 10**6, "a GPU count from 0 to 1,000,000")
+
+
+class Usage(TypedDict, total=False):
+    """TRESUsageIn's GPU figures of one job, summed or the largest over its steps."""
+    gpumem: Annotated[float, reports.BYTES]
+    gpuutil: Annotated[float, reports.COUNT]  # percent, summed over steps for _tot
+
+
+class Record(TypedDict, total=False):
+    """One job as worker/sacct.py reads it."""
+    job_id: Annotated[str, REQUIRED]
+    state: Annotated[str, REQUIRED]
+    elapsed_s: Annotated[int, reports.SECONDS, REQUIRED]
+    gpus: Annotated[int, GPUS, REQUIRED]
+    max_rss: Annotated[int | None, reports.BYTES]
+    steps: Annotated[int, reports.COUNT]
+    gpu_tres_max: Usage
+    gpu_tres_tot: Usage
 
 
 def check(result: object) -> str | None:
@@ -27,23 +51,14 @@ def check(result: object) -> str | None:
         return "`result` must be a JSON object"
     if "error" in result:
         return None if isinstance(result["error"], str) else "`result.error` must be a string"
-    records = result.get("records")
-    if not isinstance(records, list) or len(records) > 10000:
+    if not isinstance(result.get("records"), list):
         return "`result.records` must be a list of sacct records (or give `result.error`)"
-    for r in records:
-        if not (isinstance(r, dict) and isinstance(r.get("job_id"), str)
-                and isinstance(r.get("state"), str) and _count(r.get("elapsed_s"))
-                and _count(r.get("gpus"))
-                and (r.get("max_rss") is None or _count(r.get("max_rss")))
-                and all(isinstance(r.get(k, {}), dict) for k in ("gpu_tres_max",
-                                                                  "gpu_tres_tot"))):
-            return (f"`result.records` entry {str(r)[:120]} needs job_id, state, elapsed_s, "
-                    "gpus (whole numbers), max_rss (bytes or null)")
+    problems = shape.problems(result["records"], Annotated[list[Record], Most(10000)],
+                              "result.records")
+    if problems:
+        return (f"{problems[0]} (a sacct record is {{job_id, state, elapsed_s, gpus, max_rss, "
+                "gpu_tres_max, gpu_tres_tot}})")
     return None
-
-
-def _count(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def mine(records: list[dict], job_id: str) -> list[dict]:

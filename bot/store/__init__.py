@@ -1,9 +1,10 @@
 """All state, in one SQLite file (WAL), through sqlite-utils. The only package
-with SQL in it: a mixin per table group (jobs.py, workers.py, outbox.py,
+with SQL in it: a mixin per table group (jobs.py, leasing.py, workers.py, outbox.py,
 plans.py, slurm.py, digests.py, channels.py) on base.py (connection, transactions, request
 keys), the frozen baseline (schema.py) and the versioned steps (migrations.py).
 
-Rows: `jobs` (a trial request and its lease), `attempts` (every try of a job),
+Rows: `jobs` (a trial request and its lease), `needs` (the classes that
+decide where a job may run, for leasing), `attempts` (every try of a job),
 `workers`, `worker_idle` (seconds ready with nothing to run, per day),
 `worker_requests` (the workers' idempotency keys, a day of them),
 `outbox` (every message the bot will post, stored before it is sent),
@@ -20,6 +21,7 @@ from bot.store.base import Base, DuplicateRequest, Reason, Unwritable
 from bot.store.channels import Channels
 from bot.store.digests import Digests
 from bot.store.jobs import Jobs
+from bot.store.leasing import Leasing
 from bot.store.outbox import RESPONSE_URL_SECONDS, RESPONSE_URL_USES, Outbox
 from bot.store.plans import Plans
 from bot.store.slurm import SlurmActuals
@@ -29,7 +31,7 @@ __all__ = ["RESPONSE_URL_SECONDS", "RESPONSE_URL_USES", "DuplicateRequest", "Rea
            "Unwritable", "backup"]
 
 
-class Store(Jobs, Workers, Outbox, Plans, SlurmActuals, Digests, Channels, Base):
+class Store(Jobs, Leasing, Workers, Outbox, Plans, SlurmActuals, Digests, Channels, Base):
     """One store over the file: a mixin per table group, all on one connection
     per thread, so a transaction (Base.tx) may span them (a report and its
     outbox messages are one commit)."""

@@ -239,7 +239,7 @@ class Base:
         """This thread's connection: its own, or one from the pool while it borrows."""
         db = getattr(self._local, "db", None)
         if db is None:
-            db = self._local.db = self._take()
+            db = self._local.db = self._take_connection()
         return db
 
     @contextlib.contextmanager
@@ -257,15 +257,15 @@ class Base:
             self._local.borrowing = False
             db = self._local.__dict__.pop("db", None)
             if db is not None:
-                self._give_back(db)
+                self._return_connection(db)
 
-    def _take(self) -> sqlite_utils.Database:
+    def _take_connection(self) -> sqlite_utils.Database:
         with self._pool_lock:
             if self._pool:
                 return self._pool.pop()
         return sqlite_utils.Database(connect(self.path))
 
-    def _give_back(self, db: sqlite_utils.Database) -> None:
+    def _return_connection(self, db: sqlite_utils.Database) -> None:
         if db.conn.in_transaction:
             db.conn.rollback()
         with self._pool_lock:

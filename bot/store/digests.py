@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+from bot.store.jobs import stored_json
+
 
 class Digests:
     def set_digest(self, schedule: dict) -> dict | None:
@@ -53,19 +55,44 @@ class Digests:
     def digest_trials(self, channel: str, start: float, end: float) -> list[dict]:
         """The channel's trials that ended in [start, end), with the few report
         fields a digest adds up taken out in SQL (a report is large) and their
-        attempts counted: all tries, and the seconds the failed ones cost."""
-        return [dict(r, phases=json.loads(r["phases"] or "[]")) for r in self.db.query(
-            "select j.id, j.status, j.finished, j.worker, "
-            "json_extract(j.report, '$.status') as report_status, "
-            "json_extract(j.report, '$.seconds') as seconds, "
-            "json_extract(j.report, '$.phases') as phases, "
-            "json_extract(j.report, '$.latency.count') as count, "
-            "json_extract(j.report, '$.env.gpu_count') as gpu_count, "
-            "json_extract(j.report, '$.env.gpu_name') as gpu_name, "
+        attempts counted: all tries, and the seconds the failed ones cost. A
+        report json_extract cannot read (a NaN stored before the worker API
+        refused them) is read in Python instead, its non-finite figures null."""
+        fields = ", ".join(f"json_extract(j.readable, '{path}') as {name}"
+                           for name, path in DIGEST_FIELDS.items())
+        rows = [dict(r) for r in self.db.query(
+            f"select j.id, j.status, j.finished, j.worker, {fields}, "
+            "iif(j.readable is null, j.report, null) as unreadable, "
             "(select count(*) from attempts a where a.job = j.id) as tries, "
             "(select count(*) from attempts a where a.job = j.id and a.status != 'ok') "
             "as failed_tries, "
             "(select coalesce(sum(a.seconds), 0) from attempts a where a.job = j.id "
             "and a.status != 'ok') as failed_seconds "
-            "from jobs j where j.channel = ? and j.finished >= ? and j.finished < ? "
-            "and j.report is not null order by j.finished", [channel, start, end])]
+            "from (select *, iif(json_valid(report), report, null) as readable from jobs "
+            "where channel = ? and finished >= ? and finished < ? and report is not null) j "
+            "order by j.finished", [channel, start, end])]
+        for r in rows:
+            r.update(_read_safely(r.pop("unreadable")) if r["unreadable"] else
+                     {"phases": json.loads(r["phases"] or "[]")})
+        return rows
+
+
+# What a digest reads of each report (bot/digest/build.py), by json_extract path.
+DIGEST_FIELDS = {"report_status": "$.status", "seconds": "$.seconds", "phases": "$.phases",
+                 "count": "$.latency.count", "gpu_count": "$.env.gpu_count",
+                 "gpu_name": "$.env.gpu_name"}
+
+
+def _read_safely(text: str) -> dict:
+    """The digest's fields of a report SQLite cannot parse; a phase without
+    finite seconds is left out (not measured)."""
+    report = stored_json(text)
+    out = {}
+    for name, path in DIGEST_FIELDS.items():
+        value = report
+        for key in path[2:].split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        out[name] = value
+    out["phases"] = [p for p in out["phases"] or [] if isinstance(p, dict)
+                     and isinstance(p.get("seconds"), (int, float))]
+    return out

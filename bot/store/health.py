@@ -13,7 +13,8 @@ from bot.store.base import Unwritable, unwritable
 
 def read(path: str, seen_within: float) -> dict:
     """The file's schema version and journal mode, its last recorded backup, the
-    workers seen in the last `seen_within` seconds and the last one seen at all.
+    workers seen in the last `seen_within` seconds and the last one seen at all,
+    and the outbox's unsent messages (how many; the oldest's channel, age, error).
     Raises sqlite3.Error when the file cannot be read as a database."""
     conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
     try:
@@ -21,7 +22,7 @@ def read(path: str, seen_within: float) -> dict:
                                              "where type = 'table'")}
         out = {"version": conn.execute("pragma user_version").fetchone()[0],
                "journal": conn.execute("pragma journal_mode").fetchone()[0].lower(),
-               "backup": None, "workers": None, "last_worker": None}
+               "backup": None, "workers": None, "last_worker": None, "outbox": None}
         if "backups" in tables:
             row = conn.execute("select at, path, bytes, version from backups "
                                "order by at desc limit 1").fetchone()
@@ -35,9 +36,23 @@ def read(path: str, seen_within: float) -> dict:
             last = conn.execute("select name, last_seen from workers "
                                 "order by last_seen desc limit 1").fetchone()
             out["last_worker"] = {"name": last[0], "last_seen": last[1]} if last else None
+        if "outbox" in tables:
+            out["outbox"] = _outbox(conn)
         return out
     finally:
         conn.close()
+
+
+def _outbox(conn: sqlite3.Connection) -> dict:
+    count = conn.execute("select count(*) from outbox where sent is null and "
+                         "given_up is null").fetchone()[0]
+    row = conn.execute("select channel, created, tries, last_error from outbox where sent is "
+                       "null and given_up is null order by id limit 1").fetchone()
+    refused = conn.execute("select last_error from outbox where sent is null and given_up is "
+                           "null and last_error is not null order by id desc limit 1").fetchone()
+    return {"count": count, "last_error": refused[0] if refused else None,
+            "oldest": dict(zip(("channel", "created", "tries", "last_error"), row))
+            if row else None}
 
 
 def writable(path: str, seconds: float) -> Unwritable | None:

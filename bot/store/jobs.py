@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
@@ -20,15 +19,18 @@ class Jobs:
     def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
                  sweep: bool = False, tags: dict | None = None, group: str | None = None,
                  budget: float | None = None, request: str | None = None,
-                 response_url: str | None = None, held: bool = False) -> list[dict]:
+                 response_url: str | None = None, needs: list[str] | None = None,
+                 held: bool = False) -> list[dict]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
         the first one's id as their sweep id; `tags` ({plan, block}) make them a
         plan's actuals. A `request` key already used raises DuplicateRequest and
         queues nothing; `request` is Slack's trigger_id, or a list of (key,
         seconds it holds or None for a day). `response_url` (the command's)
         reaches the requester if the channel refuses the trial's messages.
-        `held`: stored as held, which no worker leases, until Slack says the
-        bot may post in the channel (release_held, end_held)."""
+        `needs` is each spec's needs key (bot/store/leasing.py); without it, the
+        next lease classifies the jobs. `held`: stored as held, which no worker
+        leases, until Slack says the bot may post in the channel (release_held,
+        end_held)."""
         ids = []
         tags = tags or {}
         keys = [(request, None)] if isinstance(request, str) else [
@@ -38,13 +40,15 @@ class Jobs:
                 self._claim(key, within)
             if response_url:
                 self._add_response_url(response_url)
-            for spec, w in zip(specs, words):
+            classes = self._needs_ids(needs) if needs else {}
+            for spec, w, key in zip(specs, words, needs or [None] * len(specs)):
                 cur = self.db.execute(
                     "insert into jobs (workload, spec, words, user, channel, status, created, "
-                    "plan, block, response_url) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "plan, block, response_url, needs) "
+                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [spec["workload"], json.dumps(spec), w, user, channel,
                      "held" if held else "queued", time.time(), tags.get("plan"),
-                     tags.get("block"), response_url])
+                     tags.get("block"), response_url, classes.get(key)])
                 ids.append(cur.lastrowid)
             column = "sweep" if sweep else "ladder" if group else None
             if column:  # the group's id is its first job's
@@ -78,8 +82,8 @@ class Jobs:
         """The full report, memory timeline included (for the chart)."""
         row = self.db.execute("select report, timeline from jobs where id = ?",
                               [job_id]).fetchone()
-        report = json.loads(row[0])
-        report["timeline"] = json.loads(row[1]) if row[1] else None
+        report = stored_json(row[0])
+        report["timeline"] = stored_json(row[1]) if row[1] else None
         return report
 
     def jobs(self, limit: int = 10, channel: str | None = None, user: str | None = None,
@@ -97,47 +101,10 @@ class Jobs:
             " and ".join(clauses) or None, args or None, order_by="id desc", limit=limit,
             select=JOB_COLUMNS)]
 
-    def lease_next(self, worker: str, seconds: float, can_run=lambda spec: True,
-                   max_leases: int = 2, key: str | None = None) -> dict | None:
-        """Give a queued job (or one whose lease expired, fewer than `max_leases`
-        times leased) that `worker` can run: fairly across users — first the job
-        whose owner has had the fewest jobs started since it was queued, then
-        the oldest — so one user's sweep of 50 does not starve another's single
-        trial. The conditional UPDATE makes racing workers safe: only one matches."""
-        now = time.time()
-        for row in list(self.db.query(
-                "select id, status, spec, worker, started from jobs j where status = 'queued' "
-                "or (status = 'running' and lease_expires < ? and attempts < ? "
-                "and cancel is null) order by "
-                "(select count(*) from jobs r where r.user = j.user and r.started >= j.created),"
-                " id limit 50", [now, max_leases])):
-            if not can_run(json.loads(row["spec"])):
-                continue
-            lease = uuid.uuid4().hex
-            with self.tx():
-                cur = self.db.execute(
-                    "update jobs set status = 'running', worker = ?, lease = ?, "
-                    "lease_expires = ?, attempts = attempts + 1, started = ? "
-                    "where id = ? and (status = 'queued' or "
-                    "(status = 'running' and lease_expires < ? and cancel is null))",
-                    [worker, lease, now + seconds, now, row["id"], now])
-                if cur.rowcount != 1:
-                    continue  # another worker took it first: it records the lost lease
-                if row["status"] == "running":  # the previous worker went silent
-                    self._add_attempt(row["id"], row["worker"], {
-                        "status": "failed", "error_class": "killed", "expired": True,
-                        "message": f"lease expired: {row['worker']} sent no heartbeat "
-                                   "(worker died, or lost its network); re-queued",
-                        "seconds": now - (row["started"] or now)})
-                self.db.execute("update workers set job = ?, last_seen = ? where name = ?",
-                                [row["id"], now, worker])
-                self._leased_under(worker, key, lease, job=row["id"])
-                return self.job(row["id"])
-        return None
-
     def expired_jobs(self, max_leases: int) -> list[dict]:
         """Running jobs whose lease expired after their last allowed lease, or
-        that were cancelled before their worker went silent (never re-leased)."""
+        that were cancelled before their worker went silent (never re-leased;
+        the others are queued again: bot/store/leasing.py)."""
         rows = self.db["jobs"].rows_where(
             "status = 'running' and lease_expires < ? and (attempts >= ? or cancel is not null)",
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
@@ -198,14 +165,17 @@ class Jobs:
                   "cancelled" if error == "cancelled" else "failed")
         now = time.time()
         light = {k: v for k, v in report.items() if k != "timeline"}
-        timeline = json.dumps(report["timeline"]) if report.get("timeline") else None
+        # No NaN or Infinity is ever written: SQLite's json_extract refuses the row
+        timeline = (json.dumps(report["timeline"], allow_nan=False) if report.get("timeline")
+                    else None)
         with self.tx():
             cur = self.db.execute(
                 "update jobs set status = ?, report = ?, timeline = ?, error_class = ?, "
                 "finished = ?, lease = null, lease_expires = null where id = ? and worker = ? "
                 "and lease = ? and status = 'running'"
                 + (" and lease_expires < ?" if expired else ""),
-                [status, json.dumps(light), timeline, error, now, job_id, worker, lease]
+                [status, json.dumps(light, allow_nan=False), timeline, error, now, job_id,
+                 worker, lease]
                 + ([now] if expired else []))
             if cur.rowcount != 1:
                 return False
@@ -371,7 +341,13 @@ class Jobs:
 def _job(row: dict) -> dict:
     row = dict(row)
     row["spec"] = json.loads(row["spec"])
-    row["report"] = json.loads(row["report"]) if row.get("report") else None
+    row["report"] = stored_json(row["report"]) if row.get("report") else None
     row["progress"] = json.loads(row["progress"]) if row.get("progress") else None
     row["trial"] = f"T{row['id']}"
     return row
+
+
+def stored_json(text: str):
+    """A stored report as Python: a NaN or Infinity that a row from before the
+    worker API refused them holds reads as null (not measured)."""
+    return json.loads(text, parse_constant=lambda _: None)

@@ -88,6 +88,16 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "alter table attempts add column expired integer not null default 0",
         "update attempts set expired = 1 where message like 'lease expired:%'",
     ]),
+    # What decides where a job may run (its route, recipe, ranks, hf model:
+    # bot/trials/workers.py needs()), one row per distinct class, and each job's
+    # class, so a lease asks for the classes a worker can run through an index
+    # instead of reading the queue. A null class (a row from before, or put in
+    # by SQL) is classified by the next lease.
+    ("jobs' needs classes for leasing", [
+        "create table if not exists needs (id integer primary key, key text not null unique)",
+        "alter table jobs add column needs integer",
+        "create index if not exists jobs_lease on jobs (status, needs, user, id)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

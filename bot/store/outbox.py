@@ -108,6 +108,12 @@ class Outbox:
                 self.db.execute("update jobs set redirect = ? where id = ? and redirect is null",
                                 [error, job_id])
 
+    def clear_redirect(self, job_id: int) -> None:
+        """The trial's channel took one of its messages again: its later messages
+        go there, not to the requester."""
+        with self.tx():
+            self.db.execute("update jobs set redirect = null where id = ?", [job_id])
+
     def response_url_usable(self, url: str) -> bool:
         """Not expired, and posted to fewer than 5 times."""
         row = self.db.execute("select expires, uses from response_urls where url = ?",
@@ -136,8 +142,32 @@ class Outbox:
             else None
         return {"count": count, "oldest": oldest}
 
-    def stuck_messages(self, before: float) -> list[dict]:
-        """Unsent messages stored before `before` (a Unix time), oldest first."""
+    def oldest_unsent(self, since: float) -> float | None:
+        """When the oldest unsent message stored at or after `since` was stored."""
+        return self.db.execute("select min(created) from outbox where sent is null and "
+                               "given_up is null and created >= ?", [since]).fetchone()[0]
+
+    def told(self, job_id: int, kind: str) -> bool:
+        """Whether a message of `kind` about the job was sent (a note, once)."""
+        return self.db.execute("select 1 from outbox where job = ? and kind = ? and sent is "
+                               "not null limit 1", [job_id, kind]).fetchone() is not None
+
+    def add_sent_notice(self, message: dict, job_id: int | None, ts: str) -> None:
+        """A note sent at once, around the queue (it must not wait behind the
+        messages it is about): kept as sent, with its response_url's use counted."""
+        with self.tx():
+            msg_id = self._add_message(message, job_id)
+            self.db.execute("update outbox set sent = ?, ts = ?, sent_via = ? where id = ?",
+                            [time.time(), ts, message["via"], msg_id])
+            self.db.execute("update response_urls set uses = uses + 1 where url = ?",
+                            [message["response_url"]])
+
+    def stuck_messages(self, before: float, errors: frozenset[str] = frozenset()
+                       ) -> list[dict]:
+        """Unsent messages stored before `before` (a Unix time), or whose last
+        error is one of `errors` (no wait helps those), oldest first."""
+        errors = sorted(errors)
         return [dict(r) for r in self.db.query(
             "select id, channel, created, tries, last_error from outbox where sent is null "
-            "and given_up is null and created < ? order by id", [before])]
+            f"and given_up is null and (created < ? or last_error in ({','.join('?' * len(errors))}"
+            ")) order by id", [before, *errors])]

@@ -111,7 +111,8 @@ class Workers:
         """Idle seconds per worker and day from `first_day` to `last_day` (UTC
         dates, inclusive), with the GPU names the worker registered."""
         return [dict(r, gpus=json.loads(r["gpus"] or "[]")) for r in self.db.query(
-            "select i.worker, i.day, i.seconds, json_extract(w.info, '$.gpus') as gpus "
+            "select i.worker, i.day, i.seconds, "
+            "iif(json_valid(w.info), json_extract(w.info, '$.gpus'), null) as gpus "
             "from worker_idle i left join workers w on w.name = i.worker "
             "where i.day between ? and ? order by i.worker, i.day", [first_day, last_day])]
 

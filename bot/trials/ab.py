@@ -78,22 +78,26 @@ def compare(a: dict, b: dict) -> dict:
     out["memory_method"] = fa if fa == fb else None
     if a.get("training") and b.get("training"):
         la, lb = a["training"]["loss_final"], b["training"]["loss_final"]
+        value = (lb - la) / la if la and lb is not None else None  # null: a loss diverged
         out["quality"] = {"what": _("loss after {steps} steps from the same seed",
                                     steps=a["training"]["steps"]),
-                          "value": (lb - la) / la, "tolerance": LOSS_TOLERANCE,
-                          "held": abs(lb - la) / la <= LOSS_TOLERANCE}
+                          "value": value, "tolerance": LOSS_TOLERANCE,
+                          "held": value is not None and abs(value) <= LOSS_TOLERANCE}
     elif a.get("quality_probe") and b.get("quality_probe"):
         qa, qb = a["quality_probe"], b["quality_probe"]
-        rms = math.sqrt(sum((x - y) ** 2 for x, y in zip(qa["logits_head"], qb["logits_head"]))
-                        / len(qa["logits_head"]))
-        rel = rms / qa["logits_sd"] if qa["logits_sd"] else float("inf")
+        rel = None  # no spread, or logits that overflowed (null): nothing to hold
+        if _finite_probe(qa) and _finite_probe(qb) and qa["logits_sd"]:
+            rms = math.sqrt(sum((x - y) ** 2 for x, y in zip(qa["logits_head"],
+                                                              qb["logits_head"]))
+                            / len(qa["logits_head"]))
+            rel = rms / qa["logits_sd"]
         agree = sum(x == y for x, y in zip(qa["first_tokens"], qb["first_tokens"]))
         out["quality"] = {"what": _("prefill logits: RMS difference / spread of A's logits; "
                                     "next token agrees for {agree} of {n} sequences (random "
                                     "weights leave near-ties, so this is shown, not judged)",
                                     agree=agree, n=len(qa["first_tokens"])),
                           "value": rel, "tolerance": LOGITS_TOLERANCE,
-                          "held": rel <= LOGITS_TOLERANCE}
+                          "held": rel is not None and rel <= LOGITS_TOLERANCE}
     else:
         out["quality"] = None
     return out
@@ -153,7 +157,8 @@ def message(jobs: list[dict], reports: list[dict | None]) -> dict:
                      _("• peak memory: not compared (A and B were not measured the same way)"))
         q = c["quality"]
         if q:
-            values = {"value": f"{q['value']:+.2%}", "tolerance": f"{q['tolerance']:.0%}",
+            values = {"value": _("not finite") if q["value"] is None else f"{q['value']:+.2%}",
+                      "tolerance": f"{q['tolerance']:.0%}",
                       "what": q["what"]}
             lines.append(_("• quality held: {value} against a tolerance of ±{tolerance} — "
                            "{what}", **values) if q["held"] else
@@ -164,3 +169,9 @@ def message(jobs: list[dict], reports: list[dict | None]) -> dict:
         text = head + "\n" + "\n".join(lines)
     return {"channel": jobs[0]["channel"], "kind": "ab", "text": text,
             "blocks": [section(text)]}
+
+
+def _finite_probe(probe: dict | None) -> bool:
+    """A quality probe whose logits can be compared (null: an fp16 overflow)."""
+    return probe.get("logits_sd") is not None and bool(probe.get("logits_head")) and all(
+        x is not None for x in probe["logits_head"])

@@ -69,6 +69,15 @@ def requeued(job: dict, worker: str) -> dict:
     return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
 
 
+def lapsed(job: dict, worker: str) -> dict:
+    """A lease whose worker stopped heartbeating: the trial waits again."""
+    text = _(":hourglass: *{trial}* is queued again: *{worker}* stopped heartbeating (it "
+             "died, was killed, or lost its network), so the trial runs again on the next "
+             "free worker: `{words}` (by <@{user}>)", trial=job["trial"], worker=worker,
+             words=job["words"], user=job["user"])
+    return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
+
+
 def final(job: dict, r: Report) -> dict:
     """The card once the trial ended: its one-line summary; the report is in the thread."""
     if (r.get("error") or {}).get("class") == "cancelled":

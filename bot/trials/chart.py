@@ -4,6 +4,7 @@ between them hatched, the peak marked. Pure: a report in, PNG bytes out."""
 from __future__ import annotations
 
 import io
+import math
 
 from worker.units import duration, size
 
@@ -38,6 +39,10 @@ def png(report: dict) -> bytes:
     return out.getvalue()
 
 
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
 def ranks(report: dict) -> int:
     return int((report.get("training") or {}).get("world") or 1)
 
@@ -49,10 +54,14 @@ def figure(report: dict):
     from matplotlib import pyplot as plt
 
     tl = report["timeline"]
-    t0 = report.get("started") or min(r[0] for part in tl.values() for r in part["rows"])
+    t0 = report.get("started") or min(r[0] for part in tl.values() for r in part["rows"]
+                                       if _finite(r[0]))
     world = ranks(report)
     fig, ax = plt.subplots(figsize=(9, 4.6), dpi=100)
-    phases = sorted(report.get("phases", []), key=lambda p: p["start"])
+    # A row or phase without finite times (stored before the bot refused them) is not drawn
+    phases = sorted((p for p in report.get("phases", []) if _finite(p.get("start"))
+                     and _finite(p.get("end")) and p["end"] >= p["start"]),
+                    key=lambda p: p["start"])
     for i, phase in enumerate(phases):
         ax.axvspan(phase["start"] - t0, phase["end"] - t0, alpha=0.12,
                    color=f"C{i % 10}", lw=0)
@@ -67,7 +76,8 @@ def figure(report: dict):
         if not block.get("rows") or column not in block.get("columns", ()):
             continue
         j = block["columns"].index(column)
-        points = [(r[0] - t0, r[j] / 2**30) for r in block["rows"] if r[j] is not None]
+        points = [(r[0] - t0, r[j] / 2**30) for r in block["rows"]
+                  if _finite(r[0]) and _finite(r[j]) and r[j] >= 0]
         if points and any(v for _, v in points):
             if world > 1 and column in SUMMED:
                 label = f"{label} (sum of {world} ranks)"
@@ -109,7 +119,7 @@ def _rank_peaks(ax, report: dict) -> None:
     same figures, so the summed series and the table can be read together."""
     for i, r in enumerate((report.get("training") or {}).get("ranks") or []):
         value = r.get("peak_allocated") or r.get("host_rss_peak")
-        if value:
+        if _finite(value) and value > 0:
             ax.axhline(value / 2**30, ls="--", lw=0.8, color=f"C{(i + 5) % 10}",
                        label=f"rank {r['rank']} peak {size(value)} (per rank, as in the table)")
 

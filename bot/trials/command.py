@@ -88,7 +88,7 @@ def _handle(ctx, text: str, user: str, channel: str,
         out = workerlist.text(ctx.store.worker_states(workerlist.week_start(now)), now,
                               workers.ONLINE_SECONDS)
         stuck = (ctx.allows("admin", user, channel) is None and ctx.store.stuck_messages(
-            now - ctx.outbox_alert_minutes * 60))
+            now - ctx.outbox_alert_minutes * 60, frozenset(workerlist.AUTH_ERRORS)))
         if stuck:  # an admin can fix what keeps messages from Slack
             out = workerlist.stuck_text(stuck, now, ctx.outbox_alert_minutes) + "\n" + out
         return reply(out), None
@@ -157,8 +157,7 @@ def _handle(ctx, text: str, user: str, channel: str,
         ctx.channels.confirm(channel)
     notes = (ctx.tag_notes(ctx, tagged, [s.to_dict() for s in cmd.specs or (cmd.spec,)], route)
              if tagged and ctx.tag_notes else [])
-    if notes:
-        answer = {**answer, **reply(answer["text"] + "".join(f"\n:warning: {n}" for n in notes))}
+    answer = _also(answer, "\n".join(f":warning: {n}" for n in notes))
     if held:
         answer = {**answer, **reply(views.held_note(channel) + "\n" + answer["text"])}
     return answer, job
@@ -181,20 +180,31 @@ def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[d
     if cmd.name == "ladder":
         jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tagged, **where)
-        return ladder.queued(jobs, cmd.budget), jobs[-1]
+        return _also(ladder.queued(jobs, cmd.budget), _waiting(registered, jobs[0])), jobs[-1]
     if cmd.name == "ab":
         jobs = ctx.queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tagged,
                                       **where)
-        return ab.queued(jobs), jobs[-1]
+        return _also(ab.queued(jobs), _waiting(registered, jobs[0])), jobs[-1]
     if cmd.name == "sweep":
         jobs = ctx.queue.submit_sweep(cmd.specs, cmd.words, user, channel, tagged, **where)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
-        return views.sweep_queued(jobs, workers.online_for(registered, jobs[0]["spec"])), \
-            jobs[-1]
+        return views.sweep_queued(jobs, workers.online_for(registered, jobs[0]["spec"]),
+                                  _waiting(registered, jobs[0])), jobs[-1]
     job = ctx.queue.submit(cmd.spec, parse.canonical(text.split(), cmd.spec), user, channel,
                            tagged, **where)
-    return views.queued(job, workers.online_for(registered, job["spec"])), job
+    return views.queued(job, workers.online_for(registered, job["spec"]),
+                        _waiting(registered, job)), job
+
+
+def _waiting(registered: list[dict], job: dict) -> str:
+    """For a routed trial whose workers are all offline, the line naming them."""
+    offline = workers.offline_for(registered, job["spec"])
+    return views.waiting_for(job["spec"]["route"], offline, time.time()) if offline else ""
+
+
+def _also(answer: dict, line: str) -> dict:
+    return {**answer, **reply(answer["text"] + "\n" + line)} if line else answer
 
 
 def cancel(ctx, job_id: int, user: str) -> str:
@@ -313,4 +323,5 @@ def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
         return reply(_("Already received: your click on this card queued T{id}; nothing new "
                        "was queued. To run it once more, click again after {seconds} s.",
                        id=exc.jobs[0], seconds=CLICK_SECONDS))
-    return views.queued(job, workers.online_for(registered, job["spec"]))
+    return views.queued(job, workers.online_for(registered, job["spec"]),
+                        _waiting(registered, job))

@@ -118,9 +118,11 @@ def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
                           or (r.get("model") or {}).get("layers")},
                "counts": counts(r),
                "runtime": runtime}
-        if base_loss is not None:
-            row["quality"] = (t["loss_final"] - base_loss) / base_loss
-            row["quality_ok"] = abs(row["quality"]) <= QUALITY_TOLERANCE
+        if base is not None:  # a loss that diverged (null: not finite) breaks quality
+            row["quality"] = ((t["loss_final"] - base_loss) / base_loss
+                              if t["loss_final"] is not None and base_loss else None)
+            row["quality_ok"] = (row["quality"] is not None
+                                 and abs(row["quality"]) <= QUALITY_TOLERANCE)
         row["sd"] = r["latency"].get("stdev")
         for ref, key in ((prev, "prev"), (base, "base")):
             if ref is not None and ref is not r:
@@ -213,7 +215,7 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
         if not row.get("quality_ok", False):
             lines.append(_("{step}: quality broke (loss {loss} against the fp32 baseline, "
                            "tolerance ±{tolerance}): not adopted, whatever it saves.",
-                           step=row["step"], loss=format(row["quality"], "+.2%"),
+                           step=row["step"], loss=_change(row.get("quality"), "+.2%"),
                            tolerance=format(QUALITY_TOLERANCE, ".0%")))
             continue
         j = judge(row)
@@ -441,7 +443,7 @@ def message(jobs: list[dict], reports: list[dict | None], budget: int | None) ->
         if not row["ok"]:
             cells.append([row["step"], "", row["why"][:60], "", "", "", ""])
             continue
-        change = f"{row['quality']:+.3%}" if "quality" in row else None
+        change = _change(row["quality"], "+.3%") if "quality" in row else None
         quality = ("—" if change is None else
                    _("{change} ok", change=change) if row["quality_ok"] else
                    _("{change} BROKE", change=change))
@@ -492,3 +494,8 @@ def message(jobs: list[dict], reports: list[dict | None], budget: int | None) ->
             + "\n".join(a if a.startswith(" ") else f"• {a}" for a in advice))
     return {"channel": jobs[0]["channel"], "kind": "ladder", "text": text,
             "blocks": [section(part) for part in chunks(text)]}
+
+
+def _change(quality: float | None, spec: str) -> str:
+    """The loss's change against the baseline's; null when either loss diverged."""
+    return _("not finite") if quality is None else format(quality, spec)

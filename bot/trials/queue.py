@@ -34,6 +34,11 @@ def unrun_report(job: dict, why: str) -> dict:
     return report
 
 
+def _needs(specs: list[dict]) -> list[str]:
+    """Each spec's needs class, as the store keeps it for leasing."""
+    return [workers.needs_key(s) for s in specs]
+
+
 class LeaseLost(Exception):
     """The job is no longer held by this worker and lease."""
 
@@ -55,8 +60,9 @@ class JobQueue:
                request: str | list | None = None, route: dict | None = None,
                response_url: str | None = None, held: bool = False) -> dict:
         """Queue one trial; `held`, it waits for release_held (bot/trials/command.settle)."""
-        job = self.store.add_jobs(_dicts([spec], route), [words], user, channel, tags=tags,
-                                  request=request, response_url=response_url, held=held)[0]
+        specs = _dicts([spec], route)
+        job = self.store.add_jobs(specs, [words], user, channel, tags=tags, request=request,
+                                  response_url=response_url, needs=_needs(specs), held=held)[0]
         self._wake()
         return job
 
@@ -65,9 +71,10 @@ class JobQueue:
                      route: dict | None = None, response_url: str | None = None,
                      held: bool = False) -> list[dict]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
-        jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
-                                   sweep=True, tags=tags, request=request,
-                                   response_url=response_url, held=held)
+        specs = _dicts(specs, route)
+        jobs = self.store.add_jobs(specs, list(words), user, channel, sweep=True, tags=tags,
+                                   request=request, response_url=response_url,
+                                   needs=_needs(specs), held=held)
         self._wake()
         return jobs
 
@@ -76,9 +83,10 @@ class JobQueue:
                      request: str | None = None, route: dict | None = None,
                      response_url: str | None = None, held: bool = False) -> list[dict]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
-        jobs = self.store.add_jobs(_dicts(specs, route), list(words), user, channel,
-                                   group=kind, budget=budget, tags=tags, request=request,
-                                   response_url=response_url, held=held)
+        specs = _dicts(specs, route)
+        jobs = self.store.add_jobs(specs, list(words), user, channel, group=kind, budget=budget,
+                                   tags=tags, request=request, response_url=response_url,
+                                   needs=_needs(specs), held=held)
         self._wake()
         return jobs
 
@@ -130,15 +138,13 @@ class JobQueue:
         info = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
 
         while True:
-            self.fail_exhausted()
+            self.reap()
             if info.get("executor") == "slurm":
                 req = self.store.lease_slurm_actual(worker, self.lease_seconds, self.max_leases,
                                                     key)
                 if req:
                     return dict(req, kind="slurm-accounting")
-            job = self.store.lease_next(worker, self.lease_seconds,
-                                        lambda spec: workers.can_run(info, spec),
-                                        self.max_leases, key)
+            job = self.store.lease_next(worker, self.lease_seconds, self.runnable(info), key)
             if job:
                 with self.speaking(job["channel"]):
                     self.store.set_started_message(job["id"], card.started(job, worker))
@@ -149,6 +155,14 @@ class JobQueue:
                 return None
             with self.changed:
                 self.changed.wait(min(left, 1.0))
+
+    def runnable(self, info: dict) -> list[int]:
+        """The needs classes with queued trials that a worker with `info` can
+        run: can_run asked once per class (and cached), not once per trial."""
+        while unclassified := self.store.unclassified():
+            self.store.classify({i: workers.needs_key(spec) for i, spec in unclassified})
+        mine = workers.info_key(info)
+        return [c.id for c in self.store.queued_needs() if workers.runs(mine, c.key)]
 
     def unsent(self, worker: str, job_id: int, lease: str) -> bool:
         """A leased trial whose answer could not be written to its worker: queued
@@ -180,6 +194,19 @@ class JobQueue:
                                                                      first["lease"]):
             return dict(req, kind="slurm-accounting")
         return None
+
+    def reap(self) -> None:
+        """Expired leases: a trial with leases left is queued again, one without
+        fails (fail_exhausted)."""
+        for job in self.store.lapsed_jobs(self.max_leases):
+            edit = None
+            if job["started_msg"]:  # its card said "started on {worker}"
+                with self.speaking(job["channel"]):
+                    edit = dict(card.lapsed(job, job["worker"]), update_of=job["started_msg"])
+            if self.store.requeue_lapsed(job, edit):
+                self.on_message()
+                self._wake()
+        self.fail_exhausted()
 
     def fail_exhausted(self) -> None:
         """A trial whose workers keep dying (it may be what kills them) fails

@@ -83,6 +83,11 @@ def matches(info: dict, route: dict | None) -> bool:
     return all(labels.get(k) == v for k, v in (route.get("labels") or {}).items())
 
 
+def routed(route: dict | None) -> bool:
+    """Whether `route` narrows where a trial runs (`gpu=any` does not)."""
+    return any(k in (route or {}) for k in ("gpu", "min_mem", "labels"))
+
+
 def describe(route: dict) -> str:
     parts = [f"gpu={route['gpu']}"] if "gpu" in route else (
         ["gpu=any"] if route.get("anywhere") else [])

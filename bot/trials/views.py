@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.blocks import context, reply, section
 from bot.fits import depth, depthview
+from bot.trials import routing, workerlist
 from bot.trials.job import ENDED
 from worker import spec as specs
 from worker import summary
@@ -77,11 +78,25 @@ def held_note(channel: str) -> str:
              "nothing runs.", channel=channel)
 
 
-def queued(job: dict, workers: list[str]) -> dict:
+def waiting_for(route: dict, offline: list[dict], now: float) -> str:
+    """A routed trial whose workers are all offline: which it waits for, and
+    when each was last seen."""
+    names = "; ".join(f"*{w['name']}*, {workerlist.offline(w['last_seen'], now)}"
+                      for w in offline)
+    return _(":hourglass: It waits for a worker that matches `{route}`, and none is online "
+             "now: {workers}. It starts when one of them is back (`/trial workers` shows "
+             "them).", route=routing.describe(route), workers=names)
+
+
+def queued(job: dict, workers: list[str], waiting: str = "") -> dict:
+    """The reply to a queued trial: the online workers that can run it, or
+    `waiting` (waiting_for's line), or how to start a worker."""
     values = {"trial": job["trial"], "words": job["words"]}
     if workers:
         text = _("Queued as *{trial}* on next free worker ({n} online: {names}): `{words}`",
                  n=len(workers), names=", ".join(workers), **values)
+    elif waiting:
+        text = _("Queued as *{trial}*: `{words}`", **values) + "\n" + waiting
     elif job["spec"].get("recipe"):
         text = _("Queued as *{trial}* on next free worker that can run it — none is online now; "
                  "start one with `trialbot-worker --server URL --token TOKEN` `--recipes FILE` "
@@ -105,7 +120,7 @@ def status(job: dict, attempts: list[dict] | None = None) -> dict:
     for a in attempts or []:
         what = a["error_class"] or a["status"]
         lines.append(_("• try {n} on {worker}: {what}, {seconds}", n=a["n"], worker=a["worker"],
-                       what=what, seconds=duration(a["seconds"]))
+                       what=what, seconds=duration(a["seconds"], measured=True))
                      + (f" — {a['message'].strip().splitlines()[-1]}"
                         if a["error_class"] and a["message"].strip() else "")
                      + (_("; then {next}", next=a["next"]) if a["next"] else ""))
@@ -131,7 +146,7 @@ def job_list(jobs: list[dict], which: str | None = None) -> dict:
         r = j.get("report")
         headline = ""
         if r and r["status"] == "ok" and r.get("latency"):
-            headline = f" · p90 {duration(r['latency']['p90'])}"
+            headline = f" · p90 {duration(r['latency']['p90'], measured=True)}"
         elif r and r.get("error"):
             headline = f" · {r['error']['class']}"
         values = {"trial": j["trial"], "status": status_word(j["status"]), "words": j["words"]}
@@ -183,7 +198,7 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     return blocks
 
 
-def sweep_queued(jobs: list[dict], workers: list[str]) -> dict:
+def sweep_queued(jobs: list[dict], workers: list[str], waiting: str = "") -> dict:
     first, last = jobs[0], jobs[-1]
     values = {"id": first["sweep"], "first": first["trial"], "last": last["trial"],
               "n": len(jobs), "configs": ", ".join(f"`{j['words']}`" for j in jobs)}
@@ -191,6 +206,9 @@ def sweep_queued(jobs: list[dict], workers: list[str]) -> dict:
         text = _("Queued sweep *S{id}*: {first}–{last} ({n} trials) on next free workers "
                  "({online} online: {names}): {configs}", online=len(workers),
                  names=", ".join(workers), **values)
+    elif waiting:
+        text = _("Queued sweep *S{id}*: {first}–{last} ({n} trials): {configs}",
+                 **values) + "\n" + waiting
     else:
         text = _("Queued sweep *S{id}*: {first}–{last} ({n} trials) on the next free worker "
                  "that can run them — none is online now; start one with `trialbot-worker "

@@ -30,9 +30,14 @@ def _state(kind: str, t: float | None, now: float, **values) -> str:
     return _(since, stamp=stamp, ago=duration(max(0.0, now - t)), **values)
 
 
+def offline(last_seen: float | None, now: float) -> str:
+    """`offline since Mon 10:00 UTC (259200 s ago)`."""
+    return _state("offline", last_seen, now)
+
+
 def state(w: dict, now: float, online_seconds: float) -> str:
     if now - (w["last_seen"] or 0) > online_seconds:
-        return _state("offline", w["last_seen"], now)
+        return offline(w["last_seen"], now)
     if w["job"]:
         return _state("busy", w["job_started"], now, job=w["job"])
     return _state("idle", max(w["last_finished"] or 0, w["registered"] or 0), now)
@@ -104,11 +109,20 @@ def stuck_hint(error: str | None) -> str:
 
 def stuck_text(stuck: list[dict], now: float, alert_minutes: float) -> str:
     """The admin's warning in `/trial workers`: messages unsent for longer than
-    `alert_minutes` (the store's rows, oldest first), the oldest's channel and
-    its last error, and what to check."""
+    `alert_minutes` or refused for the bot's token (the store's rows, oldest
+    first), the oldest's channel and its last error, and what to check."""
     first = stuck[0]
     error = (first["last_error"] or _("none yet"))[:120]  # not inside ngettext(): Babel
     # would then extract the singular alone
+    refused = next((m["last_error"] for m in stuck if m["last_error"] in AUTH_ERRORS), None)
+    if refused:  # no wait fixes it: raised at once, whatever the messages' age
+        return ngettext(":rotating_light: Slack refuses the bot's token ({error}): {count} "
+                        "message waits, to <#{channel}>, for {waited} min. {hint}.",
+                        ":rotating_light: Slack refuses the bot's token ({error}): {count} "
+                        "messages wait; the oldest, to <#{channel}>, for {waited} min. {hint}.",
+                        len(stuck), error=refused, count=len(stuck), channel=first["channel"],
+                        waited=int(max(0.0, now - first["created"]) // 60),
+                        hint=stuck_hint(refused))
     return ngettext(":rotating_light: {count} message unsent for over {minutes} min: to "
                     "<#{channel}>, it has waited {waited} min (last error: {error}). {hint}.",
                     ":rotating_light: {count} messages unsent for over {minutes} min; the "

@@ -2,6 +2,8 @@
 declared which recipes. Read from the store's `workers` rows; pure besides."""
 from __future__ import annotations
 
+import functools
+import json
 import time
 
 from bot.trials import routing
@@ -28,6 +30,45 @@ def can_run(info: dict, spec: dict) -> bool:
     recipe = next((r for r in info.get("recipes", []) if r["name"] == spec["recipe"]), None)
     cuda = info.get("device") == "cuda" or (info.get("device") is None and bool(info.get("gpus")))
     return recipe is not None and (recipe.get("requires") != "cuda" or cuda)
+
+
+RANK_PARAMS = ("world", "device")        # what fits_ranks reads
+HF_PARAMS = ("attn", "model", "layers")   # what hf_lacks reads
+
+
+def needs(spec: dict) -> dict:
+    """What of `spec` decides where it may run: exactly what can_run reads, so
+    `can_run(info, needs(spec)) == can_run(info, spec)` for every worker, and
+    trials that differ only in batch, length or steps share one class (the
+    store leases by class, bot/store/leasing.py)."""
+    params = spec.get("params") or {}
+    out: dict = {"route": spec["route"]} if spec.get("route") else {}
+    kept = {}
+    if spec.get("workload") in specs.HF:
+        out["workload"] = spec["workload"]
+        kept = {k: params[k] for k in HF_PARAMS if k in params}
+    if spec.get("recipe") is not None:
+        out["recipe"] = spec["recipe"]
+    elif params.get("world", 1) > 1:  # one rank fits anywhere
+        kept.update({k: params[k] for k in RANK_PARAMS if k in params})
+    return dict(out, params=kept) if kept else out
+
+
+def needs_key(spec: dict) -> str:
+    """needs(spec) as canonical JSON: equal needs, equal keys."""
+    return json.dumps(needs(spec), sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=4096)
+def runs(info_key: str, needs_key: str) -> bool:
+    """can_run on a worker's info and a class's needs, both as canonical JSON:
+    asked once per worker and class, however many trials the class holds."""
+    return can_run(json.loads(info_key), json.loads(needs_key))
+
+
+def info_key(info: dict) -> str:
+    """A worker's info as canonical JSON, for runs()."""
+    return json.dumps(info, sort_keys=True, separators=(",", ":"))
 
 
 def hf_lacks(info: dict, params: dict) -> str | None:
@@ -112,6 +153,18 @@ def online_for(registered: list[dict], spec: dict, now: float | None = None) -> 
     since = (time.time() if now is None else now) - ONLINE_SECONDS
     return [w["name"] for w in registered
             if (w["last_seen"] or 0) >= since and can_run(w["info"], spec)]
+
+
+def offline_for(registered: list[dict], spec: dict, now: float | None = None) -> list[dict]:
+    """Of the registered workers (store.workers()), those that could run a
+    routed `spec`, when all of them are offline: the trial waits for them. []
+    when one is online, or when `spec` is not routed (any worker that comes
+    will do)."""
+    if not routing.routed(spec.get("route")):
+        return []
+    since = (time.time() if now is None else now) - ONLINE_SECONDS
+    able = [w for w in registered if can_run(w["info"], spec)]
+    return [] if any((w["last_seen"] or 0) >= since for w in able) else able
 
 
 def known(store, worker: str) -> bool:

@@ -56,7 +56,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     host, nvml, busy = HostRssTracker(), NvmlTracker(), contention.ContentionTracker()
     trackers = [host, nvml, busy]
     kills_before = oom_kills()
-    started = time.time()
+    started, clock = time.time(), time.monotonic()  # the clock: a duration never goes back
     if spec.recipe:
         report, run = _run_recipe(spec, recipes or {}, deadline, cancel, trackers, hz,
                                   progress, user)
@@ -92,7 +92,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     nvml.close()
     report["started"] = report.get("started") or started
     report["finished"] = time.time()
-    report["seconds"] = report["finished"] - started
+    report["seconds"] = time.monotonic() - clock
     return report
 
 

@@ -35,7 +35,8 @@ def phases(run, probed: list[dict]) -> list[dict]:
     out = []
     for i, (name, start, found_by, entry) in enumerate(events):
         stop = events[i + 1][1] if i + 1 < len(events) else (entry or {}).get("end") or end
-        phase = {"name": name, "start": start, "end": stop, "seconds": stop - start,
+        # Wall times of two processes: a clock stepped back must not give a negative phase
+        phase = {"name": name, "start": start, "end": stop, "seconds": max(0.0, stop - start),
                  "found_by": found_by}
         if entry is not None:  # a hook's phase: the probe saw its start and its peaks
             phase.update({k: entry.get(k) for k in PHASE_MEMORY})

@@ -194,7 +194,9 @@ def imported(model: str, layers: int) -> tuple:
         tf.AutoModelForCausalLM._model_mapping[type(cfg)]  # noqa: B018 - imports the class
     except (KeyError, ValueError, ImportError):
         pass  # build() says why it cannot be built
-    return cfg, source, full, tf.__version__, psutil.Process().memory_info().rss - before
+    # max: a collection during the import can leave RSS below where it started
+    added = max(0, psutil.Process().memory_info().rss - before)
+    return cfg, source, full, tf.__version__, added
 
 
 def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: int) -> dict:

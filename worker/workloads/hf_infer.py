@@ -38,8 +38,8 @@ def quality_probe(model, prompts) -> dict:
     """As llm-infer's: the prefill's next-token choice and leading logits."""
     logits = model(prompts, logits_to_keep=1).logits[:, -1].float()
     return {"first_tokens": logits.argmax(-1).tolist(),
-            "logits_head": logits[0, :PROBE_LOGITS].tolist(),
-            "logits_sd": float(logits[0].std()),
+            "logits_head": [stats.finite(x) for x in logits[0, :PROBE_LOGITS].tolist()],
+            "logits_sd": stats.finite(float(logits[0].std())),
             "what": "prefill logits at the last prompt position, outside the timed phases"}
 
 

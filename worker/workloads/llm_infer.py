@@ -28,8 +28,8 @@ def quality_probe(model, prompts, cos, sin) -> dict:
     cache = model.new_cache(prompts.shape[0], prompts.shape[1])
     logits = model(prompts, cache, 0, cos, sin)[:, -1].float()
     return {"first_tokens": logits.argmax(-1).tolist(),
-            "logits_head": logits[0, :PROBE_LOGITS].tolist(),
-            "logits_sd": float(logits[0].std()),
+            "logits_head": [stats.finite(x) for x in logits[0, :PROBE_LOGITS].tolist()],
+            "logits_sd": stats.finite(float(logits[0].std())),
             "what": "prefill logits at the last prompt position, outside the timed phases"}
 
 
@@ -81,12 +81,15 @@ def results(p: dict, samples: list[dict], stability: dict, what: dict) -> dict:
     per_token = [s["decode"] for s in samples if s["decode"] is not None]
     mean = sum(latencies) / len(latencies)
     latency = {**stats.summary(latencies), "unit": "s", "what": what["latency"]}
+    # A request too short for the clock to see has no rate (null, not infinity)
     throughput = {"value": p["batch"] * p["gen"] / mean, "unit": "tokens/s",
-                  "what": "generated tokens per second: batch·gen / mean request latency"}
+                  "what": "generated tokens per second: batch·gen / mean request latency"
+                  } if mean > 0 else None
     if p["scenario"] == "single-stream":  # MLPerf's Single-Stream reports the p90 latency
         headline = {"metric": "p90 latency", "value": latency["p90"], "unit": "s"}
     else:  # Offline reports throughput
-        headline = {"metric": "throughput", "value": throughput["value"], "unit": "tokens/s"}
+        headline = throughput and {"metric": "throughput", "value": throughput["value"],
+                                   "unit": "tokens/s"}
     return {
         "scenario": p["scenario"],
         "headline": headline,

@@ -138,7 +138,7 @@ def train(rank: int, p: dict, device: str, phase, sync, make=make) -> dict:
             import torch.distributed as dist
             dist.all_reduce(seen)
             seen = seen / world
-        losses.append(float(seen))
+        losses.append(stats.finite(float(seen)))  # null: diverged
         return {"latency": seconds, "t0": start, "t1": time.time()}
 
     with phase("warmup"):
@@ -258,7 +258,8 @@ def results(p: dict, ranks: list[dict]) -> dict:
         "stability": stats.fixed_stability(lead["latencies"], lead.get("run_seconds")),
         "windows": windows.split(lead.get("samples") or [], "step"),
         "throughput": {"value": tokens / step["mean"], "unit": "tokens/s",
-                       "what": "training tokens per second: batch·seq / mean step time"},
+                       "what": "training tokens per second: batch·seq / mean step time"}
+        if step["mean"] else None,  # a step too short for the clock: no rate
         "scale": {"batch": p["batch"], "prompt_tokens": p["seq"], "gen_tokens": 0,
                   "tokens_per_request": tokens, "requests": len(lead["latencies"]),
                   "tokens": tokens * len(lead["latencies"])},

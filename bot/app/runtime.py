@@ -20,6 +20,7 @@ from bot.http.metrics import Watch
 from bot.http.server import Server
 from bot.http.workerapi import WorkerApi
 from bot.plans import kept_apart
+from bot.slack.later import ACK_WRITE_SECONDS
 from bot.store import Store
 from bot.trials import workers
 from bot.trials.queue import LEASE_SECONDS, JobQueue
@@ -61,6 +62,8 @@ class Runtime:
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.ctx, worker_token),
                              health=self.health, borrow=self.store.borrowed,
+                             slack_budget=functools.partial(self.store.budget,
+                                                            ACK_WRITE_SECONDS),
                              watch=Watch(self.store, worker_token, metrics_token,
                                          self.slack_errors))
         self.agent = None

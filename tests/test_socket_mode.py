@@ -197,6 +197,7 @@ def test_cancel_rerun_and_add_to_plan_work_over_socket_mode(sm):
     assert refused["response_action"] == "errors" and "has no such block" in \
         refused["errors"]["block"]
     assert submit("repro|baseline") in (None, {})
-    told = sm.slack.calls_of("chat.postEphemeral")[-1]
+    # the confirmation is posted after the ack
+    told = wait_for(lambda: sm.slack.calls_of("chat.postEphemeral"), what="the confirmation")[-1]
     assert f"T{rerun} now counts as an actual of plan *repro*" in told["text"]
     assert dict((j[0], j[2]) for j in sm.jobs())[rerun] == "repro"

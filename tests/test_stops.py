@@ -8,9 +8,9 @@ import sqlite3
 import time
 
 import pytest
+
 from conftest import BIN, Proc, wait_http
 from slackfake import post, signed_headers, slash_body
-
 from worker.client import Client
 
 # about 2.5 s on a quiet CPU, plus ~16 ms a repeat up to run_cap (3 s by default)

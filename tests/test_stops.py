@@ -109,3 +109,22 @@ def test_the_bot_stopped_mid_send_completes_the_call_and_posts_nothing_twice(
         assert len(fake_slack.posts()) == 1, "the card was posted twice"
     finally:
         again.stop()
+
+
+def test_a_second_signal_stops_the_bot_at_once(bot_env, tmp_path, fake_slack):
+    url = f"http://127.0.0.1:{bot_env['TRIALBOT_PORT']}"
+    bot = Proc([str(BIN / "trialbot"), "serve"], bot_env, tmp_path / "bot.log")
+    wait_http(url + "/healthz")
+    worker = Client(url, "wtoken")
+    worker.register("w1", {})
+    slash(url, "llm-infer")
+    fake_slack.delays["C1"] = 30  # Slack does not answer
+    worker.lease("w1", 1)
+    wait_for(lambda: "chat.postMessage" in fake_slack.received, 10, "the card was not sent")
+    bot.p.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert bot.p.poll() is None  # waiting for Slack's answer
+    t0 = time.monotonic()
+    bot.p.send_signal(signal.SIGTERM)
+    assert bot.p.wait(10) == 1 and time.monotonic() - t0 < 2
+    assert "SIGTERM again: exiting now" in bot.stop()

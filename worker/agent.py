@@ -45,7 +45,7 @@ class Agent:
         self.info["recipes"] = [r.workload().to_dict() for r in self.recipes.values()]
         self.stopping = threading.Event()  # take no new trial
         self.halted = threading.Event()  # the running trial is killed and handed back
-        self.reason = "stopping"  # why, as the bot's card shows it: a signal's name
+        self.reason = "shutdown"  # why, as the bot's card shows it: a signal's name
         self.tell_by = math.inf  # after a stop, retries to reach the bot end here (monotonic)
         self.lock = threading.Lock()  # a stop and a trial's start, one at a time
         # Idle: seconds this worker was ready with nothing to run, per UTC day,
@@ -56,6 +56,8 @@ class Agent:
     def serve_forever(self) -> None:
         """Lease and run trials until stopped; returns once the trial that ran
         at the stop is reported or handed back."""
+        if self.stopping.is_set():  # stopped before it started
+            return
         self._retry(lambda: self.client.register(self.name, self.info), "register")
         log.info("worker %s registered with %s", self.name, self.client.server)
         while not self.stopping.is_set():
@@ -132,7 +134,7 @@ class Agent:
         timer.daemon = True
         timer.start()
 
-    def stop(self, reason: str = "stopping") -> None:
+    def stop(self, reason: str = "shutdown") -> None:
         """Stop now: the running trial's child is killed and the trial handed
         back to the bot's queue (released: no attempt counted), within TELL
         seconds; an idle worker leaves its long poll."""

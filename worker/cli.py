@@ -219,6 +219,12 @@ def serve_command(argv: list[str]) -> int:
     _allow_models(args.models, args.hub)
     user = _trial_user(args, hidden)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # From here a stop is read, not raised: before the agent exists (NVML, imports)
+    # it ends the worker, which holds nothing yet; after, it hands the trial back.
+    from worker.signals import Signals
+    started: list = []  # the agent, once it exists
+    threading.Thread(target=_stop_on_signals, args=(Signals(), started, grace), daemon=True,
+                     name="signals").start()
     from worker import models
     from worker.agent import Agent
     from worker.client import ApiError, CertError, Client
@@ -236,9 +242,7 @@ def serve_command(argv: list[str]) -> int:
     agent = Agent(Client(args.server, token, args.ca_file), args.name, info, recipes, executor)
     from worker import redact
     redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
-    from worker.signals import Signals
-    threading.Thread(target=_stop_on_signals, args=(Signals(), agent, grace), daemon=True,
-                     name="signals").start()
+    started.append(agent)
     try:
         agent.serve_forever()
     except CertError as exc:
@@ -254,12 +258,18 @@ def serve_command(argv: list[str]) -> int:
     return 0
 
 
-def _stop_on_signals(signals, agent, grace: float) -> None:
+def _stop_on_signals(signals, started: list, grace: float) -> None:
     """The first SIGTERM or Ctrl-C: no new trial, and the running one has
     `grace` seconds to end and report; a second: stop now. Either way a trial
-    that did not end goes back to the bot's queue, and the worker exits 0."""
+    that did not end goes back to the bot's queue, and the worker exits 0.
+    A stop before the agent exists (`started` empty) ends the worker at once."""
     log = logging.getLogger("trialbot.worker")
     name = signals.next()
+    if not started:  # it has leased nothing: nothing to hand back
+        log.info("%s: stopped while starting", name)
+        logging.shutdown()
+        os._exit(0)
+    agent = started[0]
     log.info("%s: stopping; the running trial (if any) has %g s to end", name, grace)
     agent.drain(name, grace)
     name = signals.next()

@@ -117,15 +117,15 @@ class Runtime:
             time.sleep(0.05)
         return self.agent
 
-    def stop(self, reason: str = "stopping") -> None:
-        """Stop taking work and finish what is in flight: the outbox starts no
-        more Slack calls and completes the ones it is making (marked sent);
-        the embedded worker hands its trial back (`reason`, e.g. SIGTERM, on
-        the card) over the API, so before the server stops accepting."""
-        self.outbox.stop()
+    def stop(self, reason: str = "shutdown") -> None:
+        """Stop taking work and finish what is in flight: the embedded worker
+        hands its trial back (`reason`, e.g. SIGTERM, on the card) over the
+        API, so before the server stops accepting; the outbox starts no more
+        Slack calls and completes the ones it is making (marked sent)."""
         if self.agent:
             self.agent.stop(reason)
             self.agent_thread.join(timeout=AGENT_STOP)
+        self.outbox.stop()
         self.digests.stop()
         self.server.shutdown()
         self.server.server_close()

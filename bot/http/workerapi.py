@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 
 from bot.http import tokens
@@ -130,6 +131,7 @@ class WorkerApi:
         self.ctx, self.token = ctx, token
         # (worker, lease request key) of long polls their worker left -> why it stopped
         self.left: dict[tuple[str, str], str] = {}
+        self.left_lock = threading.Lock()
 
     body_limit = staticmethod(body_limit)
 
@@ -178,10 +180,10 @@ class WorkerApi:
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
             if not workers.known(self.ctx.store, worker):
                 return 409, {"error": f"unknown worker {worker!r}: register first"}
-            # A key seen before: the request came again (its answer was lost); its idle
-            # is counted already, and the lease it got is given again while held.
             if (worker, key) in self.left:  # its worker stopped before this poll arrived
                 return 204, None
+            # A key seen before: the request came again (its answer was lost); its idle
+            # is counted already, and the lease it got is given again while held.
             again = not self.ctx.store.add_idle(worker, idle, key)
             job = (again and self.ctx.queue.held(worker, key)) or self.ctx.queue.lease(worker,
                                                                                        wait, key)
@@ -302,9 +304,10 @@ class WorkerApi:
         if not (isinstance(poll, str) and 0 < len(poll) <= 100):
             return 400, {"error": "`poll` must be the key of the lease request the worker "
                                   "left open (1-100 characters)"}
-        while len(self.left) >= MAX_LEFT:  # the oldest: long over
-            del self.left[next(iter(self.left))]
-        self.left[(worker, poll)] = reason
+        with self.left_lock:
+            while len(self.left) >= MAX_LEFT:  # the oldest: long over
+                del self.left[next(iter(self.left))]
+            self.left[(worker, poll)] = reason
         log.info("worker %s stopping (%s)", worker, reason)
         return 200, {"worker": worker}
 

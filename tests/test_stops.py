@@ -81,18 +81,24 @@ def test_a_trial_that_ends_within_the_grace_is_reported_as_usual(
     assert query(bot_env, "select worker, status from attempts") == [("w1", "ok")]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_the_bot_stopped_mid_send_completes_the_call_and_posts_nothing_twice(
-        bot_env, tmp_path, fake_slack, sig):
+def sending_a_card(bot_env: dict, log, fake_slack, delay: float) -> tuple[Proc, str]:
+    """`trialbot serve` with a trial's card in flight: Slack answers in `delay` s."""
     url = f"http://127.0.0.1:{bot_env['TRIALBOT_PORT']}"
-    bot = Proc([str(BIN / "trialbot"), "serve"], bot_env, tmp_path / "bot1.log")
+    bot = Proc([str(BIN / "trialbot"), "serve"], bot_env, log)
     wait_http(url + "/healthz")
     worker = Client(url, "wtoken")
     worker.register("w1", {})
     slash(url, "llm-infer")
-    fake_slack.delays["C1"] = 3  # Slack answers the card's post slowly
+    fake_slack.delays["C1"] = delay
     assert worker.lease("w1", 1)["trial"] == "T1"  # the card goes to the outbox
     wait_for(lambda: "chat.postMessage" in fake_slack.received, 10, "the card was not sent")
+    return bot, url
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_bot_stopped_mid_send_completes_the_call_and_posts_nothing_twice(
+        bot_env, tmp_path, fake_slack, sig):
+    bot, url = sending_a_card(bot_env, tmp_path / "bot1.log", fake_slack, 3)
     t0 = time.monotonic()
     bot.p.send_signal(sig)
     assert bot.p.wait(15) == 0, bot.stop()
@@ -112,15 +118,7 @@ def test_the_bot_stopped_mid_send_completes_the_call_and_posts_nothing_twice(
 
 
 def test_a_second_signal_stops_the_bot_at_once(bot_env, tmp_path, fake_slack):
-    url = f"http://127.0.0.1:{bot_env['TRIALBOT_PORT']}"
-    bot = Proc([str(BIN / "trialbot"), "serve"], bot_env, tmp_path / "bot.log")
-    wait_http(url + "/healthz")
-    worker = Client(url, "wtoken")
-    worker.register("w1", {})
-    slash(url, "llm-infer")
-    fake_slack.delays["C1"] = 30  # Slack does not answer
-    worker.lease("w1", 1)
-    wait_for(lambda: "chat.postMessage" in fake_slack.received, 10, "the card was not sent")
+    bot, _ = sending_a_card(bot_env, tmp_path / "bot.log", fake_slack, 30)  # no answer
     bot.p.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     assert bot.p.poll() is None  # waiting for Slack's answer

@@ -43,7 +43,7 @@ def test_sigterm_mid_trial_hands_the_trial_back_and_another_worker_runs_it(
     monkeypatch.setenv("TRIALBOT_STOP_GRACE", "60")
     w1 = start_worker(served_bot.url, "w1")
     monkeypatch.delenv("TRIALBOT_STOP_GRACE")
-    slash(served_bot.url, QUICK + " repeats=250 run_cap=60")
+    slash(served_bot.url, QUICK + " repeats=150 run_cap=60")  # ~5 s
     assert "started on *w1*" in fake_slack.wait_posts(1)[0]["text"]
     time.sleep(1.5)  # mid-trial: its child imports torch or decodes
     w1.p.send_signal(signal.SIGTERM)
@@ -118,7 +118,7 @@ def test_the_bot_stopped_mid_send_completes_the_call_and_posts_nothing_twice(
 
 
 def test_a_second_signal_stops_the_bot_at_once(bot_env, tmp_path, fake_slack):
-    bot, _ = sending_a_card(bot_env, tmp_path / "bot.log", fake_slack, 30)  # no answer
+    bot, _ = sending_a_card(bot_env, tmp_path / "bot.log", fake_slack, 10)  # a slow answer
     bot.p.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     assert bot.p.poll() is None  # waiting for Slack's answer

@@ -16,4 +16,7 @@ RUN pip install --no-cache-dir torch --index-url https://download.pytorch.org/wh
 ENV TRIALBOT_DB=/data/trialbot.db
 VOLUME /data
 EXPOSE 3000
+# docker stop's signal, said here: serve finishes the Slack calls in flight,
+# marks them sent and exits 0 (docs/operations.md, "Stopping the bot").
+STOPSIGNAL SIGTERM
 CMD ["trialbot", "serve"]

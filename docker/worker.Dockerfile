@@ -18,4 +18,6 @@ RUN python -c 'import torch; print("torch==" + torch.__version__)' > /tmp/keep-t
 # An unprivileged account for trials: run with --trial-user trial.
 RUN useradd --create-home trial
 
+# docker stop's signal: the trial gets --stop-grace, then goes back to the queue.
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["trialbot-worker"]

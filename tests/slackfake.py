@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import sys
 import threading
 import time
 import urllib.parse
@@ -29,6 +30,7 @@ class FakeSlack(ThreadingHTTPServer):
         self.channel_info: dict[str, dict | str] = {}
         self.channel_errors: dict[str, str] = {}
         self.delays: dict[str, float] = {}
+        self.received: list[str] = []  # methods as they arrive, before any delay
         self.expired_urls: set[str] = set()  # response_url paths answered 404 expired_url
         self.scopes: str | None = None  # the x-oauth-scopes header of every answer, as Slack's
         self.socket_mode = None  # a socketfake.SocketFake: apps.connections.open answers its URL
@@ -61,6 +63,11 @@ class FakeSlack(ThreadingHTTPServer):
     def close(self) -> None:
         self.shutdown()
         self.server_close()
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client (a bot stopped mid-call) hung up before its answer
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -105,6 +112,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self.server.calls.append((method, dict(args, _error=info)))
                 self._answer(200, json.dumps({"ok": False, "error": info}).encode())
                 return
+        with self.server.lock:
+            self.server.received.append(method)
         time.sleep(self.server.delays.get(channel, 0))
         with self.server.lock:
             outage = self.server.outage

@@ -136,3 +136,73 @@ def test_a_lease_whose_answer_was_lost_is_retried_with_its_key_and_runs(tmp_path
         a.stop()
         proxy.shutdown()
         rt.stop()
+
+
+LONG = ["llm-infer", "gen=2", "repeats=2000", "run_cap=60", "stability=0", "layers=1",
+        "hidden=64", "heads=2", "kv_heads=1", "vocab=256", "malloc=glibc"]  # ~30 s
+
+
+def _serving(tmp_path, name: str):
+    rt = Runtime(str(tmp_path / f"{name}.db"), "tok", ConsoleTransport(io.StringIO(), True,
+                                                                       str(tmp_path)))
+    rt.start()
+    a = Agent(Client(rt.server.url, "tok"), "w1")
+    serving = threading.Thread(target=a.serve_forever, daemon=True)
+    serving.start()
+    return rt, a, serving
+
+
+def _until(check, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_trial_that_outlasts_the_grace_is_killed_and_handed_back(tmp_path):
+    rt, a, serving = _serving(tmp_path, "g")
+    try:
+        job = rt.queue.submit(parse(LONG), "llm-infer", "U1", "C1")
+        _until(lambda: rt.store.job(job["id"])["status"] == "running" and a.current)
+        t0 = time.monotonic()
+        a.drain("SIGTERM", grace=0.5)
+        serving.join(10)
+        assert not serving.is_alive()
+        assert 0.5 <= time.monotonic() - t0 < 5  # the grace, then the kill and the hand-back
+        row = rt.store.job(job["id"])
+        assert (row["status"], row["worker"], row["attempts"]) == ("queued", None, 0)
+        assert rt.store.attempts(job["id"]) == []
+    finally:
+        a.stop()
+        rt.stop()
+
+
+def test_an_idle_worker_stops_at_once_and_its_left_poll_gets_no_trial(tmp_path):
+    rt, a, serving = _serving(tmp_path, "i")
+    try:
+        _until(lambda: rt.store.workers())
+        time.sleep(0.5)  # in its long poll (20 s)
+        t0 = time.monotonic()
+        a.drain("SIGTERM")
+        serving.join(5)
+        assert not serving.is_alive() and time.monotonic() - t0 < 1
+        job = rt.queue.submit(parse(LONG), "llm-infer", "U1", "C1")
+        time.sleep(1.5)  # the bot's side of the poll looks every second
+        row = rt.store.job(job["id"])
+        assert (row["status"], row["attempts"]) == ("queued", 0)
+    finally:
+        rt.stop()
+
+
+def test_the_bot_stopping_hands_its_local_workers_trial_back(tmp_path):
+    rt = Runtime(str(tmp_path / "l.db"), "tok", ConsoleTransport(io.StringIO(), True,
+                                                                 str(tmp_path)))
+    rt.start()
+    agent = rt.start_local_worker("local")
+    job = rt.queue.submit(parse(LONG), "llm-infer", "U1", "C1")
+    _until(lambda: agent.current is not None)
+    t0 = time.monotonic()
+    rt.stop("SIGTERM")
+    assert time.monotonic() - t0 < 5
+    row = rt.store.job(job["id"])
+    assert (row["status"], row["worker"], row["attempts"]) == ("queued", None, 0)

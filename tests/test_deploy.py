@@ -122,6 +122,20 @@ def test_the_bot_image_installs_with_the_documented_commands():
 
 
 @pytest.mark.parametrize("dockerfile", [WORKER_IMAGE, BOT_IMAGE], ids=lambda p: p.name)
+def test_an_image_stops_with_the_sigterm_its_program_handles(dockerfile):
+    assert ("STOPSIGNAL", "SIGTERM") in instructions(dockerfile)
+    assert "STOPSIGNAL SIGTERM" in DEPLOY.read_text()
+
+
+def test_the_workers_stop_fits_inside_docker_stops_10_s_as_documented():
+    from worker.signals import GRACE, TELL
+    assert GRACE + TELL < 10  # docker stop's default, before its SIGKILL
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    assert f"`TRIALBOT_STOP_GRACE`),\n{GRACE:g} s by default" in operations
+    assert f"has {GRACE:g} s (`--stop-grace`)" in DEPLOY.read_text()
+
+
+@pytest.mark.parametrize("dockerfile", [WORKER_IMAGE, BOT_IMAGE], ids=lambda p: p.name)
 def test_what_an_image_copies_is_in_the_repository(dockerfile):
     copies = [rest.split() for word, rest in instructions(dockerfile) if word == "COPY"]
     assert copies

@@ -153,3 +153,24 @@ def test_a_redirected_message_waits_out_slacks_own_trouble(fake_slack, tmp_path)
     assert box.flush() == 1
     dm = fake_slack.posts()[0]
     assert dm["channel"] == "DU1" and "the report" in dm["text"] and "url" not in dm
+
+
+def test_a_stopping_outbox_completes_the_send_in_flight_and_starts_no_more(fake_slack,
+                                                                          tmp_path):
+    import time
+    store = Store(str(tmp_path / "o.db"))
+    for text in ("one", "two", "three"):
+        add(store, text)
+    fake_slack.delays["C1"] = 1.5  # each answer is slow
+    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box.start()
+    deadline = time.monotonic() + 10
+    while "chat.postMessage" not in fake_slack.received:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    box.stop()
+    box.join(10)
+    assert not box.is_alive() and time.monotonic() - t0 < 2.5  # one answer, not three
+    assert [p["text"] for p in fake_slack.posts()] == ["one"]
+    assert [r["text"] for r in store.unsent()] == ["two", "three"]  # marked: one, and only one

@@ -345,3 +345,49 @@ def test_a_slurm_actual_from_slash_command_through_a_slurm_worker(
         assert db.execute("select status, actual is not null from slurm_actuals order by id"
                           ).fetchall() == [("failed", 0), ("failed", 0), ("done", 1)]
 
+
+
+class RunningSlurm(FakeSlurm):
+    """A job that runs until it is scancelled."""
+
+    def __init__(self):
+        super().__init__([])
+
+    def submit(self, args, env):
+        self.submitted.append(args)
+        return str(len(self.submitted))
+
+    def show(self, job_id):
+        state = "CANCELLED" if job_id in self.cancelled else "RUNNING"
+        return {"JobState": state, "NodeList": "n1", "ExitCode": "0:15",
+                "StartTime": "2026-01-01T00:00:00", "EndTime": "Unknown"}
+
+
+def test_a_stopping_slurm_worker_scancels_its_job_and_hands_the_trial_back(tmp_path):
+    import io
+
+    from bot.app.console import ConsoleTransport
+    from bot.app.runtime import Runtime
+    from worker.agent import Agent
+    from worker.client import Client
+    rt = Runtime(str(tmp_path / "s.db"), "tok", ConsoleTransport(io.StringIO(), True,
+                                                                 str(tmp_path)))
+    rt.start()
+    fake = RunningSlurm()
+    agent = Agent(Client(rt.server.url, "tok"), "login-1", executor=executor(tmp_path, slurm=fake))
+    serving = threading.Thread(target=agent.serve_forever, daemon=True)
+    serving.start()
+    try:
+        job = rt.queue.submit(parse(FAST.split()), FAST, "U1", "C1")
+        deadline = time.monotonic() + 30
+        while not fake.submitted:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        agent.drain("SIGTERM", grace=0.2)
+        serving.join(10)
+        assert not serving.is_alive() and fake.cancelled == ["1"]
+        row = rt.store.job(job["id"])
+        assert (row["status"], row["worker"], row["attempts"]) == ("queued", None, 0)
+    finally:
+        agent.stop()
+        rt.stop()

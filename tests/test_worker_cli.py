@@ -114,3 +114,13 @@ def test_only_a_root_worker_may_switch_users(tmp_path):
     finally:
         shutil.rmtree(token.parent)
     assert done.returncode == 2 and "only a worker running as root" in done.stderr
+
+
+@pytest.mark.parametrize("grace", ["-1", "soon", "nan", "1e9"])
+def test_a_stop_grace_that_is_not_seconds_is_refused(grace):
+    for args, env in ((["--stop-grace", grace], {}), ([], {"TRIALBOT_STOP_GRACE": grace})):
+        done = worker("--server", "http://127.0.0.1:9", *args,
+                      env=dict(os.environ, TRIALBOT_WORKER_TOKEN="wtoken", **env))
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert f"--stop-grace {grace!r} (or TRIALBOT_STOP_GRACE) must be seconds from 0 to " \
+               "86400" in done.stderr

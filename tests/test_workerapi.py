@@ -409,3 +409,102 @@ def test_a_lease_its_worker_hung_up_on_goes_back_to_the_queue_at_once(rt, caplog
     assert rt.store.attempts(1) == []
     assert c.lease("alive", 1)["trial"] == "T1"
     assert rt.store.job(1)["attempts"] == 1
+
+
+def outbox_texts(rt, job_id: int) -> list[tuple[str, int | None]]:
+    return [tuple(r) for r in rt.store.db.execute(
+        "select text, update_of from outbox where job = ? order by id", [job_id])]
+
+
+def test_a_stopping_worker_hands_its_trial_back_at_once_with_no_attempt_counted(rt):
+    c = Client(rt.server.url, "wtoken")
+    for w in ("w1", "w2"):
+        c.register(w, {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = c.lease("w1", 1)
+    with pytest.raises(ApiError) as err:
+        c.release("w2", job, "SIGTERM")  # only the lease's own worker may hand it back
+    assert err.value.status == 409
+    assert c.release("w1", job, "SIGTERM", key="r1") == {"trial": "T1", "status": "queued"}
+    # sent again because its answer was lost: the first answer, not a 409
+    assert c.release("w1", job, "SIGTERM", key="r1") == {"trial": "T1", "status": "queued"}
+    with pytest.raises(ApiError) as err:
+        c.release("w1", job, "SIGTERM", key="r2")  # a new request: the lease is gone
+    assert err.value.status == 409
+    row = rt.store.job(1)
+    assert (row["status"], row["worker"], row["attempts"]) == ("queued", None, 0)
+    assert rt.store.attempts(1) == []
+    card, edit = outbox_texts(rt, 1)
+    assert "started on *w1*" in card[0]
+    assert edit[0].startswith(":hourglass: *T1* returned to the queue: worker *w1* stopped "
+                              "(SIGTERM) before the trial ended")
+    assert edit[1] is not None  # an edit of the card, not a new message
+    again = c.lease("w2", 1)
+    assert again["trial"] == "T1"
+    r = reports.new_report("llm-infer", again["spec"]["params"])
+    r["status"] = "ok"
+    assert c.report("w2", again, r)["status"] == "done"
+    assert [(a["worker"], a["status"]) for a in rt.store.attempts(1)] == [("w2", "ok")]
+    assert rt.store.job(1)["attempts"] == 1
+
+
+def test_a_trial_cancelled_before_its_worker_stopped_ends_cancelled(rt):
+    c = Client(rt.server.url, "wtoken")
+    c.register("w1", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = c.lease("w1", 1)
+    rt.queue.cancel(1, "U1")  # the worker stopped before its next heartbeat said so
+    assert c.release("w1", job, "SIGTERM", key="r1") == {"trial": "T1", "status": "cancelled"}
+    assert c.release("w1", job, "SIGTERM", key="r1")["status"] == "cancelled"
+    row = rt.store.job(1)
+    assert row["status"] == "cancelled"
+    assert "w1 stopped (SIGTERM) before it ended" in row["report"]["error"]["message"]
+    assert c.lease("w1", 0) is None  # never run again
+
+
+@pytest.mark.parametrize("path, body, says", [
+    ("/api/jobs/1/release", {"lease": "x"}, "`reason`"),
+    ("/api/jobs/1/release", {"lease": "x", "reason": "<!channel> stop"}, "`reason`"),
+    ("/api/jobs/1/release", {"lease": "x", "reason": "x" * 81}, "`reason`"),
+    ("/api/jobs/1/release", {"reason": "SIGTERM"}, "`lease`"),
+    ("/api/workers/stopping", {"reason": "SIGTERM"}, "`poll`"),
+    ("/api/workers/stopping", {"poll": "k", "reason": ""}, "`reason`"),
+])
+def test_bad_releases_name_the_field_and_change_nothing(rt, path, body, says):
+    c = Client(rt.server.url, "wtoken")
+    c.register("w", {})
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    job = c.lease("w", 1)
+    with pytest.raises(ApiError) as err:
+        c.call(path, dict(body, worker="w"))
+    assert err.value.status == 400 and says in str(err.value)
+    assert rt.store.job(1)["lease"] == job["lease"] and rt.server.worker_api.left == {}
+
+
+def test_a_trial_for_the_long_poll_a_stopping_worker_left_goes_back_to_the_queue(rt):
+    """A stopping worker does not wait out its long poll (up to 20 s): it
+    leaves it and says so. A trial the poll gets after that is queued again
+    at once, not held by a worker that is gone until its lease expires."""
+    import socket
+    import time
+    c = Client(rt.server.url, "wtoken")
+    for w in ("w1", "w2"):
+        c.register(w, {})
+    body = json.dumps({"worker": "w1", "wait": 10, "key": "poll-1"}).encode()
+    s = socket.create_connection(rt.server.server_address[:2])
+    s.sendall(b"POST /api/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wtoken\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.3)  # the bot holds the long poll open
+    assert c.stopping("w1", "SIGTERM", "poll-1") == {"worker": "w1"}
+    rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    s.settimeout(15)
+    answer = s.recv(4096)
+    s.close()
+    assert answer.startswith(b"HTTP/1.1 204"), answer
+    row = rt.store.job(1)
+    assert (row["status"], row["worker"], row["attempts"]) == ("queued", None, 0)
+    assert c.lease("w2", 1)["trial"] == "T1"
+    # a poll of that key arriving only now is answered at once, with nothing
+    t0 = time.monotonic()
+    assert c.call("/api/lease", {"worker": "w1", "wait": 10, "key": "poll-1"}) is None
+    assert time.monotonic() - t0 < 2

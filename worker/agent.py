@@ -3,6 +3,7 @@ child process while heartbeating, post the report, repeat."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -10,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from worker import attempts, redact
 from worker import report as reports
 from worker.client import ApiError, CertError, Client, new_key
+from worker.signals import GRACE, TELL
 from worker.spec import TrialSpec, resolve
 
 log = logging.getLogger("trialbot.worker")
@@ -41,25 +43,66 @@ class Agent:
         self.secrets = redact.secret_values(client.token, *(
             v for r in self.recipes.values() for v in r.secrets()))
         self.info["recipes"] = [r.workload().to_dict() for r in self.recipes.values()]
-        self.stopping = threading.Event()
+        self.stopping = threading.Event()  # take no new trial
+        self.halted = threading.Event()  # the running trial is killed and handed back
+        self.reason = "shutdown"  # why, as the bot's card shows it: a signal's name
+        self.tell_by = math.inf  # after a stop, retries to reach the bot end here (monotonic)
+        self.lock = threading.Lock()  # a stop and a trial's start, one at a time
         # Idle: seconds this worker was ready with nothing to run, per UTC day,
         # measured here and sent with the next lease request.
         self.idle: dict[str, float] = {}
         self.current: threading.Event | None = None  # cancel event of the running trial
 
     def serve_forever(self) -> None:
+        """Lease and run trials until stopped; returns once the trial that ran
+        at the stop is reported or handed back."""
+        if self.stopping.is_set():  # stopped before it started
+            return
         self._retry(lambda: self.client.register(self.name, self.info), "register")
         log.info("worker %s registered with %s", self.name, self.client.server)
         while not self.stopping.is_set():
             ready = time.time()
-            key = new_key()  # one per lease request, the same on its retries
-            job = self._retry(lambda: self._lease(key), "lease")
+            job = self._next()
             for day, seconds in split_by_day(ready, time.time()).items():
                 self.idle[day] = self.idle.get(day, 0.0) + seconds
-            if job and job.get("kind") == "slurm-accounting":
+            if job and self.stopping.is_set():  # leased as the stop came: never started
+                self._hand_back(job)
+            elif job and job.get("kind") == "slurm-accounting":
                 self.run_accounting(job)
             elif job:
                 self.run_job(job)
+
+    def _next(self) -> dict | None:
+        """The next lease, or None. The long poll (up to LEASE_WAIT) runs on a
+        thread of its own, so a stop does not wait for it: the poll is left,
+        the bot told (a trial it would still get goes back to the queue), and
+        one the poll gets anyway is handed back by that thread."""
+        key = new_key()  # one per lease request, the same on its retries
+        got, done, mine = {}, threading.Event(), threading.Lock()
+
+        def poll():
+            try:
+                job = self._retry(lambda: self._lease(key), "lease")
+            except Exception as exc:  # noqa: BLE001 - a 4xx or CertError: serve_forever's
+                job, got["error"] = None, exc
+            with mine:
+                left = got.get("left", False)
+                got["job"] = job
+                done.set()
+            if left and job:
+                self._hand_back(job)
+
+        threading.Thread(target=poll, daemon=True, name="lease-poll").start()
+        while not done.wait(0.1):
+            if self.stopping.is_set():
+                with mine:
+                    got["left"] = not done.is_set()
+                if got["left"]:
+                    self._say_stopping(key)
+                    return None
+        if "error" in got:
+            raise got["error"]
+        return got["job"]
 
     def _lease(self, key: str | None = None):
         sent = dict(self.idle)  # unchanged across retries: the bot counts it once per key
@@ -77,16 +120,40 @@ class Agent:
                 del self.idle[day]
         return job
 
-    def stop(self) -> None:
-        """Stop serving; a running trial's child is killed and not reported, so
-        its lease expires and the job runs again on the next worker."""
-        self.stopping.set()
-        if self.current:
-            self.current.set()
+    def drain(self, reason: str, grace: float = GRACE) -> None:
+        """Stop taking trials (the first SIGTERM or Ctrl-C): the running trial
+        has `grace` seconds to end and be reported as usual; then stop() kills
+        it and hands it back to the bot's queue."""
+        with self.lock:
+            if self.stopping.is_set():
+                return
+            self.reason = reason
+            self.tell_by = time.monotonic() + grace + TELL
+            self.stopping.set()
+        timer = threading.Timer(grace, self.stop, args=(reason,))
+        timer.daemon = True
+        timer.start()
+
+    def stop(self, reason: str = "shutdown") -> None:
+        """Stop now: the running trial's child is killed and the trial handed
+        back to the bot's queue (released: no attempt counted), within TELL
+        seconds; an idle worker leaves its long poll."""
+        with self.lock:
+            if not self.stopping.is_set():
+                self.reason = reason
+            self.tell_by = min(self.tell_by, time.monotonic() + TELL)
+            self.stopping.set()
+            self.halted.set()
+            if self.current:
+                self.current.set()
 
     def run_job(self, job: dict) -> None:
         log.info("leased %s: %s", job["trial"], job["spec"])
-        cancel = self.current = threading.Event()
+        cancel = threading.Event()
+        with self.lock:
+            self.current = cancel
+            if self.halted.is_set():
+                cancel.set()
         done = threading.Event()
         progress: dict = {}  # attempt, phase, failed tries: sent with each heartbeat
         beating = threading.Thread(target=self._heartbeat, args=(job, cancel, done, progress),
@@ -103,15 +170,15 @@ class Agent:
         finally:
             done.set()  # stops the heartbeat thread
             self.current = None
-        if self.stopping.is_set():
-            log.warning("%s abandoned at shutdown; its lease will expire and it re-runs",
-                        job["trial"])
+        if self.halted.is_set() and (report.get("error") or {}).get("class") == "cancelled":
+            self._hand_back(job)  # killed by the stop: it runs again elsewhere
             return
         report["trial"], report["worker"] = job["trial"], self.name
         report = redact.walk(report, self.secrets)  # output tails may print a token
         key = new_key()
         try:
-            self._retry(lambda: self.client.report(self.name, job, report, key), "report")
+            self._retry(lambda: self.client.report(self.name, job, report, key, self._timeout()),
+                        "report", final=True)
             log.info("%s reported: %s", job["trial"], report["status"])
         except ApiError as exc:
             if exc.status in (400, 413):  # malformed or too big: still end the job, plainly
@@ -119,9 +186,39 @@ class Agent:
                                    f"the worker's report was refused: {exc}", None)
                 bad["trial"], bad["worker"] = job["trial"], self.name
                 plain = new_key()  # another request than the refused one
-                self._retry(lambda: self.client.report(self.name, job, bad, plain), "report")
+                self._retry(lambda: self.client.report(self.name, job, bad, plain,
+                                                       self._timeout()), "report", final=True)
             else:  # 409: the lease went to another attempt
                 log.warning("%s report refused: %s", job["trial"], exc)
+
+    def _hand_back(self, job: dict) -> None:
+        """The trial did not end here and goes back to the bot's queue, no attempt
+        counted (a Slurm accounting request waits out its lease: seconds of sacct)."""
+        if job.get("kind") == "slurm-accounting":
+            log.warning("%s left at the stop; its lease expires and it is asked again",
+                        job["request"])
+            return
+        key = new_key()
+        try:
+            if self._retry(lambda: self.client.release(self.name, job, self.reason, key,
+                                                       self._timeout()), "release", final=True):
+                log.info("%s handed back to the queue (%s)", job["trial"], self.reason)
+            else:
+                log.warning("%s: the bot could not be told; its lease expires and it re-runs",
+                            job["trial"])
+        except (ApiError, CertError) as exc:  # 409: cancelled, expired or taken over meanwhile
+            log.warning("%s hand-back refused: %s", job["trial"], exc)
+
+    def _say_stopping(self, poll: str) -> None:
+        """One try, briefly: the bot then hands back what the left poll would get."""
+        try:
+            self.client.stopping(self.name, self.reason, poll, self._timeout(cap=2))
+        except (ApiError, CertError, OSError) as exc:
+            log.warning("could not tell the bot that %s stops: %s", self.name, exc)
+
+    def _timeout(self, cap: float = 30) -> float:
+        """An HTTP call's timeout: after a stop, what is left until tell_by."""
+        return max(0.5, min(cap, self.tell_by - time.monotonic()))
 
     def run_accounting(self, job: dict) -> None:
         """sacct for the bot (it is not on the cluster): seconds, well inside the
@@ -133,7 +230,7 @@ class Agent:
         key = new_key()
         try:
             self._retry(lambda: self.client.accounting(self.name, job, result, key),
-                        "accounting")
+                        "accounting", final=True)
             log.info("%s answered: %s", job["request"],
                      "error" if "error" in result else f"{len(result['records'])} jobs")
         except ApiError as exc:  # 409: the lease went to another worker; 400: a bug here
@@ -154,9 +251,10 @@ class Agent:
             except (OSError, CertError) as exc:  # the lease loop stops on a CertError
                 log.warning("heartbeat failed: %s", exc)
 
-    def _retry(self, call, what: str):
+    def _retry(self, call, what: str, final: bool = False):
         """Retry while the server is unreachable or failing (5xx), with backoff;
-        a 4xx answer is final and raised."""
+        a 4xx answer is final and raised. A stop ends the retries (None); a
+        `final` call (a report, a hand-back) goes on until the stop's tell_by."""
         delay = 1.0
         while True:
             try:
@@ -167,6 +265,19 @@ class Agent:
                 log.warning("%s: %s; retrying in %.0f s", what, exc, delay)
             except OSError as exc:
                 log.warning("%s: server unreachable (%s); retrying in %.0f s", what, exc, delay)
-            if self.stopping.wait(delay):
+            if not self._pause(delay, final):
                 return None
             delay = min(delay * 2, 30)
+
+    def _pause(self, delay: float, final: bool) -> bool:
+        """Wait `delay` before a retry; False to give up instead."""
+        if not final:
+            return not self.stopping.wait(delay)
+        if not self.stopping.is_set():
+            self.stopping.wait(delay)  # a stop meanwhile: retry at once, then until tell_by
+            return True
+        left = self.tell_by - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        return True

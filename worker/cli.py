@@ -2,6 +2,7 @@
 
     trialbot-worker --server URL --token-file FILE [--name NAME] [--recipes FILE]
         [--trial-user USER] [--ca-file CA.pem]   (or the token in env TRIALBOT_WORKER_TOKEN)
+        [--stop-grace SECONDS]
     trialbot-worker --server URL ... --executor slurm --partition P [--account A] [--shared-dir D]
     trialbot-worker [--recipes FILE] trial llm-infer batch=4 ... [--json]
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
@@ -20,6 +21,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 
 from worker import spec as specs
 from worker import summary
@@ -28,7 +30,8 @@ from worker import summary
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # SIGTERM (systemd, docker stop) unwinds like Ctrl-C, so the running trial's
-    # process group is killed on the way out instead of left running.
+    # process group is killed on the way out instead of left running. A worker
+    # serving a bot replaces this once it runs (_stop_on_signals).
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         if argv[:1] == ["doctor"]:  # checks this box; runs no trial
@@ -126,6 +129,7 @@ def _local_model(word: str, dirs: list[str]) -> str:
 def serve_command(argv: list[str]) -> int:
     from worker import secrecy
     hidden = secrecy.undumpable()  # first: from here on a trial cannot read our memory
+    from worker.signals import GRACE
     parser = argparse.ArgumentParser(prog="trialbot-worker",
                                      description="Run trials for a trialbot server.")
     parser.add_argument("--server", default=os.environ.get("TRIALBOT_SERVER"),
@@ -146,6 +150,12 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--recipes", help="recipe file (TOML) of commands this worker may run")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                         help="a label trials can ask for with label=KEY=VALUE (repeatable)")
+    parser.add_argument("--stop-grace", metavar="SECONDS",
+                        default=os.environ.get("TRIALBOT_STOP_GRACE", str(GRACE)),
+                        help="on SIGTERM or Ctrl-C, how long the running trial may still "
+                             f"end and report (default {GRACE:g}, env TRIALBOT_STOP_GRACE); "
+                             "then it is killed and handed back to the queue. docker stop "
+                             "kills at 10 s: raise both together")
     _model_options(parser)
     slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see docs/slurm.md)")
     slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
@@ -192,6 +202,11 @@ def serve_command(argv: list[str]) -> int:
         print("trialbot-worker: --executor slurm: sbatch is not on PATH; run the worker on "
               "the cluster's login node", file=sys.stderr)
         return 2
+    grace = _seconds(args.stop_grace)
+    if grace is None:
+        print(f"trialbot-worker: --stop-grace {args.stop_grace!r} (or TRIALBOT_STOP_GRACE) "
+              f"must be seconds from 0 to {MAX_GRACE}, e.g. --stop-grace 6", file=sys.stderr)
+        return 2
     if args.gpus != "auto" and not args.gpus.isdigit():
         print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
         return 2
@@ -204,6 +219,12 @@ def serve_command(argv: list[str]) -> int:
     _allow_models(args.models, args.hub)
     user = _trial_user(args, hidden)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # From here a stop is read, not raised: before the agent exists (NVML, imports)
+    # it ends the worker, which holds nothing yet; after, it hands the trial back.
+    from worker.signals import Signals
+    started: list = []  # the agent, once it exists
+    threading.Thread(target=_stop_on_signals, args=(Signals(), started, grace), daemon=True,
+                     name="signals").start()
     from worker import models
     from worker.agent import Agent
     from worker.client import ApiError, CertError, Client
@@ -221,6 +242,7 @@ def serve_command(argv: list[str]) -> int:
     agent = Agent(Client(args.server, token, args.ca_file), args.name, info, recipes, executor)
     from worker import redact
     redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
+    started.append(agent)
     try:
         agent.serve_forever()
     except CertError as exc:
@@ -234,6 +256,37 @@ def serve_command(argv: list[str]) -> int:
     finally:
         agent.stop()
     return 0
+
+
+def _stop_on_signals(signals, started: list, grace: float) -> None:
+    """The first SIGTERM or Ctrl-C: no new trial, and the running one has
+    `grace` seconds to end and report; a second: stop now. Either way a trial
+    that did not end goes back to the bot's queue, and the worker exits 0.
+    A stop before the agent exists (`started` empty) ends the worker at once."""
+    log = logging.getLogger("trialbot.worker")
+    name = signals.next()
+    if not started:  # it has leased nothing: nothing to hand back
+        log.info("%s: stopped while starting", name)
+        logging.shutdown()
+        os._exit(0)
+    agent = started[0]
+    log.info("%s: stopping; the running trial (if any) has %g s to end", name, grace)
+    agent.drain(name, grace)
+    name = signals.next()
+    log.info("%s again: stopping now", name)
+    agent.stop(name)
+
+
+MAX_GRACE = 86400
+
+
+def _seconds(text: str) -> float | None:
+    """--stop-grace as seconds, or None when it is not 0 to MAX_GRACE."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value <= MAX_GRACE else None  # NaN is neither
 
 
 def _server_ok(server: str, ca_file: str | None) -> bool:

@@ -121,9 +121,25 @@ class Client:
         return self.call(f"/api/accounting/{job['id']}/result",
                          _keyed({"worker": name, "lease": job["lease"], "result": result}, key))
 
-    def report(self, name: str, job: dict, report: dict, key: str | None = None) -> dict:
+    def report(self, name: str, job: dict, report: dict, key: str | None = None,
+               timeout: float = 30) -> dict:
         return self.call(f"/api/jobs/{job['id']}/report",
-                         _keyed({"worker": name, "lease": job["lease"], "report": report}, key))
+                         _keyed({"worker": name, "lease": job["lease"], "report": report}, key),
+                         timeout)
+
+    def release(self, name: str, job: dict, reason: str, key: str | None = None,
+                timeout: float = 30) -> dict:
+        """Hand the trial back as this worker stops: the bot queues it again at
+        once and counts no attempt."""
+        return self.call(f"/api/jobs/{job['id']}/release",
+                         _keyed({"worker": name, "lease": job["lease"], "reason": reason}, key),
+                         timeout)
+
+    def stopping(self, name: str, reason: str, poll: str, timeout: float = 30) -> dict:
+        """This worker stops and left its long poll (the lease request with key
+        `poll`) open: a trial that poll would still get goes back to the queue."""
+        return self.call("/api/workers/stopping",
+                         {"worker": name, "reason": reason, "poll": poll}, timeout)
 
 
 def _keyed(body: dict, key: str | None) -> dict:

@@ -132,6 +132,8 @@ def run_serve(local_worker: bool, user=None) -> int:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
         return 2
+    from worker.signals import Signals
+    signals = Signals()  # SIGTERM (docker stop, systemd) and Ctrl-C: one path, _stop
     app = build_app(rt.ctx, client, settings.signing_secret)
     log = logging.getLogger("trialbot")
     if settings.socket_mode:
@@ -159,12 +161,23 @@ def run_serve(local_worker: bool, user=None) -> int:
     if local_worker:
         rt.start_local_worker(user=user)
     log.info("listening on %s (worker API, /healthz, /metrics)", rt.server.url)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        rt.stop()
+    return _stop(rt, signals, signals.next(), log)
+
+
+def _stop(rt, signals, name: str, log) -> int:
+    """Stop on the first SIGTERM or Ctrl-C: no new work, the Slack calls in
+    flight complete and are marked sent, exit 0. A second signal exits at once
+    (1): a call cut off then may be sent again after the restart."""
+    log.info("%s: stopping; Slack calls in flight complete first", name)
+    stopper = threading.Thread(target=rt.stop, args=(name,), name="stop")
+    stopper.start()
+    while stopper.is_alive():
+        again = signals.next(timeout=0.1)
+        if again:
+            log.warning("%s again: exiting now, without waiting for Slack", again)
+            logging.shutdown()
+            os._exit(1)
+    log.info("stopped")
     return 0
 
 

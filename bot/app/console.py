@@ -55,6 +55,7 @@ def run(db: str, as_json: bool, stdin=None, stdout=None, user=None) -> int:
         with i18n.using(rt.store.channel_lang(CHANNEL)):
             print(_("trialbot console — type `/trial help`, `/trial llm-infer`, or `quit`."),
                   file=stdout, flush=True)
+    reason = "quit"  # the embedded worker's trial goes back to the queue saying why
     try:
         for line in _lines(stdin, transport, interactive):
             if line in ("quit", "exit"):
@@ -67,9 +68,9 @@ def run(db: str, as_json: bool, stdin=None, stdout=None, user=None) -> int:
             elif not interactive:  # a digest, an export, a fit's chart print before the next line
                 wait_for_outbox(rt)
     except KeyboardInterrupt:
-        pass
+        reason = "SIGINT"
     finally:
-        rt.stop()
+        rt.stop(reason)
     return 0
 
 

@@ -25,6 +25,10 @@ from bot.store import Store
 from bot.trials import workers
 from bot.trials.queue import LEASE_SECONDS, JobQueue
 
+# Seconds the embedded worker has to kill its trial and hand it back (worker/agent.py
+# TELL, and the child's death) before the bot stops without it.
+AGENT_STOP = 5
+
 
 def context(store: Store, queue: JobQueue | None = None, policy: access.Policy | None = None,
             admins: frozenset[str] = frozenset(), notify=lambda: None) -> Context:
@@ -66,7 +70,7 @@ class Runtime:
                                                             ACK_WRITE_SECONDS),
                              watch=Watch(self.store, worker_token, metrics_token,
                                          self.slack_errors))
-        self.agent = None
+        self.agent = self.agent_thread = None
         self.digests = self.ctx.digests = Digests(self.ctx)  # `/plan digest` re-reads it
 
     def slack_errors(self) -> dict[str, int]:
@@ -120,19 +124,26 @@ class Runtime:
         self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),
                            name or f"{socket.gethostname()}-local", info=machine.info(),
                            executor=functools.partial(attempts.run, user=user) if user else None)
-        threading.Thread(target=self.agent.serve_forever, daemon=True, name="agent").start()
+        self.agent_thread = threading.Thread(target=self.agent.serve_forever, daemon=True,
+                                             name="agent")
+        self.agent_thread.start()
         deadline = time.monotonic() + 10  # so the first reply can already name it
         while (self.agent.name not in workers.online(self.store)
                and time.monotonic() < deadline):
             time.sleep(0.05)
         return self.agent
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "shutdown") -> None:
+        """Stop taking work and finish what is in flight: the embedded worker
+        hands its trial back (`reason`, e.g. SIGTERM, on the card) over the
+        API, so before the server stops accepting; the outbox starts no more
+        Slack calls and completes the ones it is making (marked sent)."""
         if self.agent:
-            self.agent.stop()
+            self.agent.stop(reason)
+            self.agent_thread.join(timeout=AGENT_STOP)
+        self.outbox.stop()
         self.digests.stop()
         self.server.shutdown()
         self.server.server_close()
-        self.outbox.stop()
         if self.outbox.is_alive():
             self.outbox.join(timeout=30)

@@ -111,6 +111,8 @@ class Outbox(threading.Thread):
         self.wake_event.set()
 
     def stop(self) -> None:
+        """Start no more sends; each lane's send in flight completes and is
+        marked sent (run() waits for the lanes), so none goes twice after a restart."""
         self.stopping.set()
         self.wake_event.set()
 
@@ -193,6 +195,8 @@ class Outbox(threading.Thread):
         count = 0
         while not self.stopping.is_set() and (rows := self.store.unsent(channel=channel)):
             for row in rows:
+                if self.stopping.is_set():  # the call in flight completed; start no more
+                    return count
                 outcome = self._one(row, sent, gave_up)
                 if outcome == WAIT:
                     return count
@@ -221,8 +225,8 @@ class Outbox(threading.Thread):
         if row["update_of"] and orphan:  # nothing left to update
             return self._give_up(row, "the message to update was given up", gave_up,
                                  quiet=True)
-        if row["update_of"]:
-            self._throttle_update()
+        if row["update_of"] and not self._throttle_update():
+            return WAIT  # stopping: it goes after the restart
         try:
             out = payload(row, self.store)
             if row["via"]:  # an ephemeral note to the requester
@@ -383,13 +387,14 @@ class Outbox(threading.Thread):
             backoff = min(backoff * 2, self.max_backoff)
             self.blocked[channel] = (time.monotonic() + backoff, backoff)
 
-    def _throttle_update(self) -> None:
-        """chat.update calls spaced app-wide, whichever channel they edit."""
+    def _throttle_update(self) -> bool:
+        """chat.update calls spaced app-wide, whichever channel they edit; False
+        when the outbox stops meanwhile."""
         with self.update_lock:
             now = time.monotonic()
             at = max(now, self.next_update)
             self.next_update = at + self.update_interval
-        time.sleep(at - now)
+        return not self.stopping.wait(at - now)
 
     def _count(self, exc: Exception) -> None:
         with self.lock:

@@ -6,6 +6,13 @@
     POST /api/lease             {worker, wait, idle, key} -> 200 {job...} | 204 (none yet)
     POST /api/jobs/<id>/heartbeat {worker, lease, progress} -> 200 {cancel} | 409 lease lost
     POST /api/jobs/<id>/report  {worker, lease, report, key} -> 200 | 400 bad report | 409
+    POST /api/jobs/<id>/release {worker, lease, reason, key} -> 200 | 400 | 409 lease lost
+      (a stopping worker hands its trial back: queued again at once, no attempt
+      counted; a trial cancelled meanwhile ends cancelled)
+    POST /api/workers/stopping  {worker, reason, poll}    -> 200
+      (a stopping worker left its long poll open, `poll` being that lease
+      request's key: a trial the poll would still get goes back to the queue
+      instead of to a worker that is gone)
     POST /api/accounting/<id>/result {worker, lease, result, key} -> 200 | 400 | 409
       (a Slurm worker's sacct answer for `/plan NAME actual KIND slurm=JOBID`)
     (a job id the bot never had: 404; a body over `body_limit`: 413; a write the
@@ -13,8 +20,9 @@
 
 `key` (optional) is the request's idempotency key, the same on each of its
 retries: a request sent again because its answer was lost is applied once
-(idle counted once, the same lease given again, a report or result answered
-as the first was instead of a 409). Register and heartbeat are idempotent.
+(idle counted once, the same lease given again, a report, result or release
+answered as the first was instead of a 409). Register, heartbeat and stopping
+are idempotent.
 
 The token is the shared TRIALBOT_WORKER_TOKEN (any worker name) or a
 per-worker token (bot/http/tokens.py), which may act only as its own worker: 403
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 
 from bot.http import tokens
@@ -42,6 +51,13 @@ MAX_WAIT = 30  # seconds a lease request may be held open
 API_WRITE_WAIT = 10.0  # seconds each write waits for the database: well inside the client's 30
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
 ACCOUNTING_PATH = re.compile(r"/api/accounting/(\d{1,12})/result")
+RELEASE_PATH = re.compile(r"/api/jobs/(\d{1,12})/release")
+# Why a worker stops, shown on the trial's card: a signal's name, a few words;
+# nothing Slack would read as markup or a mention.
+REASON = re.compile(r"[\w .,:;()/+-]{1,80}")
+MAX_LEFT = 1000  # left long polls remembered (each is over within MAX_WAIT)
+BAD_REASON = ("`reason` must say why the worker stops, e.g. SIGTERM (1-80 letters, digits, "
+              "spaces or .,:;()/+-)")
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Body limits, checked before the body is read. A report carries its memory
 # timeline (at most ~2000 points per part, a few hundred KB) and latency
@@ -117,6 +133,9 @@ def check_progress(progress) -> str | None:
 class WorkerApi:
     def __init__(self, ctx, token: str):
         self.ctx, self.token = ctx, token
+        # (worker, lease request key) of long polls their worker left -> why it stopped
+        self.left: dict[tuple[str, str], str] = {}
+        self.left_lock = threading.Lock()
 
     body_limit = staticmethod(body_limit)
 
@@ -178,12 +197,14 @@ class WorkerApi:
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
             if not workers.known(self.ctx.store, worker):
                 return 409, {"error": f"unknown worker {worker!r}: register first"}
+            if (worker, key) in self.left:  # its worker stopped before this poll arrived
+                return 204, None
             # A key seen before: the request came again (its answer was lost); its idle
             # is counted already, and the lease it got is given again while held.
             again = not self.ctx.store.add_idle(worker, idle, key)
             job = (again and self.ctx.queue.held(worker, key)) or self.ctx.queue.lease(worker,
                                                                                        wait, key)
-            if job is None:
+            if job is None or self._left(worker, key, job):
                 return 204, None
             if job.get("kind") == "slurm-accounting":
                 return 200, {"kind": job["kind"], "id": job["id"], "request": f"A{job['id']}",
@@ -195,6 +216,11 @@ class WorkerApi:
         m = ACCOUNTING_PATH.fullmatch(path)
         if m:
             return self.accounting(int(m.group(1)), worker, body, key)
+        m = RELEASE_PATH.fullmatch(path)
+        if m:
+            return self.release(int(m.group(1)), worker, body, key)
+        if path == "/api/workers/stopping":
+            return self.stopping(worker, body)
         m = JOB_PATH.fullmatch(path)
         if not m:
             return 404, {"error": f"no such endpoint: {path}"}
@@ -266,3 +292,54 @@ class WorkerApi:
             if not self._answered(worker, key, "result", request=req_id):
                 return 409, {"error": str(exc)}
         return 200, {"request": f"A{req_id}", "status": req["status"]}
+
+    def release(self, job_id: int, worker: str, body: dict,
+                key: str | None = None) -> tuple[int, dict | None]:
+        lease, reason = body.get("lease"), body.get("reason")
+        if not isinstance(lease, str) or not 0 < len(lease) <= 100:
+            return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
+        if not (isinstance(reason, str) and REASON.fullmatch(reason)):
+            return 400, {"error": BAD_REASON}
+        try:
+            job = self.ctx.queue.release(job_id, worker, lease, reason, key)
+        except LeaseLost as exc:
+            job = self.ctx.store.job(job_id)
+            if job is None:
+                return 404, {"error": f"there is no job {job_id} (T{job_id})"}
+            # a cancelled trial's release ended it, kept as a report
+            if not any(self._answered(worker, key, kind, job=job_id)
+                       for kind in ("release", "report")):
+                return 409, {"error": str(exc)}
+        log.info("%s handed back by %s (%s): %s", job["trial"], worker, reason, job["status"])
+        return 200, {"trial": job["trial"], "status": job["status"]}
+
+    def stopping(self, worker: str, body: dict) -> tuple[int, dict | None]:
+        """The worker stops and left its long poll `poll` open here (it did not
+        wait for it): a trial that poll gets goes back to the queue (_left)."""
+        reason, poll = body.get("reason"), body.get("poll")
+        if not (isinstance(reason, str) and REASON.fullmatch(reason)):
+            return 400, {"error": BAD_REASON}
+        if not (isinstance(poll, str) and 0 < len(poll) <= 100):
+            return 400, {"error": "`poll` must be the key of the lease request the worker "
+                                  "left open (1-100 characters)"}
+        with self.left_lock:
+            while len(self.left) >= MAX_LEFT:  # the oldest: long over
+                del self.left[next(iter(self.left))]
+            self.left[(worker, poll)] = reason
+        log.info("worker %s stopping (%s)", worker, reason)
+        return 200, {"worker": worker}
+
+    def _left(self, worker: str, key: str | None, job: dict) -> bool:
+        """The worker of this long poll said it stopped: nobody will read the
+        answer, so the trial it got is handed back at once. (A Slurm accounting
+        request waits out its lease: seconds of sacct, asked again.)"""
+        reason = self.left.get((worker, key))
+        if reason is None or job.get("kind") == "slurm-accounting":
+            return False
+        try:
+            self.ctx.queue.release(job["id"], worker, job["lease"], reason)
+            log.warning("lease of %s not delivered to %s (it stopped: %s); queued again",
+                        job["trial"], worker, reason)
+        except LeaseLost:  # a cancelled trial ended instead; or taken back already
+            pass
+        return True

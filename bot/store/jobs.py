@@ -119,11 +119,12 @@ class Jobs:
                             expired=True)
 
     def release_lease(self, job_id: int, worker: str, lease: str,
-                      card: dict | None = None) -> bool:
+                      card: dict | None = None, key: str | None = None) -> bool:
         """Back to the queue, as if never leased, a lease whose answer never reached
-        its worker (the connection was gone): it cost no attempt, and the worker
-        did not run it. Only while that lease still holds the job; `card` is the
-        card's edit, None while the job has no card."""
+        its worker (the connection was gone), or that a stopping worker handed
+        back: it cost no attempt. Only while that lease still holds the job;
+        `card` is the card's edit, None while the job has no card; the worker's
+        request `key` is kept with it (a retry finds it answered)."""
         with self.tx():
             cur = self.db.execute(
                 "update jobs set status = 'queued', worker = null, lease = null, "
@@ -135,6 +136,8 @@ class Jobs:
                                 [worker, job_id])
                 if card:
                     self._add_message(card, job_id)
+                if key is not None:
+                    self._worker_key(worker, key, "release", lease, job=job_id)
         return cur.rowcount == 1
 
     def extend_lease(self, job_id: int, worker: str, lease: str, seconds: float) -> bool:

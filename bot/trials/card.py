@@ -78,6 +78,15 @@ def lapsed(job: dict, worker: str) -> dict:
     return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
 
 
+def returned(job: dict, worker: str, reason: str) -> dict:
+    """A worker that stopped (SIGTERM) handed the trial back before it ended."""
+    text = _(":hourglass: *{trial}* returned to the queue: worker *{worker}* stopped "
+             "({reason}) before the trial ended; it runs again on the next free worker: "
+             "`{words}` (by <@{user}>)", trial=job["trial"], worker=worker, reason=reason,
+             words=job["words"], user=job["user"])
+    return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
+
+
 def final(job: dict, r: Report) -> dict:
     """The card once the trial ended: its one-line summary; the report is in the thread."""
     if (r.get("error") or {}).get("class") == "cancelled":

@@ -178,6 +178,32 @@ class JobQueue:
         self._wake()
         return True
 
+    def release(self, job_id: int, worker: str, lease: str, reason: str,
+                key: str | None = None) -> dict:
+        """A worker that stops (SIGTERM, docker stop) hands back the trial it ran:
+        queued again at once, as an unsent lease is, with no attempt counted, and
+        its card says why. A trial cancelled meanwhile ends cancelled instead of
+        running again. Raises LeaseLost when this lease no longer holds the job."""
+        job = self.store.job(job_id)
+        if job is None:
+            raise LeaseLost(f"there is no job T{job_id}")
+        if job["cancel"]:
+            with self.speaking(job["channel"]):
+                said = _("cancelled by <@{user}>; {worker} stopped ({reason}) before it ended",
+                         user=job["cancelled_by"], worker=worker, reason=reason)
+            report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
+                                  "cancelled", said, None)
+            return self.finish(job_id, worker, lease, report, key)
+        edit = None
+        if job["started_msg"]:  # its card said "started on {worker}"
+            with self.speaking(job["channel"]):
+                edit = dict(card.returned(job, worker, reason), update_of=job["started_msg"])
+        if not self.store.release_lease(job_id, worker, lease, edit, key):
+            raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
+        self.on_message()
+        self._wake()
+        return self.store.job(job_id)
+
     def held(self, worker: str, key: str) -> dict | None:
         """The lease a lease request with this key got, while `worker` still
         holds it: the request came again because its answer was lost, and the

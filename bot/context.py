@@ -4,6 +4,7 @@ in a channel). One explicit object, made by bot/app/runtime.py and completed
 by the Slack app, handed to the trials, plans and digest commands."""
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +28,29 @@ def plan_name_problem(word: str) -> str | None:
     return None
 
 
+def unwritable_text(exc) -> str:
+    """Why the database refused a command's write (bot/store's Unwritable: the
+    views below import no store, so neither does this), and what to do: the
+    requester's words, after "Nothing was queued: "."""
+    reason = exc.reason.value
+    if reason == "locked":
+        return _("the bot's database is busy: another program has held it too long (an open "
+                 "`sqlite3` session, a long query or a copy). Try again in a minute; if it "
+                 "keeps happening, tell whoever runs the bot")
+    if reason == "full":
+        return _("the disk holding the bot's database is full. Tell whoever runs the bot "
+                 "(`trialbot doctor` shows the free space), then run the command again")
+    if reason == "read-only":
+        return _("the bot's database cannot be written: its file or filesystem is read-only. "
+                 "Tell whoever runs the bot (`trialbot doctor` checks it), then run the "
+                 "command again")
+    # SQLite says only "disk I/O error": the disk failed, or the file or its filesystem
+    # refused the write (made read-only or immutable while the bot had it open).
+    return _("the bot's database could not be written ({detail}): its disk failed, or its "
+             "file or filesystem became read-only. Tell whoever runs the bot (`trialbot "
+             "doctor` checks it), then run the command again", detail=exc.detail)
+
+
 class PlanUnreachable(Exception):
     """No plan of that name (or no such name can be), as the user may be told."""
 
@@ -39,8 +63,21 @@ class HiddenPlan(PlanUnreachable):
     """The plan lives in another channel (perhaps a private one)."""
 
 
+class Postable(enum.Enum):
+    """May the bot post in a channel, as known without asking Slack?"""
+    YES = "yes"          # Slack said so within the cache's time
+    STALE = "stale"      # Slack said so longer ago: used, and asked again after the ack
+    UNKNOWN = "unknown"  # not asked yet: a trial there is held until Slack answers
+
+
 class AnyChannel:
     """Where there is no Slack to ask (the console, tests): every channel can be posted in."""
+
+    def cached(self, channel: str) -> Postable:
+        return Postable.YES
+
+    def confirm(self, channel: str) -> None:
+        pass
 
     def refusal(self, channel: str) -> str | None:
         return None

@@ -55,6 +55,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for(check, timeout: float = 15, what: str = ""):
+    """check()'s first truthy value, polled until `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
 def wait_http(url: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

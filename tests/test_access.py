@@ -20,7 +20,7 @@ from bot.plans import command as plan_command
 from bot.slack import groups as slackgroups
 from bot.store import Store
 from bot.trials import command as trial_command
-from conftest import BIN, ROOT, bolt_runtime
+from conftest import BIN, ROOT, bolt_runtime, wait_for
 from slackfake import post, signed_headers, slash_body
 from worker import recipes, redact
 from worker.agent import Agent
@@ -225,37 +225,68 @@ def slash(rt, text, user):
     return post(rt.server.url + "/slack/events", body, signed_headers("s3cret", body))[1]
 
 
-def test_user_group_members_may_run_and_the_lookup_is_cached(group_bot, fake_slack):
+def test_user_group_members_may_run_from_the_copy_fetched_in_the_background(group_bot,
+                                                                            fake_slack):
     fake_slack.answers["usergroups.users.list"] = {"users": ["U7", "U8"]}
+    members = group_bot.ctx.members
+    members.fetch("S1")  # (the app's own fetch at start came before the answer above)
+    wait_for(lambda: "S1" in members.cache, what="the group's members")
+    asked = len(fake_slack.calls_of("usergroups.users.list"))
     assert "Queued as *T1*" in slash(group_bot, QUICK, "U7")["text"]
     assert "Queued as *T2*" in slash(group_bot, QUICK, "U8")["text"]
     said = slash(group_bot, QUICK, "U9")["text"]
     assert "not in TRIALBOT_RUN_USERS or TRIALBOT_RUN_USERGROUPS" in said
     assert group_bot.store.job(3) is None
-    assert [c["usergroup"] for c in fake_slack.calls_of("usergroups.users.list")] == ["S1"]
+    assert len(fake_slack.calls_of("usergroups.users.list")) == asked  # no call on the ack path
+
+
+def test_a_group_never_fetched_refuses_at_once_and_is_fetched_for_the_next_command(
+        group_bot, fake_slack):
+    fake_slack.answers["usergroups.users.list"] = {"users": ["U7"]}
+    fake_slack.delays[None] = 2.0  # Slack answers slowly (a call without a channel)
+    group_bot.ctx.members.cache.clear()
+    group_bot.ctx.members.errors.clear()
+    t0 = time.monotonic()
+    said = slash(group_bot, QUICK, "U7")["text"]
+    assert time.monotonic() - t0 < 1.0  # answered without waiting for Slack
+    assert "could not say whether you are in user group <!subteam^S1> (not fetched from " \
+        "Slack yet)" in said and "Nothing was queued" in said
+    wait_for(lambda: "S1" in group_bot.ctx.members.cache, what="the background fetch")
+    assert "Queued as *T1*" in slash(group_bot, QUICK, "U7")["text"]
 
 
 def test_a_failed_group_lookup_refuses(group_bot, fake_slack):
     fake_slack.errors["usergroups.users.list"] = ["missing_scope"]
+    group_bot.ctx.members.fetch("S1")
+    wait_for(lambda: group_bot.ctx.members.errors.get("S1") == "missing_scope")
     said = slash(group_bot, QUICK, "U7")["text"]
     assert "permission: run" in said and "could not say whether you are in user group " \
         "<!subteam^S1> (missing_scope)" in said
     assert group_bot.store.job(1) is None
 
 
-def test_group_cache_expires():
-    calls = []
+def test_a_group_copy_is_used_while_it_is_fetched_again_until_it_is_too_old():
+    calls, answers = [], [["U7"], RuntimeError("Slack is down")]
 
-    class Client:
+    class Client:  # usergroups.users.list, answering in turn
         def usergroups_users_list(self, usergroup):
             calls.append(usergroup)
-            return {"users": ["U7"]}
+            answer = answers[min(len(calls), len(answers)) - 1]
+            if isinstance(answer, Exception):
+                raise answer
+            return {"users": answer}
     now = [0.0]
-    members = slackgroups.Members(Client(), ttl=300, clock=lambda: now[0])
+    members = slackgroups.Members(Client(), ttl=300, max_age=3600, clock=lambda: now[0])
+    with pytest.raises(access.GroupLookupError, match="not fetched from Slack yet"):
+        members("S1")  # never fetched: refused, and fetched in the background
+    wait_for(lambda: "S1" in members.cache)
     assert "U7" in members("S1") and "U7" in members("S1") and len(calls) == 1
-    now[0] = 301
-    members("S1")
-    assert len(calls) == 2
+    now[0] = 301  # older than the TTL: still used, and fetched again (which fails)
+    assert "U7" in members("S1")
+    wait_for(lambda: members.errors.get("S1") == "RuntimeError")
+    now[0] = 3601  # too old to trust: refused, naming the last failure
+    with pytest.raises(access.GroupLookupError, match="RuntimeError"):
+        members("S1")
 
 
 # --- secrets -----------------------------------------------------------------------

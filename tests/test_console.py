@@ -42,16 +42,19 @@ def test_console_text_and_unknown_command(tmp_path):
     assert "-local* —" in done.stdout and "? CPU cores" not in done.stdout
 
 
-def test_jobs_left_queued_run_at_next_start(tmp_path):
+def test_jobs_left_queued_or_held_run_at_next_start(tmp_path):
     from bot.store import Store
     from worker.spec import parse
     spec = parse(["llm-infer", "gen=2", "repeats=1", "stability=0"])
-    Store(str(tmp_path / "c.db")).add_job(spec.to_dict(), "llm-infer gen=2 repeats=1", "U1",
-                                          "console")
+    store = Store(str(tmp_path / "c.db"))
+    store.add_job(spec.to_dict(), "llm-infer gen=2 repeats=1", "U1", "console")
+    # held by `trialbot serve` for Slack's word on its channel: the console has no Slack
+    store.add_jobs([spec.to_dict()], ["llm-infer gen=2 repeats=1"], "U2", "console", held=True)
     done = run_console(tmp_path, ["/trial llm-infer gen=2 repeats=1 stability=0"])
     assert done.returncode == 0, done.stderr
-    # jobs run in order: the stored T1 reports before the new T2
-    assert done.stdout.index("T1 llm-infer ok") < done.stdout.index("T2 llm-infer ok")
+    # jobs run in order: the stored T1 and T2 report before the new T3
+    assert done.stdout.index("T1 llm-infer ok") < done.stdout.index("T2 llm-infer ok") \
+        < done.stdout.index("T3 llm-infer ok")
 
 
 def test_unusable_database_is_one_clear_line(tmp_path):

@@ -29,7 +29,9 @@ def wait(check, timeout: float = 15, what: str = ""):
 
 def run_to_end(bot, job: dict) -> None:
     """Lease the job as worker w1 and end it with a (failed) report: its card,
-    the card's final edit and the threaded report are queued, as a real end does."""
+    the card's final edit and the threaded report are queued, as a real end does.
+    A trial of a channel Slack had not yet been asked about is held until it answers."""
+    wait(lambda: bot.store.job(job["id"])["status"] == "queued", what="the trial queued")
     leased = bot.queue.lease("w1", 0)
     assert leased["id"] == job["id"]
     report = reports.fail(reports.new_report("llm-infer", {}), "crash", "boom", "run")
@@ -86,6 +88,7 @@ def test_a_trial_redirected_goes_back_to_its_channel_once_the_bot_is_invited(
     url = fake_slack.api_url + "respond-inv"
     assert "Queued as *T1*" in slash(bot, QUICK, "CINV", response_url=url)[1]["text"]
     fake_slack.channel_errors["CINV"] = "not_in_channel"
+    wait(lambda: bot.store.job(1)["status"] == "queued", what="T1 queued (held until then)")
     job = bot.store.job(1)
     leased = bot.queue.lease("w1", 0)
     wait(lambda: fake_slack.calls_of("respond-inv"), what="the card, to the requester")
@@ -160,35 +163,75 @@ def test_a_slow_channel_delays_only_its_own_messages(bot, fake_slack):
     ("CARCH", {"is_archived": True}, "<#CARCH> is archived"),
     ("CPRIV", "channel_not_found", "I cannot see <#CPRIV>"),
 ])
-def test_trial_in_a_channel_the_bot_cannot_post_in_is_refused_at_once(bot, fake_slack, channel,
-                                                                      info, said):
+def test_trial_in_a_channel_the_bot_cannot_post_in_ends_unrun_and_its_requester_is_told(
+        bot, fake_slack, channel, info, said):
     fake_slack.channel_info[channel] = info
-    status, reply = slash(bot, "llm-infer gen=2", channel)
+    status, reply = slash(bot, "sweep llm-infer gen=2 batch=1,2", channel,
+                          response_url=fake_slack.api_url + "respond")
     assert status == 200 and reply["response_type"] == "ephemeral"
-    assert said in reply["text"] and "Nothing was queued" in reply["text"]
-    assert bot.store.jobs() == []
-    assert fake_slack.calls_of("conversations.info")[0]["channel"] == channel
+    assert f"Held until Slack confirms I may post in <#{channel}>" in reply["text"]
+    assert "Queued sweep *S1*" in reply["text"]  # what it becomes once Slack says yes
+    note = wait(lambda: fake_slack.calls_of("respond"), what="the requester's note")
+    assert len(note) == 1 and note[0]["response_type"] == "ephemeral"
+    assert note[0]["text"].startswith(f":x: T1, T2 will not run: {said}")
+    assert note[0]["text"].endswith("; then run the command again.")
+    jobs = bot.store.jobs()
+    assert [(j["status"], j["worker"]) for j in jobs] == [("cancelled", None)] * 2  # never ran
+    assert said in jobs[0]["report"]["error"]["message"]
+    assert [c["channel"] for c in fake_slack.calls_of("conversations.info")] == [channel]
+    assert not fake_slack.posts()  # nothing was posted in the channel
+
+
+def test_slack_is_asked_about_a_channel_once_however_many_commands_wait(bot, fake_slack):
+    fake_slack.delays["CBUSY"] = 1.0  # conversations.info answers after a second
+    t0 = time.monotonic()
+    replies = [slash(bot, "llm-infer gen=2", "CBUSY")[1]["text"] for _ in range(5)]
+    assert time.monotonic() - t0 < 2.5  # no ack waited on Slack's answer
+    assert all("Held until Slack confirms" in r for r in replies)
+    wait(lambda: all(j["status"] == "queued" for j in bot.store.jobs()), what="all queued")
+    assert len(bot.store.jobs()) == 5
+    assert [c["channel"] for c in fake_slack.calls_of("conversations.info")] == ["CBUSY"]
+    assert "Held" not in slash(bot, "llm-infer gen=2", "CBUSY")[1]["text"]  # a yes is cached
 
 
 def test_trial_is_queued_where_slack_says_the_bot_is_a_member_or_cannot_say(bot, fake_slack):
     status, reply = slash(bot, "llm-infer gen=2", "C1")
     assert "Queued as *T1*" in reply["text"]
-    slash(bot, "llm-infer gen=2", "C1")  # a yes is cached: Slack is asked once
+    wait(lambda: bot.store.job(1)["status"] == "queued", what="T1 queued")
+    assert "Held" not in slash(bot, "llm-infer gen=2", "C1")[1]["text"]  # a yes is cached
     assert len(fake_slack.calls_of("conversations.info")) == 1
     fake_slack.channel_info["CNOSCOPE"] = "missing_scope"  # an install without channels:read
     assert "Queued as *T3*" in slash(bot, "llm-infer gen=2", "CNOSCOPE")[1]["text"]
+    wait(lambda: bot.store.job(3)["status"] == "queued", what="T3 queued")
     assert bot.store.job(1)["response_url"] == "http://127.0.0.1:9/unused"  # from the command
 
 
 def test_a_refusal_in_the_outbox_makes_the_next_trial_there_ask_slack_again(bot, fake_slack):
-    assert "Queued as *T1*" in slash(bot, "llm-infer gen=2", "C9")[1]["text"]
+    assert "Queued as *T1*" in slash(bot, "llm-infer gen=2", "C9",
+                                     response_url=fake_slack.api_url + "respond-1")[1]["text"]
     fake_slack.channel_errors["C9"] = "not_in_channel"  # the bot is removed from C9
     run_to_end(bot, bot.store.job(1))
     wait(lambda: fake_slack.calls_of("refused"), what="the refusal")
     fake_slack.channel_info["C9"] = {"is_member": False}
-    wait(lambda: "not a member" in slash(bot, "llm-infer gen=2", "C9")[1]["text"],
-         what="the refusal at /trial time")
-    assert len(bot.store.jobs()) == 1
+    wait(lambda: "Held until Slack confirms" in slash(
+        bot, "llm-infer gen=2", "C9", response_url=fake_slack.api_url + "respond")[1]["text"],
+        what="the next trial held")
+    note = wait(lambda: fake_slack.calls_of("respond"), what="the refusal to its requester")
+    assert "will not run: I am not a member of <#C9>" in note[-1]["text"]
+    assert all(j["status"] != "queued" for j in bot.store.jobs())
+
+
+def test_an_old_yes_is_used_at_once_and_asked_again_after_the_ack(bot, fake_slack):
+    slash(bot, "llm-infer gen=2", "COLD")
+    wait(lambda: bot.store.job(1)["status"] == "queued", what="T1 queued")
+    bot.ctx.channels.ok["COLD"] -= bot.ctx.channels.ttl + 1  # the yes is past its TTL
+    fake_slack.channel_info["COLD"] = {"is_member": False}  # and the bot was removed since
+    reply = slash(bot, "llm-infer gen=2", "COLD")[1]["text"]
+    assert "Queued as *T2*" in reply and "Held" not in reply  # the old yes answers
+    assert bot.store.job(2)["status"] == "queued"
+    wait(lambda: len(fake_slack.calls_of("conversations.info")) == 2, what="asked again")
+    wait(lambda: "COLD" not in bot.ctx.channels.ok, what="the yes forgotten")
+    assert "Held" in slash(bot, "llm-infer gen=2", "COLD")[1]["text"]
 
 
 def test_classify_sorts_slack_errors():
@@ -211,3 +254,22 @@ def test_a_digest_the_channel_refuses_reaches_who_asked_for_it(bot, fake_slack):
     assert "Weekly budget digest" in dms[0]["text"] and "not posted in <#CDIG>" in dms[0]["text"]
     wait(lambda: fake_slack.calls_of("files.completeUploadExternal"), what="the chart")
     assert fake_slack.calls_of("files.completeUploadExternal")[0]["channel_id"] == "DU1"
+
+
+def test_a_plan_export_in_a_channel_the_bot_is_not_in_reaches_the_requester(bot, fake_slack):
+    fake_slack.channel_info["CNOTIN"] = {"is_member": False}
+    fake_slack.channel_errors["CNOTIN"] = "not_in_channel"
+    url = fake_slack.api_url + "respond"  # (files never go by a response_url)
+    for text in ("new repro", "repro export"):
+        body = slash_body(text, command="/plan", channel="CNOTIN", response_url=url)
+        t0 = time.monotonic()
+        status, reply = post(bot.server.url + "/slack/events", body,
+                             signed_headers("s3cret", body))
+        assert status == 200 and time.monotonic() - t0 < 2  # no ack waits on Slack
+    assert "Exporting plan *repro*" in reply["text"]
+    # The channel refuses the files: they come to the requester by direct message.
+    wait(lambda: len(fake_slack.calls_of("files.completeUploadExternal")) == 3, what="files")
+    assert {c["channel_id"] for c in fake_slack.calls_of("files.completeUploadExternal")} \
+        == {"DU1"}
+    # Slack was asked about the channel once, after the reply.
+    assert [c["channel"] for c in fake_slack.calls_of("conversations.info")] == ["CNOTIN"]

@@ -69,3 +69,28 @@ def test_trial_never_raises_and_bad_input_creates_nothing(ctx, text):
 def test_plan_never_raises_or_falls_back_to_the_last_resort(ctx, text):
     reply = plan_command.handle(ctx, text, "U1", "C1", dt.date(2026, 12, 1))
     assert reply["text"] and "Something went wrong on our side" not in reply["text"], text
+
+
+@given(st.text(alphabet=string.printable + "é한 \u3000", max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_the_fast_split_gives_shlexs_words(text):
+    """/trial splits unquoted text without shlex (an ack's path); the words are shlex's."""
+    import shlex
+
+    from bot.trials import parse
+    from worker.spec import SpecError
+    try:
+        want = shlex.split(text)
+    except ValueError:
+        with pytest.raises(SpecError):
+            parse.split(text)
+        return
+    assert parse.split(text) == want
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_ascii_text_is_normalized_as_the_full_fold_does(text):
+    """normalize's ASCII shortcut (an ack's path) gives what NFKC and the folds give."""
+    from bot import words
+    assert words.normalize(text) == words._fold(text)

@@ -148,7 +148,8 @@ def test_per_worker_tokens_do_not_open_metrics(rt):
 def test_healthz_counts_workers_and_names_none(rt):
     rt.store.upsert_worker("secret-gpu-box", {})
     status, _, body = get(rt, "/healthz")
-    assert status == 200 and json.loads(body) == {"ok": True, "workers_online": 1}
+    assert status == 200 and json.loads(body) == {"ok": True, "workers_online": 1,
+                                                  "database": {"writable": True}}
     assert "secret-gpu-box" not in body
     status, _, body = get(rt, "/api/workers", "wtoken")
     assert status == 200
@@ -263,8 +264,9 @@ def test_the_documented_metrics_are_the_scraped_ones(rt):
     status, _, body = get(rt, "/metrics", "wtoken")
     names = {f.name for f in text_string_to_metric_families(body)}
     # the parser names a counter without its _total
-    assert documented == {n + "_total" if n in ("trialbot_lease_expiries", "trialbot_slack_errors")
-                          else n for n in names}
+    assert documented == {n + "_total" if n in ("trialbot_lease_expiries", "trialbot_slack_errors",
+                                                "trialbot_db_write_failures") else n
+                          for n in names}
 
 
 def test_the_running_outbox_raises_a_stuck_message_itself(rt, fake_slack, caplog):

@@ -123,13 +123,14 @@ def test_a_refusal_note_speaks_the_channel_language_and_keeps_the_command():
 def test_a_button_answers_in_the_language_of_the_card_s_channel(ctx):
     respond = Mock()
     body = {"user": {"id": "U1"}, "trigger_id": "x", "channel": {"id": "CKO"}}
+    # the answer goes after the ack (bot/slack/later.py): the callback returns its future
     actions.add_to_plan_callback(ack=Mock(), body=body, action={"value": "41"}, client=Mock(),
-                                 respond=respond, context={"trialbot": ctx})
+                                 respond=respond, context={"trialbot": ctx}).result(10)
     assert respond.call_args.kwargs["text"] == ":x: 트라이얼 T41는 더 이상 없습니다."
     respond = Mock()
     actions.add_to_plan_callback(ack=Mock(), body=dict(body, channel={"id": "C1"}),
                                  action={"value": "41"}, client=Mock(), respond=respond,
-                                 context={"trialbot": ctx})
+                                 context={"trialbot": ctx}).result(10)
     assert respond.call_args.kwargs["text"] == ":x: There is no trial T41 any more."
 
 

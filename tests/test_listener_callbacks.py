@@ -66,12 +66,16 @@ def test_plan_callback_creates_a_plan_in_its_channel(ctx):
 def test_cancel_callback_cancels_the_owners_queued_trial_and_refuses_others(ctx):
     commands.trial_callback(ack=Mock(), command=slash(QUICK), context=bolt(ctx))
     respond = Mock()
-    actions.cancel_callback(ack=Mock(), body=click(1, user="U2"), action={"value": "1"},
-                            respond=respond, context=bolt(ctx))
+    ack = Mock()
+    # The work and the answer come after the ack (bot/slack/later.py): the callback
+    # returns their future.
+    actions.cancel_callback(ack=ack, body=click(1, user="U2"), action={"value": "1"},
+                            respond=respond, context=bolt(ctx)).result(10)
+    ack.assert_called_once_with()
     assert "only they or an admin can cancel it" in said(respond)
     respond = Mock()
     actions.cancel_callback(ack=Mock(), body=click(1), action={"value": "1"},
-                            respond=respond, context=bolt(ctx))
+                            respond=respond, context=bolt(ctx)).result(10)
     assert "is cancelled; it will not run" in said(respond)
     assert ctx.store.job(1)["status"] == "cancelled"
 
@@ -84,7 +88,7 @@ def test_rerun_callback_queues_once_per_double_click(ctx):
         body = click(1)
         body["trigger_id"] = f"{body['trigger_id']}-{id(respond)}"  # a new click, a new id
         actions.rerun_callback(ack=ack, body=body, action={"value": "1"}, respond=respond,
-                               context=bolt(ctx))
+                               context=bolt(ctx)).result(10)
         ack.assert_called_once_with()
     assert "Queued as *T2*" in said(first)
     assert "your click on this card queued T2" in said(second)
@@ -95,7 +99,7 @@ def test_add_to_plan_callback_opens_the_modal_with_this_channels_blocks(ctx):
     commands.trial_callback(ack=Mock(), command=slash(QUICK), context=bolt(ctx))
     client, respond = Mock(), Mock()
     actions.add_to_plan_callback(ack=Mock(), body=click(1), action={"value": "1"},
-                                 client=client, respond=respond, context=bolt(ctx))
+                                 client=client, respond=respond, context=bolt(ctx)).result(10)
     assert "No plan of this channel has a block yet" in said(respond)
     client.views_open.assert_not_called()
     ctx.store.add_plan("repro", "C1", "U1", {})
@@ -116,8 +120,10 @@ def test_plan_modal_callback_tags_the_trial_or_answers_in_the_modal(ctx):
         ack, client = Mock(), Mock()
         view = {"private_metadata": "1", "state": {"values": {"block": {"choice": {
             "selected_option": {"value": value}}}}}}
-        views.plan_modal_callback(ack=ack, body={"user": {"id": "U1"}}, view=view,
-                                  client=client, context=bolt(ctx))
+        after = views.plan_modal_callback(ack=ack, body={"user": {"id": "U1"}}, view=view,
+                                          client=client, context=bolt(ctx))
+        if after:  # the confirmation, posted after the ack
+            after.result(10)
         return ack, client
 
     ack, client = submit("repro|verify")

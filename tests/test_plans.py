@@ -364,29 +364,6 @@ def test_a_block_is_estimated_only_from_trials_of_its_own_channel(ctx):
                                          "U1", "C2", TODAY)["text"]  # an admin may
 
 
-class Refusing:
-    """A channel check that says the bot is not in C1 (as Slack would)."""
-
-    def refusal(self, channel):
-        return "I am not a member of <#C1>: invite me with `/invite @trialbot` there"
-
-    def forget(self, channel):
-        pass
-
-
-def test_what_posts_in_a_channel_the_bot_is_not_in_is_refused_and_stores_nothing(ctx):
-    t = finish(ctx, report())
-    say(ctx, "new repro")
-    say(ctx, f"repro block baseline runs=10 trial={t}")
-    ctx.channels = Refusing()
-    before = counts(ctx)
-    for text in ("repro export", "digest now", "digest weekly mon 09:00 UTC"):
-        out = say(ctx, text)
-        assert "invite me with `/invite @trialbot`" in out and "Nothing was changed" in out
-    assert counts(ctx) == before and ctx.store.digests() == []
-    assert "baseline" in say(ctx, "repro show")  # reading posts nothing: not asked
-
-
 def cancel_running(ctx, tags=None, seconds=360.0):
     """A trial cancelled while it ran: its worker killed it after `seconds`."""
     from worker import report as reports

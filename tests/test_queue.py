@@ -153,7 +153,7 @@ def test_recipes_go_only_to_workers_that_can_run_them(ctx):
     ctx.store.upsert_worker("h100", {"gpus": ["NVIDIA H100"], "recipes": [recipe]})
     spec = parse(["recipe", "adkv"], {"adkv": Workload.from_dict(recipe)})
     job = ctx.queue.submit(spec, "recipe adkv", "U1", "C1")
-    assert workers.online_for(ctx.store, job["spec"]) == ["h100"]
+    assert workers.online_for(ctx.store.workers(), job["spec"]) == ["h100"]
     assert ctx.queue.lease("mac", 0) is None and ctx.queue.lease("plain", 0) is None
     assert ctx.queue.lease("h100", 0)["id"] == job["id"]
 

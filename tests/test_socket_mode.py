@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 
 from bot.trials import card
-from conftest import BIN, Proc, free_port, wait_http
+from conftest import BIN, Proc, free_port, wait_for, wait_http
 from slackfake import FakeSlack, slash_body
 from socketfake import SocketFake
 
@@ -174,6 +174,7 @@ def test_cancel_rerun_and_add_to_plan_work_over_socket_mode(sm):
     assert len(sm.jobs()) == rerun
 
     assert "Plan *repro* started" in sm.say("new repro gpu=cpu", "/plan")
+    wait_for(lambda: sm.jobs()[0][1] == "done", timeout=60, what="T1 done")  # a block needs it
     assert "baseline block added" in sm.say("repro block baseline runs=8 trial=T1", "/plan")
     envelope_id, click = sm.click(card.ADD_TO_PLAN, rerun)
     sm.socket.wait_ack(envelope_id)
@@ -196,6 +197,7 @@ def test_cancel_rerun_and_add_to_plan_work_over_socket_mode(sm):
     assert refused["response_action"] == "errors" and "has no such block" in \
         refused["errors"]["block"]
     assert submit("repro|baseline") in (None, {})
-    told = sm.slack.calls_of("chat.postEphemeral")[-1]
+    # the confirmation is posted after the ack
+    told = wait_for(lambda: sm.slack.calls_of("chat.postEphemeral"), what="the confirmation")[-1]
     assert f"T{rerun} now counts as an actual of plan *repro*" in told["text"]
     assert dict((j[0], j[2]) for j in sm.jobs())[rerun] == "repro"

@@ -90,7 +90,9 @@ def sending_a_card(bot_env: dict, log, fake_slack, delay: float) -> tuple[Proc, 
     worker.register("w1", {})
     slash(url, "llm-infer")
     fake_slack.delays["C1"] = delay
-    assert worker.lease("w1", 1)["trial"] == "T1"  # the card goes to the outbox
+    # T1 is held until Slack says the bot may post in C1 (its answer is slow too):
+    # the long-poll returns once it is queued. Its card goes to the outbox.
+    assert worker.lease("w1", 15)["trial"] == "T1"
     wait_for(lambda: "chat.postMessage" in fake_slack.received, 10, "the card was not sent")
     return bot, url
 

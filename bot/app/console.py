@@ -46,6 +46,8 @@ def run(db: str, as_json: bool, stdin=None, stdout=None, user=None) -> int:
     transport = ConsoleTransport(stdout, as_json, files)
     rt = Runtime(db, secrets.token_urlsafe(24), transport, policy=access.operator(USER))
     transport.language = rt.store.channel_lang
+    for channel in rt.store.held_channels():  # left by `serve`: no Slack here to ask
+        trial_command.settle(rt.ctx, channel, None)
     rt.start()
     rt.start_local_worker(user=user)  # user: --trial-user, a worker.trialuser.TrialUser
     interactive = stdin.isatty()

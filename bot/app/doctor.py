@@ -1,17 +1,18 @@
 """`trialbot doctor`: on the bot's host, with the environment of `trialbot
 serve`, one line per check (settings and access, Slack, the database, the
 workers, the outbox); each failing line says how to fix it. Reads only: it never
-migrates the file, posts to Slack or opens the Socket Mode socket."""
+migrates the file (whether it can be written is a write rolled back), posts
+to Slack or opens the Socket Mode socket."""
 from __future__ import annotations
 
 import os
 import time
 
 from bot.app import config
-from bot.app.doctorcodes import BACKUP_DAYS, MIN_FREE, WORKERS_WITHIN, Exit, Line
+from bot.app.doctorcodes import BACKUP_DAYS, MIN_FREE, WORKERS_WITHIN, WRITE_WAIT, Exit, Line
 from bot.app.doctorslack import slack_lines
 from bot.delivery.outbox import ALERT_MINUTES
-from bot.store import health, migrations
+from bot.store import Reason, health, migrations
 from bot.trials.workerlist import AUTH_ERRORS, gpu_kind, stuck_hint
 from worker import i18n
 from worker.i18n import _
@@ -151,6 +152,7 @@ def database_lines(path: str, alert_minutes: float = ALERT_MINUTES) -> list[Line
                             "command would block the bot; start `trialbot serve` once, it turns "
                             "WAL on.", path=path, mode=found["journal"]), Exit.DATABASE,
                           check="wal"))
+    lines.append(_write_line(path).named("write"))
     lines.append(_disk_line(path).named("disk"))
     if found["version"] >= migrations.LATEST:  # older: the version line says to migrate
         lines.append(_backup_line(found["backup"]).named("backup"))
@@ -174,6 +176,22 @@ def _version_line(path: str, version: int) -> Line:
     return Line(_("Database {path}: schema version {found}, the latest; {size}.", path=path,
                   found=version, size=size(sum(os.path.getsize(f) for f in (path, path + "-wal")
                                                if os.path.exists(f)))))
+
+
+def _write_line(path: str) -> Line:
+    problem = health.writable(path, WRITE_WAIT)
+    if problem is None:
+        return Line(_("{path} can be written by this user (a write begun and rolled back: "
+                      "nothing changed).", path=path))
+    if problem.reason is Reason.LOCKED:
+        return Line(_("Another program has held the write lock on {path} for over {seconds} s: "
+                      "while it holds it, `/trial` answers that nothing was queued. Close the "
+                      "`sqlite3` session, the long query or the copy that holds it.", path=path,
+                      seconds=f"{WRITE_WAIT:g}"), Exit.DATABASE)
+    return Line(_("{path} cannot be written ({error}): `/trial` answers that nothing was "
+                  "queued. Give the user that runs `trialbot serve` write access to the file, "
+                  "its -wal and -shm and their directory, or remount the filesystem "
+                  "read-write.", path=path, error=problem.detail), Exit.DATABASE)
 
 
 def _disk_line(path: str) -> Line:

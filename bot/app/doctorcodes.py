@@ -16,7 +16,8 @@ class Exit(IntEnum):
     SLACK_UNREACHABLE = 5  # no answer from Slack, or an HTTP error
     SLACK_SCOPES = 6  # the token lacks scopes manifest.yml asks for
     SOCKET_MODE = 7  # SLACK_APP_TOKEN refused, or no Socket Mode connection offered
-    DATABASE = 8  # no file, not a database, not migrated, from a newer trialbot, not WAL
+    DATABASE = 8  # no file, not a database, not migrated, from a newer trialbot, not WAL,
+    # cannot be written (read-only, or another program holds its write lock)
     DISK = 9  # under MIN_FREE free beside the database
     BACKUP = 10  # no backup recorded, or the last older than BACKUP_DAYS
     WORKERS = 11  # no worker seen in the last hour
@@ -26,6 +27,7 @@ class Exit(IntEnum):
 MIN_FREE = 2**30  # bytes free beside the database: SQLite stops writing when it runs out
 BACKUP_DAYS = 7
 WORKERS_WITHIN = 3600.0  # seconds
+WRITE_WAIT = 2.0  # seconds the write check waits for the database's write lock
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from bot.http.metrics import Watch
 from bot.http.server import Server
 from bot.http.workerapi import WorkerApi
 from bot.plans import kept_apart
+from bot.slack.later import ACK_WRITE_SECONDS
 from bot.store import Store
 from bot.trials import workers
 from bot.trials.queue import LEASE_SECONDS, JobQueue
@@ -42,6 +43,9 @@ def context(store: Store, queue: JobQueue | None = None, policy: access.Policy |
     return ctx
 
 
+HEALTH_WRITE_SECONDS = 1.0  # /healthz's probe write waits at most this for the database
+
+
 class Runtime:
     def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
                  port: int = 0, lease_seconds: float = LEASE_SECONDS,
@@ -61,7 +65,9 @@ class Runtime:
         self.ctx.slack_errors.append(self.outbox.slack_errors)
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.ctx, worker_token),
-                             health=self.health,
+                             health=self.health, borrow=self.store.borrowed,
+                             slack_budget=functools.partial(self.store.budget,
+                                                            ACK_WRITE_SECONDS),
                              watch=Watch(self.store, worker_token, metrics_token,
                                          self.slack_errors))
         self.agent = self.agent_thread = None
@@ -75,8 +81,15 @@ class Runtime:
         return dict(total)
 
     def health(self) -> dict:
-        """Open to anyone: a count, never the workers' names (GET /api/workers has them)."""
-        return {"workers_online": len(workers.online(self.store))}
+        """Open to anyone: a count, never the workers' names (GET /api/workers has
+        them); and whether the database can be written now (a write undone), with
+        the reason when not: then not ok, and /healthz answers 503."""
+        out = {"workers_online": len(workers.online(self.store))}
+        problem = self.store.probe_write(HEALTH_WRITE_SECONDS)
+        if problem is None:
+            return dict(out, database={"writable": True})
+        return dict(out, ok=False, database={"writable": False, "reason": problem.reason.value,
+                                             "detail": problem.detail})
 
     def start(self) -> None:
         self.outbox.start()

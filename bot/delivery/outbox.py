@@ -212,8 +212,9 @@ class Outbox(threading.Thread):
         row["thread_ts"] = row["thread_ts"] or sent.get(ref)
         orphan = row["parent_given_up"] or ref in gave_up
         elsewhere = row["parent_via"] == "redirect"  # its parent went to the requester
-        if row["via"] == "redirect" or (not row["via"] and (row["redirect"] or elsewhere)
-                                        and not self._try_channel_again(row)):
+        if row["via"] in ("redirect", "requester") \
+                or (not row["via"] and (row["redirect"] or elsewhere)
+                    and not self._try_channel_again(row)):
             return self._redirected(row, gave_up)
         if elsewhere:  # the channel is tried again: a new message, not in a thread there
             row["thread_ts"], ref = None, None
@@ -322,8 +323,9 @@ class Outbox(threading.Thread):
         return at is None or time.monotonic() - at >= REDIRECT_RETRY
 
     def _redirected(self, row: dict, gave_up: set) -> str:
-        """To the requester, since the channel refused: the command's response_url
-        while it lasts, else a direct message. A card's progress is not sent on."""
+        """To the requester, since the channel refused (or, via "requester", a note
+        meant for them alone): the command's response_url while it lasts, else a
+        direct message. A card's progress is not sent on."""
         if _progress(row):
             return self._give_up(row, "not sent on: the channel refused this trial's card",
                                  gave_up, quiet=True)
@@ -331,10 +333,13 @@ class Outbox(threading.Thread):
             return self._give_up(row, "the channel refused it and nobody asked for it",
                                  gave_up)
         error = row["redirect"] or row["last_error"] or "refused"
-        with self._language(row["channel"]):
-            text, blocks = refusals.redirected(row["text"], row["blocks"], error,
-                                               row["channel"],
-                                               f"T{row['job']}" if row["job"] else None)
+        if row["via"] == "requester":  # written for the requester: sent as it is
+            text, blocks = row["text"], row["blocks"]
+        else:
+            with self._language(row["channel"]):
+                text, blocks = refusals.redirected(row["text"], row["blocks"], error,
+                                                   row["channel"],
+                                                   f"T{row['job']}" if row["job"] else None)
         url = row["url"]
         path = ("response_url" if url and not row["file"] and self.store.response_url_usable(url)
                 else "dm")

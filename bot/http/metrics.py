@@ -15,9 +15,12 @@ from prometheus_client.core import (
 )
 
 from bot.http import tokens
+from bot.store import Reason
 from bot.trials import workers
 
-STATES = ("queued", "running", "done", "failed", "cancelled")  # always listed, 0 or not
+# always listed, 0 or not (held: waiting for Slack to say the bot may post in its channel)
+STATES = ("held", "queued", "running", "done", "failed", "cancelled")
+PROBE_SECONDS = 1.0  # the scrape's probe write waits at most this for the database
 WAIT_BOUNDS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)  # seconds
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -69,6 +72,24 @@ class StoreCollector:
         yield GaugeMetricFamily("trialbot_workers_idle",
                                 "Online workers with no job leased.",
                                 value=sum(1 for w in seen if not w["job"]))
+        yield from self.writes()
+
+    def writes(self):
+        """Can the database be written now (a write undone, as /healthz does), and
+        the writes it refused since start, by reason."""
+        problem = self.store.probe_write(PROBE_SECONDS)
+        yield GaugeMetricFamily("trialbot_db_writable",
+                                "1 when a write to the database succeeds now (a write undone, "
+                                "at each scrape), 0 when it is locked, full or read-only.",
+                                value=0 if problem else 1)
+        failures = self.store.write_state().failures
+        failed = CounterMetricFamily("trialbot_db_write_failures",
+                                     "Writes the database refused since the bot started (each "
+                                     "answered as not done), by reason: locked, full, "
+                                     "read-only or io-error.", labels=["reason"])
+        for reason in Reason:
+            failed.add_metric([reason.value], failures.get(reason, 0))
+        yield failed
 
 
 def registry(store, slack_errors=dict) -> CollectorRegistry:

@@ -9,14 +9,21 @@ its own thread.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from worker import shape
 
 log = logging.getLogger("trialbot.http")
 
+# Slack requests Bolt handles at once; the others wait their turn, in order. One
+# process runs Python one thread at a time: 100 at once take turns at every
+# SQLite call and finish together, late (scripts/bench_ack.py: p99 248 ms against
+# 145 ms with 1 or 2; 2 lets one thread's SQLite work overlap another's Python).
+SLACK_AT_ONCE = 2
 MAX_BODY = 16 * 2**20  # Slack's requests; the worker API has its own, smaller limits
 DRAIN_MAX = 64 * 2**20  # an oversized body up to this is read and dropped, so the
 # client gets its 413 (not a connection reset mid-send); over it, we hang up
@@ -27,9 +34,18 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 256  # the default 5 resets bursts of slash commands
 
-    def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}, watch=None):
+    def __init__(self, address, worker_api, bolt_app=None, health=lambda: {}, watch=None,
+                 borrow=contextlib.nullcontext, slack_budget=contextlib.nullcontext):
         self.worker_api, self.bolt_app, self.health = worker_api, bolt_app, health
         self.watch = watch  # bot/http/metrics.Watch: /metrics and GET /api/workers
+        # A request's thread lives for one connection: its database connection is
+        # borrowed from the store's pool for the request (Store.borrowed).
+        self.borrow = borrow
+        self.dispatching = threading.BoundedSemaphore(SLACK_AT_ONCE)
+        # A Slack request's writes wait at most the ack's budget counted from its
+        # arrival (Store.budget): one that waited its turn here has that much less,
+        # so a locked database answers a burst in time, not turn by turn.
+        self.slack_budget = slack_budget
         super().__init__(address, Handler)
 
     @property
@@ -42,15 +58,23 @@ class Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
     timeout = 60  # an idle or stalled client does not hold a thread for ever
+    # A response's headers and body leave in one write (handle_one_request flushes
+    # after each request): unbuffered, they were two, and the second waited.
+    wbufsize = 2**16
 
     def log_message(self, fmt, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
 
+    def handle_one_request(self) -> None:
+        with self.server.borrow():
+            super().handle_one_request()
+
     def do_GET(self) -> None:
         path = self.path.partition("?")[0]
         watch = self.server.watch
-        if path == "/healthz":
-            self._json(200, {"ok": True, **self.server.health()})
+        if path == "/healthz":  # 503 when something the bot needs fails (the database)
+            health = {"ok": True, **self.server.health()}
+            self._json(200 if health["ok"] else 503, health)
         elif watch is not None and path in ("/metrics", "/api/workers"):
             refused = watch.refusal(self.headers.get("Authorization"))
             if refused:
@@ -98,6 +122,7 @@ class Handler(BaseHTTPRequestHandler):
                 path, self.headers.get("Authorization"), body)
             try:
                 self._json(status, reply)
+                self.wfile.flush()  # here: a worker that hung up is found now, not later
             except (BrokenPipeError, ConnectionResetError):  # the worker hung up, mid long-poll
                 self.close_connection = True
                 self.server.worker_api.unsent(path, body, reply)
@@ -121,9 +146,12 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": "Slack HTTP mode is off (Socket Mode or console)"})
             return
         from slack_bolt.request import BoltRequest
-        headers = {k.lower(): self.headers.get_all(k) for k in self.headers.keys()}
-        resp = app.dispatch(BoltRequest(body=raw.decode("utf-8", "replace"), query=query,
-                                        headers=headers))
+        headers: dict[str, list[str]] = {}
+        for key, value in self.headers.items():  # one pass (get_all per key reads them all)
+            headers.setdefault(key.lower(), []).append(value)
+        request = BoltRequest(body=raw.decode("utf-8", "replace"), query=query, headers=headers)
+        with self.server.slack_budget(), self.server.dispatching:
+            resp = app.dispatch(request)
         body = resp.body.encode() if isinstance(resp.body, str) else json.dumps(resp.body).encode()
         self.send_response(resp.status)
         for key, values in resp.headers.items():

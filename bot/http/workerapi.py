@@ -15,7 +15,8 @@
       instead of to a worker that is gone)
     POST /api/accounting/<id>/result {worker, lease, result, key} -> 200 | 400 | 409
       (a Slurm worker's sacct answer for `/plan NAME actual KIND slurm=JOBID`)
-    (a job id the bot never had: 404; a body over `body_limit`: 413)
+    (a job id the bot never had: 404; a body over `body_limit`: 413; a write the
+    database refuses: 503 {error, reason}, which the worker retries)
 
 `key` (optional) is the request's idempotency key, the same on each of its
 retries: a request sent again because its answer was lost is applied once
@@ -38,6 +39,7 @@ import time
 from bot.http import tokens
 from bot.plans import service
 from bot.plans import slurm as slurmactual
+from bot.store import Unwritable
 from bot.trials import routing, workers
 from bot.trials.queue import LeaseLost
 from worker import report as reports
@@ -46,6 +48,7 @@ from worker.spec import Workload
 log = logging.getLogger("trialbot.http")
 
 MAX_WAIT = 30  # seconds a lease request may be held open
+API_WRITE_WAIT = 10.0  # seconds each write waits for the database: well inside the client's 30
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
 ACCOUNTING_PATH = re.compile(r"/api/accounting/(\d{1,12})/result")
 RELEASE_PATH = re.compile(r"/api/jobs/(\d{1,12})/release")
@@ -137,6 +140,19 @@ class WorkerApi:
     body_limit = staticmethod(body_limit)
 
     def handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
+        """(status, reply). A write the database refuses (locked past
+        API_WRITE_WAIT, full, read-only) is a 503 that names why: the worker
+        retries a 5xx, with the same idempotency key."""
+        with self.ctx.store.write_wait(API_WRITE_WAIT):
+            try:
+                return self._handle(path, auth, body)
+            except Unwritable as exc:
+                log.warning("worker API %s: the database refused a write (%s)", path, exc)
+                return 503, {"error": f"the bot's database cannot be written now ({exc}); the "
+                                      "request was not completed: retry it later",
+                             "reason": exc.reason.value}
+
+    def _handle(self, path: str, auth: str | None, body) -> tuple[int, dict | None]:
         # Read per request: a token revoked by `trialbot worker-token revoke`
         # (another process) is refused from the next request on.
         who = tokens.caller(auth, self.token, self.ctx.store.active_token_hashes())

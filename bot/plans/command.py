@@ -7,10 +7,10 @@ import datetime as dt
 import logging
 
 from bot import figures
-from bot.context import HiddenPlan, PlanUnreachable
+from bot.context import HiddenPlan, PlanUnreachable, Postable, unwritable_text
 from bot.plans import advice, calibration, changes, estimate, export, parse, review, service, views
 from bot.plans.parse import PlanError
-from bot.store import DuplicateRequest
+from bot.store import DuplicateRequest, Unwritable
 from bot.trials import workers
 from bot.words import normalize
 from worker import i18n
@@ -42,11 +42,12 @@ def _handle(ctx, text, user, channel, today, now, request, response_url) -> dict
         refused = need and ctx.allows(need, user, channel, what)
         if refused:
             return views.reply(":lock: " + _("{refused} Nothing was changed.", refused=refused))
-        if cmd.action in POSTS or (cmd.action == "actual" and cmd.args.get("slurm")):
-            unpostable = ctx.channels.refusal(channel)  # its messages go to this channel
-            if unpostable:
-                return views.error(_("{refusal}; then run the command again. Nothing was "
-                                     "changed.", refusal=unpostable))
+        if (cmd.action in POSTS or (cmd.action == "actual" and cmd.args.get("slurm"))) \
+                and ctx.channels.cached(channel) is not Postable.YES:
+            # Its messages go to this channel. Slack is asked after the reply, never
+            # before it; if the bot may not post there, the outbox takes them to the
+            # requester (this command's response_url, else a direct message) instead.
+            ctx.channels.confirm(channel)
         if cmd.action.startswith("digest"):  # bot/digest/command.py, through the context
             return ctx.digest_command(ctx, cmd, user, channel,
                                       now or dt.datetime.now(dt.timezone.utc), response_url)
@@ -58,6 +59,8 @@ def _handle(ctx, text, user, channel, today, now, request, response_url) -> dict
                                           if need else str(exc)))
     except (PlanError, estimate.EstimateError) as exc:
         return views.error(str(exc))
+    except Unwritable as exc:  # locked past the ack's budget, full, read-only
+        return views.reply(":x: " + _("Nothing was stored: {why}.", why=unwritable_text(exc)))
     except Exception:  # noqa: BLE001 - a bug must still get an answer, and a log line
         log.exception("/plan %r failed", text)
         return views.error(_("Something went wrong on our side answering this; it is in the "

@@ -242,10 +242,10 @@ def check_trials(trials: list[dict]) -> None:
     """Refuse trials a block cannot rest on: missing, unfinished, failed, or
     of different configs or environments."""
     for t in trials:
-        if t["status"] in ("queued", "running"):
+        if t["status"] in ("held", "queued", "running"):  # held: waits for Slack's word
             raise EstimateError(
                 _("{trial} is still queued; add the block when it has reported", trial=t["trial"])
-                if t["status"] == "queued" else
+                if t["status"] != "running" else
                 _("{trial} is still running; add the block when it has reported",
                   trial=t["trial"]))
         if t["status"] != "done" or not t.get("report") or t["report"]["status"] != "ok":

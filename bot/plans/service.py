@@ -33,7 +33,7 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     if not jobs:
         raise PlanError(_("There is no sweep S{id}; `/trial sweep ...` starts one",
                           id=block["sweep"]))
-    waiting = [j["trial"] for j in jobs if j["status"] in ("queued", "running")]
+    waiting = [j["trial"] for j in jobs if j["status"] in ("held", "queued", "running")]
     if waiting:
         raise PlanError(_("Sweep S{id} is still running ({trials}); add the block when it has "
                           "reported", id=block["sweep"], trials=", ".join(waiting)))

@@ -3,15 +3,19 @@ callbacks (bot/slack/listeners/); each finds the core's Context in Bolt's
 per-request context, put there by one middleware."""
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from slack_bolt import App
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.middleware import Middleware
 from slack_sdk import WebClient
 
 from bot.delivery.outbox import error_class
 from bot.slack import channels, groups, listeners
+from bot.trials import command as trial_command
 
 log = logging.getLogger("trialbot.slack")
 LISTENER_THREADS = 64
@@ -47,6 +51,33 @@ class CountingClient(WebClient):
         with self._lock:
             return dict(self._failed)
 
+    def sharing(self, **settings) -> CountingClient:
+        """Another client (its own token, timeout or retries) counted here too."""
+        other = CountingClient(**{"token": self.token, "base_url": self.base_url,
+                                  "timeout": self.timeout,
+                                  "retry_handlers": self.retry_handlers, **settings})
+        other._failed, other._lock = self._failed, self._lock
+        return other
+
+
+class WithContext(Middleware):
+    """Puts the core's Context in each request's Bolt context. A class, not a
+    function: Bolt calls a function middleware through its argument injection,
+    a tenth of a millisecond on every ack's path."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def process(self, *, req, resp, next):  # noqa: A002 - Bolt's own name
+        req.context[CONTEXT_KEY] = self.ctx
+        return next()
+
+
+def _authorize(token: str, enterprise_id, team_id, user_id) -> AuthorizeResult:
+    """Every request is for the one workspace whose bot token we hold."""
+    return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id, user_id=user_id,
+                           bot_token=token)
+
 
 def build_app(ctx, client: WebClient, signing_secret: str | None) -> App:
     """The Bolt app over `ctx`, which gains what only Slack knows: user groups
@@ -55,27 +86,37 @@ def build_app(ctx, client: WebClient, signing_secret: str | None) -> App:
     client = CountingClient(token=client.token, base_url=client.base_url,
                             timeout=client.timeout, retry_handlers=client.retry_handlers)
     ctx.slack_errors.append(client.failures)
-    # Token verification calls auth.test at start-up; skipped so a Slack outage
-    # never stops the bot from starting (messages wait in the outbox instead).
+    # Bolt's single-workspace authorization calls auth.test at start-up (or, with
+    # token verification off, on the first request: on its ack's path, and a
+    # failure there refuses the command). Our own `authorize` answers with the
+    # token we have and calls nothing: a Slack outage never stops the bot from
+    # starting nor answering (messages wait in the outbox instead).
     # Bolt runs listeners on a pool of 5 threads by default; a burst of slash
     # commands then queues behind it. Listeners here only touch SQLite, so more
     # threads cost little (scripts/bench_trial_loop.py measures the burst).
-    app = App(client=client, signing_secret=signing_secret or None,
-              token_verification_enabled=False,
+    # (Bolt's own client carries no token: each request's client takes authorize's.)
+    app = App(client=client.sharing(token=None),
+              signing_secret=signing_secret or None,
+              authorize=functools.partial(_authorize, client.token),
               # Run each listener in the request's own thread and answer when it
               # returns: ours only touch SQLite, and Bolt's other runner polls for
               # the ack in 10 ms sleeps (scripts/bench_load.py measures both).
               process_before_response=True,
               request_verification_enabled=bool(signing_secret),
+              # The app subscribes to no events (manifest.yml): their middleware is
+              # work on every ack's path for nothing.
+              ignoring_self_events_enabled=False, url_verification_enabled=False,
+              attaching_function_token_enabled=False,
               listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS))
     ctx.members = groups.Members(client)  # user groups in the access policy
-    ctx.channels = channels.ChannelCheck(client)  # is the bot in the channel?
+    for group in ctx.policy.run_usergroups | ctx.policy.admin_usergroups:
+        ctx.members.fetch(group)  # in the background: no command waits on Slack
+    # Is the bot in the channel? Asked after the ack; then held trials go on.
+    asking = client.sharing(timeout=channels.TIMEOUT, retry_handlers=[])
+    ctx.channels = channels.ChannelCheck(asking, functools.partial(trial_command.settle, ctx))
+    ctx.channels.resume(ctx.store.held_channels())  # held when the bot last stopped
 
-    @app.use
-    def with_context(context, next):  # noqa: A002 - Bolt passes the chain as `next`
-        context[CONTEXT_KEY] = ctx
-        next()
-
+    app.use(WithContext(ctx))
     listeners.register(app)
 
     @app.error

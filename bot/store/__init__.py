@@ -17,7 +17,7 @@ doctor`, read-only).
 from __future__ import annotations
 
 from bot.store.backup import backup
-from bot.store.base import Base, DuplicateRequest
+from bot.store.base import Base, DuplicateRequest, Reason, Unwritable
 from bot.store.channels import Channels
 from bot.store.digests import Digests
 from bot.store.jobs import Jobs
@@ -27,7 +27,8 @@ from bot.store.plans import Plans
 from bot.store.slurm import SlurmActuals
 from bot.store.workers import Workers
 
-__all__ = ["RESPONSE_URL_SECONDS", "RESPONSE_URL_USES", "DuplicateRequest", "Store", "backup"]
+__all__ = ["RESPONSE_URL_SECONDS", "RESPONSE_URL_USES", "DuplicateRequest", "Reason", "Store",
+           "Unwritable", "backup"]
 
 
 class Store(Jobs, Leasing, Workers, Outbox, Plans, SlurmActuals, Digests, Channels, Base):

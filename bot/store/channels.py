@@ -6,8 +6,7 @@ import time
 
 class Channels:
     def channel_settings(self, channel: str) -> dict | None:
-        rows = list(self.db.query("select * from channel_settings where channel = ?",
-                                  [channel]))
+        rows = self.rows("select * from channel_settings where channel = ?", [channel])
         return rows[0] if rows else None
 
     def channel_lang(self, channel: str | None) -> str | None:

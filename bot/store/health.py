@@ -1,11 +1,14 @@
 """What `trialbot doctor` reads from the database, read-only: opening a Store
-would migrate the file and turn WAL on, hiding the very things it checks."""
+would migrate the file and turn WAL on, hiding the very things it checks.
+Whether it can be written is asked with a write rolled back."""
 from __future__ import annotations
 
 import json
 import sqlite3
 import time
 from pathlib import Path
+
+from bot.store.base import Unwritable, unwritable
 
 
 def read(path: str, seen_within: float) -> dict:
@@ -50,3 +53,26 @@ def _outbox(conn: sqlite3.Connection) -> dict:
     return {"count": count, "last_error": refused[0] if refused else None,
             "oldest": dict(zip(("channel", "created", "tries", "last_error"), row))
             if row else None}
+
+
+def writable(path: str, seconds: float) -> Unwritable | None:
+    """None when this user can write the file now, else why not: a write
+    transaction is begun (waiting up to `seconds` for another writer) and
+    rolled back, so nothing changes. A full disk shows only at a commit (the
+    doctor's disk line checks the free space instead)."""
+    conn = sqlite3.connect(path, timeout=seconds, isolation_level=None)
+    try:
+        version = conn.execute("pragma user_version").fetchone()[0]
+        conn.execute("begin immediate")
+        try:
+            conn.execute(f"pragma user_version = {int(version)}")  # a write, the same value
+        finally:
+            conn.execute("rollback")
+    except sqlite3.Error as exc:
+        failed = unwritable(exc)
+        if failed is None:
+            raise
+        return failed
+    finally:
+        conn.close()
+    return None

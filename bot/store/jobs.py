@@ -19,8 +19,8 @@ class Jobs:
     def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
                  sweep: bool = False, tags: dict | None = None, group: str | None = None,
                  budget: float | None = None, request: str | None = None,
-                 response_url: str | None = None, needs: list[str] | None = None
-                 ) -> list[dict]:
+                 response_url: str | None = None, needs: list[str] | None = None,
+                 held: bool = False) -> list[dict]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
         the first one's id as their sweep id; `tags` ({plan, block}) make them a
         plan's actuals. A `request` key already used raises DuplicateRequest and
@@ -28,7 +28,9 @@ class Jobs:
         seconds it holds or None for a day). `response_url` (the command's)
         reaches the requester if the channel refuses the trial's messages.
         `needs` is each spec's needs key (bot/store/leasing.py); without it, the
-        next lease classifies the jobs."""
+        next lease classifies the jobs. `held`: stored as held, which no worker
+        leases, until Slack says the bot may post in the channel (release_held,
+        end_held)."""
         ids = []
         tags = tags or {}
         keys = [(request, None)] if isinstance(request, str) else [
@@ -43,9 +45,10 @@ class Jobs:
                 cur = self.db.execute(
                     "insert into jobs (workload, spec, words, user, channel, status, created, "
                     "plan, block, response_url, needs) "
-                    "values (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
-                    [spec["workload"], json.dumps(spec), w, user, channel, time.time(),
-                     tags.get("plan"), tags.get("block"), response_url, classes.get(key)])
+                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [spec["workload"], json.dumps(spec), w, user, channel,
+                     "held" if held else "queued", time.time(), tags.get("plan"),
+                     tags.get("block"), response_url, classes.get(key)])
                 ids.append(cur.lastrowid)
             column = "sweep" if sweep else "ladder" if group else None
             if column:  # the group's id is its first job's
@@ -55,7 +58,7 @@ class Jobs:
             for key, _ in keys:
                 self.db.execute("update requests set jobs = ? where key = ?",
                                 [json.dumps(ids), key])
-        return [self.job(i) for i in ids]
+        return self._jobs_by_id(ids)
 
     def sweep_jobs(self, sweep: int) -> list[dict]:
         return [_job(r) for r in self.db["jobs"].rows_where(
@@ -66,8 +69,14 @@ class Jobs:
             "ladder = ?", [ladder], order_by="id", select=JOB_COLUMNS)]
 
     def job(self, job_id: int) -> dict | None:
-        rows = list(self.db["jobs"].rows_where("id = ?", [job_id], select=JOB_COLUMNS))
+        # One statement: sqlite-utils' rows_where asks for the table and view names first.
+        rows = self.rows(f"select {JOB_COLUMNS} from jobs where id = ?", [job_id])
         return _job(rows[0]) if rows else None
+
+    def _jobs_by_id(self, ids: list[int]) -> list[dict]:
+        return [_job(r) for r in self.rows(
+            f"select {JOB_COLUMNS} from jobs where id in ({','.join('?' * len(ids))}) "
+            "order by id", ids)]
 
     def report_with_timeline(self, job_id: int) -> dict:
         """The full report, memory timeline included (for the chart)."""
@@ -238,17 +247,50 @@ class Jobs:
         return True
 
     def cancel_queued(self, job_id: int, user: str, report: dict, messages: list[dict]) -> bool:
-        """Cancel a job no worker has leased yet; False if one has."""
+        """Cancel a job no worker has leased yet (queued or held); False if one has."""
         with self.tx():
             cur = self.db.execute(
                 "update jobs set status = 'cancelled', cancel = ?, cancelled_by = ?, "
                 "finished = ?, report = ?, error_class = 'cancelled' where id = ? and "
-                "status = 'queued'", [time.time(), user, time.time(), json.dumps(report), job_id])
+                "status in ('queued', 'held')",
+                [time.time(), user, time.time(), json.dumps(report), job_id])
             if cur.rowcount != 1:
                 return False
             for message in messages:
                 self._add_message(message, job_id)
         return True
+
+    def held_channels(self) -> list[str]:
+        """Channels with held jobs (waiting for Slack to say the bot may post there)."""
+        return [r[0] for r in self.db.execute("select distinct channel from jobs "
+                                              "where status = 'held'")]
+
+    def held_jobs(self, channel: str) -> list[dict]:
+        return [_job(r) for r in self.rows(f"select {JOB_COLUMNS} from jobs where "
+                                           "channel = ? and status = 'held' order by id",
+                                           [channel])]
+
+    def release_held(self, channel: str) -> int:
+        """The channel's held jobs join the queue (as of when they were asked for)."""
+        with self.tx():
+            return self.db.execute("update jobs set status = 'queued' where channel = ? and "
+                                   "status = 'held'", [channel]).rowcount
+
+    def end_held(self, reports: dict[int, dict], messages: list[dict]) -> int:
+        """End held jobs unrun (the bot may not post in their channel) with their
+        reports, and store `messages` (the requesters' notes) in the same
+        transaction, unless none was still held. How many were ended."""
+        now, ended = time.time(), 0
+        with self.tx():
+            for job_id, report in reports.items():
+                ended += self.db.execute(
+                    "update jobs set status = 'cancelled', finished = ?, report = ?, "
+                    "error_class = 'cancelled' where id = ? and status = 'held'",
+                    [now, json.dumps(report), job_id]).rowcount
+            if ended:
+                for message in messages:
+                    self._add_message(message, None)
+        return ended
 
     def request_cancel(self, job_id: int, user: str, card: dict | None) -> bool:
         """Mark a running job to be cancelled (the next heartbeat tells its worker);

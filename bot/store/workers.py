@@ -74,10 +74,10 @@ class Workers:
         return [dict(r, info=json.loads(r["info"] or "{}")) for r in rows]
 
     def workers(self, seen_within: float | None = None) -> list[dict]:
-        where, args = (("last_seen >= ?", [time.time() - seen_within])
-                       if seen_within is not None else (None, None))
+        where, args = (("where last_seen >= ?", [time.time() - seen_within])
+                       if seen_within is not None else ("", []))
         return [dict(w, info=json.loads(w["info"] or "{}"))
-                for w in self.db["workers"].rows_where(where, args, order_by="name")]
+                for w in self.rows(f"select * from workers {where} order by name", args)]
 
     def add_worker_token(self, name: str, digest: str) -> bool:
         """False when `name` has an active token; a revoked name gets a new one."""

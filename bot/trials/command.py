@@ -2,13 +2,13 @@
 Parse → act on the queue/store → a reply payload. Bad input creates nothing."""
 from __future__ import annotations
 
-import shlex
 import time
 
 from bot.blocks import reply, section
+from bot.context import Postable, unwritable_text
 from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
-from bot.store import DuplicateRequest
+from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
 from bot.trials.job import ENDED
 from bot.words import normalize
@@ -26,6 +26,9 @@ def handle(ctx, text: str, user: str, channel: str,
     with i18n.using(ctx.store.channel_lang(channel)):  # the channel's language
         try:  # once, here: every parser and every echo then sees the plain words
             return _handle(ctx, normalize(text), user, channel, request, response_url)
+        except Unwritable as exc:  # locked past the ack's budget, full, read-only
+            return reply(_(":x: Nothing was queued or changed: {why}.",
+                           why=unwritable_text(exc))), None
         except DuplicateRequest as exc:
             if not exc.jobs:
                 return reply(_("Already received: this request (Slack retried it, or it came "
@@ -49,7 +52,7 @@ def _handle(ctx, text: str, user: str, channel: str,
         words, tagged = tags.take(ctx, parse.split(text), user, channel)
         # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
         words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, registered)
-        cmd = parse.parse_trial(shlex.join(words), recipes)
+        cmd = parse.parse_trial(words, recipes)
     except specs.SpecError as exc:
         return views.error(exc), None
     except (tags.TagError, routing.RouteError) as exc:
@@ -75,7 +78,8 @@ def _handle(ctx, text: str, user: str, channel: str,
     if cmd.name == "help":
         return reply(views.help_text(recipes)), None
     if cmd.name == "list":
-        narrow = {"mine": {"user": user}, "running": {"status": ("queued", "running")},
+        narrow = {"mine": {"user": user},
+                  "running": {"status": ("held", "queued", "running")},
                   "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
         return views.job_list(ctx.store.jobs(limit=15, channel=channel, **narrow),
                                cmd.which), None
@@ -143,41 +147,59 @@ def _handle(ctx, text: str, user: str, channel: str,
         return reply(_(":x: No worker can run recipe `{recipe}`: it needs CUDA and every "
                        "worker with it in its recipe file has no NVIDIA GPU. Start a GPU worker "
                        "with that recipe file. Nothing was queued.", recipe=first.recipe)), None
-    unpostable = ctx.channels.refusal(channel)  # asked last: it may be a call to Slack
-    if unpostable:
-        return reply(_(":x: {refusal}; then run the command again. Nothing was queued.",
-                       refusal=unpostable)), None
-    where = {"request": request, "route": route, "response_url": response_url}
-    answer, job = _submit(ctx, cmd, text, user, channel, tagged, where)
+    # Slack is never asked on the ack's path: a channel not known yet holds the
+    # trials until its answer, asked once the reply is on its way (settle below).
+    postable = ctx.channels.cached(channel)
+    held = postable is Postable.UNKNOWN
+    where = {"request": request, "route": route, "response_url": response_url, "held": held}
+    answer, job = _submit(ctx, cmd, text, user, channel, tagged, where, registered)
+    if postable is not Postable.YES:  # after the store's commit, so settle sees these trials
+        ctx.channels.confirm(channel)
     notes = (ctx.tag_notes(ctx, tagged, [s.to_dict() for s in cmd.specs or (cmd.spec,)], route)
              if tagged and ctx.tag_notes else [])
-    return _also(answer, "\n".join(f":warning: {n}" for n in notes)), job
+    answer = _also(answer, "\n".join(f":warning: {n}" for n in notes))
+    if held:
+        answer = {**answer, **reply(views.held_note(channel) + "\n" + answer["text"])}
+    return answer, job
 
 
-def _submit(ctx, cmd, text, user, channel, tagged, where) -> tuple[dict, dict]:
+def settle(ctx, channel: str, refusal: str | None) -> int:
+    """Slack answered whether the bot may post in `channel` (None: it may): its
+    held trials join the queue, or end unrun with the refusal sent to each
+    command's requester. How many were settled."""
+    if refusal is None:
+        return ctx.queue.release_held(channel)
+    held = ctx.store.held_jobs(channel)
+    if not held:
+        return 0
+    with ctx.queue.speaking(channel):
+        return ctx.queue.refuse_held(held, refusal)
+
+
+def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[dict, dict]:
     if cmd.name == "ladder":
         jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tagged, **where)
-        return _also(ladder.queued(jobs, cmd.budget), _waiting(ctx, jobs[0])), jobs[-1]
+        return _also(ladder.queued(jobs, cmd.budget), _waiting(registered, jobs[0])), jobs[-1]
     if cmd.name == "ab":
         jobs = ctx.queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tagged,
                                       **where)
-        return _also(ab.queued(jobs), _waiting(ctx, jobs[0])), jobs[-1]
+        return _also(ab.queued(jobs), _waiting(registered, jobs[0])), jobs[-1]
     if cmd.name == "sweep":
         jobs = ctx.queue.submit_sweep(cmd.specs, cmd.words, user, channel, tagged, **where)
         # The last job stands for the sweep: its end posts the fit (one worker runs
         # them in order; with several, whichever ends last posts it).
-        return views.sweep_queued(jobs, workers.online_for(ctx.store, jobs[0]["spec"]),
-                                  _waiting(ctx, jobs[0])), jobs[-1]
+        return views.sweep_queued(jobs, workers.online_for(registered, jobs[0]["spec"]),
+                                  _waiting(registered, jobs[0])), jobs[-1]
     job = ctx.queue.submit(cmd.spec, parse.canonical(text.split(), cmd.spec), user, channel,
                            tagged, **where)
-    return views.queued(job, workers.online_for(ctx.store, job["spec"]),
-                        _waiting(ctx, job)), job
+    return views.queued(job, workers.online_for(registered, job["spec"]),
+                        _waiting(registered, job)), job
 
 
-def _waiting(ctx, job: dict) -> str:
+def _waiting(registered: list[dict], job: dict) -> str:
     """For a routed trial whose workers are all offline, the line naming them."""
-    offline = workers.offline_for(ctx.store, job["spec"])
+    offline = workers.offline_for(registered, job["spec"])
     return views.waiting_for(job["spec"]["route"], offline, time.time()) if offline else ""
 
 
@@ -190,14 +212,19 @@ def cancel(ctx, job_id: int, user: str) -> str:
     admin. Returns what happened; raises ValueError naming why it cannot."""
     job = ctx.store.job(job_id)
     with ctx.queue.speaking(job and job["channel"]):  # a click has no command around it
-        if job is not None and job["user"] != user and job["status"] in ("queued", "running"):
+        if job is not None and job["user"] != user and job["status"] in ("held", "queued",
+                                                                          "running"):
             refused = ctx.allows("admin", user, job["channel"],
                                  i18n.N_("cancel someone else's trial"))
             if refused:
                 raise ValueError(_("{trial} was started by <@{user}>; only they or an admin "
                                    "can cancel it. {refused}", trial=job["trial"],
                                    user=job["user"], refused=refused.rstrip(".")))
-        return ctx.queue.cancel(job_id, user)
+        try:
+            return ctx.queue.cancel(job_id, user)
+        except Unwritable as exc:
+            raise ValueError(_("nothing was cancelled: {why}", why=unwritable_text(exc))) \
+                from None
 
 
 def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
@@ -257,10 +284,14 @@ def rerun(ctx, job_id: int, user: str, request: str | None = None,
     """The "Re-run" button: the same trial again, by whoever clicked, in its
     channel. `request` is the click's trigger_id (Slack's retries repeat it);
     `card` names the message clicked on: each click has a trigger_id of its own,
-    so a double click is caught by card and user."""
+    so a double click is caught by card and user. Called after the click's ack
+    (bot/slack/listeners/actions.py): it may wait for Slack's word on the channel."""
     old = ctx.store.job(job_id)
     with ctx.queue.speaking(old and old["channel"]):  # the card's channel's language
-        return _rerun(ctx, job_id, old, user, request, response_url, card)
+        try:
+            return _rerun(ctx, job_id, old, user, request, response_url, card)
+        except Unwritable as exc:
+            return reply(_(":x: Nothing was queued: {why}.", why=unwritable_text(exc)))
 
 
 def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
@@ -292,4 +323,5 @@ def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
         return reply(_("Already received: your click on this card queued T{id}; nothing new "
                        "was queued. To run it once more, click again after {seconds} s.",
                        id=exc.jobs[0], seconds=CLICK_SECONDS))
-    return views.queued(job, workers.online_for(ctx.store, job["spec"]), _waiting(ctx, job))
+    return views.queued(job, workers.online_for(registered, job["spec"]),
+                        _waiting(registered, job))

@@ -39,16 +39,24 @@ class Command:
     which: str | None = None     # list: mine | running | failed (None: all recent)
 
 
+_PLAIN = re.compile(r"[^'\"\\]*")  # no quote or backslash: shlex would only split on spaces
+_WORD = re.compile(r"[^ \t\r\n]+")  # shlex's whitespace
+
+
 def split(text: str) -> list[str]:
+    text = text or ""
+    if _PLAIN.fullmatch(text):
+        return _WORD.findall(text)  # the same words, at a tenth of shlex's cost (an ack's path)
     try:
-        return shlex.split(text or "")
+        return shlex.split(text)
     except ValueError as exc:  # an unclosed quote
         raise specs.SpecError(text, _("could not read `{text}`: {error}", text=text, error=exc),
                               USAGE) from None
 
 
-def parse_trial(text: str, recipes: dict | None = None) -> Command:
-    words = split(text)
+def parse_trial(text: str | list[str], recipes: dict | None = None) -> Command:
+    """`/trial`'s text, or its words already split (the command splits once)."""
+    words = split(text) if isinstance(text, str) else list(text)
     if words and words[0].lower() in (*SUBCOMMANDS, *specs.WORKLOADS):
         words[0] = words[0].lower()  # keywords in any case: `/trial STATUS t5`
     if words[:1] == ["list"] and len(words) == 2:

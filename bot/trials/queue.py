@@ -26,6 +26,14 @@ def _dicts(specs: list, route: dict | None) -> list[dict]:
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
 
+def unrun_report(job: dict, why: str) -> dict:
+    """The report of a held trial that will not run: cancelled, with why."""
+    report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
+                          "cancelled", _("not run: {why}", why=why), None)
+    report["trial"] = job["trial"]
+    return report
+
+
 def _needs(specs: list[dict]) -> list[str]:
     """Each spec's needs class, as the store keeps it for leasing."""
     return [workers.needs_key(s) for s in specs]
@@ -50,35 +58,62 @@ class JobQueue:
 
     def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None,
                request: str | list | None = None, route: dict | None = None,
-               response_url: str | None = None) -> dict:
+               response_url: str | None = None, held: bool = False) -> dict:
+        """Queue one trial; `held`, it waits for release_held (bot/trials/command.settle)."""
         specs = _dicts([spec], route)
         job = self.store.add_jobs(specs, [words], user, channel, tags=tags, request=request,
-                                  response_url=response_url, needs=_needs(specs))[0]
+                                  response_url=response_url, needs=_needs(specs), held=held)[0]
         self._wake()
         return job
 
     def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
                      tags: dict | None = None, request: str | None = None,
-                     route: dict | None = None, response_url: str | None = None) -> list[dict]:
+                     route: dict | None = None, response_url: str | None = None,
+                     held: bool = False) -> list[dict]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
         specs = _dicts(specs, route)
         jobs = self.store.add_jobs(specs, list(words), user, channel, sweep=True, tags=tags,
                                    request=request, response_url=response_url,
-                                   needs=_needs(specs))
+                                   needs=_needs(specs), held=held)
         self._wake()
         return jobs
 
     def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
                      budget: int | None = None, tags: dict | None = None,
                      request: str | None = None, route: dict | None = None,
-                     response_url: str | None = None) -> list[dict]:
+                     response_url: str | None = None, held: bool = False) -> list[dict]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
         specs = _dicts(specs, route)
         jobs = self.store.add_jobs(specs, list(words), user, channel, group=kind, budget=budget,
                                    tags=tags, request=request, response_url=response_url,
-                                   needs=_needs(specs))
+                                   needs=_needs(specs), held=held)
         self._wake()
         return jobs
+
+    def release_held(self, channel: str) -> int:
+        """The bot may post in `channel`: its held trials join the queue."""
+        released = self.store.release_held(channel)
+        if released:
+            self._wake()
+        return released
+
+    def refuse_held(self, jobs: list[dict], refusal: str) -> int:
+        """The bot may not post in their channel: held trials end unrun, and each
+        command's requester is told why (its response_url, else a direct message)."""
+        reports, asked = {}, {}
+        for job in jobs:
+            report = unrun_report(job, refusal)
+            reports[job["id"]] = report
+            asked.setdefault((job["user"], job["response_url"]), []).append(job["trial"])
+        notes = [{"channel": jobs[0]["channel"], "kind": "notice", "via": "requester",
+                  "user": user, "response_url": url,
+                  "text": _(":x: {trials} will not run: {refusal}; then run the command again.",
+                            trials=", ".join(trials), refusal=refusal)}
+                 for (user, url), trials in asked.items()]
+        ended = self.store.end_held(reports, notes)
+        if ended:
+            self.on_message()
+        return ended
 
     def submit_slurm_actual(self, row: dict, request: str | None = None) -> dict:
         req = self.store.add_slurm_actual(row, request)
@@ -273,12 +308,12 @@ class JobQueue:
         if job is None:
             raise ValueError(_("there is no trial T{id}; `/trial list` shows recent ones",
                                id=job_id))
-        if job["status"] not in ("queued", "running"):
+        if job["status"] not in ("held", "queued", "running"):
             raise ValueError(_("{trial} already ended ({status}); nothing to cancel",
                                trial=job["trial"], status=views.status_word(job["status"])))
         if job["cancel"]:
             return _("{trial} is already being cancelled", trial=job["trial"])
-        if job["status"] == "queued":
+        if job["status"] in ("held", "queued"):
             said = _("cancelled by <@{user}> before it started", user=user)
             report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
                                   "cancelled", said, None)

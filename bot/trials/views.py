@@ -13,8 +13,9 @@ from worker.report import Report
 from worker.units import duration
 
 # A job's status as shown; the stored word stays English (`/trial list running` takes it).
-STATUS = {"queued": N_("queued"), "running": N_("running"), "done": N_("done"),
-          "failed": N_("failed"), "cancelled": N_("cancelled")}
+STATUS = {"held": N_("held for Slack's answer"), "queued": N_("queued"),
+          "running": N_("running"), "done": N_("done"), "failed": N_("failed"),
+          "cancelled": N_("cancelled")}
 
 
 def status_word(status: str) -> str:
@@ -67,6 +68,14 @@ def help_text(recipes: dict | None = None) -> str:
         lines.append(_("_No recipes: a worker started with `--recipes FILE` adds its own._"))
     lines.append(_("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`"))
     return "\n".join(lines)
+
+
+def held_note(channel: str) -> str:
+    """The first line of a reply whose trials wait (held) for Slack to say the
+    bot may post in the channel, which it is asked once the reply is sent."""
+    return _(":hourglass_flowing_sand: Held until Slack confirms I may post in <#{channel}> "
+             "(a second or two); then queued as below. If I may not, you are told here and "
+             "nothing runs.", channel=channel)
 
 
 def waiting_for(route: dict, offline: list[dict], now: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 
 from bot.trials import routing
 from worker import models, presets
@@ -146,21 +147,24 @@ def online(store) -> list[str]:
     return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)]
 
 
-def online_for(store, spec: dict) -> list[str]:
-    """Online workers that could run `spec`."""
-    return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)
-            if can_run(w["info"], spec)]
+def online_for(registered: list[dict], spec: dict, now: float | None = None) -> list[str]:
+    """Of the registered workers (store.workers(), read once by the command),
+    those online that could run `spec`."""
+    since = (time.time() if now is None else now) - ONLINE_SECONDS
+    return [w["name"] for w in registered
+            if (w["last_seen"] or 0) >= since and can_run(w["info"], spec)]
 
 
-def offline_for(store, spec: dict) -> list[dict]:
-    """The registered workers that could run a routed `spec`, when all of them
-    are offline: the trial waits for them. [] when one is online, or when
-    `spec` is not routed (any worker that comes will do)."""
+def offline_for(registered: list[dict], spec: dict, now: float | None = None) -> list[dict]:
+    """Of the registered workers (store.workers()), those that could run a
+    routed `spec`, when all of them are offline: the trial waits for them. []
+    when one is online, or when `spec` is not routed (any worker that comes
+    will do)."""
     if not routing.routed(spec.get("route")):
         return []
-    online = {w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)}
-    able = [w for w in store.workers() if can_run(w["info"], spec)]
-    return [] if any(w["name"] in online for w in able) else able
+    since = (time.time() if now is None else now) - ONLINE_SECONDS
+    able = [w for w in registered if can_run(w["info"], spec)]
+    return [] if any((w["last_seen"] or 0) >= since for w in able) else able
 
 
 def known(store, worker: str) -> bool:

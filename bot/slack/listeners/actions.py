@@ -1,8 +1,13 @@
-"""Buttons on a trial's card: Cancel, Re-run, Add to plan…. Each acks, calls
-the core and answers the clicking user only (ephemeral), in the language of
-the channel the card is in."""
+"""Buttons on a trial's card: Cancel, Re-run, Add to plan…. Each acks first;
+the core's work and the answer to the clicking user (ephemeral, through the
+click's response_url) come after the ack (bot/slack/later.py), in the
+language of the channel the card is in. Add to plan's modal opens within
+the ack's time (its trigger_id lasts 3 s); its refusals come after."""
 from __future__ import annotations
 
+from concurrent.futures import Future
+
+from bot.slack.later import later
 from bot.trials import card, tags
 from bot.trials import command as trial_command
 from worker import i18n
@@ -13,53 +18,61 @@ def _say(respond, text: str) -> None:
     respond(response_type="ephemeral", replace_original=False, text=text)
 
 
-def _language(context, body):
+def _language(ctx, body):
     channel = (body.get("channel") or {}).get("id")
-    return i18n.using(context["trialbot"].store.channel_lang(channel))
+    return i18n.using(ctx.store.channel_lang(channel))
 
 
-def cancel_callback(ack, body, action, respond, context) -> None:
+def cancel_callback(ack, body, action, respond, context) -> Future:
     ack()
-    with _language(context, body):
+    return later(_cancel, context["trialbot"], body, action, respond)
+
+
+def _cancel(ctx, body, action, respond) -> None:
+    with _language(ctx, body):
         try:
             text = _(":no_entry_sign: {answer}.", answer=trial_command.cancel(
-                context["trialbot"], int(action["value"]), body["user"]["id"]))
+                ctx, int(action["value"]), body["user"]["id"]))
         except ValueError as exc:
             text = _(":x: {error}.", error=exc)
     _say(respond, text)
 
 
-def rerun_callback(ack, body, action, respond, context) -> None:
+def rerun_callback(ack, body, action, respond, context) -> Future:
     ack()
+    return later(_rerun, context["trialbot"], body, action, respond)
+
+
+def _rerun(ctx, body, action, respond) -> None:
     ts = ((body.get("container") or {}).get("message_ts")
           or (body.get("message") or {}).get("ts"))
     clicked = ts and f"{(body.get('channel') or {}).get('id')}:{ts}"
-    with _language(context, body):
-        reply = trial_command.rerun(context["trialbot"], int(action["value"]),
-                                    body["user"]["id"], body.get("trigger_id"),
-                                    body.get("response_url"), clicked)
+    with _language(ctx, body):
+        reply = trial_command.rerun(ctx, int(action["value"]), body["user"]["id"],
+                                    body.get("trigger_id"), body.get("response_url"), clicked)
     _say(respond, reply["text"])
 
 
-def add_to_plan_callback(ack, body, action, client, respond, context) -> None:
+def add_to_plan_callback(ack, body, action, client, respond, context) -> Future | None:
     ack()
     ctx, user = context["trialbot"], body["user"]["id"]
-    with _language(context, body):
+    with _language(ctx, body):  # reads only: nothing waits on a write here
         job = ctx.store.job(int(action["value"]))
         if job is None:
-            _say(respond, _(":x: There is no trial T{id} any more.", id=action["value"]))
-            return
+            return later(_say, respond, _(":x: There is no trial T{id} any more.",
+                                          id=action["value"]))
         refused = ctx.allows("run", user, job["channel"], "change plans")
         if refused:  # the modal's submission checks again
-            _say(respond, _(":lock: {refused} Nothing was changed.", refused=refused))
-            return
+            return later(_say, respond, _(":lock: {refused} Nothing was changed.",
+                                          refused=refused))
         choices = tags.choices(ctx, user, job["channel"])
         if not choices:
-            _say(respond, _(":x: No plan of this channel has a block yet: start one with "
-                            "`/plan new NAME` and `/plan NAME block KIND ...`."))
-            return
+            return later(_say, respond, _(
+                ":x: No plan of this channel has a block yet: start one with "
+                "`/plan new NAME` and `/plan NAME block KIND ...`."))
         view = card.plan_modal(job, choices)
-    client.views_open(trigger_id=body["trigger_id"], view=view)
+    client.views_open(trigger_id=body["trigger_id"], view=view)  # within the trigger's 3 s
+    return None
 
 
 def register(app) -> None:

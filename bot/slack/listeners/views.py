@@ -1,26 +1,41 @@
-"""Modal submissions: the "Add to plan…" choice. A bad choice is answered in
-the modal itself (response_action=errors), so nothing is tagged by mistake."""
+"""Modal submissions: the "Add to plan…" choice. A bad choice (or a database
+that cannot be written) is answered in the modal itself (response_action=
+errors), so nothing is tagged by mistake; the confirmation is posted after
+the ack (bot/slack/later.py)."""
 from __future__ import annotations
 
+from concurrent.futures import Future
+
+from bot.context import unwritable_text
+from bot.slack.later import ACK_WRITE_SECONDS, later
+from bot.store import Unwritable
 from bot.trials import card, tags
 from worker import i18n
+from worker.i18n import _
 
 
-def plan_modal_callback(ack, body, view, client, context) -> None:
+def plan_modal_callback(ack, body, view, client, context) -> Future | None:
     ctx, user = context["trialbot"], body["user"]["id"]
     job_id = int(view["private_metadata"])
     chosen = (view["state"]["values"].get("block", {}).get("choice", {})
               .get("selected_option") or {}).get("value", "")
     plan, _bar, block = chosen.partition("|")
     job = ctx.store.job(job_id)
-    with i18n.using(ctx.store.channel_lang(job["channel"] if job else None)):
+    with i18n.using(ctx.store.channel_lang(job["channel"] if job else None)), \
+            ctx.store.budget(ACK_WRITE_SECONDS):
         try:
             text = tags.add(ctx, job_id, plan, block, user)
         except tags.TagError as exc:
             ack(response_action="errors", errors={"block": exc.message[:150]})
-            return
+            return None
+        except Unwritable as exc:  # Slack shows 150 characters: the reason, then why later
+            ack(response_action="errors", errors={"block": _(
+                "Nothing was changed: the bot's database cannot be written now ({reason}). "
+                "Try again in a minute.", reason=exc.reason.value)[:150]})
+            return later(client.chat_postEphemeral, channel=job["channel"], user=user,
+                         text=_(":x: Nothing was changed: {why}.", why=unwritable_text(exc)))
     ack()
-    client.chat_postEphemeral(channel=job["channel"], user=user, text=text)
+    return later(client.chat_postEphemeral, channel=job["channel"], user=user, text=text)
 
 
 def register(app) -> None:

@@ -43,7 +43,7 @@ def test_sigterm_mid_trial_hands_the_trial_back_and_another_worker_runs_it(
     monkeypatch.setenv("TRIALBOT_STOP_GRACE", "60")
     w1 = start_worker(served_bot.url, "w1")
     monkeypatch.delenv("TRIALBOT_STOP_GRACE")
-    slash(served_bot.url, QUICK + " repeats=150 run_cap=60")  # ~5 s
+    slash(served_bot.url, QUICK + " repeats=10000 run_cap=4")  # its run phase lasts 4 s anywhere
     assert "started on *w1*" in fake_slack.wait_posts(1)[0]["text"]
     time.sleep(1.5)  # mid-trial: its child imports torch or decodes
     w1.p.send_signal(signal.SIGTERM)

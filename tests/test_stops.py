@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import sys
 import time
 
 import pytest
@@ -38,14 +39,39 @@ def query(env: dict, sql: str) -> list[tuple]:
         return db.execute(sql).fetchall()
 
 
+GATE = """
+import os, sys, time
+open(sys.argv[1], "w").close()  # running
+while not os.path.exists(sys.argv[2]):  # the test says when it may end
+    time.sleep(0.05)
+"""
+
+
+def gate_recipes(tmp_path) -> tuple[str, object, object]:
+    """A recipe that runs until the test lets it end: its length is the test's
+    to set on any box, and a rerun after the gate opened ends at once."""
+    (tmp_path / "gate.py").write_text(GATE)
+    running, open_ = tmp_path / "running", tmp_path / "open"
+    recipes = tmp_path / "recipes.toml"
+    recipes.write_text(f"""
+[recipes.gate]
+cwd = "{tmp_path}"
+argv = ["{sys.executable}", "gate.py", "{running}", "{open_}"]
+timeout = "2m"
+""")
+    return str(recipes), running, open_
+
+
 def test_sigterm_mid_trial_hands_the_trial_back_and_another_worker_runs_it(
-        served_bot, bot_env, start_worker, fake_slack, monkeypatch):
+        served_bot, bot_env, start_worker, fake_slack, monkeypatch, tmp_path):
+    recipes, running, open_ = gate_recipes(tmp_path)
     monkeypatch.setenv("TRIALBOT_STOP_GRACE", "60")
-    w1 = start_worker(served_bot.url, "w1")
+    w1 = start_worker(served_bot.url, "w1", "wtoken", "--recipes", recipes)
     monkeypatch.delenv("TRIALBOT_STOP_GRACE")
-    slash(served_bot.url, QUICK + " repeats=10000 run_cap=4")  # its run phase lasts 4 s anywhere
+    wait_for(lambda: "recipe gate" in post_help(served_bot.url), 30, "w1 did not register")
+    slash(served_bot.url, "recipe gate")
     assert "started on *w1*" in fake_slack.wait_posts(1)[0]["text"]
-    time.sleep(1.5)  # mid-trial: its child imports torch or decodes
+    wait_for(running.exists, 30, "the recipe did not start")  # mid-trial
     w1.p.send_signal(signal.SIGTERM)
     time.sleep(1)
     assert w1.p.poll() is None, "the grace: the trial may still end and report"
@@ -62,11 +88,17 @@ def test_sigterm_mid_trial_hands_the_trial_back_and_another_worker_runs_it(
     assert "worker *w1* stopped (SIGTERM) before the trial ended" in edit[-1]["text"]
     assert "handed back to the queue (SIGTERM)" in w1.stop()
 
-    start_worker(served_bot.url, "w2")
+    open_.touch()  # the rerun may end
+    start_worker(served_bot.url, "w2", "wtoken", "--recipes", recipes)
     report = fake_slack.wait_posts(2, timeout=90)[1]
-    assert "T1 llm-infer ok on w2" in report["text"]
+    assert "T1 recipe gate ok on w2" in report["text"], report["text"]
     assert query(bot_env, "select worker, status from attempts") == [("w2", "ok")]
     assert query(bot_env, "select status, attempts from jobs") == [("done", 1)]
+
+
+def post_help(url: str) -> str:
+    body = slash_body("help")
+    return post(url + "/slack/events", body, signed_headers("s3cret", body))[1]["text"]
 
 
 def test_a_trial_that_ends_within_the_grace_is_reported_as_usual(

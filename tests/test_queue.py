@@ -190,3 +190,35 @@ def test_training_ranks_go_only_to_a_worker_with_a_gpu_or_core_per_rank():
     cpu = {"workload": "llm-train", "params": {"world": 4, "device": "auto"}}
     assert not can_run({"gpus": [], "cpus": 2}, cpu) and can_run({"cpus": 8}, cpu)
     assert can_run({}, cpu)  # a worker that did not say: it decides itself
+
+
+@pytest.mark.parametrize("how", ["release", "unsent"])
+def test_a_cancel_that_lands_as_the_trial_is_handed_back_ends_it(ctx, monkeypatch, how):
+    """The user clicks Cancel between the queue reading the job and handing it
+    back (a stopping worker's release, or a lease its worker never got): the
+    trial ends cancelled. Before, it was queued with its cancel asked, which no
+    second cancel could end, and ran on the next worker."""
+    ctx.store.upsert_worker("w1", {})
+    job = ctx.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    leased = ctx.queue.lease("w1", 0)
+    read = ctx.store.job
+    clicked = []
+
+    def read_then_click(job_id):
+        out = read(job_id)
+        if not clicked:  # the queue has read the job: now the click lands
+            clicked.append(None)
+            monkeypatch.setattr(ctx.store, "job", read)
+            clicked[0] = ctx.queue.cancel(job_id, "U1")
+        return out
+
+    monkeypatch.setattr(ctx.store, "job", read_then_click)
+    if how == "release":
+        ctx.queue.release(job["id"], "w1", leased["lease"], "SIGTERM")
+    else:
+        ctx.queue.unsent("w1", job["id"], leased["lease"])
+    monkeypatch.undo()
+    assert "kills it at its next heartbeat" in clicked[0]
+    after = ctx.store.job(job["id"])
+    assert after["status"] == "cancelled" and after["report"]["error"]["class"] == "cancelled"
+    assert ctx.queue.lease("w1", 0) is None

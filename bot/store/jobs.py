@@ -122,15 +122,17 @@ class Jobs:
                       card: dict | None = None, key: str | None = None) -> bool:
         """Back to the queue, as if never leased, a lease whose answer never reached
         its worker (the connection was gone), or that a stopping worker handed
-        back: it cost no attempt. Only while that lease still holds the job;
-        `card` is the card's edit, None while the job has no card; the worker's
-        request `key` is kept with it (a retry finds it answered)."""
+        back: it cost no attempt. Only while that lease still holds the job and
+        nobody cancelled it (a cancelled trial ends instead: it must not wait in
+        the queue with its cancel asked); `card` is the card's edit, None while
+        the job has no card; the worker's request `key` is kept with it (a retry
+        finds it answered)."""
         with self.tx():
             cur = self.db.execute(
                 "update jobs set status = 'queued', worker = null, lease = null, "
                 "lease_expires = null, started = null, attempts = attempts - 1 "
-                "where id = ? and worker = ? and lease = ? and status = 'running'",
-                [job_id, worker, lease])
+                "where id = ? and worker = ? and lease = ? and status = 'running' "
+                "and cancel is null", [job_id, worker, lease])
             if cur.rowcount == 1:
                 self.db.execute("update workers set job = null where name = ? and job = ?",
                                 [worker, job_id])

@@ -19,6 +19,7 @@ from worker.i18n import _
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
 MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)
+MAX_LEFT = 1000  # long polls left by stopping workers, remembered (each is over in 30 s)
 
 
 def _dicts(specs: list, route: dict | None) -> list[dict]:
@@ -52,6 +53,9 @@ class JobQueue:
         self.heartbeat_seconds = min(10.0, lease_seconds / 4)
         self.on_message = on_message  # wakes the outbox sender
         self.changed = threading.Condition()
+        # (worker, lease request key) of long polls their worker left -> why it stopped
+        self.left: dict[tuple[str, str], str] = {}
+        self.left_lock = threading.Lock()
         # Serialises "is this the sweep's last job?" with ending the job, so two
         # workers ending a sweep's last two jobs at once post its fit exactly once.
         self.sweep_lock = threading.Lock()
@@ -138,6 +142,8 @@ class JobQueue:
         info = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
 
         while True:
+            if self.stopped(worker, key) is not None:  # its worker left: answer nothing now
+                return None
             self.reap()
             if info.get("executor") == "slurm":
                 req = self.store.lease_slurm_actual(worker, self.lease_seconds, self.max_leases,
@@ -156,6 +162,20 @@ class JobQueue:
             with self.changed:
                 self.changed.wait(min(left, 1.0))
 
+    def leave(self, worker: str, key: str, reason: str) -> None:
+        """The worker stops and left its long poll `key` open: the poll answers
+        nothing at once, and a trial it got meanwhile goes back (stopped())."""
+        with self.left_lock:
+            while len(self.left) >= MAX_LEFT:  # the oldest: long over
+                del self.left[next(iter(self.left))]
+            self.left[(worker, key)] = reason
+        self._wake()
+
+    def stopped(self, worker: str, key: str | None) -> str | None:
+        """Why the worker left this long poll (leave()), or None."""
+        with self.left_lock:
+            return self.left.get((worker, key))
+
     def runnable(self, info: dict) -> list[int]:
         """The needs classes with queued trials that a worker with `info` can
         run: can_run asked once per class (and cached), not once per trial."""
@@ -166,16 +186,15 @@ class JobQueue:
 
     def unsent(self, worker: str, job_id: int, lease: str) -> bool:
         """A leased trial whose answer could not be written to its worker: queued
-        again at once for the next worker, rather than held until its lease expires."""
+        again at once for the next worker, rather than held until its lease expires;
+        one cancelled meanwhile ends cancelled."""
         job = self.store.job(job_id)
-        edit = None
-        if job and job["started_msg"]:  # its card said "started on {worker}"
-            with self.speaking(job["channel"]):
-                edit = dict(card.requeued(job, worker), update_of=job["started_msg"])
-        if not self.store.release_lease(job_id, worker, lease, edit):
+        if job is None:
             return False
-        self.on_message()
-        self._wake()
+        try:
+            self._give_back(job, worker, lease, "hung up", card.requeued)
+        except LeaseLost:
+            return False
         return True
 
     def release(self, job_id: int, worker: str, lease: str, reason: str,
@@ -187,22 +206,33 @@ class JobQueue:
         job = self.store.job(job_id)
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")
-        if job["cancel"]:
-            with self.speaking(job["channel"]):
-                said = _("cancelled by <@{user}>; {worker} stopped ({reason}) before it ended",
-                         user=job["cancelled_by"], worker=worker, reason=reason)
-            report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
-                                  "cancelled", said, None)
-            return self.finish(job_id, worker, lease, report, key)
-        edit = None
-        if job["started_msg"]:  # its card said "started on {worker}"
-            with self.speaking(job["channel"]):
-                edit = dict(card.returned(job, worker, reason), update_of=job["started_msg"])
-        if not self.store.release_lease(job_id, worker, lease, edit, key):
-            raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
-        self.on_message()
-        self._wake()
-        return self.store.job(job_id)
+        return self._give_back(job, worker, lease, reason,
+                               lambda j, w: card.returned(j, w, reason), key)
+
+    def _give_back(self, job: dict, worker: str, lease: str, reason: str, drawn,
+                   key: str | None = None) -> dict:
+        """Queue again a trial its worker did not run to the end, its card edited
+        with `drawn(job, worker)`; or end it cancelled when someone cancelled it,
+        before or while it is handed back (the store refuses to queue a cancelled
+        trial, so the two cannot cross)."""
+        if not job["cancel"]:
+            edit = None
+            if job["started_msg"]:  # its card said "started on {worker}"
+                with self.speaking(job["channel"]):
+                    edit = dict(drawn(job, worker), update_of=job["started_msg"])
+            if self.store.release_lease(job["id"], worker, lease, edit, key):
+                self.on_message()
+                self._wake()
+                return self.store.job(job["id"])
+            job = self.store.job(job["id"])
+            if not job["cancel"]:  # not this lease's any more
+                raise LeaseLost(f"{job['trial']} is not leased to {worker} under this lease")
+        with self.speaking(job["channel"]):
+            said = _("cancelled by <@{user}>; {worker} stopped ({reason}) before it ended",
+                     user=job["cancelled_by"], worker=worker, reason=reason)
+        report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
+                              "cancelled", said, None)
+        return self.finish(job["id"], worker, lease, report, key)
 
     def held(self, worker: str, key: str) -> dict | None:
         """The lease a lease request with this key got, while `worker` still

@@ -79,8 +79,11 @@ class LosingProxy(ThreadingHTTPServer):
     it is sent back), as a network fault loses an answer."""
     daemon_threads = True
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, hold_lease_until: threading.Event | None = None):
         self.target, self.dropped = target, 0
+        # with an event: a lease's answer is held until it is set, and not dropped
+        self.hold = hold_lease_until
+        self.stopping_seen = threading.Event()
         super().__init__(("127.0.0.1", 0), _Forward)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -103,7 +106,11 @@ class _Forward(BaseHTTPRequestHandler):
                 status, answer = resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             status, answer = exc.code, exc.read()
-        if self.path == "/api/lease" and status == 200 and not self.server.dropped:
+        if self.path == "/api/workers/stopping":
+            self.server.stopping_seen.set()
+        if self.path == "/api/lease" and status == 200 and self.server.hold is not None:
+            self.server.hold.wait(30)  # on the wire as the worker stops
+        elif self.path == "/api/lease" and status == 200 and not self.server.dropped:
             self.server.dropped += 1
             self.close_connection = True  # the bot leased it; the worker never hears
             return
@@ -191,6 +198,35 @@ def test_an_idle_worker_stops_at_once_and_its_left_poll_gets_no_trial(tmp_path):
         row = rt.store.job(job["id"])
         assert (row["status"], row["attempts"]) == ("queued", 0)
     finally:
+        rt.stop()
+
+
+def test_a_lease_on_the_wire_as_the_worker_stops_is_handed_back_before_it_returns(tmp_path):
+    """The bot leased a trial to the long poll just before the worker said it is
+    stopping; the answer arrives after. serve_forever (then the process) ends
+    only once that trial is handed back, not left to a lease that expires."""
+    rt = Runtime(str(tmp_path / "w.db"), "tok", ConsoleTransport(io.StringIO(), True,
+                                                                 str(tmp_path)))
+    rt.start()
+    on_the_wire = threading.Event()
+    proxy = LosingProxy(rt.server.url, hold_lease_until=on_the_wire)
+    a = Agent(Client(proxy.url, "tok"), "w1")
+    serving = threading.Thread(target=a.serve_forever, daemon=True)
+    try:
+        serving.start()
+        _until(lambda: rt.store.workers())
+        job = rt.queue.submit(parse(LONG), "llm-infer", "U1", "C1")
+        _until(lambda: rt.store.job(job["id"])["status"] == "running")  # leased, answer held
+        a.drain("SIGTERM")
+        _until(proxy.stopping_seen.is_set, 5)
+        on_the_wire.set()  # the lease's answer arrives after "stopping"
+        serving.join(10)
+        assert not serving.is_alive()
+        row = rt.store.job(job["id"])  # when serve_forever returned: the process may exit
+        assert (row["status"], row["worker"], row["attempts"]) == ("queued", None, 0), row
+    finally:
+        a.stop()
+        proxy.shutdown()
         rt.stop()
 
 

@@ -478,7 +478,7 @@ def test_bad_releases_name_the_field_and_change_nothing(rt, path, body, says):
     with pytest.raises(ApiError) as err:
         c.call(path, dict(body, worker="w"))
     assert err.value.status == 400 and says in str(err.value)
-    assert rt.store.job(1)["lease"] == job["lease"] and rt.server.worker_api.left == {}
+    assert rt.store.job(1)["lease"] == job["lease"] and rt.queue.left == {}
 
 
 def test_a_trial_for_the_long_poll_a_stopping_worker_left_goes_back_to_the_queue(rt):

@@ -74,9 +74,12 @@ class Agent:
 
     def _next(self) -> dict | None:
         """The next lease, or None. The long poll (up to LEASE_WAIT) runs on a
-        thread of its own, so a stop does not wait for it: the poll is left,
-        the bot told (a trial it would still get goes back to the queue), and
-        one the poll gets anyway is handed back by that thread."""
+        thread of its own, so a stop does not wait out its 20 s: the poll is
+        left and the bot told, which answers it at once (a trial it would still
+        get goes back to the queue). A trial the poll got anyway, its answer
+        already on the wire, is returned, and serve_forever hands it back before
+        the process exits; only a bot silent for TELL seconds leaves the poll's
+        thread to hand it back, if the process lives that long."""
         key = new_key()  # one per lease request, the same on its retries
         got, done, mine = {}, threading.Event(), threading.Lock()
 
@@ -86,20 +89,21 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - a 4xx or CertError: serve_forever's
                 job, got["error"] = None, exc
             with mine:
-                left = got.get("left", False)
+                abandoned = got.get("abandoned", False)
                 got["job"] = job
                 done.set()
-            if left and job:
+            if abandoned and job:
                 self._hand_back(job)
 
         threading.Thread(target=poll, daemon=True, name="lease-poll").start()
         while not done.wait(0.1):
             if self.stopping.is_set():
+                self._say_stopping(key)
+                done.wait(max(0.0, min(self.tell_by, time.monotonic() + TELL)
+                              - time.monotonic()))
                 with mine:
-                    got["left"] = not done.is_set()
-                if got["left"]:
-                    self._say_stopping(key)
-                    return None
+                    got["abandoned"] = not done.is_set()
+                    return None if got["abandoned"] else got["job"]
         if "error" in got:
             raise got["error"]
         return got["job"]
@@ -177,9 +181,12 @@ class Agent:
         report = redact.walk(report, self.secrets)  # output tails may print a token
         key = new_key()
         try:
-            self._retry(lambda: self.client.report(self.name, job, report, key, self._timeout()),
-                        "report", final=True)
-            log.info("%s reported: %s", job["trial"], report["status"])
+            if self._retry(lambda: self.client.report(self.name, job, report, key,
+                                                      self._timeout()), "report", final=True):
+                log.info("%s reported: %s", job["trial"], report["status"])
+            else:  # a stop's deadline passed with the bot unreachable
+                log.warning("%s: the report could not reach the bot before the stop; its "
+                            "lease expires and it re-runs", job["trial"])
         except ApiError as exc:
             if exc.status in (400, 413):  # malformed or too big: still end the job, plainly
                 bad = reports.fail(reports.new_report(report.get("workload", "?"), {}), "crash",

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 
 from bot.http import tokens
@@ -55,7 +54,6 @@ RELEASE_PATH = re.compile(r"/api/jobs/(\d{1,12})/release")
 # Why a worker stops, shown on the trial's card: a signal's name, a few words;
 # nothing Slack would read as markup or a mention.
 REASON = re.compile(r"[\w .,:;()/+-]{1,80}")
-MAX_LEFT = 1000  # left long polls remembered (each is over within MAX_WAIT)
 BAD_REASON = ("`reason` must say why the worker stops, e.g. SIGTERM (1-80 letters, digits, "
               "spaces or .,:;()/+-)")
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -99,10 +97,10 @@ def check_info(info: dict) -> str | None:
                                          for k in ("transformers", "flash_attn"))
             and isinstance(hf.get("hub", False), bool)
             and isinstance(hf.get("models", {}), dict)
-            and all(isinstance(k, str) and isinstance(v, dict)
+            and all(isinstance(k, str) and isinstance(v, dict) and _layers_ok(v.get("layers"))
                     for k, v in hf.get("models", {}).items())):
         return ("`info.hf` must be {transformers, flash_attn: version or null, hub: bool, "
-                "models: {name: {layers, ...} or {error}}}")
+                "models: {name: {layers (1-100000), ...} or {error}}}")
     recipes = info.get("recipes", [])
     if not isinstance(recipes, list):
         return "`info.recipes` must be a list"
@@ -112,6 +110,12 @@ def check_info(info: dict) -> str | None:
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             return f"`info.recipes` entry {str(d)[:80]!r} is not a recipe description: {exc!r}"
     return None
+
+
+def _layers_ok(layers) -> bool:
+    """A model config's depth as a worker registers it: routing compares it."""
+    return layers is None or (isinstance(layers, int) and not isinstance(layers, bool)
+                              and 1 <= layers <= 100_000)
 
 
 def check_progress(progress) -> str | None:
@@ -133,9 +137,6 @@ def check_progress(progress) -> str | None:
 class WorkerApi:
     def __init__(self, ctx, token: str):
         self.ctx, self.token = ctx, token
-        # (worker, lease request key) of long polls their worker left -> why it stopped
-        self.left: dict[tuple[str, str], str] = {}
-        self.left_lock = threading.Lock()
 
     body_limit = staticmethod(body_limit)
 
@@ -197,7 +198,7 @@ class WorkerApi:
                 return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
             if not workers.known(self.ctx.store, worker):
                 return 409, {"error": f"unknown worker {worker!r}: register first"}
-            if (worker, key) in self.left:  # its worker stopped before this poll arrived
+            if self.ctx.queue.stopped(worker, key):  # its worker stopped before this poll came
                 return 204, None
             # A key seen before: the request came again (its answer was lost); its idle
             # is counted already, and the lease it got is given again while held.
@@ -314,18 +315,16 @@ class WorkerApi:
         return 200, {"trial": job["trial"], "status": job["status"]}
 
     def stopping(self, worker: str, body: dict) -> tuple[int, dict | None]:
-        """The worker stops and left its long poll `poll` open here (it did not
-        wait for it): a trial that poll gets goes back to the queue (_left)."""
+        """The worker stops and left its long poll `poll` open here: the poll
+        answers nothing at once, and a trial it got meanwhile goes back to the
+        queue (_left)."""
         reason, poll = body.get("reason"), body.get("poll")
         if not (isinstance(reason, str) and REASON.fullmatch(reason)):
             return 400, {"error": BAD_REASON}
         if not (isinstance(poll, str) and 0 < len(poll) <= 100):
             return 400, {"error": "`poll` must be the key of the lease request the worker "
                                   "left open (1-100 characters)"}
-        with self.left_lock:
-            while len(self.left) >= MAX_LEFT:  # the oldest: long over
-                del self.left[next(iter(self.left))]
-            self.left[(worker, poll)] = reason
+        self.ctx.queue.leave(worker, poll, reason)
         log.info("worker %s stopping (%s)", worker, reason)
         return 200, {"worker": worker}
 
@@ -333,7 +332,7 @@ class WorkerApi:
         """The worker of this long poll said it stopped: nobody will read the
         answer, so the trial it got is handed back at once. (A Slurm accounting
         request waits out its lease: seconds of sacct, asked again.)"""
-        reason = self.left.get((worker, key))
+        reason = self.ctx.queue.stopped(worker, key)
         if reason is None or job.get("kind") == "slurm-accounting":
             return False
         try:

@@ -174,6 +174,12 @@ REPORTS = [
     ("env.gpu_memory", -1, "report.env.gpu_memory"),
     ("env.extra", NAN, "report.env.extra"),  # a field no check knows: still no NaN
     ("env.deep", json.loads("[" * 40 + "]" * 40), "report.env.deep" + "[0]" * 30),
+    # past any physical figure, where a bound is named and where none is
+    ("full_depth", {"preset": "x", "layers": 32, "trial_layers": 1, "batch": 1,
+                    "params": 10**400, "dtype": "bf16", "weight_bytes": 1e300,
+                    "kv_cache_bytes": 1.0, "kv_formula": "2·1"}, "report.full_depth.params"),
+    ("memory.method", {"host_rss_peak": 10**30}, "report.memory.method.host_rss_peak"),
+    ("quality_probe.logits_sd", 1e300, "report.quality_probe.logits_sd"),
 ]
 
 
@@ -259,9 +265,23 @@ def test_a_slurm_result_with_a_bad_number_is_refused(rt, held, rec, says):
 def test_a_registration_with_more_memory_than_a_gpu_has_is_refused(rt, held):
     before = snapshot(rt)
     status, reply = raw_post(f"{rt.server.url}/api/workers/register", body_text(
-        {"worker": "w9", "info": {"gpus": ["H100"], "gpu_memory": [2**60]}}))
+        {"worker": "w9", "info": {"gpus": ["H100"], "gpu_memory": [2**55]}}))
     assert status == 400 and "`info.gpu_memory`" in reply["error"]
     status, reply = raw_post(f"{rt.server.url}/api/workers/register", body_text(
         {"worker": "w9", "info": {"gpus": ["H100"], "note": NAN}}))
     assert status == 400 and "`info.note`" in reply["error"]
+    assert snapshot(rt) == before
+
+
+@pytest.mark.parametrize("layers", ["many", -5, 0, 1e300, True])
+def test_a_registration_whose_model_depth_is_not_a_count_is_refused(rt, held, layers):
+    """Routing compares an hf-* trial's layers= with it: "many" made every
+    hf-* /trial fail for everyone with a TypeError."""
+    before = snapshot(rt)
+    status, reply = raw_post(f"{rt.server.url}/api/workers/register", body_text(
+        {"worker": "w9", "info": {"hf": {"transformers": "5.0", "models": {
+            "tiny": {"layers": layers}}}}}))
+    said = reply["error"]  # 1e300 is refused as the body is read, naming its path
+    assert status == 400 and ("`info.hf`" in said and "layers (1-100000)" in said
+                              or "`info.hf.models.tiny.layers` is 1e+300" in said), reply
     assert snapshot(rt) == before

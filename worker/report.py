@@ -57,7 +57,7 @@ SHARE = Range(0, 1, "a share from 0 to 1")
 PERCENT = Range(0, 100, "a percentage from 0 to 100")
 RATIO = Range(0, MAX_RATIO, f"a ratio from 0 to {MAX_RATIO:,}")
 TRY = Range(1, MAX_ATTEMPTS, f"a try's number from 1 to {MAX_ATTEMPTS}")
-AMOUNT = Range(0, float("inf"), "0 or more")  # arithmetic (full depth), not measured
+AMOUNT = Range(0, shape.MAX_MAGNITUDE, "0 to 10^18")  # arithmetic (full depth), not measured
 
 Scalar = str | float | bool | None  # a parameter's value
 Params = Annotated[dict[str, Scalar], Most(MAX_PARAMS)]

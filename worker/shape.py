@@ -22,6 +22,9 @@ from typing import Annotated, Literal, Union
 
 MAX_PROBLEMS = 10  # a report wrong in 3000 places is named by its first few
 MAX_DEPTH = 32  # objects in objects: the report's own go 5 deep
+# Any number anywhere, bounded or not: a year of 10^9 per second is 3·10^16, a
+# 10^13-parameter model's bytes 10^14; past this nothing is physical.
+MAX_MAGNITUDE = 10**18
 
 
 @dataclass(frozen=True)
@@ -49,9 +52,10 @@ REQUIRED = _Required()  # a TypedDict key that must be present (Python 3.10 has 
 def loads(raw: bytes | str) -> object:
     """JSON as the standard has it: NaN, Infinity and numbers past a float's
     range (1e999) are refused with a ValueError naming where they are (Python's
-    json takes them, SQLite's json_extract does not)."""
+    json takes them, SQLite's json_extract does not); any number over
+    MAX_MAGNITUDE, wherever it is, raises Absurd (a ValueError) naming it."""
     try:
-        return json.loads(raw, parse_constant=_refuse, parse_float=_finite)
+        doc = json.loads(raw, parse_constant=_refuse, parse_float=_finite)
     except _NotFinite as exc:
         try:
             where = loose(json.loads(raw))
@@ -59,6 +63,14 @@ def loads(raw: bytes | str) -> object:
             where = []
         raise ValueError(where[0] if where else f"{exc} is not a number JSON has: send a "
                          "finite number, or null where nothing was measured") from None
+    huge = next((f for f in loose(doc) if "in size" in f), None)  # in any body at all
+    if huge:
+        raise Absurd(huge)
+    return doc
+
+
+class Absurd(ValueError):
+    """A body that is JSON but holds a number no worker measures or derives."""
 
 
 class _NotFinite(ValueError):
@@ -85,15 +97,18 @@ def problems(value: object, hint: object, path: str) -> list[str]:
 
 
 def loose(value: object, path: str = "") -> list[str]:
-    """Problems anywhere, annotated or not: a NaN or infinite number, nesting
-    deeper than MAX_DEPTH. A stack, not recursion: a body nested hundreds deep
-    must not exhaust Python's."""
+    """Problems anywhere, annotated or not: a NaN or infinite number, one over
+    MAX_MAGNITUDE in size, nesting deeper than MAX_DEPTH. A stack, not
+    recursion: a body nested hundreds deep must not exhaust Python's."""
     found, stack = [], [(path, value, 0)]
     while stack and len(found) < MAX_PROBLEMS:
         where, v, depth = stack.pop()
         if isinstance(v, float) and not math.isfinite(v):
             found.append(f"`{where}` is {v!r}: JSON has no NaN or Infinity; send a finite "
                          "number, or null where nothing was measured")
+        elif number(v) and abs(v) > MAX_MAGNITUDE:  # a field no bound names prints it whole
+            found.append(f"`{where}` is {_short(v)}: no figure a worker measures or derives "
+                         f"is over {MAX_MAGNITUDE:.0e} in size")
         elif isinstance(v, (dict, list)) and depth >= MAX_DEPTH:
             found.append(f"`{where}` is nested more than {MAX_DEPTH} deep")
         elif isinstance(v, dict):
@@ -102,6 +117,11 @@ def loose(value: object, path: str = "") -> list[str]:
         elif isinstance(v, list):
             stack += [(f"{where}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(v)))]
     return found
+
+
+def _short(v) -> str:
+    """A huge number as a few characters, not its hundreds of digits."""
+    return f"{float(v):.3g}" if abs(v) < 1e308 else f"a {len(str(abs(int(v))))}-digit number"
 
 
 def outside(value, bound: Range) -> bool:

@@ -115,6 +115,9 @@ class Handler(BaseHTTPRequestHandler):
         elif path.startswith("/api/"):
             try:
                 body = shape.loads(raw or b"{}")  # no NaN or Infinity: json_extract chokes
+            except shape.Absurd as exc:
+                self._json(400, {"error": f"the request body is refused: {exc}"[:300]})
+                return
             except (ValueError, RecursionError) as exc:  # bad UTF-8 is a ValueError too
                 self._json(400, {"error": f"the request body is not JSON: {exc}"[:300]})
                 return

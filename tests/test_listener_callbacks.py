@@ -105,10 +105,18 @@ def test_add_to_plan_callback_opens_the_modal_with_this_channels_blocks(ctx):
     ctx.store.add_plan("repro", "C1", "U1", {})
     ctx.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": [1]})
     actions.add_to_plan_callback(ack=Mock(), body=click(1), action={"value": "1"},
-                                 client=client, respond=Mock(), context=bolt(ctx))
+                                 client=client, respond=Mock(), context=bolt(ctx)).result(10)
     view = client.views_open.call_args.kwargs["view"]
     assert view["callback_id"] == card.PLAN_MODAL
     assert [o["value"] for o in view["blocks"][0]["element"]["options"]] == ["repro|baseline"]
+    assert client.timeout == actions.VIEWS_OPEN_SECONDS and client.retry_handlers == []
+    # Slack too slow for the trigger: the user reads why and clicks again
+    client.views_open.side_effect = TimeoutError("timed out")
+    respond = Mock()
+    actions.add_to_plan_callback(ack=Mock(), body=click(1), action={"value": "1"},
+                                 client=client, respond=respond, context=bolt(ctx)).result(10)
+    assert "Slack did not open the dialog (TimeoutError); click *Add to plan…* again" \
+        in said(respond)
 
 
 def test_plan_modal_callback_tags_the_trial_or_answers_in_the_modal(ctx):

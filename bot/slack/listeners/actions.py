@@ -1,8 +1,9 @@
 """Buttons on a trial's card: Cancel, Re-run, Add to plan…. Each acks first;
 the core's work and the answer to the clicking user (ephemeral, through the
 click's response_url) come after the ack (bot/slack/later.py), in the
-language of the channel the card is in. Add to plan's modal opens within
-the ack's time (its trigger_id lasts 3 s); its refusals come after."""
+language of the channel the card is in. Add to plan's modal opens right
+after the ack, within its trigger_id's 3 s, and a Slack too slow for it gets
+an answer too."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -53,7 +54,7 @@ def _rerun(ctx, body, action, respond) -> None:
     _say(respond, reply["text"])
 
 
-def add_to_plan_callback(ack, body, action, client, respond, context) -> Future | None:
+def add_to_plan_callback(ack, body, action, client, respond, context) -> Future:
     ack()
     ctx, user = context["trialbot"], body["user"]["id"]
     with _language(ctx, body):  # reads only: nothing waits on a write here
@@ -71,8 +72,24 @@ def add_to_plan_callback(ack, body, action, client, respond, context) -> Future 
                 ":x: No plan of this channel has a block yet: start one with "
                 "`/plan new NAME` and `/plan NAME block KIND ...`."))
         view = card.plan_modal(job, choices)
-    client.views_open(trigger_id=body["trigger_id"], view=view)  # within the trigger's 3 s
-    return None
+    return later(_open, ctx, body, client, view, respond)
+
+
+VIEWS_OPEN_SECONDS = 2.5  # the click's trigger_id lasts 3 s; Slack's trip took some
+
+
+def _open(ctx, body, client, view, respond) -> None:
+    """The modal, after the ack: a slow views.open holds neither the ack nor the
+    slots other slash commands wait for (bot/http/server.py). Bolt's client is
+    this request's own, so its timeout and retries are set for the trigger."""
+    client.timeout, client.retry_handlers = VIEWS_OPEN_SECONDS, []
+    try:
+        client.views_open(trigger_id=body["trigger_id"], view=view)
+    except Exception as exc:  # noqa: BLE001 - Slack slow or refusing: the user clicks again
+        error = getattr(getattr(exc, "response", None), "get", lambda *_: None)("error")
+        with _language(ctx, body):
+            _say(respond, _(":x: Slack did not open the dialog ({error}); click *Add to "
+                            "plan…* again.", error=error or type(exc).__name__))
 
 
 def register(app) -> None:

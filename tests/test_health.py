@@ -309,3 +309,4 @@ def test_the_alarm_comes_when_a_message_passes_the_limit_not_at_the_next_poll(
         rt.outbox.join(timeout=10)
     raised = time.monotonic() - stored
     assert 3 <= raised < 8, raised  # at the limit (3 s), not at the next 30 s poll
+

@@ -241,9 +241,9 @@ class Outbox(threading.Thread):
         if self.token_refused:
             log.info("outbox: Slack accepts the bot's token again; the waiting messages go out")
             self.token_refused = None
-        if row["redirect"] and not row["via"]:  # the bot was let back in: later ones go there
-            self.store.clear_redirect(row["job"])
-        if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"]):
+        # the bot was let back into the channel: the trial's later messages go there
+        back = row["job"] if row["redirect"] and not row["via"] else None
+        if self.store.mark_sent(row["id"], ts, row["version"], via=row["via"], unredirect=back):
             sent[row["id"]] = ts
             with self.lock:
                 self.blocked.pop(row["channel"], None)
@@ -296,7 +296,7 @@ class Outbox(threading.Thread):
                       "SLACK_BOT_TOKEN is replaced and the bot restarted; the messages wait in "
                       "the outbox, none is lost. %s.", error, workerlist.stuck_hint(error))
         if not (row["job"] and row["requester"] and row["url"]) or row["via"] \
-                or self.store.told(row["job"], TOKEN_NOTICE) \
+                or self.store.told(row["url"], TOKEN_NOTICE) \
                 or not self.store.response_url_usable(row["url"]):
             return
         with self._language(row["channel"]):

@@ -68,15 +68,19 @@ class Outbox:
             "group by channel order by min(id)").fetchall()]
 
     def mark_sent(self, msg_id: int, ts: str, version: int = 0, via: str | None = None,
-                  url: str | None = None) -> bool:
+                  url: str | None = None, unredirect: int | None = None) -> bool:
         """False when the row's text changed while it was being sent (a newer
         update): it stays unsent, so the newest text goes out too. `via`: the
-        path that took it when not the channel; `url`, a response_url it used."""
+        path that took it when not the channel; `url`, a response_url it used;
+        `unredirect`, a job whose channel took it again: its later messages go
+        there (in this transaction, so the sent message cannot go twice)."""
         with self.tx():
             cur = self.db.execute("update outbox set sent = ?, ts = ?, sent_via = ? where "
                                   "id = ? and version = ?", [time.time(), ts, via, msg_id, version])
             if url:
                 self.db.execute("update response_urls set uses = uses + 1 where url = ?", [url])
+            if unredirect is not None:
+                self.db.execute("update jobs set redirect = null where id = ?", [unredirect])
         return cur.rowcount == 1
 
     def message(self, msg_id: int) -> dict | None:
@@ -107,12 +111,6 @@ class Outbox:
             if job_id is not None:
                 self.db.execute("update jobs set redirect = ? where id = ? and redirect is null",
                                 [error, job_id])
-
-    def clear_redirect(self, job_id: int) -> None:
-        """The trial's channel took one of its messages again: its later messages
-        go there, not to the requester."""
-        with self.tx():
-            self.db.execute("update jobs set redirect = null where id = ?", [job_id])
 
     def response_url_usable(self, url: str) -> bool:
         """Not expired, and posted to fewer than 5 times."""
@@ -147,10 +145,10 @@ class Outbox:
         return self.db.execute("select min(created) from outbox where sent is null and "
                                "given_up is null and created >= ?", [since]).fetchone()[0]
 
-    def told(self, job_id: int, kind: str) -> bool:
-        """Whether a message of `kind` about the job was sent (a note, once)."""
-        return self.db.execute("select 1 from outbox where job = ? and kind = ? and sent is "
-                               "not null limit 1", [job_id, kind]).fetchone() is not None
+    def told(self, url: str, kind: str) -> bool:
+        """Whether a note of `kind` went to this response_url (a command's, once)."""
+        return self.db.execute("select 1 from outbox where response_url = ? and kind = ? and "
+                               "sent is not null limit 1", [url, kind]).fetchone() is not None
 
     def add_sent_notice(self, message: dict, job_id: int | None, ts: str) -> None:
         """A note sent at once, around the queue (it must not wait behind the

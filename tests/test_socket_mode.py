@@ -178,7 +178,8 @@ def test_cancel_rerun_and_add_to_plan_work_over_socket_mode(sm):
     assert "baseline block added" in sm.say("repro block baseline runs=8 trial=T1", "/plan")
     envelope_id, click = sm.click(card.ADD_TO_PLAN, rerun)
     sm.socket.wait_ack(envelope_id)
-    opened = sm.slack.calls_of("views.open")
+    # the modal opens right after the ack, within the trigger's 3 s
+    opened = wait_for(lambda: sm.slack.calls_of("views.open"), timeout=3, what="views.open")
     assert len(opened) == 1 and opened[0]["trigger_id"] == click["trigger_id"]
     view = json.loads(opened[0]["view"]) if isinstance(opened[0]["view"], str) \
         else opened[0]["view"]

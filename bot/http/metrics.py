@@ -17,9 +17,10 @@ from prometheus_client.core import (
 from bot.http import tokens
 from bot.store import Reason
 from bot.trials import workers
+from bot.trials.job import ENDED, WAITING
 
 # always listed, 0 or not (held: waiting for Slack to say the bot may post in its channel)
-STATES = ("held", "queued", "running", "done", "failed", "cancelled")
+STATES = WAITING + ENDED
 PROBE_SECONDS = 1.0  # the scrape's probe write waits at most this for the database
 WAIT_BOUNDS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)  # seconds
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -12,6 +12,7 @@ from bot.fits import depth, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, kept_apart, review, slurm
 from bot.plans.parse import PlanError
+from bot.trials.job import WAITING
 from bot.trials.queue import LeaseLost
 from worker import i18n
 from worker.i18n import _
@@ -33,7 +34,7 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     if not jobs:
         raise PlanError(_("There is no sweep S{id}; `/trial sweep ...` starts one",
                           id=block["sweep"]))
-    waiting = [j["trial"] for j in jobs if j["status"] in ("held", "queued", "running")]
+    waiting = [j["trial"] for j in jobs if j["status"] in WAITING]
     if waiting:
         raise PlanError(_("Sweep S{id} is still running ({trials}); add the block when it has "
                           "reported", id=block["sweep"], trials=", ".join(waiting)))

@@ -10,7 +10,7 @@ from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
-from bot.trials.job import ENDED
+from bot.trials.job import ENDED, WAITING
 from bot.words import normalize
 from worker import i18n
 from worker import spec as specs
@@ -79,7 +79,7 @@ def _handle(ctx, text: str, user: str, channel: str,
         return reply(views.help_text(recipes)), None
     if cmd.name == "list":
         narrow = {"mine": {"user": user},
-                  "running": {"status": ("held", "queued", "running")},
+                  "running": {"status": WAITING},
                   "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
         return views.job_list(ctx.store.jobs(limit=15, channel=channel, **narrow),
                                cmd.which), None
@@ -212,8 +212,7 @@ def cancel(ctx, job_id: int, user: str) -> str:
     admin. Returns what happened; raises ValueError naming why it cannot."""
     job = ctx.store.job(job_id)
     with ctx.queue.speaking(job and job["channel"]):  # a click has no command around it
-        if job is not None and job["user"] != user and job["status"] in ("held", "queued",
-                                                                          "running"):
+        if job is not None and job["user"] != user and job["status"] in WAITING:
             refused = ctx.allows("admin", user, job["channel"],
                                  i18n.N_("cancel someone else's trial"))
             if refused:

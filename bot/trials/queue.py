@@ -13,6 +13,7 @@ import time
 
 from bot.blocks import message
 from bot.trials import card, chart, outcome, views, workers
+from bot.trials.job import WAITING
 from worker import i18n
 from worker import report as reports
 from worker.i18n import _
@@ -338,7 +339,7 @@ class JobQueue:
         if job is None:
             raise ValueError(_("there is no trial T{id}; `/trial list` shows recent ones",
                                id=job_id))
-        if job["status"] not in ("held", "queued", "running"):
+        if job["status"] not in WAITING:
             raise ValueError(_("{trial} already ended ({status}); nothing to cancel",
                                trial=job["trial"], status=views.status_word(job["status"])))
         if job["cancel"]:

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bot.fits import compare  # noqa: E402
-from bot.trials import ladder  # noqa: E402
+from bot.trials import ladder, ladderfit  # noqa: E402
 
 DEFAULT = ["llm-train", "layers=8", "hidden=128", "heads=2", "kv_heads=1", "vocab=512",
            "seq=1024", "batch=8", "steps=2", "warmup=1"]
@@ -63,7 +63,7 @@ def main() -> int:
               f"{'PASS' if c['dmem_prev'] < 0 else 'FAIL'} (lower peak)")
         ok &= c["dmem_prev"] < 0
     if budget and "zero-1" in table and table["zero-1"]["memory"] > budget:
-        ok &= confirm_goal(table["zero-1"], ladder.per_sequence(rows), steps[-1][2], budget)
+        ok &= confirm_goal(table["zero-1"], ladderfit.per_sequence(rows), steps[-1][2], budget)
     return 0 if ok else 1
 
 
@@ -78,7 +78,7 @@ def trial(line: str) -> dict | None:
 
 def confirm_goal(row: dict, per_seq: int | None, line: str, budget: int) -> bool:
     """Run the redefined goal's batch and seq: does each fit the budget?"""
-    g = ladder.goal(row, budget, per_seq)
+    g = ladderfit.goal(row, budget, per_seq)
     ok = True
     for key in ("batch", "seq"):
         if not g[key]:

@@ -2,7 +2,7 @@
 one whole ladder through the console on a tiny model."""
 import pytest
 
-from bot.trials import ladder
+from bot.trials import ladder, ladderfit
 from test_console import run_console
 from worker import arithmetic
 from worker.spec import SpecError
@@ -141,22 +141,22 @@ def test_nothing_fits_says_so_with_the_numbers():
 
 def test_the_redefined_goal_is_predicted_from_the_measured_peak():
     p = {**SHAPE, "zero": 0}
-    fixed, per_layer = ladder.fixed_bytes(p, 1)
+    fixed, per_layer = ladderfit.fixed_bytes(p, 1)
     params = arithmetic.weight_params(p)
     assert fixed == params["total"] * 16 and per_layer == params["per_layer"] * 16
     row = {"params": p, "world": 1, "memory": fixed + 8000, "method": "torch allocator"}
-    lines = ladder.redefine(row, budget=fixed + 2000)
+    lines = ladderfit.redefine(row, budget=fixed + 2000)
     # a quarter of the activations' room: batch 8 → 2, seq 32 → 8
     assert "batch=2 (now 8) or seq=8 (now 32)" in lines[0]
     # fewer layers: each drops per_layer bytes; the activations are kept
     want = (2000 - 8000) // per_layer + 4
     assert f"layers={want} (now 4)" in lines[1] or want < 1
-    sharded = ladder.fixed_bytes({**p, "zero": 1}, 2)[0]
+    sharded = ladderfit.fixed_bytes({**p, "zero": 1}, 2)[0]
     assert sharded == params["total"] * 12  # 4 + 4 + 8/2
-    assert "no smaller batch or sequence fits" in ladder.redefine(row, budget=fixed // 2)[0]
+    assert "no smaller batch or sequence fits" in ladderfit.redefine(row, budget=fixed // 2)[0]
     # on host RSS the runtime's own share does not shrink with the batch
     host = {**row, "runtime": 4000, "memory": fixed + 4000 + 8000, "method": "host max RSS"}
-    lines = ladder.redefine(host, budget=fixed + 4000 + 2000)
+    lines = ladderfit.redefine(host, budget=fixed + 4000 + 2000)
     assert "batch=2 (now 8)" in lines[0] and "of runtime" in lines[0]
     assert "GPU worker before renting" in lines[-2]
 
@@ -167,10 +167,10 @@ def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
                report(700 * MiB, 1.2, 5.0, step=2), report(500 * MiB, 1.3, 5.0, 2, (400, 400))]
     table = ladder.rows(list(ladder.STEPS), reports)
     moved = 8 * arithmetic.weight_params(SHAPE)["total"] / 2
-    per_seq = ladder.per_sequence(table)
+    per_seq = ladderfit.per_sequence(table)
     assert per_seq == int((200 * MiB - moved) / 4)  # batch 8 on one rank vs 4 per rank
     # 500 MiB with 4 sequences per rank, budget 400 MiB: drop 100 MiB of ~400 of activations
-    g = ladder.goal(table[-1], 400 * MiB, per_seq)
+    g = ladderfit.goal(table[-1], 400 * MiB, per_seq)
     assert g["activations"] == per_seq * 4
     assert g["batch"] == 2 * int(4 * (1 - 100 * MiB / (per_seq * 4)))
     assert g["seq"] == int(32 * (1 - 100 * MiB / (per_seq * 4)))
@@ -179,7 +179,7 @@ def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
     assert "measured as the checkpointing step's peak less the ZeRO-1 step's" in text
     # a difference that is not positive measures nothing
     reports[3] = report(700 * MiB, 1.3, 5.0, 2, (400, 400))
-    assert ladder.per_sequence(ladder.rows(list(ladder.STEPS), reports)) is None
+    assert ladderfit.per_sequence(ladder.rows(list(ladder.STEPS), reports)) is None
 
 
 def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):

@@ -14,7 +14,7 @@ from bot.plans import command as plan_command
 from bot.store import Store
 from bot.trials import command as trial_command
 from bot.trials import parse, views
-from worker import arithmetic, launcher, stats
+from worker import arithmetic, catalog, launcher, stats
 from worker import report as reports
 from worker import spec as specs
 from worker.launcher import passes
@@ -307,7 +307,7 @@ def test_a_plan_block_from_a_recipe_sweep_still_estimates(ctx):
 def test_layers_lists_are_a_depth_sweep_of_llm_infer_only():
     from test_sweep import RECIPE
     deep = dataclasses.replace(RECIPE, params=(*RECIPE.params,
-                                               specs._int("layers", 2, 1, 64, "depth")))
+                                               catalog._int("layers", 2, 1, 64, "depth")))
     cmd = parse.parse_trial("sweep recipe paper-infer layers=1,2,4", {"paper-infer": deep})
     assert all("malloc" not in s.params for s in cmd.specs)   # a recipe's own parameter
     with pytest.raises(specs.SpecError, match="llm-infer and hf-infer run"):

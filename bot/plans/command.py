@@ -8,7 +8,18 @@ import logging
 
 from bot import figures
 from bot.context import HiddenPlan, PlanUnreachable, Postable, unwritable_text
-from bot.plans import advice, calibration, changes, estimate, export, parse, review, service, views
+from bot.plans import (
+    advice,
+    calibration,
+    changes,
+    estimate,
+    export,
+    parse,
+    review,
+    reviewview,
+    service,
+    views,
+)
 from bot.plans.parse import PlanError
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import workers
@@ -212,7 +223,7 @@ def _export(ctx, cmd, user, channel, today):
     price_list = ctx.store.prices()
     calib = service.calibrations(ctx, plan, ests, user, channel)
     rows = service.review_rows(ctx, plan, ests)
-    held = [views.held_text(r, e, c) if r.get("actual") is not None else None
+    held = [reviewview.held_text(r, e, c) if r.get("actual") is not None else None
             for r, (_block, e, _trials), c in zip(rows, ests, calib)]
     history, _total = ctx.store.history(plan["name"], _price_items(plan), limit=-1)
     whom = {"user": user, "response_url": cmd.args.get("response_url")}
@@ -349,14 +360,14 @@ def _slurm_actual(ctx, cmd, plan, user):
                              "its answer will be posted in the plan's channel.",
                              id=dup.jobs[0]))
     online = set(workers.online(ctx.store))
-    return views.slurm_asked(plan, req, [w["name"] for w in slurm],
+    return reviewview.slurm_asked(plan, req, [w["name"] for w in slurm],
                                 [w["name"] for w in slurm if w["name"] in online])
 
 
 def _review(ctx, cmd, user, channel, today):
     plan = _plan(ctx, cmd.plan, user, channel)
     ests = service.estimates(ctx, plan)
-    return views.review(plan, service.review_rows(ctx, plan, ests), ests,
+    return reviewview.review(plan, service.review_rows(ctx, plan, ests), ests,
                         service.calibrations(ctx, plan, ests, user, channel),
                         ctx.store.prices(), today)
 
@@ -381,7 +392,7 @@ def _calibration(ctx, cmd, user, channel, today):
     for scope in sorted({p["scope"] for p in pairs}):
         mine = calibration.scoped(pairs, scope)
         groups.append((scope, calibration.record(mine), calibration.calibrate(mine, scope=scope)))
-    return views.calibration_record(groups, ctx.visible_plans(user, channel)[1])
+    return reviewview.calibration_record(groups, ctx.visible_plans(user, channel)[1])
 
 
 def _price(ctx, cmd, user, channel, today):

@@ -66,7 +66,7 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
          recorded: list[dict] | None = None) -> dict:
     """Everything the export says, as one dict. `reviewed` is the review's row
     per block (bot/plans/service.review_rows); `held`, per block, whether its
-    actual fell inside the interval shown (views.held_text); `history`, the
+    actual fell inside the interval shown (reviewview.held_text); `history`, the
     plan's changes, newest first (all of them: a report is complete); `recorded`,
     the plan's recorded actuals (Store.actuals), each listed under its block."""
     rent, cost_line = cost_view(plan, price_list, today)

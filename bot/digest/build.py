@@ -16,7 +16,7 @@ from bot import figures
 from bot.blocks import chunks, context, section
 from bot.fits import gpus
 from bot.plans import estimate, prices, review, views
-from bot.plans.parse import WEEKDAYS
+from bot.plans.digestparse import WEEKDAYS
 from worker.i18n import N_, _
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")

@@ -15,6 +15,7 @@ from bot.plans import (
     estimate,
     export,
     parse,
+    priceparse,
     review,
     reviewview,
     service,
@@ -415,7 +416,7 @@ def _applies(ctx, old: dict) -> dict | None:
 
 def _price_correct(ctx, cmd, user, channel, today):
     old = _known_price(ctx, cmd.args["id"])
-    fields = parse.parse_price_correction(old, cmd.args["words"], today)
+    fields = priceparse.parse_price_correction(old, cmd.args["words"], today)
     if not fields:
         raise PlanError(_("P{id} has those values already; nothing to correct", id=old["id"]))
     ctx.store.correct_price(old["id"], fields, user)

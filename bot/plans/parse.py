@@ -1,21 +1,17 @@
 """Parsing of `/plan` text into a command, and checking of every value a plan
-stores. Pure: no Slack, no SQL, no clock (today's date is passed in).
-
-Longer than most modules (~600 lines) on purpose: it is the one gate every
-stored plan value passes (facts, blocks, actuals, prices, their corrections, digest schedules),
-and they share its checks of numbers, hours, dates and pairs; split, a value's
-check would sit away from the grammar that takes it."""
+stores: facts, blocks, actuals. Prices are priceparse.py's and digest
+schedules digestparse.py's; the checks they all share (pairs, numbers, GPU
+names, the error and the command) are grammar.py's. Pure: no Slack, no SQL,
+no clock (today's date is passed in)."""
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
-import zoneinfo
-from dataclasses import dataclass, field
 
 from bot.context import PLAN_WORDS, plan_name_problem
-from bot.fits import gpus
-from bot.plans import money
+from bot.plans.digestparse import parse_digest
+from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
+from bot.plans.priceparse import parse_price, parse_price_change
 from bot.trials.parse import split
 from worker import i18n
 from worker.i18n import N_, _
@@ -72,19 +68,6 @@ CHOICES = {"rental": ("single", "per-block"), "idle": ("measured", "none"),
 
 
 
-class PlanError(ValueError):
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-
-@dataclass(frozen=True)
-class PlanCommand:
-    action: str
-    plan: str | None = None
-    args: dict = field(default_factory=dict)
-
-
 def parse(text: str, today: dt.date) -> PlanCommand:
     try:
         words = split(text)
@@ -102,13 +85,13 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         return PlanCommand("help")
     head, rest = words[0], words[1:]
     if head == "list":
-        _no_more(rest, "/plan list")
+        no_more(rest, "/plan list")
         return PlanCommand("list")
     if head == "prices":
-        _no_more(rest[1:] if rest[:1] == ["all"] else rest, "/plan prices [all]")
+        no_more(rest[1:] if rest[:1] == ["all"] else rest, "/plan prices [all]")
         return PlanCommand("prices", args={"all": rest[:1] == ["all"]})
     if head == "calibration":
-        _no_more(rest, "/plan calibration")
+        no_more(rest, "/plan calibration")
         return PlanCommand("calibration")
     if head == "settings":
         return PlanCommand("settings", args=parse_settings(rest))
@@ -126,7 +109,7 @@ def parse(text: str, today: dt.date) -> PlanCommand:
     name = plan_name(head)
     action, rest = (rest[0], rest[1:]) if rest else ("show", [])
     if action in ("show", "export", "lock", "unlock", "advise", "review", "history"):
-        _no_more(rest, f"/plan {name} {action}")
+        no_more(rest, f"/plan {name} {action}")
         return PlanCommand(action, name)
     if action == "set":
         if not rest:
@@ -147,7 +130,7 @@ def parse(text: str, today: dt.date) -> PlanCommand:
 
 def parse_settings(words: list[str]) -> dict:
     """`/plan settings [lang=ko]`: this channel's own settings (`lang=` clears it)."""
-    pairs = _pairs(words, ("lang",), _("a channel setting"), empty=True)
+    pairs = key_values(words, ("lang",), _("a channel setting"), empty=True)
     if "lang" not in pairs:
         return {}
     try:
@@ -167,29 +150,6 @@ def plan_name(word: str) -> str:
     return name
 
 
-def _no_more(rest: list[str], what: str) -> None:
-    if rest:
-        raise PlanError(_("`{word}`: `{command}` takes nothing more", word=rest[0], command=what))
-
-
-def _pairs(words: list[str], allowed: tuple[str, ...], what: str, empty: bool = False) -> dict:
-    """key=value pairs; with `empty`, `key=` is kept as "" (an item unset)."""
-    out = {}
-    for word in words:
-        key, eq, raw = word.partition("=")
-        if not eq or not key or (not raw.strip() and not empty):
-            raise PlanError(_("`{word}`: write key=value (quote values with spaces: "
-                              "note=\"like this\"); {what} takes {keys}", word=word, what=what,
-                              keys=", ".join(allowed)))
-        if key not in allowed:
-            raise PlanError(_("`{word}`: {what} has no `{key}`; it takes {keys}", word=word,
-                              what=what, key=key, keys=", ".join(allowed)))
-        if key in out:
-            raise PlanError(_("`{word}`: {key} is given twice", word=word, key=key))
-        out[key] = raw.strip()
-    return out
-
-
 def keys_help() -> str:
     return _("Checklist: {checklist}. Settings: {settings}. `/plan help` explains each.",
              checklist=", ".join(CHECKLIST), settings=", ".join(SETTINGS))
@@ -198,7 +158,7 @@ def keys_help() -> str:
 def parse_facts(words: list[str], unset: bool = False) -> dict:
     """Checklist items and settings, each value checked; with `unset`, `key=`
     (nothing after =) is None: the item is open again."""
-    pairs = _pairs(words, (*CHECKLIST, *SETTINGS), _("a plan"), empty=unset)
+    pairs = key_values(words, (*CHECKLIST, *SETTINGS), _("a plan"), empty=unset)
     out = {}
     for key, raw in pairs.items():
         if len(raw) > 500:
@@ -230,33 +190,6 @@ def target_gpu(raw: str) -> str:
     if raw.lower() in ("cpu", "none"):
         return raw.lower()
     return gpu_item(raw, "gpu=")
-
-
-def gpu_item(raw: str, key: str = "") -> str:
-    """What a price is for: a GPU of the table by its table name. A name the table
-    lacks is kept (upper case) when it is not a typo of one, so a price can be
-    recorded for a part the table does not list yet."""
-    try:
-        return gpus.named(raw).name
-    except gpus.GpuNameError as exc:
-        if exc.why != "unknown":
-            raise PlanError(f"`{key}{raw}`: {exc}") from None
-    return raw.upper()
-
-
-def number(raw: str, what: str, low: float = 0.0, positive: bool = False) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise PlanError(_("`{key}={raw}`: {key} must be a number", key=what, raw=raw)) from None
-    if not math.isfinite(value):
-        raise PlanError(_("`{key}={raw}`: {key} must be a finite number", key=what, raw=raw))
-    if positive and value <= 0:
-        raise PlanError(_("`{key}={raw}`: {key} must be greater than 0", key=what, raw=raw))
-    if value < low:
-        raise PlanError(_("`{key}={raw}`: {key} must be at least {low}", key=what, raw=raw,
-                          low=f"{low:g}"))
-    return value
 
 
 MAX_HOURS = 1_000_000  # GPU-hours in one figure: 114 GPU-years, beyond any one block
@@ -335,7 +268,7 @@ def parse_block(words: list[str]) -> dict:
             _("Name the block kind: one of {kinds}. Usage: `/plan NAME block KIND runs=N "
               "[configs=M] trial=T12 [note=\"open variable ...\"]`", kinds=kinds))
     kind = words[0]
-    pairs = _pairs(words[1:], BLOCK_KEYS, _("a {kind} block", kind=kind))
+    pairs = key_values(words[1:], BLOCK_KEYS, _("a {kind} block", kind=kind))
     if "runs" not in pairs:
         raise PlanError(_("a {kind} block needs runs=N: how many runs the experiment makes",
                           kind=kind))
@@ -387,8 +320,8 @@ def parse_actual(words: list[str]) -> dict:
     rest = words[2:] if correct else words[1:]
     confirm = "confirm" in [w.lower() for w in rest]  # an actual far above its estimate
     rest = [w for w in rest if w.lower() != "confirm"]
-    pairs = _pairs(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
-                          "note"), _("an actual"))
+    pairs = key_values(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
+                              "note"), _("an actual"))
     if "slurm" in pairs:
         if correct:
             raise PlanError(_("`correct` with `slurm=`: Slurm's answer arrives later; delete the "
@@ -432,15 +365,14 @@ def parse_block_change(name: str, words: list[str]) -> PlanCommand:
         raise PlanError(_("`{word}` is not a block kind: one of {kinds}", word=kind,
                           kinds=", ".join(BLOCK_KINDS)))
     if verb == "delete":
-        _no_more(rest, f"/plan {name} block {kind} delete")
+        no_more(rest, f"/plan {name} block {kind} delete")
         return PlanCommand("block-delete", name, {"kind": kind})
     if not rest:
         raise PlanError(_("`/plan {plan} block {kind} correct` needs the fields to change, "
                           "e.g. `/plan {plan} block {kind} correct runs=30` (it takes {keys})",
                           plan=name, kind=kind, keys=", ".join(BLOCK_KEYS)))
-    return PlanCommand("block-correct", name, {"kind": kind,
-                                               "pairs": _pairs(rest, BLOCK_KEYS,
-                                                               _("a {kind} block", kind=kind))})
+    pairs = key_values(rest, BLOCK_KEYS, _("a {kind} block", kind=kind))
+    return PlanCommand("block-correct", name, {"kind": kind, "pairs": pairs})
 
 
 def block_words(block: dict, changes: dict) -> list[str]:
@@ -468,58 +400,6 @@ def block_words(block: dict, changes: dict) -> list[str]:
                              for k, v in pairs.items())]
 
 
-PRICE_ID = re.compile(r"[Pp]?(\d{1,12})")
-
-
-def parse_price_change(verb: str, words: list[str]) -> PlanCommand:
-    """`price correct P7 [FIGURE] [source=...] [date=...]` and `price delete P7`;
-    the figure is checked against P7's item in the command (parse_price_correction)."""
-    usage = _("`/plan price correct P7 2.39/h source=... date=YYYY-MM-DD` (any of the figure, "
-              "source= and date=) or `/plan price delete P7`; `/plan prices all` lists the ids")
-    if not words or not PRICE_ID.fullmatch(words[0]):
-        raise PlanError(_("`{word}` is not a price id: prices are named P7 and so on. Usage: "
-                          "{usage}", word=words[0], usage=usage) if words else
-                        _("Name the price: prices are named P7 and so on. Usage: {usage}",
-                          usage=usage))
-    pid = int(PRICE_ID.fullmatch(words[0]).group(1))
-    if verb == "delete":
-        _no_more(words[1:], f"/plan price delete P{pid}")
-        return PlanCommand("price-delete", args={"id": pid})
-    if not words[1:]:
-        raise PlanError(_("Say what to correct in P{id}. Usage: {usage}", id=pid, usage=usage))
-    return PlanCommand("price-correct", args={"id": pid, "words": words[1:]})
-
-
-def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
-    """The fields of price `old` that `words` change, checked as a new price's
-    are; its item and kind stay."""
-    figure = [w for w in words if not w.startswith(("source=", "date="))]
-    item = old["item"]
-    dated = [w for w in words if w.startswith(("source=", "date="))]
-    new = parse_price([item, *(figure or [_figure_word(old)]), *dated, *_kept(old, words)],
-                      today)
-    if new["kind"] != old["kind"]:
-        raise PlanError(_("P{id} is a {kind} price; a correction keeps its kind. Record a "
-                          "{new} figure as a new price (`/plan price {item} ...`)", id=old["id"],
-                          kind=old["kind"], new=new["kind"], item=item))
-    return {k: new[k] for k in ("value", "unit", "currency", "source", "date")
-            if new[k] != old.get(k)}
-
-
-def _kept(old: dict, words: list[str]) -> list[str]:
-    """source= and date= from the old price where the correction gives none."""
-    return [f"{k}={old[k]}" for k in ("source", "date")
-            if not any(w.startswith(f"{k}=") for w in words)]
-
-
-def _figure_word(price: dict) -> str:
-    """The word that records this figure again (for a correction of its source or date)."""
-    value = f"{price['currency'] or ''}{price['value']!r}"
-    return {"rent": f"{value}/h", "electricity": f"{value}/kWh",
-            "power": f"power={price['value']!r}kW", "buy": f"buy={value}",
-            "resale": f"resale={value}"}[price["kind"]]
-
-
 def parse_slurm_actual(kind: str, pairs: dict) -> dict:
     """`slurm=123,124`: the hours come from Slurm's accounting, so hours= and the
     parts (prep, data, retries, idle) cannot be given beside it."""
@@ -545,163 +425,3 @@ def parse_slurm_actual(kind: str, pairs: dict) -> dict:
     return {"block": kind, "slurm": ids, "hours": None, "parts": {}, "note": pairs.get("note"),
             "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
 
-
-MAX_POWER_KW = 10  # one GPU: a B200 draws about 1 kW
-
-
-def parse_price(words: list[str], today: dt.date) -> dict:
-    """`H100 2.49/h`, `H100 buy=30000`, `H100 resale=9000`, `H100 power=0.7kW`,
-    `electricity 0.12/kWh`, each with source= and date=."""
-    usage = _("Usage: `/plan price H100 2.49/h source=URL-or-quote date=YYYY-MM-DD` "
-              "(also buy=, resale=, power=KW per GPU, and `/plan price electricity 0.12/kWh`)")
-    if not words:
-        raise PlanError(_("Name what the price is for.") + " " + usage)
-    item, rest = words[0], words[1:]
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}", item):
-        raise PlanError(_("`{item}` is not a GPU name; e.g. H100, A100-80GB.", item=item)
-                        + " " + usage)
-    value_words = [w for w in rest if not w.startswith(("source=", "date="))]
-    pairs = _pairs([w for w in rest if w.startswith(("source=", "date="))],
-                   ("source", "date"), _("a price"))
-    # `KRW 3,500/h` and `3500 KRW/h` are one figure in two words
-    if len(value_words) == 2 and any(re.fullmatch(r"[A-Za-z]{3}(/.*)?", w) for w in value_words):
-        value_words = [" ".join(value_words)]
-    if len(value_words) != 1:
-        raise PlanError(_("Give exactly one figure for {item}.", item=item) + " " + usage)
-    word = value_words[0]
-    currency = ""
-    try:
-        if item.lower() == "electricity":
-            m = re.fullmatch(r"(.+)/kWh", word, re.IGNORECASE)
-            if not m:
-                raise PlanError(_("`{word}`: write the electricity rate per kWh, e.g. 0.12/kWh",
-                                  word=word))
-            kind, unit = "electricity", "per kWh"
-            value, currency = money.parse(m.group(1), "electricity")
-        elif "=" in word:
-            kind, _eq, raw = word.partition("=")
-            kind = kind.lower()
-            if kind not in ("buy", "resale", "power"):
-                raise PlanError(_("`{word}`: a GPU's figures are RATE/h, buy=, resale= or "
-                                  "power=.", word=word) + " " + usage)
-            if kind == "power":
-                m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
-                if not m:
-                    raise PlanError(_("`{word}`: power is a draw per GPU with its unit, e.g. "
-                                      "power=0.7kW or power=700W", word=word))
-                value = number(m.group(1), "power", positive=True)
-                value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
-                if value > MAX_POWER_KW:
-                    raise PlanError(_("`{word}`: {value} kW is more than {most} kW, the most one "
-                                      "GPU may draw here; give the draw per GPU, not per node "
-                                      "(e.g. power=0.7kW)", word=word, value=f"{value:g}",
-                                      most=MAX_POWER_KW))
-            else:
-                value, currency = money.parse(raw, kind)
-                unit = "per GPU"
-        else:
-            m = re.fullmatch(r"(.+)/(h|hr|hour)", word, re.IGNORECASE)
-            if not m:
-                raise PlanError(_("`{word}`: a rental rate is per GPU-hour, e.g. 2.49/h.",
-                                  word=word) + " " + usage)
-            kind, unit = "rent", "per GPU-hour"
-            value, currency = money.parse(m.group(1), "rate")
-        if kind in ("buy", "rent", "electricity") and value <= 0:  # resale may be 0
-            raise PlanError(_("`{word}`: {kind} must be greater than 0", word=word, kind=kind))
-        money.check_limit(value, currency, kind, word)
-    except money.MoneyError as exc:
-        raise PlanError(exc.message) from None
-    if "source" not in pairs:
-        raise PlanError(_("A price needs source=: the URL or quote it comes from, so others "
-                          "can check it.") + " " + usage)
-    if "date" not in pairs:
-        raise PlanError(_("A price needs date=YYYY-MM-DD: when it was confirmed.") + " "
-                        + usage)
-    try:
-        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", pairs["date"]):
-            raise ValueError(pairs["date"])
-        date = dt.date.fromisoformat(pairs["date"])
-    except ValueError:
-        raise PlanError(_("`date={raw}`: write the date as YYYY-MM-DD",
-                          raw=pairs["date"])) from None
-    if date > today:
-        raise PlanError(_("`date={raw}` is in the future (today is {today}); give the date the "
-                          "price was confirmed", raw=pairs["date"], today=today))
-    return {"item": "electricity" if kind == "electricity" else gpu_item(item), "kind": kind,
-            "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
-            "date": date.isoformat()}
-
-
-WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-DIGEST_USAGE = N_("`/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, a 24-hour time and "
-                  "an IANA timezone), `/plan digest now`, `/plan digest off`, or `/plan digest` "
-                  "to see the schedule")
-
-
-def parse_digest(words: list[str]) -> PlanCommand:
-    """`digest` (show), `digest now`, `digest off`, `digest weekly DAY HH:MM TZ`."""
-    if not words:
-        return PlanCommand("digest")
-    if words[0] in ("now", "off"):
-        _no_more(words[1:], f"/plan digest {words[0]}")
-        return PlanCommand("digest-" + words[0])
-    if words[0] != "weekly":
-        raise PlanError(_("`{word}`: the digest takes weekly, now or off.", word=words[0]) + " "
-                        + _(DIGEST_USAGE))
-    if len(words) != 4:
-        raise PlanError(_("A weekly digest needs a weekday, a time and a timezone, e.g. "
-                          "`/plan digest weekly mon 09:00 Asia/Seoul`"))
-    day, at, tz = words[1:]
-    return PlanCommand("digest-weekly", args={"weekday": weekday(day), **time_of_day(at),
-                                              "tz": timezone(tz)})
-
-
-def weekday(raw: str) -> str:
-    word = raw.lower()
-    day = next((d for d in WEEKDAYS if word == d or (len(word) >= 3 and
-                any(full.startswith(word) for full in _FULL_DAYS[d]))), None)
-    if day is None:
-        raise PlanError(_("`{word}` is not a weekday: write mon, tue, wed, thu, fri, sat or sun "
-                          "(e.g. `/plan digest weekly mon 09:00 Asia/Seoul`)", word=raw))
-    return day
-
-
-_FULL_DAYS = {"mon": ("monday",), "tue": ("tuesday", "tues"), "wed": ("wednesday",),
-              "thu": ("thursday", "thurs"), "fri": ("friday",), "sat": ("saturday",),
-              "sun": ("sunday",)}
-
-
-def time_of_day(raw: str) -> dict:
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw)
-    if not m:
-        raise PlanError(_("`{word}` is not a time of day: write 24-hour HH:MM, e.g. 09:00 or "
-                          "17:30", word=raw))
-    hour, minute = int(m.group(1)), int(m.group(2))
-    if hour > 23:
-        raise PlanError(_("`{word}`: hours go from 00 to 23 (midnight is 00:00), e.g. 09:00",
-                          word=raw))
-    if minute > 59:
-        raise PlanError(_("`{word}`: minutes go from 00 to 59, e.g. 09:30", word=raw))
-    return {"hour": hour, "minute": minute}
-
-
-def timezone(raw: str) -> str:
-    """An IANA name (Asia/Seoul, Europe/Berlin, UTC), checked against the tz database."""
-    try:
-        if not re.fullmatch(r"[A-Za-z0-9_+\-/]{1,60}", raw) or ".." in raw:
-            raise ValueError(raw)
-        zoneinfo.ZoneInfo(raw)
-        return raw
-    except (ValueError, zoneinfo.ZoneInfoNotFoundError, OSError):
-        pass
-    import difflib  # only when a name is wrong
-    names = {n.lower(): n for n in zoneinfo.available_timezones()}
-    if raw.lower() in names:
-        return names[raw.lower()]  # asia/seoul is Asia/Seoul
-    close = difflib.get_close_matches(raw.lower(), list(names), n=1, cutoff=0.75)
-    if close:
-        raise PlanError(_("`{word}` is not an IANA timezone: did you mean {zone}? write "
-                          "Area/City as in the tz database, e.g. Asia/Seoul, Europe/Berlin, "
-                          "America/New_York, or UTC", word=raw, zone=names[close[0]]))
-    raise PlanError(_("`{word}` is not an IANA timezone: write Area/City as in the tz database, "
-                      "e.g. Asia/Seoul, Europe/Berlin, America/New_York, or UTC", word=raw))

@@ -10,6 +10,8 @@ without changing it; only recipes in the file can run.
     secret_env = ["HF_TOKEN"]           # values never shown in reports (from env or the worker's)
     requires = "cuda"                   # or "any"
     timeout = "2h"                      # seconds, or "90s" / "30m" / "2h"
+    unit = "generate"                   # what one run is: program (default), generate,
+                                        # forward, or mark:NAME (docs/recipes.md)
 
     [recipes.adkv-infer.params]
     batch = { type = "int", min = 1, max = 512, default = 8 }
@@ -35,12 +37,17 @@ except ModuleNotFoundError:  # Python 3.10
 from worker.spec import COMMON, Param, Workload
 
 RECIPE_KEYS = {"cwd", "argv", "setup", "env", "requires", "timeout", "params", "description",
-               "secret_env"}
+               "secret_env", "unit"}
 PARAM_KEYS = {"type", "min", "max", "default", "choices", "pattern", "max_length", "help"}
 PARAM_TYPES = {"int", "float", "choice", "string"}
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 PARAM_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What one run of a recipe is (docs/recipes.md#what-one-run-is): the whole
+# invocation, each outermost generate, each outermost model call, or each span
+# the program marks with a name (`TRIALBOT_UNIT NAME`).
+UNITS = ("program", "generate", "forward")
+UNIT_MARK = re.compile(r"mark:([A-Za-z0-9][A-Za-z0-9._-]{0,62})")
 
 
 class RecipeError(ValueError):
@@ -59,6 +66,7 @@ class Recipe:
     params: tuple[Param, ...]
     description: str = ""
     secret_env: tuple[str, ...] = ()  # variables whose values are masked in reports
+    unit: str = "program"  # what one run is: program, generate, forward or mark:NAME
 
     def secrets(self, environ=None) -> list[str]:
         """The values of secret_env: the recipe's own, else the worker's."""
@@ -159,6 +167,12 @@ def _recipe(name: str, t, where: _Locator, base: str) -> Recipe:
     if timeout is None:
         raise RecipeError(f"{where.key(name, 'timeout')}: `timeout` must be seconds or a "
                           'duration like "90s", "30m", "2h"')
+    unit = t.get("unit", "program")
+    if not (unit in UNITS or (isinstance(unit, str) and UNIT_MARK.fullmatch(unit))):
+        raise RecipeError(f"{where.key(name, 'unit')}: `unit` of recipe `{name}` is "
+                          f"{unit!r}; it must be \"program\" (the whole invocation), "
+                          "\"generate\", \"forward\" or \"mark:NAME\" (spans the program "
+                          "marks with `TRIALBOT_UNIT NAME`; NAME letters, digits, `.`, `_`, `-`)")
     if not isinstance(t.get("params", {}), dict):
         raise RecipeError(f"{where.key(name, 'params')}: `params` of `{name}` must be a table "
                           f"[recipes.{name}.params]")
@@ -179,7 +193,7 @@ def _recipe(name: str, t, where: _Locator, base: str) -> Recipe:
         raise RecipeError(f"{where.table(name + '.params')}: param `{sorted(clash)[0]}` is "
                           "reserved for every trial; rename it")
     return Recipe(name, cwd, tuple(argv), tuple(tuple(c) for c in setup), dict(env), requires,
-                  timeout, params, t.get("description", ""), tuple(secret_env))
+                  timeout, params, t.get("description", ""), tuple(secret_env), unit=unit)
 
 
 def _param(recipe: str, name: str, d, where: _Locator) -> Param:

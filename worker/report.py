@@ -278,13 +278,36 @@ class Probe(TypedDict, total=False):
     sampler_cpu_seconds: Annotated[float | None, SECONDS]
 
 
+class UnitModel(TypedDict, total=False):
+    """A recipe's units of one kind on one model object (a draft, a target)."""
+    kind: str
+    model: str | None              # class and instance number, "LlamaForCausalLM#2"
+    params: Annotated[int | None, AMOUNT]
+    count: Annotated[int, COUNT]
+    p50: Annotated[float | None, SECONDS]
+    p90: Annotated[float | None, SECONDS]
+    p99: Annotated[float | None, SECONDS]
+    mean: Annotated[float | None, SECONDS]
+    stdev: Annotated[float | None, SECONDS]
+    iqr_over_median: Annotated[float | None, RATIO]
+    stable: bool | None
+
+
+class ProgramTime(TypedDict, total=False):
+    seconds: Annotated[float | None, SECONDS]
+    what: str
+
+
 class Units(TypedDict, total=False):
+    kind: str                      # the recipe's `unit`: program, generate, forward, mark:NAME
     unit: str
     count: Annotated[int, COUNT]
     run: Annotated[int, COUNT]
     warmup: Annotated[int, COUNT]
     kinds: dict[str, Annotated[int, COUNT]]
     kept: Annotated[int, COUNT]
+    models: Annotated[list[UnitModel], Most(MAX_DEVICES)]
+    program: ProgramTime
 
 
 class SlurmJob(TypedDict, total=False):

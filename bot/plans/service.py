@@ -127,7 +127,7 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     pr = estimate.per_run(trials)
     k = depth.time_factor(first["params"], depth.sizing_of(first))
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
-            "source": _("per {unit} ({source}), {what}", unit=_(pr["unit"]), source=pr["source"],
+            "source": _("per {unit} ({source}), {what}", unit=pr["unit"], source=pr["source"],
                         what=k["what"]), "partial": part,
             "no_interval": "a model-scaled time has no measured spread at the full depth",
             "weights_factor": k["weights_factor"],

@@ -156,7 +156,8 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
                   progress, user)
         probe = _probe_result(tmp, run)
     report["phases"] += recipe_phases.phases(run, probe.get("phases", []))
-    report.update(recipe_phases.results(probe, report["phases"]))
+    report.update(recipe_phases.results(probe, report["phases"], recipe.unit,
+                                        max(0.0, run.ended - run.started)))
     report["output_tail"] = run.tail()  # what the paper's script printed: its own results
     report["memory"].update(probe.get("totals", {}))
     report["memory"]["method"].update(probe.get("method") or {

@@ -284,3 +284,44 @@ def test_a_program_unit_sweep_fits_the_programs_time():
     fit = fit_sweep([trial(n) for n in (8, 16, 32)])
     assert fit["time"]["coef"] == pytest.approx([2.0, 0.01])
     assert "whole program" in fit["time"]["what"]
+
+
+def test_a_sweep_block_takes_the_recipes_parameter_and_refuses_one_held_fixed(ctx):
+    # Reports as a worker from before `unit` posts them: the run phase is the time.
+    from test_sweep import RECIPE
+    work = {"paper-infer": RECIPE}
+    specs = [parse(["recipe", "paper-infer", f"seq={n}"], work) for n in (64, 128, 256)]
+    jobs = ctx.queue.submit_sweep(specs, ["recipe paper-infer"] * 3, "U1", "C1")
+    for job, spec in zip(jobs, specs):
+        leased = ctx.store.lease_next("w1", 60)
+        r = launcher_report(spec.params, job["trial"], 0.5 + spec.params["seq"] / 256)
+        ctx.queue.finish(job["id"], "w1", leased["lease"], r)
+    say(ctx, "new repro")
+    assert "scale block added" in say(ctx, "repro block scale runs=10 sweep=S1 seq=512")
+    out = say(ctx, "repro block scale runs=10 sweep=S1 batch=1")
+    assert "Sweep S1 varied seq; batch was" in out and "give seq=N" in out
+    assert "the sweep's" in say(ctx, "repro show")
+
+
+def launcher_report(params: dict, trial: str, run: float) -> dict:
+    from worker import report as reports
+    r = reports.new_report("recipe", params)
+    r.update(trial=trial, status="ok", recipe="paper-infer", env={"device": "cpu"},
+             seconds=1.0 + run, phases=[{"name": "launch", "seconds": 1.0},
+                                        {"name": "run", "seconds": run}])
+    return r
+
+
+def test_a_legacy_recipe_report_with_no_run_time_is_refused_not_zero():
+    # A script that called generate() once, reported by a worker from before
+    # `unit`: its one call was the warmup, its run phase nothing.
+    from bot.plans import estimate
+    r = launcher_report({"batch": 4, "seq": 64}, "T7", 0.0)
+    r["phases"] = [{"name": "launch", "seconds": 3.0}, {"name": "weights", "seconds": 0.5},
+                   {"name": "warmup", "seconds": 0.4}]
+    r["seconds"] = 3.9
+    trial = {"id": 7, "trial": "T7", "status": "done", "report": r, "worker": "w1"}
+    with pytest.raises(estimate.EstimateError, match="T7 measured 0 s per run phase: a block "
+                                                      "cannot count runs that take no time"):
+        estimate.estimate_block({"kind": "baseline", "runs": 100, "configs": 1, "gpus": 1},
+                                [trial], {}, {}, True)

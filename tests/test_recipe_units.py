@@ -163,7 +163,7 @@ def test_a_draft_and_a_target_are_two_distributions(tmp_path, ctx, checkpoint):
     t = finish(ctx, spec, r)
     say(ctx, "new repro")
     out = say(ctx, f"repro block baseline runs=100 trial={t}")
-    assert "per model call" in out and "59 model calls" in out
+    assert "per model call" in out and "59 runs of one model call each" in out
     assert f"LlamaForCausalLM#1 ({draft['params']:,} params) 47 ×" in out
     assert f"LlamaForCausalLM#2 ({target['params']:,} params) 12 ×" in out
     assert f"a whole program run {units['program']['seconds']:.4g} s" in out

@@ -240,7 +240,8 @@ def _per_request(trials: list[dict], kind: str | None) -> dict:
                for r, tm, mi in zip(reports, trial_means, m)]
     sd = math.sqrt(within) if sum(dof) else None
     if kind:
-        source = _("{trials}: {k} {unit}s ({models}; a whole program run {program} s)",
+        source = _("{trials}: {k} runs of one {unit} each ({models}; a whole program run "
+                   "{program} s)",
                    trials=names, k=k, unit=unit_label(kind), models=_models_text(reports),
                    program=f"{sum(map(program_seconds, reports)) / len(reports):.4g}")
     elif sd is not None:

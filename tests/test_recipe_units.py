@@ -15,7 +15,7 @@ import pytest
 from bot.app.runtime import context
 from bot.plans import command as plan_command
 from bot.store import Store
-from worker import launcher, recipes
+from worker import launcher, recipes, summary
 from worker.report import validate
 from worker.spec import parse
 
@@ -160,6 +160,9 @@ def test_a_draft_and_a_target_are_two_distributions(tmp_path, ctx, checkpoint):
     # Each model's spread is judged on its own: the mix's is their difference.
     assert r["stability"]["iqr_over_median"] == max(draft["iqr_over_median"],
                                                     target["iqr_over_median"])
+    card = dict(summary.facts(r))["one run (the recipe's unit)"]  # the posted report's line
+    assert card.startswith("one model call (unit = forward): LlamaForCausalLM#1 (")
+    assert "LlamaForCausalLM#2" in card and "; the whole program " in card
     t = finish(ctx, spec, r)
     say(ctx, "new repro")
     out = say(ctx, f"repro block baseline runs=100 trial={t}")

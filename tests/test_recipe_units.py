@@ -3,15 +3,12 @@ programs the tests write, run by the real launcher, their reports finished
 through the real queue and counted by `/plan` on a real SQLite store."""
 import datetime as dt
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+import test_recipe_hooks
 from bot.app.runtime import context
 from bot.plans import command as plan_command
 from bot.store import Store
@@ -19,7 +16,7 @@ from worker import launcher, recipes, summary
 from worker.report import validate
 from worker.spec import parse
 
-PROGRAMS = Path(__file__).parent / "programs"
+checkpoint = test_recipe_hooks.checkpoint  # the tiny saved Llama (a fixture)
 HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                         reason="transformers is not installed")
 
@@ -27,15 +24,6 @@ HF = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
 @pytest.fixture
 def ctx(tmp_path):
     return context(Store(str(tmp_path / "u.db")), admins=frozenset({"U1"}))
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run([sys.executable, str(PROGRAMS / "hf_tiny.py"), str(out)], check=True,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
-                   capture_output=True)
-    return out
 
 
 def book(tmp_path, body: str, unit: str | None = None, args: str = "",

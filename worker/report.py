@@ -278,17 +278,12 @@ class Probe(TypedDict, total=False):
     sampler_cpu_seconds: Annotated[float | None, SECONDS]
 
 
-class UnitModel(TypedDict, total=False):
-    """A recipe's units of one kind on one model object (a draft, a target)."""
+class UnitModel(Stats, total=False):
+    """A recipe's units of one kind on one model object (a draft, a target):
+    their statistics, and their spread as stability judges it."""
     kind: str
     model: str | None              # class and instance number, "LlamaForCausalLM#2"
     params: Annotated[int | None, AMOUNT]
-    count: Annotated[int, COUNT]
-    p50: Annotated[float | None, SECONDS]
-    p90: Annotated[float | None, SECONDS]
-    p99: Annotated[float | None, SECONDS]
-    mean: Annotated[float | None, SECONDS]
-    stdev: Annotated[float | None, SECONDS]
     iqr_over_median: Annotated[float | None, RATIO]
     stable: bool | None
 

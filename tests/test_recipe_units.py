@@ -316,3 +316,15 @@ def test_a_legacy_recipe_report_with_no_run_time_is_refused_not_zero():
                                                       "cannot count runs that take no time"):
         estimate.estimate_block({"kind": "baseline", "runs": 100, "configs": 1, "gpus": 1},
                                 [trial], {}, {}, True)
+
+
+def test_trials_of_two_units_are_not_pooled():
+    from bot.plans import estimate
+    trials = []
+    for i, kind in enumerate(("program", "mark:prompt"), 1):
+        r = launcher_report({"batch": 4, "seq": 64}, f"T{i}", 1.0)
+        r["units"] = {"kind": kind, "run": 3, "program": {"seconds": 2.0}}
+        trials.append({"id": i, "trial": f"T{i}", "status": "done", "report": r})
+    with pytest.raises(estimate.EstimateError, match="T1 counted a run as a program and T2 as "
+                                                      "a mark:prompt"):
+        estimate.per_run(trials)

@@ -202,6 +202,12 @@ def per_run(trials: list[dict]) -> dict:
         if problem:
             raise EstimateError(problem)
     kind = unit_kind(reports[0])
+    other = next((t for t in trials if unit_kind(t["report"]) != kind), None)
+    if other is not None:  # the recipe file changed its unit between the trials
+        raise EstimateError(_("{first} counted a run as a {unit} and {other} as a {other_unit}; "
+                              "a block is estimated from trials of one unit",
+                              first=trials[0]["trial"], unit=kind, other=other["trial"],
+                              other_unit=unit_kind(other["report"])))
     if kind == "program":
         out = _per_sample(trials, _("program run"), _program_source)
     elif all((r.get("latency") or {}).get("count") for r in reports):

@@ -72,7 +72,8 @@ def unit_label(kind: str) -> str:
     """One run's name in a block line: `100 runs × 4.2 s per program run`."""
     if kind.startswith("mark:"):
         return _("`{name}` span", name=kind.removeprefix("mark:"))
-    return _(UNIT_LABELS[kind])
+    label = UNIT_LABELS.get(kind)
+    return _(label) if label else kind  # a kind from a newer worker: its own name
 
 
 UNIT_LABELS = {"program": N_("program run"), "generate": N_("generate call"),
@@ -278,8 +279,9 @@ def _models_text(reports: list[dict]) -> str:
     parts = []
     for g in (reports[0].get("units") or {}).get("models") or []:
         size = _(" ({n} params)", n=f"{g['params']:,}") if g.get("params") else ""
-        parts.append(_("{model}{size} {count} × {mean} ms", model=g.get("model") or _("no model"),
-                       size=size, count=g["count"], mean=f"{(g.get('mean') or 0) * 1e3:.3g}"))
+        parts.append(_("{model}{size} {count} × {mean} ms", model=g.get("model") or "",
+                       size=size, count=g["count"],
+                       mean=f"{(g.get('mean') or 0) * 1e3:.3g}").strip())
     return "; ".join(parts)
 
 

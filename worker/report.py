@@ -29,7 +29,7 @@ MEMORY_FIELDS = (
     "num_ooms",           # torch allocator: out-of-memory errors raised
 )
 
-ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled")
+ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled", "environment")
 
 # What a measured figure can be: past these, a report is refused (400), not
 # stored (docs/report-schema.md, "What the bot checks"). Each is far beyond any
@@ -74,7 +74,11 @@ class Phase(TypedDict, total=False):
     start: Annotated[float, TIME]   # Unix time
     end: Annotated[float, TIME]
     seconds: Annotated[float, SECONDS, REQUIRED]
-    found_by: str      # a recipe's: start, mark, hook:<what>, whole-program, recipe-setup
+    found_by: str      # a recipe's: start, mark, hook:<what>, whole-program, recipe-setup,
+    #                    recipe-environment (its repository and environment made)
+    cached: bool       # recipe-environment: an environment built before was reused ...
+    built_at: Annotated[float | None, TIME]            # ... built then
+    build_seconds: Annotated[float | None, SECONDS]    # ... taking this long
     peak_allocated: Annotated[int | None, BYTES]  # CUDA only: peaks reset at the phase's start
     peak_reserved: Annotated[int | None, BYTES]
     allocated: Annotated[int | None, BYTES]       # ... and at its end

@@ -3,6 +3,7 @@ uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
 import functools
+import time
 
 from worker import notes, units
 from worker.i18n import N_, _, ngettext
@@ -118,7 +119,40 @@ def facts(r: Report) -> list[tuple[str, str]]:
         out.append((label, full_depth(r["full_depth"])))
     if r.get("slurm"):
         out.append(("Slurm", slurm_line(r["slurm"])))
+    if (r.get("env") or {}).get("environment"):
+        out.append((_("environment"), environment_line(r)))
     return out
+
+
+# What a program ran with that a reader of a paper's repository looks for first.
+KEY_PACKAGES = ("torch", "transformers", "accelerate", "flash-attn", "datasets")
+
+
+def environment_line(r: Report) -> str:
+    """The recipe's own environment: built now or reused, by what, with what."""
+    e = r["env"]["environment"]
+    setup = next((p for p in r["phases"] if p.get("found_by") == "recipe-environment"), {})
+    packages = e.get("packages") or {}
+    versions = ", ".join(f"{n} {packages[n]}" for n in KEY_PACKAGES if n in packages)
+    torch = (_("the worker's {version}", version=e["torch"]) if e.get("torch")
+             else _("the recipe's own"))
+    values = {"builder": e.get("builder"), "python": e.get("python"), "torch": torch,
+              "versions": versions or "-", "count": len(packages)}
+    if setup.get("cached"):
+        text = _("reused, built {when} in {took} by {builder}; Python {python}, torch: {torch}; "
+                 "{versions} ({count} packages)", when=_utc(e.get("built_at")),
+                 took=duration(e.get("build_seconds")), **values)
+    else:
+        text = _("built in {took} by {builder}; Python {python}, torch: {torch}; {versions} "
+                 "({count} packages)", took=duration(setup.get("seconds")), **values)
+    if e.get("torch_pins_not_used"):
+        text += "; " + _("the repository pins {pins}; this worker's torch {version} is used",
+                         pins=", ".join(e["torch_pins_not_used"]), version=e.get("torch"))
+    return text
+
+
+def _utc(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) if t else "?"
 
 
 def _units(unit: str) -> str:

@@ -64,6 +64,18 @@ def teardown_seconds(report: dict) -> float:
 
 
 def prep_seconds(report: dict) -> float:
+    """One-time time of a rental session: a reused recipe environment counts as
+    the build it saved, measured when it was built (a fresh box builds it once)."""
+    return _prep_measured(report) + reused_build_seconds(report)
+
+
+def reused_build_seconds(report: dict) -> float:
+    """What a reused recipe environment's build took beyond its reuse."""
+    return sum(max(0.0, p["build_seconds"] - p["seconds"]) for p in report.get("phases") or []
+               if p.get("cached") and p.get("build_seconds") is not None)
+
+
+def _prep_measured(report: dict) -> float:
     return sum(phase_seconds(report, p) for p in PREP_PHASES) + teardown_seconds(report)
 
 
@@ -117,7 +129,7 @@ def _with_defaults(c: dict) -> dict:
 
 def run_seconds(report: dict) -> float:
     """The trial's wall time minus prep and data: its run phase(s)."""
-    return max(0.0, (report.get("seconds") or 0.0) - prep_seconds(report)
+    return max(0.0, (report.get("seconds") or 0.0) - _prep_measured(report)
                - phase_seconds(report, "data"))
 
 
@@ -352,6 +364,11 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         prep_source = _("{trials}: {phases} + teardown {teardown} s (mean), once for this "
                         "block's rental session", trials=names, phases=phases,
                         teardown=f"{mean_of(teardown_seconds):.3g}")
+        if any(reused_build_seconds(r) for r in reports):
+            prep_source += "; " + _("plus the recipe environment's build, {seconds} s (mean) "
+                                    "as measured when it was built: these trials reused it, a "
+                                    "fresh box builds it once",
+                                    seconds=f"{mean_of(reused_build_seconds):.3g}")
         factor = (predicted or {}).get("weights_factor")
         if factor:  # a partial-depth trial built a fraction of the weights
             prep_s += (factor - 1) * mean_of(lambda r: phase_seconds(r, "weights"))

@@ -89,9 +89,11 @@ def test_sizing_reads_layers_experts_and_windows(allowed):
     s = hf.sizing(cfg, full, source, transformers.__version__)
     assert s["total"] == hf_count(MOE)
     assert len(s["layer_params"]) == 2 and s["experts"] == {"experts": 4, "per_token": 2}
-    assert s["kv"] == [{"elements": 2 * 2 * 16, "window": 16}] * 2
+    assert s["kv"] == [{"kind": "sliding_attention", "elements": 2 * 2 * 16, "keeps": 15,
+                        "state": 0, "state_fp32": 0}] * 2
     from worker import arithmetic
-    assert arithmetic.sized_kv(s, 100) == 2 * 64 * 16  # a window keeps 16 positions
+    # transformers' dynamic cache keeps window − 1 = 15 positions (tests/test_kvcache.py)
+    assert arithmetic.sized_kv(s, 100, 4) == 2 * 64 * 15 * 4
     assert arithmetic.sized_params(s, 1)["total"] == hf_count(MOE, layers=1)
 
 

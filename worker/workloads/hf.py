@@ -4,8 +4,8 @@ the meta device at its full depth.
 
 Sizing counts the parameters of transformers' own class, so MoE experts,
 biases and tied embeddings are exact by construction; the KV cache per token
-follows the config as transformers' cache does (kv heads, head size, and a
-sliding window per layer where the architecture has one).
+follows the config as transformers' cache keeps it (worker/kvcache.py: kv
+heads and head size, MLA's latent, sliding windows, recurrent states).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import importlib.util
 import psutil
 import torch
 
-from worker import models, notes, presets
+from worker import kvcache, models, notes, presets
 from worker.arithmetic import sized_full_depth
 from worker.workloads import Unsupported
 
@@ -108,36 +108,12 @@ def decoder_layers(model) -> torch.nn.ModuleList | None:
     return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()), default=None)
 
 
-def kv_layers(text_config) -> list[dict]:
-    """Per layer: KV-cache elements per token (K and V) and its window (None:
-    the whole context), as transformers' cache keeps them."""
-    heads = text_config.num_attention_heads
-    kv = getattr(text_config, "num_key_value_heads", None) or heads
-    hd = getattr(text_config, "head_dim", None) or text_config.hidden_size // heads
-    types = getattr(text_config, "layer_types", None)
-    window = getattr(text_config, "sliding_window", None)
-    if getattr(text_config, "use_sliding_window", True) is False:
-        window = None
-    out = []
-    for i in range(text_config.num_hidden_layers):
-        kind = types[i] if types and i < len(types) else (
-            "sliding_attention" if window else "full_attention")
-        if kind in ("sliding_attention", "chunked_attention"):
-            w = window if kind == "sliding_attention" else getattr(
-                text_config, "attention_chunk_size", None)
-            out.append({"elements": 2 * kv * hd, "window": w})
-        elif kind == "full_attention":
-            out.append({"elements": 2 * kv * hd, "window": None})
-        else:  # linear attention, mamba, KV shared with another layer: no growing cache
-            out.append({"elements": 0, "window": None, "kind": kind})
-    return out
-
-
-def sizing(cfg, full: int, source: dict, tf_version: str) -> dict:
+def sizing(cfg, full: int, source: dict, tf_version: str, cache: str = "dynamic") -> dict:
     """The model at its full depth, counted on the meta device (no memory): the
     parameters of the layers (each), the embedding, the lm head (0 when tied),
-    the rest, and the KV cache per token per layer. What worker/arithmetic.py's
-    sized_* functions and the bot's depth predictions read."""
+    the rest, and the cache per layer as transformers keeps it (worker/kvcache.py;
+    `cache`: the trial's dynamic or static). What worker/arithmetic.py's sized_*
+    functions and the bot's depth predictions read."""
     tf = transformers()
     text = cfg.get_text_config()
     if text.num_hidden_layers != full:  # re-read at full depth
@@ -157,6 +133,7 @@ def sizing(cfg, full: int, source: dict, tf_version: str) -> dict:
     tied = head is not None and emb is not None and head.weight is emb.weight
     lm_head = 0 if tied or head is None else head.weight.numel()
     moe = _experts(text)
+    kv = kvcache.shape(text.to_dict(), cache)
     return {
         "what": f"counted on the meta device from transformers {tf_version}'s "
                 f"{type(model).__name__} at the full {full} layers (no weights); KV cache "
@@ -166,7 +143,8 @@ def sizing(cfg, full: int, source: dict, tf_version: str) -> dict:
         "vocab": text.vocab_size, "total": total, "embedding": embedding,
         "lm_head": lm_head, "tied_embeddings": tied,
         "other": total - embedding - lm_head - sum(layer),
-        "layer_params": layer, "kv": kv_layers(text), "experts": moe,
+        "layer_params": layer, "kv": [x.as_dict() for x in kv.layers], "kv_how": kv.how,
+        "experts": moe,
     }
 
 
@@ -204,7 +182,7 @@ def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: i
     after the timed phases
     (sizing builds the full model on the meta device: no memory, a few seconds)."""
     preset = presets.get(p["model"])
-    sizing_ = sizing(cfg, full, source, version)
+    sizing_ = sizing(cfg, full, source, version, p.get("cache", "dynamic"))
     info = {"name": source["name"], "source": source["source"],
             "source_note": source.get("source_note"), "kind": source["kind"],
             "architecture": sizing_["architecture"],  # the class transformers built

@@ -77,6 +77,33 @@ def cut(text_config, layers: int) -> None:
             setattr(text_config, key, value[:layers])
 
 
+# What transformers' PreTrainedModel reads before it builds with each attention
+# (_sdpa_can_dispatch, _flash_attn_can_dispatch): eager every model has.
+ATTN_FLAGS = {"sdpa": "_supports_sdpa", "flash_attention_2": "_supports_flash_attn"}
+ATTN = ("sdpa", "eager", "flash_attention_2")  # worker/catalog.py's choices
+
+
+def model_class(cfg):
+    """The causal LM class transformers builds for cfg (imports its modeling code)."""
+    return transformers().AutoModelForCausalLM._model_mapping[type(cfg)]
+
+
+def attn_supported(cls) -> list[str]:
+    """The attn= choices this model class supports, as transformers decides it."""
+    return [a for a in ATTN if a == "eager" or getattr(cls, ATTN_FLAGS[a], False)]
+
+
+def unsupported_attn(name: str, cls, attn: str) -> str | None:
+    """Why `attn` cannot build this class, naming the ones that can; None if it can."""
+    works = attn_supported(cls)
+    if attn in works:
+        return None
+    here = [a for a in works if a != "flash_attention_2"
+            or importlib.util.find_spec("flash_attn") is not None] or works
+    return (f"`model={name}` ({cls.__name__}) does not support attn={attn} in transformers "
+            f"{transformers().__version__}; use attn={' or attn='.join(here)}")
+
+
 def check_attn(attn: str) -> None:
     if attn == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
         raise Unsupported("`attn=flash_attention_2`: flash-attn is not installed on this "
@@ -84,11 +111,17 @@ def check_attn(attn: str) -> None:
                           "on a CUDA worker")
 
 
-def build(cfg, dtype: str, device: str, attn: str, seed: int):
+def build(cfg, dtype: str, device: str, attn: str, seed: int, name: str = "model"):
     """The causal LM for `cfg` with random weights, built in the target dtype on
     the device (no fp32 copy first)."""
     tf = transformers()
     check_attn(attn)
+    try:
+        why = unsupported_attn(name, model_class(cfg), attn)
+    except (KeyError, ValueError, ImportError):
+        why = None  # not a causal LM: from_config below says so
+    if why:
+        raise Unsupported(why)
     torch.manual_seed(seed)
     try:
         with torch.device(device):
@@ -199,20 +232,21 @@ def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: i
                                            preset.published_params if preset else None)}
 
 
-def check(names: list[str]) -> dict[str, str | None]:
-    """Each named config built on the meta device: None, or why it cannot be."""
+def check(names: list[str]) -> dict[str, dict]:
+    """Each named config built on the meta device: {"attn": the attn= choices
+    its class supports}, or {"error": why it cannot be built}."""
     out = {}
     for name in names:
         try:
             cfg, _, _ = config(name)
             with torch.device("meta"):
-                transformers().AutoModelForCausalLM.from_config(cfg)
-            out[name] = None
+                model = transformers().AutoModelForCausalLM.from_config(cfg)
+            out[name] = {"attn": attn_supported(type(model))}
         except Unsupported as exc:
-            out[name] = str(exc)
+            out[name] = {"error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - any reason a config cannot build
-            out[name] = (f"transformers cannot build `model={name}` as a causal LM "
-                         f"({_first_sentence(exc)})")
+            out[name] = {"error": f"transformers cannot build `model={name}` as a causal LM "
+                                  f"({_first_sentence(exc)})"}
     return out
 
 

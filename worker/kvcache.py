@@ -17,6 +17,7 @@ holds them to the tensors a forward of each architecture really stores:
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -75,14 +76,28 @@ def _get(config: dict, *keys: str, default=None):
     return next((config[k] for k in keys if config.get(k) is not None), default)
 
 
-def _heads(config: dict) -> tuple[int, int, int]:
-    """(attention heads, KV heads, head size) as the model's attention builds them."""
+# Falcon's new decoder cached its KV heads broadcast to every query head until
+# transformers 5.25.0, which caches the groups (FalconAttention, both read).
+FALCON_GROUPED = (5, 25)
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return (10**6,)  # unknown: the newest rule
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+def _heads(config: dict, transformers: str | None = None) -> tuple[int, int, int]:
+    """(attention heads, KV heads, head size) as the model's attention builds them
+    in `transformers` (its version; None: the newest rule)."""
     heads = _get(config, "num_attention_heads", "n_head", "num_heads")
     hidden = _get(config, "hidden_size", "n_embd", "d_model")
     kv = _get(config, "num_key_value_heads", default=heads)
     if config.get("model_type") == "falcon":  # FalconAttention.num_kv_heads
         multi = config.get("multi_query", True) and not config.get("new_decoder_architecture")
         kv = 1 if multi else _get(config, "num_kv_heads", default=heads)
+        if config.get("new_decoder_architecture") and _version(transformers) < FALCON_GROUPED:
+            kv = heads
     return heads, kv, _get(config, "head_dim", default=hidden // heads)
 
 
@@ -123,9 +138,10 @@ def _state(config: dict, kind: str) -> tuple[int | None, int, str]:
     return None, 0, f"its {kind} state is not sized here"
 
 
-def shape(config: dict, cache: str = "dynamic") -> CacheShape:
-    """The cache transformers keeps for `config` (`cache`: dynamic or static)."""
-    heads, kv, hd = _heads(config)
+def shape(config: dict, cache: str = "dynamic", transformers: str | None = None) -> CacheShape:
+    """The cache transformers keeps for `config` (`cache`: dynamic or static), in
+    the `transformers` version given (None: the newest rule)."""
+    heads, kv, hd = _heads(config, transformers)
     if config.get("kv_lora_rank"):
         rank, rope = config["kv_lora_rank"], config["qk_rope_head_dim"]
         per, formula = rank + rope, f"MLA kv_lora_rank+qk_rope_head_dim = {rank}+{rope}"

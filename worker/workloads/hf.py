@@ -166,7 +166,7 @@ def sizing(cfg, full: int, source: dict, tf_version: str, cache: str = "dynamic"
     tied = head is not None and emb is not None and head.weight is emb.weight
     lm_head = 0 if tied or head is None else head.weight.numel()
     moe = _experts(text)
-    kv = kvcache.shape(text.to_dict(), cache)
+    kv = kvcache.shape(text.to_dict(), cache, tf_version)
     return {
         "what": f"counted on the meta device from transformers {tf_version}'s "
                 f"{type(model).__name__} at the full {full} layers (no weights); KV cache "

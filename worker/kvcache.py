@@ -82,9 +82,8 @@ FALCON_GROUPED = (5, 25)
 
 
 def _version(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return (10**6,)  # unknown: the newest rule
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+    numbers = re.findall(r"\d+", text or "")[:2]
+    return tuple(int(x) for x in numbers) if numbers else (10**6,)  # unknown: the newest
 
 
 def _heads(config: dict, transformers: str | None = None) -> tuple[int, int, int]:

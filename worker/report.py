@@ -25,6 +25,7 @@ MEMORY_FIELDS = (
     "process_used_peak",  # NVML per-process used, child process tree, sampled
     "host_rss_peak",      # RSS of the child process tree, sampled
     "host_rss_peak_kernel",  # kernel's own max RSS of the child (wait4 rusage)
+    "host_rss_launch_share",  # the launch (recipe) or setup phase's host peak / host_rss_peak
     "num_alloc_retries",  # torch allocator: cache flushes forced by a failed cudaMalloc
     "num_ooms",           # torch allocator: out-of-memory errors raised
 )
@@ -83,6 +84,8 @@ class Phase(TypedDict, total=False):
     peak_reserved: Annotated[int | None, BYTES]
     allocated: Annotated[int | None, BYTES]       # ... and at its end
     reserved: Annotated[int | None, BYTES]
+    host_rss_peak: Annotated[int | None, BYTES]   # any device: sampled RSS of the process tree
+    host_rss_samples: Annotated[int, COUNT]       # ... over this many samples in the phase
 
 
 class Device(TypedDict, total=False):
@@ -104,6 +107,7 @@ class Memory(TypedDict, total=False):
     process_used_peak: Annotated[int | None, BYTES]
     host_rss_peak: Annotated[int | None, BYTES]
     host_rss_peak_kernel: Annotated[int | None, BYTES]
+    host_rss_launch_share: Annotated[float | None, SHARE]
     num_alloc_retries: Annotated[int | None, COUNT]
     num_ooms: Annotated[int | None, COUNT]
     devices: Annotated[list[Device], Most(MAX_DEVICES)]  # per GPU

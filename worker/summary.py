@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import time
 
-from worker import notes, units
+from worker import notes, timeline, units
 from worker.i18n import N_, _, ngettext
 from worker.report import Report
 from worker.spec import live_time_note
@@ -48,8 +48,25 @@ def headline(r: Report) -> str:
 
 
 def phases_line(r: Report) -> str:
-    return _("phases: {phases}", phases=", ".join(f"{p['name']} {duration(p['seconds'])}"
-                                                  for p in r["phases"]))
+    """Each phase's time and, where the worker sampled it, its host RSS peak;
+    then the share of the trial's host peak already held before the program's
+    own work (a recipe's launch, a built-in's setup: mostly imports)."""
+    line = _("phases: {phases}", phases=", ".join(_phase(p) for p in r["phases"]))
+    share, first = r["memory"].get("host_rss_launch_share"), timeline.import_phase(r["phases"])
+    if share is None or first is None:
+        return line
+    return line + "; " + _("{phase} (interpreter start and imports) already held {share} of "
+                           "the trial's host RSS peak", phase=first["name"],
+                           share=number(share, ".0%"))
+
+
+def _phase(p: dict) -> str:
+    took = f"{p['name']} {duration(p['seconds'])}"
+    if "host_rss_peak" not in p:  # a report from before phases had host peaks
+        return took
+    if p["host_rss_peak"] is None:
+        return _("{phase} (host RSS peak not measured)", phase=took)
+    return _("{phase} (host RSS peak {peak})", phase=took, peak=size(p["host_rss_peak"]))
 
 
 def facts(r: Report) -> list[tuple[str, str]]:

@@ -85,6 +85,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
         windows.annotate(report.get("windows"), busy.share, contention.OTHERS_CPU,
                          contention.STEAL)
         report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
+        timeline.host_by_phase(report, run.sampler.rows, hz)
         report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
                            "sampler_cpu_seconds": run.sampler.cpu_seconds,
                            "what": "worker-side sampling thread: its own CPU time, the cost "

@@ -16,6 +16,7 @@ from worker import launcher, recipes
 from worker.spec import parse
 
 TRANSFORMERS_4 = "4.40.2"  # a 4.x with wheels for this Python (tokenizers 0.19)
+OLD_FILELOCK = "3.12.0"
 
 PAPER = """
 import argparse, os, tempfile, time
@@ -34,8 +35,9 @@ ids = torch.randint(0, 64, (1, 4))
 start = time.perf_counter()
 for _ in range(3):
     model.generate(ids, max_new_tokens=args.tokens, do_sample=False, pad_token_id=0)
-import transformers
-print("transformers", transformers.__version__, "own timer", time.perf_counter() - start)
+import filelock, transformers
+print("transformers", transformers.__version__, "filelock", filelock.__version__,
+      "own timer", time.perf_counter() - start)
 """
 
 
@@ -79,8 +81,13 @@ def setup_phase(r: dict) -> dict:
 
 def test_a_paper_pinned_to_transformers_4_runs_in_its_built_environment_then_reuses_it(
         tmp_path):
+    import filelock
+    import torch
+    worker_filelock = filelock.__version__
     repo, head = paper_repo(tmp_path, {
-        "requirements.txt": f"torch==2.0.1\ntransformers=={TRANSFORMERS_4}\n",
+        # filelock: a package the worker's torch needs, pinned to another version
+        "requirements.txt": f"torch==2.0.1\ntransformers=={TRANSFORMERS_4}\n"
+                            f"filelock=={OLD_FILELOCK}\n",
         "infer.py": PAPER})
     path = recipe_file(tmp_path, f"""
         [recipes.paper]
@@ -99,10 +106,12 @@ def test_a_paper_pinned_to_transformers_4_runs_in_its_built_environment_then_reu
     assert setup["name"] == "setup" and setup["cached"] is False
     built = env["environment"]
     assert built["packages"]["transformers"] == TRANSFORMERS_4
-    import torch
     assert built["torch"] == torch.__version__  # the worker's, never the pinned 2.0.1
     assert built["torch_pins_not_used"] == ["torch==2.0.1"]
-    assert f"transformers {TRANSFORMERS_4}" in first["output_tail"]  # what the program ran
+    # What the program ran: the pins, and the worker's own copies untouched.
+    assert f"transformers {TRANSFORMERS_4} filelock {OLD_FILELOCK}" in first["output_tail"]
+    assert subprocess.run([sys.executable, "-c", "import filelock; print(filelock.__version__)"],
+                          capture_output=True, text=True).stdout.strip() == worker_filelock
     assert env["recipe_repo"] == repo and env["recipe_commit"] == head
     assert env["code_dirty"] is False and env["recipe_cwd"].startswith(str(cache))
     # The probe's hooks work in transformers 4.x: phases and units found.

@@ -71,7 +71,7 @@ def host_by_phase(report: dict, rows: list[dict], hz: float) -> None:
             f"phase's largest sample between its start and end (host_rss_samples of them); "
             f"a phase shorter than the {1000 / hz:g} ms interval may have no sample (null), "
             "and a peak held for less than that may be missed; phases outside the program's "
-            "run (a recipe's setup commands) are not sampled")
+            "run (a recipe's setup commands and environment build) are not sampled")
     first, peak = import_phase(report["phases"]), memory.get("host_rss_peak")
     if first is None or not first.get("host_rss_peak") or not peak:
         memory["host_rss_launch_share"] = None

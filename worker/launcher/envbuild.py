@@ -10,9 +10,11 @@ the trial's `setup` phase, `found_by: recipe-environment`; a cached
 environment says so and when it was built.
 
 The box's torch is kept: with torch = "worker" the worker's own torch and what
-it needs are linked into the environment, their metadata copied with a RECORD
-that lists only the links, so an installer that replaces one removes the link,
-never the worker's files.
+it needs are linked into a folder of the environment's own, which a .pth file
+puts on its path after site-packages, and every torch requirement is
+overridden to the worker's version. An install that replaces one of the
+linked packages lands in site-packages, ahead of the folder: nothing is ever
+written through a link into the worker's files.
 """
 from __future__ import annotations
 
@@ -188,7 +190,7 @@ def _build(spec, base, target, python, version, uv, torch, deadline, cancel, use
              f"a Python {version} environment could not be made")
     target_python = os.path.join(target, "bin", "python")
     if torch is not None:
-        _link_torch(target_python, torch["closure"])
+        _link_torch(target, target_python, torch["closure"])
     args = []
     for entry in spec.requirements:
         m = PROJECT.fullmatch(entry)
@@ -305,29 +307,33 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _link_torch(target_python: str, closure) -> None:
+def _link_torch(target: str, target_python: str, closure) -> None:
+    """The worker's torch and what it needs, seen by the environment from a
+    folder of its own (a .pth file names it): an install that replaces one
+    of them lands in site-packages, ahead of the folder, and never writes
+    through a link into the worker's files."""
     site = subprocess.run([target_python, "-I", "-c",
                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, timeout=60).stdout.strip()
+    side = os.path.join(target, "trialbot-worker-torch")
+    os.makedirs(side, exist_ok=True)
     for dist in closure:
         files = dist.files or []
         info = next((f.parts[0] for f in files if f.parts[0].endswith(".dist-info")), None)
         if info is None:
             continue
         base = str(dist.locate_file(""))
-        links = []
         for top in sorted({f.parts[0] for f in files}):
-            if top.endswith(".dist-info") or top in ("..", "__pycache__"):
+            dst = os.path.join(side, top)
+            if top.endswith(".dist-info") or top in ("..", "__pycache__") or \
+                    os.path.lexists(dst):
                 continue
-            dst = os.path.join(site, top)
-            if not os.path.lexists(dst):
-                os.symlink(os.path.join(base, top), dst)
-                links.append(top)
-        shutil.copytree(os.path.join(base, info), os.path.join(site, info), dirs_exist_ok=True,
+            os.symlink(os.path.join(base, top), dst)
+        # The metadata says it is installed; without a RECORD no installer removes it.
+        shutil.copytree(os.path.join(base, info), os.path.join(side, info), dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("RECORD", "INSTALLER", "direct_url.json"))
-        with open(os.path.join(site, info, "RECORD"), "w") as f:
-            for name in links + [f"{info}/{n}" for n in os.listdir(os.path.join(site, info))]:
-                f.write(f"{name},,\n")
+    with open(os.path.join(site, "trialbot-worker-torch.pth"), "w") as f:
+        f.write(side + "\n")
 
 
 def _dirs(cache: str, user, *names: str) -> list[str]:

@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import BIN, ROOT
 
 
@@ -202,3 +204,51 @@ def test_serve_takes_trial_user_only_with_its_local_worker(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2 and "--trial-user is for the trials of --local-worker" \
         in done.stderr, done.stderr
+
+
+RECIPE_PROGRAM = """
+print("TRIALBOT_PHASE prep", flush=True)
+print("TRIALBOT_PHASE run", flush=True)
+held = bytearray(b"x") * (64 << 20)
+"""
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 500, "tie_word_embeddings": False}
+
+
+def test_the_console_runs_a_recipe_and_an_hf_model_from_its_own_files(tmp_path):
+    """Its worker offers what trialbot-worker --recipes --models would: the recipe
+    file's recipes, and the configs in --models built by transformers (found as a
+    worker finds it, not "has no transformers")."""
+    pytest.importorskip("transformers")
+    (tmp_path / "prog.py").write_text(RECIPE_PROGRAM)
+    (tmp_path / "recipes.toml").write_text(
+        f'[recipes.hold]\ncwd = "{tmp_path}"\nargv = ["{{python}}", "prog.py"]\n'
+        'timeout = "1m"\n')
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "models" / "tiny" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    done = run_console(tmp_path, [
+        "/trial workers", "/trial recipe hold",
+        "/trial hf-infer model=tiny prompt=8 gen=4 repeats=2 stability=0 warmup=1 "
+        "malloc=glibc device=cpu"],
+        "--recipes", str(tmp_path / "recipes.toml"), "--models", str(tmp_path / "models"))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "transformers " in out and "models `tiny`" in out and "has no transformers" not in out
+    assert "T1 recipe hold ok" in out and "phases: launch" in out
+    assert "run " in out and "(host RSS peak " in out  # per phase, from the sampled timeline
+    assert "T2 hf-infer ok" in out and "config from " + str(tmp_path / "models") in out
+
+
+def test_a_bad_recipe_file_or_models_directory_stops_the_console_by_name(tmp_path):
+    bad = tmp_path / "recipes.toml"
+    bad.write_text('[recipes.x]\ncwd = "."\nargv = ["true"]\ncolour = "red"\n')
+    done = run_console(tmp_path, ["/trial list"], "--recipes", str(bad))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"trialbot console: refusing to start: {bad}:4" in done.stderr
+    assert "colour" in done.stderr and done.stdout == ""
+    done = run_console(tmp_path, ["/trial list"], "--models", str(tmp_path / "nope"))
+    assert done.returncode == 2 and "is not a directory" in done.stderr
+    done = subprocess.run([str(BIN / "trialbot"), "serve", "--recipes", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--recipes is for the trials of --local-worker" in done.stderr

@@ -29,6 +29,10 @@ MOE = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
        "vocab_size": 400, "num_local_experts": 4, "num_experts_per_tok": 2,
        "sliding_window": 16}
+# Gemma2's class does not support sdpa (transformers' _supports_sdpa = False)
+GEMMA2 = {"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "head_dim": 16,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 256, "sliding_window": 16}
 MID = {**TINY, "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4}
 QUICK = "prompt=8 gen=4 repeats=2 stability=0 warmup=1 malloc=glibc device=cpu"
 
@@ -40,6 +44,7 @@ def configs(tmp_path_factory):
     (root / "tiny" / "config.json").write_text(json.dumps(TINY))
     (root / "moe.json").write_text(json.dumps(MOE))
     (root / "mid.json").write_text(json.dumps(MID))
+    (root / "gem.json").write_text(json.dumps(GEMMA2))
     (root / "t5.json").write_text(json.dumps({"model_type": "t5", "d_model": 32}))
     (root / "junk.json").write_text("{not json")
     return root
@@ -89,9 +94,11 @@ def test_sizing_reads_layers_experts_and_windows(allowed):
     s = hf.sizing(cfg, full, source, transformers.__version__)
     assert s["total"] == hf_count(MOE)
     assert len(s["layer_params"]) == 2 and s["experts"] == {"experts": 4, "per_token": 2}
-    assert s["kv"] == [{"elements": 2 * 2 * 16, "window": 16}] * 2
+    assert s["kv"] == [{"kind": "sliding_attention", "elements": 2 * 2 * 16, "keeps": 15,
+                        "state": 0, "state_fp32": 0}] * 2
     from worker import arithmetic
-    assert arithmetic.sized_kv(s, 100) == 2 * 64 * 16  # a window keeps 16 positions
+    # transformers' dynamic cache keeps window − 1 = 15 positions (tests/test_kvcache.py)
+    assert arithmetic.sized_kv(s, 100, 4) == 2 * 64 * 15 * 4
     assert arithmetic.sized_params(s, 1)["total"] == hf_count(MOE, layers=1)
 
 
@@ -148,13 +155,15 @@ def test_hf_train_trains_with_gradient_checkpointing_over_zero1_ranks(allowed):
     ("org/name", 0, "sdpa", "may not fetch configs from the Hugging Face hub"),
     ("nothing", 0, "sdpa", "is not a preset"),
     ("tiny", 0, "flash_attention_2", "flash-attn is not installed"),
+    ("gem", 0, "sdpa", r"`model=gem` \(Gemma2ForCausalLM\) does not support attn=sdpa in "
+                       r"transformers .*; use attn=eager$"),  # flash-attn is not installed
 ])
 def test_the_worker_refuses_what_it_cannot_build_and_says_how(allowed, model, layers, attn,
                                                                says):
     from worker.workloads import Unsupported
     with pytest.raises(Unsupported, match=says):
         cfg, _, _ = hf.config(model, layers)
-        hf.build(cfg, "fp32", "cpu", attn, 0)
+        hf.build(cfg, "fp32", "cpu", attn, 0, model)
 
 
 def test_a_refused_model_is_an_unsupported_trial_not_a_crash(allowed):
@@ -196,7 +205,10 @@ def caps(configs):
 
 def test_the_worker_registers_what_it_can_build(caps):
     assert caps["transformers"] == transformers.__version__ and caps["hub"] is False
-    assert caps["models"]["tiny"] == {"model_type": "llama", "layers": 3, "architectures": []}
+    assert caps["models"]["tiny"] == {"model_type": "llama", "layers": 3, "architectures": [],
+                                      "attn": ["sdpa", "eager", "flash_attention_2"]}
+    # what transformers' Gemma2ForCausalLM supports, without sdpa
+    assert caps["models"]["gem"]["attn"] == ["eager", "flash_attention_2"]
     assert "cannot build" in caps["models"]["t5"]["error"]
     assert "not valid JSON" in caps["models"]["junk"]["error"]
 
@@ -217,6 +229,8 @@ def ctx(tmp_path, caps):
     ("hf-infer model=nope", "has no config named `model=nope`"),
     ("hf-infer model=org/name", "may not fetch `model=org/name` from the hub"),
     ("hf-infer model=tiny attn=flash_attention_2", "has no flash-attn"),
+    ("hf-infer model=gem", "hf-box cannot run `model=gem` with attn=sdpa: its transformers "
+                           "class does not support it; use attn=eager;"),
     ("hf-infer model=../etc", "must be text matching"),
     ("sweep hf-infer model=tiny layers=0,1,2", "`layers=0`"),
 ])
@@ -230,13 +244,20 @@ def test_trial_workers_lists_what_each_can_build(ctx):
     reply, _ = trial_command.handle(ctx, "workers", "U1", "C1")
     line = next(x for x in reply["text"].splitlines() if "hf-box" in x)
     assert f"transformers {transformers.__version__}" in line
-    assert "models `mid`, `moe`, `tiny`" in line and "cannot build `junk`, `t5`" in line
+    assert "models `gem` (attn=eager/flash_attention_2), `mid`, `moe`, `tiny`" in line
+    assert "cannot build `junk`, `t5`" in line
 
 
 def test_a_worker_without_transformers_is_named(ctx):
     ctx.store.upsert_worker("hf-box", {"gpus": [], "device": "cpu", "cpus": 2})
     reply, job = trial_command.handle(ctx, "hf-infer model=mistral-7b layers=1", "U1", "C1")
     assert job is None and "pip install 'trialbot[hf]'" in reply["text"]
+
+
+def test_the_attn_a_model_supports_is_queued_where_the_default_is_refused(ctx):
+    reply, job = trial_command.handle(ctx, "hf-infer model=gem attn=eager", "U1", "C1")
+    assert job is not None, reply["text"]
+    assert ctx.queue.lease("hf-box", 0)["id"] == job["id"]
 
 
 def test_what_a_worker_can_build_is_queued_and_routed_to_it(ctx):

@@ -192,11 +192,12 @@ def test_halve_batch_needs_a_batch(tmp_path):
     assert "no integer `batch`" in err.value.message
 
 
-def test_the_probe_runs_a_shadowed_sitecustomize_too(tmp_path):
+def test_the_probe_runs_a_shadowed_sitecustomize_once(tmp_path):
+    # Once: the launcher's shim (which runs before the program) imports no site.
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text(
-        f"open({str(tmp_path / 'ran')!r}, 'w').write('yes')\n")
+        f"open({str(tmp_path / 'ran')!r}, 'a').write('yes\\n')\n")
     path = write(tmp_path, f"""
         [recipes.echo]
         cwd = "{PROGRAMS}"
@@ -206,7 +207,7 @@ def test_the_probe_runs_a_shadowed_sitecustomize_too(tmp_path):
     book = recipes.load(path)
     r = launcher.run_trial(parse(["recipe", "echo"], {"echo": book["echo"].workload()}),
                            recipes=book)
-    assert r["status"] == "ok" and (tmp_path / "ran").read_text() == "yes"
+    assert r["status"] == "ok" and (tmp_path / "ran").read_text() == "yes\n"
 
 
 def test_code_version_outside_git_says_so(tmp_path):

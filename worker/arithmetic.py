@@ -7,7 +7,7 @@ means 4·hidden.
 """
 from __future__ import annotations
 
-from worker import presets
+from worker import kvcache, presets
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
@@ -82,17 +82,23 @@ def full_depth(p: dict) -> dict | None:
 # arithmetic serves the built-in decoder (uniform layers, from its parameters)
 # and a Hugging Face model (counted by transformers on the meta device, in the
 # report's full_depth.sizing; worker/workloads/hf.py): {"layers", "hidden",
-# "embedding", "lm_head", "other", "layer_params": [per layer], "kv":
-# [{"elements": K and V per token, "window": None or positions kept}]}.
+# "embedding", "lm_head", "other", "layer_params": [per layer], "kv": [per
+# layer, worker/kvcache.py's LayerCache: {"kind", "elements" per token,
+# "keeps": None or positions kept, "state": fixed elements per sequence}],
+# "kv_how": the formula}.
 
 def decoder_sizing(p: dict) -> dict:
     """The built-in decoder's sizing at p's depth."""
     one = weight_params({**p, "layers": 1})
-    kv = 2 * p["kv_heads"] * (p["hidden"] // p["heads"])
+    kv, hd = 2 * p["kv_heads"] * (p["hidden"] // p["heads"]), p["hidden"] // p["heads"]
     return {"layers": p["layers"], "hidden": p["hidden"], "embedding": one["embedding"],
             "lm_head": one["lm_head"], "other": one["final_norm"],
             "layer_params": [one["per_layer"]] * p["layers"],
-            "kv": [{"elements": kv, "window": None}] * p["layers"], "experts": None}
+            "kv": [{"kind": "full_attention", "elements": kv, "keeps": None, "state": 0}]
+            * p["layers"],
+            "kv_how": f"2·kv_heads·head_dim = 2·{p['kv_heads']}·{hd} = {kv} elements per "
+                      f"token per layer × {p['layers']} layers",
+            "experts": None}
 
 
 def sized_params(s: dict, layers: int | None = None) -> dict:
@@ -105,12 +111,19 @@ def sized_params(s: dict, layers: int | None = None) -> dict:
             "total": s["embedding"] + in_layers + s["lm_head"] + s["other"]}
 
 
-def sized_kv(s: dict, positions: float, layers: int | None = None) -> float:
-    """KV-cache elements per sequence at `positions`, over the first `layers`
-    layers: a sliding-window layer keeps at most its window."""
+def sized_kv(s: dict, positions: float, nbytes: int, layers: int | None = None) -> float:
+    """Cache bytes per sequence at `positions` and `nbytes` a cached element,
+    over the first `layers` layers: a sliding-window layer keeps at most its
+    window (transformers' dynamic cache: window − 1), a recurrent layer its
+    fixed state (worker/kvcache.py)."""
     n = s["layers"] if layers is None else layers
-    return sum(k["elements"] * (min(positions, k["window"]) if k.get("window") else positions)
-               for k in s["kv"][:n])
+    return sum(kvcache.LayerCache.of(k).bytes(positions, nbytes) for k in s["kv"][:n])
+
+
+def sized_kv_per_token(s: dict, nbytes: int, layers: int | None = None) -> int:
+    """Cache bytes each token adds over the first `layers` layers (no window full)."""
+    n = s["layers"] if layers is None else layers
+    return sum(k["elements"] for k in s["kv"][:n]) * nbytes
 
 
 def sized_full_depth(p: dict, s: dict, name: str, published: int | None) -> dict:
@@ -119,16 +132,13 @@ def sized_full_depth(p: dict, s: dict, name: str, published: int | None) -> dict
     nbytes = DTYPE_BYTES[p["dtype"]]
     positions = p.get("prompt", p.get("seq", 0)) + p.get("gen", 0)
     count = s["total"]
-    kv = sized_kv(s, positions) * p["batch"] * nbytes
-    windows = sorted({k["window"] for k in s["kv"] if k.get("window")})
+    kv = sized_kv(s, positions, nbytes) * p["batch"]
     out = {"what": "counted, not measured: " + s["what"], "model": name,
            "source": s["source"], "layers": s["layers"], "trial_layers": p["layers"] or s["layers"],
            "params": count, "dtype": p["dtype"], "weight_bytes": count * nbytes,
            "kv_cache_bytes": kv, "batch": p["batch"],
-           "kv_formula": (f"Σ over {s['layers']} layers of K+V elements per token × "
-                          f"min(window, {positions}) positions × batch {p['batch']} × {nbytes} B"
-                          + (f" (sliding windows {', '.join(map(str, windows))})"
-                             if windows else "")),
+           "kv_formula": (f"({s['kv_how']}) at {positions} positions × batch {p['batch']} "
+                          f"× {nbytes} B"),
            "sizing": s}
     if published:
         out.update(published_params=published, published_text=f"{published / 1e9:.3g}B",

@@ -52,25 +52,23 @@ def _interrupt(signum, frame):
 
 def _load_recipes(path: str | None):
     """The recipe file, or exit 2 naming the line that is wrong."""
-    if not path:
-        return {}
-    from worker import recipes
+    from worker import offer
     try:
-        return recipes.load(path)
-    except recipes.RecipeError as exc:
+        return offer.recipes(path)
+    except offer.StartError as exc:
         print(f"trialbot-worker: refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
 def trial_command(options: list[str], words: list[str]) -> int:
+    from worker import offer
     parser = argparse.ArgumentParser(prog="trialbot-worker [--recipes FILE] trial")
-    parser.add_argument("--recipes", help="recipe file (TOML) of allowed commands")
-    _model_options(parser)
+    offer.add_options(parser, "recipe file (TOML) of allowed commands")
     opts = parser.parse_args(options)
     recipes = _load_recipes(opts.recipes)
     as_json = "--json" in words
     words = [_local_model(w, opts.models) for w in words if w != "--json"]
-    _allow_models(opts.models, opts.hub)
+    offer.allow_models(opts.models, opts.hub)
     if words in ([], ["help"]):
         print(help_text(recipes))
         return 0
@@ -99,23 +97,6 @@ def help_text(recipes: dict | None = None) -> str:
 LABEL = re.compile(r"[A-Za-z0-9_.-]{1,40}")  # as bot/trials/routing.py reads them
 
 
-def _model_options(parser) -> None:
-    parser.add_argument("--models", action="append", default=[], metavar="DIR",
-                        help="a directory of Hugging Face configs (NAME/config.json or "
-                             "NAME.json) that hf-infer/hf-train may build as model=NAME "
-                             "(repeatable); weights are random, never read")
-    parser.add_argument("--hub", action="store_true",
-                        help="let hf-* trials fetch a model's config.json (config only) from "
-                             "the Hugging Face hub by id: model=org/name")
-
-
-def _allow_models(dirs: list[str], hub: bool) -> None:
-    """The trial's child reads these (worker/models.py): set once, inherited."""
-    from worker import models
-    os.environ[models.ENV_DIRS] = os.pathsep.join(os.path.abspath(d) for d in dirs)
-    os.environ[models.ENV_HUB] = "1" if hub else "0"
-
-
 def _local_model(word: str, dirs: list[str]) -> str:
     """`model=PATH` run locally: any readable config, its directory allowed."""
     key, _, value = word.partition("=")
@@ -127,7 +108,7 @@ def _local_model(word: str, dirs: list[str]) -> str:
 
 
 def serve_command(argv: list[str]) -> int:
-    from worker import secrecy
+    from worker import offer, secrecy
     hidden = secrecy.undumpable()  # first: from here on a trial cannot read our memory
     from worker.signals import GRACE
     parser = argparse.ArgumentParser(prog="trialbot-worker",
@@ -147,7 +128,6 @@ def serve_command(argv: list[str]) -> int:
                         help="run trials as USER (the worker runs as root), so they cannot "
                              "read the worker's token, memory or files")
     parser.add_argument("--name", default=socket.gethostname(), help="worker name shown in Slack")
-    parser.add_argument("--recipes", help="recipe file (TOML) of commands this worker may run")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                         help="a label trials can ask for with label=KEY=VALUE (repeatable)")
     parser.add_argument("--stop-grace", metavar="SECONDS",
@@ -156,7 +136,7 @@ def serve_command(argv: list[str]) -> int:
                              f"end and report (default {GRACE:g}, env TRIALBOT_STOP_GRACE); "
                              "then it is killed and handed back to the queue. docker stop "
                              "kills at 10 s: raise both together")
-    _model_options(parser)
+    offer.add_options(parser, "recipe file (TOML) of commands this worker may run")
     slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see docs/slurm.md)")
     slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
                        help="local: a child process here (default); slurm: sbatch from this "
@@ -211,12 +191,12 @@ def serve_command(argv: list[str]) -> int:
         print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
         return 2
     recipes = _load_recipes(args.recipes)
-    bad = [d for d in args.models if not os.path.isdir(d)]
-    if bad:
-        print(f"trialbot-worker: --models {bad[0]!r} is not a directory; give a directory of "
-              "config.json files", file=sys.stderr)
+    try:
+        offer.check_models(args.models)
+    except offer.StartError as exc:
+        print(f"trialbot-worker: {exc}", file=sys.stderr)
         return 2
-    _allow_models(args.models, args.hub)
+    offer.allow_models(args.models, args.hub)
     user = _trial_user(args, hidden)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # From here a stop is read, not raised: before the agent exists (NVML, imports)
@@ -225,11 +205,10 @@ def serve_command(argv: list[str]) -> int:
     started: list = []  # the agent, once it exists
     threading.Thread(target=_stop_on_signals, args=(Signals(), started, grace), daemon=True,
                      name="signals").start()
-    from worker import models
     from worker.agent import Agent
     from worker.client import ApiError, CertError, Client
     info, executor = dict(machine_info(), labels=labels), None
-    info["hf"] = models.capabilities(models.allowed_dirs(), args.hub)
+    info["hf"] = offer.hf()
     if user:
         from worker import attempts
         executor = functools.partial(attempts.run, user=user)

@@ -160,23 +160,26 @@ def installed(distribution: str) -> str | None:
 def capabilities(dirs: list[str], hub: bool) -> dict:
     """What the worker registers for hf-* routing: transformers and flash-attn
     (by version), the hub switch, and its configs. Each config is built on the
-    meta device in a child first, so one transformers cannot build is refused
-    by the bot before a job exists."""
+    meta device in a child first, so one transformers cannot build, or an
+    attn= its class does not support, is refused by the bot before a job exists."""
     out = {"transformers": installed("transformers"), "flash_attn": installed("flash_attn")
            or installed("flash-attn"), "hub": hub, "models": listing(dirs)}
     names = [n for n, m in out["models"].items() if "error" not in m]
     if out["transformers"] and names:
-        for name, error in buildable(names, dirs).items():
-            if error:
-                out["models"][name] = {"error": error}
+        for name, built in buildable(names, dirs).items():
+            if built.get("error"):
+                out["models"][name] = {"error": built["error"]}
+            elif built.get("attn"):
+                out["models"][name]["attn"] = built["attn"]
     elif names:
         for name in names:
             out["models"][name]["unchecked"] = "transformers is not installed on this worker"
     return out
 
 
-def buildable(names: list[str], dirs: list[str]) -> dict[str, str | None]:
-    """{name: None, or why transformers cannot build it}, asked in one child."""
+def buildable(names: list[str], dirs: list[str]) -> dict[str, dict]:
+    """{name: {"attn": the attn= choices it supports} or {"error": why
+    transformers cannot build it}}, asked in one child."""
     import subprocess
     import sys
     env = {**os.environ, ENV_DIRS: os.pathsep.join(dirs), "HF_HUB_OFFLINE": "1"}
@@ -185,4 +188,4 @@ def buildable(names: list[str], dirs: list[str]) -> dict[str, str | None]:
                               capture_output=True, text=True, timeout=600, env=env)
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return {name: None for name in names}  # unchecked: the trial says it, if so
+        return {name: {} for name in names}  # unchecked: the trial says it, if so

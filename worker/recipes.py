@@ -34,10 +34,15 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from worker import environment
+from worker.environment import EnvironmentProblem, EnvSpec
 from worker.spec import COMMON, Param, Workload
 
+# The recipe's own environment (worker/environment.py)
+ENV_KEYS = ("repo", "commit", "requirements", "packages", "python", "torch")
+
 RECIPE_KEYS = {"cwd", "argv", "setup", "env", "requires", "timeout", "params", "description",
-               "secret_env", "unit"}
+               "secret_env", "unit", *ENV_KEYS}
 PARAM_KEYS = {"type", "min", "max", "default", "choices", "pattern", "max_length", "help"}
 PARAM_TYPES = {"int", "float", "choice", "string"}
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -66,6 +71,7 @@ class Recipe:
     params: tuple[Param, ...]
     description: str = ""
     secret_env: tuple[str, ...] = ()  # variables whose values are masked in reports
+    environment: EnvSpec = EnvSpec()  # its own environment, when it declares one
     unit: str = "program"  # what one run is: program, generate, forward or mark:NAME
 
     def secrets(self, environ=None) -> list[str]:
@@ -82,16 +88,17 @@ class Recipe:
         return Workload(self.name, self.description or " ".join(self.argv), self.params + common,
                         recipe=True, requires=self.requires)
 
-    def command(self, params: dict) -> list[str]:
-        """argv with parameter values substituted, each element staying one element."""
-        return [_fill(a, params) for a in self.argv]
+    def command(self, params: dict, python: str | None = None) -> list[str]:
+        """argv with parameter values substituted, each element staying one element;
+        `{python}` is the recipe environment's interpreter, else the worker's."""
+        return [_fill(a, params, python or sys.executable) for a in self.argv]
 
 
-def _fill(template: str, params: dict) -> str:
-    return template.format_map({**params, "python": sys.executable})
+def _fill(template: str, params: dict, python: str) -> str:
+    return template.format_map({**params, "python": python})
 
 
-def load(path: str) -> dict[str, Recipe]:
+def load(path: str, env_cache: str | None = None) -> dict[str, Recipe]:
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -113,13 +120,14 @@ def load(path: str) -> dict[str, Recipe]:
                           "[recipes.NAME]")
     recipes = {}
     for name, table in (data.get("recipes") or {}).items():
-        recipes[name] = _recipe(name, table, where, os.path.dirname(os.path.abspath(path)))
+        recipes[name] = _recipe(name, table, where, os.path.dirname(os.path.abspath(path)),
+                                env_cache or environment.default_cache())
     if not recipes:
         raise RecipeError(f"{path}: no [recipes.NAME] table; nothing could run")
     return recipes
 
 
-def _recipe(name: str, t, where: _Locator, base: str) -> Recipe:
+def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
     at = where.table(name)
     if not NAME.fullmatch(name):
         raise RecipeError(f"{at}: recipe name `{name}` must be lower-case letters, digits, "
@@ -142,11 +150,23 @@ def _recipe(name: str, t, where: _Locator, base: str) -> Recipe:
         return isinstance(v, list) and v and all(isinstance(x, str) for x in v)
 
     argv = need("argv", strings, "a non-empty list of strings")
-    cwd = need("cwd", lambda v: isinstance(v, str) and v, "a directory path")
-    cwd = os.path.normpath(os.path.join(base, cwd))
-    if not os.path.isdir(cwd):
-        raise RecipeError(f"{where.key(name, 'cwd')}: cwd `{cwd}` of recipe `{name}` is not a "
-                          "directory on this worker")
+    env_spec = _environment(name, t, where, base, cache)
+    if env_spec.repo:  # cwd is in the checkout, made when the trial runs
+        cwd = t.get("cwd", ".")
+        if not isinstance(cwd, str) or os.path.isabs(cwd) or ".." in cwd.split("/"):
+            raise RecipeError(f"{where.key(name, 'cwd')}: with `repo`, `cwd` of `{name}` is a "
+                              "directory inside the repository, like \".\" or \"scripts\"")
+    else:
+        cwd = need("cwd", lambda v: isinstance(v, str) and v, "a directory path")
+        cwd = os.path.normpath(os.path.join(base, cwd))
+        if not os.path.isdir(cwd):
+            raise RecipeError(f"{where.key(name, 'cwd')}: cwd `{cwd}` of recipe `{name}` is not "
+                              "a directory on this worker")
+    try:
+        environment.check_spec(env_spec, cwd)
+    except EnvironmentProblem as exc:
+        first = next((k for k in ENV_KEYS if k in t), "repo")
+        raise RecipeError(f"{where.key(name, first)}: recipe `{name}`: {exc}") from None
     setup = t.get("setup", [])
     if not (isinstance(setup, list) and all(strings(c) for c in setup)):
         raise RecipeError(f"{where.key(name, 'setup')}: `setup` must be a list of argv lists, "
@@ -193,7 +213,46 @@ def _recipe(name: str, t, where: _Locator, base: str) -> Recipe:
         raise RecipeError(f"{where.table(name + '.params')}: param `{sorted(clash)[0]}` is "
                           "reserved for every trial; rename it")
     return Recipe(name, cwd, tuple(argv), tuple(tuple(c) for c in setup), dict(env), requires,
-                  timeout, params, t.get("description", ""), tuple(secret_env), unit=unit)
+                  timeout, params, t.get("description", ""), tuple(secret_env), env_spec,
+                  unit=unit)
+
+
+def _environment(name: str, t: dict, where: _Locator, base: str, cache: str) -> EnvSpec:
+    """The recipe's own environment keys, checked for type; what they name is
+    checked by environment.check_spec."""
+    def text(key):
+        v = t.get(key)
+        if v is not None and not (isinstance(v, str) and v.strip()):
+            raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be a "
+                              "non-empty string")
+        return v
+
+    def texts(key, example):
+        v = t.get(key, [])
+        if not (isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v)):
+            raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be a "
+                              f"list of strings, e.g. {example}")
+        return tuple(x.strip() for x in v)
+
+    repo, commit, python = text("repo"), text("commit"), text("python")
+    if repo and environment.is_local(repo):
+        repo = os.path.normpath(os.path.join(base, os.path.expanduser(repo)))
+    requirements = texts("requirements", '["requirements.txt"] or ["."]')
+    for entry in requirements:
+        if os.path.isabs(entry) or ".." in entry.split("/"):
+            raise RecipeError(f"{where.key(name, 'requirements')}: requirements entry `{entry}` "
+                              f"of `{name}` must be a path inside the repository")
+    packages = texts("packages", '["accelerate==0.21.0"]')
+    for pin in packages:
+        if pin.startswith("-") or not environment.REQUIREMENT.fullmatch(pin):
+            raise RecipeError(f"{where.key(name, 'packages')}: `{pin}` in `packages` of "
+                              f"`{name}` is not a requirement like \"name==1.2\"")
+    torch = t.get("torch", "worker")
+    if torch not in environment.TORCH_MODES:
+        raise RecipeError(f"{where.key(name, 'torch')}: `torch` in recipe `{name}` must be "
+                          f"\"worker\" (this box's torch, the default) or \"recipe\", not "
+                          f"{torch!r}")
+    return EnvSpec(repo, commit, requirements, packages, python, torch, cache)
 
 
 def _param(recipe: str, name: str, d, where: _Locator) -> Param:

@@ -25,11 +25,12 @@ MEMORY_FIELDS = (
     "process_used_peak",  # NVML per-process used, child process tree, sampled
     "host_rss_peak",      # RSS of the child process tree, sampled
     "host_rss_peak_kernel",  # kernel's own max RSS of the child (wait4 rusage)
+    "host_rss_launch_share",  # the launch (recipe) or setup phase's host peak / host_rss_peak
     "num_alloc_retries",  # torch allocator: cache flushes forced by a failed cudaMalloc
     "num_ooms",           # torch allocator: out-of-memory errors raised
 )
 
-ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled")
+ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled", "environment")
 
 # What a measured figure can be: past these, a report is refused (400), not
 # stored (docs/report-schema.md, "What the bot checks"). Each is far beyond any
@@ -74,11 +75,17 @@ class Phase(TypedDict, total=False):
     start: Annotated[float, TIME]   # Unix time
     end: Annotated[float, TIME]
     seconds: Annotated[float, SECONDS, REQUIRED]
-    found_by: str      # a recipe's: start, mark, hook:<what>, whole-program, recipe-setup
+    found_by: str      # a recipe's: start, mark, hook:<what>, whole-program, recipe-setup,
+    #                    recipe-environment (its repository and environment made)
+    cached: bool       # recipe-environment: an environment built before was reused ...
+    built_at: Annotated[float | None, TIME]            # ... built then
+    build_seconds: Annotated[float | None, SECONDS]    # ... taking this long
     peak_allocated: Annotated[int | None, BYTES]  # CUDA only: peaks reset at the phase's start
     peak_reserved: Annotated[int | None, BYTES]
     allocated: Annotated[int | None, BYTES]       # ... and at its end
     reserved: Annotated[int | None, BYTES]
+    host_rss_peak: Annotated[int | None, BYTES]   # any device: sampled RSS of the process tree
+    host_rss_samples: Annotated[int, COUNT]       # ... over this many samples in the phase
 
 
 class Device(TypedDict, total=False):
@@ -100,6 +107,7 @@ class Memory(TypedDict, total=False):
     process_used_peak: Annotated[int | None, BYTES]
     host_rss_peak: Annotated[int | None, BYTES]
     host_rss_peak_kernel: Annotated[int | None, BYTES]
+    host_rss_launch_share: Annotated[float | None, SHARE]
     num_alloc_retries: Annotated[int | None, COUNT]
     num_ooms: Annotated[int | None, COUNT]
     devices: Annotated[list[Device], Most(MAX_DEVICES)]  # per GPU

@@ -3,8 +3,9 @@ uses it as the fallback text of its Slack message."""
 from __future__ import annotations
 
 import functools
+import time
 
-from worker import notes, units
+from worker import notes, timeline, units
 from worker.i18n import N_, _, ngettext
 from worker.report import Report
 from worker.spec import live_time_note
@@ -47,8 +48,25 @@ def headline(r: Report) -> str:
 
 
 def phases_line(r: Report) -> str:
-    return _("phases: {phases}", phases=", ".join(f"{p['name']} {duration(p['seconds'])}"
-                                                  for p in r["phases"]))
+    """Each phase's time and, where the worker sampled it, its host RSS peak;
+    then the share of the trial's host peak already held before the program's
+    own work (a recipe's launch, a built-in's setup: mostly imports)."""
+    line = _("phases: {phases}", phases=", ".join(_phase(p) for p in r["phases"]))
+    share, first = r["memory"].get("host_rss_launch_share"), timeline.import_phase(r["phases"])
+    if share is None or first is None:
+        return line
+    return line + "; " + _("{phase} (interpreter start and imports) already held {share} of "
+                           "the trial's host RSS peak", phase=first["name"],
+                           share=number(share, ".0%"))
+
+
+def _phase(p: dict) -> str:
+    took = f"{p['name']} {duration(p['seconds'])}"
+    if "host_rss_peak" not in p:  # a report from before phases had host peaks
+        return took
+    if p["host_rss_peak"] is None:
+        return _("{phase} (host RSS peak not measured)", phase=took)
+    return _("{phase} (host RSS peak {peak})", phase=took, peak=size(p["host_rss_peak"]))
 
 
 def facts(r: Report) -> list[tuple[str, str]]:
@@ -120,7 +138,40 @@ def facts(r: Report) -> list[tuple[str, str]]:
         out.append((label, full_depth(r["full_depth"])))
     if r.get("slurm"):
         out.append(("Slurm", slurm_line(r["slurm"])))
+    if (r.get("env") or {}).get("environment"):
+        out.append((_("environment"), environment_line(r)))
     return out
+
+
+# What a program ran with that a reader of a paper's repository looks for first.
+KEY_PACKAGES = ("torch", "transformers", "accelerate", "flash-attn", "datasets")
+
+
+def environment_line(r: Report) -> str:
+    """The recipe's own environment: built now or reused, by what, with what."""
+    e = r["env"]["environment"]
+    setup = next((p for p in r["phases"] if p.get("found_by") == "recipe-environment"), {})
+    packages = e.get("packages") or {}
+    versions = ", ".join(f"{n} {packages[n]}" for n in KEY_PACKAGES if n in packages)
+    torch = (_("the worker's {version}", version=e["torch"]) if e.get("torch")
+             else _("the recipe's own"))
+    values = {"builder": e.get("builder"), "python": e.get("python"), "torch": torch,
+              "versions": versions or "-", "count": len(packages)}
+    if setup.get("cached"):
+        text = _("reused, built {when} in {took} by {builder}; Python {python}, torch: {torch}; "
+                 "{versions} ({count} packages)", when=_utc(e.get("built_at")),
+                 took=duration(e.get("build_seconds")), **values)
+    else:
+        text = _("built in {took} by {builder}; Python {python}, torch: {torch}; {versions} "
+                 "({count} packages)", took=duration(setup.get("seconds")), **values)
+    if e.get("torch_pins_not_used"):
+        text += "; " + _("the repository pins {pins}; this worker's torch {version} is used",
+                         pins=", ".join(e["torch_pins_not_used"]), version=e.get("torch"))
+    return text
+
+
+def _utc(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) if t else "?"
 
 
 def run_unit(u: dict) -> str:

@@ -2,6 +2,8 @@
 to a few thousand points keeping each bucket's maximum, so peaks survive."""
 from __future__ import annotations
 
+import bisect
+
 MAX_POINTS = 2000
 SAMPLED = ("host_rss", "device_used", "process_used")
 ALLOCATOR = ("allocated", "reserved")
@@ -31,3 +33,55 @@ def build(sampled: list[dict], allocator: list[dict]) -> dict:
                       "method": "torch.cuda.memory_allocated/reserved sampled at ~100 Hz "
                                 "inside the trial process (CUDA only)"},
     }
+
+
+def phase_host_peaks(phases: list[dict], rows: list[dict]) -> list[tuple[int | None, int]]:
+    """Each phase's (host RSS peak, samples): the largest sampled `host_rss`
+    from its start to its end, and how many samples fell there (rows in time
+    order, as the sampler keeps them)."""
+    times = [r["t"] for r in rows]
+    out = []
+    for p in phases:
+        inside = rows[bisect.bisect_left(times, p["start"]):bisect.bisect_right(times, p["end"])]
+        values = [r["host_rss"] for r in inside if r.get("host_rss") is not None]
+        out.append((max(values, default=None), len(values)))
+    return out
+
+
+def import_phase(phases: list[dict]) -> dict | None:
+    """The phase before the program's own work: a recipe's `launch` (the
+    interpreter and the imports before its first phase), a built-in's `setup`
+    (importing torch and the workload)."""
+    return next((p for p in phases if (p["name"], p.get("found_by")) in
+                 (("launch", "start"), ("setup", None))), None)
+
+
+def host_by_phase(report: dict, rows: list[dict], hz: float) -> None:
+    """Give each timed phase its host RSS peak from the sampled rows, and the
+    report the import phase's share of the trial's host peak, each saying how."""
+    phases = [p for p in report["phases"] if "start" in p and "end" in p]
+    for phase, (peak, count) in zip(phases, phase_host_peaks(phases, rows)):
+        phase["host_rss_peak"], phase["host_rss_samples"] = peak, count
+    memory, method = report["memory"], report["memory"]["method"]
+    if not hz:
+        method["phase_host_rss_peak"] = "not measured: sampling was off (hz=0)"
+    else:
+        method["phase_host_rss_peak"] = (
+            f"RSS of the trial's process tree sampled at {hz:g} Hz by the worker: each "
+            f"phase's largest sample between its start and end (host_rss_samples of them); "
+            f"a phase shorter than the {1000 / hz:g} ms interval may have no sample (null), "
+            "and a peak held for less than that may be missed; phases outside the program's "
+            "run (a recipe's setup commands and environment build) are not sampled")
+    first, peak = import_phase(report["phases"]), memory.get("host_rss_peak")
+    if first is None or not first.get("host_rss_peak") or not peak:
+        memory["host_rss_launch_share"] = None
+        method["host_rss_launch_share"] = (
+            "not measured: " + ("no launch or setup phase" if first is None else
+                                "no host RSS sample in the " + first["name"] + " phase"))
+        return
+    memory["host_rss_launch_share"] = min(1.0, first["host_rss_peak"] / peak)
+    what = ("the interpreter start and imports before the program's first phase"
+            if first["name"] == "launch" else "importing torch and the workload")
+    method["host_rss_launch_share"] = (
+        f"the `{first['name']}` phase's host RSS peak ({what}) over the trial's host RSS "
+        "peak, both from the same samples")

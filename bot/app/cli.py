@@ -21,12 +21,16 @@ def main(argv: list[str] | None = None) -> int:
     trial_user = ("run the local worker's trials as USER (the bot runs as root), so they "
                   "cannot read the bot's tokens, memory or database")
     serve.add_argument("--trial-user", metavar="USER", help=trial_user)
+    from worker import offer
+    recipes_help = "recipe file (TOML) of commands the local worker may run"
+    offer.add_options(serve, recipes_help)
     console = sub.add_parser("console", help="run commands in this terminal with a local worker")
     console.add_argument("--db", default=os.environ.get("TRIALBOT_DB", "./trialbot.db"),
                          help="SQLite file (default ./trialbot.db)")
     console.add_argument("--json", action="store_true",
                          help="print each message as the JSON payload sent to Slack")
     console.add_argument("--trial-user", metavar="USER", help=trial_user)
+    offer.add_options(console, recipes_help)
     db_help = "the bot's SQLite file (default TRIALBOT_DB or ./trialbot.db)"
     default_db = os.environ.get("TRIALBOT_DB", "./trialbot.db")
     tok = sub.add_parser("worker-token", help="create, revoke or list per-worker API tokens")
@@ -48,18 +52,23 @@ def main(argv: list[str] | None = None) -> int:
               "`pip install -e '.[bot]'`", file=sys.stderr)
         return 2
     from bot.store.migrations import SchemaTooNew
-    user = None
+    user, recipes = None, {}
     if args.command in ("serve", "console"):
         from worker import secrecy
         # Slack tokens sit in our environment and memory, and a local worker's
         # trials run as our user: they must not read either.
         hidden = secrecy.undumpable()
-        if args.command == "serve" and args.trial_user and not args.local_worker:
-            print("trialbot serve: --trial-user is for the trials of --local-worker; give "
-                  "both, or start a trialbot-worker with --trial-user", file=sys.stderr)
-            return 2
+        if args.command == "serve" and not args.local_worker:
+            given = [f for f, v in (("--trial-user", args.trial_user),
+                                    ("--recipes", args.recipes), ("--models", args.models),
+                                    ("--hub", args.hub)) if v]
+            if given:
+                print(f"trialbot serve: {given[0]} is for the trials of --local-worker; give "
+                      f"both, or start a trialbot-worker with {given[0]}", file=sys.stderr)
+                return 2
         if args.command == "console" or args.local_worker:
             user = embedded_trial_user(args.command, args.trial_user, hidden)
+            recipes = embedded_offer(args.command, args)
     if args.command == "doctor":
         from bot.app import doctor
         return doctor.run(os.environ)
@@ -79,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             except config.ConfigError as exc:
                 print(f"trialbot console: {exc}", file=sys.stderr)
                 return 2
-            return console_mod.run(args.db, args.json, user=user)
-        return run_serve(args.local_worker, user)
+            return console_mod.run(args.db, args.json, user=user, recipes=recipes)
+        return run_serve(args.local_worker, user, recipes)
     except SchemaTooNew as exc:
         print(f"trialbot: {exc}", file=sys.stderr)
         return 2
@@ -104,7 +113,22 @@ def embedded_trial_user(command: str, name: str | None, hidden: bool):
     return user
 
 
-def run_serve(local_worker: bool, user=None) -> int:
+def embedded_offer(command: str, args) -> dict:
+    """The local worker's recipes (exit 2 naming the line or directory that is
+    wrong, as trialbot-worker does), and its --models and --hub set for its
+    trials."""
+    from worker import offer
+    try:
+        recipes = offer.recipes(args.recipes)
+        offer.check_models(args.models)
+    except offer.StartError as exc:
+        print(f"trialbot {command}: refusing to start: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    offer.allow_models(args.models, args.hub)
+    return recipes
+
+
+def run_serve(local_worker: bool, user=None, recipes=None) -> int:
     from bot.app import config
     try:
         settings = config.from_env(os.environ)
@@ -159,7 +183,7 @@ def run_serve(local_worker: bool, user=None) -> int:
         log.info("Slack: HTTP mode at %s/slack/events", rt.server.url)
     rt.start()
     if local_worker:
-        rt.start_local_worker(user=user)
+        rt.start_local_worker(user=user, recipes=recipes)
     log.info("listening on %s (worker API, /healthz, /metrics)", rt.server.url)
     return _stop(rt, signals, signals.next(), log)
 

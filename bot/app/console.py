@@ -39,7 +39,7 @@ def files_dir(db: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(db)), "trialbot-files")
 
 
-def run(db: str, as_json: bool, stdin=None, stdout=None, user=None) -> int:
+def run(db: str, as_json: bool, stdin=None, stdout=None, user=None, recipes=None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     files = files_dir(db)
     # The console's one user is the operator of this box: an admin, no settings needed.
@@ -49,7 +49,8 @@ def run(db: str, as_json: bool, stdin=None, stdout=None, user=None) -> int:
     for channel in rt.store.held_channels():  # left by `serve`: no Slack here to ask
         trial_command.settle(rt.ctx, channel, None)
     rt.start()
-    rt.start_local_worker(user=user)  # user: --trial-user, a worker.trialuser.TrialUser
+    # user: --trial-user, a worker.trialuser.TrialUser; recipes: --recipes (worker/offer.py)
+    rt.start_local_worker(user=user, recipes=recipes)
     interactive = stdin.isatty()
     if interactive:
         with i18n.using(rt.store.channel_lang(CHANNEL)):

@@ -106,11 +106,13 @@ class Runtime:
             except Exception:  # noqa: BLE001 - a locked database now is fine next time
                 pass
 
-    def start_local_worker(self, name: str | None = None, user=None):
+    def start_local_worker(self, name: str | None = None, user=None, recipes=None):
         """A worker agent in a thread of this process, talking to our own API
         over loopback HTTP like any other worker; trials still run in children,
-        as `user` (a worker.trialuser.TrialUser: --trial-user) when given."""
-        from worker import attempts, machine
+        as `user` (a worker.trialuser.TrialUser: --trial-user) when given.
+        `recipes`: its recipe file's (worker/offer.py), and it registers what
+        hf-* models it can build as trialbot-worker does."""
+        from worker import attempts, machine, offer
         from worker.agent import Agent
         from worker.client import Client
         if os.geteuid() == 0 and user is None:
@@ -120,9 +122,11 @@ class Runtime:
                 "an unprivileged user, or run trials on a trialbot-worker with --trial-user")
         host, port = self.server.server_address[:2]
         host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        # Registered like trialbot-worker's: its GPUs and CPU cores (`/trial workers`).
+        # Registered like trialbot-worker's: its GPUs and CPU cores, transformers and
+        # its configs, its recipes (`/trial workers`).
         self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),
-                           name or f"{socket.gethostname()}-local", info=machine.info(),
+                           name or f"{socket.gethostname()}-local",
+                           info=dict(machine.info(), hf=offer.hf()), recipes=recipes,
                            executor=functools.partial(attempts.run, user=user) if user else None)
         self.agent_thread = threading.Thread(target=self.agent.serve_forever, daemon=True,
                                              name="agent")

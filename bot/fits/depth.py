@@ -93,15 +93,15 @@ def layer_bytes(p: dict, s: dict | None = None) -> dict:
     s = s or arithmetic.decoder_sizing(p)
     n, count = arithmetic.DTYPE_BYTES[p["dtype"]], s["layers"]
     weights = arithmetic.sized_params(s)["layers"] * n / count
-    kv = arithmetic.sized_kv(s, _positions(p)) * p["batch"] * n / count
+    kv = arithmetic.sized_kv(s, _positions(p), n) * p["batch"] / count
     return {"weights": weights, "kv": kv, "total": weights + kv}
 
 
 def bytes_at(p: dict, s: dict, layers: int) -> float:
     """Weights and KV cache of the first `layers` layers at p."""
     n = arithmetic.DTYPE_BYTES[p["dtype"]]
-    return (arithmetic.sized_params(s, layers)["layers"]
-            + arithmetic.sized_kv(s, _positions(p), layers) * p["batch"]) * n
+    return (arithmetic.sized_params(s, layers)["layers"] * n
+            + arithmetic.sized_kv(s, _positions(p), n, layers) * p["batch"])
 
 
 def arithmetic_at(p: dict, s: dict | None = None) -> dict:
@@ -109,7 +109,7 @@ def arithmetic_at(p: dict, s: dict | None = None) -> dict:
     not depend on how the runtime is built."""
     s = s or arithmetic.decoder_sizing(p)
     depth, n = layers_of(p, s), arithmetic.DTYPE_BYTES[p["dtype"]]
-    seq = arithmetic.sized_kv(s, _positions(p), depth) * n
+    seq = arithmetic.sized_kv(s, _positions(p), n, depth)
     return {"weights": arithmetic.sized_params(s, depth)["total"] * n, "kv_per_sequence": seq,
             "kv": seq * p["batch"]}
 
@@ -414,7 +414,7 @@ def decode_bytes(p: dict, s: dict | None = None) -> float:
     looked_up = 0 if s.get("tied_embeddings") else w["embedding"]
     weights = (w["total"] - looked_up + p["batch"] * s["hidden"]) * n
     filled = p["prompt"] + p["gen"] / 2
-    return weights + arithmetic.sized_kv(s, filled, depth) * p["batch"] * n
+    return weights + arithmetic.sized_kv(s, filled, n, depth) * p["batch"]
 
 
 def decode_estimate(p: dict, s: dict | None = None) -> dict:

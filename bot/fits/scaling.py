@@ -13,7 +13,8 @@ Each point is a trial at batch `b` and length `s`:
   the one other int parameter the sweep varied (e.g. `seq`); `1` when absent.
 
 Peak memory is fitted as `a + k·b·s` (weights + fixed overhead + per-token
-terms; the KV cache is `2·layers·kv_heads·head_dim·s·b·bytes`), with features
+terms; the KV cache is `2·layers·kv_heads·head_dim·s·b·bytes` for the built-in
+decoder, and as transformers keeps it for an hf-* model: worker/kvcache.py), with features
 chosen by what the sweep actually varies:
 
 * only b varied — memory `1, b`; time `1, b`
@@ -289,18 +290,25 @@ def sized_arithmetic(d: dict, s: dict) -> dict:
     """An hf-infer sweep's `arithmetic`, from transformers' count in its reports."""
     depth, n = d.get("layers") or s["layers"], DTYPE_BYTES[d["dtype"]]
     w = arithmetic.sized_params(s, depth)
-    windows = sorted({k["window"] for k in s["kv"][:depth] if k.get("window")})
     return {"weight_params": w["total"], "weight_bytes": w["total"] * n, "dtype": d["dtype"],
             "dtype_bytes": n, "layers": depth,
             "parts": {"embedding": w["embedding"], "layers": w["layers"],
                       "final_norm": w["other"], "lm_head": w["lm_head"]},
             "tied_embedding": s.get("tied_embeddings", False),
-            "kv_bytes_per_token": arithmetic.sized_kv(s, 1, depth) * n,
-            "kv_formula": (_("Σ over the layers of K+V elements per token·bytes (transformers' "
-                             "sizing; sliding-window layers keep at most {windows} positions)",
-                             windows=", ".join(map(str, windows))) if windows else
-                           _("Σ over the layers of K+V elements per token·bytes (transformers' "
-                             "sizing)"))}
+            "kv_bytes_per_token": arithmetic.sized_kv_per_token(s, n, depth),
+            "kv_formula": _sized_formula(s, n)}
+
+
+def _sized_formula(s: dict, n: int) -> str:
+    """The cache's formula as the reports' sizing states it (worker/kvcache.py)."""
+    if s.get("kv_how"):
+        return _("transformers' cache at the full {layers} layers: {how}; × {bytes} B an "
+                 "element", layers=s["layers"], how=s["kv_how"], bytes=n)
+    windows = sorted({k["window"] for k in s["kv"] if k.get("window")})  # an older report
+    return (_("Σ over the layers of K+V elements per token·bytes (transformers' "
+              "sizing; sliding-window layers keep at most {windows} positions)",
+              windows=", ".join(map(str, windows))) if windows else
+            _("Σ over the layers of K+V elements per token·bytes (transformers' sizing)"))
 
 
 def device_of(r: dict) -> str:

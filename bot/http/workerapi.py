@@ -98,9 +98,9 @@ def check_info(info: dict) -> str | None:
             and isinstance(hf.get("hub", False), bool)
             and isinstance(hf.get("models", {}), dict)
             and all(isinstance(k, str) and isinstance(v, dict) and _layers_ok(v.get("layers"))
-                    for k, v in hf.get("models", {}).items())):
+                    and _attn_ok(v.get("attn")) for k, v in hf.get("models", {}).items())):
         return ("`info.hf` must be {transformers, flash_attn: version or null, hub: bool, "
-                "models: {name: {layers (1-100000), ...} or {error}}}")
+                "models: {name: {layers (1-100000), attn: [names], ...} or {error}}}")
     recipes = info.get("recipes", [])
     if not isinstance(recipes, list):
         return "`info.recipes` must be a list"
@@ -110,6 +110,12 @@ def check_info(info: dict) -> str | None:
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             return f"`info.recipes` entry {str(d)[:80]!r} is not a recipe description: {exc!r}"
     return None
+
+
+def _attn_ok(attn) -> bool:
+    """The attn= choices a worker says a model supports: routing compares them."""
+    return attn is None or (isinstance(attn, list) and 0 < len(attn) <= 10
+                            and all(isinstance(a, str) and len(a) <= 40 for a in attn))
 
 
 def _layers_ok(layers) -> bool:

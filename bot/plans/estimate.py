@@ -113,6 +113,18 @@ def teardown_seconds(report: dict) -> float:
 
 
 def prep_seconds(report: dict) -> float:
+    """One-time time of a rental session: a reused recipe environment counts as
+    the build it saved, measured when it was built (a fresh box builds it once)."""
+    return _prep_measured(report) + reused_build_seconds(report)
+
+
+def reused_build_seconds(report: dict) -> float:
+    """What a reused recipe environment's build took beyond its reuse."""
+    return sum(max(0.0, p["build_seconds"] - p["seconds"]) for p in report.get("phases") or []
+               if p.get("cached") and p.get("build_seconds") is not None)
+
+
+def _prep_measured(report: dict) -> float:
     if unit_kind(report) == "program":  # all the program does is in its runs
         return max(0.0, (report.get("seconds") or 0.0) - program_seconds(report))
     return sum(phase_seconds(report, p) for p in PREP_PHASES) + teardown_seconds(report)
@@ -174,7 +186,7 @@ def _with_defaults(c: dict) -> dict:
 def run_seconds(report: dict) -> float:
     """The trial's wall time minus prep and data: its run phase(s), or its
     program for a recipe whose run is the program."""
-    return max(0.0, (report.get("seconds") or 0.0) - prep_seconds(report)
+    return max(0.0, (report.get("seconds") or 0.0) - _prep_measured(report)
                - data_seconds(report))
 
 
@@ -541,9 +553,15 @@ def _prep(reports: list[dict], names: str, predicted: dict | None) -> tuple[floa
     prep_s = _mean_of(reports, prep_seconds)
     if unit_kind(reports[0]) == "program":  # the program's loads are in each of its runs
         setup = _mean_of(reports, lambda r: phase_seconds(r, "setup"))
-        return prep_s, _("{trials}: outside the program: setup {setup} s + the worker's start "
-                         "and finish {rest} s (mean), once for this block's rental session",
-                         trials=names, setup=f"{setup:.3g}", rest=f"{prep_s - setup:.3g}")
+        build = _mean_of(reports, reused_build_seconds)
+        text = _("{trials}: outside the program: setup {setup} s + the worker's start and "
+                 "finish {rest} s (mean), once for this block's rental session", trials=names,
+                 setup=f"{setup:.3g}", rest=f"{prep_s - setup - build:.3g}")
+        if build:
+            text += "; " + _("plus the recipe environment's build, {seconds} s (mean) as "
+                             "measured when it was built: these trials reused it, a fresh box "
+                             "builds it once", seconds=f"{build:.3g}")
+        return prep_s, text
     shown = [p for p in PREP_PHASES if p != "launch" or any(
         phase_seconds(r, p) for r in reports)]
     phases = " + ".join(f"{p} {_mean_of(reports, lambda r: phase_seconds(r, p)):.3g} s"
@@ -551,6 +569,11 @@ def _prep(reports: list[dict], names: str, predicted: dict | None) -> tuple[floa
     prep_source = _("{trials}: {phases} + teardown {teardown} s (mean), once for this "
                     "block's rental session", trials=names, phases=phases,
                     teardown=f"{_mean_of(reports, teardown_seconds):.3g}")
+    if any(reused_build_seconds(r) for r in reports):
+        prep_source += "; " + _("plus the recipe environment's build, {seconds} s (mean) "
+                                "as measured when it was built: these trials reused it, a "
+                                "fresh box builds it once",
+                                seconds=f"{_mean_of(reports, reused_build_seconds):.3g}")
     factor = (predicted or {}).get("weights_factor")
     if factor:  # a partial-depth trial built a fraction of the weights
         prep_s += (factor - 1) * _mean_of(reports, lambda r: phase_seconds(r, "weights"))

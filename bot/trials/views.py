@@ -184,7 +184,9 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
         blocks.append(section(f":warning: {summary.busy_line(r)}"))
     if r["status"] == "failed":
         err = r["error"]
-        tail = "\n".join(err["message"].strip().splitlines()[-6:])
+        lines = err["message"].strip().splitlines()
+        # An environment error leads with what to change and the resolver's lines.
+        tail = "\n".join(lines[:12] if err["class"] == "environment" else lines[-6:])
         blocks.append(section(_("*{error}* in phase `{phase}`:\n```{tail}```",
                                 error=err["class"], phase=err.get("phase"), tail=tail)))
     fields = [f"*{label[0].upper()}{label[1:]}*\n{value}" for label, value in summary.facts(r)]

@@ -74,10 +74,13 @@ def hf_text(hf: dict) -> str:
         return ""
     extra = [f"flash-attn {hf['flash_attn']}"] if hf.get("flash_attn") else []
     extra += [_("hub configs")] if hf.get("hub") else []
-    names = [n for n, m in (hf.get("models") or {}).items() if not m.get("error")]
+    # a model whose class refuses the default attn=sdpa is listed with what it takes
+    names = [n + (f"` (attn={'/'.join(m['attn'])})" if m.get("attn") and "sdpa" not in m["attn"]
+                  else "`")
+             for n, m in (hf.get("models") or {}).items() if not m.get("error")]
     bad = [n for n, m in (hf.get("models") or {}).items() if m.get("error")]
     return (f" — transformers {hf['transformers']}{''.join(', ' + e for e in extra)}"
-            + (_("; models {names}", names=", ".join(f"`{n}`" for n in names)) if names else "")
+            + (_("; models {names}", names=", ".join(f"`{n}" for n in names)) if names else "")
             + (_("; cannot build {names}", names=", ".join(f"`{n}`" for n in bad)) if bad
                else ""))
 

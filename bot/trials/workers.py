@@ -89,6 +89,9 @@ def hf_lacks(info: dict, params: dict) -> str | None:
     if known and known.get("error"):
         return _("cannot build `model={model}`: {error}", model=model, error=known["error"])
     if known:
+        why = _attn_lacks(info, model, params.get("attn"), known.get("attn"))
+        if why:
+            return why
         depth = known.get("layers")
         if depth and params.get("layers", 0) > depth:
             return _("has `model={model}` with {depth} layers (layers={layers} asked)",
@@ -98,6 +101,20 @@ def hf_lacks(info: dict, params: dict) -> str | None:
         return None if hf.get("hub") else _("may not fetch `model={model}` from the hub (--hub)",
                                             model=model)
     return _("has no config named `model={model}` (--models DIR)", model=model)
+
+
+def _attn_lacks(info: dict, model: str, attn: str | None, works: list | None) -> str | None:
+    """Why `attn` cannot build `model` (its class, as transformers says, does
+    not support it), naming what can on this worker; None when it can or the
+    worker did not say (an older worker)."""
+    if not works or attn is None or attn in works:
+        return None
+    hf = info.get("hf") or {}
+    here = [a for a in works if a != "flash_attention_2"
+            or (hf.get("flash_attn") and info.get("device") == "cuda")] or works
+    return _("cannot run `model={model}` with attn={attn}: its transformers class does not "
+             "support it; use attn={works}", model=model, attn=attn,
+             works=" or attn=".join(here))
 
 
 def hf_refusal(params: dict, workload: str, registered: list[dict]) -> str | None:

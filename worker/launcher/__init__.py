@@ -28,7 +28,7 @@ import time
 from worker import machine, timeline, windows
 from worker import report as reports
 from worker.env import cpu_name
-from worker.launcher import passes, recipe_phases
+from worker.launcher import envbuild, failure, passes, recipe_phases
 from worker.launcher.judge import KERNEL_METHOD, judge, oom_kills, wait_gpu_released
 from worker.launcher.process import PROBE_DIR, Run, builtin_env, child_env, pythonpath, read_json
 from worker.launcher.sampler import SAMPLE_HZ
@@ -65,7 +65,9 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     if run is not None:
         killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
                             and oom_kills() not in (None, kills_before))
-        judge(report, run, timeout, killed_by_kernel)
+        hint = report.pop("phase_at_exit", None)  # where the program's probe last saw it
+        judge(report, run, timeout, killed_by_kernel,
+              hint if any(p["name"] == hint for p in report["phases"]) else None)
         memory = report["memory"]
         for tracker in (host, nvml):
             memory.update(tracker.result())
@@ -83,6 +85,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
         windows.annotate(report.get("windows"), busy.share, contention.OTHERS_CPU,
                          contention.STEAL)
         report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
+        timeline.host_by_phase(report, run.sampler.rows, hz)
         report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
                            "sampler_cpu_seconds": run.sampler.cpu_seconds,
                            "what": "worker-side sampling thread: its own CPU time, the cost "
@@ -131,17 +134,31 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
                      "os": f"{platform.system()} {platform.release()}",
                      "cpu": cpu_name(), "python": None, "gpu_count": len(gpus),
                      "gpu_name": gpus[0]["name"] if gpus else None,
-                     "gpu_memory": gpus[0]["memory"] if gpus else None,
-                     "recipe_cwd": recipe.cwd, **codeversion.of(recipe.cwd)}
+                     "gpu_memory": gpus[0]["memory"] if gpus else None}
     if recipe.requires == "cuda" and not machine.has_cuda():
         reports.fail(report, "unsupported", f"recipe `{recipe.name}` requires CUDA and this "
                      "worker has none (NVML sees no NVIDIA GPU and torch no CUDA device)",
                      "setup")
         return report, None
+    made = envbuild.make(recipe, deadline, cancel, user)  # its repository and environment
+    report["env"].update(made.env)
+    if made.phase is not None:
+        report["phases"].append(made.phase)
+    if made.run is not None:  # stopped by the timeout or a cancel: the judge names it
+        return report, made.run
+    if made.failure is not None:
+        reports.fail(report, "environment", made.failure, "setup")
+        return report, None
+    report["env"].update(recipe_cwd=made.cwd, **codeversion.of(made.cwd))
+    if made.env.get("environment"):  # another environment is other code
+        report["env"]["code_version"] += f", environment {made.env['environment']['key'][:12]}"
     env = child_env(**recipe.env)
+    if made.path_dirs:
+        env["PATH"] = os.pathsep.join([*made.path_dirs, env.get("PATH", os.defpath)])
+        env["VIRTUAL_ENV"] = os.path.dirname(made.path_dirs[0])
     start = time.time()
     for argv in recipe.setup:  # the admin's own commands: deps, weights
-        run = Run(list(argv), recipe.cwd, env, deadline, cancel, user=user)
+        run = Run(list(argv), made.cwd, env, deadline, cancel, user=user)
         if run.code != 0 or run.stopped:
             report["phases"].append(_setup_phase(start, time.time()))
             return report, run
@@ -152,10 +169,17 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
             user.own(tmp)  # the probe writes here
         env.update(PYTHONPATH=pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
                    TRIALBOT_PROBE_OUT=tmp)
-        run = Run(recipe.command(spec.params), recipe.cwd, env, deadline, cancel, trackers, hz,
-                  progress, user)
+        run = Run(recipe.command(spec.params, made.python), made.cwd, env, deadline, cancel,
+                  trackers, hz, progress, user)
         probe = _probe_result(tmp, run)
+    named = (failure.environment_error(probe, made.cwd, made.pins, recipe.environment.declared)
+             if run.code not in (0, None) and not run.stopped else None)
+    if named:  # a module it cannot import, a library of another version
+        reports.fail(report, "environment", f"{named[0]}\n{run.tail()[-1500:]}", named[1])
     report["phases"] += recipe_phases.phases(run, probe.get("phases", []))
+    if named and report["phases"][-1]["found_by"] == "whole-program":
+        report["phases"][-1]["name"] = named[1]  # it never got past its imports
+    report["phase_at_exit"] = probe.get("phase_at_exit")
     report.update(recipe_phases.results(probe, report["phases"], recipe.unit,
                                         max(0.0, run.ended - run.started)))
     report["output_tail"] = run.tail()  # what the paper's script printed: its own results

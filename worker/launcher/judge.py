@@ -19,9 +19,11 @@ OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|can't allocate mem
                         r"^MemoryError", re.MULTILINE)
 
 
-def judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool) -> None:
-    """Give a report whose child did not finish its own verdict an error class."""
-    phase = running_phase(report)
+def judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool,
+          phase: str | None = None) -> None:
+    """Give a report whose child did not finish its own verdict an error class;
+    `phase`: where the program was when it ended, as its probe saw it."""
+    phase = phase or running_phase(report)
     if run.proc is None:
         reports.fail(report, "crash", run.tail(), phase)
     elif run.stopped == "timeout":

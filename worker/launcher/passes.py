@@ -8,7 +8,8 @@ runs twice, each pass in its own fresh child:
 
 1. the *memory pass*, malloc=live, the same config with two measured runs and
    no warmup (the live peak repeats from run to run), which supplies
-   `host_rss_peak` and `host_rss_peak_kernel`;
+   `host_rss_peak`, `host_rss_peak_kernel`, the launch share and each
+   phase's host peak (by the phase's name);
 2. the *time pass*, glibc's default, the trial as asked, which supplies
    everything else: phases, latency, throughput, `seconds`.
 
@@ -25,7 +26,8 @@ import time
 from worker import machine
 from worker.spec import TrialSpec
 
-SUPPLIED = ("host_rss_peak", "host_rss_peak_kernel")
+SUPPLIED = ("host_rss_peak", "host_rss_peak_kernel", "host_rss_launch_share")
+PHASE_SUPPLIED = "phase_host_rss_peak"  # each phase's host_rss_peak, by name
 
 # The memory pass measures two runs: the live peak repeats, and a second run is
 # a second chance for the ~100 Hz sampler to catch it.
@@ -64,7 +66,7 @@ def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
         kwargs["progress"]["phase"] = "memory pass"
     memory = run_one(_with(spec, **measure, malloc="live"), cancel,
                      **{**kwargs, "progress": {}})
-    first = _entry("memory", "live", memory, list(SUPPLIED), measure)
+    first = _entry("memory", "live", memory, [*SUPPLIED, PHASE_SUPPLIED], measure)
     first["host_rss_peak"] = memory["memory"].get("host_rss_peak")
     if memory["status"] != "ok":
         return _memory_failed(spec, memory, first)
@@ -79,15 +81,32 @@ def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
     mem, method = report["memory"], report["memory"]["method"]
     for key in SUPPLIED:
         mem[key] = memory["memory"].get(key)
-        method[key] = (f"memory pass under malloc=live ({LIVE_WHY}; {_words(measure)}, "
-                       f"{first['seconds']:.1f} s); time figures from the time pass under "
-                       f"glibc's default: " + memory["memory"]["method"].get(key, "?"))
+        method[key] = _from_memory_pass(memory, key, first, measure)
+    method[PHASE_SUPPLIED] = (_from_memory_pass(memory, PHASE_SUPPLIED, first, measure)
+                              + "; warmup: not measured, the memory pass runs none")
+    _phase_peaks(report["phases"], memory["phases"])
     sampled = (report.get("timeline") or {}).get("sampled")
     if sampled:
         sampled["method"] += ("; this is the time pass (glibc's default): its host RSS holds "
                               "freed blocks, host_rss_peak is the memory pass's")
     report["passes"] = [first, second]
     return report
+
+
+def _phase_peaks(phases: list[dict], measured: list[dict]) -> None:
+    """The time pass's phases take the memory pass's host peaks by name; its
+    warmup is not the trial's (it runs none), so warmup's peak is null."""
+    live = {p["name"]: p for p in measured if p["name"] != "warmup"}
+    for phase in phases:
+        other = live.get(phase["name"], {})
+        phase["host_rss_peak"] = other.get("host_rss_peak")
+        phase["host_rss_samples"] = other.get("host_rss_samples", 0)
+
+
+def _from_memory_pass(memory: dict, key: str, first: dict, measure: dict) -> str:
+    return (f"memory pass under malloc=live ({LIVE_WHY}; {_words(measure)}, "
+            f"{first['seconds']:.1f} s); time figures from the time pass under glibc's "
+            "default: " + memory["memory"]["method"].get(key, "?"))
 
 
 def _one_pass(spec: TrialSpec, report: dict) -> dict:

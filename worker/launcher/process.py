@@ -48,7 +48,9 @@ class Run:
         # Linux folds the spawning process's high-water RSS into the child's
         # ru_maxrss at exec, so the kernel's figure is only the child's above this.
         self.parent_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        shim = [sys.executable, SHIM]  # dies with the worker; OOM-killed first
+        # -I -S: the shim imports no site, so no sitecustomize (the probe, the
+        # program's own) runs before the program does
+        shim = [sys.executable, "-I", "-S", SHIM]  # dies with the worker; OOM-killed first
         if user is not None:  # a TrialUser: the shim becomes it before the exec
             shim += user.shim_args()
         try:

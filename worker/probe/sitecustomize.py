@@ -49,6 +49,7 @@ class _Probe:
         self.phases = []
         self.samples = []
         self.peak_allocated = self.peak_reserved = 0
+        self.exception = None  # what reached the top, as trialbot_failure.py describes it
         self.lock = threading.Lock()
         threading.Thread(target=self._sample, daemon=True, name="trialbot-probe").start()
 
@@ -166,6 +167,7 @@ class _Probe:
         # Samples only at exit: a mark must not stall the program on a big dump.
         data = {"phases": self.phases, "samples": self.samples if final else [], "final": final,
                 "units": self.units, "units_seen": self.units_seen, "models": self.models,
+                "exception": self.exception, "phase_at_exit": self.phase,
                 "env": {"python": sys.version.split()[0], "executable": sys.executable}}
         cuda = self._cuda()
         if cuda is not None:
@@ -246,6 +248,8 @@ if _DIR and os.path.isdir(_DIR):
     # Hook phases go to the probe file with this process's own clock, not to
     # stdout: the program's output (which a parent may parse) stays its own,
     # and no pipe or reader thread sits between a hook and its timestamp.
+    import trialbot_failure
     import trialbot_hooks
     trialbot_hooks.Hooks(_probe).install()
+    trialbot_failure.install(_probe)
 _chain_next_sitecustomize()

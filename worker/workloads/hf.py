@@ -4,8 +4,8 @@ the meta device at its full depth.
 
 Sizing counts the parameters of transformers' own class, so MoE experts,
 biases and tied embeddings are exact by construction; the KV cache per token
-follows the config as transformers' cache does (kv heads, head size, and a
-sliding window per layer where the architecture has one).
+follows the config as transformers' cache keeps it (worker/kvcache.py: kv
+heads and head size, MLA's latent, sliding windows, recurrent states).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import importlib.util
 import psutil
 import torch
 
-from worker import models, notes, presets
+from worker import kvcache, models, notes, presets
 from worker.arithmetic import sized_full_depth
 from worker.workloads import Unsupported
 
@@ -77,6 +77,33 @@ def cut(text_config, layers: int) -> None:
             setattr(text_config, key, value[:layers])
 
 
+# What transformers' PreTrainedModel reads before it builds with each attention
+# (_sdpa_can_dispatch, _flash_attn_can_dispatch): eager every model has.
+ATTN_FLAGS = {"sdpa": "_supports_sdpa", "flash_attention_2": "_supports_flash_attn"}
+ATTN = ("sdpa", "eager", "flash_attention_2")  # worker/catalog.py's choices
+
+
+def model_class(cfg):
+    """The causal LM class transformers builds for cfg (imports its modeling code)."""
+    return transformers().AutoModelForCausalLM._model_mapping[type(cfg)]
+
+
+def attn_supported(cls) -> list[str]:
+    """The attn= choices this model class supports, as transformers decides it."""
+    return [a for a in ATTN if a == "eager" or getattr(cls, ATTN_FLAGS[a], False)]
+
+
+def unsupported_attn(name: str, cls, attn: str) -> str | None:
+    """Why `attn` cannot build this class, naming the ones that can; None if it can."""
+    works = attn_supported(cls)
+    if attn in works:
+        return None
+    here = [a for a in works if a != "flash_attention_2"
+            or importlib.util.find_spec("flash_attn") is not None] or works
+    return (f"`model={name}` ({cls.__name__}) does not support attn={attn} in transformers "
+            f"{transformers().__version__}; use attn={' or attn='.join(here)}")
+
+
 def check_attn(attn: str) -> None:
     if attn == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
         raise Unsupported("`attn=flash_attention_2`: flash-attn is not installed on this "
@@ -84,11 +111,17 @@ def check_attn(attn: str) -> None:
                           "on a CUDA worker")
 
 
-def build(cfg, dtype: str, device: str, attn: str, seed: int):
+def build(cfg, dtype: str, device: str, attn: str, seed: int, name: str = "model"):
     """The causal LM for `cfg` with random weights, built in the target dtype on
     the device (no fp32 copy first)."""
     tf = transformers()
     check_attn(attn)
+    try:
+        why = unsupported_attn(name, model_class(cfg), attn)
+    except (KeyError, ValueError, ImportError):
+        why = None  # not a causal LM: from_config below says so
+    if why:
+        raise Unsupported(why)
     torch.manual_seed(seed)
     try:
         with torch.device(device):
@@ -108,36 +141,12 @@ def decoder_layers(model) -> torch.nn.ModuleList | None:
     return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()), default=None)
 
 
-def kv_layers(text_config) -> list[dict]:
-    """Per layer: KV-cache elements per token (K and V) and its window (None:
-    the whole context), as transformers' cache keeps them."""
-    heads = text_config.num_attention_heads
-    kv = getattr(text_config, "num_key_value_heads", None) or heads
-    hd = getattr(text_config, "head_dim", None) or text_config.hidden_size // heads
-    types = getattr(text_config, "layer_types", None)
-    window = getattr(text_config, "sliding_window", None)
-    if getattr(text_config, "use_sliding_window", True) is False:
-        window = None
-    out = []
-    for i in range(text_config.num_hidden_layers):
-        kind = types[i] if types and i < len(types) else (
-            "sliding_attention" if window else "full_attention")
-        if kind in ("sliding_attention", "chunked_attention"):
-            w = window if kind == "sliding_attention" else getattr(
-                text_config, "attention_chunk_size", None)
-            out.append({"elements": 2 * kv * hd, "window": w})
-        elif kind == "full_attention":
-            out.append({"elements": 2 * kv * hd, "window": None})
-        else:  # linear attention, mamba, KV shared with another layer: no growing cache
-            out.append({"elements": 0, "window": None, "kind": kind})
-    return out
-
-
-def sizing(cfg, full: int, source: dict, tf_version: str) -> dict:
+def sizing(cfg, full: int, source: dict, tf_version: str, cache: str = "dynamic") -> dict:
     """The model at its full depth, counted on the meta device (no memory): the
     parameters of the layers (each), the embedding, the lm head (0 when tied),
-    the rest, and the KV cache per token per layer. What worker/arithmetic.py's
-    sized_* functions and the bot's depth predictions read."""
+    the rest, and the cache per layer as transformers keeps it (worker/kvcache.py;
+    `cache`: the trial's dynamic or static). What worker/arithmetic.py's sized_*
+    functions and the bot's depth predictions read."""
     tf = transformers()
     text = cfg.get_text_config()
     if text.num_hidden_layers != full:  # re-read at full depth
@@ -157,6 +166,7 @@ def sizing(cfg, full: int, source: dict, tf_version: str) -> dict:
     tied = head is not None and emb is not None and head.weight is emb.weight
     lm_head = 0 if tied or head is None else head.weight.numel()
     moe = _experts(text)
+    kv = kvcache.shape(text.to_dict(), cache, tf_version)
     return {
         "what": f"counted on the meta device from transformers {tf_version}'s "
                 f"{type(model).__name__} at the full {full} layers (no weights); KV cache "
@@ -166,7 +176,8 @@ def sizing(cfg, full: int, source: dict, tf_version: str) -> dict:
         "vocab": text.vocab_size, "total": total, "embedding": embedding,
         "lm_head": lm_head, "tied_embeddings": tied,
         "other": total - embedding - lm_head - sum(layer),
-        "layer_params": layer, "kv": kv_layers(text), "experts": moe,
+        "layer_params": layer, "kv": [x.as_dict() for x in kv.layers], "kv_how": kv.how,
+        "experts": moe,
     }
 
 
@@ -204,7 +215,7 @@ def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: i
     after the timed phases
     (sizing builds the full model on the meta device: no memory, a few seconds)."""
     preset = presets.get(p["model"])
-    sizing_ = sizing(cfg, full, source, version)
+    sizing_ = sizing(cfg, full, source, version, p.get("cache", "dynamic"))
     info = {"name": source["name"], "source": source["source"],
             "source_note": source.get("source_note"), "kind": source["kind"],
             "architecture": sizing_["architecture"],  # the class transformers built
@@ -221,20 +232,21 @@ def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: i
                                            preset.published_params if preset else None)}
 
 
-def check(names: list[str]) -> dict[str, str | None]:
-    """Each named config built on the meta device: None, or why it cannot be."""
+def check(names: list[str]) -> dict[str, dict]:
+    """Each named config built on the meta device: {"attn": the attn= choices
+    its class supports}, or {"error": why it cannot be built}."""
     out = {}
     for name in names:
         try:
             cfg, _, _ = config(name)
             with torch.device("meta"):
-                transformers().AutoModelForCausalLM.from_config(cfg)
-            out[name] = None
+                model = transformers().AutoModelForCausalLM.from_config(cfg)
+            out[name] = {"attn": attn_supported(type(model))}
         except Unsupported as exc:
-            out[name] = str(exc)
+            out[name] = {"error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - any reason a config cannot build
-            out[name] = (f"transformers cannot build `model={name}` as a causal LM "
-                         f"({_first_sentence(exc)})")
+            out[name] = {"error": f"transformers cannot build `model={name}` as a causal LM "
+                                  f"({_first_sentence(exc)})"}
     return out
 
 

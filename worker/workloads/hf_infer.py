@@ -47,7 +47,7 @@ def run(p: dict, trial) -> dict:
     device = trial.device
     with trial.phase("weights"):
         cfg, source, full, version, import_rss = hf.imported(p["model"], p["layers"])
-        model = hf.build(cfg, p["dtype"], device, p["attn"], p["seed"]).eval()
+        model = hf.build(cfg, p["dtype"], device, p["attn"], p["seed"], p["model"]).eval()
     vocab = cfg.get_text_config().vocab_size
     with trial.phase("data"):
         g = torch.Generator().manual_seed(p["seed"])

@@ -27,7 +27,7 @@ class Trainable(nn.Module):
 def make(p: dict, dev) -> nn.Module:
     """Weights stay fp32 under autocast, as in llm-train."""
     cfg, _, _ = hf.config(p["model"], p["layers"])
-    model = hf.build(cfg, "fp32", str(dev.type), p["attn"], p["seed"])
+    model = hf.build(cfg, "fp32", str(dev.type), p["attn"], p["seed"], p["model"])
     if p["checkpointing"] == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()

@@ -1,0 +1,213 @@
+"""A recipe's own environment: what defines it (the repository, its commit,
+its requirement files, extra pins, the Python) and the checks that can be made
+when the worker starts. Building it is worker/launcher/envbuild.py's.
+
+    [recipes.specdec]
+    repo = "https://github.com/feifeibear/LLMSpeculativeSampling"   # or a local path
+    commit = "7f1e0c2"
+    requirements = ["requirements.txt"]     # files of the repository; "." installs it
+    packages = ["accelerate==0.21.0"]       # extra pins
+    python = "3.11"                         # optional: an interpreter on this worker
+    torch = "worker"                        # the box's torch (default), or "recipe"
+
+The box's torch is never replaced: with torch = "worker" the environment sees
+the worker's own torch (a GPU box's CUDA build), and a repository's torch pin
+is shown, not installed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+TORCH_MODES = ("worker", "recipe")
+# A requirement's name, as pip reads it (PEP 508), and what may follow it.
+REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)")
+PROJECT = re.compile(r"\.(\[[A-Za-z0-9_,.\- ]+\])?")  # "." or ".[extra,...]": the repository
+PYTHON = re.compile(r"3\.\d{1,2}(\.\d{1,3})?")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class EnvironmentProblem(ValueError):
+    """Something about a recipe's environment that is wrong; the message says
+    what and how to change it."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What defines a recipe's environment (all from the recipe file)."""
+    repo: str | None = None          # a git URL, or an absolute local path
+    commit: str | None = None
+    requirements: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    python: str | None = None        # "3.11": found on this worker, never downloaded
+    torch: str = "worker"
+    cache: str = ""                  # where environments and checkouts are kept
+
+    @property
+    def declared(self) -> bool:
+        """Whether the recipe asks for its own environment at all."""
+        return bool(self.repo or self.requirements or self.packages or self.python)
+
+    @property
+    def local(self) -> bool:
+        return bool(self.repo) and is_local(self.repo)
+
+
+def is_local(repo: str) -> bool:
+    return "://" not in repo and not re.match(r"[\w.-]+@[\w.-]+:", repo)
+
+
+def default_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("TRIALBOT_ENV_CACHE") or os.path.join(base, "trialbot")
+
+
+def declared(spec: EnvSpec, base: str) -> dict[str, list[str]]:
+    """The requirement lines of the recipe's files (under `base`) and its
+    `packages`, by package name, as written."""
+    lines = list(spec.packages)
+    for entry in spec.requirements:
+        if not PROJECT.fullmatch(entry):
+            try:
+                with open(os.path.join(base, entry), errors="replace") as f:
+                    lines += f.read().splitlines()
+            except OSError:
+                pass
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        m = REQUIREMENT.fullmatch(line) if line and not line.startswith("-") else None
+        if m:
+            out.setdefault(re.sub(r"[-_.]+", "-", m.group(1)).lower(), []).append(line)
+    return out
+
+
+def other_torch(pins: list[str], version: str) -> list[str]:
+    """The pins that ask for another torch than the worker's `version`."""
+    public = version.split("+")[0]
+    return [p for p in pins if public not in p]
+
+
+def key(parts: dict) -> str:
+    """The environment's cache key: a hash of everything that defines it."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def resolver_lines(output: str, limit: int = 20) -> str:
+    """The lines of uv's or pip's output that say why a build failed: from the
+    first error on, without colour; else the last lines."""
+    lines = [ANSI.sub("", x).rstrip() for x in output.splitlines() if x.strip()]
+    start = next((i for i, x in enumerate(lines)
+                  if re.match(r"\s*(×|error:|ERROR:|Because|fatal:)", x)), None)
+    picked = lines[start:start + limit] if start is not None else lines[-limit:]
+    return "\n".join(picked)
+
+
+def check_spec(spec: EnvSpec, cwd_base: str) -> None:
+    """What can be known when the worker starts: a local repository, its
+    commit and files; the interpreter asked for. Raises EnvironmentProblem."""
+    if spec.repo and not spec.commit:
+        raise EnvironmentProblem("`repo` needs `commit` (a commit hash or tag: a branch "
+                                 "moves, and a plan must know what it measured)")
+    if spec.commit and not spec.repo:
+        raise EnvironmentProblem("`commit` needs `repo` (the repository it is a commit of)")
+    if spec.local:
+        if not os.path.isdir(spec.repo):
+            raise EnvironmentProblem(f"repo `{spec.repo}` is not a directory on this worker; "
+                                     "give a git URL or the path of a checkout")
+        if git(spec.repo, "rev-parse", "--git-dir").returncode != 0:
+            raise EnvironmentProblem(f"repo `{spec.repo}` is not a git repository; "
+                                     "`git init` it and commit, or give its URL")
+        resolved = resolve_commit(spec.repo, spec.commit)
+        for entry in spec.requirements:
+            if not _in_commit(spec.repo, resolved, entry):
+                raise EnvironmentProblem(missing_requirement(entry, spec.commit))
+    elif not spec.repo:
+        for entry in spec.requirements:
+            if not _on_disk(cwd_base, entry):
+                raise EnvironmentProblem(missing_requirement(entry, None, cwd_base))
+    if spec.python:
+        interpreter(spec.python)
+        if spec.torch == "worker" and not same_minor(spec.python):
+            here = "{}.{}".format(*sys.version_info[:2])
+            raise EnvironmentProblem(
+                f"python {spec.python} cannot load this worker's torch (built for Python "
+                f"{here}); remove `python`, or set torch = \"recipe\" to install the "
+                "repository's own torch")
+
+
+def same_minor(version: str) -> bool:
+    return version.split(".")[:2] == [str(x) for x in sys.version_info[:2]]
+
+
+def missing_requirement(entry: str, commit: str | None, base: str | None = None) -> str:
+    where = f"at commit {commit}" if commit else f"in {base}"
+    if PROJECT.fullmatch(entry):
+        return (f"requirements entry `{entry}` installs the repository itself, but there is no "
+                f"setup.py or pyproject.toml {where}; remove it or list the repository's "
+                "requirements file")
+    return (f"requirements file `{entry}` does not exist {where}; list the repository's own "
+            "files (e.g. requirements.txt), or put pins in `packages`")
+
+
+def resolve_commit(repo: str, commit: str) -> str:
+    out = git(repo, "rev-parse", "--verify", "--quiet", commit + "^{commit}")
+    if out.returncode != 0:
+        raise EnvironmentProblem(f"commit `{commit}` is not in repo `{repo}`; give a commit "
+                                 "hash or tag that `git log` shows there")
+    return out.stdout.strip()
+
+
+def _in_commit(repo: str, commit: str, entry: str) -> bool:
+    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
+    return any(git(repo, "cat-file", "-e", f"{commit}:{n}").returncode == 0 for n in names)
+
+
+def _on_disk(base: str, entry: str) -> bool:
+    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
+    return any(os.path.isfile(os.path.join(base, n)) for n in names)
+
+
+def git(repo: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(args, 1, "", str(exc))
+
+
+def uv_binary() -> str | None:
+    """uv from its PyPI package (a worker dependency), else one on PATH."""
+    try:
+        import uv  # the package ships the binary
+        return uv.find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def interpreter(version: str) -> str:
+    """The path of an installed Python `version`; never downloads one."""
+    if not PYTHON.fullmatch(version):
+        raise EnvironmentProblem(f"python `{version}` is not a version like \"3.11\"")
+    if same_minor(version) and sys.version.startswith(version):
+        return sys.executable
+    uv = uv_binary()
+    if uv:
+        found = subprocess.run([uv, "python", "find", "--no-project", version],
+                               capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
+    found = shutil.which("python" + ".".join(version.split(".")[:2]))
+    if found:
+        return found
+    raise EnvironmentProblem(f"python {version} is not installed on this worker (the worker "
+                             f"never downloads one); install it (e.g. `uv python install "
+                             f"{version}`) or remove `python` to use this worker's "
+                             f"{sys.version.split()[0]}")

@@ -1,0 +1,363 @@
+"""A recipe's environment, made before its program runs: the repository
+fetched into the worker's cache and checked out at its commit, and an
+isolated Python environment built from its requirements (uv; pip and venv
+where uv is missing), cached under a hash of everything that defines it.
+
+Every command runs as a trial's child does (Run: its own process group, the
+worker's secrets out of its environment, the trial's user, timeout and
+cancel): a package's build runs the package's own code. The time it takes is
+the trial's `setup` phase, `found_by: recipe-environment`; a cached
+environment says so and when it was built.
+
+The box's torch is kept: with torch = "worker" the worker's own torch and what
+it needs are linked into a folder of the environment's own, which a .pth file
+puts on its path after site-packages, and every torch requirement is
+overridden to the worker's version. An install that replaces one of the
+linked packages lands in site-packages, ahead of the folder: nothing is ever
+written through a link into the worker's files.
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib.metadata as metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from worker import environment
+from worker.environment import PROJECT, EnvironmentProblem, EnvSpec
+from worker.launcher.process import Run, child_env
+
+MARKER = "trialbot-env.json"
+MAX_PACKAGES = 500
+
+
+@dataclass(frozen=True)
+class Made:
+    """What the recipe runs with; `failure` (an `environment` error's message)
+    or a stopped `run` (timeout, cancel) when it could not be made."""
+    cwd: str
+    python: str = sys.executable
+    path_dirs: tuple[str, ...] = ()
+    phase: dict | None = None
+    env: dict = field(default_factory=dict)
+    pins: dict = field(default_factory=dict)  # the repository's requirement lines by name
+    failure: str | None = None
+    run: Run | None = None
+
+
+class _Failed(Exception):
+    def __init__(self, message: str, run: Run | None = None):
+        super().__init__(message)
+        self.message, self.run = message, run
+
+
+def make(recipe, deadline: float, cancel, user=None) -> Made:
+    spec: EnvSpec = recipe.environment
+    start = time.time()
+    try:
+        tree, facts = (_checkout(spec, deadline, cancel, user) if spec.repo
+                       else (None, {}))
+        cwd = os.path.normpath(os.path.join(tree, recipe.cwd)) if tree else recipe.cwd
+        if spec.repo and not os.path.isdir(cwd):
+            raise _Failed(f"cwd `{recipe.cwd}` is not a directory at commit "
+                          f"{facts['recipe_commit'][:12]} of {spec.repo}; fix `cwd`")
+        if not spec.declared:  # the worker's own environment; its pins are still news
+            own = EnvSpec(requirements=("requirements.txt",))
+            return Made(cwd, env=facts, pins=environment.declared(own, tree or cwd))
+        pins = environment.declared(spec, tree or cwd)
+        built = _environment(spec, tree or cwd, deadline, cancel, user)
+    except _Failed as exc:
+        phase = _phase(start, False)
+        if exc.run is not None and exc.run.stopped:
+            return Made(recipe.cwd, phase=phase, run=exc.run)
+        return Made(recipe.cwd, phase=phase, failure=exc.message)
+    phase = _phase(start, built["cached"], built["built_at"], built["build_seconds"])
+    bin_dir = os.path.join(built["dir"], "bin")
+    return Made(cwd, os.path.join(bin_dir, "python"), (bin_dir,), phase,
+                {**facts, "environment": {k: v for k, v in built.items() if k != "dir"}}, pins)
+
+
+def _phase(start: float, cached: bool, built_at: float | None = None,
+           build_seconds: float | None = None) -> dict:
+    end = time.time()
+    phase = {"name": "setup", "start": start, "end": end, "seconds": end - start,
+             "found_by": "recipe-environment", "cached": cached}
+    if cached:
+        phase.update(built_at=built_at, build_seconds=build_seconds)
+    return phase
+
+
+def _run(argv, cwd, deadline, cancel, user, what: str, **extra) -> Run:
+    env = child_env(GIT_TERMINAL_PROMPT="0", UV_PYTHON_DOWNLOADS="never", NO_COLOR="1",
+                    PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
+    run = Run(argv, cwd, env, deadline, cancel, user=user)
+    if run.code != 0 or run.stopped:
+        raise _Failed(f"{what}:\n{environment.resolver_lines(run.tail())}", run)
+    return run
+
+
+def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
+    """The repository at its commit, in the cache: (directory, report facts)."""
+    name = environment.key({"repo": spec.repo})[:16]
+    repos, trees = _dirs(spec.cache, user, "repos", "trees")
+    mirror = os.path.join(repos, name + ".git")
+    with _locked(mirror + ".lock"):
+        if not os.path.isdir(mirror):
+            partial = mirror + ".partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            _run(["git", "clone", "--mirror", "--quiet", spec.repo, partial], repos, deadline,
+                 cancel, user, f"repo {spec.repo} could not be fetched; check the URL or path "
+                 "and that this worker can reach it")
+            os.rename(partial, mirror)
+        commit = _resolve(mirror, spec.commit)
+        if commit is None:
+            _run(["git", "-C", mirror, "remote", "update", "--prune"], repos, deadline, cancel,
+                 user, f"repo {spec.repo} could not be fetched again")
+            commit = _resolve(mirror, spec.commit)
+        if commit is None:
+            raise _Failed(f"commit `{spec.commit}` is not in repo {spec.repo}; give a commit "
+                          "hash or tag that `git log` shows there")
+        tree = os.path.join(trees, f"{name[:12]}-{commit[:12]}")
+        if not os.path.isdir(tree):
+            partial = tree + ".partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            _run(["git", "clone", "--quiet", "--no-checkout", mirror, partial], trees, deadline,
+                 cancel, user, "the cached repository could not be cloned")
+            _run(["git", "-C", partial, "checkout", "--quiet", "--detach", commit], trees,
+                 deadline, cancel, user, f"commit {commit[:12]} could not be checked out")
+            os.rename(partial, tree)
+    for entry in spec.requirements:
+        if not _exists(tree, entry):
+            raise _Failed(environment.missing_requirement(entry, spec.commit))
+    return tree, {"recipe_repo": spec.repo, "recipe_commit": commit}
+
+
+def _resolve(mirror: str, commit: str) -> str | None:
+    out = environment.git(mirror, "rev-parse", "--verify", "--quiet", commit + "^{commit}")
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _exists(base: str, entry: str) -> bool:
+    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
+    return any(os.path.isfile(os.path.join(base, n)) for n in names)
+
+
+def _environment(spec: EnvSpec, base: str, deadline, cancel, user) -> dict:
+    try:
+        python = environment.interpreter(spec.python) if spec.python else sys.executable
+    except EnvironmentProblem as exc:
+        raise _Failed(str(exc)) from None
+    version = _python_version(python)
+    uv = environment.uv_binary()
+    torch = _worker_torch() if spec.torch == "worker" else None
+    if spec.torch == "worker" and torch is None:
+        raise _Failed('torch = "worker", but this worker has no torch installed; install it, '
+                      'or set torch = "recipe"')
+    files = {e: _digest(base, e) for e in spec.requirements}
+    parts = {"python": [python, version], "torch": [spec.torch, torch and torch["version"]],
+             "repo": spec.repo, "commit": spec.commit, "requirements": files,
+             "packages": list(spec.packages), "builder": "uv" if uv else "pip",
+             "base": None if spec.repo else base}
+    key = environment.key(parts)
+    envs, = _dirs(spec.cache, user, "envs")
+    target = os.path.join(envs, key[:20])
+    with _locked(target + ".lock"):
+        found = _read_marker(target)
+        if found is None:
+            found = _build(spec, base, target, python, version, uv, torch, deadline, cancel,
+                           user)
+            found["cached"] = False
+        else:
+            found["cached"] = True
+    found["dir"] = target
+    return found
+
+
+def _build(spec, base, target, python, version, uv, torch, deadline, cancel, user) -> dict:
+    started = time.monotonic()
+    shutil.rmtree(target, ignore_errors=True)  # a build a crash left half done
+    if uv:
+        _run([uv, "venv", "--quiet", "--python", python, target], base, deadline, cancel, user,
+             f"a Python {version} environment could not be made")
+    else:
+        _run([python, "-m", "venv", target], base, deadline, cancel, user,
+             f"a Python {version} environment could not be made")
+    target_python = os.path.join(target, "bin", "python")
+    if torch is not None:
+        _link_torch(target, target_python, torch["closure"])
+    args = []
+    for entry in spec.requirements:
+        m = PROJECT.fullmatch(entry)
+        args += ["-e", base + (m.group(1) or "")] if m else ["-r", os.path.join(base, entry)]
+    args += list(spec.packages)
+    if args:
+        pin = f"torch=={torch['version'].split('+')[0]}" if torch else None
+        with open(os.path.join(target, "trialbot-torch.txt"), "w") as f:
+            f.write((pin or "") + "\n")
+        keep = ["--override" if uv else "-c", os.path.join(target, "trialbot-torch.txt")]
+        argv = ([uv, "pip", "install", "--python", target_python] if uv
+                else [target_python, "-m", "pip", "install", "-q"]) + args + (keep if pin else [])
+        _run(argv, base, deadline, cancel, user, "the environment's requirements could not be "
+             "installed; change the pins in `requirements` or `packages`")
+    freeze = _run(([uv, "pip", "freeze", "--python", target_python] if uv
+                   else [target_python, "-m", "pip", "freeze"]), base, deadline, cancel, user,
+                  "the environment's packages could not be listed")
+    marker = {"key": os.path.basename(target), "built_at": time.time(),
+              "build_seconds": time.monotonic() - started,
+              "builder": _builder_version(uv), "python": version,
+              "torch": torch["version"] if torch else None,
+              "torch_pins_not_used": (environment.other_torch(
+                  environment.declared(spec, base).get("torch", []), torch["version"])
+                  if torch else []),
+              "packages": _packages(freeze.log)}
+    tmp = os.path.join(target, MARKER + ".tmp")
+    with open(tmp, "w") as f:  # written last: an environment without it is rebuilt
+        json.dump(marker, f)
+    os.replace(tmp, os.path.join(target, MARKER))
+    return marker
+
+
+def _read_marker(target: str) -> dict | None:
+    try:
+        with open(os.path.join(target, MARKER)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _packages(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)", line.strip())
+        if m:
+            out[m.group(1).lower()] = m.group(2)
+        elif " @ " in line:  # an editable or direct-URL install: where it came from
+            name, where = line.split(" @ ", 1)
+            out[name.strip().lower()] = "@ " + where.strip()[:200]
+    return dict(sorted(out.items())[:MAX_PACKAGES])
+
+
+def _digest(base: str, entry: str) -> str:
+    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
+    parts = []
+    for n in names:
+        try:
+            with open(os.path.join(base, n), "rb") as f:
+                parts.append(f.read().hex())
+        except OSError:
+            parts.append(None)
+    return environment.key({"entry": entry, "files": parts})
+
+
+def _python_version(python: str) -> str:
+    out = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.version.split()[0])"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise _Failed(f"the interpreter {python} does not run: {out.stderr.strip()[-300:]}")
+    return out.stdout.strip()
+
+
+def _builder_version(uv: str | None) -> str:
+    if not uv:
+        return "pip " + metadata.version("pip") if _has("pip") else "pip"
+    out = subprocess.run([uv, "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip() or "uv"
+
+
+def _has(dist: str) -> bool:
+    try:
+        metadata.version(dist)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def _worker_torch() -> dict | None:
+    """The worker's torch and the distributions it needs, as installed."""
+    try:
+        torch = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    seen, todo, closure = set(), [torch], []
+    while todo:
+        dist = todo.pop()
+        name = _norm(dist.metadata["Name"])
+        if name in seen:
+            continue
+        seen.add(name)
+        closure.append(dist)
+        for req in dist.requires or []:
+            if "extra ==" in req:
+                continue
+            dep = environment.REQUIREMENT.match(req).group(1)
+            try:
+                todo.append(metadata.distribution(dep))
+            except metadata.PackageNotFoundError:
+                pass  # a dependency for another platform
+    return {"version": torch.version, "closure": closure}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _link_torch(target: str, target_python: str, closure) -> None:
+    """The worker's torch and what it needs, seen by the environment from a
+    folder of its own (a .pth file names it): an install that replaces one
+    of them lands in site-packages, ahead of the folder, and never writes
+    through a link into the worker's files."""
+    site = subprocess.run([target_python, "-I", "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+    side = os.path.join(target, "trialbot-worker-torch")
+    os.makedirs(side, exist_ok=True)
+    for dist in closure:
+        files = dist.files or []
+        info = next((f.parts[0] for f in files if f.parts[0].endswith(".dist-info")), None)
+        if info is None:
+            continue
+        base = str(dist.locate_file(""))
+        for top in sorted({f.parts[0] for f in files}):
+            dst = os.path.join(side, top)
+            if top.endswith(".dist-info") or top in ("..", "__pycache__") or \
+                    os.path.lexists(dst):
+                continue
+            os.symlink(os.path.join(base, top), dst)
+        # The metadata says it is installed; without a RECORD no installer removes it.
+        shutil.copytree(os.path.join(base, info), os.path.join(side, info), dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("RECORD", "INSTALLER", "direct_url.json"))
+    with open(os.path.join(site, "trialbot-worker-torch.pth"), "w") as f:
+        f.write(side + "\n")
+
+
+def _dirs(cache: str, user, *names: str) -> list[str]:
+    out = []
+    for name in names:
+        path = os.path.join(cache, name)
+        os.makedirs(path, exist_ok=True)
+        if user is not None:  # the trial's user builds in them
+            os.chown(cache, user.uid, user.gid)
+            os.chown(path, user.uid, user.gid)
+        out.append(path)
+    return out
+
+
+class _locked:
+    """One build of an environment at a time across trials and workers."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)

@@ -27,7 +27,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_recipe_env import PAPER, TRANSFORMERS_4, paper_repo, recipe_file  # noqa: E402
-
 from worker import launcher, recipes  # noqa: E402
 from worker.spec import parse  # noqa: E402
 

@@ -152,7 +152,10 @@ def test_a_program_without_transformers_is_as_before(tmp_path):
                            recipes=book)
     assert r["status"] == "ok"
     assert [(p["name"], p["found_by"]) for p in r["phases"]] == [("run", "whole-program")]
-    assert "latency" in r and r["latency"] is None and "units" not in r
+    assert "latency" in r and r["latency"] is None
+    # No run units: one run is the whole program (the default unit), timed.
+    assert r["units"]["kind"] == "program" and r["units"]["count"] == 0
+    assert 0 < r["units"]["program"]["seconds"] <= r["seconds"]
 
 
 def test_the_probe_imports_neither_torch_nor_transformers(tmp_path):

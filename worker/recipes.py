@@ -10,6 +10,8 @@ without changing it; only recipes in the file can run.
     secret_env = ["HF_TOKEN"]           # values never shown in reports (from env or the worker's)
     requires = "cuda"                   # or "any"
     timeout = "2h"                      # seconds, or "90s" / "30m" / "2h"
+    unit = "generate"                   # what one run is: program (default), generate,
+                                        # forward, or mark:NAME (docs/recipes.md)
 
     [recipes.adkv-infer.params]
     batch = { type = "int", min = 1, max = 512, default = 8 }
@@ -40,12 +42,17 @@ from worker.spec import COMMON, Param, Workload
 ENV_KEYS = ("repo", "commit", "requirements", "packages", "python", "torch")
 
 RECIPE_KEYS = {"cwd", "argv", "setup", "env", "requires", "timeout", "params", "description",
-               "secret_env", *ENV_KEYS}
+               "secret_env", "unit", *ENV_KEYS}
 PARAM_KEYS = {"type", "min", "max", "default", "choices", "pattern", "max_length", "help"}
 PARAM_TYPES = {"int", "float", "choice", "string"}
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 PARAM_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What one run of a recipe is (docs/recipes.md#what-one-run-is): the whole
+# invocation, each outermost generate, each outermost model call, or each span
+# the program marks with a name (`TRIALBOT_UNIT NAME`).
+UNITS = ("program", "generate", "forward")
+UNIT_MARK = re.compile(r"mark:([A-Za-z0-9][A-Za-z0-9._-]{0,62})")
 
 
 class RecipeError(ValueError):
@@ -65,6 +72,7 @@ class Recipe:
     description: str = ""
     secret_env: tuple[str, ...] = ()  # variables whose values are masked in reports
     environment: EnvSpec = EnvSpec()  # its own environment, when it declares one
+    unit: str = "program"  # what one run is: program, generate, forward or mark:NAME
 
     def secrets(self, environ=None) -> list[str]:
         """The values of secret_env: the recipe's own, else the worker's."""
@@ -179,6 +187,12 @@ def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
     if timeout is None:
         raise RecipeError(f"{where.key(name, 'timeout')}: `timeout` must be seconds or a "
                           'duration like "90s", "30m", "2h"')
+    unit = t.get("unit", "program")
+    if not (unit in UNITS or (isinstance(unit, str) and UNIT_MARK.fullmatch(unit))):
+        raise RecipeError(f"{where.key(name, 'unit')}: `unit` of recipe `{name}` is "
+                          f"{unit!r}; it must be \"program\" (the whole invocation), "
+                          "\"generate\", \"forward\" or \"mark:NAME\" (spans the program "
+                          "marks with `TRIALBOT_UNIT NAME`; NAME letters, digits, `.`, `_`, `-`)")
     if not isinstance(t.get("params", {}), dict):
         raise RecipeError(f"{where.key(name, 'params')}: `params` of `{name}` must be a table "
                           f"[recipes.{name}.params]")
@@ -199,7 +213,8 @@ def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
         raise RecipeError(f"{where.table(name + '.params')}: param `{sorted(clash)[0]}` is "
                           "reserved for every trial; rename it")
     return Recipe(name, cwd, tuple(argv), tuple(tuple(c) for c in setup), dict(env), requires,
-                  timeout, params, t.get("description", ""), tuple(secret_env), env_spec)
+                  timeout, params, t.get("description", ""), tuple(secret_env), env_spec,
+                  unit=unit)
 
 
 def _environment(name: str, t: dict, where: _Locator, base: str, cache: str) -> EnvSpec:

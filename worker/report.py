@@ -286,13 +286,31 @@ class Probe(TypedDict, total=False):
     sampler_cpu_seconds: Annotated[float | None, SECONDS]
 
 
+class UnitModel(Stats, total=False):
+    """A recipe's units of one kind on one model object (a draft, a target):
+    their statistics, and their spread as stability judges it."""
+    kind: str
+    model: str | None              # class and instance number, "LlamaForCausalLM#2"
+    params: Annotated[int | None, AMOUNT]
+    iqr_over_median: Annotated[float | None, RATIO]
+    stable: bool | None
+
+
+class ProgramTime(TypedDict, total=False):
+    seconds: Annotated[float | None, SECONDS]
+    what: str
+
+
 class Units(TypedDict, total=False):
+    kind: str                      # the recipe's `unit`: program, generate, forward, mark:NAME
     unit: str
     count: Annotated[int, COUNT]
     run: Annotated[int, COUNT]
     warmup: Annotated[int, COUNT]
     kinds: dict[str, Annotated[int, COUNT]]
     kept: Annotated[int, COUNT]
+    models: Annotated[list[UnitModel], Most(MAX_DEVICES)]
+    program: ProgramTime
 
 
 class SlurmJob(TypedDict, total=False):

@@ -128,6 +128,8 @@ def facts(r: Report) -> list[tuple[str, str]]:
                                   "tokens processed", batch=sc["batch"],
                                   prompt=sc["prompt_tokens"], gen=sc["gen_tokens"],
                                   tokens=sc["tokens"])))
+    if (r.get("units") or {}).get("kind"):
+        out.append((_("one run (the recipe's unit)"), run_unit(r["units"])))
     if r.get("model"):
         out.append((_("model"), model_line(r["model"])))
     if r.get("full_depth"):
@@ -170,6 +172,23 @@ def environment_line(r: Report) -> str:
 
 def _utc(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) if t else "?"
+
+
+def run_unit(u: dict) -> str:
+    """What one run of a recipe is, its calls apart per model, and the whole
+    program's time beside them."""
+    program = duration((u.get("program") or {}).get("seconds"))
+    if u["kind"] == "program":
+        return _("the whole program, {seconds} from its start to its exit", seconds=program)
+    models = "; ".join(
+        _("{model} ({params} params) {count} × mean {mean}", model=m["model"],
+          params=f"{m['params']:,}" if m.get("params") else "?", count=m["count"],
+          mean=duration(m.get("mean"))) if m.get("model") else
+        _("{count} × mean {mean}", count=m["count"], mean=duration(m.get("mean")))
+        for m in u.get("models") or [])
+    return _("one {unit} (unit = {kind}): {models}; the whole program {seconds}",
+             unit=u.get("unit"), kind=u["kind"], models=models or _("none"),
+             seconds=program)
 
 
 def _units(unit: str) -> str:

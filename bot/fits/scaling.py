@@ -131,6 +131,10 @@ def _bs(vars_: dict, p: dict) -> tuple[int, int]:
     return b, s
 
 def seconds_of(r: dict) -> tuple[float | None, str]:
+    units = r.get("units") or {}
+    if r.get("recipe") and units.get("kind") == "program":  # one run: the whole program
+        return ((units.get("program") or {}).get("seconds") or None,
+                _("seconds of the whole program, start to exit (one program run)"))
     lat = r.get("latency")
     if lat and lat.get("mean") is not None:
         if r.get("recipe"):  # the run units its probe timed
@@ -355,6 +359,12 @@ def _point(fit: dict, params: dict) -> tuple[int, int]:
         raise ValueError(_("the sweep varied {params}: give {words}", params=", ".join(missing),
                            words=" ".join(f"{k}=N" for k in missing)))
     return _bs(vars_, merged)
+
+def swept(fit: dict) -> list[str]:
+    """The parameters the sweep's points took more than one value of."""
+    vars_ = fit.get("variables") or {}
+    names = [k for k in [vars_.get("batch"), *(vars_.get("length") or [])] if k]
+    return [k for k in names if len({p["params"].get(k) for p in fit.get("points") or []}) > 1]
 
 def point(fit: dict, params: dict) -> tuple[int, int]:
     """(b, s) of a question (ValueError when the sweep cannot answer it)."""

@@ -6,10 +6,12 @@ bot/plans/review.py.
     hours = prep + successful runs + retries + data prep + idle wait
 
 A *run* is one repetition of the trial's measured unit: one request for
-`llm-infer` (its latency samples), one run unit of a recipe whose probe timed
-them (its generate or model calls), or else one run phase of a recipe's
-program (each trial of the recipe is one sample). Every component carries where it
-came from.
+`llm-infer` (its latency samples); for a recipe, what its `unit` declares
+(docs/recipes.md#what-one-run-is): the whole program (each trial one sample),
+one generate call, one model call or one span the program marked; a recipe
+report from before `unit` counts its run units, else its run phase. A trial
+without a unit of the declared kind, or a time per run of zero, is refused,
+never counted as 0 GPU-h. Every component carries where it came from.
 """
 from __future__ import annotations
 
@@ -56,6 +58,52 @@ def phase_seconds(report: dict, name: str) -> float:
     return sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
 
 
+def unit_kind(report: dict) -> str | None:
+    """A recipe's declared unit (program, generate, forward, mark:NAME); None
+    for a built-in workload and a recipe report from before `unit`."""
+    return (report.get("units") or {}).get("kind") if report.get("recipe") else None
+
+
+def program_seconds(report: dict) -> float:
+    return ((report.get("units") or {}).get("program") or {}).get("seconds") or 0.0
+
+
+def unit_label(kind: str) -> str:
+    """One run's name in a block line: `100 runs × 4.2 s per program run`."""
+    if kind.startswith("mark:"):
+        return _("`{name}` span", name=kind.removeprefix("mark:"))
+    return _(UNIT_LABELS[kind])
+
+
+UNIT_LABELS = {"program": N_("program run"), "generate": N_("generate call"),
+               "forward": N_("model call")}
+
+
+def unit_problem(trial: dict) -> str | None:
+    """Why a recipe trial has no run of its declared unit, or None."""
+    r, name = trial["report"], trial["trial"]
+    kind = unit_kind(r)
+    if kind is None:
+        return None
+    units = r.get("units") or {}
+    if kind == "program":
+        return None if program_seconds(r) > 0 else _(
+            "{trial} recorded no time for its program (a report from a worker that did not "
+            "time it); run it again", trial=name)
+    if units.get("run"):
+        return None
+    if kind.startswith("mark:"):
+        return _("{trial}'s program marked no `{name}` span, and its recipe counts one run as "
+                 "one (unit = \"{kind}\"): print `TRIALBOT_UNIT {name}` where a run begins "
+                 "(or call trialbot_probe.unit(\"{name}\")), or declare another unit",
+                 trial=name, name=kind.removeprefix("mark:"), kind=kind)
+    made = (units.get("kinds") or {}).get(kind, 0)
+    return _("{trial} made {n} {unit}(s) and none in its run phase (the first one is the "
+             "warmup), and its recipe counts one run as one {unit} (unit = \"{kind}\"); "
+             "declare unit = \"program\" to count whole invocations, or run more than one",
+             trial=name, n=made, unit=unit_label(kind), kind=kind)
+
+
 def teardown_seconds(report: dict) -> float:
     """Wall time of the trial outside its phases: the child's exit, memory being
     freed, the gaps between phases. A rented GPU is paid for it too."""
@@ -76,7 +124,14 @@ def reused_build_seconds(report: dict) -> float:
 
 
 def _prep_measured(report: dict) -> float:
+    if unit_kind(report) == "program":  # all the program does is in its runs
+        return max(0.0, (report.get("seconds") or 0.0) - program_seconds(report))
     return sum(phase_seconds(report, p) for p in PREP_PHASES) + teardown_seconds(report)
+
+
+def data_seconds(report: dict) -> float:
+    """The data phases, unless each program run loads its own data."""
+    return 0.0 if unit_kind(report) == "program" else phase_seconds(report, "data")
 
 
 def config(report: dict) -> dict:
@@ -128,9 +183,10 @@ def _with_defaults(c: dict) -> dict:
 
 
 def run_seconds(report: dict) -> float:
-    """The trial's wall time minus prep and data: its run phase(s)."""
+    """The trial's wall time minus prep and data: its run phase(s), or its
+    program for a recipe whose run is the program."""
     return max(0.0, (report.get("seconds") or 0.0) - _prep_measured(report)
-               - phase_seconds(report, "data"))
+               - data_seconds(report))
 
 
 def _window_means(r: dict) -> list[float]:
@@ -150,43 +206,124 @@ def per_run(trials: list[dict]) -> dict:
     time between requests is counted too), with the variance components of
     that figure (docs/plans-and-advice.md): request-to-request spread, drift
     between the run phase's windows, and the spread between trials; for a
-    recipe, one run phase per trial."""
+    recipe, its declared unit's (a whole program: one per trial). A trial
+    without such a run, or a time of zero, is refused (EstimateError)."""
+    reports = [t["report"] for t in trials]
+    for t in trials:
+        problem = unit_problem(t)
+        if problem:
+            raise EstimateError(problem)
+    kind = unit_kind(reports[0])
+    other = next((t for t in trials if unit_kind(t["report"]) != kind), None)
+    if other is not None:  # the recipe file changed its unit between the trials
+        raise EstimateError(_("{first} counted a run as a {unit} and {other} as a {other_unit}; "
+                              "a block is estimated from trials of one unit",
+                              first=trials[0]["trial"], unit=kind, other=other["trial"],
+                              other_unit=unit_kind(other["report"])))
+    if kind == "program":
+        out = _per_sample(trials, _("program run"), _program_source)
+    elif all((r.get("latency") or {}).get("count") for r in reports):
+        out = _per_request(trials, kind)
+    else:
+        out = _per_sample(trials, _("run phase"), _phase_source)
+    if not out["mean"] > 0:
+        raise EstimateError(_("{trials} measured {seconds} s per {unit}: a block cannot count "
+                              "runs that take no time; {why}", trials=out["names"],
+                              seconds=f"{out['mean']:.3g}", unit=out["unit"],
+                              why=_("its work was all in one-time phases (launch, weights, "
+                                    "warmup); declare the recipe's unit = \"program\" to "
+                                    "count whole invocations") if reports[0].get("recipe")
+                              else _("run it again")))
+    return {**out, **spread(out, len(reports))}
+
+
+def _per_request(trials: list[dict], kind: str | None) -> dict:
+    """Runs timed one by one (requests, a recipe's generate or model calls or
+    marked spans), pooled over the trials."""
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
-    if all((r.get("latency") or {}).get("count") for r in reports):
-        n = [r["latency"]["count"] for r in reports]
-        m = [r["latency"]["mean"] for r in reports]
-        s = [r["latency"]["stdev"] or 0.0 for r in reports]
-        k = sum(n)
-        lat = sum(ni * mi for ni, mi in zip(n, m)) / k
-        within = sum((ni - 1) * si ** 2 for ni, si in zip(n, s)) / max(1, k - len(n))
-        mean = sum(run_seconds(r) for r in reports) / k
-        # Wall time per run over latency per request: the gaps between requests.
-        scale = mean / lat if lat > 0 else 1.0
+    n = [r["latency"]["count"] for r in reports]
+    m = [r["latency"]["mean"] for r in reports]
+    k = sum(n)
+    lat = sum(ni * mi for ni, mi in zip(n, m)) / k
+    squares, dof = zip(*(_within(r) for r in reports))
+    within = sum(squares) / max(1, sum(dof))
+    if kind and kind.startswith("mark:"):  # the program's own spans: nothing between them
+        trial_means, mean = list(m), lat
+    else:  # wall time per run over latency per request: the gaps between requests count
         trial_means = [run_seconds(r) / ni for r, ni in zip(reports, n)]
-        windows = [[x * run_seconds(r) / (ni * mi) for x in _window_means(r)] if mi > 0 else []
-                   for r, ni, mi in zip(reports, n, m)]
-        out = {"k": k, "mean": mean, "unit": N_("request"), "trial_means": trial_means,
-               "within": within * scale ** 2, "windows": windows,
-               "sd": math.sqrt(within) * scale if k > len(n) else None,
-               "source": (_("{trials}: run phase over {k} measured requests (latency mean {mean} "
-                            "s, sd {sd} s)", trials=names, k=k, mean=f"{lat:.4g}",
-                            sd=f"{math.sqrt(within):.3g}") if k > len(n) else
-                          _("{trials}: run phase over {k} measured requests (latency mean {mean} "
-                            "s)", trials=names, k=k, mean=f"{lat:.4g}"))}
-        return {**out, **spread(out, len(reports))}
+        mean = sum(run_seconds(r) for r in reports) / k
+    scale = mean / lat if lat > 0 else 1.0
+    windows = [[x * tm / mi for x in _window_means(r)] if mi > 0 else []
+               for r, tm, mi in zip(reports, trial_means, m)]
+    sd = math.sqrt(within) if sum(dof) else None
+    if kind:
+        source = _("{trials}: {k} runs of one {unit} each ({models}; a whole program run "
+                   "{program} s)",
+                   trials=names, k=k, unit=unit_label(kind), models=_models_text(reports),
+                   program=f"{sum(map(program_seconds, reports)) / len(reports):.4g}")
+    elif sd is not None:
+        source = _("{trials}: run phase over {k} measured requests (latency mean {mean} s, sd "
+                   "{sd} s)", trials=names, k=k, mean=f"{lat:.4g}", sd=f"{sd:.3g}")
+    else:
+        source = _("{trials}: run phase over {k} measured requests (latency mean {mean} s)",
+                   trials=names, k=k, mean=f"{lat:.4g}")
+    return {"k": k, "mean": mean, "unit": unit_label(kind) if kind else _("request"),
+            "trial_means": trial_means, "within": within * scale ** 2, "windows": windows,
+            "sd": sd * scale if sd is not None else None, "source": source, "names": names}
+
+
+def _within(r: dict) -> tuple[float, int]:
+    """The sum of squares and degrees of freedom of one trial's run-to-run
+    spread: for a recipe, per model (a draft's and a target's calls are two
+    distributions; their difference is not noise)."""
+    models = (r.get("units") or {}).get("models") if unit_kind(r) else None
+    groups = ([(g["count"], g.get("stdev")) for g in models] if models else
+              [(r["latency"]["count"], r["latency"].get("stdev"))])
+    return (sum((c - 1) * (sd or 0.0) ** 2 for c, sd in groups),
+            sum(c - 1 for c, _sd in groups))
+
+
+def _models_text(reports: list[dict]) -> str:
+    """Each model's calls apart, from the first trial: `LlamaForCausalLM#2
+    (1.1M params) 96 × 12.3 ms`."""
+    parts = []
+    for g in (reports[0].get("units") or {}).get("models") or []:
+        size = _(" ({n} params)", n=f"{g['params']:,}") if g.get("params") else ""
+        parts.append(_("{model}{size} {count} × {mean} ms", model=g.get("model") or _("no model"),
+                       size=size, count=g["count"], mean=f"{(g.get('mean') or 0) * 1e3:.3g}"))
+    return "; ".join(parts)
+
+
+def _per_sample(trials: list[dict], unit: str, source) -> dict:
+    """One sample a trial: a recipe's run phase, or its whole program."""
+    reports = [t["report"] for t in trials]
+    names = ", ".join(t["trial"] for t in trials)
     samples = [run_seconds(r) for r in reports]
     k = len(samples)
     mean = sum(samples) / k
     sd = math.sqrt(_var(samples)) if k > 1 else None
-    out = {"k": k, "mean": mean, "sd": sd, "unit": N_("run phase"), "trial_means": samples,
-           "within": 0.0, "windows": [[] for _ in samples],
-           "source": (_("{trials}: run phase of {k} trial(s), mean {mean} s, sd {sd} s",
-                        trials=names, k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}")
-                      if sd is not None else
-                      _("{trials}: run phase of {k} trial(s), mean {mean} s", trials=names, k=k,
-                        mean=f"{mean:.4g}"))}
-    return {**out, **spread(out, k)}
+    return {"k": k, "mean": mean, "sd": sd, "unit": unit, "trial_means": samples,
+            "within": 0.0, "windows": [[] for _ in samples], "names": names,
+            "source": source(names, k, mean, sd, reports[0])}
+
+
+def _phase_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+    return (_("{trials}: run phase of {k} trial(s), mean {mean} s, sd {sd} s", trials=names,
+              k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}") if sd is not None else
+            _("{trials}: run phase of {k} trial(s), mean {mean} s", trials=names, k=k,
+              mean=f"{mean:.4g}"))
+
+
+def _program_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+    inside = _models_text([first])
+    values = dict(trials=names, k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}" if sd else "",
+                  inside=inside)
+    text = (_("{trials}: the whole program, start to exit, of {k} trial(s), mean {mean} s, "
+              "sd {sd} s", **values) if sd is not None else
+            _("{trials}: the whole program, start to exit, of {k} trial(s), mean {mean} s",
+              **values))
+    return text + ("; " + _("inside it: {inside}", inside=inside) if inside else "")
 
 
 def spread(pr: dict, trials: int) -> dict:
@@ -331,7 +468,7 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         pr = per_run(trials)
         x = pr["mean"]
         run_source = _("{times} × {seconds} s per {unit} ({source})", times=times,
-                       seconds=f"{x:.4g}", unit=_(pr["unit"]), source=pr["source"])
+                       seconds=f"{x:.4g}", unit=pr["unit"], source=pr["source"])
         half = None
         if pr["dof"] >= 1:
             # The block's mean per run: its own runs' spread (within/runs) plus
@@ -355,35 +492,11 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
                          rate=f"{min(1.0, 3 / fr['n']):.0%}")
 
     if pays_prep:
-        def mean_of(f) -> float:
-            return sum(f(r) for r in reports) / len(reports)
-        prep_s = mean_of(prep_seconds)
-        shown = [p for p in PREP_PHASES if p != "launch" or any(
-            phase_seconds(r, p) for r in reports)]
-        phases = " + ".join(f"{p} {mean_of(lambda r: phase_seconds(r, p)):.3g} s" for p in shown)
-        prep_source = _("{trials}: {phases} + teardown {teardown} s (mean), once for this "
-                        "block's rental session", trials=names, phases=phases,
-                        teardown=f"{mean_of(teardown_seconds):.3g}")
-        if any(reused_build_seconds(r) for r in reports):
-            prep_source += "; " + _("plus the recipe environment's build, {seconds} s (mean) "
-                                    "as measured when it was built: these trials reused it, a "
-                                    "fresh box builds it once",
-                                    seconds=f"{mean_of(reused_build_seconds):.3g}")
-        factor = (predicted or {}).get("weights_factor")
-        if factor:  # a partial-depth trial built a fraction of the weights
-            prep_s += (factor - 1) * mean_of(lambda r: phase_seconds(r, "weights"))
-            prep_source += "; " + _("weights phase ×{factor} for the full depth's parameters "
-                                    "(a model estimate)", factor=f"{factor:.3g}")
+        prep_s, prep_source = _prep(reports, names, predicted)
     else:
         prep_s = 0.0
         prep_source = _("0: same rental session as an earlier block (rental=single)")
-
-    data_each = sum(phase_seconds(r, "data") for r in reports) / len(reports)
-    data_s = data_each * block["configs"]
-    values = dict(trials=names, seconds=f"{data_each:.3g}", configs=block["configs"])
-    data_source = (_("{trials}: data phase {seconds} s (mean) × {configs} configs", **values)
-                   if block["configs"] > 1 else
-                   _("{trials}: data phase {seconds} s (mean)", **values))
+    data_s, data_source = _data(reports, names, block["configs"])
 
     busy = prep_s + run_s + retry_s + data_s
     handoff = block.get("handoff") if block.get("handoff") is not None else facts.get("handoff")
@@ -427,6 +540,54 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
             "sweep": block.get("sweep"), "predicted": bool(predicted),
             "marks": (predicted or {}).get("marks"),
             "partial": (predicted or {}).get("partial")}
+
+
+def _mean_of(reports: list[dict], f) -> float:
+    return sum(f(r) for r in reports) / len(reports)
+
+
+def _prep(reports: list[dict], names: str, predicted: dict | None) -> tuple[float, str]:
+    """Prep once for the block's rental session, and where it came from."""
+    prep_s, prep_source = _prep_phases(reports, names, predicted)
+    if any(reused_build_seconds(r) for r in reports):
+        prep_source += "; " + _("plus the recipe environment's build, {seconds} s (mean) "
+                                "as measured when it was built: these trials reused it, a "
+                                "fresh box builds it once",
+                                seconds=f"{_mean_of(reports, reused_build_seconds):.3g}")
+    return prep_s, prep_source
+
+
+def _prep_phases(reports: list[dict], names: str,
+                 predicted: dict | None) -> tuple[float, str]:
+    prep_s = _mean_of(reports, prep_seconds)
+    if unit_kind(reports[0]) == "program":  # the program's loads are in each of its runs
+        setup = _mean_of(reports, lambda r: phase_seconds(r, "setup"))
+        return prep_s, _("{trials}: outside the program: setup {setup} s + the worker's start "
+                         "and finish {rest} s (mean), once for this block's rental session",
+                         trials=names, setup=f"{setup:.3g}", rest=f"{prep_s - setup:.3g}")
+    shown = [p for p in PREP_PHASES if p != "launch" or any(
+        phase_seconds(r, p) for r in reports)]
+    phases = " + ".join(f"{p} {_mean_of(reports, lambda r: phase_seconds(r, p)):.3g} s"
+                        for p in shown)
+    prep_source = _("{trials}: {phases} + teardown {teardown} s (mean), once for this "
+                    "block's rental session", trials=names, phases=phases,
+                    teardown=f"{_mean_of(reports, teardown_seconds):.3g}")
+    factor = (predicted or {}).get("weights_factor")
+    if factor:  # a partial-depth trial built a fraction of the weights
+        prep_s += (factor - 1) * _mean_of(reports, lambda r: phase_seconds(r, "weights"))
+        prep_source += "; " + _("weights phase ×{factor} for the full depth's parameters "
+                                "(a model estimate)", factor=f"{factor:.3g}")
+    return prep_s, prep_source
+
+
+def _data(reports: list[dict], names: str, configs: int) -> tuple[float, str]:
+    if unit_kind(reports[0]) == "program":
+        return 0.0, _("0: each program run loads its own data (in the runs)")
+    data_each = _mean_of(reports, data_seconds)
+    values = dict(trials=names, seconds=f"{data_each:.3g}", configs=configs)
+    return data_each * configs, (
+        _("{trials}: data phase {seconds} s (mean) × {configs} configs", **values)
+        if configs > 1 else _("{trials}: data phase {seconds} s (mean)", **values))
 
 
 def interval_note(pr: dict | None, trials: int) -> str:

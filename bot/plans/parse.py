@@ -256,6 +256,28 @@ def count(raw: str, what: str, high: int = 10**7) -> int:
 
 BLOCK_KEYS = ("runs", "configs", "gpus", "trial", "sweep", "note", "handoff", "batch",
               "prompt", "gen", "layers")
+PREDICT_KEYS = ("batch", "prompt", "gen", "layers")
+# A recipe sweep predicts on its own parameter (`sweep=S6 max_tokens=64`): the
+# service checks that the sweep varied it (bot/plans/service.py).
+SWEPT_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+
+
+def split_swept(words: list[str]) -> tuple[list[str], dict]:
+    """A block's words apart from `name=N` pairs for a recipe's own parameters."""
+    mine, swept = [], {}
+    for word in words:
+        key, eq, raw = word.partition("=")
+        if key in BLOCK_KEYS or not eq:
+            mine.append(word)
+        elif not SWEPT_NAME.fullmatch(key):
+            raise PlanError(_("`{word}`: a block takes {keys}, and with sweep=S12 the swept "
+                              "parameter to predict at, e.g. max_tokens=64", word=word,
+                              keys=", ".join(BLOCK_KEYS)))
+        elif key in swept:
+            raise PlanError(_("`{word}`: {key} is given twice", word=word, key=key))
+        else:
+            swept[key] = count(raw.strip(), key)
+    return mine, swept
 
 
 def parse_block(words: list[str]) -> dict:
@@ -268,7 +290,9 @@ def parse_block(words: list[str]) -> dict:
             _("Name the block kind: one of {kinds}. Usage: `/plan NAME block KIND runs=N "
               "[configs=M] trial=T12 [note=\"open variable ...\"]`", kinds=kinds))
     kind = words[0]
-    pairs = key_values(words[1:], BLOCK_KEYS, _("a {kind} block", kind=kind))
+    sweep = any(w.startswith("sweep=") for w in words[1:])
+    mine, swept = split_swept(words[1:]) if sweep else (words[1:], {})
+    pairs = key_values(mine, BLOCK_KEYS, _("a {kind} block", kind=kind))
     if "runs" not in pairs:
         raise PlanError(_("a {kind} block needs runs=N: how many runs the experiment makes",
                           kind=kind))
@@ -281,7 +305,7 @@ def parse_block(words: list[str]) -> dict:
              "gpus": count(pairs.get("gpus", "1"), "gpus", 4096),
              "note": pairs.get("note"), "trials": [], "sweep": None, "predict": {},
              "handoff": hours(pairs["handoff"], "handoff") if "handoff" in pairs else None}
-    predict = {k: count(pairs[k], k) for k in ("batch", "prompt", "gen", "layers") if k in pairs}
+    predict = {**{k: count(pairs[k], k) for k in PREDICT_KEYS if k in pairs}, **swept}
     if "trial" in pairs:
         if predict:
             raise PlanError(_("`{key}=`: a config to predict goes with sweep=S12; a block from "
@@ -371,7 +395,11 @@ def parse_block_change(name: str, words: list[str]) -> PlanCommand:
         raise PlanError(_("`/plan {plan} block {kind} correct` needs the fields to change, "
                           "e.g. `/plan {plan} block {kind} correct runs=30` (it takes {keys})",
                           plan=name, kind=kind, keys=", ".join(BLOCK_KEYS)))
-    pairs = key_values(rest, BLOCK_KEYS, _("a {kind} block", kind=kind))
+    # Other keys are a sweep's parameters or mistakes: parse_block checks them
+    # with the block's own words (sweep= or trial=).
+    mine = [w for w in rest if w.partition("=")[0] in BLOCK_KEYS]
+    pairs = key_values(mine, BLOCK_KEYS, _("a {kind} block", kind=kind))
+    pairs.update(w.partition("=")[::2] for w in rest if w not in mine)
     return PlanCommand("block-correct", name, {"kind": kind, "pairs": pairs})
 
 
@@ -387,13 +415,14 @@ def block_words(block: dict, changes: dict) -> list[str]:
     for key in ("note", "handoff"):
         if block.get(key) is not None:
             pairs[key] = block[key]
+    predicted = set(block.get("predict") or {})
     if "trial" in changes:
-        for key in ("sweep", "batch", "prompt", "gen", "layers"):
+        for key in ("sweep", *predicted):
             pairs.pop(key, None)
     if "sweep" in changes:
         pairs.pop("trial", None)
-        if any(k in changes for k in ("batch", "prompt", "gen", "layers")):
-            for key in ("batch", "prompt", "gen", "layers"):
+        if any(k not in BLOCK_KEYS or k in PREDICT_KEYS for k in changes):
+            for key in predicted:
                 pairs.pop(key, None)
     pairs.update(changes)
     return [block["kind"], *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"

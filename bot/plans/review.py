@@ -7,11 +7,12 @@ from __future__ import annotations
 from bot.plans.estimate import (
     code_version,
     config,
+    data_seconds,
     differences,
     lock_differences,
-    phase_seconds,
     prep_seconds,
     run_seconds,
+    unit_kind,
 )
 from worker.i18n import N_, _
 
@@ -23,8 +24,8 @@ def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
     failed = sum(a["seconds"] or 0 for a in attempts if a["status"] != "ok")
     if r.get("status") != "ok":
         return {"prep": 0.0, "data": 0.0, "runs": 0.0, "retries": failed * gpus, "count": 0}
-    count = (r.get("latency") or {}).get("count") or 1
-    return {"prep": prep_seconds(r) * gpus, "data": phase_seconds(r, "data") * gpus,
+    count = (1 if unit_kind(r) == "program" else (r.get("latency") or {}).get("count") or 1)
+    return {"prep": prep_seconds(r) * gpus, "data": data_seconds(r) * gpus,
             "runs": run_seconds(r) * gpus, "retries": failed * gpus, "count": count}
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from bot.blocks import message
-from bot.fits import depth, usable
+from bot.fits import depth, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, kept_apart, review, slurm
 from bot.plans.parse import PlanError
@@ -42,11 +42,18 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     if len(ok) < 2:
         raise PlanError(_("Sweep S{id} has {n} successful trial(s); a fit needs at least 2",
                           id=block["sweep"], n=len(ok)))
+    for job in ok:
+        problem = estimate.unit_problem(job)
+        if problem:
+            raise PlanError(_("Sweep S{id} has no time per run to fit: {problem}",
+                              id=block["sweep"], problem=problem))
     params = {**ok[0]["report"]["params"], **block["predict"]}
     try:
         fit = fit_sweep([j["report"] for j in ok])
         if fit.get("kind") == "depth":
             _check_depth_block(block, params, fit)
+        else:
+            _check_swept(block, fit, ok[0]["report"]["params"])
         seconds, se, dof = predict_seconds(fit, params)
         verdict = judge_seconds(fit, params, seconds)
     except PlanError:
@@ -62,7 +69,9 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     first = ok[0]["report"]
     units = first.get("units") or {}  # a recipe's timed run units (worker/launcher)
+    kind = estimate.unit_kind(first)
     unit = (_("per request") if not first.get("recipe") else
+            _("per {unit}", unit=estimate.unit_label(kind)) if kind else
             _("per {unit}", unit=units["unit"]) if units.get("run") else _("per run phase"))
     values = dict(unit=unit, config=shown, id=block["sweep"], n=len(ok),
                   held=", ".join(f"{k}={params[k]}" for k in held))
@@ -101,6 +110,26 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     return ok, out
 
 
+def _check_swept(block: dict, fit: dict, measured: dict) -> None:
+    """A sweep predicts only on what it measured: a recipe sweep on the
+    parameters it varied, any sweep on its own parameters."""
+    if fit.get("error"):
+        return  # the fit's own reason comes first (predict_seconds raises it)
+    varied = scaling.swept(fit)
+    words = " ".join(f"{k}=N" for k in varied)
+    for key, value in block["predict"].items():
+        if key not in measured:
+            raise PlanError(_("Sweep S{id} has no parameter `{key}`; it varied {swept}: give "
+                              "{words}", id=block["sweep"], key=key,
+                              swept=", ".join(varied), words=words))
+        if fit.get("recipe") and key not in varied:
+            raise PlanError(_("Sweep S{id} varied {swept}; {key} was {measured} in every trial, "
+                              "so the fit says nothing about {key}={value}: give {words} (leave "
+                              "{key} out, or sweep it too)", id=block["sweep"],
+                              swept=", ".join(varied), key=key, measured=measured[key],
+                              value=value, words=words))
+
+
 def _check_depth_block(block: dict, params: dict, fit: dict) -> None:
     """A block from a depth sweep names the depth it is for (the sweep ran several)."""
     full = depth.full_layers(fit) if fit.get("preset") else None
@@ -127,7 +156,7 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     pr = estimate.per_run(trials)
     k = depth.time_factor(first["params"], depth.sizing_of(first))
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
-            "source": _("per {unit} ({source}), {what}", unit=_(pr["unit"]), source=pr["source"],
+            "source": _("per {unit} ({source}), {what}", unit=pr["unit"], source=pr["source"],
                         what=k["what"]), "partial": part,
             "no_interval": "a model-scaled time has no measured spread at the full depth",
             "weights_factor": k["weights_factor"],

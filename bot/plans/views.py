@@ -42,7 +42,8 @@ def help_text() -> dict:
                "[note=\"open variable\"] [handoff=H]`, KIND one of {kinds}",
                kinds=", ".join(parse.BLOCK_KINDS)),
              _("• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
-             "estimated from a sweep's fit (a depth sweep: `sweep=S12 layers=32`; it and a "
+             "estimated from a sweep's fit (a recipe sweep: the parameter it varied, "
+             "`sweep=S12 max_tokens=64`; a depth sweep: `sweep=S12 layers=32`; it and a "
              "partial-depth trial are marked until a full-depth trial replaces them)"),
              "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
              "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "

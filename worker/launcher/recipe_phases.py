@@ -7,16 +7,22 @@ run (the later ones, up to the last one's end). From the first mark on, only
 marks make phases. Time before the first phase is `launch`; a program with
 neither is one `run` phase. Each phase says how it was found (`found_by`).
 
-Units: each outermost generate or model call the probe timed. The report's
-latency is over the units in phases named `run`, as a built-in trial's is
-over its run phase's requests.
+Units: each outermost generate or model call the probe timed (with the model
+object it ran on), and each span the program marked (`TRIALBOT_UNIT NAME`).
+The recipe's `unit` says which of them is one run: `program` (the whole
+invocation; its time is in `units.program`), `generate`, `forward` or
+`mark:NAME`. The report's latency is over the declared kind's units in phases
+named `run` (a marked kind's in every phase: the program chose them), as a
+built-in trial's is over its run phase's requests; `units.models` has them
+apart per model, and the stability is judged per model.
 """
 from __future__ import annotations
 
 from worker import stats, windows
 
 PHASE_MEMORY = ("peak_allocated", "peak_reserved", "allocated", "reserved")
-UNIT_NAMES = {"generate": "generate call", "forward": "model call"}
+UNIT_NAMES = {"generate": "generate call", "forward": "model call", "program": "program run"}
+HOOKED = ("generate", "forward")
 
 
 def phases(run, probed: list[dict]) -> list[dict]:
@@ -50,36 +56,107 @@ def phases(run, probed: list[dict]) -> list[dict]:
     return out
 
 
-def results(probe: dict, phase_list: list[dict]) -> dict:
-    """The report's latency, stability, windows and units from the probe's
-    units; {} when the program made no generate or model call."""
+def unit_name(kind: str) -> str:
+    """`generate call`, `model call`, `program run`, `prompt span` (mark:prompt)."""
+    return UNIT_NAMES.get(kind) or f"{kind.removeprefix('mark:')} span"
+
+
+def results(probe: dict, phase_list: list[dict], kind: str = "program",
+            program: float | None = None) -> dict:
+    """The report's units (always, for the declared `kind` and the program's
+    own seconds) and the latency, stability and windows of the units one run
+    is counted in; no latency when the program made none."""
     units = probe.get("units") or []
-    if not units:
-        return {}
-    run_units = [u for u in units if u.get("phase") == "run"]
-    kinds = {}
-    for u in units:
-        kinds[u["kind"]] = kinds.get(u["kind"], 0) + 1
-    names = {UNIT_NAMES.get(u["kind"], u["kind"]) for u in run_units}
-    unit = names.pop() if len(names) == 1 else "run unit"
-    seen = probe.get("units_seen", len(units))
-    summary = {"unit": unit, "count": seen, "run": len(run_units),
-               "warmup": sum(u.get("phase") == "warmup" for u in units), "kinds": kinds,
-               "kept": len(units),
-               "what": "outermost generate calls and model calls (a forward inside generate "
-                       "or inside another model is part of it), each synchronized on CUDA at "
-                       "both ends and timed with perf_counter in the recipe's process by "
-                       "trialbot's injected probe; `run` counts those in phases named run"
-                       + (f"; only the first {len(units)} of {seen} were kept"
-                          if seen > len(units) else "")}
-    if not run_units:
+    if kind.startswith("mark:") and not any(u["kind"] == kind for u in units):
+        units = units + _marked_phases(phase_list, kind)
+    chosen = _chosen(units, kind)
+    seen = probe.get("units_seen", len(units)) + (len(units) - len(probe.get("units") or []))
+    label = _label(chosen, kind)
+    summary = {"kind": kind, "unit": label, "count": seen, "run": len(chosen),
+               "warmup": sum(u.get("phase") == "warmup" for u in units),
+               "kinds": _count(u["kind"] for u in units), "kept": len(units),
+               "models": _models(chosen, probe.get("models") or {}),
+               "program": {"seconds": program,
+                           "what": "the program's process from its start by the worker to its "
+                                   "exit (launch, loads, warmup, runs and its own reporting; "
+                                   "no setup commands, no environment build)"},
+               "what": _what(kind, len(units), seen)}
+    if not chosen:
         return {"units": summary}
-    latencies = [u["latency"] for u in run_units]
+    latencies = [u["latency"] for u in chosen]
     run_seconds = sum(p["seconds"] for p in phase_list if p["name"] == "run")
     return {
         "units": summary,
         "latency": {**stats.summary(latencies), "unit": "s",
-                    "what": f"one {unit} in the run phase: " + summary["what"]},
-        "stability": stats.fixed_stability(latencies, run_seconds),
-        "windows": windows.split(run_units, unit),
+                    "what": f"one {label}: " + summary["what"]},
+        "stability": _stability(chosen, run_seconds),
+        "windows": windows.split(chosen, label),
     }
+
+
+def _chosen(units: list[dict], kind: str) -> list[dict]:
+    """The units one run is counted in: the declared kind's in the run phase
+    (a marked kind's anywhere); for `program`, every unit in the run phase."""
+    if kind.startswith("mark:"):
+        return [u for u in units if u["kind"] == kind]
+    return [u for u in units if u.get("phase") == "run" and kind in ("program", u["kind"])]
+
+
+def _label(chosen: list[dict], kind: str) -> str:
+    if kind != "program":
+        return unit_name(kind)
+    names = {unit_name(u["kind"]) for u in chosen}
+    return names.pop() if len(names) == 1 else "run unit"
+
+
+def _count(items) -> dict:
+    out = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out
+
+
+def _marked_phases(phase_list: list[dict], kind: str) -> list[dict]:
+    """A program that marks each run as a phase (`TRIALBOT_PHASE NAME`, up to
+    the next mark) instead of with `TRIALBOT_UNIT`: each such phase is a unit."""
+    name = kind.removeprefix("mark:")
+    return [{"kind": kind, "phase": p["name"], "t0": p.get("start"), "t1": p.get("end"),
+             "latency": p["seconds"], "model": None}
+            for p in phase_list if p["name"] == name and p.get("found_by") == "mark"]
+
+
+def _models(chosen: list[dict], known: dict) -> list[dict]:
+    """The chosen units apart per (kind, model): a draft and a target model
+    are two distributions, each with its own spread."""
+    groups = {}
+    for u in chosen:
+        groups.setdefault((u["kind"], u.get("model")), []).append(u["latency"])
+    out = []
+    for (kind, model), lat in groups.items():
+        info = known.get(model) or {}
+        st = stats.fixed_stability(lat, sum(lat))
+        out.append({"kind": kind, "model": model,
+                    "params": info.get("params"), **stats.summary(lat),
+                    "iqr_over_median": st["iqr_over_median"], "stable": st["stable"]})
+    return out
+
+
+def _stability(chosen: list[dict], run_seconds: float) -> dict:
+    """Judged per model: the spread of a mix of a draft's and a target's calls
+    is their difference, not noise. With several, the widest one's."""
+    groups = {}
+    for u in chosen:
+        groups.setdefault((u["kind"], u.get("model")), []).append(u["latency"])
+    judged = [stats.fixed_stability(lat, run_seconds) for lat in groups.values()]
+    return max(judged, key=lambda st: st["iqr_over_median"] or 0.0)
+
+
+def _what(kind: str, kept: int, seen: int) -> str:
+    what = ("outermost generate calls and model calls (a forward inside generate or inside "
+            "another model is part of it), each synchronized on CUDA at both ends and timed "
+            "with perf_counter in the recipe's process by trialbot's injected probe, with "
+            "the model object each ran on; spans the program marked with TRIALBOT_UNIT; "
+            f"one run is one {unit_name(kind)} (the recipe's unit = \"{kind}\"); `run` "
+            "counts the units the latency is over: the declared kind's in phases named run "
+            "(a marked kind's in every phase)")
+    return what + (f"; only the first {kept} of {seen} were kept" if seen > kept else "")

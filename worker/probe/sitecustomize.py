@@ -1,7 +1,9 @@
 """trialbot's probe, injected into a recipe's Python processes through
 PYTHONPATH: the paper's code is not changed.
 
-It watches stdout for `TRIALBOT_PHASE <name>` lines and, once the program has
+It watches stdout for `TRIALBOT_PHASE <name>` lines (phases) and
+`TRIALBOT_UNIT <name>` / `TRIALBOT_UNIT_END` lines (run units the program
+marks itself, a recipe's `unit = "mark:NAME"`) and, once the program has
 initialised CUDA through torch, records the allocator's peaks per phase
 (resetting them at each mark), samples allocated/reserved at ~100 Hz, and
 writes everything to $TRIALBOT_PROBE_OUT/probe-<pid>.json at each mark and at
@@ -18,6 +20,7 @@ import time
 
 _DIR = os.environ.get("TRIALBOT_PROBE_OUT")
 MARK = "TRIALBOT_PHASE "
+UNIT = "TRIALBOT_UNIT"  # `TRIALBOT_UNIT NAME` begins a marked unit, `TRIALBOT_UNIT_END` ends it
 MAX_SAMPLES = 20000  # then halved, keeping each pair's larger values: bounded memory
 MAX_UNITS = 20000  # run units kept; later ones are only counted
 LOADS = ("weights", "data")  # hook phases before the first unit
@@ -40,6 +43,9 @@ class _Probe:
         self.phase, self.found_by, self.start = "launch", "start", None
         self.marked = False  # the program printed its own mark: hooks stop marking phases
         self.units, self.units_seen, self.last_unit = [], 0, None
+        self.hooked = 0  # units the hooks timed (marked ones do not make hook phases)
+        self.models = {}  # "LlamaForCausalLM#1" -> {"class", "params"}: whose units they are
+        self.open_unit = None  # a marked unit begun and not yet ended
         self.phases = []
         self.samples = []
         self.peak_allocated = self.peak_reserved = 0
@@ -78,6 +84,8 @@ class _Probe:
 
     def mark(self, name, found_by="mark"):
         with self.lock:
+            if found_by == "mark":  # the program's own phase mark ends its marked unit
+                self._end_unit(time.perf_counter())
             self.marked = self.marked or found_by == "mark"
             self._end_phase()
             self.phase, self.found_by, self.start = name, found_by, time.time()
@@ -87,18 +95,40 @@ class _Probe:
         """A hook's phase, unless the program marks its own, or it is already
         in it, or it is a load after the first unit (a loop that tokenizes
         each batch is still the run)."""
-        if self.marked or name == self.phase or (self.units_seen and name in LOADS):
+        if self.marked or name == self.phase or (self.hooked and name in LOADS):
             return
         self.sync()
         self.mark(name, found_by)
 
-    def unit(self, kind, phase, t0, latency):
-        """One outermost generate or forward, synchronized at both ends."""
+    def unit_mark(self, name):
+        """`TRIALBOT_UNIT NAME` (name) or `TRIALBOT_UNIT_END` (None): a marked
+        unit runs from its line to the end line, the next unit line, the next
+        phase mark or the program's exit."""
+        self.sync()
+        now, p0 = time.time(), time.perf_counter()
+        with self.lock:
+            self._end_unit(p0)
+            if name:
+                self.open_unit = ("mark:" + name, self.phase, now, p0)
+
+    def _end_unit(self, p1):
+        if self.open_unit is not None:
+            kind, phase, t0, p0 = self.open_unit
+            self.open_unit = None
+            self.unit(kind, phase, t0, p1 - p0)
+
+    def model(self, name, cls, params):
+        self.models.setdefault(name, {"class": cls, "params": params})
+
+    def unit(self, kind, phase, t0, latency, model=None):
+        """One outermost generate or forward (synchronized at both ends), or a
+        marked span; `model` names the model object it ran on."""
         self.units_seen += 1
+        self.hooked += not kind.startswith("mark:")
         t1 = t0 + latency
         if len(self.units) < MAX_UNITS:
             self.units.append({"kind": kind, "phase": phase, "t0": t0, "t1": t1,
-                               "latency": latency})
+                               "latency": latency, "model": model})
         cuda = self._cuda()
         # The run phase ends at its last unit: the peaks as they were then.
         self.last_unit = {"t1": t1, "phase": phase, **(
@@ -126,6 +156,7 @@ class _Probe:
 
     def finish(self):
         with self.lock:
+            self._end_unit(time.perf_counter())  # a marked unit still open ends at exit
             last = self.last_unit
             hooked_run = (self.phase == "run" and self.found_by.startswith("hook:")
                           and last is not None and last["phase"] == "run")
@@ -135,7 +166,7 @@ class _Probe:
     def save(self, final=False):
         # Samples only at exit: a mark must not stall the program on a big dump.
         data = {"phases": self.phases, "samples": self.samples if final else [], "final": final,
-                "units": self.units, "units_seen": self.units_seen,
+                "units": self.units, "units_seen": self.units_seen, "models": self.models,
                 "exception": self.exception, "phase_at_exit": self.phase,
                 "env": {"python": sys.version.split()[0], "executable": sys.executable}}
         cuda = self._cuda()
@@ -174,7 +205,7 @@ class _Watch:
 
     def write(self, text):
         if MARK in text:
-            self._probe.sync()
+            self._probe.sync()  # (a unit line syncs in unit_mark)
         n = self._stream.write(text)
         self._partial += text
         while "\n" in self._partial:
@@ -182,6 +213,12 @@ class _Watch:
             if line.startswith(MARK):
                 self._stream.flush()  # the worker timestamps the mark when it reads it
                 self._probe.mark(line[len(MARK):].strip() or "unnamed")
+            elif line.startswith(UNIT):
+                word = line[len(UNIT):]
+                if word.startswith(" ") and word.strip():
+                    self._probe.unit_mark(word.strip())
+                elif word.strip() == "_END":
+                    self._probe.unit_mark(None)
         return n
 
     def __getattr__(self, name):

@@ -13,11 +13,15 @@ that never uses transformers pays one dict lookup per import):
 Only the outermost hooked call counts: a forward inside generate or inside
 another model's forward, a tokenizer call inside from_pretrained, is part of
 the call around it. The first unit is `warmup`, the later ones `run`; the
-probe (sitecustomize.py) decides the phases and keeps the units.
+probe (sitecustomize.py) decides the phases and keeps the units. Each unit
+names the model object it ran on (its class and a number per instance, in
+the order first used): a speculative decoder's draft and target forwards are
+two distributions.
 """
 import sys
 import threading
 import time
+import weakref
 
 PHASE_OF = {"from_pretrained": "weights", "tokenizer": "data", "load_dataset": "data"}
 
@@ -26,6 +30,8 @@ class Hooks:
     def __init__(self, probe):
         self.probe = probe
         self.local = threading.local()  # depth of hooked calls, per thread
+        self.names = weakref.WeakKeyDictionary()  # model object -> "LlamaForCausalLM#1"
+        self.counts = {}  # class name -> instances named so far
 
     def install(self):
         sys.meta_path.insert(0, _Finder(self))
@@ -52,14 +58,36 @@ class Hooks:
 
     def _unit(self, kind, fn, args, kwargs):
         probe = self.probe
-        _quietly(probe.hook_phase, "run" if probe.units_seen else "warmup", "hook:" + kind)
+        _quietly(probe.hook_phase, "run" if probe.hooked else "warmup", "hook:" + kind)
         phase = probe.phase
+        model = self._name(args[0]) if args else None
         probe.sync()  # queued GPU work before the unit is not the unit's
         t0, p0 = time.time(), time.perf_counter()
         out = fn(*args, **kwargs)
         probe.sync()  # the unit's own GPU work is
-        _quietly(probe.unit, kind, phase, t0, time.perf_counter() - p0)
+        _quietly(probe.unit, kind, phase, t0, time.perf_counter() - p0, model)
         return out
+
+    def _name(self, model):
+        """The model's name in the report, counted once per instance (outside
+        the unit's time); None for an object that cannot be told apart."""
+        try:
+            name = self.names.get(model)
+            if name is None:
+                cls = type(model).__name__
+                self.counts[cls] = self.counts.get(cls, 0) + 1
+                name = self.names[model] = f"{cls}#{self.counts[cls]}"
+                _quietly(self.probe.model, name, cls, _params(model))
+            return name
+        except TypeError:  # not weakly referable or not hashable
+            return None
+
+
+def _params(model):
+    try:
+        return int(sum(p.numel() for p in model.parameters()))
+    except Exception:  # noqa: BLE001 - a model without torch parameters: not counted
+        return None
 
 
 def _quietly(fn, *args):

@@ -27,7 +27,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,9 +150,30 @@ def llmspec_spans(repo: dict, r: dict, probe: dict) -> None:
 # (the worker's torch; torchvision/torchaudio are never imported), pip install
 # transformers==4.33.0 accelerate datasets evaluate wandb scikit-learn scipy
 # sentencepiece, then `python setup.py develop` (here ".").
-STREAMING = {"requirements": ["."],
+STREAMING_RUN = {
+    "dirs": ["mit-han-lab+streaming-llm"],
+    "keys": {"requirements": ["."],
              "packages": ["transformers==4.33.0", "accelerate", "datasets", "evaluate", "wandb",
-                          "scikit-learn", "scipy", "sentencepiece"]}
+                          "scikit-learn", "scipy", "sentencepiece"]},
+    "models": [{"name": "llama", "layers": 2, "seed": 3}],
+    # greedy_generate calls the model once per token: a run is one forward;
+    # it prints no timer and no count: 2 prompts × 1000 tokens by construction
+    "unit": "forward", "expected": 2 * 1000,
+    "argv": ["examples/run_streaming_llama.py", "--model_name_or_path", "{models}/llama",
+             "--data_root", "{data}"],
+    "data": mt_bench, "own": own_none}
+
+# README: pip install -r requirements.txt; pip install -e . (its torch<2.1.1 is
+# overridden by the worker's torch). USE_LADE=0 is the baseline it compares
+# against; its own Time is one model.generate, after a 1-token warm-up one.
+LADE_RUN = {
+    "dirs": ["hao-ai-lab+LookaheadDecoding"],
+    "keys": {"requirements": ["requirements.txt", "."], "packages": []},
+    "models": [{"name": "llama", "layers": 2, "seed": 4}],
+    "unit": "generate",
+    "argv": ["applications/chatbot.py", "--model_path", "{models}/llama", "--device", "cpu",
+             "--debug"],
+    "own": own_lade}
 
 REPOS = [
     {"name": "LLMSpeculativeSampling", "dirs": ["feifeibear+LLMSpeculativeSampling"],
@@ -170,43 +190,15 @@ REPOS = [
               "{models}/target", "--max_tokens", "32", "--gamma", "4", "--seed", "7",
               "--benchmark"],
      "own": own_llmspec},
-    {"name": "streaming-llm", "dirs": ["mit-han-lab+streaming-llm"], "keys": STREAMING,
-     "models": [{"name": "llama", "layers": 2, "seed": 3}],
-     # greedy_generate calls the model once per token: a run is one forward;
-     # it prints no timer and no count: 2 prompts × 1000 tokens by construction
-     "unit": "forward", "expected": 2 * 1000,
-     "argv": ["examples/run_streaming_llama.py", "--model_name_or_path", "{models}/llama",
-              "--data_root", "{data}"],
-     "data": mt_bench, "own": own_none},
-    {"name": "streaming-llm --enable_streaming", "dirs": ["mit-han-lab+streaming-llm"],
-     "keys": STREAMING,  # the same environment: reused
-     "models": [{"name": "llama", "layers": 2, "seed": 3}],
-     "unit": "forward", "expected": 2 * 1000,
-     "argv": ["examples/run_streaming_llama.py", "--model_name_or_path", "{models}/llama",
-              "--data_root", "{data}", "--enable_streaming", "--start_size", "4",
-              "--recent_size", "256"],
-     "data": mt_bench, "own": own_none},
-    {"name": "LookaheadDecoding", "dirs": ["hao-ai-lab+LookaheadDecoding"],
-     # README: pip install -r requirements.txt; pip install -e . (its torch<2.1.1
-     # is overridden by the worker's torch; USE_LADE=0 is the baseline it
-     # compares against: lookahead itself needs torch<2.1.1's eager attention)
-     "keys": {"requirements": ["requirements.txt", "."], "packages": []},
-     "models": [{"name": "llama", "layers": 2, "seed": 4}],
-     # its own Time is one model.generate (after a 1-token warm-up generate)
-     "unit": "generate", "env": {"USE_LADE": "0"},
-     "argv": ["applications/chatbot.py", "--model_path", "{models}/llama", "--device", "cpu",
-              "--debug"],
-     "own": own_lade},
-    {"name": "LookaheadDecoding USE_LADE=1", "dirs": ["hao-ai-lab+LookaheadDecoding"],
-     # lookahead itself: its `torch<2.1.1` is there because transformers picks
-     # SDPA attention on a newer torch, whose forward lacks lade's `lookahead`
-     # argument; with the worker's torch the trial fails, and says why
-     "keys": {"requirements": ["requirements.txt", "."], "packages": []},
-     "models": [{"name": "llama", "layers": 2, "seed": 4}],
-     "unit": "generate", "env": {"USE_LADE": "1"},
-     "argv": ["applications/chatbot.py", "--model_path", "{models}/llama", "--device", "cpu",
-              "--debug"],
-     "own": own_lade},
+    {**STREAMING_RUN, "name": "streaming-llm"},
+    {**STREAMING_RUN, "name": "streaming-llm --enable_streaming",  # the same environment
+     "argv": STREAMING_RUN["argv"] + ["--enable_streaming", "--start_size", "4",
+                                      "--recent_size", "256"]},
+    {**LADE_RUN, "name": "LookaheadDecoding", "env": {"USE_LADE": "0"}},
+    # lookahead itself: its `torch<2.1.1` is there because transformers picks
+    # SDPA attention on a newer torch, whose forward lacks lade's `lookahead`
+    # argument; with the worker's torch the trial fails, and says why
+    {**LADE_RUN, "name": "LookaheadDecoding USE_LADE=1", "env": {"USE_LADE": "1"}},
 ]
 
 
@@ -223,31 +215,17 @@ def recipe_book(repo: dict, checkout: Path, work: Path) -> dict:
         repo["data"](data)
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
-    keys = "\n".join(f"{k} = {json.dumps(v)}" for k, v in repo["keys"].items())
     env = json.dumps({**ENV, **repo.get("env", {})})[1:-1].replace('": "', '" = "')
-    argv = json.dumps(["{python}"] + [a.replace("{models}", str(models))
-                                      .replace("{data}", str(data)) for a in repo["argv"]])
+    shared = "\n".join([f'repo = "{checkout}"', f'commit = "{commit}"',
+                        *(f"{k} = {json.dumps(v)}" for k, v in repo["keys"].items()),
+                        f"env = {{ {env} }}", 'timeout = "20m"'])
+    make = ["{python}", str(work / "make_model.py"), str(spec)]
+    argv = ["{python}"] + [a.replace("{models}", str(models)).replace("{data}", str(data))
+                           for a in repo["argv"]]
     path = work / f"{slug}.toml"
-    path.write_text(textwrap.dedent("""
-        [recipes.models]
-        repo = "{checkout}"
-        commit = "{commit}"
-        {keys}
-        argv = {make}
-        env = {{ {env} }}
-        timeout = "20m"
-
-        [recipes.paper]
-        repo = "{checkout}"
-        commit = "{commit}"
-        {keys}
-        argv = {argv}
-        env = {{ {env} }}
-        timeout = "20m"
-        unit = "{unit}"
-        """).format(checkout=checkout, commit=commit, keys=keys.replace("\n", "\n        "),
-                    make=json.dumps(["{python}", str(work / "make_model.py"), str(spec)]),
-                    env=env, argv=argv, unit=repo["unit"]))
+    path.write_text(f"[recipes.models]\n{shared}\nargv = {json.dumps(make)}\n\n"
+                    f"[recipes.paper]\n{shared}\nargv = {json.dumps(argv)}\n"
+                    f'unit = "{repo["unit"]}"\n')
     return recipes.load(str(path), env_cache=str(work / "envs"))
 
 

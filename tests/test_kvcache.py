@@ -107,7 +107,8 @@ def test_the_sizing_equals_what_transformers_stores(arch, tmp_path):
     # layer by layer, batch 2, fp32: what the forward left in each layer's tensors
     assert [2 * x.bytes(PROMPT, 4) for x in shape.layers] == got
     # the worker's sizing (what "fits on", "largest batch" and the fits read) agrees
-    s = hf.sizing(cfg, cfg.num_hidden_layers, {"name": arch, "source": "test"}, "test")
+    s = hf.sizing(cfg, cfg.num_hidden_layers, {"name": arch, "source": "test"},
+                  transformers.__version__)
     assert arithmetic.sized_kv(s, PROMPT, 4) * 2 == sum(got)
     assert s["kv_how"] == shape.how
 

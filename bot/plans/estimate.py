@@ -72,7 +72,8 @@ def unit_label(kind: str) -> str:
     """One run's name in a block line: `100 runs × 4.2 s per program run`."""
     if kind.startswith("mark:"):
         return _("`{name}` span", name=kind.removeprefix("mark:"))
-    return _(UNIT_LABELS[kind])
+    label = UNIT_LABELS.get(kind)
+    return _(label) if label else kind  # a kind from a newer worker: its own name
 
 
 UNIT_LABELS = {"program": N_("program run"), "generate": N_("generate call"),
@@ -290,8 +291,9 @@ def _models_text(reports: list[dict]) -> str:
     parts = []
     for g in (reports[0].get("units") or {}).get("models") or []:
         size = _(" ({n} params)", n=f"{g['params']:,}") if g.get("params") else ""
-        parts.append(_("{model}{size} {count} × {mean} ms", model=g.get("model") or _("no model"),
-                       size=size, count=g["count"], mean=f"{(g.get('mean') or 0) * 1e3:.3g}"))
+        parts.append(_("{model}{size} {count} × {mean} ms", model=g.get("model") or "",
+                       size=size, count=g["count"],
+                       mean=f"{(g.get('mean') or 0) * 1e3:.3g}").strip())
     return "; ".join(parts)
 
 
@@ -548,23 +550,18 @@ def _mean_of(reports: list[dict], f) -> float:
 
 def _prep(reports: list[dict], names: str, predicted: dict | None) -> tuple[float, str]:
     """Prep once for the block's rental session, and where it came from."""
-    prep_s, prep_source = _prep_phases(reports, names, predicted)
-    if any(reused_build_seconds(r) for r in reports):
-        prep_source += "; " + _("plus the recipe environment's build, {seconds} s (mean) "
-                                "as measured when it was built: these trials reused it, a "
-                                "fresh box builds it once",
-                                seconds=f"{_mean_of(reports, reused_build_seconds):.3g}")
-    return prep_s, prep_source
-
-
-def _prep_phases(reports: list[dict], names: str,
-                 predicted: dict | None) -> tuple[float, str]:
     prep_s = _mean_of(reports, prep_seconds)
     if unit_kind(reports[0]) == "program":  # the program's loads are in each of its runs
         setup = _mean_of(reports, lambda r: phase_seconds(r, "setup"))
-        return prep_s, _("{trials}: outside the program: setup {setup} s + the worker's start "
-                         "and finish {rest} s (mean), once for this block's rental session",
-                         trials=names, setup=f"{setup:.3g}", rest=f"{prep_s - setup:.3g}")
+        build = _mean_of(reports, reused_build_seconds)
+        text = _("{trials}: outside the program: setup {setup} s + the worker's start and "
+                 "finish {rest} s (mean), once for this block's rental session", trials=names,
+                 setup=f"{setup:.3g}", rest=f"{prep_s - setup - build:.3g}")
+        if build:
+            text += "; " + _("plus the recipe environment's build, {seconds} s (mean) as "
+                             "measured when it was built: these trials reused it, a fresh box "
+                             "builds it once", seconds=f"{build:.3g}")
+        return prep_s, text
     shown = [p for p in PREP_PHASES if p != "launch" or any(
         phase_seconds(r, p) for r in reports)]
     phases = " + ".join(f"{p} {_mean_of(reports, lambda r: phase_seconds(r, p)):.3g} s"
@@ -572,6 +569,11 @@ def _prep_phases(reports: list[dict], names: str,
     prep_source = _("{trials}: {phases} + teardown {teardown} s (mean), once for this "
                     "block's rental session", trials=names, phases=phases,
                     teardown=f"{_mean_of(reports, teardown_seconds):.3g}")
+    if any(reused_build_seconds(r) for r in reports):
+        prep_source += "; " + _("plus the recipe environment's build, {seconds} s (mean) "
+                                "as measured when it was built: these trials reused it, a "
+                                "fresh box builds it once",
+                                seconds=f"{_mean_of(reports, reused_build_seconds):.3g}")
     factor = (predicted or {}).get("weights_factor")
     if factor:  # a partial-depth trial built a fraction of the weights
         prep_s += (factor - 1) * _mean_of(reports, lambda r: phase_seconds(r, "weights"))

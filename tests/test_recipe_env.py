@@ -226,6 +226,22 @@ def test_failures_are_named_for_what_they_are(tmp_path):
     assert fine["error"]["class"] == "crash"  # the program's own exit stays its own
 
 
+def test_a_library_error_under_an_overridden_torch_pin_names_the_pin(tmp_path):
+    """LookaheadDecoding pins torch<2.1.1; under the worker's torch its call into
+    transformers fails. transformers is the declared version: the pin the
+    worker overrode is the likely cause, and the error says so."""
+    import torch
+    import transformers
+    repo, _ = paper_repo(tmp_path, {
+        "requirements.txt": f"torch<2.1.1\ntransformers=={transformers.__version__}\n",
+        "run.py": "import torch, transformers\ntransformers.LlamaConfig.from_dict(1)\n"})
+    path = recipe_file(tmp_path, f'[recipes.x]\ncwd = "{repo}"\nargv = ["{{python}}", "run.py"]\n')
+    r = run_recipe(path, tmp_path / "cache")
+    assert r["error"]["class"] == "environment", r["error"]
+    assert (f"the repository pins torch<2.1.1; this worker's torch {torch.__version__} ran it"
+            in r["error"]["message"])
+
+
 def test_pip_builds_it_where_uv_is_missing(tmp_path, monkeypatch):
     from worker import environment
     monkeypatch.setattr(environment, "uv_binary", lambda: None)

@@ -25,9 +25,16 @@ def environment_error(probe: dict, cwd: str, declared: dict[str, list[str]],
         return _missing(exc["module"], cwd, declared, own_env), phase
     library = exc.get("in_library")
     if exc["type"] in LIBRARY_ERRORS and library:
-        installed = (exc.get("versions") or {}).get(library)
-        pins = declared.get(library) or []
-        if installed is None or any(installed.split("+")[0] in p for p in pins):
+        versions = exc.get("versions") or {}
+        installed, pins = versions.get(library), declared.get(library) or []
+        torch_pins, torch = declared.get("torch") or [], versions.get("torch")
+        if torch and torch_pins and not _meets(torch, torch_pins):
+            # The one version the worker chose for it: its own torch, not the pin.
+            return (f"likely the worker's torch: {exc['type']} raised in {library}'s own code: "
+                    f"{exc['message'][:300]}\nthe repository pins {', '.join(torch_pins)}; this "
+                    f"worker's torch {torch} ran it. Set torch = \"recipe\" to install the "
+                    "pinned torch, or run it on a worker with that torch"), phase
+        if installed is None or _meets(installed, pins):
             return None  # the version it asks for: the program's own bug
         wanted = (f"the repository declares {', '.join(pins)}" if pins
                   else "the repository declares no version of it")
@@ -35,6 +42,13 @@ def environment_error(probe: dict, cwd: str, declared: dict[str, list[str]],
                 f"{exc['message'][:300]}\n{library} {installed} is installed; {wanted}. Pin "
                 "the version the code was written for in `packages` or `requirements`"), phase
     return None
+
+
+def _meets(version: str, pins: list[str]) -> bool:
+    """Whether `version` is the one the pins name (an == pin, or a pin with
+    no version): anything else, a range included, is not known to be met."""
+    public = version.split("+")[0]
+    return any(public in p or not re.search(r"[<>=!~]", p) for p in pins)
 
 
 def _missing(module: str, cwd: str, declared: dict[str, list[str]], own_env: bool) -> str:

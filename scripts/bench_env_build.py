@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Issue 30's build-time target: the paper-like fixture of
-tests/test_recipe_env.py (a git repository pinning torch==2.0.1 and
-transformers 4.40.2) built as a recipe environment by the worker, on this
+tests/test_recipe_env.py (a git repository pinning torch==2.0.1,
+transformers 4.40.2 and filelock 3.12.0) built as a recipe environment by the worker, on this
 machine. Three figures, each the trial's `setup` phase (fetch + build):
 
   cold, empty uv cache   a new box: every wheel downloaded from the registry
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_recipe_env import PAPER, TRANSFORMERS_4, paper_repo, recipe_file  # noqa: E402
+from test_recipe_env import paper_fixture  # noqa: E402
 from worker import launcher, recipes  # noqa: E402
 from worker.spec import parse  # noqa: E402
 
@@ -46,16 +46,7 @@ def main() -> int:
     rows = {"cold, empty uv cache": [], "cold, warm uv cache": [], "cached": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        repo, head = paper_repo(tmp_path, {
-            "requirements.txt": f"torch==2.0.1\ntransformers=={TRANSFORMERS_4}\n",
-            "infer.py": PAPER})
-        path = recipe_file(tmp_path, f"""
-            [recipes.paper]
-            repo = "{repo}"
-            commit = "{head}"
-            requirements = ["requirements.txt"]
-            argv = ["{{python}}", "infer.py"]
-            """)
+        path = paper_fixture(tmp_path)[0]
         for i in range(args.repeats):
             os.environ["UV_CACHE_DIR"] = str(tmp_path / f"uv-{i}")
             rows["cold, empty uv cache"].append(setup_seconds(path, str(tmp_path / f"a{i}")))

@@ -67,6 +67,26 @@ def recipe_file(tmp_path, body: str) -> str:
     return str(path)
 
 
+def paper_fixture(tmp_path) -> tuple[str, str, str]:
+    """The paper-like repository and its recipe file: (recipe file, repo, commit)."""
+    repo, head = paper_repo(tmp_path, {
+        # filelock: a package the worker's torch needs, pinned to another version
+        "requirements.txt": f"torch==2.0.1\ntransformers=={TRANSFORMERS_4}\n"
+                            f"filelock=={OLD_FILELOCK}\n",
+        "infer.py": PAPER})
+    path = recipe_file(tmp_path, f"""
+        [recipes.paper]
+        repo = "{repo}"
+        commit = "{head[:10]}"
+        requirements = ["requirements.txt"]
+        argv = ["{{python}}", "infer.py", "--tokens", "{{tokens}}"]
+        timeout = "10m"
+        [recipes.paper.params]
+        tokens = {{ type = "int", min = 1, max = 16, default = 4 }}
+        """)
+    return path, repo, head
+
+
 def worker_trial(path: str, cache, *words) -> dict:
     out = subprocess.run([str(BIN / "trialbot-worker"), "--recipes", path, "trial", "recipe",
                           *words, "--json"], capture_output=True, text=True, timeout=600,
@@ -84,21 +104,7 @@ def test_a_paper_pinned_to_transformers_4_runs_in_its_built_environment_then_reu
     import filelock
     import torch
     worker_filelock = filelock.__version__
-    repo, head = paper_repo(tmp_path, {
-        # filelock: a package the worker's torch needs, pinned to another version
-        "requirements.txt": f"torch==2.0.1\ntransformers=={TRANSFORMERS_4}\n"
-                            f"filelock=={OLD_FILELOCK}\n",
-        "infer.py": PAPER})
-    path = recipe_file(tmp_path, f"""
-        [recipes.paper]
-        repo = "{repo}"
-        commit = "{head[:10]}"
-        requirements = ["requirements.txt"]
-        argv = ["{{python}}", "infer.py", "--tokens", "{{tokens}}"]
-        timeout = "10m"
-        [recipes.paper.params]
-        tokens = {{ type = "int", min = 1, max = 16, default = 4 }}
-        """)
+    path, repo, head = paper_fixture(tmp_path)
     cache = tmp_path / "cache"
     first = worker_trial(path, cache, "paper")
     assert first["status"] == "ok", first.get("error")

@@ -172,6 +172,30 @@ def test_an_environment_that_cannot_be_made_is_refused_at_start(tmp_path, keys, 
     assert says in str(err.value) and str(err.value).startswith(path + ":")
 
 
+def test_a_repository_installed_by_dot_is_importable_and_its_tree_stays_clean(tmp_path):
+    repo, head = paper_repo(tmp_path, {
+        "pyproject.toml": '[build-system]\nrequires = ["setuptools>=61"]\n'
+                          'build-backend = "setuptools.build_meta"\n'
+                          '[project]\nname = "ownpkg"\nversion = "0.1"\n'
+                          '[tool.setuptools]\npackages = ["ownpkg"]\n',
+        "ownpkg/__init__.py": "X = 41\n",
+        "scripts/run.py": "import ownpkg\nprint('own', ownpkg.X + 1)\n"})
+    path = recipe_file(tmp_path, f"""
+        [recipes.x]
+        repo = "{repo}"
+        commit = "{head}"
+        requirements = ["."]
+        cwd = "scripts"
+        argv = ["{{python}}", "run.py"]
+        timeout = "5m"
+        """)
+    r = run_recipe(path, tmp_path / "cache")
+    assert r["status"] == "ok", r.get("error")
+    assert "own 42" in r["output_tail"] and r["env"]["recipe_cwd"].endswith("/scripts")
+    assert r["env"]["environment"]["packages"]["ownpkg"] == "0.1 (editable)"
+    assert r["env"]["code_dirty"] is False  # the build's egg-info is not the code's change
+
+
 def run_recipe(path: str, cache, name: str = "x") -> dict:
     book = recipes.load(path, env_cache=str(cache))
     return launcher.run_trial(parse(["recipe", name], {name: book[name].workload()}),

@@ -149,7 +149,9 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
     if made.failure is not None:
         reports.fail(report, "environment", made.failure, "setup")
         return report, None
-    report["env"].update(recipe_cwd=made.cwd, **codeversion.of(made.cwd))
+    report["env"]["recipe_cwd"] = made.cwd
+    if "code_commit" not in made.env:  # a checkout's was read before its build
+        report["env"].update(codeversion.of(made.cwd))
     if made.env.get("environment"):  # another environment is other code
         report["env"]["code_version"] += f", environment {made.env['environment']['key'][:12]}"
     env = child_env(**recipe.env)

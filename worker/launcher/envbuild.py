@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from worker import environment
+from worker import codeversion, environment
 from worker.environment import PROJECT, EnvironmentProblem, EnvSpec
 from worker.launcher.process import Run, child_env
 
@@ -67,6 +67,8 @@ def make(recipe, deadline: float, cancel, user=None) -> Made:
         if spec.repo and not os.path.isdir(cwd):
             raise _Failed(f"cwd `{recipe.cwd}` is not a directory at commit "
                           f"{facts['recipe_commit'][:12]} of {spec.repo}; fix `cwd`")
+        if tree:  # as checked out: a build of "." writes its egg-info into the tree
+            facts.update(codeversion.of(cwd))
         if not spec.declared:  # the worker's own environment; its pins are still news
             own = EnvSpec(requirements=("requirements.txt",))
             return Made(cwd, env=facts, pins=environment.declared(own, tree or cwd))
@@ -205,9 +207,9 @@ def _build(spec, base, target, python, version, uv, torch, deadline, cancel, use
                 else [target_python, "-m", "pip", "install", "-q"]) + args + (keep if pin else [])
         _run(argv, base, deadline, cancel, user, "the environment's requirements could not be "
              "installed; change the pins in `requirements` or `packages`")
-    freeze = _run(([uv, "pip", "freeze", "--python", target_python] if uv
-                   else [target_python, "-m", "pip", "freeze"]), base, deadline, cancel, user,
-                  "the environment's packages could not be listed")
+    listed = _run(([uv, "pip", "list", "--format", "json", "--python", target_python] if uv
+                   else [target_python, "-m", "pip", "list", "--format", "json"]), base,
+                  deadline, cancel, user, "the environment's packages could not be listed")
     marker = {"key": os.path.basename(target), "built_at": time.time(),
               "build_seconds": time.monotonic() - started,
               "builder": _builder_version(uv), "python": version,
@@ -215,7 +217,7 @@ def _build(spec, base, target, python, version, uv, torch, deadline, cancel, use
               "torch_pins_not_used": (environment.other_torch(
                   environment.declared(spec, base).get("torch", []), torch["version"])
                   if torch else []),
-              "packages": _packages(freeze.log)}
+              "packages": _packages(listed.log)}
     tmp = os.path.join(target, MARKER + ".tmp")
     with open(tmp, "w") as f:  # written last: an environment without it is rebuilt
         json.dump(marker, f)
@@ -232,15 +234,18 @@ def _read_marker(target: str) -> dict | None:
 
 
 def _packages(lines: list[str]) -> dict[str, str]:
-    out = {}
+    """name -> version from `pip list --format json` (one line of JSON among
+    the installer's notes); an editable install says so."""
     for line in lines:
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)", line.strip())
-        if m:
-            out[m.group(1).lower()] = m.group(2)
-        elif " @ " in line:  # an editable or direct-URL install: where it came from
-            name, where = line.split(" @ ", 1)
-            out[name.strip().lower()] = "@ " + where.strip()[:200]
-    return dict(sorted(out.items())[:MAX_PACKAGES])
+        if line.startswith("["):
+            try:
+                rows = json.loads(line)
+            except ValueError:
+                continue
+            out = {r["name"].lower(): r["version"] + (" (editable)" if r.get(
+                "editable_project_location") else "") for r in rows if "name" in r}
+            return dict(sorted(out.items())[:MAX_PACKAGES])
+    return {}
 
 
 def _digest(base: str, entry: str) -> str:

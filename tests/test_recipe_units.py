@@ -292,6 +292,12 @@ def test_a_sweep_block_takes_the_recipes_parameter_and_refuses_one_held_fixed(ct
     out = say(ctx, "repro block scale runs=10 sweep=S1 batch=1")
     assert "Sweep S1 varied seq; batch was" in out and "give seq=N" in out
     assert "the sweep's" in say(ctx, "repro show")
+    # /trial fit answers as the block does
+    from bot.trials import command as trial_command
+    fixed = trial_command.handle(ctx, "fit S1 batch=1", "U1", "C1")[0]["text"]
+    assert fixed.startswith(":x:") and "sweep S1 varied seq; batch was" in fixed, fixed
+    assert "Ask with seq=N" in fixed
+    assert "seq=512" in trial_command.handle(ctx, "fit S1 seq=512", "U1", "C1")[0]["text"]
 
 
 def launcher_report(params: dict, trial: str, run: float) -> dict:

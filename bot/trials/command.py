@@ -6,7 +6,7 @@ import time
 
 from bot.blocks import reply, section
 from bot.context import Postable, unwritable_text
-from bot.fits import sweepview
+from bot.fits import scaling, sweepview
 from bot.fits.sweep import fit_sweep
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
@@ -254,6 +254,9 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
                                "ask with {axes} (e.g. `/trial fit S{id} {axis}=32 gpu=H100`).",
                                key=key, value=value, id=cmd.sweep_id, axes=", ".join(axes),
                                axis=axes[0]))
+        held = _held_fixed(cmd, jobs, result)
+        if held:
+            return held
     answer = sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
     # A question with a config gets the chart with its prediction (the fit's own
     # chart was posted with the fit). An ephemeral answer holds no file: the chart
@@ -273,6 +276,23 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
                       blocks=[*answer["blocks"][:49], section(note)])
     return answer
 
+
+
+def _held_fixed(cmd: parse.Command, jobs: list[dict], result: dict) -> dict | None:
+    """A recipe sweep answers only on what it varied (as /plan's sweep blocks do)."""
+    if not result.get("recipe"):
+        return None
+    varied = scaling.swept(result)
+    measured = next((j["report"]["params"] for j in jobs if j.get("report")), {})
+    for key, value in cmd.params.items():
+        if key not in varied:
+            return reply(_(":x: `{key}={value}`: sweep S{id} varied {swept}; {key} was "
+                           "{measured} in every trial, so its fit says nothing about "
+                           "{key}={value}. Ask with {words}.", key=key, value=value,
+                           id=cmd.sweep_id, swept=", ".join(varied),
+                           measured=measured.get(key), words=" ".join(
+                               f"{k}=N" for k in varied)))
+    return None
 
 
 CLICK_SECONDS = 30  # a user's clicks on one card within this are one click

@@ -114,7 +114,7 @@ def _attn_lacks(info: dict, model: str, attn: str | None, works: list | None) ->
             or (hf.get("flash_attn") and info.get("device") == "cuda")] or works
     return _("cannot run `model={model}` with attn={attn}: its transformers class does not "
              "support it; use attn={works}", model=model, attn=attn,
-             works=" or attn=".join(here))
+             works=", attn=".join(here))  # a list, not English "or": read in every language
 
 
 def hf_refusal(params: dict, workload: str, registered: list[dict]) -> str | None:

@@ -11,13 +11,16 @@ from worker.spec import parse
 
 MiB = 2**20
 
-# prep holds 1 MiB; run holds 200 MiB (every page written) for 0.5 s
+# prep holds 1 MiB; run holds 200 MiB (every page written) for 0.5 s. The worker
+# timestamps a mark when it reads the line: the program waits 0.1 s after it, so
+# a loaded box's late read cannot put run's first pages in prep (CI saw 1.2 MiB).
 PROGRAM = """
 import time
 print("TRIALBOT_PHASE prep", flush=True)
 small = bytearray(b"p") * (1 << 20)
 time.sleep(0.3)
 print("TRIALBOT_PHASE run", flush=True)
+time.sleep(0.1)
 big = bytearray(b"x") * (200 << 20)
 time.sleep(0.5)
 del big

@@ -35,9 +35,10 @@ ids = torch.randint(0, 64, (1, 4))
 start = time.perf_counter()
 for _ in range(3):
     model.generate(ids, max_new_tokens=args.tokens, do_sample=False, pad_token_id=0)
-import filelock, transformers
+import accelerate, filelock, transformers
 print("transformers", transformers.__version__, "filelock", filelock.__version__,
       "own timer", time.perf_counter() - start)
+print("torch from", torch.__file__)
 """
 
 
@@ -71,8 +72,9 @@ def paper_fixture(tmp_path) -> tuple[str, str, str]:
     """The paper-like repository and its recipe file: (recipe file, repo, commit)."""
     repo, head = paper_repo(tmp_path, {
         # filelock: a package the worker's torch needs, pinned to another version
+        # accelerate: a package that itself requires torch
         "requirements.txt": f"torch==2.0.1\ntransformers=={TRANSFORMERS_4}\n"
-                            f"filelock=={OLD_FILELOCK}\n",
+                            f"filelock=={OLD_FILELOCK}\naccelerate==0.23.0\n",
         "infer.py": PAPER})
     path = recipe_file(tmp_path, f"""
         [recipes.paper]
@@ -113,6 +115,8 @@ def test_a_paper_pinned_to_transformers_4_runs_in_its_built_environment_then_reu
     built = env["environment"]
     assert built["packages"]["transformers"] == TRANSFORMERS_4
     assert built["torch"] == torch.__version__  # the worker's, never the pinned 2.0.1
+    assert built["packages"]["torch"] == torch.__version__  # not one from the index
+    assert "/trialbot-worker-torch/torch/__init__.py" in first["output_tail"]
     assert built["torch_pins_not_used"] == ["torch==2.0.1"]
     # What the program ran: the pins, and the worker's own copies untouched.
     assert f"transformers {TRANSFORMERS_4} filelock {OLD_FILELOCK}" in first["output_tail"]
@@ -258,33 +262,70 @@ def test_failures_are_named_for_what_they_are(tmp_path):
 
 def test_a_library_error_under_an_overridden_torch_pin_names_the_pin(tmp_path):
     """LookaheadDecoding pins torch<2.1.1; under the worker's torch its call into
-    transformers fails. transformers is the declared version: the pin the
+    transformers fails. transformers is at the declared version: the pin the
     worker overrode is the likely cause, and the error says so."""
     import torch
-    import transformers
-    repo, _ = paper_repo(tmp_path, {
-        "requirements.txt": f"torch<2.1.1\ntransformers=={transformers.__version__}\n",
+    repo, head = paper_repo(tmp_path, {
+        "requirements.txt": f"torch<2.1.1\ntransformers=={TRANSFORMERS_4}\n",
         "run.py": "import torch, transformers\ntransformers.LlamaConfig.from_dict(1)\n"})
-    path = recipe_file(tmp_path, f'[recipes.x]\ncwd = "{repo}"\nargv = ["{{python}}", "run.py"]\n')
+    path = recipe_file(tmp_path, f"""
+        [recipes.x]
+        repo = "{repo}"
+        commit = "{head}"
+        requirements = ["requirements.txt"]
+        argv = ["{{python}}", "run.py"]
+        timeout = "5m"
+        """)
     r = run_recipe(path, tmp_path / "cache")
     assert r["error"]["class"] == "environment", r["error"]
     assert (f"the repository pins torch<2.1.1; this worker's torch {torch.__version__} ran it"
             in r["error"]["message"])
+    assert r["env"]["environment"]["torch_pins_not_used"] == ["torch<2.1.1"]
 
 
-def test_pip_builds_it_where_uv_is_missing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("version, pin, met", [
+    ("2.13.0+cu126", "torch>=1.13", True), ("2.1.1", "torch<2.1.1", False),
+    ("2.13.0+cpu", "torch==2.13.0", True), ("2.13.0", "torch", True),
+    ("2.13.0", "torch==2.0.1", False), ("2.13.0", "torch @ https://x/y.whl", True),
+])
+def test_a_pin_is_met_as_pip_reads_it(version, pin, met):
     from worker import environment
-    monkeypatch.setattr(environment, "uv_binary", lambda: None)
-    path = recipe_file(tmp_path, """
-        [recipes.x]
-        cwd = "."
-        argv = ["{python}", "-c", "import six, torch, sys; print(six.__version__, sys.prefix)"]
-        packages = ["six==1.16.0"]
-        timeout = "5m"
-        """)
-    r = run_recipe(path, tmp_path / "cache")
-    assert r["status"] == "ok", r.get("error")
-    assert r["env"]["environment"]["builder"].startswith("pip")
-    assert r["env"]["environment"]["packages"]["six"] == "1.16.0"
-    assert "1.16.0 " + str(tmp_path / "cache") in r["output_tail"]
-    assert sys.prefix not in r["output_tail"].split()[-1]
+    assert environment.meets(version, pin) is met
+    assert environment.other_torch([pin], version) == ([] if met else [pin])
+
+
+def test_torch_without_an_environment_of_its_own_is_refused(tmp_path):
+    path = recipe_file(tmp_path, '[recipes.x]\ncwd = "."\nargv = ["true"]\ntorch = "recipe"\n')
+    with pytest.raises(recipes.RecipeError, match="declares none"):
+        recipes.load(path, env_cache=str(tmp_path / "cache"))
+
+
+def test_a_trial_user_cannot_run_a_recipe_environment_yet(tmp_path):
+    from worker.launcher import envbuild
+    path = recipe_file(tmp_path, '[recipes.x]\ncwd = "."\nargv = ["true"]\n'
+                                 'packages = ["six"]\n')
+    book = recipes.load(path, env_cache=str(tmp_path / "cache"))
+    made = envbuild.make(book["x"], 1e12, None, user=object())
+    assert made.failure == envbuild.TRIAL_USER and made.run is None
+    assert not (tmp_path / "cache").exists()  # nothing built, nothing owned
+
+
+def test_a_trial_waiting_on_anothers_build_stops_at_its_timeout(tmp_path):
+    import fcntl
+    import threading
+    import time as clock
+
+    from worker.launcher import envbuild
+    path = recipe_file(tmp_path, '[recipes.x]\ncwd = "."\nargv = ["true"]\n'
+                                 'packages = ["six"]\n')
+    book = recipes.load(path, env_cache=str(tmp_path / "cache"))
+    (tmp_path / "cache" / "envs").mkdir(parents=True)
+    made = envbuild.make(book["x"], clock.monotonic() + 60, threading.Event())  # the key's dir
+    assert made.failure is None, made.failure
+    lock = next((tmp_path / "cache" / "envs").glob("*.lock"))
+    import shutil
+    shutil.rmtree(str(lock)[:-5])  # not built: the next trial must build, and wait
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        made = envbuild.make(book["x"], clock.monotonic() + 0.5, threading.Event())
+    assert made.stopped == "timeout" and "another trial was building" in made.failure

@@ -25,6 +25,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from worker import codeversion
+
 TORCH_MODES = ("worker", "recipe")
 # A requirement's name, as pip reads it (PEP 508), and what may follow it.
 REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)")
@@ -88,10 +93,19 @@ def declared(spec: EnvSpec, base: str) -> dict[str, list[str]]:
     return out
 
 
+def meets(version: str, pin: str) -> bool | None:
+    """Whether `version` satisfies the requirement line `pin`, as pip reads it
+    (a local label like +cu126 is ignored); None for a line it cannot read."""
+    try:
+        req = Requirement(pin)
+        return req.specifier.contains(Version(version).public, prereleases=True)
+    except (InvalidRequirement, InvalidVersion):
+        return None
+
+
 def other_torch(pins: list[str], version: str) -> list[str]:
-    """The pins that ask for another torch than the worker's `version`."""
-    public = version.split("+")[0]
-    return [p for p in pins if public not in p]
+    """The pins the worker's torch `version` does not satisfy."""
+    return [p for p in pins if meets(version, p) is False]
 
 
 def key(parts: dict) -> str:
@@ -175,11 +189,7 @@ def _on_disk(base: str, entry: str) -> bool:
 
 
 def git(repo: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return subprocess.CompletedProcess(args, 1, "", str(exc))
+    return codeversion.git(repo, *args, timeout=timeout)
 
 
 def uv_binary() -> str | None:

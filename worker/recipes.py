@@ -252,7 +252,12 @@ def _environment(name: str, t: dict, where: _Locator, base: str, cache: str) -> 
         raise RecipeError(f"{where.key(name, 'torch')}: `torch` in recipe `{name}` must be "
                           f"\"worker\" (this box's torch, the default) or \"recipe\", not "
                           f"{torch!r}")
-    return EnvSpec(repo, commit, requirements, packages, python, torch, cache)
+    found = EnvSpec(repo, commit, requirements, packages, python, torch, cache)
+    if "torch" in t and not found.declared:
+        raise RecipeError(f"{where.key(name, 'torch')}: `torch` in recipe `{name}` chooses the "
+                          "torch of its own environment, and it declares none: add "
+                          "`requirements`, `packages`, `repo` or `python`, or remove `torch`")
+    return found
 
 
 def _param(recipe: str, name: str, d, where: _Locator) -> Param:

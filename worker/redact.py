@@ -13,7 +13,15 @@ TOKEN_SHAPES = re.compile(r"\b(?:xox[abposre]|xapp)-[A-Za-z0-9-]+"
                           r"|(?<=Bearer )[A-Za-z0-9._~+/=-]+")
 ENV_SECRETS = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
                "TRIALBOT_WORKER_TOKEN", "TRIALBOT_METRICS_TOKEN")
+# Variables a trial's process never inherits: the worker's token, Slack's.
+SECRET_PREFIXES = ("TRIALBOT_", "SLACK_")
 MIN_LENGTH = 6  # masking a shorter value would blank ordinary words and numbers
+
+
+def without_secrets(environ=None) -> dict:
+    """The environment less the worker's and Slack's secrets."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if not k.startswith(SECRET_PREFIXES)}
 
 
 def secret_values(*values, environ=None) -> tuple[str, ...]:

@@ -32,12 +32,12 @@ import threading
 import time
 import uuid
 
+from worker import redact
 from worker import report as reports
 from worker.launcher.process import read_json
 from worker.spec import TrialSpec
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECRET_PREFIXES = ("TRIALBOT_", "SLACK_")
 GRACE = 120  # seconds on top of the trial's timeout: interpreter start, imports, the report
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
          "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
@@ -324,7 +324,7 @@ def _entry(n: int, report: dict, spec: TrialSpec) -> dict:
 
 def _env() -> dict:
     # sbatch copies its environment into the job: the worker's secrets stay out.
-    return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+    return redact.without_secrets()
 
 
 def _slurm_time(value: str | None) -> float | None:

@@ -147,7 +147,7 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
     if made.run is not None:  # stopped by the timeout or a cancel: the judge names it
         return report, made.run
     if made.failure is not None:
-        reports.fail(report, "environment", made.failure, "setup")
+        reports.fail(report, made.stopped or "environment", made.failure, "setup")
         return report, None
     report["env"]["recipe_cwd"] = made.cwd
     if "code_commit" not in made.env:  # a checkout's was read before its build
@@ -174,7 +174,9 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
         run = Run(recipe.command(spec.params, made.python), made.cwd, env, deadline, cancel,
                   trackers, hz, progress, user)
         probe = _probe_result(tmp, run)
-    named = (failure.environment_error(probe, made.cwd, made.pins, recipe.environment.declared)
+    spec_env = recipe.environment
+    named = (failure.environment_error(probe, made.cwd, made.pins, spec_env.declared,
+                                       spec_env.declared and spec_env.torch == "worker")
              if run.code not in (0, None) and not run.stopped else None)
     if named:  # a module it cannot import, a library of another version
         reports.fail(report, "environment", f"{named[0]}\n{run.tail()[-1500:]}", named[1])

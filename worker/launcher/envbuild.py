@@ -29,11 +29,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from worker import codeversion, environment
+from worker import environment
+from worker.codeversion import NO_COMMANDS
 from worker.environment import PROJECT, EnvironmentProblem, EnvSpec
-from worker.launcher.process import Run, child_env
+from worker.launcher.process import Run, child_env, read_json
 
 MARKER = "trialbot-env.json"
+GIT = ("git", *NO_COMMANDS)
+# The cache is the worker's, and a build runs the packages' own code: under
+# another user it would need a cache that user owns end to end. Not yet.
+TRIAL_USER = ("recipe environments (repo, requirements, packages, python) cannot run with "
+              "--trial-user yet: start this worker without --trial-user for them, or run the "
+              "recipe in the worker's own environment")
 MAX_PACKAGES = 500
 
 
@@ -48,18 +55,21 @@ class Made:
     env: dict = field(default_factory=dict)
     pins: dict = field(default_factory=dict)  # the repository's requirement lines by name
     failure: str | None = None
+    stopped: str | None = None  # the failure's class when a timeout or cancel ended it
     run: Run | None = None
 
 
 class _Failed(Exception):
-    def __init__(self, message: str, run: Run | None = None):
+    def __init__(self, message: str, run: Run | None = None, stopped: str | None = None):
         super().__init__(message)
-        self.message, self.run = message, run
+        self.message, self.run, self.stopped = message, run, stopped
 
 
 def make(recipe, deadline: float, cancel, user=None) -> Made:
     spec: EnvSpec = recipe.environment
     start = time.time()
+    if user is not None and (spec.repo or spec.declared):
+        return Made(recipe.cwd, failure=TRIAL_USER)
     try:
         tree, facts = (_checkout(spec, deadline, cancel, user) if spec.repo
                        else (None, {}))
@@ -67,8 +77,6 @@ def make(recipe, deadline: float, cancel, user=None) -> Made:
         if spec.repo and not os.path.isdir(cwd):
             raise _Failed(f"cwd `{recipe.cwd}` is not a directory at commit "
                           f"{facts['recipe_commit'][:12]} of {spec.repo}; fix `cwd`")
-        if tree:  # as checked out: a build of "." writes its egg-info into the tree
-            facts.update(codeversion.of(cwd))
         if not spec.declared:  # the worker's own environment; its pins are still news
             own = EnvSpec(requirements=("requirements.txt",))
             return Made(cwd, env=facts, pins=environment.declared(own, tree or cwd))
@@ -78,6 +86,8 @@ def make(recipe, deadline: float, cancel, user=None) -> Made:
         phase = _phase(start, False)
         if exc.run is not None and exc.run.stopped:
             return Made(recipe.cwd, phase=phase, run=exc.run)
+        if exc.stopped:
+            return Made(recipe.cwd, phase=phase, failure=exc.message, stopped=exc.stopped)
         return Made(recipe.cwd, phase=phase, failure=exc.message)
     phase = _phase(start, built["cached"], built["built_at"], built["build_seconds"])
     bin_dir = os.path.join(built["dir"], "bin")
@@ -100,26 +110,27 @@ def _run(argv, cwd, deadline, cancel, user, what: str, **extra) -> Run:
                     PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
     run = Run(argv, cwd, env, deadline, cancel, user=user)
     if run.code != 0 or run.stopped:
-        raise _Failed(f"{what}:\n{environment.resolver_lines(run.tail())}", run)
+        # The advice last: a report keeps a message's last 2000 characters.
+        raise _Failed(f"{environment.resolver_lines(run.tail())}\n{what}", run)
     return run
 
 
 def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
     """The repository at its commit, in the cache: (directory, report facts)."""
     name = environment.key({"repo": spec.repo})[:16]
-    repos, trees = _dirs(spec.cache, user, "repos", "trees")
+    repos, trees = _dirs(spec.cache, "repos", "trees")
     mirror = os.path.join(repos, name + ".git")
-    with _locked(mirror + ".lock"):
+    with _locked(mirror + ".lock", deadline, cancel):
         if not os.path.isdir(mirror):
             partial = mirror + ".partial"
             shutil.rmtree(partial, ignore_errors=True)
-            _run(["git", "clone", "--mirror", "--quiet", spec.repo, partial], repos, deadline,
+            _run([*GIT, "clone", "--mirror", "--quiet", spec.repo, partial], repos, deadline,
                  cancel, user, f"repo {spec.repo} could not be fetched; check the URL or path "
                  "and that this worker can reach it")
             os.rename(partial, mirror)
         commit = _resolve(mirror, spec.commit)
         if commit is None:
-            _run(["git", "-C", mirror, "remote", "update", "--prune"], repos, deadline, cancel,
+            _run([*GIT, "-C", mirror, "remote", "update", "--prune"], repos, deadline, cancel,
                  user, f"repo {spec.repo} could not be fetched again")
             commit = _resolve(mirror, spec.commit)
         if commit is None:
@@ -129,9 +140,9 @@ def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
         if not os.path.isdir(tree):
             partial = tree + ".partial"
             shutil.rmtree(partial, ignore_errors=True)
-            _run(["git", "clone", "--quiet", "--no-checkout", mirror, partial], trees, deadline,
+            _run([*GIT, "clone", "--quiet", "--no-checkout", mirror, partial], trees, deadline,
                  cancel, user, "the cached repository could not be cloned")
-            _run(["git", "-C", partial, "checkout", "--quiet", "--detach", commit], trees,
+            _run([*GIT, "-C", partial, "checkout", "--quiet", "--detach", commit], trees,
                  deadline, cancel, user, f"commit {commit[:12]} could not be checked out")
             os.rename(partial, tree)
     for entry in spec.requirements:
@@ -167,9 +178,9 @@ def _environment(spec: EnvSpec, base: str, deadline, cancel, user) -> dict:
              "packages": list(spec.packages), "builder": "uv" if uv else "pip",
              "base": None if spec.repo else base}
     key = environment.key(parts)
-    envs, = _dirs(spec.cache, user, "envs")
+    envs, = _dirs(spec.cache, "envs")
     target = os.path.join(envs, key[:20])
-    with _locked(target + ".lock"):
+    with _locked(target + ".lock", deadline, cancel):
         found = _read_marker(target)
         if found is None:
             found = _build(spec, base, target, python, version, uv, torch, deadline, cancel,
@@ -192,14 +203,16 @@ def _build(spec, base, target, python, version, uv, torch, deadline, cancel, use
              f"a Python {version} environment could not be made")
     target_python = os.path.join(target, "bin", "python")
     if torch is not None:
-        _link_torch(target, target_python, torch["closure"])
+        _link_torch(target, torch["closure"])
     args = []
     for entry in spec.requirements:
         m = PROJECT.fullmatch(entry)
         args += ["-e", base + (m.group(1) or "")] if m else ["-r", os.path.join(base, entry)]
     args += list(spec.packages)
+    pin = f"torch=={torch['version'].split('+')[0]}" if torch else None
+    if pin:  # torch's own small dependencies are the environment's, from the index
+        args.append(pin)
     if args:
-        pin = f"torch=={torch['version'].split('+')[0]}" if torch else None
         with open(os.path.join(target, "trialbot-torch.txt"), "w") as f:
             f.write((pin or "") + "\n")
         keep = ["--override" if uv else "-c", os.path.join(target, "trialbot-torch.txt")]
@@ -226,11 +239,8 @@ def _build(spec, base, target, python, version, uv, torch, deadline, cancel, use
 
 
 def _read_marker(target: str) -> dict | None:
-    try:
-        with open(os.path.join(target, MARKER)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    found = read_json(os.path.join(target, MARKER))  # no link, no FIFO, bounded
+    return found if isinstance(found, dict) and "built_at" in found else None
 
 
 def _packages(lines: list[str]) -> dict[str, str]:
@@ -283,8 +293,14 @@ def _has(dist: str) -> bool:
         return False
 
 
+# What is linked besides torch: its CUDA libraries and compiler, gigabytes a
+# build must not download again. Its small pure-Python dependencies (sympy,
+# filelock, ...) are installed into the environment from the index.
+HEAVY = re.compile(r"(nvidia-|cuda-|pytorch-triton|triton$)")
+
+
 def _worker_torch() -> dict | None:
-    """The worker's torch and the distributions it needs, as installed."""
+    """The worker's torch and the heavy distributions it needs, as installed."""
     try:
         torch = metadata.distribution("torch")
     except metadata.PackageNotFoundError:
@@ -296,7 +312,8 @@ def _worker_torch() -> dict | None:
         if name in seen:
             continue
         seen.add(name)
-        closure.append(dist)
+        if dist is torch or HEAVY.match(name):
+            closure.append(dist)
         for req in dist.requires or []:
             if "extra ==" in req:
                 continue
@@ -312,14 +329,14 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _link_torch(target: str, target_python: str, closure) -> None:
-    """The worker's torch and what it needs, seen by the environment from a
-    folder of its own (a .pth file names it): an install that replaces one
-    of them lands in site-packages, ahead of the folder, and never writes
-    through a link into the worker's files."""
-    site = subprocess.run([target_python, "-I", "-c",
-                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, timeout=60).stdout.strip()
+def _link_torch(target: str, closure) -> None:
+    """The worker's torch seen by the environment: its package folders linked
+    into a folder of the environment's own (a .pth file puts it on the path,
+    after site-packages) and its metadata copied into site-packages without a
+    RECORD, so an installer sees it installed, cannot uninstall it, and puts a
+    replacement in site-packages, in front of the links: nothing is ever
+    written through a link into the worker's files."""
+    site = _site_packages(target)
     side = os.path.join(target, "trialbot-worker-torch")
     os.makedirs(side, exist_ok=True)
     for dist in closure:
@@ -334,34 +351,51 @@ def _link_torch(target: str, target_python: str, closure) -> None:
                     os.path.lexists(dst):
                 continue
             os.symlink(os.path.join(base, top), dst)
-        # The metadata says it is installed; without a RECORD no installer removes it.
-        shutil.copytree(os.path.join(base, info), os.path.join(side, info), dirs_exist_ok=True,
+        shutil.copytree(os.path.join(base, info), os.path.join(site, info), dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("RECORD", "INSTALLER", "direct_url.json"))
     with open(os.path.join(site, "trialbot-worker-torch.pth"), "w") as f:
         f.write(side + "\n")
 
 
-def _dirs(cache: str, user, *names: str) -> list[str]:
+def _site_packages(target: str) -> str:
+    """The environment's site-packages, found on disk (never by running its
+    interpreter as the worker)."""
+    found = [d for d in os.listdir(os.path.join(target, "lib")) if d.startswith("python")]
+    if len(found) != 1:
+        raise _Failed(f"the environment {target} has no single lib/pythonX.Y")
+    return os.path.join(target, "lib", found[0], "site-packages")
+
+
+def _dirs(cache: str, *names: str) -> list[str]:
     out = []
     for name in names:
         path = os.path.join(cache, name)
         os.makedirs(path, exist_ok=True)
-        if user is not None:  # the trial's user builds in them
-            os.chown(cache, user.uid, user.gid)
-            os.chown(path, user.uid, user.gid)
         out.append(path)
     return out
 
 
 class _locked:
-    """One build of an environment at a time across trials and workers."""
+    """One build of an environment at a time across trials and workers; a
+    trial waiting for another's build still stops at its timeout or cancel."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, deadline: float, cancel):
+        self.path, self.deadline, self.cancel = path, deadline, cancel
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                stopped = ("cancelled" if self.cancel.is_set() else
+                           "timeout" if time.monotonic() > self.deadline else None)
+                if stopped:
+                    os.close(self.fd)
+                    raise _Failed(f"{stopped} while another trial was building this "
+                                  "environment", stopped=stopped) from None
+                time.sleep(0.2)
 
     def __exit__(self, *exc):
         fcntl.flock(self.fd, fcntl.LOCK_UN)

@@ -8,14 +8,17 @@ from __future__ import annotations
 import os
 import re
 
+from worker import environment
+
 LIBRARY_ERRORS = ("TypeError", "AttributeError", "ImportError", "NameError")
 
 
 def environment_error(probe: dict, cwd: str, declared: dict[str, list[str]],
-                      own_env: bool) -> tuple[str, str] | None:
+                      own_env: bool, worker_torch: bool = False) -> tuple[str, str] | None:
     """(message, phase) for an environment failure, or None. `declared`: the
     repository's pins by package name; `own_env`: the recipe has its own
-    environment (else it runs in the worker's)."""
+    environment (else it runs in the worker's); `worker_torch`: that
+    environment runs the worker's torch in place of the repository's pin."""
     exc = probe.get("exception")
     if not exc:
         return None
@@ -28,7 +31,8 @@ def environment_error(probe: dict, cwd: str, declared: dict[str, list[str]],
         versions = exc.get("versions") or {}
         installed, pins = versions.get(library), declared.get(library) or []
         torch_pins, torch = declared.get("torch") or [], versions.get("torch")
-        if torch and torch_pins and not _meets(torch, torch_pins):
+        if worker_torch and torch and torch_pins and not _meets(torch, torch_pins) \
+                and _meets(installed or "", pins):
             # The one version the worker chose for it: its own torch, not the pin.
             return (f"likely the worker's torch: {exc['type']} raised in {library}'s own code: "
                     f"{exc['message'][:300]}\nthe repository pins {', '.join(torch_pins)}; this "
@@ -45,10 +49,8 @@ def environment_error(probe: dict, cwd: str, declared: dict[str, list[str]],
 
 
 def _meets(version: str, pins: list[str]) -> bool:
-    """Whether `version` is the one the pins name (an == pin, or a pin with
-    no version): anything else, a range included, is not known to be met."""
-    public = version.split("+")[0]
-    return any(public in p or not re.search(r"[<>=!~]", p) for p in pins)
+    """Whether `version` satisfies every pin (no pin: nothing asked)."""
+    return bool(version) and all(environment.meets(version, p) is not False for p in pins)
 
 
 def _missing(module: str, cwd: str, declared: dict[str, list[str]], own_env: bool) -> str:

@@ -15,11 +15,9 @@ import sys
 import threading
 import time
 
-from worker import models
+from worker import models, redact
 from worker.launcher.sampler import SAMPLE_HZ, Sampler
 from worker.spec import TrialSpec
-
-SECRET_PREFIXES = ("TRIALBOT_", "SLACK_")
 
 PHASE_MARK = "TRIALBOT_PHASE "
 
@@ -121,7 +119,7 @@ def builtin_env(spec: TrialSpec) -> dict:
 def child_env(**extra: str) -> dict:
     """The trial's environment: the worker's, less its own secrets (the worker
     token, Slack tokens), which third-party code must never see."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+    env = redact.without_secrets()
     return {**env, **extra, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONUNBUFFERED": "1"}
 
 

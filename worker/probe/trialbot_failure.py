@@ -61,7 +61,8 @@ def _top_package(filename):
     """The installed distribution's top package a file belongs to (a file in
     site-packages), or None for the program's own files."""
     parts = os.path.normpath(filename).split(os.sep)
-    for marker in ("site-packages", "dist-packages"):
+    # trialbot-worker-torch: the worker's torch, linked into a recipe's environment
+    for marker in ("site-packages", "dist-packages", "trialbot-worker-torch"):
         if marker in parts:
             i = parts.index(marker)
             if i + 1 < len(parts):

@@ -329,3 +329,15 @@ def test_a_trial_waiting_on_anothers_build_stops_at_its_timeout(tmp_path):
         fcntl.flock(held, fcntl.LOCK_EX)
         made = envbuild.make(book["x"], clock.monotonic() + 0.5, threading.Event())
     assert made.stopped == "timeout" and "another trial was building" in made.failure
+
+
+def test_the_worker_refuses_to_start_with_trial_user_and_a_recipe_environment(tmp_path):
+    path = recipe_file(tmp_path, '[recipes.own]\ncwd = "."\nargv = ["true"]\n'
+                                 'packages = ["six"]\n')
+    done = subprocess.run([str(BIN / "trialbot-worker"), "--server", "http://127.0.0.1:9",
+                           "--token", "t", "--trial-user", "nobody", "--recipes", path],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TRIALBOT_ENV_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 2, done.stderr
+    assert "recipe own has its own repository or environment" in done.stderr
+    assert "Traceback" not in done.stderr

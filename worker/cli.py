@@ -191,6 +191,12 @@ def serve_command(argv: list[str]) -> int:
         print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
         return 2
     recipes = _load_recipes(args.recipes)
+    own = sorted(n for n, r in recipes.items() if r.environment.repo or r.environment.declared)
+    if args.trial_user and own:
+        print(f"trialbot-worker: --trial-user: recipe {', '.join(own)} has its own repository "
+              "or environment, which cannot run under --trial-user yet; start this worker "
+              "without --trial-user, or use a recipe file without them", file=sys.stderr)
+        return 2
     try:
         offer.check_models(args.models)
     except offer.StartError as exc:

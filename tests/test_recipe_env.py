@@ -68,6 +68,13 @@ def recipe_file(tmp_path, body: str) -> str:
     return str(path)
 
 
+def repo_recipe(tmp_path, repo: str, commit: str, requirement: str, extra: str = "") -> str:
+    """Recipe `x`: `run.py` of `repo` at `commit`, in its own environment."""
+    return recipe_file(tmp_path, f'[recipes.x]\nrepo = "{repo}"\ncommit = "{commit}"\n'
+                                 f'requirements = ["{requirement}"]\n{extra}\n'
+                                 'argv = ["{python}", "run.py"]\ntimeout = "5m"\n')
+
+
 def paper_fixture(tmp_path) -> tuple[str, str, str]:
     """The paper-like repository and its recipe file: (recipe file, repo, commit)."""
     repo, head = paper_repo(tmp_path, {
@@ -184,15 +191,7 @@ def test_a_repository_installed_by_dot_is_importable_and_its_tree_stays_clean(tm
                           '[tool.setuptools]\npackages = ["ownpkg"]\n',
         "ownpkg/__init__.py": "X = 41\n",
         "scripts/run.py": "import ownpkg\nprint('own', ownpkg.X + 1)\n"})
-    path = recipe_file(tmp_path, f"""
-        [recipes.x]
-        repo = "{repo}"
-        commit = "{head}"
-        requirements = ["."]
-        cwd = "scripts"
-        argv = ["{{python}}", "run.py"]
-        timeout = "5m"
-        """)
+    path = repo_recipe(tmp_path, repo, head, ".", 'cwd = "scripts"')
     r = run_recipe(path, tmp_path / "cache")
     assert r["status"] == "ok", r.get("error")
     assert "own 42" in r["output_tail"] and r["env"]["recipe_cwd"].endswith("/scripts")
@@ -268,14 +267,7 @@ def test_a_library_error_under_an_overridden_torch_pin_names_the_pin(tmp_path):
     repo, head = paper_repo(tmp_path, {
         "requirements.txt": f"torch<2.1.1\ntransformers=={TRANSFORMERS_4}\n",
         "run.py": "import torch, transformers\ntransformers.LlamaConfig.from_dict(1)\n"})
-    path = recipe_file(tmp_path, f"""
-        [recipes.x]
-        repo = "{repo}"
-        commit = "{head}"
-        requirements = ["requirements.txt"]
-        argv = ["{{python}}", "run.py"]
-        timeout = "5m"
-        """)
+    path = repo_recipe(tmp_path, repo, head, "requirements.txt")
     r = run_recipe(path, tmp_path / "cache")
     assert r["error"]["class"] == "environment", r["error"]
     assert (f"the repository pins torch<2.1.1; this worker's torch {torch.__version__} ran it"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from worker import codeversion
+from worker.codeversion import git
 
 TORCH_MODES = ("worker", "recipe")
 # A requirement's name, as pip reads it (PEP 508), and what may follow it.
@@ -144,7 +144,7 @@ def check_spec(spec: EnvSpec, cwd_base: str) -> None:
                 raise EnvironmentProblem(missing_requirement(entry, spec.commit))
     elif not spec.repo:
         for entry in spec.requirements:
-            if not _on_disk(cwd_base, entry):
+            if not on_disk(cwd_base, entry):
                 raise EnvironmentProblem(missing_requirement(entry, None, cwd_base))
     if spec.python:
         interpreter(spec.python)
@@ -171,25 +171,32 @@ def missing_requirement(entry: str, commit: str | None, base: str | None = None)
 
 
 def resolve_commit(repo: str, commit: str) -> str:
-    out = git(repo, "rev-parse", "--verify", "--quiet", commit + "^{commit}")
-    if out.returncode != 0:
+    found = commit_of(repo, commit)
+    if found is None:
         raise EnvironmentProblem(f"commit `{commit}` is not in repo `{repo}`; give a commit "
                                  "hash or tag that `git log` shows there")
-    return out.stdout.strip()
+    return found
+
+
+def commit_of(repo: str, rev: str) -> str | None:
+    """The full hash `rev` names in `repo`, or None."""
+    out = git(repo, "rev-parse", "--verify", "--quiet", rev + "^{commit}")
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def entry_files(entry: str) -> tuple[str, ...]:
+    """The files a requirements entry stands for: "." is the repository's
+    setup.py or pyproject.toml, anything else a requirements file."""
+    return ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
 
 
 def _in_commit(repo: str, commit: str, entry: str) -> bool:
-    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
-    return any(git(repo, "cat-file", "-e", f"{commit}:{n}").returncode == 0 for n in names)
+    return any(git(repo, "cat-file", "-e", f"{commit}:{n}").returncode == 0
+               for n in entry_files(entry))
 
 
-def _on_disk(base: str, entry: str) -> bool:
-    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
-    return any(os.path.isfile(os.path.join(base, n)) for n in names)
-
-
-def git(repo: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return codeversion.git(repo, *args, timeout=timeout)
+def on_disk(base: str, entry: str) -> bool:
+    return any(os.path.isfile(os.path.join(base, n)) for n in entry_files(entry))
 
 
 def uv_binary() -> str | None:

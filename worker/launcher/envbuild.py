@@ -22,6 +22,7 @@ import fcntl
 import importlib.metadata as metadata
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -81,14 +82,12 @@ def make(recipe, deadline: float, cancel, user=None) -> Made:
             own = EnvSpec(requirements=("requirements.txt",))
             return Made(cwd, env=facts, pins=environment.declared(own, tree or cwd))
         pins = environment.declared(spec, tree or cwd)
-        built = _environment(spec, tree or cwd, deadline, cancel, user)
+        built = _environment(spec, tree or cwd, pins, deadline, cancel, user)
     except _Failed as exc:
         phase = _phase(start, False)
         if exc.run is not None and exc.run.stopped:
             return Made(recipe.cwd, phase=phase, run=exc.run)
-        if exc.stopped:
-            return Made(recipe.cwd, phase=phase, failure=exc.message, stopped=exc.stopped)
-        return Made(recipe.cwd, phase=phase, failure=exc.message)
+        return Made(recipe.cwd, phase=phase, failure=exc.message, stopped=exc.stopped)
     phase = _phase(start, built["cached"], built["built_at"], built["build_seconds"])
     bin_dir = os.path.join(built["dir"], "bin")
     return Made(cwd, os.path.join(bin_dir, "python"), (bin_dir,), phase,
@@ -128,11 +127,11 @@ def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
                  cancel, user, f"repo {spec.repo} could not be fetched; check the URL or path "
                  "and that this worker can reach it")
             os.rename(partial, mirror)
-        commit = _resolve(mirror, spec.commit)
+        commit = environment.commit_of(mirror, spec.commit)
         if commit is None:
             _run([*GIT, "-C", mirror, "remote", "update", "--prune"], repos, deadline, cancel,
                  user, f"repo {spec.repo} could not be fetched again")
-            commit = _resolve(mirror, spec.commit)
+            commit = environment.commit_of(mirror, spec.commit)
         if commit is None:
             raise _Failed(f"commit `{spec.commit}` is not in repo {spec.repo}; give a commit "
                           "hash or tag that `git log` shows there")
@@ -146,22 +145,12 @@ def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
                  deadline, cancel, user, f"commit {commit[:12]} could not be checked out")
             os.rename(partial, tree)
     for entry in spec.requirements:
-        if not _exists(tree, entry):
+        if not environment.on_disk(tree, entry):
             raise _Failed(environment.missing_requirement(entry, spec.commit))
     return tree, {"recipe_repo": spec.repo, "recipe_commit": commit}
 
 
-def _resolve(mirror: str, commit: str) -> str | None:
-    out = environment.git(mirror, "rev-parse", "--verify", "--quiet", commit + "^{commit}")
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _exists(base: str, entry: str) -> bool:
-    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
-    return any(os.path.isfile(os.path.join(base, n)) for n in names)
-
-
-def _environment(spec: EnvSpec, base: str, deadline, cancel, user) -> dict:
+def _environment(spec: EnvSpec, base: str, pins: dict, deadline, cancel, user) -> dict:
     try:
         python = environment.interpreter(spec.python) if spec.python else sys.executable
     except EnvironmentProblem as exc:
@@ -183,8 +172,8 @@ def _environment(spec: EnvSpec, base: str, deadline, cancel, user) -> dict:
     with _locked(target + ".lock", deadline, cancel):
         found = _read_marker(target)
         if found is None:
-            found = _build(spec, base, target, python, version, uv, torch, deadline, cancel,
-                           user)
+            found = _build(spec, base, pins, target, python, version, uv, torch, deadline,
+                           cancel, user)
             found["cached"] = False
         else:
             found["cached"] = True
@@ -192,7 +181,8 @@ def _environment(spec: EnvSpec, base: str, deadline, cancel, user) -> dict:
     return found
 
 
-def _build(spec, base, target, python, version, uv, torch, deadline, cancel, user) -> dict:
+def _build(spec, base, pins, target, python, version, uv, torch, deadline, cancel,
+           user) -> dict:
     started = time.monotonic()
     shutil.rmtree(target, ignore_errors=True)  # a build a crash left half done
     if uv:
@@ -210,14 +200,14 @@ def _build(spec, base, target, python, version, uv, torch, deadline, cancel, use
         args += ["-e", base + (m.group(1) or "")] if m else ["-r", os.path.join(base, entry)]
     args += list(spec.packages)
     pin = f"torch=={torch['version'].split('+')[0]}" if torch else None
-    if pin:  # torch's own small dependencies are the environment's, from the index
-        args.append(pin)
-    if args:
+    if pin:  # every torch requirement is the worker's (pip: a constraint); torch's own
+        # small dependencies come from the index, as the environment's own
         with open(os.path.join(target, "trialbot-torch.txt"), "w") as f:
-            f.write((pin or "") + "\n")
-        keep = ["--override" if uv else "-c", os.path.join(target, "trialbot-torch.txt")]
+            f.write(pin + "\n")
+        args += [pin, "--override" if uv else "-c", os.path.join(target, "trialbot-torch.txt")]
+    if args:
         argv = ([uv, "pip", "install", "--python", target_python] if uv
-                else [target_python, "-m", "pip", "install", "-q"]) + args + (keep if pin else [])
+                else [target_python, "-m", "pip", "install", "-q"]) + args
         _run(argv, base, deadline, cancel, user, "the environment's requirements could not be "
              "installed; change the pins in `requirements` or `packages`")
     listed = _run(([uv, "pip", "list", "--format", "json", "--python", target_python] if uv
@@ -227,9 +217,9 @@ def _build(spec, base, target, python, version, uv, torch, deadline, cancel, use
               "build_seconds": time.monotonic() - started,
               "builder": _builder_version(uv), "python": version,
               "torch": torch["version"] if torch else None,
-              "torch_pins_not_used": (environment.other_torch(
-                  environment.declared(spec, base).get("torch", []), torch["version"])
-                  if torch else []),
+              "torch_pins_not_used": (environment.other_torch(pins.get("torch", []),
+                                                              torch["version"])
+                                      if torch else []),
               "packages": _packages(listed.log)}
     tmp = os.path.join(target, MARKER + ".tmp")
     with open(tmp, "w") as f:  # written last: an environment without it is rebuilt
@@ -259,9 +249,8 @@ def _packages(lines: list[str]) -> dict[str, str]:
 
 
 def _digest(base: str, entry: str) -> str:
-    names = ("setup.py", "pyproject.toml") if PROJECT.fullmatch(entry) else (entry,)
     parts = []
-    for n in names:
+    for n in environment.entry_files(entry):
         try:
             with open(os.path.join(base, n), "rb") as f:
                 parts.append(f.read().hex())
@@ -271,6 +260,8 @@ def _digest(base: str, entry: str) -> str:
 
 
 def _python_version(python: str) -> str:
+    if python == sys.executable:
+        return platform.python_version()
     out = subprocess.run([python, "-I", "-S", "-c", "import sys; print(sys.version.split()[0])"],
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:

@@ -28,11 +28,10 @@ def install(probe) -> None:
 
 def describe(kind, exc, tb) -> dict:
     frames = traceback.extract_tb(tb)[-FRAMES:]
-    out = {"type": kind.__name__, "message": str(exc)[:1000],
-           "frames": [{"file": f.filename, "line": f.lineno, "function": f.name} for f in frames],
-           "module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
-           "in_library": _library(frames, exc), "versions": _versions()}
-    return out
+    return {"type": kind.__name__, "message": str(exc)[:1000],
+            "frames": [{"file": f.filename, "line": f.lineno, "function": f.name} for f in frames],
+            "module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+            "in_library": _library(frames, exc), "versions": _versions()}
 
 
 def _library(frames, exc):

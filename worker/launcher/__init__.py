@@ -184,8 +184,7 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
     if named and report["phases"][-1]["found_by"] == "whole-program":
         report["phases"][-1]["name"] = named[1]  # it never got past its imports
     report["phase_at_exit"] = probe.get("phase_at_exit")
-    report.update(recipe_phases.results(probe, report["phases"], recipe.unit,
-                                        max(0.0, run.ended - run.started)))
+    report.update(recipe_phases.results(probe, report["phases"], recipe.unit, run.seconds))
     report["output_tail"] = run.tail()  # what the paper's script printed: its own results
     report["memory"].update(probe.get("totals", {}))
     report["memory"]["method"].update(probe.get("method") or {

@@ -43,6 +43,7 @@ class Run:
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
         self.started = time.time()
+        clock = time.monotonic()  # its duration: a wall clock may step meanwhile
         # Linux folds the spawning process's high-water RSS into the child's
         # ru_maxrss at exec, so the kernel's figure is only the child's above this.
         self.parent_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -58,7 +59,7 @@ class Run:
                 start_new_session=True)  # own process group: killable as a whole
         except OSError as exc:
             self.proc, self.code, self.stopped, self.max_rss = None, None, None, None
-            self.ended = time.time()
+            self.ended, self.seconds = time.time(), time.monotonic() - clock
             self.log.append(f"could not start {argv[0]!r}: {exc.strerror or exc}")
             self.sampler = Sampler(-1, ())
             return
@@ -75,7 +76,7 @@ class Run:
         _, status, usage = os.wait4(self.proc.pid, 0)
         _kill_group(self.proc.pid)  # anything it left running in the background goes too
         self.proc.returncode = self.code = os.waitstatus_to_exitcode(status)
-        self.ended = time.time()
+        self.ended, self.seconds = time.time(), time.monotonic() - clock
         self.max_rss = usage.ru_maxrss * 1024  # Linux reports KiB
         self.sampler.stop()
         reader.join(timeout=5)

@@ -216,6 +216,9 @@ def group_bot(tmp_path, fake_slack):
     """The Bolt app with a policy that lets user group S1 run trials."""
     rt = bolt_runtime(str(tmp_path / "g.db"), fake_slack,
                       Policy(run_usergroups=frozenset({"S1"}), admins=frozenset({"UA"})))
+    # The app's own fetch at start must be over before a test sets Slack's answer:
+    # one still in flight swallows the test's fetch, then fails (a loaded box).
+    wait_for(lambda: "S1" not in rt.ctx.members.fetching, what="the fetch at start")
     yield rt
     rt.stop()
 

@@ -232,7 +232,7 @@ def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(ctx)
     run_depth_sweep(ctx)
     def say(text):
         return plan_command.handle(ctx, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
-    say("new repro gpu=H100")
+    say("new repro gpu=H200")  # the sweep's own GPU: its times are target times
     out = say("repro block scale runs=100 sweep=S1 layers=32")
     assert "PREDICTED FROM A PARTIAL-DEPTH TRIAL" in out and "layers 1, 2, 4" in out
     assert "100 runs × 17 s" in out

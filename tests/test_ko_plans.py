@@ -170,3 +170,20 @@ def test_a_block_priced_and_shown_in_korean(tmp_path):
     assert "블록" in shown and "합계" in shown and "• baseline: 어떤 프롬프트?" in shown
     assert "GPU-시간 = 측정한 경과 시간 × GPU 수" in plan_command.handle(
         ctx, "repro show", "U1", "CKO", TODAY)["blocks"][-1]["elements"][0]["text"]
+
+
+def test_a_block_measured_off_the_target_is_shown_apart_in_korean(tmp_path):
+    from test_planner import report
+    from worker.spec import parse
+    ctx = _ctx(tmp_path)
+    _korean(ctx)
+    job = ctx.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "CKO")
+    ctx.queue.finish(job["id"], "w1", ctx.store.lease_next("w1", 60)["lease"],
+                     report(gpu=None))
+    _plan(ctx, "new adkv gpu=H100")
+    added = _plan(ctx, f"adkv block baseline runs=10 trial=T{job['id']}")
+    assert "CPU (EPYC)에서 측정: H100-80GB의 시간이 아니므로 합계와 비용에서 뺐습니다" in added
+    shown = _plan(ctx, "adkv show")
+    assert "대상 밖" in shown and "해당 없음: H100-80GB에서 측정한 블록이 없음" in shown
+    assert ("아직 없는 것: H100-80GB에서의 짧은 트라이얼 `/trial llm-infer batch=4 prompt=512 "
+            "gpu=H100-80GB`") in shown

@@ -159,7 +159,8 @@ def test_show_names_a_warning_once_with_the_blocks_it_applies_to(ctx):
         say(ctx, f"repro block {kind} runs=10 trial={t}")
     warnings = say(ctx, "repro show").split("*Warnings*:\n")[1].splitlines()
     assert warnings == ["• baseline, compare, scale, verify: no target GPU is set "
-                        "(`set gpu=H100`), so nobody checked that this block's trials ran on it"]
+                        "(`set gpu=H100`), so nobody checked that this block's trials ran on "
+                        "it; each block's hours are on its trials' own device, named on its line"]
 
 
 def test_a_long_note_is_cut_at_a_word_with_a_pointer_to_the_export_which_has_it_whole(ctx):

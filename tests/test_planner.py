@@ -354,3 +354,36 @@ def test_malloc_auto_times_under_glibc_so_a_lock_on_glibc_still_compares():
     glibc = {"workload": "llm-infer", "batch": 8, "malloc": "glibc"}
     assert planner.differences(glibc, {**glibc, "malloc": "auto"}) == []
     assert planner.differences(glibc, {**glibc, "malloc": "live"}) == ["malloc glibc → live"]
+
+
+def test_an_off_target_blocks_time_leaves_the_total_and_no_target_keeps_it():
+    on = estimate(facts={"gpu": "H100"})
+    off = estimate(block(kind="compare"), trials=[job(2, report(gpu=None))],
+                   facts={"gpu": "H100"})
+    assert on["off_target"] is None and off["off_target"] == "CPU (EPYC)"
+    tot = planner.total([on, off])
+    assert tot["hours"] == on["hours"] and tot["left_out"] == ["compare"]
+    assert tot["interval"] == on["interval"]
+    mine = estimate(trials=[job(2, report(gpu=None))], facts={})  # no target: its own device
+    assert mine["off_target"] is None
+    assert planner.total([on, mine])["hours"] == on["hours"] + mine["hours"]
+
+
+def test_a_calibrated_interval_scales_the_measured_part_and_adds_a_handoff_once():
+    from bot.plans import views
+    e = estimate(facts={"handoff": 0.5})
+    measured = e["hours"] - Decimal("0.5")
+    lo, hi = views.calibrated_interval(e, {"calibrated": True, "low": 0.8, "high": 1.5})
+    assert (lo, hi) == (measured * Decimal("0.8") + Decimal("0.5"),
+                        measured * Decimal("1.5") + Decimal("0.5"))
+
+
+def test_every_warning_a_trial_carries_shows_without_a_target():
+    from bot.plans import views
+    loose = dict(report(), stability={"stable": False, "iqr_over_median": 0.4},
+                 contention={"flagged": True, "summary": "busy machine"})
+    e = estimate(trials=[job(1, loose)])
+    for facts in ({}, {"gpu": "H100"}, {"gpu": "cpu"}):
+        warnings = "\n".join(views.block_warnings({"facts": facts}, e, [loose]))
+        assert "T1 was UNSTABLE (IQR/median 40.0%)" in warnings
+        assert "T1 ran on a busy machine" in warnings

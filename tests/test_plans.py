@@ -279,10 +279,61 @@ def test_off_target_blocks_get_no_money_and_a_replaced_block_keeps_its_place(ctx
     say(ctx, f"repro block compare runs=10 trial={off}")
     say(ctx, "price H100 2.49/h source=q date=2026-11-30")
     out = say(ctx, "repro show")
-    assert "n/a: not measured on H100" in out and "unconfirmed: not every block" in out
+    assert "n/a: not measured on H100" in out and "H100-80GB blocks only" in out
     say(ctx, f"repro block baseline runs=20 trial={on}")  # replaced: still first, pays prep
     first = service.estimates(ctx, ctx.store.plan("repro"))[0][1]
     assert first["kind"] == "baseline" and first["components"][0]["seconds"] > 0
+
+
+def test_an_off_target_blocks_time_never_enters_the_total_or_the_cost(ctx):
+    """Issue #31: CPU seconds were shown as H100 GPU-hours. The CPU block's time
+    is shown apart; the total, its interval and the cost are the H100 block's."""
+    from bot.plans import export
+    from bot.plans import views as planview
+    on, off = finish(ctx, report()), finish(ctx, report(gpu=None, mean=3.0))
+    say(ctx, "new repro gpu=H100")
+    say(ctx, f"repro block baseline runs=10 trial={on}")
+    added = say(ctx, f"repro block compare runs=10 trial={off}")
+    assert "GPU-h" not in added.split("\n")[0]
+    assert "measured on CPU (EPYC): not a time on H100-80GB" in added
+    say(ctx, "price H100 2.49/h source=q date=2026-11-30")
+    plan = ctx.store.plan("repro")
+    ests = service.estimates(ctx, plan)
+    base, comp = ests[0][1], ests[1][1]
+    assert comp["off_target"] == "CPU (EPYC)" and base["off_target"] is None
+    rows = planview.table_rows(plan, ests, ctx.store.prices(), TODAY)
+    assert rows[2][:4] == ["compare", "10×1", "off target", "—"]
+    total = rows[-1]
+    assert total[2] == planview.hours_text(base["hours"])
+    assert total[3] == rows[1][3]  # the interval is the on-target block's alone
+    assert total[-1] == f"{rows[1][-1]}, H100-80GB blocks only"
+    out = say(ctx, "repro show")
+    assert "The total and its cost leave out compare" in out
+    assert ("still missing: a short trial on H100-80GB, `/trial llm-infer batch=4 prompt=512 "
+            "gpu=H100-80GB`, then `/plan repro block compare runs=10 trial=T..` with it") in out
+    assert "compare (from T2 on CPU (EPYC)), measured on CPU (EPYC): not a time" in out
+    d = export.data(plan, ests, service.review_rows(ctx, plan, ests), ctx.store.prices(), TODAY)
+    assert d["total"]["gpu_hours"]["exact"] == pytest.approx(float(base["hours"]))
+    advice = say(ctx, "repro advise")
+    assert "Rule 1 fired" in advice and "`/trial llm-infer batch=4 prompt=512 gpu=H100-80GB`" in (
+        advice)
+    # Every block off the target: no total at all, rather than a CPU one.
+    say(ctx, "repro block baseline delete")
+    rows = planview.table_rows(plan, service.estimates(ctx, plan), ctx.store.prices(), TODAY)
+    assert rows[-1][2] == "n/a: no block measured on H100-80GB"
+    assert rows[-1][-1] == "n/a: no block measured on H100-80GB"
+
+
+def test_a_busy_trial_is_warned_of_with_and_without_a_target(ctx):
+    """Issue #31: the busy warning showed only once the plan had a target GPU."""
+    busy = finish(ctx, dict(report(gpu=None), contention={
+        "flagged": True, "summary": "busy machine: other processes used 61% of the CPU"}))
+    for target in ("", " gpu=cpu", " gpu=H100"):
+        name = f"p{len(target)}"
+        say(ctx, f"new {name}{target}")
+        say(ctx, f"{name} block baseline runs=10 trial={busy}")
+        warnings = say(ctx, f"{name} show").split("*Warnings*:\n")[1]
+        assert f"{busy} ran on a busy machine — busy machine: other processes" in warnings
 
 
 def test_locking_twice_and_tagging_twice_are_refused(ctx):

@@ -134,8 +134,10 @@ def plan_summary(plan: dict, ests: list, reviewed: list[dict], costs: list[str])
     """A plan's estimate, its actuals so far and the biggest variance with the
     review's cause for it."""
     done = [r for r in reviewed if r.get("actual") is not None]
+    total = estimate.total([e for _block, e, _why in ests])
+    # n/a, not 0, when every block was measured off the target (none is a target hour)
     out = {"name": plan["name"], "gpu": plan["facts"].get("gpu"),
-           "estimate": estimate.total([e for _block, e, _why in ests])["hours"] if ests else None,
+           "estimate": total["hours"] if len(total["left_out"]) < len(ests) else None,
            "blocks": len(ests), "cost": costs[-1] if ests else None,
            "open": views.open_items(plan), "actual": None, "biggest": None,
            "rows": done}

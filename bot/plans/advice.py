@@ -20,7 +20,9 @@ RULES = {  # shown translated: views.advice
 
 
 def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hours: float,
-             prep_hours: float) -> dict:
+             prep_hours: float, missing: list[str] | None = None) -> dict:
+    """The facts the rules read. `missing`: per block measured off the target,
+    the trial on the target it still lacks (bot/plans/footing.missing_trial)."""
     f = plan["facts"]
     target = f.get("gpu")
     on_target = [r for r in reports if gpus.matches_gpu(r, target)]
@@ -44,7 +46,8 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
             "prices": {k: prices.find(price_list, "electricity" if k == "electricity" else target,
                                       k)
                        for k in ("rent", "buy", "resale", "power", "electricity")},
-            "total_hours": total_hours, "prep_hours": prep_hours}
+            "total_hours": total_hours, "prep_hours": prep_hours,
+            "missing_trials": list(missing or [])}
 
 
 def advise(fx: dict, today: dt.date) -> dict:
@@ -80,6 +83,15 @@ def _summary(fx: dict) -> list[str]:
 def _rule1(fx, today):
     if not fx["target"]:
         return {"missing": [_("the target GPU kind: `/plan NAME set gpu=H100` (or gpu=cpu)")]}
+    missing = fx.get("missing_trials") or []
+    if fx["on_target"] and missing:  # some blocks' hours are another device's
+        return {"fires": True,
+                "facts": [_("target {gpu}", gpu=fx["target"]),
+                          _("trials on target: {trials}", trials=", ".join(fx["on_target"]))],
+                "answer": _("Rent no hardware for the blocks measured on another device yet: "
+                            "their hours are not hours on {gpu} and are left out of the total. "
+                            "Run a short trial on a {gpu} for each and re-add the block from "
+                            "it:", gpu=fx["target"]) + "".join(f"\n• {m}" for m in missing)}
     if fx["on_target"]:
         return {"fires": False}
     seen = ", ".join(fx["envs"]) or _("no successful trial at all")
@@ -88,7 +100,8 @@ def _rule1(fx, today):
                       _("the plan's trials ran on: {envs}", envs=seen)],
             "answer": _("Rent no hardware for the full experiment yet. Run a representative "
                         "trial on a {gpu} first (`/trial ...` on a worker with that GPU) and "
-                        "estimate the blocks from it.", gpu=fx["target"])}
+                        "estimate the blocks from it.", gpu=fx["target"])
+            + "".join(f"\n• {m}" for m in missing)}
 
 
 def _rule2(fx, today):

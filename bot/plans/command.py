@@ -14,6 +14,7 @@ from bot.plans import (
     changes,
     estimate,
     export,
+    footing,
     parse,
     priceparse,
     review,
@@ -272,8 +273,12 @@ def _advise(ctx, cmd, user, channel, today):
     reports = [dict(t["report"], trial=t["trial"]) for _block, _est, ts in ests for t in ts]
     total = estimate.total([e for _block, e, _trials in ests])
     prep = sum(float(c["hours"]) for _block, e, _trials in ests for c in e["components"]
-               if c["name"] == "prep")
-    fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep)
+               if c["name"] == "prep" and not e.get("off_target"))  # as the total counts
+    target = plan["facts"].get("gpu")
+    missing = [f"{e['kind']}: {footing.missing_trial(plan['name'], e, target)}"
+               for _block, e, _trials in ests if e.get("off_target")]
+    fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep,
+                         missing=missing)
     return views.advice(plan, advice.advise(fx, today))
 
 

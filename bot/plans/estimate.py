@@ -19,6 +19,7 @@ import math
 from decimal import Decimal
 
 from bot.fits.ols import t_quantile
+from bot.plans.footing import off_target
 from bot.plans.measured import (  # noqa: F401 - re-exported: callers read them here
     PREP_PHASES,
     code_version,
@@ -412,6 +413,10 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
                               if half is not None else
                               _("no interval: {why}", why=why_no_interval)),
             "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
+            # a declared hand-off: added once, never scaled by an interval's multipliers
+            "declared_idle": idle_s * gpus if handoff is not None else 0.0,
+            # a time on another device than the target: shown apart, not in totals or cost
+            "off_target": off_target(facts.get("gpu"), reports),
             "config": {**config(first), **(block.get("predict") or {}),
                        **(predicted or {}).get("config", {})},
             "code": code_version(first), "note": block.get("note"),
@@ -489,11 +494,15 @@ def interval_note(pr: dict | None, trials: int) -> str:
 def total(estimates: list[dict]) -> dict:
     """The plan's total: the sum of the blocks as shown. The interval adds the
     blocks' half-widths (blocks may rest on the same trial, so their errors are
-    not assumed independent)."""
+    not assumed independent). A block measured off the target GPU is left out
+    (its hours are another device's) and named in `left_out`."""
+    left_out = [e["kind"] for e in estimates if e.get("off_target")]
+    estimates = [e for e in estimates if not e.get("off_target")]
     hours_ = sum((e["hours"] for e in estimates), Decimal(0))
     widths = [e["interval"] for e in estimates]
     if estimates and all(widths):
         lo = sum((e["hours"] - e["interval"][0] for e in estimates), Decimal(0))
         hi = sum((e["interval"][1] - e["hours"] for e in estimates), Decimal(0))
-        return {"hours": hours_, "interval": (max(Decimal(0), hours_ - lo), hours_ + hi)}
-    return {"hours": hours_, "interval": None}
+        return {"hours": hours_, "interval": (max(Decimal(0), hours_ - lo), hours_ + hi),
+                "left_out": left_out}
+    return {"hours": hours_, "interval": None, "left_out": left_out}

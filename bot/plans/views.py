@@ -8,7 +8,7 @@ from decimal import Decimal
 from bot import figures
 from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
-from bot.plans import changes, estimate, kept_apart, parse, prices
+from bot.plans import changes, estimate, footing, kept_apart, parse, prices
 from bot.trials.views import status_word
 from worker import i18n, summary
 from worker.i18n import _, pgettext
@@ -118,6 +118,9 @@ def created(plan: dict) -> dict:
 
 
 def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
+    """What `show` warns of for one block: each of its trials' own marks (busy,
+    unstable, malloc=live, another config), whatever the plan has or lacks, then
+    the plan's (target, lock) and the block's (prediction)."""
     out = []
     target = plan["facts"].get("gpu")
     live = [name for r, name in zip(reports, est["trials"]) if summary.timed_live_on_cpu(r)]
@@ -126,29 +129,20 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
                      "overstate a glibc run's: re-run with malloc=auto (or without malloc=) and "
                      "re-add the block with the new trial", trials=usable.names(live),
                      note=_(LIVE_TIME_NOTE)))
+    if not target:
+        # the plan's, not the trial's: worded alike on every block, so `show` says it once
+        out.append(_("no target GPU is set (`set gpu=H100`), so nobody checked that "
+                     "this block's trials ran on it; each block's hours are on its trials' own "
+                     "device, named on its line"))
+    off = [name for r, name in zip(reports, est["trials"]) if gpus.matches_gpu(r, target) is False]
+    if off:
+        out.append(_("{trials} ran on {env}, not the plan's target {target}: the block's time "
+                     "is not a time on {target} and is left out of the total and the cost (its "
+                     "memory still sizes the block); {missing}", trials=usable.names(off),
+                     env=est.get("off_target") or est["env"], target=target,
+                     missing=footing.missing_trial(plan.get("name", "NAME"), est, target)))
     for r, name in zip(reports, est["trials"]):
-        on = gpus.matches_gpu(r, target)
-        if on is None:
-            # the plan's, not the trial's: worded alike on every block, so `show` says it once
-            out.append(_("no target GPU is set (`set gpu=H100`), so nobody checked that "
-                         "this block's trials ran on it"))
-            break
-        if not on:
-            out.append(_("{trial} ran on {env}, not the plan's target {target}: its times and "
-                         "memory are not the target's", trial=name, env=estimate.env_kind(r),
-                         target=target))
-        busy = r.get("contention") or {}
-        if busy.get("flagged"):
-            out.append(_("{trial} ran on a busy machine — {summary}. This block carries that "
-                         "slowdown: re-run it (the Re-run button on its card) and re-add the "
-                         "block with the new trial", trial=name, summary=summary.busy_line(r)))
-        changed = {k: v for k, v in (r.get("requested") or {}).items()
-                   if r["params"].get(k) != v}
-        if changed:
-            out.append(_("{trial} was measured at a different config than requested "
-                         "({changes})", trial=name, changes=", ".join(
-                             _("{key}={got}, requested {wanted}", key=k, got=r["params"][k],
-                               wanted=v) for k, v in changed.items())))
+        out += _trial_marks(r, name)
     lock = (plan.get("locked") or {}).get(est["kind"])
     diff = estimate.lock_differences(lock, est["config"], est["code"]) if lock else []
     if diff:
@@ -175,6 +169,28 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     return out
 
 
+def _trial_marks(r: dict, name: str) -> list[str]:
+    """The warnings one trial's report carries about its own time figures."""
+    out = []
+    if (r.get("contention") or {}).get("flagged"):
+        out.append(_("{trial} ran on a busy machine — {summary}. This block carries that "
+                     "slowdown: re-run it (the Re-run button on its card) and re-add the "
+                     "block with the new trial", trial=name, summary=summary.busy_line(r)))
+    marks = usable.marks(r)
+    if marks["unstable"]:
+        spread = (f"{marks['spread']:.1%}" if marks["spread"] is not None else "?")
+        out.append(_("{trial} was UNSTABLE (IQR/median {spread}): its time per run is loose; "
+                     "re-run it on a quiet machine and re-add the block with the new trial",
+                     trial=name, spread=spread))
+    changed = {k: v for k, v in (r.get("requested") or {}).items() if r["params"].get(k) != v}
+    if changed:
+        out.append(_("{trial} was measured at a different config than requested "
+                     "({changes})", trial=name, changes=", ".join(
+                         _("{key}={got}, requested {wanted}", key=k, got=r["params"][k],
+                           wanted=v) for k, v in changed.items())))
+    return out
+
+
 def hours_text(x: Decimal | None) -> str:
     """GPU-hours to three significant digits (bot/figures.py), each figure on its own."""
     return figures.gpu_hours(x)
@@ -186,9 +202,19 @@ def _interval(est: dict) -> str:
     return figures.interval(*est["interval"])
 
 
-def components_text(est: dict) -> str:
-    return "\n".join(f"  {c['name']:<8} {hours_text(c['hours'])} GPU-h  ← {c['source']}"
+def components_text(est: dict, unit: str = "GPU-h") -> str:
+    return "\n".join(f"  {c['name']:<8} {hours_text(c['hours'])} {unit}  ← {c['source']}"
                      for c in est["components"])
+
+
+def _detail(est: dict, target: str | None) -> str:
+    """A block's components under its heading; a block measured off the target
+    is headed so, in hours of its own device."""
+    values = dict(kind=est["kind"], trials=", ".join(est["trials"]), env=est["env"])
+    if est.get("off_target"):
+        return (_("{kind} (from {trials} on {env}), {apart}:", apart=footing.apart_text(
+                    est, target), **values) + "\n" + components_text(est, "h"))
+    return _("{kind} (from {trials} on {env}):", **values) + "\n" + components_text(est)
 
 
 def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> dict:
@@ -196,12 +222,20 @@ def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> d
               else est["interval_note"])
     values = dict(plan=plan["name"], kind=est["kind"], hours=hours_text(est["hours"]),
                   spread=spread, trials=", ".join(est["trials"]), env=est["env"])
-    head = (_("Plan *{plan}*: {kind} block replaced — {hours} GPU-h ({spread}), from {trials} "
-              "on {env}.", **values) if replaced else
-            _("Plan *{plan}*: {kind} block added — {hours} GPU-h ({spread}), from {trials} on "
-              "{env}.", **values))
-    text = (f"{head}\n```{components_text(est)}\n"
-            f"  {_('total'):<8} {hours_text(est['hours'])} GPU-h```")
+    unit = "GPU-h"
+    if est.get("off_target"):  # another device's time: never worded as target GPU-hours
+        unit, apart = "h", footing.apart_text(est, plan["facts"]["gpu"])
+        head = (_("Plan *{plan}*: {kind} block replaced — {hours} h ({spread}), from {trials}, "
+                  "{apart}.", apart=apart, **values) if replaced else
+                _("Plan *{plan}*: {kind} block added — {hours} h ({spread}), from {trials}, "
+                  "{apart}.", apart=apart, **values))
+    else:
+        head = (_("Plan *{plan}*: {kind} block replaced — {hours} GPU-h ({spread}), from "
+                  "{trials} on {env}.", **values) if replaced else
+                _("Plan *{plan}*: {kind} block added — {hours} GPU-h ({spread}), from {trials} "
+                  "on {env}.", **values))
+    text = (f"{head}\n```{components_text(est, unit)}\n"
+            f"  {_('total'):<8} {hours_text(est['hours'])} {unit}```")
     text += "".join(f"\n:warning: {w}" for w in warnings)
     return reply(text)
 
@@ -227,17 +261,21 @@ def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> lis
         return [_("unconfirmed")] * (len(ests) + 1)
     stale = prices.is_stale(rent, today)
     cells, counted = [], []
-    for _block, e, trials in ests:
-        if not all(gpus.matches_gpu(t["report"], plan["facts"].get("gpu")) for t in trials):
+    for _block, e, _trials in ests:
+        if e.get("off_target"):  # another device's hours: no money at the target's rate
             cells.append(_("n/a: not measured on {gpu}", gpu=plan["facts"]["gpu"]))
             continue
         counted.append(e["hours"])
         cells.append(_stale(prices.money(prices.cost(e["hours"], rent), rent["currency"]), stale))
+    if not counted:
+        return cells + [_("n/a: no block measured on {gpu}", gpu=plan["facts"]["gpu"])]
+    # The total's cost from the unrounded hours, rounded to the cent once; like the
+    # total's hours, it leaves out the blocks measured off the target.
+    money = _stale(prices.money(prices.cost(sum(counted, Decimal(0)), rent),
+                                rent["currency"]), stale)
     if len(counted) < len(ests):
-        return cells + [_("unconfirmed: not every block was measured on the target")]
-    # The total's cost from the unrounded hours, rounded to the cent once.
-    return cells + [_stale(prices.money(prices.cost(sum(counted, Decimal(0)), rent),
-                                        rent["currency"]), stale)]
+        money = _("{money}, {gpu} blocks only", money=money, gpu=plan["facts"]["gpu"])
+    return cells + [money]
 
 
 def _stale(money: str, stale: bool) -> str:
@@ -245,16 +283,20 @@ def _stale(money: str, stale: bool) -> str:
 
 
 def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] | None:
-    """The block's GPU-hours × the calibrated multipliers, unrounded."""
+    """The block's GPU-hours × the calibrated multipliers, unrounded; a declared
+    hand-off in them is added once, unscaled."""
     if not cal or not cal["calibrated"]:
         return None
-    return tuple(est["hours"] * Decimal(repr(m)) for m in (cal["low"], cal["high"]))
+    declared = estimate.hours(est.get("declared_idle") or 0.0)
+    return tuple((est["hours"] - declared) * Decimal(repr(m)) + declared
+                 for m in (cal["low"], cal["high"]))
 
 
 def calibrated_total(ests: list, calib: list[dict]) -> tuple[Decimal, Decimal] | None:
     """The sums of the blocks' calibrated bounds; None unless every block is
     calibrated."""
-    shown = [calibrated_interval(e, c) for (_block, e, _trials), c in zip(ests, calib)]
+    shown = [calibrated_interval(e, c) for (_block, e, _trials), c in zip(ests, calib)
+             if not e.get("off_target")]  # left out of the total as their hours are
     if not shown or not all(shown):
         return None
     return (sum((lo for lo, _hi in shown), Decimal(0)),
@@ -278,15 +320,24 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     for i, ((_block, e, _trials), c) in enumerate(zip(ests, cost)):
         runs = f"{e['runs']}×{e['configs']}" + (f"×{e['gpus']}gpu" if e["gpus"] > 1 else "")
         kind = _("{kind} (partial depth)", kind=e["kind"]) if e.get("partial") else e["kind"]
+        if e.get("off_target"):  # its time is shown apart, below the table
+            rows.append([kind, runs, _("off target"), "—"]
+                        + (["—"] if calib else []) + [c])
+            continue
         rows.append([kind, runs, hours_text(e["hours"]), _interval(e)]
                     + ([_calibrated_cell(e, calib[i])] if calib else []) + [c])
     tot = estimate.total([e for _block, e, _trials in ests])
     iv = figures.interval(*tot["interval"]) if tot["interval"] else _("no interval")
+    if tot["left_out"] and len(tot["left_out"]) == len(ests):
+        iv = "—"
     extra = []
     if calib:
         ct = calibrated_total(ests, calib)
-        extra = [figures.interval(*ct) if ct else _("n/a: not every block calibrated")]
-    rows.append([_("total"), "", hours_text(tot["hours"]), iv] + extra + [cost[-1]])
+        extra = [figures.interval(*ct) if ct else "—" if iv == "—" else
+                 _("n/a: not every block calibrated")]
+    shown = (hours_text(tot["hours"]) if len(tot["left_out"]) < len(ests) else
+             _("n/a: no block measured on {gpu}", gpu=plan["facts"].get("gpu")))
+    rows.append([_("total"), "", shown, iv] + extra + [cost[-1]])
     return rows
 
 
@@ -294,6 +345,8 @@ def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
     """Per block, the calibration's sentence and the pairs it used."""
     out = []
     for (_block, e, _trials), c in zip(ests, calib):
+        if e.get("off_target"):  # no target time to calibrate
+            continue
         line = f"• {e['kind']}: {c['text']}"
         if c["calibrated"]:
             lo, hi = calibrated_interval(e, c)
@@ -337,10 +390,14 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
         text = f"{head}\n{body}"
     else:
         body = table_text(table_rows(plan, ests, price_list, today, calib))
-        detail = "\n".join(_("{kind} (from {trials} on {env}):", kind=e["kind"],
-                             trials=", ".join(e["trials"]), env=e["env"])
-                           + f"\n{components_text(e)}" for _block, e, _trials in ests)
+        detail = "\n".join(_detail(e, f.get("gpu")) for _block, e, _trials in ests)
         text = f"{head}\n```{body}```\n{cost_line}\n```{detail}```"
+        left_out = estimate.total([e for _block, e, _trials in ests])["left_out"]
+        if left_out:
+            text += "\n" + _("The total and its cost leave out {kinds}: measured on another "
+                             "device than {gpu}, its hours are not hours on {gpu} (*Warnings* "
+                             "names the trial still missing).", kinds=", ".join(left_out),
+                             gpu=f["gpu"])
         if calib:
             text += "\n" + _("*Calibration* (`/plan calibration`):") + "\n" + "\n".join(
                 calibration_lines(ests, calib))

@@ -27,7 +27,8 @@ def past_blocks(ctx, ratios, t, channel="C1", gpu=True):
     """One plan per past block, each with a manual actual of ratio × its estimate."""
     for i, r in enumerate(ratios):
         name = f"past{i}" + ("" if gpu else "-cpu")
-        plan_command.handle(ctx, f"new {name} gpu=H100", "U1", channel, TODAY)
+        plan_command.handle(ctx, f"new {name} gpu={'H100' if gpu else 'cpu'}", "U1", channel,
+                            TODAY)
         plan_command.handle(ctx, f"{name} block baseline runs=10 trial={t}", "U1", channel, TODAY)
         plan_command.handle(ctx, f"{name} actual baseline hours={r * EST_H:.6f}", "U1", channel,
                             TODAY)
@@ -191,3 +192,54 @@ def test_a_slurm_actual_asked_twice_counts_once_and_can_be_deleted(ctx):
     assert "Deleted 2 recorded baseline actual(s)" in say(ctx, "repro actual baseline delete")
     assert "no actual yet" in say(ctx, "repro review")
     assert [r["actual"] for r in ctx.store.db["slurm_actuals"].rows] == [None, None]
+
+
+def test_an_actual_on_another_device_is_shown_apart_and_never_enters_calibration(ctx):
+    """Issue #31: a CPU trial's estimate against H100 hours typed as actuals was
+    compared (+48,444%) and put into the CPU group of `/plan calibration`."""
+    cpu = finish(ctx, report(gpu=None))
+    for i in range(9):
+        say(ctx, f"new h{i} gpu=H100")
+        say(ctx, f"h{i} block baseline runs=10 trial={cpu}")
+        say(ctx, f"h{i} actual baseline hours={30 * EST_H:.6f}")
+    out = say(ctx, "h0 review")
+    assert "%" not in out and "inside" not in out and "OUTSIDE" not in out
+    assert ("kept apart, actual 1.96 GPU-h on H100-80GB from manual #1, not compared: the "
+            f"estimate is a time on CPU (EPYC) (from {cpu})") in out
+    assert service.calibration_pairs(ctx, "U1", "C1") == []
+    assert "CPU (EPYC)" not in say(ctx, "calibration")
+    # With no target, a tagged trial on another device than the estimate's is kept apart.
+    say(ctx, "new free")
+    say(ctx, f"free block baseline runs=10 trial={cpu}")
+    gpu = finish(ctx, report(), tags=("free", "baseline"))
+    out = say(ctx, "free review")
+    assert (f"kept apart, {gpu}: another device: ran on 1× NVIDIA H100 80GB HBM3, the "
+            "estimate's trials on CPU (EPYC)") in out
+    assert service.calibration_pairs(ctx, "U1", "C1") == []
+    # The same device: compared, and a pair.
+    same = finish(ctx, report(gpu=None), tags=("free", "baseline"))
+    out = say(ctx, "free review")
+    assert f"from {same}" in out and "inside its uncalibrated 90% interval" in out
+    assert [p["scope"] for p in service.calibration_pairs(ctx, "U1", "C1")] == [
+        "CPU (EPYC) · llm-infer"]
+
+
+def test_a_handoff_adds_its_hours_once_and_keeps_the_intervals_width(ctx):
+    """Issue #31: handoff=30min narrowed the review's interval (0.00155–0.00463
+    became 0.00308–0.00310) as if it were a multiplier, flipping the verdict."""
+    t = finish(ctx, report())
+    say(ctx, "new ho gpu=H100")
+    say(ctx, f"ho block baseline runs=10 trial={t}")
+    say(ctx, f"ho actual baseline hours={EST_H + 0.0003:.6f}")
+    before = say(ctx, "ho review")
+    assert "    inside its uncalibrated 90% interval (0.0648–0.0657 GPU-h)" in before
+    say(ctx, "ho set handoff=30min")
+    est = service.estimates(ctx, ctx.store.plan("ho"))[0][1]
+    assert float(est["hours"]) == pytest.approx(EST_H + 0.5)  # added once
+    assert "    inside its uncalibrated 90% interval (0.0648–0.0657 GPU-h)" in say(
+        ctx, "ho review")  # idle left out on both sides: the same interval
+    say(ctx, f"ho actual baseline correct hours={EST_H + 0.5003:.6f} idle=0.5")
+    assert "    inside its uncalibrated 90% interval (0.565–0.566 GPU-h)" in say(ctx, "ho review")
+    pair = service.calibration_pairs(ctx, "U1", "C1")[0]
+    lo, hi = (m * pair["estimate"] / 3600 for m in pair["interval"])
+    assert hi - lo == pytest.approx(float(est["interval"][1] - est["interval"][0]))

@@ -65,14 +65,35 @@ def pair_of(plan: str, est: dict, row: dict) -> dict | None:
     if row.get("actual") is None:
         return None
     interval = None
-    if est.get("interval") and est["hours"] > 0:
-        interval = tuple(float(x / est["hours"]) for x in est["interval"])
+    own = own_interval(est, row["estimate"])
+    if own and row["estimate"] > 0:
+        interval = tuple(x / row["estimate"] for x in own)
     return {"plan": plan, "block": est["kind"], "scope": scope_of(est),
             "estimate": row["estimate"] * 3600, "actual": row["actual"] * 3600,
             "estimate_parts": row.get("estimate_parts") or {},
             "actual_parts": row.get("actual_parts") or {},
             "contended": row.get("contended") or [], "unmeasured": row.get("unmeasured") or [],
             "interval": interval, "recorded": row.get("recorded")}
+
+
+def own_interval(est: dict, compared: float) -> tuple[float, float] | None:
+    """The block's own 90% interval, in GPU-hours, around `compared`: the
+    estimate as review compares it with the actual (idle left out when the
+    actual does not give it). The interval is the runs' spread, so it keeps its
+    width in hours whatever idle or hand-off is added or left out."""
+    if not est.get("interval"):
+        return None
+    below = float(est["hours"] - est["interval"][0])
+    above = float(est["interval"][1] - est["hours"])
+    return max(0.0, compared - below), compared + above
+
+
+def scaled(compared: float, multipliers: tuple[float, float],
+           declared: float = 0.0) -> tuple[float, float]:
+    """`compared` × the calibrated multipliers, a declared hand-off inside it
+    (GPU-hours) added once, unscaled: it is a figure given, not measured."""
+    base = compared - declared
+    return tuple(base * m + declared for m in multipliers)
 
 
 def min_pairs(level: float = LEVEL) -> int:

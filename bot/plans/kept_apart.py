@@ -6,16 +6,20 @@ evidence and shown apart, not pooled into the block's actual. Pure but for
 from __future__ import annotations
 
 from bot.fits import gpus
-from bot.plans import estimate
+from bot.plans import estimate, footing
 from worker.i18n import _
 
 
-def why(plan: dict, job: dict) -> str | None:
-    """Why a tagged trial is kept out of its block's actual, or None."""
+def why(plan: dict, job: dict, basis: dict | None = None) -> str | None:
+    """Why a tagged trial is kept out of its block's actual, or None. `basis`,
+    a report the block's estimate rests on: with no target set, a trial on
+    another device than it is kept out too."""
     r = job.get("report")
     if not r:
         return None
     target = plan["facts"].get("gpu")
+    if not target and basis is not None and footing.other_device(job, basis):
+        return footing.other_device(job, basis)
     if gpus.matches_gpu(r, target) is False:
         values = dict(env=estimate.env_kind(r), target=target)
         if ((job.get("spec") or {}).get("route") or {}).get("anywhere"):
@@ -30,11 +34,12 @@ def why(plan: dict, job: dict) -> str | None:
     return None
 
 
-def split(plan: dict, jobs: list[dict]) -> tuple[list[dict], list[str]]:
+def split(plan: dict, jobs: list[dict], basis: dict | None = None
+          ) -> tuple[list[dict], list[str]]:
     """(the trials that count, a line per trial kept apart)."""
     counted, kept = [], []
     for j in jobs:
-        why_not = why(plan, j)
+        why_not = why(plan, j, basis)
         if why_not:
             kept.append(f"{j['trial']}: {why_not}")
         else:

@@ -9,24 +9,25 @@ from decimal import Decimal
 from bot import figures
 from bot.blocks import reply
 from bot.fits import gpus
-from bot.plans import calibration, prices
+from bot.plans import calibration, estimate, prices
 from worker.i18n import _
 
 
 def held_text(row: dict, est: dict, cal: dict | None) -> str:
     """Did the block's actual fall inside the interval shown for it: the
-    calibrated one (from the other blocks of its scope) or else its own?"""
-    pair = {"estimate": row["estimate"], "actual": row["actual"]}
+    calibrated one (from the other blocks of its scope) or else its own? A
+    declared hand-off is added once: never scaled, never narrowing the interval."""
     if not row["estimate"] > 0:
         return _("no interval to judge it by (an estimate of 0 GPU-h)")
+    declared = float(estimate.hours(est.get("declared_idle") or 0.0)) if row[
+        "idle_compared"] else 0.0
     if cal and cal["calibrated"]:
-        mult = (cal["low"], cal["high"])
-    elif est.get("interval") and est["hours"] > 0:
-        mult = tuple(float(x / est["hours"]) for x in est["interval"])
+        lo, hi = calibration.scaled(row["estimate"], (cal["low"], cal["high"]), declared)
+    elif calibration.own_interval(est, row["estimate"]):
+        lo, hi = calibration.own_interval(est, row["estimate"])
     else:
         return _("no interval to judge it by")
-    lo, hi = (row["estimate"] * m for m in mult)
-    inside, shown = calibration.inside(pair, mult), figures.interval(lo, hi)
+    inside, shown = lo <= row["actual"] <= hi, figures.interval(lo, hi)
     if cal and cal["calibrated"]:
         values = dict(level=f"{cal['level']:.0%}", low=f"{cal['low']:.2f}",
                       high=f"{cal['high']:.2f}", interval=shown)

@@ -10,7 +10,7 @@ import numpy as np
 from bot.blocks import message
 from bot.fits import depth, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
-from bot.plans import calibration, estimate, kept_apart, review, slurm
+from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
 from bot.plans.parse import PlanError
 from bot.trials.job import WAITING
 from bot.trials.queue import LeaseLost
@@ -199,10 +199,16 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
     rows = []
     for block, est, trials in ests:
         # Off-target and not-comparable trials are evidence, not the block's actual.
-        mine, apart = kept_apart.split(plan, [j for j in jobs if j["block"] == block["kind"]])
+        mine, apart = kept_apart.split(plan, [j for j in jobs if j["block"] == block["kind"]],
+                                       basis=trials[0]["report"])
         mine_manual = [m for m in manual if m["block"] == block["kind"]]
         attempts = ctx.store.attempts_of([j["id"] for j in mine])
         row = review.review_block(est, mine, attempts, mine_manual, plan["locked"])
+        # An estimate and an actual are paired only on the same device.
+        across = footing.across(est, plan["facts"].get("gpu"), row)
+        if across:
+            row = {"kind": est["kind"], "actual": None}
+            apart.append(across)
         row["apart"] = apart
         row["memory"] = review.memory_compare([t["report"] for t in trials],
                                                [j["report"] for j in mine if j["report"]])

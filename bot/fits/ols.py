@@ -81,20 +81,23 @@ def _fit_rows(features, rows):
 def _configs(rows) -> list[tuple]:
     return sorted({(r[0], r[1]) for r in rows}, key=lambda c: (c[0] * c[1], c[0], c[1]))
 
-def _loo(features, rows) -> dict | None:
-    """Leave each distinct config out, refit, predict it (relative errors)."""
-    errors = []
+def _left_out(features, rows) -> list[tuple] | None:
+    """Leave each distinct config out, refit, predict it: [(config, predicted,
+    the other configs)], or None when some refit cannot determine the form."""
+    out = []
     for config in _configs(rows):
         rest = [r for r in rows if (r[0], r[1]) != config]
-        if len(_configs(rest)) < len(features):
-            return None
-        fit = _fit_rows(features, rest)
+        fit = _fit_rows(features, rest) if len(_configs(rest)) >= len(features) else None
         if fit is None:
             return None
-        x = design(features, [config])[0]
-        for r in rows:
-            if (r[0], r[1]) == config and r[2]:
-                errors.append(float(x @ fit[0]) / r[2] - 1)
+        out.append((config, float(design(features, [config])[0] @ fit[0]), _configs(rest)))
+    return out
+
+
+def _loo(features, rows) -> dict | None:
+    """Leave-one-out's relative errors, each trial against its config's prediction."""
+    errors = [predicted / r[2] - 1 for config, predicted, _rest in _left_out(features, rows) or []
+              for r in rows if (r[0], r[1]) == config and r[2]]
     if not errors:
         return None
     e = np.array(errors)
@@ -114,17 +117,15 @@ def _form(features, rows) -> tuple[dict | None, str | None]:
         return None, _("{n} configs for a {p}-term form leave none to predict from the others "
                        "(leave-one-out needs {need})", n=len(configs), p=len(features),
                        need=len(features) + 1)
+    left_out = _left_out(features, rows)
+    if left_out is None:
+        return None, _("the configs left after leaving one out cannot determine the form")
     curvatures = []
-    for config in configs:
-        rest = [r for r in rows if (r[0], r[1]) != config]
-        fit = _fit_rows(features, rest)
-        if fit is None or len(_configs(rest)) < len(features):
-            return None, _("the configs left after leaving one out cannot determine the form")
-        reach = _reach(config[0] * config[1], [c[0] * c[1] for c in _configs(rest)])
+    for config, predicted, rest in left_out:
+        reach = _reach(config[0] * config[1], [c[0] * c[1] for c in rest])
         measured = float(np.mean([r[2] for r in rows if (r[0], r[1]) == config]))
         if reach > 0:  # a config at the same b·s as another says nothing about a curve
-            curvatures.append(abs(float(design(features, [config])[0] @ fit[0]) - measured)
-                              / reach)
+            curvatures.append(abs(predicted - measured) / reach)
     if not curvatures:
         return None, _("every config shares its b·s with another: no curve to read")
     return {"curvature": float(np.sqrt(np.mean(np.square(curvatures)))),
@@ -268,17 +269,14 @@ def band(model: dict, b: float, s: float, level: float = 0.90, form: bool = True
     if not dof or math.isnan(se):
         return Band(value, 0, why=_("{n} points, {p} terms: dof 0", n=model["n"],
                                     p=len(model["features"])))
+    noise = t_quantile(dof, level) * se
     if not form:
-        return Band(value, dof, noise=t_quantile(dof, level) * se, form=0.0)
-    if "form" not in model:  # a fit stored before the form's error was computed
-        return Band(value, dof, why=_("the fit predates its leave-one-out error: fit again"))
-    form = model["form"]
-    if form is None:
+        return Band(value, dof, noise=noise, form=0.0)
+    loo = model["form"]
+    if loo is None:
         return Band(value, dof, why=model["form_why"])
-    lo, hi = form["u"]
-    u = b * s
-    return Band(value, dof, noise=t_quantile(dof, level) * se,
-                form=form["curvature"] * abs(u - lo) * abs(u - hi), points=form["points"])
+    return Band(value, dof, noise=noise, form=loo["curvature"] * _reach(b * s, loo["u"]),
+                points=loo["points"])
 
 
 def leverage(model: dict, b: float, s: float) -> float | None:

@@ -204,9 +204,7 @@ def paired(pairs: list[tuple[dict | None, dict | None]], level: float = LEVEL,
     notes = [n for p in rounds for t in (p["a"], p["b"]) for n in t["notes"]]
     left_out = [p["why"] for p in rounds if p["diff"] is None]
     if len(used) < 2:
-        ok = [(ra, rb) for (ra, rb), p in zip(pairs, rounds) if p["diff"] is not None]
-        rest = [(ra, rb) for (ra, rb), p in zip(pairs, rounds) if p["diff"] is None]
-        out = compare([r for r, _b in ok + rest], [r for _a, r in ok + rest], level, names)
+        out = compare([ra for ra, _rb in pairs], [rb for _ra, rb in pairs], level, names)
         if len(pairs) > 1:  # rounds=1 asked for no pairs: nothing to explain
             out["marks"].append(_("{n} usable pair(s) of {total}: the unpaired test, which "
                                   "drift between trials can sway", n=len(used),

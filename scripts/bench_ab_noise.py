@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 from loadgen import LoadGenerator  # noqa: E402
 
+from bot.fits import compare  # noqa: E402
 from bot.trials import ab  # noqa: E402
 
 # malloc=glibc: one pass per trial (a default CPU trial adds a memory pass the
@@ -82,7 +83,9 @@ def one_ab(a: list[str], b: list[str], rounds: int, first: int, load,
     test = ab.time_test(jobs, reports)
     # the same test with the contention marks taken off: the test alone, apart from
     # the probe's refusals (what a machine as busy as this one would otherwise get)
-    test["unmarked"] = ab.time_test(jobs, [unmarked(r) for r in reports])["verdict"]
+    bare = ab.time_test(jobs, [unmarked(r) for r in reports])
+    test["unmarked"] = bare["verdict"]
+    print(f"  the test alone (contention marks ignored): {compare.phrase(bare)}")
     if save:
         save.write(json.dumps({"lines": lines, "reports": reports}) + "\n")
         save.flush()

@@ -55,6 +55,10 @@ def test_rounds_through_the_command_queue_and_lease_in_abba_order_and_bad_rounds
     # the worker is handed them in that order, one after another
     leased = [q.queue.lease("cpu-a", 0) for _ in jobs]
     assert [j["spec"]["params"]["dtype"] for j in leased] == ["fp32", "bf16", "bf16", "fp32"]
+    reply, _job = trial_command.handle(q, "ab llm-infer dtype=fp32,bf16 rounds=1", "U1", "C1")
+    assert "Queued an A/B of 1 round" in reply["text"]
+    assert "one round cannot balance a drift (the default, rounds=4, runs A B B A A B B A)" \
+        in reply["text"]
 
 
 def infer(latency, rss, logits, tokens):

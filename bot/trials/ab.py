@@ -10,7 +10,7 @@ from bot.blocks import reply, section
 from bot.fits import compare as test
 from worker import spec as specs
 from worker import units
-from worker.i18n import _, ngettext
+from worker.i18n import _
 
 USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
          "/trial ab llm-train precision=fp32,bf16")
@@ -142,18 +142,18 @@ def time_test(jobs: list[dict], reports: list[dict | None]) -> dict:
 
 def queued(jobs: list[dict]) -> dict:
     a, b = arms(jobs)
-    n = len(a)
-    return reply(ngettext("Queued an A/B of {n} round: A `{a}` ({trials_a}), B `{b}` "
-                          "({trials_b}), run in the order {order} (ABBA: a drift that grows "
-                          "steadily falls on both alike). The comparison is posted in this "
-                          "channel when all have ended.",
-                          "Queued an A/B of {n} rounds: A `{a}` ({trials_a}), B `{b}` "
-                          "({trials_b}), run in the order {order} (ABBA: a drift that grows "
-                          "steadily falls on both alike). The comparison is posted in this "
-                          "channel when all have ended.",
-                          n, a=a[0]["words"], trials_a=", ".join(j["trial"] for j in a),
-                          b=b[0]["words"], trials_b=", ".join(j["trial"] for j in b),
-                          order=ran_order(jobs)))
+    values = dict(n=len(a), a=a[0]["words"], trials_a=", ".join(j["trial"] for j in a),
+                  b=b[0]["words"], trials_b=", ".join(j["trial"] for j in b),
+                  order=ran_order(jobs))
+    if len(a) == 1:  # one A and one B: no order to balance a drift with
+        return reply(_("Queued an A/B of 1 round: A `{a}` ({trials_a}), B `{b}` ({trials_b}), "
+                       "run in the order {order}; one round cannot balance a drift (the "
+                       "default, rounds={rounds}, runs A B B A A B B A). The comparison is "
+                       "posted in this channel when all have ended.", rounds=ROUNDS, **values))
+    return reply(_("Queued an A/B of {n} rounds: A `{a}` ({trials_a}), B `{b}` ({trials_b}), "
+                   "run in the order {order} (ABBA: a drift that grows steadily falls on both "
+                   "alike). The comparison is posted in this channel when all have ended.",
+                   **values))
 
 
 def _when(jobs: list[dict]) -> str:

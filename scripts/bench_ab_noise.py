@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Does the A/B's verdict hold beyond the noise of a shared machine? (issue 17)
 
-Runs A/Bs as the bot would (A, B, A, B… as real trials through the worker CLI)
-under a noisy neighbour (scripts/loadgen.py, on for the whole bench unless
---quiet), and asks the bot's own comparison (bot/trials/ab.py over
-bot/fits/compare.py) for each verdict. Targets:
+Runs A/Bs as the bot would (ABBA order, ab.order(): A B B A A B B A for 4
+rounds, as real trials through the worker CLI, one after another as one worker
+runs them) under a noisy neighbour (scripts/loadgen.py, on for the whole bench
+unless --quiet), and asks the bot's own comparison (bot/trials/ab.py's paired
+test over bot/fits/compare.py) for each verdict. Targets:
 
 - an A/B of two identical configs says "no measurable difference" in ≥ 9 of 10;
 - an A/B of layers=4 against layers=8 (about 2× the time) finds B slower in ≥ 9 of 10.
@@ -67,25 +68,24 @@ def unmarked(r: dict | None) -> dict | None:
 
 def one_ab(a: list[str], b: list[str], rounds: int, first: int, load,
            threads: int, save) -> tuple[dict, dict]:
-    """A, B, A, B… as trials T<first>…; → (the bot's test, its posted message)."""
-    lines = [" ".join(a), " ".join(b)] * rounds
+    """The arms in ABBA order as trials T<first>…; → (the bot's test, its posted message)."""
+    lines = [" ".join(a if arm == "A" else b) for arm in ab.order(rounds)]
     jobs, reports = [], []
     for i, line in enumerate(lines):
+        started = time.time()
         r = trial(line.split(), threads)
         name = f"T{first + i}"
         if r:
-            r["trial"] = name
-        jobs.append({"id": first + i, "trial": name, "words": line, "channel": "bench"})
+            r.update(trial=name, worker="bench")
+        jobs.append({"id": first + i, "trial": name, "words": line, "channel": "bench",
+                     "worker": "bench", "started": started})
         reports.append(r)
-    ra, rb = ab.arms(reports)
-    test = compare.compare([r for r in ra if r and r["status"] == "ok"],
-                           [r for r in rb if r and r["status"] == "ok"])
+    test = ab.time_test(jobs, reports)
     # the same test with the contention marks taken off: the test alone, apart from
     # the probe's refusals (what a machine as busy as this one would otherwise get)
-    bare = [unmarked(r) for r in reports]
-    ba, bb = ab.arms(bare)
-    test["unmarked"] = compare.compare([r for r in ba if r and r["status"] == "ok"],
-                                       [r for r in bb if r and r["status"] == "ok"])["verdict"]
+    bare = ab.time_test(jobs, [unmarked(r) for r in reports])
+    test["unmarked"] = bare["verdict"]
+    print(f"  the test alone (contention marks ignored): {compare.phrase(bare)}")
     if save:
         save.write(json.dumps({"lines": lines, "reports": reports}) + "\n")
         save.flush()
@@ -110,7 +110,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     a = CONFIG + ["layers=4"]
     kinds = {"identical": (a, a, "same"), "2x": (a, CONFIG + ["layers=8"], "slower")}
-    print(f"config: {' '.join(CONFIG)}; A/B rounds={args.rounds}; "
+    print(f"config: {' '.join(CONFIG)}; A/B rounds={args.rounds} "
+          f"({' '.join(ab.order(args.rounds))}); "
           f"OMP_NUM_THREADS={args.threads or 'default'}; "
           f"{'no load' if args.quiet else f'LoadGenerator(seed={args.seed}) on all cores'}")
     got = {k: {} for k in kinds}  # verdict (None: no verdict) -> count
@@ -140,7 +141,8 @@ def main() -> int:
         return f"identical configs: {part('identical')}; layers=4 vs layers=8: {part('2x')}"
 
     where = "quiet" if args.quiet else "under load"
-    print(f"RESULT: {line(got)} (targets ≥ 9 in 10 each; {args.rounds} rounds, {where}) -> "
+    print(f"RESULT: {line(got)} (targets ≥ 9 in 10 each; {args.rounds} rounds in ABBA order, "
+          f"paired test, {where}) -> "
           f"{'PASS' if ok else 'FAIL'}")
     print(f"RESULT with the contention marks ignored (the test alone, not what the bot "
           f"posts): {line(bare)}")

@@ -151,7 +151,10 @@ def test_a_batch_sweep_chart_has_its_points_the_held_out_one_and_the_prediction(
     held = fit["memory"]["host_rss_peak"]["held_out"]
     assert offsets(memory, "held-out") == [pytest.approx((8, held["measured"] / MiB))]
     value, se, dof = ols.predict_model(fit["memory"]["host_rss_peak"], 16, 68)
-    low, high = ols.interval(value, se, dof)
+    band = ols.band(fit["memory"]["host_rss_peak"], 16, 68)
+    low, high = band.low, band.high  # the residuals' interval and the form's error beside it
+    residuals = ols.interval(value, se, dof)
+    assert band.form > 0 and low < residuals[0] and high > residuals[1]
     (star,) = [line for line in memory.lines if line.get_gid() == "prediction"]
     assert list(star.get_xdata()) == [16] and star.get_ydata()[0] == pytest.approx(value / MiB)
     (bar,) = [c for c in memory.containers if hasattr(c, "has_yerr") and c.has_yerr]

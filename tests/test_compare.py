@@ -59,7 +59,7 @@ def test_a_real_two_fold_difference_is_found():
     got = verdicts(2.0)
     assert got.count("slower") >= 0.9 * len(got)
     assert verdicts(0.5).count("faster") >= 0.9 * len(got)
-    # at 15% drift between trials two rounds miss it often; three find it (ab.ROUNDS)
+    # at 15% drift between trials two rounds miss it often; three find it
     assert verdicts(2.0, drift=0.15, rounds=2).count("slower") < 0.8 * len(got)
     assert verdicts(2.0, drift=0.15, rounds=3).count("slower") >= 0.9 * len(got)
 
@@ -152,3 +152,59 @@ def test_an_unstable_trial_whose_spread_came_with_contention_keeps_its_quiet_win
     t = compare.trial_time(r)
     assert not t["excluded"] and t["mean"] == pytest.approx(0.3)
     assert "T1 was UNSTABLE (IQR/median 477%)" in t["notes"]
+
+
+def paired_verdicts(ratio, noise=0.08, rounds=4, drift=0.0, order="ABBA", draws=200, seed=17):
+    """A/Bs run slot by slot in `order` (ABBA, or the old ABAB), each trial's level
+    drawn around its arm's with `noise`, and `drift` more per slot (a machine
+    growing busier): the paired test's verdicts."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(draws):
+        arms = ([a for i in range(rounds) for a in ("AB" if i % 2 == 0 else "BA")]
+                if order == "ABBA" else list("AB" * rounds))
+        slots = [trial(rng, 0.3 * (ratio if arm == "B" else 1) * (1 + drift * k), noise)
+                 for k, arm in enumerate(arms)]
+        pairs = [(x, y) if arms[2 * i] == "A" else (y, x)
+                 for i, (x, y) in enumerate(zip(slots[0::2], slots[1::2]))]
+        out.append(compare.paired(pairs)["verdict"])
+    return out
+
+
+def test_a_steady_drift_is_a_false_b_slower_in_abab_order_and_cancels_in_abba():
+    # identical configs, the machine 4% slower each trial (about 1% noise from the
+    # windows): B runs after A in every ABAB round, so each pair's difference is +4%;
+    # ABBA alternates its sign
+    abab = paired_verdicts(1.0, noise=0.0, drift=0.04, order="ABAB")
+    abba = paired_verdicts(1.0, noise=0.0, drift=0.04)
+    assert abab.count("slower") >= 0.9 * len(abab)
+    assert abba.count("same") >= 0.9 * len(abba)
+
+
+def test_the_paired_test_finds_a_real_difference_and_not_a_false_one():
+    same = paired_verdicts(1.0)
+    assert same.count("same") >= 0.9 * len(same)
+    assert paired_verdicts(2.0, drift=0.03).count("slower") >= 0.95 * len(same)
+    assert paired_verdicts(0.5).count("faster") >= 0.95 * len(same)
+    # at 15% noise per trial, 3 pairs (t = 4.3) miss a 2× often; 4 (ab.ROUNDS) find it
+    three = paired_verdicts(2.0, noise=0.15, rounds=3).count("slower") / len(same)
+    four = paired_verdicts(2.0, noise=0.15, rounds=4).count("slower") / len(same)
+    assert three < 0.9 <= four
+
+
+def test_the_paired_verdict_states_its_pairs_and_dof_and_leaves_out_split_pairs():
+    def on(worker, mean, name):
+        return dict(report(mean, name, windows=[window(mean)] * 3, contention=QUIET),
+                    worker=worker)
+    pairs = [(on("w1", 0.30, "T1"), on("w1", 0.60, "T2")),
+             (on("w1", 0.31, "T4"), on("w1", 0.61, "T3")),
+             (on("w1", 0.30, "T5"), on("w2", 0.30, "T6")),
+             (on("w1", 0.32, "T8"), on("w1", 0.63, "T7"))]
+    c = compare.paired(pairs)
+    assert c["verdict"] == "slower" and c["dof"] == 2 and c["test"] == "paired"
+    assert compare.phrase(c).endswith("over 3 pairs, dof 2): B is slower")
+    assert c["marks"] == ["T5 and T6 ran on different workers (w1, w2), so not side by side: "
+                          "no pair"]
+    # one pair left: the unpaired test on what remains, said so
+    c = compare.paired(pairs[:1] + pairs[2:3])
+    assert c["test"] != "paired" and "1 usable pair(s) of 2: the unpaired test" in c["marks"][-1]

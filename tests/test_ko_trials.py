@@ -108,7 +108,7 @@ def test_workers_ab_and_ladder_replies_in_korean():
               "job_started": None, "last_finished": now - 120, "registered": now - 900,
               "idle_seconds": 5400}
     jobs = [{"id": i, "trial": f"T{i}", "words": f"llm-infer dtype={d}"}
-            for i, d in zip(range(4, 10), ["fp32", "bf16"] * 3)]
+            for i, d in zip(range(4, 10), ["fp32", "bf16", "bf16", "fp32", "fp32", "bf16"])]
     with i18n.using("ko"):
         workers = workerlist.text([worker], now, 90)
         queued_ab = ab.queued(jobs)["text"]
@@ -117,7 +117,8 @@ def test_workers_ab_and_ladder_replies_in_korean():
     assert "• *box* — GPU 없음(CPU 코어 16) — " in workers and "이번 주 유휴 1.5 h" in workers
     assert "유휴(2 min 전)" not in workers and "부터 유휴(" in workers
     assert queued_ab.startswith("A/B 3 라운드를 대기열에 추가했습니다: A `llm-infer dtype=fp32`"
-                                " (T4, T6, T8)")
+                                " (T4, T7, T8)")
+    assert "A T4, B T5, B T6, A T7, A T8, B T9 순서로 실행합니다(ABBA" in queued_ab
     assert "래더 *L4*을(를) 예산 24 GiB으로" in queued_ladder
     assert "• T4 baseline: `llm-infer dtype=fp32`" in queued_ladder
     assert advice == ["기준선이 실행되지 않아 어떤 단계도 판정할 수 없습니다. "

@@ -240,3 +240,68 @@ def test_gpu_lookup_names_aliases_ambiguity_and_sizes():
     for g in gpus.TABLE.values():                       # facts with their sources, no prices
         assert g.source and g.bytes == int(g.datasheet_gb * 10**9)
         assert "$" not in g.describe() and "price" not in g.describe().lower()
+
+
+def batch_sweep(truth, batches=(1, 2, 4), noise=None):
+    """A CPU batch sweep whose host RSS and time follow `truth(b)` (MiB, and ms)."""
+    noise = noise or {}
+    return fit_sweep([llm_report(f"T{i}", b, memory={
+        "host_rss_peak": int(truth(b) * (1 + noise.get(b, 0)) * MiB)},
+        seconds=truth(b) * (1 + noise.get(b, 0)) / 1000) for i, b in enumerate(batches, 1)])
+
+
+def test_a_curved_truth_fitted_by_a_line_gets_the_forms_error_in_its_interval():
+    def curved(b):  # memory that grows a little faster than the batch
+        return 300 + 10 * b + 0.2 * b * b
+    fit = batch_sweep(curved, noise={1: 1e-4, 2: -1e-4, 4: 1e-4})
+    model = fit["memory"]["host_rss_peak"]
+    assert model["features"] == ["1", "b"] and model["form"]["points"] == 3
+    truth = curved(16) * MiB
+    value, se, dof = scaling.predict_memory(fit, "host_rss_peak", {"batch": 16})
+    low, high = ols.interval(value, se, dof)
+    assert not low <= truth <= high  # the residuals' spread alone misses it: 7% off
+    band = scaling.band(fit, "host_rss_peak", {"batch": 16})
+    assert band.low <= truth <= band.high and band.form > band.noise
+    assert band.half < 0.15 * value  # wide enough to hold it, not everything
+    # the time's the same truth in ms: held too
+    t = scaling.band(fit, "time", {"batch": 16})
+    assert t.low <= curved(16) / 1000 <= t.high
+
+
+def test_a_straight_truth_keeps_a_narrow_interval():
+    fit = batch_sweep(lambda b: 300 + 10 * b, noise={1: 1e-4, 2: -1e-4, 4: 1e-4})
+    band = scaling.band(fit, "host_rss_peak", {"batch": 16})
+    assert band.low <= 460 * MiB <= band.high
+    # 0.01% noise reads as a slight curve (3 points cannot tell them apart): still narrow,
+    # a fifth of what the curve above gets
+    assert band.half < 0.015 * band.value
+    curved = batch_sweep(lambda b: 300 + 10 * b + 0.2 * b * b,
+                         noise={1: 1e-4, 2: -1e-4, 4: 1e-4})
+    assert band.half < scaling.band(curved, "host_rss_peak", {"batch": 16}).half / 5
+    exact = scaling.band(batch_sweep(lambda b: 300 + 10 * b), "host_rss_peak", {"batch": 16})
+    assert exact.form == pytest.approx(0, abs=1e-3 * MiB)
+
+
+def test_too_few_points_to_leave_one_out_give_no_interval_and_say_why():
+    # two batches, each measured twice: residual dof 2, but no config to predict from others
+    rs = [llm_report(f"T{i}", b, memory={"host_rss_peak": int((300 + 10 * b + i % 2) * MiB)})
+          for i, b in enumerate((1, 1, 4, 4), 1)]
+    fit = fit_sweep(rs)
+    assert fit["memory"]["host_rss_peak"]["dof"] == 2
+    band = scaling.band(fit, "host_rss_peak", {"batch": 16})
+    assert band.half is None and band.low is None
+    assert "leave-one-out needs 3" in band.why and "2 configs for a 2-term form" in band.why
+
+
+def test_the_card_says_the_interval_holds_the_forms_error_and_its_points():
+    from bot.fits import batchview
+    fit = batch_sweep(lambda b: 300 + 10 * b + 0.2 * b * b, noise={1: 1e-4, 2: -1e-4, 4: 1e-4})
+    jobs = [{"trial": f"T{i}", "status": "done", "channel": "C"} for i in (1, 2, 3)]
+    text = "\n".join(batchview.fit_parts(1, jobs, fit))
+    assert "(90% PI, dof 1: the points' spread ± " in text
+    assert "the form's leave-one-out error ± " in text and "over 3 points, in quadrature)" in text
+    assert "from leave-one-out (each config predicted from the others" in text
+    two = fit_sweep([llm_report(f"T{b}", b, memory={"host_rss_peak": (300 + b) * MiB})
+                     for b in (1, 2)])
+    assert "(no interval: 2 points, 2 terms: dof 0)" in "\n".join(
+        batchview.fit_parts(1, jobs[:2], two))

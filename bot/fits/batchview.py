@@ -4,7 +4,7 @@ largest batch for a GPU. Pure."""
 from __future__ import annotations
 
 from bot.blocks import table_text
-from bot.fits import depth, depthview, ols, scaling, usable
+from bot.fits import depth, depthview, scaling, usable
 from worker.i18n import _
 from worker.spec import LIVE_TIME_NOTE
 from worker.units import duration, size
@@ -51,9 +51,14 @@ def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
     parts.append(_("~How: ordinary least squares per memory method (never mixed) and for time; "
                    "the terms are chosen by what the sweep varied, a richer one only when "
                    "leave-one-out error shows it. ± is a {level} prediction interval for a new "
-                   "trial from the residuals (Student t, dof = points − terms); dof 1 is a weak "
-                   "check: add points. A held-out error refits without the largest config and "
-                   "predicts it. Ask `/trial fit S{sweep} batch=N gpu=H100`.",
+                   "trial: the residuals' (Student t, dof = points − terms; dof 1 is a weak "
+                   "check: add points) and, in quadrature, the form's own error from "
+                   "leave-one-out (each config predicted from the others, its error read as a "
+                   "curve the form lacks and grown with the distance as (u − u_lo)·(u − u_hi), "
+                   "u = b·s), so it widens fast past the points; with too few configs to leave "
+                   "one out there is none. "
+                   "A held-out error refits without the largest config and predicts it. Ask "
+                   "`/trial fit S{sweep} batch=N gpu=H100`.",
                    level=format(LEVEL, ".0%"), sweep=sweep))
     return [p for p in parts if p]
 
@@ -256,20 +261,15 @@ def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) ->
     shown = {**{k: merged[k] for k in axes if k in merged},
              **{k: v for k, v in params.items() if k not in axes}}
     lines = [_("*Predicted at {params}*{why}:", params=_params(shown), why=why)]
-    targets = [(m, lambda m=m: scaling.predict_memory(fit, m, params), size)
-               for m in fit["memory"]]
-    if fit.get("time"):
-        targets.append(("time", lambda: scaling.predict_seconds(fit, params), duration))
-    for name, predict, fmt in targets:
+    names = [*fit["memory"], *(["time"] if fit.get("time") else [])]
+    for name in names:
+        fmt = duration if name == "time" else size
         try:
-            value, se, dof = predict()
+            band = scaling.band(fit, name, params, LEVEL)
         except ValueError as exc:
             lines.append(_("• {name}: cannot say — {why}", name=name, why=exc))
             continue
-        band = ols.interval(value, se, dof, LEVEL)
-        spread = (_(" ± {half} ({level} PI, dof {dof})", half=fmt((band[1] - band[0]) / 2),
-                    level=format(LEVEL, ".0%"), dof=dof) if band
-                  else _(" (no interval: 2 points, dof 0)"))
+        value, spread = band.value, _spread(band, fmt)
         v = _verdict_at(fit, name, params, value)
         if not v["usable"]:
             said = (_("unusable, as its fit above ({cause})", cause=_(v["cause"]))
@@ -283,6 +283,18 @@ def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) ->
         lines.append(f"• {name}: {fmt(value)}{spread}{_extrapolation(fit, name, params)}"
                      + (_(" _(from {used})_", used=_(" and ").join(used)) if used else ""))
     return lines
+
+
+def _spread(band, fmt) -> str:
+    """" ± 12 MiB (90% PI, dof 1: the points' spread ± 4 MiB and the form's
+    leave-one-out error ± 11 MiB over 3 points, in quadrature)", or why there is
+    no interval."""
+    if band.half is None:
+        return _(" (no interval: {why})", why=band.why)
+    return _(" ± {half} ({level} PI, dof {dof}: the points' spread ± {noise} and the form's "
+             "leave-one-out error ± {form} over {n} points, in quadrature)", half=fmt(band.half),
+             level=format(LEVEL, ".0%"), dof=band.dof, noise=fmt(band.noise),
+             form=fmt(band.form), n=band.points)
 
 
 def _model(fit: dict, name: str) -> dict:

@@ -113,8 +113,9 @@ def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
         groups.append(asked[other])
     xs_measured = [c[x] for c, _ in points]
     lo, hi = min(xs_measured), max(xs_measured + ([asked[x]] if asked else []))
+    form = fit.get("kind") != "depth"  # a depth fit's text has no form error yet
     for i, g in enumerate(groups):
-        _line(ax, model, x, g, lo, hi, max(xs_measured), scale,
+        _line(ax, model, (x, g, form), lo, hi, max(xs_measured), scale,
               f"C{i}", _group_label(fit, axis, g, len(groups)), first=i == 0)
     ax.scatter(xs_measured, [y / scale for _, y in points], color="black", s=18, zorder=3,
                label="measured", gid="measured")
@@ -129,7 +130,7 @@ def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
         ax.scatter([hx], [held["predicted"] / scale], marker="x", color="red", zorder=4,
                    gid="held-out-predicted")
     if asked:
-        _prediction(ax, model, asked, x, scale, axis)
+        _prediction(ax, model, asked, (x, form), scale, axis)
     v = model.get("verdict") or {}
     ax.set_title(title + (f" — not usable ({v['cause']})" if v and not v["usable"] else ""),
                  fontsize=9)
@@ -147,22 +148,24 @@ def _group_label(fit: dict, axis: dict, g: float, count: int) -> str:
     return f"fit at {held} {g:g}"
 
 
-def _line(ax, model: dict, x: int, g: float, lo: float, hi: float, top: float,
+def _line(ax, model: dict, where: tuple, lo: float, hi: float, top: float,
           scale: float, color: str, label: str, first: bool = True) -> None:
     """The fitted line from the smallest point to the largest asked x: solid
-    over what was measured, dashed past it (an extrapolation), banded by the PI."""
+    over what was measured, dashed past it (an extrapolation), banded by the PI.
+    `where`: (the x axis, the other axis's value, whether the band holds the
+    form's error)."""
+    x, g, form = where
     n = 60
     grid = [lo + (hi - lo) * i / (n - 1) for i in range(n)] if hi > lo else [lo]
     ys, bands = [], []
     for at in grid:
         b, s = (at, g) if x == 0 else (g, at)
         try:
-            value, se, dof = ols.predict_model(model, b, s)
+            band = ols.band(model, b, s, LEVEL, form)
         except ValueError:  # the model holds at the measured lengths only
             return
-        ys.append(value / scale)
-        band = ols.interval(value, se, dof, LEVEL)
-        bands.append((band[0] / scale, band[1] / scale) if band else None)
+        ys.append(band.value / scale)
+        bands.append((band.low / scale, band.high / scale) if band.half is not None else None)
     inside = [i for i, at in enumerate(grid) if at <= top]
     past = [i for i, at in enumerate(grid) if at >= top]
     ax.plot([grid[i] for i in inside], [ys[i] for i in inside], color=color, lw=1.4,
@@ -175,16 +178,17 @@ def _line(ax, model: dict, x: int, g: float, lo: float, hi: float, top: float,
                         alpha=0.12, lw=0)
 
 
-def _prediction(ax, model: dict, asked: tuple, x: int, scale: float, axis: dict) -> None:
-    value, se, dof = ols.predict_model(model, *asked)
-    band = ols.interval(value, se, dof, LEVEL)
-    at = asked[x]
-    if band:
-        yerr = [[(value - band[0]) / scale], [(band[1] - value) / scale]]
-        label = f"predicted at {axis['name']}={at:g} ({LEVEL:.0%} PI, dof {dof})"
+def _prediction(ax, model: dict, asked: tuple, where: tuple, scale: float, axis: dict) -> None:
+    x, form = where
+    band = ols.band(model, *asked, level=LEVEL, form=form)
+    value, at = band.value, asked[x]
+    if band.half is not None:
+        yerr = [[band.half / scale], [band.half / scale]]
+        label = (f"predicted at {axis['name']}={at:g} ({LEVEL:.0%} PI, dof {band.dof}"
+                 + (", with the form's leave-one-out error)" if form else ")"))
     else:
         yerr = None
-        label = f"predicted at {axis['name']}={at:g} (no interval: dof 0)"
+        label = f"predicted at {axis['name']}={at:g} (no interval)"
     bars = ax.errorbar([at], [value / scale], yerr=yerr, fmt="*", ms=11, color="purple",
                        capsize=5, zorder=5, label=label)
     bars.lines[0].set_gid("prediction")

@@ -1,8 +1,18 @@
 """B against A on time, with a stated test: the verdict an A/B and a ladder step
 post. Pure (numpy; the t quantile from bot/fits/ols.py).
 
-Each arm is a list of reports of one config. The test is a t test on the log
-of the time per run, so the interval is on the ratio B/A (95% by default):
+An A/B's verdict is `paired`: its rounds run A and B next to each other on one
+worker (bot/trials/ab.py's ABBA order), so each round's log(B) − log(A) is one
+sample, and the t test (dof = pairs − 1) is on those differences: drift between
+rounds falls on both halves of a pair and out of the test, drift within a pair
+alternates sign with the order and lands in the differences' spread. A pair
+whose trials ran on different workers (possibly at once) is no pair and is left
+out, named; with fewer than 2 pairs left, the unpaired test below is used and
+the line says so.
+
+The unpaired test (a ladder's steps, an A/B short of pairs): each arm is a list
+of reports of one config. The test is a t test on the log of the time per run,
+so the interval is on the ratio B/A (95% by default):
 
 - *between trials*, when both arms have 2 or more usable trials: one sample per
   trial (its mean), Student's t with the two arms' log-variance pooled. Drift
@@ -168,6 +178,51 @@ def compare(a: list[dict | None], b: list[dict | None], level: float = LEVEL,
     return out
 
 
+def _pair(ra: dict | None, rb: dict | None) -> dict:
+    """One round's A and B: {a, b (trial_time), diff (log B − log A, or None), why}."""
+    ta, tb = trial_time(ra or {}), trial_time(rb or {})
+    out = {"a": ta, "b": tb, "diff": None, "why": None}
+    wa, wb = (ra or {}).get("worker"), (rb or {}).get("worker")
+    if ta["excluded"] or tb["excluded"]:
+        out["why"] = "; ".join(t["excluded"] for t in (ta, tb) if t["excluded"])
+    elif wa != wb:
+        out["why"] = _("{a} and {b} ran on different workers ({wa}, {wb}), so not side by side: "
+                       "no pair", a=ta["trial"], b=tb["trial"], wa=wa or "?", wb=wb or "?")
+    else:
+        out["diff"] = math.log(tb["mean"]) - math.log(ta["mean"])
+    return out
+
+
+def paired(pairs: list[tuple[dict | None, dict | None]], level: float = LEVEL,
+           names: tuple[str, str] = ("A", "B")) -> dict:
+    """B's time per run against A's from each round's (A, B) reports: compare()'s
+    dict with test "paired", dof = usable pairs − 1, and `pairs` (each round's
+    diff, or why it is left out). Under 2 usable pairs: the unpaired compare()
+    of the usable trials, its marks saying why."""
+    rounds = [_pair(ra, rb) for ra, rb in pairs]
+    used = [p for p in rounds if p["diff"] is not None]
+    notes = [n for p in rounds for t in (p["a"], p["b"]) for n in t["notes"]]
+    left_out = [p["why"] for p in rounds if p["diff"] is None]
+    if len(used) < 2:
+        out = compare([ra for ra, _rb in pairs], [rb for _ra, rb in pairs], level, names)
+        if len(pairs) > 1:  # rounds=1 asked for no pairs: nothing to explain
+            out["marks"].append(_("{n} usable pair(s) of {total}: the unpaired test, which "
+                                  "drift between trials can sway", n=len(used),
+                                  total=len(pairs)))
+        return out
+    d = np.array([p["diff"] for p in used])
+    dof = len(d) - 1
+    half = t_quantile(dof, level) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    mean = float(d.mean())
+    arm = {n: {"n": len(used), "method": "paired",
+               "mean": float(np.mean([p[n]["mean"] for p in used]))} for n in ("a", "b")}
+    out = {"level": level, "names": names, "a": arm["a"], "b": arm["b"], "test": "paired",
+           "ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half),
+           "dof": dof, "why": None, "pairs": rounds, "marks": [*left_out, *notes]}
+    out["verdict"] = ("faster" if out["high"] < 1 else "slower" if out["low"] > 1 else "same")
+    return out
+
+
 def _advice(why: list[str]) -> str:
     """What to run, from what excluded the arm's trials (trial_time's `why`)."""
     if "contended" in why or "busy" in why:
@@ -178,6 +233,8 @@ def _advice(why: list[str]) -> str:
 def over(c: dict) -> str:
     """What the interval's spread came from: "over 2+2 trials"."""
     a, b = c["a"], c["b"]
+    if c["test"] == "paired":
+        return _("over {n} pairs, dof {dof}", n=a["n"], dof=c["dof"])
     if a["method"] == b["method"] == "between":
         return _("over {a}+{b} trials", a=a["n"], b=b["n"])
     if a["method"] == b["method"]:

@@ -12,11 +12,24 @@ Checks: *held out* — refit without the largest config (largest `b·s`) and
 predict it (needs 3 distinct configs); *leave-one-out* — the same for every
 config. A richer model replaces the default only when it has `p + 2` distinct
 configs and cuts the leave-one-out error by RICHER_FACTOR.
+
+The form's error (band()): the residuals hold the points' spread, not how far
+the fitted form itself is off away from them. Leave-one-out measures that: the
+error predicting each config from the others is read as a curve the form lacks,
+so it grows as a line's error under a curve does (Lagrange's remainder): with
+`u = b·s`, `|u − u_lo|·|u − u_hi|` over the configs the prediction rests on. Each
+left-out error divided by its own reach gives a curvature; their RMS times the
+question's reach is the form's half-width, added in quadrature to the residuals'
+t interval (two independent errors).
+Exact for a quadratic truth fitted by a line, zero for a straight one; with 3
+configs a noisy point reads as a curve too (they cannot be told apart), so the
+band is wide until a config nearer the question is measured.
 """
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -68,25 +81,57 @@ def _fit_rows(features, rows):
 def _configs(rows) -> list[tuple]:
     return sorted({(r[0], r[1]) for r in rows}, key=lambda c: (c[0] * c[1], c[0], c[1]))
 
-def _loo(features, rows) -> dict | None:
-    """Leave each distinct config out, refit, predict it (relative errors)."""
-    errors = []
+def _left_out(features, rows) -> list[tuple] | None:
+    """Leave each distinct config out, refit, predict it: [(config, predicted,
+    the other configs)], or None when some refit cannot determine the form."""
+    out = []
     for config in _configs(rows):
         rest = [r for r in rows if (r[0], r[1]) != config]
-        if len(_configs(rest)) < len(features):
-            return None
-        fit = _fit_rows(features, rest)
+        fit = _fit_rows(features, rest) if len(_configs(rest)) >= len(features) else None
         if fit is None:
             return None
-        x = design(features, [config])[0]
-        for r in rows:
-            if (r[0], r[1]) == config and r[2]:
-                errors.append(float(x @ fit[0]) / r[2] - 1)
+        out.append((config, float(design(features, [config])[0] @ fit[0]), _configs(rest)))
+    return out
+
+
+def _loo(features, rows) -> dict | None:
+    """Leave-one-out's relative errors, each trial against its config's prediction."""
+    errors = [predicted / r[2] - 1 for config, predicted, _rest in _left_out(features, rows) or []
+              for r in rows if (r[0], r[1]) == config and r[2]]
     if not errors:
         return None
     e = np.array(errors)
     return {"max_relative": float(np.max(np.abs(e))), "rms_relative": float(np.sqrt(np.mean(e**2))),
             "count": len(errors)}
+
+def _reach(u: float, us: list[float]) -> float:
+    """How a missing curve's error grows at u from configs spanning `us`."""
+    return abs(u - min(us)) * abs(u - max(us))
+
+
+def _form(features, rows) -> tuple[dict | None, str | None]:
+    """The form's error from leave-one-out (module doc): {curvature, count,
+    points, u}, or None and why there is none."""
+    configs = _configs(rows)
+    if len(configs) <= len(features):
+        return None, _("{n} configs for a {p}-term form leave none to predict from the others "
+                       "(leave-one-out needs {need})", n=len(configs), p=len(features),
+                       need=len(features) + 1)
+    left_out = _left_out(features, rows)
+    if left_out is None:
+        return None, _("the configs left after leaving one out cannot determine the form")
+    curvatures = []
+    for config, predicted, rest in left_out:
+        reach = _reach(config[0] * config[1], [c[0] * c[1] for c in rest])
+        measured = float(np.mean([r[2] for r in rows if (r[0], r[1]) == config]))
+        if reach > 0:  # a config at the same b·s as another says nothing about a curve
+            curvatures.append(abs(predicted - measured) / reach)
+    if not curvatures:
+        return None, _("every config shares its b·s with another: no curve to read")
+    return {"curvature": float(np.sqrt(np.mean(np.square(curvatures)))),
+            "count": len(curvatures), "points": len(rows),
+            "u": [configs[0][0] * configs[0][1], configs[-1][0] * configs[-1][1]]}, None
+
 
 def _held_out(features, rows) -> tuple[dict | None, str | None]:
     configs = _configs(rows)
@@ -146,13 +191,14 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
     dof = len(rows) - len(features)
     sd = float(np.sqrt(resid @ resid / dof)) if dof > 0 else None
     held, held_why = _held_out(features, rows)
+    form, form_why = _form(features, rows)
     small = configs[0]
     return {
         "target": target, "unit": unit, "what": what, "features": features,
         "coef": [float(c) for c in coef], "n": len(rows), "distinct": len(configs), "dof": dof,
         "residual_sd": sd, "cov_unscaled": cov.tolist(),
         "held_out": held, "held_out_why": held_why,
-        "loo": chosen["loo"],
+        "loo": chosen["loo"], "form": form, "form_why": form_why,
         "candidates": [{"features": c["features"],
                         "loo_rms_relative": (c["loo"] or {}).get("rms_relative")}
                        for c in tried],
@@ -187,6 +233,51 @@ def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
         return value, math.nan, 0
     leverage = float(x @ np.array(model["cov_unscaled"]) @ x)
     return value, model["residual_sd"] * math.sqrt(1 + max(leverage, 0.0)), model["dof"]
+
+@dataclass(frozen=True)
+class Band:
+    """A prediction and its interval: the residuals' t interval (`noise`, the
+    half-width) and the form's leave-one-out error (`form`), two independent
+    errors added in quadrature; `low` and `high` None, with `why`, when there is
+    none."""
+    value: float
+    dof: int
+    noise: float | None = None
+    form: float | None = None
+    points: int = 0  # the points the form's error rests on
+    why: str | None = None
+
+    @property
+    def half(self) -> float | None:
+        return None if self.noise is None or self.form is None else math.hypot(self.noise,
+                                                                                 self.form)
+
+    @property
+    def low(self) -> float | None:
+        return None if self.half is None else self.value - self.half
+
+    @property
+    def high(self) -> float | None:
+        return None if self.half is None else self.value + self.half
+
+
+def band(model: dict, b: float, s: float, level: float = 0.90, form: bool = True) -> Band:
+    """The prediction at (b, s) with an interval holding the points' spread and
+    the fitted form's error (module doc); none with too few points for either.
+    `form=False`: the residuals' interval alone (a depth fit's, for now)."""
+    value, se, dof = predict_model(model, b, s)
+    if not dof or math.isnan(se):
+        return Band(value, 0, why=_("{n} points, {p} terms: dof 0", n=model["n"],
+                                    p=len(model["features"])))
+    noise = t_quantile(dof, level) * se
+    if not form:
+        return Band(value, dof, noise=noise, form=0.0)
+    loo = model["form"]
+    if loo is None:
+        return Band(value, dof, why=model["form_why"])
+    return Band(value, dof, noise=noise, form=loo["curvature"] * _reach(b * s, loo["u"]),
+                points=loo["points"])
+
 
 def leverage(model: dict, b: float, s: float) -> float | None:
     """x'(X'X)⁻¹x at (b, s): how far the config is from the points in the fit's

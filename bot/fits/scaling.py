@@ -56,6 +56,9 @@ API (the planner's entry points)
     rms_relative, count} or None), `candidates`, `why`, and `verdict`
     (bot/fits/usable.py: whether it can be used, and if not why and what to
     run instead). Each point carries its report's `marks` (UNSTABLE, contended).
+`band(fit, method or "time", params, level) -> ols.Band`
+    The prediction with its interval: the residuals' t interval plus the fitted
+    form's leave-one-out error (bot/fits/ols.py); `why` when there is none.
 `predict_memory(fit, method, params) -> (bytes, se, dof)`
 `predict_seconds(fit, params) -> (seconds per request, se, dof)`
     `params` are trial parameters (`{"batch": 32, "prompt": 2048}`); the rest
@@ -393,6 +396,17 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
                          else _("the sweep has no time fit"))
     return ols.predict_model(model, *_point(fit, params))
 
+def band(fit: dict, name: str, params: dict, level: float = 0.90) -> ols.Band:
+    """A memory method's (or, for "time", the time's) prediction at `params` with
+    its interval: the residuals' spread and the form's leave-one-out error."""
+    if name == "time":
+        predict_seconds(fit, params)  # refused as a prediction is
+        model = fit["time"]
+    else:
+        predict_memory(fit, name, params)
+        model = fit["memory"][name]
+    return ols.band(model, *_point(fit, params), level)
+
 def gpu_method(fit: dict) -> str | None:
     """The memory method to answer GPU questions from, or None."""
     for m in GPU_METHODS:
@@ -466,11 +480,11 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     out.update(ok=True, batch=b, predicted=pred, margin_bytes=gpu_bytes - pred,
                margin_fraction=(gpu_bytes - pred) / gpu_bytes,
                extrapolation=b / model["range"]["b"][1])
-    # The conservative answer: the largest batch whose upper bound still fits.
-    if model["dof"]:
+    # The conservative answer: the largest batch whose upper bound (the form's
+    # error included) still fits.
+    if ols.band(model, b, s, level).high is not None:
         def upper(n):
-            v, se, dof = ols.predict_model(model, n, s)
-            return v + ols.t_quantile(dof, level) * se
+            return ols.band(model, n, s, level).high
         lo, hi = 0, b
         while lo < hi:
             mid = (lo + hi + 1) // 2

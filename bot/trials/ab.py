@@ -1,6 +1,7 @@
-"""A/B trials (`/trial ab llm-infer dtype=fp32,bf16 [rounds=3]`): the same config but
-one parameter, run interleaved A, B, A, B… and compared on time (a stated test,
-bot/fits/compare.py), memory (same method only) and quality. Pure."""
+"""A/B trials (`/trial ab llm-infer dtype=fp32,bf16 [rounds=4]`): the same config but
+one parameter, run in ABBA order (round 1 A B, round 2 B A, …) and compared on
+time (a paired test on each round's A and B, bot/fits/compare.py), memory (same
+method only) and quality. Pure."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ from bot.blocks import reply, section
 from bot.fits import compare as test
 from worker import spec as specs
 from worker import units
-from worker.i18n import _, ngettext
+from worker.i18n import _
 
 USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
          "/trial ab llm-train precision=fp32,bf16")
@@ -17,11 +18,18 @@ USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
 # keeps about 3 significant digits and its rounding adds up over the layers.
 LOGITS_TOLERANCE = 0.20
 LOSS_TOLERANCE = 0.01
-# Rounds of A then B. Two or more give the test a spread between trials for each
-# arm (the drift a shared machine adds). Three, because with two the t quantile
-# is 4.3: at 15% drift between trials a 2× difference is found 63% of the time
-# with two rounds, 98% with three (tests/test_compare.py's draws).
-ROUNDS, MAX_ROUNDS = 3, 6
+# Rounds of one A and one B, in ABBA order: a drift that grows steadily over the
+# A/B adds to B in the A B rounds and to A in the B A rounds, so it cancels over
+# an even number of rounds (and leaves 1/rounds of one step over an odd one).
+# Four, because the paired test has rounds − 1 dof: with three its t quantile is
+# 4.3 and a 2× difference under 15% noise per trial is found in 78% of draws,
+# with four 98% (tests/test_compare.py's draws); and four cancel a linear drift.
+ROUNDS, MAX_ROUNDS = 4, 6
+
+
+def order(n: int) -> list[str]:
+    """The arms of `n` rounds in the order they are queued and run: A B B A A B…"""
+    return [arm for i in range(n) for arm in (("A", "B") if i % 2 == 0 else ("B", "A"))]
 
 
 def rounds(words: list[str]) -> tuple[list[str], int]:
@@ -33,15 +41,16 @@ def rounds(words: list[str]) -> tuple[list[str], int]:
     raw = given[-1].partition("=")[2]
     if len(given) > 1 or not raw.isdigit() or not 1 <= int(raw) <= MAX_ROUNDS:
         raise specs.SpecError(" ".join(given), _("`{words}`: rounds= is one whole number from "
-                                                 "1 to {most} (rounds of A then B; 2 or more let "
-                                                 "the test see the drift between trials)",
+                                                 "1 to {most} (rounds of one A and one B; 2 or "
+                                                 "more let the paired test see the drift between "
+                                                 "trials)",
                                                  words=" ".join(given), most=MAX_ROUNDS), USAGE)
     return rest, int(raw)
 
 
 def parse(words: list[str]) -> tuple[list[specs.TrialSpec], list[str], str]:
-    """Exactly one parameter with two comma values → (the specs A, B, A, B… for
-    `rounds=N` rounds, their words, the parameter)."""
+    """Exactly one parameter with two comma values → (the specs in ABBA order
+    for `rounds=N` rounds (order()), their words, the parameter)."""
     words, n = rounds(words)
     lists = [w for w in words[1:] if "," in w.partition("=")[2]]
     if len(lists) != 1 or len(lists[0].partition("=")[2].split(",")) != 2:
@@ -53,12 +62,12 @@ def parse(words: list[str]) -> tuple[list[specs.TrialSpec], list[str], str]:
     if a == b:
         raise specs.SpecError(lists[0], _("`{word}`: A and B are the same value",
                                           word=lists[0]), USAGE)
-    out, lines = [], []
-    for value in (a, b):
+    arm = {}
+    for name, value in (("A", a), ("B", b)):
         one = [f"{key}={value}" if w == lists[0] else w for w in words]
-        out.append(specs.parse(one))  # refused exactly as a single trial
-        lines.append(" ".join(one))
-    return out * n, lines * n, key
+        arm[name] = (specs.parse(one), " ".join(one))  # refused exactly as a single trial
+    queued = order(n)
+    return [arm[x][0] for x in queued], [arm[x][1] for x in queued], key
 
 
 def _peak(r: dict) -> tuple[int | None, str | None]:
@@ -106,23 +115,57 @@ def compare(a: dict, b: dict) -> dict:
 # the posted comparison --------------------------------------------------------
 
 def arms(items: list) -> tuple[list, list]:
-    """Jobs (or reports) queued A, B, A, B… → (A's, B's)."""
-    return items[0::2], items[1::2]
+    """Jobs (or reports) in queued order (ABBA, order()) → (A's, B's)."""
+    said = order(len(items) // 2)
+    return ([x for x, arm in zip(items, said) if arm == "A"],
+            [x for x, arm in zip(items, said) if arm == "B"])
+
+
+def pairs(items: list) -> list[tuple]:
+    """Jobs (or reports) in queued order → each round's (A, B)."""
+    rounds = [items[i:i + 2] for i in range(0, len(items) - 1, 2)]
+    return [(x, y) if i % 2 == 0 else (y, x) for i, (x, y) in enumerate(rounds)]
+
+
+def ran_order(jobs: list[dict]) -> str:
+    """"A T1, B T2, B T3, A T4": the arms in the order queued."""
+    return ", ".join(f"{arm} {j['trial']}" for j, arm in zip(jobs, order(len(jobs) // 2)))
+
+
+def time_test(jobs: list[dict], reports: list[dict | None]) -> dict:
+    """The paired time test on each round's (A, B) (bot/fits/compare.py), each
+    report carrying the worker that ran it (the job's, for an older report)."""
+    worked = [dict(r, worker=r.get("worker") or j.get("worker")) if r else r
+              for j, r in zip(jobs, reports)]
+    return test.paired(pairs(worked))
 
 
 def queued(jobs: list[dict]) -> dict:
     a, b = arms(jobs)
-    n = len(a)
-    order = ", ".join(j["trial"] for j in jobs)
-    return reply(ngettext("Queued an A/B of {n} round: A `{a}` ({trials_a}), B `{b}` "
-                          "({trials_b}), run in the order {order} so drift over time falls on "
-                          "both. The comparison is posted in this channel when all have ended.",
-                          "Queued an A/B of {n} rounds: A `{a}` ({trials_a}), B `{b}` "
-                          "({trials_b}), run in the order {order} so drift over time falls on "
-                          "both. The comparison is posted in this channel when all have ended.",
-                          n, a=a[0]["words"], trials_a=", ".join(j["trial"] for j in a),
-                          b=b[0]["words"], trials_b=", ".join(j["trial"] for j in b),
-                          order=order))
+    values = dict(n=len(a), a=a[0]["words"], trials_a=", ".join(j["trial"] for j in a),
+                  b=b[0]["words"], trials_b=", ".join(j["trial"] for j in b),
+                  order=ran_order(jobs))
+    if len(a) == 1:  # one A and one B: no order to balance a drift with
+        return reply(_("Queued an A/B of 1 round: A `{a}` ({trials_a}), B `{b}` ({trials_b}), "
+                       "run in the order {order}; one round cannot balance a drift (the "
+                       "default, rounds={rounds}, runs A B B A A B B A). The comparison is "
+                       "posted in this channel when all have ended.", rounds=ROUNDS, **values))
+    return reply(_("Queued an A/B of {n} rounds: A `{a}` ({trials_a}), B `{b}` ({trials_b}), "
+                   "run in the order {order} (ABBA: a drift that grows steadily falls on both "
+                   "alike). The comparison is posted in this channel when all have ended.",
+                   **values))
+
+
+def _when(jobs: list[dict]) -> str:
+    """What ran when: "A T1 on cpu-a at +0 s, B T2 on cpu-a at +41 s, …", by start."""
+    said = dict(zip((j["trial"] for j in jobs), order(len(jobs) // 2)))
+    started = sorted((j for j in jobs if j.get("started")), key=lambda j: j["started"])
+    if not started:
+        return ran_order(jobs)
+    first = started[0]["started"]
+    return ", ".join(_("{arm} {trial} on {worker} at +{at} s", arm=said[j["trial"]],
+                       trial=j["trial"], worker=j.get("worker") or "?",
+                       at=format(j["started"] - first, ".0f")) for j in started)
 
 
 def message(jobs: list[dict], reports: list[dict | None]) -> dict:
@@ -138,7 +181,7 @@ def message(jobs: list[dict], reports: list[dict | None]) -> dict:
                                 trials=", ".join(bad))
     else:
         c = compare(ok_a[0], ok_b[0])
-        t = test.compare(ok_a, ok_b)
+        t = time_test(jobs, reports)
         mean_a = t["a"]["mean"] or ok_a[0]["latency"]["mean"]
         mean_b = t["b"]["mean"] or ok_b[0]["latency"]["mean"]
         times = {"a": units.duration(mean_a), "b": units.duration(mean_b),
@@ -146,6 +189,7 @@ def message(jobs: list[dict], reports: list[dict | None]) -> dict:
         lines = [_("• time per step: A {a}, B {b}: {verdict}", **times)
                  if ok_a[0].get("training") else
                  _("• time per request: A {a}, B {b}: {verdict}", **times)]
+        lines.append(_("• order run (ABBA): {when}", when=_when(jobs)))
         if bad:
             lines.append(_("• {trials} did not succeed: compared without them",
                            trials=", ".join(bad)))

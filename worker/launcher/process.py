@@ -38,7 +38,7 @@ class Run:
 
     def __init__(self, argv, cwd, env, deadline: float, cancel: threading.Event,
                  trackers=(), hz: float = SAMPLE_HZ, progress: dict | None = None,
-                 user=None):
+                 user=None, cpus: tuple[int, ...] = ()):
         self.progress = {} if progress is None else progress  # the phase, for heartbeats
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
@@ -50,6 +50,8 @@ class Run:
         # -I -S: the shim imports no site, so no sitecustomize (the probe, the
         # program's own) runs before the program does
         shim = [sys.executable, "-I", "-S", SHIM]  # dies with the worker; OOM-killed first
+        if cpus:  # pinned before the exec: every thread the trial starts stays there
+            shim += ["--cpus", ",".join(map(str, cpus))]
         if user is not None:  # a TrialUser: the shim becomes it before the exec
             shim += user.shim_args()
         try:
@@ -104,10 +106,12 @@ class Run:
         return "\n".join(self.log)[-4000:]
 
 
-def builtin_env(spec: TrialSpec) -> dict:
-    """A built-in workload's child environment: this package importable, and
-    with malloc=live glibc's mmap threshold pinned (read by glibc at startup)."""
-    env = child_env(PYTHONPATH=pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
+def builtin_env(spec: TrialSpec, threads: dict[str, str] | None = None) -> dict:
+    """A built-in workload's child environment: this package importable, the
+    chosen thread count (worker/threads.py), and with malloc=live glibc's mmap
+    threshold pinned (read by glibc at startup)."""
+    env = child_env(**(threads or {}),
+                    PYTHONPATH=pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
     # hf-* models: the directories and hub switch the operator allowed (worker/models.py)
     env.update({k: os.environ[k] for k in (models.ENV_DIRS, models.ENV_HUB) if k in os.environ})
     if not models.hub_allowed():  # nothing a trial builds reaches the hub unless allowed

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""A trial beside one fully busy core (issue 31, item 2).
+
+Runs the same small llm-infer trial through the worker CLI in interleaved
+pairs, quiet then beside one spinner process at 100% of a core (the way
+scripts/loadgen.py spins; unpinned, placed by the kernel), and compares each
+pair's median request time. Two arms, interleaved too:
+
+- `worker`: the worker's own thread choice (worker/threads.py);
+- `torch default`: threads=<all usable cores>, i.e. one thread per core,
+  unpinned, libgomp's default wait: what torch does by itself (the "before").
+
+Target: the worker's per-request slowdown (busy p50 / quiet p50 of a pair)
+at most 2× (today, torch's default: 10-40×). Prints each arm's median
+slowdown with its range over the pairs, and `uptime`: on a shared box the
+"quiet" half is not quiet.
+
+    python scripts/bench_busy_core.py [--pairs 5] [--arms worker,default]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+from loadgen import SPIN  # noqa: E402
+
+# bench_ab_noise.py's config (one glibc pass), device=cpu: the target is a CPU trial
+CONFIG = ["llm-infer", "hidden=256", "heads=4", "kv_heads=2", "vocab=512", "batch=2",
+          "prompt=64", "gen=8", "layers=4", "warmup=1", "repeats=6", "stability=0",
+          "malloc=glibc", "device=cpu"]
+TARGET = 2.0
+
+
+def usable() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+ARMS = {"worker": [], "default": [f"threads={usable()}"]}
+
+
+def trial(extra: list[str]) -> dict | None:
+    done = subprocess.run([sys.executable, "-m", "worker.cli", "trial", *CONFIG, *extra,
+                           "--json"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        print(f"  no report: {done.stderr[-300:]}")
+        return None
+    return report if report["status"] == "ok" else None
+
+
+def p50(report: dict | None) -> float | None:
+    return report["latency"]["p50"] if report else None
+
+
+def pair(extra: list[str]) -> tuple[float | None, float | None, dict | None]:
+    quiet = p50(trial(extra))
+    spinner = subprocess.Popen([sys.executable, "-c", SPIN])
+    try:
+        time.sleep(0.5)  # it is spinning before the trial starts
+        busy_report = trial(extra)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    return quiet, p50(busy_report), busy_report
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "no pairs"
+    return (f"median {statistics.median(values):.2f}× "
+            f"(range {min(values):.2f}-{max(values):.2f}×, {len(values)} pairs)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--arms", default="worker,default")
+    args = ap.parse_args()
+    arms = args.arms.split(",")
+    print(f"config: {' '.join(CONFIG)}; {usable()} usable cores; one spinner (loadgen's SPIN)")
+    print(f"uptime before: {os.popen('uptime').read().strip()}")
+    ratios = {a: [] for a in arms}
+    quiet = {a: [] for a in arms}
+    for i in range(args.pairs):
+        for arm in arms:
+            q, b, report = pair(ARMS[arm])
+            if q is None or b is None:
+                print(f"pair {i + 1} {arm}: a trial failed")
+                continue
+            ratios[arm].append(b / q)
+            quiet[arm].append(q)
+            chosen = report["threads"]
+            flagged = report["contention"]["flagged"]
+            print(f"pair {i + 1} {arm}: quiet p50 {q * 1000:.0f} ms, busy {b * 1000:.0f} ms: "
+                  f"{b / q:.2f}× ({chosen['threads']} threads on cores {chosen['cores']}, "
+                  f"busy trial {'flagged' if flagged else 'not flagged'})", flush=True)
+    print(f"uptime after: {os.popen('uptime').read().strip()}")
+    for arm in arms:
+        q = f"{statistics.median(quiet[arm]) * 1000:.0f} ms" if quiet[arm] else "-"
+        print(f"RESULT {arm}: slowdown beside one busy core {spread(ratios[arm])}; "
+              f"quiet p50 median {q}")
+    ok = bool(ratios.get("worker")) and statistics.median(ratios["worker"]) <= TARGET
+    print(f"target: worker's median slowdown ≤ {TARGET:g}× -> {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

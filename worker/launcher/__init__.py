@@ -113,7 +113,7 @@ def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None, user=None,
             json.dump({**spec.to_dict(), "threads": choice.threads}, f)
         if user is not None:
             user.own(tmp)  # the child writes its report here
-        env = builtin_env(spec, choice.env())
+        env = {**builtin_env(spec), **choice.env()}  # the thread count torch starts with
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
                   deadline, cancel, trackers, hz, progress, user, _pin(choice))
         report = _read(report_path, spec)

@@ -106,12 +106,10 @@ class Run:
         return "\n".join(self.log)[-4000:]
 
 
-def builtin_env(spec: TrialSpec, threads: dict[str, str] | None = None) -> dict:
-    """A built-in workload's child environment: this package importable, the
-    chosen thread count (worker/threads.py), and with malloc=live glibc's mmap
-    threshold pinned (read by glibc at startup)."""
-    env = child_env(**(threads or {}),
-                    PYTHONPATH=pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
+def builtin_env(spec: TrialSpec) -> dict:
+    """A built-in workload's child environment: this package importable, and
+    with malloc=live glibc's mmap threshold pinned (read by glibc at startup)."""
+    env = child_env(PYTHONPATH=pythonpath(PACKAGE_ROOT, os.environ.get("PYTHONPATH")))
     # hf-* models: the directories and hub switch the operator allowed (worker/models.py)
     env.update({k: os.environ[k] for k in (models.ENV_DIRS, models.ENV_HUB) if k in os.environ})
     if not models.hub_allowed():  # nothing a trial builds reaches the hub unless allowed

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from worker import launcher, recipes, summary, threads
+from worker import report as reports
 from worker.probes import contention
 from worker.spec import SpecError, parse
 
@@ -57,6 +58,7 @@ def test_the_childs_torch_runs_with_the_chosen_count_on_the_chosen_cores():
     assert t["torch_threads"] == want.threads and t["cores_seen"] == list(want.cores)
     assert t["pinned"] == (len(usable) > 1) and report["params"]["threads"] == 0
     assert summary.threads_line(t).startswith(f"{want.threads} on cores")
+    assert reports.validate(report) == []  # the bot takes it as it is
     # the user's count: every usable core, so torch's own default, unpinned
     asked = launcher.run_trial(parse([*TINY, f"threads={len(usable)}"]))["threads"]
     assert (asked["torch_threads"], asked["pinned"], asked["chosen_by"]) == (

@@ -112,6 +112,7 @@ import torch
 if len(sys.argv) > 2:
     torch.set_num_threads(int(sys.argv[2]))
 json.dump({"omp": os.environ.get("OMP_NUM_THREADS"), "torch": torch.get_num_threads(),
+           "argv": sys.argv[2:],
            "cores": sorted(os.sched_getaffinity(0))}, open(sys.argv[1], "w"))
 """
 
@@ -134,9 +135,10 @@ timeout = "1m"
 
 def test_a_recipes_torch_gets_the_chosen_count_on_the_chosen_cores(tmp_path):
     want = threads.choose(0, threads.usable_cores())
-    t = _recipe(tmp_path, "", "")["threads"]
+    t = _recipe(tmp_path, "", ', "{threads}"')["threads"]  # `{threads}`: the chosen count
     seen = json.loads((tmp_path / "seen.json").read_text())
-    assert seen == {"omp": str(want.threads), "torch": want.threads, "cores": list(want.cores)}
+    assert seen == {"omp": str(want.threads), "torch": want.threads, "cores": list(want.cores),
+                    "argv": [str(want.threads)]}
     assert t["torch_threads"] == want.threads and t["chosen_by"] == "worker"
 
 

@@ -179,8 +179,9 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
             user.own(tmp)  # the probe writes here
         env.update(PYTHONPATH=pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
                    TRIALBOT_PROBE_OUT=tmp)
-        run = Run(recipe.command(spec.params, made.python), made.cwd, env, deadline, cancel,
-                  trackers, hz, progress, user, _pin(choice))
+        argv = recipe.command({**spec.params, "threads": choice.threads}, made.python)
+        run = Run(argv, made.cwd, env, deadline, cancel, trackers, hz, progress, user,
+                  _pin(choice))
         probe = _probe_result(tmp, run)
     spec_env = recipe.environment
     named = (failure.environment_error(probe, made.cwd, made.pins, spec_env.declared,

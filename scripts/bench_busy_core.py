@@ -16,6 +16,12 @@ slowdown with its range over the pairs, and `uptime`: on a shared box the
 "quiet" half is not quiet.
 
     python scripts/bench_busy_core.py [--pairs 5] [--arms worker,default]
+
+`--waits N` instead runs the check behind the choice of wait policy, N rounds:
+a loop of parallel regions (a 256×256 matmul) with serial Python between them,
+in a fresh process per variant (threads, OMP_WAIT_POLICY), alternating; its
+process CPU time shows whether libgomp honours the policy (spinning threads
+burn CPU between regions), and its wall time what each costs on this box.
 """
 from __future__ import annotations
 
@@ -84,14 +90,47 @@ def ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.0f} ms" if values else "-"
 
 
+REGIONS = """
+import os, time, torch
+torch.set_num_threads(int(os.environ["N"]))
+a = torch.randn(256, 256)
+t0, w0 = time.process_time(), time.perf_counter()
+for _ in range(2000):
+    a @ a                  # a parallel region
+    sum(range(2000))       # serial Python between regions
+print(time.process_time() - t0, time.perf_counter() - w0)
+"""
+WAITS = {"1 thread": {"N": "1"}, "1 thread, passive": {"N": "1", "OMP_WAIT_POLICY": "PASSIVE"},
+         "all cores, passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "all cores, default": {}}
+
+
+def waits(rounds: int) -> None:
+    got = {k: [] for k in WAITS}
+    for _ in range(rounds):
+        for name, env in WAITS.items():
+            env = {**os.environ, "N": str(usable()), **env}
+            env.pop("OMP_NUM_THREADS", None)
+            out = subprocess.run([sys.executable, "-c", REGIONS], env=env, capture_output=True,
+                                 text=True, check=True).stdout.split()
+            got[name].append((float(out[0]), float(out[1])))
+    for name, runs in got.items():
+        print(f"RESULT {name}: CPU " + ", ".join(f"{c:.2f}" for c, _ in runs) + " s; wall "
+              + ", ".join(f"{w:.2f}" for _, w in runs) + " s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--arms", default="worker,default")
+    ap.add_argument("--waits", type=int, default=0, help="rounds of the wait-policy check "
+                    "instead of the trials")
     args = ap.parse_args()
+    print(f"uptime: {os.popen('uptime').read().strip()}")
+    if args.waits:
+        waits(args.waits)
+        return 0
     arms = args.arms.split(",")
     print(f"config: {' '.join(CONFIG)}; {usable()} usable cores; one spinner (loadgen's SPIN)")
-    print(f"uptime before: {os.popen('uptime').read().strip()}")
     ratios = {a: [] for a in arms}
     quiet = {a: [] for a in arms}
     busy = {a: [] for a in arms}

@@ -12,9 +12,12 @@ and a request took 10-40× longer (issue 31). So the worker chooses:
   tell other processes' CPU on the trial's cores from a neighbour on the free
   one;
 - libgomp's wait policy is left at its default (spin, then sleep): with a core
-  to spare, no thread of the trial shares one, and a passive policy cost quiet
-  time without making the busy case better than this (docs/benchmarks.md,
-  "Threads beside a busy core").
+  to spare, no thread of the trial shares one. A passive policy
+  (OMP_WAIT_POLICY=PASSIVE, which the wheel's bundled libgomp honours) kept
+  every core but one thread still sat beside the neighbour; on the loaded box
+  it was not told apart from one thread, and it adds a futex wake to every
+  parallel region of a quiet run (docs/benchmarks.md, "Threads beside a busy
+  core").
 
 `threads=N` is the user's count (1 to the usable cores); the child is then
 pinned to the last N usable cores. Usable cores are os.sched_getaffinity's

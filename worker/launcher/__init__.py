@@ -64,10 +64,10 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     kills_before = oom_kills()
     started, clock = time.time(), time.monotonic()  # the clock: a duration never goes back
     if spec.recipe:
-        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, trackers, hz,
-                                  progress, user, choice)
+        report, run = _run_recipe(spec, choice, recipes or {}, deadline, cancel, trackers, hz,
+                                  progress, user)
     else:
-        report, run = _run_builtin(spec, deadline, cancel, trackers, hz, progress, user, choice)
+        report, run = _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress, user)
     report["threads"] = _threads(choice, report.pop("threads_seen", None), spec)
     if run is not None:
         killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
@@ -106,7 +106,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     return report
 
 
-def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None, user=None, choice=None):
+def _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress=None, user=None):
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
         spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
         with open(spec_path, "w") as f:
@@ -120,8 +120,8 @@ def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None, user=None,
     return report, run
 
 
-def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, user=None,
-                choice=None):
+def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=None,
+                user=None):
     from worker import codeversion
     report = reports.new_report("recipe", spec.params)
     report["recipe"] = spec.recipe
@@ -235,8 +235,6 @@ def _setup_phase(start: float, end: float) -> dict:
 
 def _read(path: str, spec: TrialSpec) -> dict:
     return read_json(path) or reports.new_report(spec.workload, spec.params)
-
-
 
 
 def _pin(choice: threads.ThreadChoice) -> tuple[int, ...]:

@@ -162,12 +162,15 @@ def _choice(name, default, choices, help):
     return Param(name, "choice", default, help, choices=tuple(choices))
 
 
-# Every workload takes these: how long a try may take and what a failure retries.
+# Every workload takes these: how long a try may take, what a failure retries, its threads.
 COMMON = (
     _int("timeout", 1800, 1, 7 * 24 * 3600, N_("seconds before the trial is stopped")),
     _choice("on_oom", "fail", ("fail", "halve-batch"),
             N_("on out-of-memory: fail, or retry with half the batch")),
     _int("attempts", 3, 1, 20, N_("tries at most, the first included")),
+    # checked against the worker's usable cores there (worker/threads.py)
+    _int("threads", 0, 0, 4096, N_("intra-op CPU threads, 1 to the worker's usable cores; "
+                                  "0: the worker chooses (usable cores − 1, pinned)")),
 )
 
 # The decoder's shape, shared by llm-infer and llm-train. `preset=NAME` fills

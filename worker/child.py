@@ -86,6 +86,15 @@ def pick_device(torch, wanted: str) -> str:
     return wanted
 
 
+def set_threads(torch, count: int | None, report: dict) -> None:
+    """The worker's thread choice (worker/threads.py), and what torch then runs
+    with and where, for the report."""
+    if count:
+        torch.set_num_threads(count)
+    report["threads_seen"] = {"torch_threads": torch.get_num_threads(),
+                              "cores_seen": sorted(os.sched_getaffinity(0))}
+
+
 def main(spec_path: str, report_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
@@ -98,6 +107,7 @@ def main(spec_path: str, report_path: str) -> int:
             import torch
 
             from worker import env, workloads
+            set_threads(torch, spec.get("threads"), report)
             device = pick_device(torch, spec["params"].get("device", "auto"))
             report["env"] = env.fingerprint(torch, device)
             workload = workloads.load(spec["workload"])

@@ -47,6 +47,7 @@ MAX_PHASES = 10_000          # a recipe's marks included
 MAX_ITEMS = 100_000          # samples, losses, logits, timeline rows in one list
 MAX_DEVICES = 1024           # GPUs or ranks of one trial
 MAX_PARAMS = 200             # parameters of one spec
+MAX_CORES = 65_536           # CPU cores named in one list
 
 BYTES = Range(0, MAX_BYTES, "bytes from 0 to 1 PiB (2^50)")
 SECONDS = Range(0, MAX_SECONDS, f"seconds from 0 to a year ({MAX_SECONDS:,})")
@@ -189,6 +190,7 @@ class ContentionPhase(TypedDict, total=False):
     seconds: Annotated[float, SECONDS]
     others_cpu: Annotated[float, SHARE]
     others_cpu_max: Annotated[float, SHARE]
+    others_cpu_free: Annotated[float, SHARE]  # pinned: others on the cores it left free
     steal: Annotated[float, SHARE]
     load_max: Annotated[float | None, RATIO]
 
@@ -199,10 +201,28 @@ class Contention(TypedDict, total=False):
     summary: str | None    # plain words for the card, or None when quiet
     summary_note: dict | None  # the same as {"id", "values"}, for the reader's language
     cpus: Annotated[int, COUNT]
+    cores: Annotated[list[int], Most(MAX_CORES)] | None  # a pinned trial's: judged on them
+    free_cores: Annotated[list[int], Most(MAX_CORES)]
+    neighbour: dict | None  # pinned: {phase, others_cpu_free}, a neighbour on its free cores
     threshold: dict        # {others_cpu, steal, gpu_others_memory}: the stated limits
     phases: Annotated[dict[str, ContentionPhase], Most(MAX_PHASES)]
     gpu: dict | None       # CUDA: per device others' processes, utilisation, throttle reasons
     method: dict
+
+
+class Threads(TypedDict, total=False):
+    """The trial's intra-op threads (worker/threads.py)."""
+    threads: Annotated[int, COUNT]
+    cores: Annotated[list[int], Most(MAX_CORES)]
+    pinned: bool
+    free_cores: Annotated[list[int], Most(MAX_CORES)]
+    usable_cores: Annotated[list[int], Most(MAX_CORES)]
+    wait_policy: str
+    chosen_by: Literal["worker", "user"]
+    why: str
+    torch_threads: Annotated[int | None, COUNT]  # what the child's torch ran with
+    cores_seen: Annotated[list[int], Most(MAX_CORES)] | None
+    torch_threads_method: str
 
 
 # One child run of a malloc=auto trial (worker/launcher/passes.py); "pass" is a
@@ -369,6 +389,7 @@ class Report(TypedDict, total=False):
     windows: Windows | None            # the run phase in windows (drift inside the trial)
     units: Units | None                # a recipe's generate/model calls the probe timed
     contention: Contention | None      # what else ran on the machine meanwhile
+    threads: Threads | None            # intra-op threads: how many, where, who chose
     passes: Annotated[list[Pass], Most(10)] | None  # malloc=auto: memory and time passes
 
 

@@ -1,4 +1,5 @@
-"""`python worker/shim.py [--user NAME] ARGV...`: prepare the trial's process, then exec ARGV.
+"""`python worker/shim.py [--cpus 1,2] [--user NAME] ARGV...`: prepare the trial's process,
+then exec ARGV.
 
 On Linux it asks the kernel to SIGKILL the trial if the worker dies
 (PR_SET_PDEATHSIG), so a stopped or crashed worker never leaves a trial
@@ -9,6 +10,9 @@ With `--user NAME` (the worker's `--trial-user`) it becomes NAME for good
 first, with NAME's own groups and home: the trial cannot read the worker's
 memory, environment or token file. The switch happens here, in the worker's
 own interpreter, so NAME needs to run only the trial's program.
+
+With `--cpus` it pins itself to those cores before the exec, so every thread
+and process the trial starts stays on them (worker/threads.py says why).
 """
 import ctypes
 import os
@@ -52,6 +56,12 @@ def prepare(user: str | None = None) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     name = None
+    if args[:1] == ["--cpus"]:
+        try:
+            os.sched_setaffinity(0, {int(c) for c in args[1].split(",")})
+        except OSError as exc:  # a cpuset changed since: run unpinned, and say so
+            sys.stderr.write(f"trialbot: could not pin the trial to cores {args[1]}: {exc}\n")
+        args = args[2:]
     if args[:1] == ["--user"]:
         name, args = args[1], args[2:]
     prepare(name)

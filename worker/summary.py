@@ -9,6 +9,7 @@ from worker import notes, timeline, units
 from worker.i18n import N_, _, ngettext
 from worker.report import Report
 from worker.spec import live_time_note
+from worker.threads import cores_text
 from worker.units import number
 
 # Every figure here is measured (or a size by arithmetic): below zero, or not a
@@ -105,6 +106,8 @@ def facts(r: Report) -> list[tuple[str, str]]:
         out.append((_("stability"), stability(st, unit)))
     if r.get("contention"):
         out.append((_("machine"), machine(r["contention"])))
+    if r.get("threads"):
+        out.append((_("threads"), threads_line(r["threads"])))
     if thr:
         out.append((_("throughput"), number(thr["value"], ".1f", unit=f" {thr['unit']}")))
     if m.get("peak_allocated") is not None:
@@ -340,6 +343,18 @@ def busy_line(r: Report) -> str | None:
     return notes.said(c.get("summary_note"), c.get("summary")) if c.get("flagged") else None
 
 
+def threads_line(t: dict) -> str:
+    """The intra-op threads in one short line (worker/threads.py)."""
+    values = {"n": t["threads"], "cores": cores_text(t["cores"]),
+              "free": cores_text(t.get("free_cores") or [])}
+    if t["chosen_by"] == "user":
+        return _("{n} on cores {cores}, as asked (threads={n})", **values)
+    if t.get("pinned"):
+        return _("{n} on cores {cores}, pinned, cores {free} left free; chosen by the worker",
+                 **values)
+    return _("{n} on cores {cores}; chosen by the worker", **values)
+
+
 def machine(c: dict) -> str:
     """Busy or quiet, in plain words, from the contention probe."""
     if c.get("summary"):
@@ -351,6 +366,18 @@ def machine(c: dict) -> str:
     if name is None:
         return _("contention not measured: no CPU counters were read during the trial's phases")
     p = phases[name]
+    if c.get("cores"):  # pinned: judged on its own cores
+        line = _("quiet: other processes used {others} of the trial's cores {cores} during the "
+                 "{phase} phase (steal {steal}; flagged above {threshold})",
+                 others=number(p["others_cpu"], ".0%"), cores=cores_text(c["cores"]),
+                 phase=name, steal=number(p["steal"], ".0%"),
+                 threshold=number(c["threshold"]["others_cpu"], ".0%"))
+        near = c.get("neighbour")
+        if near:
+            line += "; " + _("a neighbour used {share} of cores {free}, which the trial leaves "
+                             "free (not counted)", share=number(near["others_cpu_free"], ".0%"),
+                             free=cores_text(c.get("free_cores") or []))
+        return line
     return _("quiet: other processes used {others} of the {cpus} CPUs during the {phase} phase "
              "(steal {steal}; flagged above {threshold})", others=number(p["others_cpu"], ".0%"),
              cpus=c["cpus"], phase=name, steal=number(p["steal"], ".0%"),

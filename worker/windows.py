@@ -25,8 +25,9 @@ def split(samples: list[dict], unit: str, count: int = COUNT) -> dict | None:
                      "others_cpu": None, "contended": False})
     return {"unit": unit, "rows": rows,
             "what": f"the run phase's {len(timed)} {unit}s in {len(rows)} windows of "
-                    f"consecutive {unit}s, in time order; others_cpu: share of all CPUs other "
-                    "processes used during the window (the worker's contention probe)"}
+                    f"consecutive {unit}s, in time order; others_cpu: share of all CPUs (of its "
+                    "own cores, for a pinned trial) other processes used during the window "
+                    "(the worker's contention probe)"}
 
 
 def annotate(windows: dict | None, share, others_limit: float, steal_limit: float) -> None:

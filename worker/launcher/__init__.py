@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 
-from worker import machine, timeline, windows
+from worker import machine, threads, timeline, windows
 from worker import report as reports
 from worker.env import cpu_name
 from worker.launcher import envbuild, failure, passes, recipe_phases
@@ -48,20 +48,27 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     raises for a failing trial: the failure is in the report). `user`, a
     worker.trialuser.TrialUser, runs the children as that user."""
     cancel = cancel or threading.Event()
+    try:
+        choice = threads.choose(spec.params.get("threads", 0), threads.usable_cores(),
+                                spec.params.get("world", 1))
+    except SpecError as exc:
+        return _refused(spec, exc.message)
     if passes.applies(spec):  # memory and time each under the allocator that suits it
         return passes.run(spec, run_trial, cancel, recipes=recipes, hz=hz, progress=progress,
                           user=user)
     timeout = spec.params.get("timeout", 1800)
     deadline = time.monotonic() + timeout
-    host, nvml, busy = HostRssTracker(), NvmlTracker(), contention.ContentionTracker()
+    host, nvml = HostRssTracker(), NvmlTracker()
+    busy = contention.ContentionTracker(cores=choice.cores if choice.pinned else None)
     trackers = [host, nvml, busy]
     kills_before = oom_kills()
     started, clock = time.time(), time.monotonic()  # the clock: a duration never goes back
     if spec.recipe:
-        report, run = _run_recipe(spec, recipes or {}, deadline, cancel, trackers, hz,
+        report, run = _run_recipe(spec, choice, recipes or {}, deadline, cancel, trackers, hz,
                                   progress, user)
     else:
-        report, run = _run_builtin(spec, deadline, cancel, trackers, hz, progress, user)
+        report, run = _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress, user)
+    report["threads"] = _threads(choice, report.pop("threads_seen", None), spec)
     if run is not None:
         killed_by_kernel = (run.code == -signal.SIGKILL and not run.stopped
                             and oom_kills() not in (None, kills_before))
@@ -81,7 +88,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
             f"more than the worker's own peak RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
             "which Linux counts into the child's at exec")
         report["contention"] = busy.result(report["phases"], recipe=bool(spec.recipe),
-                                           gpu=nvml.contention())
+                                           gpu=nvml.contention(), free=choice.free)
         windows.annotate(report.get("windows"), busy.share, contention.OTHERS_CPU,
                          contention.STEAL)
         report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
@@ -99,21 +106,22 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     return report
 
 
-def _run_builtin(spec, deadline, cancel, trackers, hz, progress=None, user=None):
+def _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress=None, user=None):
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
         spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
         with open(spec_path, "w") as f:
-            json.dump(spec.to_dict(), f)
+            json.dump({**spec.to_dict(), "threads": choice.threads}, f)
         if user is not None:
             user.own(tmp)  # the child writes its report here
-        env = builtin_env(spec)
+        env = {**builtin_env(spec), **choice.env()}  # the thread count torch starts with
         run = Run([sys.executable, "-m", "worker.child", spec_path, report_path], None, env,
-                  deadline, cancel, trackers, hz, progress, user)
+                  deadline, cancel, trackers, hz, progress, user, _pin(choice))
         report = _read(report_path, spec)
     return report, run
 
 
-def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, user=None):
+def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=None,
+                user=None):
     from worker import codeversion
     report = reports.new_report("recipe", spec.params)
     report["recipe"] = spec.recipe
@@ -154,7 +162,7 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
         report["env"].update(codeversion.of(made.cwd))
     if made.env.get("environment"):  # another environment is other code
         report["env"]["code_version"] += f", environment {made.env['environment']['key'][:12]}"
-    env = child_env(**recipe.env)
+    env = child_env(**{**choice.env(), **recipe.env})  # the recipe's own count wins
     if made.path_dirs:
         env["PATH"] = os.pathsep.join([*made.path_dirs, env.get("PATH", os.defpath)])
         env["VIRTUAL_ENV"] = os.path.dirname(made.path_dirs[0])
@@ -171,8 +179,9 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
             user.own(tmp)  # the probe writes here
         env.update(PYTHONPATH=pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
                    TRIALBOT_PROBE_OUT=tmp)
-        run = Run(recipe.command(spec.params, made.python), made.cwd, env, deadline, cancel,
-                  trackers, hz, progress, user)
+        argv = recipe.command({**spec.params, "threads": choice.threads}, made.python)
+        run = Run(argv, made.cwd, env, deadline, cancel, trackers, hz, progress, user,
+                  _pin(choice))
         probe = _probe_result(tmp, run)
     spec_env = recipe.environment
     named = (failure.environment_error(probe, made.cwd, made.pins, spec_env.declared,
@@ -192,6 +201,7 @@ def _run_recipe(spec, recipes, deadline, cancel, trackers, hz, progress=None, us
            "program, or not Python)" for k in ALLOCATOR_FIELDS})
     report["allocator_samples"] = probe.get("samples", [])
     report["env"].update(probe.get("env", {}))
+    report["threads_seen"] = {"torch_threads": probe.get("torch_threads")}
     if run.code == 0 and not run.stopped:
         report["status"] = "ok"
     return report, run
@@ -227,3 +237,32 @@ def _read(path: str, spec: TrialSpec) -> dict:
     return read_json(path) or reports.new_report(spec.workload, spec.params)
 
 
+def _pin(choice: threads.ThreadChoice) -> tuple[int, ...]:
+    return choice.cores if choice.pinned else ()
+
+
+def _threads(choice: threads.ThreadChoice, seen: dict | None, spec: TrialSpec) -> dict:
+    """The report's `threads`: the choice, and what the child's torch ran with."""
+    out = {**choice.to_report(), "torch_threads": None, "cores_seen": None, **(seen or {})}
+    if out["torch_threads"] is None:
+        out["torch_threads_method"] = (
+            "not read: the recipe's program did not import torch, or did not exit through "
+            "Python" if spec.recipe else "not read: the child ended before it set them")
+    elif spec.recipe:
+        out["torch_threads_method"] = ("torch.get_num_threads() in the recipe's process at "
+                                       "exit (the probe): a program that sets its own count "
+                                       "wins over the worker's OMP_NUM_THREADS")
+    else:
+        out["torch_threads_method"] = "torch.get_num_threads() in the child after it set them"
+    return out
+
+
+def _refused(spec: TrialSpec, message: str) -> dict:
+    """A try the worker cannot run as asked (e.g. more threads than cores)."""
+    report = reports.new_report(spec.workload, spec.params)
+    if spec.recipe:
+        report["recipe"] = spec.recipe
+    reports.fail(report, "unsupported", message, "setup")
+    report["started"] = report["finished"] = time.time()
+    report["seconds"] = 0.0
+    return report

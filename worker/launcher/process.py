@@ -38,7 +38,7 @@ class Run:
 
     def __init__(self, argv, cwd, env, deadline: float, cancel: threading.Event,
                  trackers=(), hz: float = SAMPLE_HZ, progress: dict | None = None,
-                 user=None):
+                 user=None, cpus: tuple[int, ...] = ()):
         self.progress = {} if progress is None else progress  # the phase, for heartbeats
         self.log: list[str] = []
         self.marks: list[tuple[str, float]] = []  # (phase name, wall time) from stdout
@@ -50,6 +50,8 @@ class Run:
         # -I -S: the shim imports no site, so no sitecustomize (the probe, the
         # program's own) runs before the program does
         shim = [sys.executable, "-I", "-S", SHIM]  # dies with the worker; OOM-killed first
+        if cpus:  # pinned before the exec: every thread the trial starts stays there
+            shim += ["--cpus", ",".join(map(str, cpus))]
         if user is not None:  # a TrialUser: the shim becomes it before the exec
             shim += user.shim_args()
         try:

@@ -169,6 +169,9 @@ class _Probe:
                 "units": self.units, "units_seen": self.units_seen, "models": self.models,
                 "exception": self.exception, "phase_at_exit": self.phase,
                 "env": {"python": sys.version.split()[0], "executable": sys.executable}}
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "get_num_threads"):  # the program's own wins
+            data["torch_threads"] = torch.get_num_threads()
         cuda = self._cuda()
         if cuda is not None:
             stats = cuda.memory_stats()

@@ -8,6 +8,12 @@ the machine's busy time minus the trial's and the worker's, over all the CPU
 time there was. A trial is flagged when other processes or the hypervisor
 (steal) took more than a stated share in a measured phase: its times are
 then not the machine's own speed.
+
+A trial pinned to some cores (worker/threads.py) is judged on those cores
+only (/proc/stat's cpuN lines): its whole process tree runs there, so their
+busy time less the trial's is other processes on its cores. A neighbour on a
+core the trial leaves free is reported as such and not flagged: it takes
+nothing from the trial's threads.
 """
 from __future__ import annotations
 
@@ -35,24 +41,43 @@ METHOD = {
 }
 
 
+# Pinned (worker/threads.py): the same shares over the trial's own cores.
+PINNED_METHOD = {
+    "others_cpu": "share of the trial's cores' time (/proc/stat cpuN lines of the cores it is "
+                  "pinned to) not spent by the trial's process tree (all of it runs there) or "
+                  f"the worker itself, read every {PERIOD:g} s; the mean over the phase",
+    "steal": "share of the trial's cores' time the hypervisor gave to other guests",
+    "others_cpu_free": "share of the cores the trial leaves free that other processes used; "
+                       "shown, not judged: it takes nothing from the trial's threads",
+}
+
+
 def _fields(raw: bytes) -> list[bytes]:
     # comm (field 2) may hold spaces and parentheses: split after the last ')'.
     return raw[raw.rfind(b")") + 2:].split()
 
 
 class ContentionTracker:
-    def __init__(self, stat_path: str = "/proc/stat"):
+    def __init__(self, stat_path: str = "/proc/stat", cores=None):
         self.stat_path = stat_path
         self.cpus = os.cpu_count() or 1
-        self.rows: list[tuple] = []  # (t, busy, steal, total, tree, self, load1)
+        self.cores = tuple(sorted(cores)) if cores else None  # the trial's, when pinned
+        # (t, busy, steal, total, tree, self, load1[, busy, steal, total on the trial's cores])
+        self.rows: list[tuple] = []
         self.fds: dict[int, int] = {}
         self.last = 0.0
 
-    def _machine(self) -> tuple[int, int, int]:
+    def _machine(self) -> tuple[int, ...]:
+        """busy, steal, total over all CPUs, then (pinned) over the trial's cores."""
         with open(self.stat_path, "rb") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-        user, nice, system, idle, iowait, irq, softirq, steal = v + [0] * (8 - len(v))
-        return user + nice + system + irq + softirq, steal, sum(v)
+            lines = f.read().splitlines()
+        out = _counts(lines[0].split()[1:9])
+        if self.cores:
+            mine = {f"cpu{c}".encode() for c in self.cores}
+            parts = [_counts(ln.split()[1:9]) for ln in lines[1:] if ln.split()[:1]
+                     and ln.split()[0] in mine]
+            out += tuple(sum(p[i] for p in parts) for i in range(3))
+        return out
 
     def _cpu_of(self, pid: int) -> int:
         fd = self.fds.get(pid)
@@ -77,13 +102,13 @@ class ContentionTracker:
                 if fd is not None:
                     os.close(fd)
         try:
-            busy, steal, total = self._machine()
+            counts = self._machine()
             with open("/proc/self/stat", "rb") as f:
                 own = sum(int(x) for x in _fields(f.read())[11:13])
             load = os.getloadavg()[0]
         except (OSError, ValueError):
             return {}
-        self.rows.append((time.time(), busy, steal, total, tree, own, load))
+        self.rows.append((time.time(), *counts[:3], tree, own, load, *counts[3:]))
         return {}
 
     def close(self) -> None:
@@ -116,9 +141,11 @@ class ContentionTracker:
                 peak = max(peak, _share(rows[i], rows[j])["others_cpu"])
             i = j
         return {"seconds": end - start, **whole, "others_cpu_max": peak,
+                **_free_share(rows[0], rows[-1]),
                 "load_max": max(r[6] for r in rows)}
 
-    def result(self, phases: list[dict], recipe: bool = False, gpu: dict | None = None) -> dict:
+    def result(self, phases: list[dict], recipe: bool = False, gpu: dict | None = None,
+               free: tuple[int, ...] = ()) -> dict:
         """The report's `contention` block from the phases the trial reported."""
         self.close()
         per = {}
@@ -130,19 +157,40 @@ class ContentionTracker:
                 per[p["name"]] = got
         # Every phase's time goes into a plan (prep too); a recipe's launch is not its own.
         measured = [n for n in per if not (recipe and n == "launch")]
-        busy = [(n, per[n]) for n in measured
-                if max(per[n]["others_cpu"], per[n]["others_cpu_max"]) > OTHERS_CPU
-                or per[n]["steal"] > STEAL]
+        busy = busy_phases(per, measured)
         note = _busy_note(busy, gpu)
         summary = notes.english(note) if note else None
         method = dict(METHOD)
+        if self.cores:
+            method.update(PINNED_METHOD)
         if not per:
             method["others_cpu"] = ("not measured: no CPU counters were read during the "
                                     "trial's phases (it ended too fast, or /proc is missing)")
         return {"flagged": bool(summary), "summary": summary, "summary_note": note,
-                "cpus": self.cpus,
+                "cpus": self.cpus, "cores": list(self.cores) if self.cores else None,
+                "free_cores": list(free) if self.cores else [],
+                "neighbour": neighbour(per, measured) if self.cores and not busy else None,
                 "threshold": {"others_cpu": OTHERS_CPU, "steal": STEAL, "span_s": CHUNK},
                 "phases": per, "gpu": gpu, "method": method}
+
+
+def busy_phases(per: dict, measured: list[str]) -> list[tuple[str, dict]]:
+    """The phases other processes or steal made busy: on the trial's cores
+    when it was pinned, over all CPUs when not."""
+    return [(n, per[n]) for n in measured
+            if max(per[n]["others_cpu"], per[n]["others_cpu_max"]) > OTHERS_CPU
+            or per[n]["steal"] > STEAL]
+
+
+def neighbour(per: dict, measured: list[str]) -> dict | None:
+    """A pinned trial's neighbour on the cores it leaves free (not contention):
+    the phase where it took the most, when above the threshold."""
+    seen = [(n, per[n]["others_cpu_free"]) for n in measured
+            if (per[n].get("others_cpu_free") or 0) > OTHERS_CPU]
+    if not seen:
+        return None
+    name, share = max(seen, key=lambda x: x[1])
+    return {"phase": name, "others_cpu_free": share}
 
 
 def _busy_note(busy: list, gpu: dict | None) -> dict | None:
@@ -166,10 +214,32 @@ def _busy_note(busy: list, gpu: dict | None) -> dict | None:
     return notes.message(notes.CPU_STEAL_BUSY if steal else notes.CPU_BUSY, **values)
 
 
+def _counts(fields: list[bytes]) -> tuple[int, int, int]:
+    v = [int(x) for x in fields]
+    user, nice, system, idle, iowait, irq, softirq, steal = v + [0] * (8 - len(v))
+    return user + nice + system + irq + softirq, steal, sum(v)
+
+
+def _mine(r: tuple) -> tuple:
+    """busy, steal, total on the trial's cores: all CPUs when it is not pinned."""
+    return r[7:10] if len(r) > 7 else r[1:4]
+
+
+def _free_share(a: tuple, b: tuple) -> dict:
+    """Other processes' share of the cores a pinned trial leaves free."""
+    if len(a) <= 7:
+        return {}
+    total = (b[3] - a[3]) - (b[9] - a[9])
+    busy = (b[1] - a[1]) - (b[7] - a[7])
+    return {"others_cpu_free": min(1.0, max(0.0, busy / total)) if total > 0 else 0.0}
+
+
 def _share(a: tuple, b: tuple) -> dict:
-    total = b[3] - a[3]
+    (busy_a, steal_a, total_a), (busy_b, steal_b, total_b) = _mine(a), _mine(b)
+    total = total_b - total_a
     if total <= 0:
         return {"others_cpu": 0.0, "steal": 0.0}
-    others = (b[1] - a[1]) - (b[4] - a[4]) - (b[5] - a[5])
+    # the worker's own time is taken off wherever it ran: a few % of a core at most
+    others = (busy_b - busy_a) - (b[4] - a[4]) - (b[5] - a[5])
     return {"others_cpu": min(1.0, max(0.0, others / total)),
-            "steal": min(1.0, max(0.0, (b[2] - a[2]) / total))}
+            "steal": min(1.0, max(0.0, (steal_b - steal_a) / total))}

@@ -168,7 +168,8 @@ def _init(rank: int, p: dict, device: str, port: int) -> None:
 def _rank_main(rank: int, p: dict, device: str, port: int, make=make) -> None:
     """Ranks 1..world-1: the same steps, untimed; results go to rank 0."""
     import torch.distributed as dist
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // p["world"]))
+    # OMP_NUM_THREADS is the worker's choice (worker/threads.py), shared by the ranks
+    torch.set_num_threads(max(1, torch.get_num_threads() // p["world"]))
     _init(rank, p, device, port)
     result = train(rank, p, device, lambda name: nullcontext(),
                    torch.cuda.synchronize if device == "cuda" else lambda: None, make)
@@ -212,7 +213,7 @@ def run(p: dict, trial, make=make) -> dict:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        torch.set_num_threads(max(1, torch.get_num_threads() // world))
         ctx = mp.get_context("spawn")
         procs = [ctx.Process(target=_rank_main, args=(r, p, device, port, make), daemon=True)
                  for r in range(1, world)]

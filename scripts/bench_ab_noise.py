@@ -11,7 +11,7 @@ test over bot/fits/compare.py) for each verdict. Targets:
 - an A/B of layers=4 against layers=8 (about 2× the time) finds B slower in ≥ 9 of 10.
 
     python scripts/bench_ab_noise.py [--runs 10] [--rounds 3] [--quiet] [--seed 7]
-        [--threads 1] [--save FILE]
+        [--threads 0] [--save FILE]
 """
 from __future__ import annotations
 
@@ -40,11 +40,11 @@ CONFIG = ["llm-infer", "hidden=256", "heads=4", "kv_heads=2", "vocab=512", "batc
 
 
 def trial(words: list[str], threads: int) -> dict | None:
-    # torch's intra-op threads spin-wait for each other: on a core another process
-    # holds, one late thread stalls the rest, and a request takes 10-40× longer.
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if threads else None
-    done = subprocess.run([sys.executable, "-m", "worker.cli", "trial", *words, "--json"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    # The worker chooses and pins the intra-op threads (worker/threads.py); an
+    # inherited OMP_NUM_THREADS no longer reaches the child, so a count is a param.
+    extra = [f"threads={threads}"] if threads else []
+    done = subprocess.run([sys.executable, "-m", "worker.cli", "trial", *words, *extra,
+                           "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     if not done.stdout.strip():
         print(f"  no report: {done.stderr[-300:]}")
         return None
@@ -103,8 +103,8 @@ def main() -> int:
     ap.add_argument("--quiet", action="store_true", help="no load generator")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--save", help="write every A/B's reports here, one JSON line each")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="OMP_NUM_THREADS for the trials (0: torch's default, one per core)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads=N for the trials (0: the worker's own choice)")
     args = ap.parse_args()
     # a kill unwinds through the LoadGenerator's exit, so no spinner is left behind
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -112,7 +112,7 @@ def main() -> int:
     kinds = {"identical": (a, a, "same"), "2x": (a, CONFIG + ["layers=8"], "slower")}
     print(f"config: {' '.join(CONFIG)}; A/B rounds={args.rounds} "
           f"({' '.join(ab.order(args.rounds))}); "
-          f"OMP_NUM_THREADS={args.threads or 'default'}; "
+          f"threads={args.threads or 'chosen by the worker'}; "
           f"{'no load' if args.quiet else f'LoadGenerator(seed={args.seed}) on all cores'}")
     got = {k: {} for k in kinds}  # verdict (None: no verdict) -> count
     bare = {k: {} for k in kinds}  # the same, contention marks ignored

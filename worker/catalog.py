@@ -162,12 +162,20 @@ def _choice(name, default, choices, help):
     return Param(name, "choice", default, help, choices=tuple(choices))
 
 
-# Every workload takes these: how long a try may take and what a failure retries.
+# Every workload takes these: how long a try may take, what a failure retries,
+# and how many fresh processes its time comes from (worker/launcher/processes.py;
+# the default is measured: docs/benchmarks.md, "Processes per trial").
+PROCESSES = 3
+MAX_PROCESSES = 20  # each window row of each process is kept: 20 × 5 windows
 COMMON = (
     _int("timeout", 1800, 1, 7 * 24 * 3600, N_("seconds before the trial is stopped")),
     _choice("on_oom", "fail", ("fail", "halve-batch"),
             N_("on out-of-memory: fail, or retry with half the batch")),
     _int("attempts", 3, 1, 20, N_("tries at most, the first included")),
+    _int("processes", PROCESSES, 1, MAX_PROCESSES,
+         N_("fresh processes the time figures come from, one after another (a built-in's "
+            "measured requests split between them); 1: one process, and the plan's interval "
+            "then leaves out drift between processes")),
 )
 
 # The decoder's shape, shared by llm-infer and llm-train. `preset=NAME` fills

@@ -138,13 +138,24 @@ def _row(i: int, r: dict) -> dict:
         run, n, mean, sd, data = program or 0.0, 1, program, None, 0.0
     else:
         run = sum(p["seconds"] for p in phases if run_phase(p))
-        n, mean, sd = lat.get("count") or 0, lat.get("mean"), lat.get("stdev")
+        n, mean, sd = lat.get("count") or 0, lat.get("mean"), _within_models(r)
     rows = ((r.get("windows") or {}).get("rows")) or []
     return {"process": i + 1, "status": r.get("status"), "seconds": seconds,
             "prep": max(0.0, seconds - run - data), "run": run, "count": n, "mean": mean,
             "stdev": sd, "per_run": run / n if n else None,
             "windows": [w["mean"] for w in rows],
             "contended": bool((r.get("contention") or {}).get("flagged"))}
+
+
+def _within_models(r: dict) -> float | None:
+    """The runs' sd; a recipe's calls on several models (a draft, a target)
+    pooled within each model: their difference is not noise."""
+    models = (r.get("units") or {}).get("models") or []
+    if len(models) < 2:
+        return (r.get("latency") or {}).get("stdev")
+    dof = sum(m["count"] - 1 for m in models if m.get("stdev") is not None)
+    ss = sum((m["count"] - 1) * m["stdev"] ** 2 for m in models if m.get("stdev") is not None)
+    return math.sqrt(ss / dof) if dof else None
 
 
 def spreads(rows: list[dict]) -> dict:
@@ -194,6 +205,13 @@ def _merge_times(out: dict, reports: list[dict], program: bool) -> None:
         for key in ("count", "run", "warmup", "kept"):
             if key in units:
                 units[key] = sum((r.get("units") or {}).get(key) or 0 for r in reports)
+        kinds = [(r.get("units") or {}).get("kinds") or {} for r in reports]
+        if units.get("kinds"):
+            units["kinds"] = {k: sum(c.get(k, 0) for c in kinds) for k in units["kinds"]}
+        models = [(r.get("units") or {}).get("models") or [] for r in reports]
+        if units.get("models") and all(len(m) == len(models[0]) for m in models):
+            units["models"] = [{**g, **pool([m[i] for m in models])}
+                               for i, g in enumerate(units["models"])]
         if (units.get("program") or {}).get("seconds") is not None:
             units["program"]["seconds"] = statistics.fmean(
                 r["units"]["program"]["seconds"] for r in reports)

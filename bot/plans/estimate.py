@@ -151,8 +151,8 @@ def _processes(reports: list[dict], views: list[dict]) -> dict:
            "prep_part": _("prep's spread between {n} processes", n=len(preps))}
     if any((r.get("processes") or {}).get("count") == 1 for r in reports):
         out["missing"] = [_(
-            "drift between processes (processes=1: the trial ran in one process; the "
-            "default runs several)")]
+            "drift between processes (processes=1: the trial ran in one process; "
+            "processes=3 measures it)")]
     return out
 
 

@@ -101,6 +101,8 @@ def merge(spec: TrialSpec, reports: list[dict], wall: float) -> dict:
         _merge_contention(out, reports)
         _merge_windows(out, reports)
     out["params"] = dict(spec.params)
+    if len(reports) == 1:  # one process: its own wall time, as without processes=
+        wall = out["seconds"]
     out["processes"] = {"count": len(reports), "seconds": wall, "rows": rows,
                         **spreads(rows), "one_run": ONE_RUN, "what": WHAT}
     out["started"] = reports[0].get("started")

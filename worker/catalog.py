@@ -164,8 +164,9 @@ def _choice(name, default, choices, help):
 
 # Every workload takes these: how long a try may take, what a failure retries,
 # and how many fresh processes its time comes from (worker/launcher/processes.py;
-# the default is measured: docs/benchmarks.md, "Processes per trial").
-PROCESSES = 3
+# the default from the spread measured between processes: docs/benchmarks.md,
+# "Processes per trial").
+PROCESSES = 4
 MAX_PROCESSES = 20  # each window row of each process is kept: 20 × 5 windows
 COMMON = (
     _int("timeout", 1800, 1, 7 * 24 * 3600, N_("seconds before the trial is stopped")),

@@ -37,6 +37,7 @@ from bot.plans.measured import (  # noqa: F401 - re-exported: callers read them 
     unit_label,
     unit_problem,
 )
+from worker.catalog import PROCESSES
 from worker.i18n import _
 
 LEVEL = 0.90  # the prediction interval shown
@@ -152,7 +153,7 @@ def _processes(reports: list[dict], views: list[dict]) -> dict:
     if any((r.get("processes") or {}).get("count") == 1 for r in reports):
         out["missing"] = [_(
             "drift between processes (processes=1: the trial ran in one process; "
-            "processes=3 measures it)")]
+            "processes={n} measures it)", n=PROCESSES)]
     return out
 
 

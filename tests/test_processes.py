@@ -6,8 +6,11 @@ import math
 import pytest
 from scipy import stats
 
+from bot.app.runtime import context
 from bot.plans import estimate as planner
-from tests.test_planner import block, estimate, job, report
+from bot.store import Store
+from test_planner import block, estimate, job, report
+from test_recipe_units import book, finish, run, say
 from worker import launcher, summary
 from worker.catalog import PROCESSES
 from worker.report import validate
@@ -106,3 +109,34 @@ def test_a_report_from_before_processes_estimates_as_before():
     half = stats.t.ppf(0.95, 9) * 0.2 * math.sqrt(100 + 100 ** 2 / 10)
     assert e["half"] == pytest.approx(half)
     assert "processes" not in e["interval_note"]
+
+
+def test_llm_train_steps_are_split_between_processes_and_merge_into_one_report():
+    r = launcher.run_trial(parse(["llm-train", "layers=1", "hidden=32", "heads=2", "kv_heads=1",
+                                  "vocab=64", "seq=8", "malloc=glibc", "steps=4",
+                                  "processes=2"]))
+    assert r["status"] == "ok", r["error"]
+    assert validate(r) == []
+    assert [row["count"] for row in r["processes"]["rows"]] == [2, 2]
+    assert r["latency"]["count"] == 4 and r["training"]["loss_final"] is not None
+    assert r["stability"]["count"] == 4
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "u.db")), admins=frozenset({"U1"}))
+
+
+def test_a_program_recipe_in_three_processes_gets_an_interval_from_one_trial(tmp_path, ctx):
+    recipes = book(tmp_path, "import time\ntime.sleep(0.2)\n", "program")
+    assert recipes["paper"].workload().param("processes").default == 1  # a program is whole
+    spec, r = run(recipes, "processes=3")
+    assert r["processes"]["count"] == 3
+    programs = [row["run"] for row in r["processes"]["rows"]]
+    assert all(0.2 <= p < 5 for p in programs)
+    assert r["units"]["program"]["seconds"] == pytest.approx(sum(programs) / 3)
+    t = finish(ctx, spec, r)
+    say(ctx, "new repro")
+    out = say(ctx, f"repro block baseline runs=10 trial={t}")
+    assert "no interval" not in out and "3 fresh processes, one value each" in out, out
+    assert "the spread between 3 processes of 1 trial(s)" in out

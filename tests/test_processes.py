@@ -140,3 +140,12 @@ def test_a_program_recipe_in_three_processes_gets_an_interval_from_one_trial(tmp
     out = say(ctx, f"repro block baseline runs=10 trial={t}")
     assert "no interval" not in out and "3 fresh processes, one value each" in out, out
     assert "the spread between 3 processes of 1 trial(s)" in out
+
+
+def test_a_process_that_fails_is_the_report_and_names_which_one():
+    r = launcher.run_trial(parse([*TINY, "processes=2", "malloc=glibc", "timeout=1"]))
+    assert r["status"] == "failed" and r["error"]["class"] == "timeout"
+    assert r["error"]["message"].startswith("process 1 of 2 (processes=2) failed: ")
+    assert r["processes"]["ran"] == 1 and r["processes"]["count"] == 2
+    assert validate(r) == []
+    assert dict(summary.facts(r))["processes"] == "1 of 2 fresh processes ran; the last failed"

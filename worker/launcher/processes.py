@@ -73,11 +73,11 @@ def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
         report = run_one(child, cancel, **kwargs)
         reports.append(report)
         if report["status"] != "ok":
-            return _failed(spec, reports, n)
+            return _failed(spec, reports, n, time.monotonic() - started)
     return merge(spec, reports, time.monotonic() - started)
 
 
-def _failed(spec: TrialSpec, reports: list[dict], n: int) -> dict:
+def _failed(spec: TrialSpec, reports: list[dict], n: int, wall: float) -> dict:
     report = reports[-1]
     report["params"] = dict(spec.params)
     if n > 1:
@@ -85,7 +85,7 @@ def _failed(spec: TrialSpec, reports: list[dict], n: int) -> dict:
         why = f"process {len(reports)} of {n} (processes={n}) failed: "
         err["message"] = why + err["message"][-(2000 - len(why)):]
         report["error"] = err
-    report["processes"] = {"count": n, "ran": len(reports),
+    report["processes"] = {"count": n, "ran": len(reports), "seconds": wall,
                            "rows": [_row(i, r) for i, r in enumerate(reports)],
                            "what": f"{len(reports)} of {n} processes ran; the last failed"}
     return report

@@ -12,9 +12,14 @@ compares. It reports:
 - coverage: for the trials not flagged, how often the 90% interval held the
   reference's measured total, and the median absolute error;
 - calibration: from round 11 on, the interval calibrated on the rounds before
-  (split-conformal, bot/plans/calibration.py) — flagged trials included.
+  (split-conformal, bot/plans/calibration.py) — flagged trials included;
+- width: the median half-width of the uncalibrated interval, as a % of the
+  estimate (an interval wide enough to hold everything is not the goal).
 
-    python scripts/bench_plan_estimate.py [--rounds 20] [--quiet] [--seed 17]
+The short trial runs at the worker's default `processes=` (--processes to
+change it); the reference is one user run, so one process (processes=1).
+
+    python scripts/bench_plan_estimate.py [--rounds 20] [--quiet] [--seed 17] [--processes N]
 
 --quiet runs the same rounds without the load generator. Runs real child
 processes through the worker CLI, as a worker would.
@@ -69,23 +74,28 @@ def main() -> int:
     ap.add_argument("--short", type=int, default=10, help="repeats of the short trial")
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--quiet", action="store_true", help="no load generator")
+    ap.add_argument("--processes", type=int, default=None,
+                    help="the short trial's processes= (default: the worker's default)")
     args = ap.parse_args()
     load = contextlib.nullcontext() if args.quiet else LoadGenerator(seed=args.seed)
-    print(f"config: {' '.join(CONFIG)}; short trial repeats={args.short}; reference "
+    short_words = CONFIG + [f"repeats={args.short}"] + (
+        [f"processes={args.processes}"] if args.processes else [])
+    print(f"config: {' '.join(CONFIG)}; short trial repeats={args.short}, processes="
+          f"{args.processes or 'default'}; reference processes=1, "
           f"runs={args.runs}; load generator: "
           + ("off (--quiet)" if args.quiet else f"seed {args.seed}, on 1-6 s, off 4-20 s, "
                                                 f"{os.cpu_count()} spinners"))
     rounds, pairs = [], []
     with load as gen:
         for i in range(args.rounds):
-            short = trial(CONFIG + [f"repeats={args.short}"])
+            short = trial(short_words)
             est = block_estimate(short, args.runs)
             total = sum(c["seconds"] for c in est["components"])
             lo, hi = total - est["half"], total + est["half"]
-            ref = trial(CONFIG + [f"repeats={args.runs}", "run_cap=3600"])
+            ref = trial(CONFIG + [f"repeats={args.runs}", "run_cap=3600", "processes=1"])
             actual = ref["seconds"]
             cal = calibration.calibrate(pairs) if i >= CALIBRATE_FROM else None
-            row = {"est": total, "lo": lo, "hi": hi, "actual": actual,
+            row = {"est": total, "lo": lo, "hi": hi, "actual": actual, "half": est["half"] / total,
                    "err": (total - actual) / actual, "inside": lo <= actual <= hi,
                    "flagged": short["contention"]["flagged"],
                    "ref_flagged": ref["contention"]["flagged"],
@@ -101,7 +111,10 @@ def main() -> int:
                         f"{'inside' if row['cal_inside'] else 'OUTSIDE'}" if "cal" in row else "")
             print(f"round {i + 1}: estimate {total:.2f} s [90% {lo:.2f}..{hi:.2f}], reference "
                   f"{actual:.2f} s, error {row['err']:+.1%}, "
-                  f"{'inside' if row['inside'] else 'OUTSIDE'}; short trial load overlap "
+                  f"{'inside' if row['inside'] else 'OUTSIDE'} (±{row['half']:.1%}); short "
+                  f"trial {short['seconds']:.1f} s one run, "
+                  f"{(short.get('processes') or {}).get('seconds', short['seconds']):.1f} s "
+                  f"in all; load overlap "
                   f"{row['overlap']:.1f} s -> {'FLAGGED' if row['flagged'] else 'not flagged'}; "
                   f"reference overlap {row['ref_overlap']:.1f} s"
                   f"{' (flagged)' if row['ref_flagged'] else ''}{cal_text}", flush=True)
@@ -126,6 +139,10 @@ def report(rounds: list[dict], args, duty: float) -> int:
           f"reference in {held} of {len(clean)} (target >= 90%); median absolute error "
           f"{mae:.1%} (target <= 10%); of those, {len(quiet_ref)} references were themselves "
           f"quiet and the interval held {sum(r['inside'] for r in quiet_ref)} of them")
+    if clean:
+        print(f"RESULT width: median half-width of the uncalibrated 90% interval "
+              f"{statistics.median(r['half'] for r in clean):.1%} of the estimate (target "
+              "<= 15%)")
     if cal:
         held_cal = sum(r["cal_inside"] for r in cal)
         print(f"RESULT calibration: the calibrated 90% interval held {held_cal} of the "

@@ -27,7 +27,8 @@ from worker.agent import Agent
 from worker.client import Client
 from worker.spec import parse
 
-QUICK = "llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
+QUICK = ("llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256 "
+         "processes=1")
 TODAY = dt.date(2026, 12, 1)
 PRICE = "price H100 2.49/h source=quote date=2026-11-30"
 

@@ -28,7 +28,7 @@ def one_trial(tmp_path, monkeypatch, run):
     a = Agent(Client(rt.server.url, "tok"), "w1")
     threading.Thread(target=a.serve_forever, daemon=True).start()
     try:
-        job = rt.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+        job = rt.queue.submit(parse(["llm-infer", "processes=1"]), "llm-infer", "U1", "C1")
         deadline = time.monotonic() + 30
         while rt.store.job(job["id"])["status"] not in ("done", "failed"):
             assert time.monotonic() < deadline
@@ -129,8 +129,8 @@ def test_a_lease_whose_answer_was_lost_is_retried_with_its_key_and_runs(tmp_path
     a.idle = {"2026-11-30": 10.0}  # measured before: sent with the first lease request
     try:
         job = rt.queue.submit(parse(["llm-infer", "gen=2", "repeats=1", "stability=0",
-                                     "layers=1", "hidden=64", "heads=2", "kv_heads=1",
-                                     "vocab=256"]), "llm-infer", "U1", "C1")
+                                     "processes=1", "layers=1", "hidden=64", "heads=2",
+                                     "kv_heads=1", "vocab=256"]), "llm-infer", "U1", "C1")
         threading.Thread(target=a.serve_forever, daemon=True).start()
         deadline = time.monotonic() + 60
         while rt.store.job(job["id"])["status"] != "done":
@@ -146,7 +146,7 @@ def test_a_lease_whose_answer_was_lost_is_retried_with_its_key_and_runs(tmp_path
 
 
 LONG = ["llm-infer", "gen=2", "repeats=2000", "run_cap=60", "stability=0", "layers=1",
-        "hidden=64", "heads=2", "kv_heads=1", "vocab=256", "malloc=glibc"]  # ~30 s
+        "hidden=64", "heads=2", "kv_heads=1", "vocab=256", "malloc=glibc", "processes=1"]  # ~30 s
 
 
 def _serving(tmp_path, name: str):

@@ -15,8 +15,9 @@ def run_console(tmp_path, lines, *flags):
 
 
 def test_console_json_prints_the_slack_payloads_in_order(tmp_path):
-    done = run_console(tmp_path, ["/trial llm-infer batch=2 gen=4 repeats=2 stability=0",
-                                  "/trial llm-infer batch=0", "/trial list"], "--json")
+    done = run_console(tmp_path, ["/trial llm-infer batch=2 gen=4 repeats=2 stability=0 "
+                                  "processes=1", "/trial llm-infer batch=0", "/trial list"],
+                       "--json")
     assert done.returncode == 0, done.stderr
     out = [json.loads(line) for line in done.stdout.splitlines()]
     updates = [o for o in out if o.get("update")]  # the card edited in place
@@ -52,7 +53,7 @@ def test_jobs_left_queued_or_held_run_at_next_start(tmp_path):
     store.add_job(spec.to_dict(), "llm-infer gen=2 repeats=1", "U1", "console")
     # held by `trialbot serve` for Slack's word on its channel: the console has no Slack
     store.add_jobs([spec.to_dict()], ["llm-infer gen=2 repeats=1"], "U2", "console", held=True)
-    done = run_console(tmp_path, ["/trial llm-infer gen=2 repeats=1 stability=0"])
+    done = run_console(tmp_path, ["/trial llm-infer gen=2 repeats=1 stability=0 processes=1"])
     assert done.returncode == 0, done.stderr
     # jobs run in order: the stored T1 and T2 report before the new T3
     assert done.stdout.index("T1 llm-infer ok") < done.stdout.index("T2 llm-infer ok") \
@@ -185,8 +186,8 @@ def test_the_consoles_worker_runs_trials_as_the_trial_user(tmp_path):
     except KeyError:
         pytest.skip("no user `nobody` on this machine")
     from conftest import python_for_nobody
-    done = run_console(tmp_path, ["/trial llm-infer gen=1 repeats=1 stability=0 malloc=glibc"],
-                       "--trial-user", "nobody")
+    done = run_console(tmp_path, ["/trial llm-infer gen=1 repeats=1 stability=0 malloc=glibc "
+                                  "processes=1"], "--trial-user", "nobody")
     assert done.returncode == 0, done.stderr
     if python_for_nobody() == sys.executable:  # nobody may run this venv's Python
         assert "T1 llm-infer ok" in done.stdout, done.stdout
@@ -230,7 +231,7 @@ def test_the_console_runs_a_recipe_and_an_hf_model_from_its_own_files(tmp_path):
     done = run_console(tmp_path, [
         "/trial workers", "/trial recipe hold",
         "/trial hf-infer model=tiny prompt=8 gen=4 repeats=2 stability=0 warmup=1 "
-        "malloc=glibc device=cpu"],
+        "malloc=glibc device=cpu processes=1"],
         "--recipes", str(tmp_path / "recipes.toml"), "--models", str(tmp_path / "models"))
     assert done.returncode == 0, done.stderr
     out = done.stdout

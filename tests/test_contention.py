@@ -76,7 +76,7 @@ def test_windows_cut_the_run_phase_in_time_order_and_take_their_contention():
 
 def test_a_trial_beside_busy_processes_is_flagged_in_its_report_and_windows():
     spec = parse(["llm-infer", "batch=2", "prompt=32", "gen=8", "repeats=12", "stability=0",
-                  "hidden=128", "heads=2", "kv_heads=1", "vocab=512"])
+                  "hidden=128", "heads=2", "kv_heads=1", "vocab=512", "processes=1"])
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
     try:
         busy = launcher.run_trial(spec)

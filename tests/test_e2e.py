@@ -53,7 +53,7 @@ def test_trial_from_slash_command_to_threaded_report(served_bot, start_worker, f
 def test_failed_trial_is_reported_and_the_worker_keeps_serving(served_bot, start_worker,
                                                               fake_slack):
     start_worker(served_bot.url, "cpu-box")
-    for text in ("llm-infer device=cuda", "llm-infer gen=2 repeats=1 stability=0"):
+    for text in ("llm-infer device=cuda", "llm-infer gen=2 repeats=1 stability=0 processes=1"):
         body = slash_body(text)
         assert post(served_bot.url + "/slack/events", body,
                     signed_headers("s3cret", body))[0] == 200
@@ -151,7 +151,7 @@ def test_worker_killed_mid_trial_loses_the_lease_and_another_worker_finishes(
         doomed = start_worker(url, "doomed")
         # torch's import and 200 requests outlast the second before the kill; the
         # rescue reruns them all, so no more than that
-        body = slash_body("llm-infer gen=2 repeats=200 stability=0")
+        body = slash_body("llm-infer gen=2 repeats=200 stability=0 processes=1")
         post(url + "/slack/events", body, signed_headers("s3cret", body))
         started = fake_slack.wait_posts(1, timeout=60)[0]
         assert "started on *doomed*" in started["text"]

@@ -13,7 +13,7 @@ from bot.trials import ab, card, ladder, views, workerlist
 from bot.trials import command as trial_command
 from worker import i18n
 
-QUICK = "llm-infer gen=2 repeats=1 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256"
+QUICK = "llm-infer gen=2 repeats=1 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256 processes=1"
 
 
 @pytest.fixture

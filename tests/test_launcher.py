@@ -5,7 +5,7 @@ from worker import launcher, report
 from worker.spec import TrialSpec, parse
 
 SMALL = dict(batch=2, prompt=16, gen=4, repeats=3, stability=0, hidden=64, heads=2, kv_heads=1,
-             vocab=512)
+             vocab=512, processes=1)
 
 
 def small(**over):

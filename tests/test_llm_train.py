@@ -7,7 +7,7 @@ from worker.spec import SpecError, parse
 # One pass a trial (malloc=glibc): these test training, the two-pass default is
 # tests/test_passes.py's.
 TINY = ["llm-train", "layers=2", "hidden=64", "heads=2", "kv_heads=1", "vocab=256", "seq=16",
-        "malloc=glibc", "steps=3"]
+        "malloc=glibc", "processes=1", "steps=3"]
 
 
 def trial(*words):

@@ -97,7 +97,7 @@ def test_memory_chart_is_uploaded_into_the_thread_with_files_upload_v2(fake_slac
     from worker.spec import parse
     store = Store(str(tmp_path / "o.db"))
     q = JobQueue(store)
-    spec = parse(["llm-infer", "gen=2", "repeats=2", "stability=0"])
+    spec = parse(["llm-infer", "gen=2", "repeats=2", "stability=0", "processes=1"])
     job = q.submit(spec, "llm-infer", "U1", "C1")
     leased = q.lease("w1", 0)
     q.finish(job["id"], "w1", leased["lease"], launcher.run_trial(spec))

@@ -7,7 +7,7 @@ from worker.launcher import passes
 from worker.spec import parse
 
 SMALL = dict(batch=2, prompt=16, gen=4, repeats=3, stability=0, warmup=1, hidden=64, heads=2,
-             kv_heads=1, vocab=512, device="cpu")
+             kv_heads=1, vocab=512, device="cpu", processes=1)
 MiB = 2**20
 
 

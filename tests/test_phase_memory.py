@@ -66,7 +66,8 @@ def test_a_built_in_trials_weights_phase_peaks_its_weights_above_setup():
     # malloc=auto on a CPU: the peaks are the memory pass's (malloc=live), by phase name
     r = launcher.run_trial(parse(["llm-infer", "layers=2", "hidden=512", "heads=4",
                                   "kv_heads=2", "vocab=32000", "prompt=8", "gen=2",
-                                  "repeats=2", "stability=0", "warmup=1", "device=cpu"]))
+                                  "repeats=2", "stability=0", "warmup=1", "device=cpu",
+                                  "processes=1"]))
     assert r["status"] == "ok", r["error"]
     assert reports.validate(r) == []
     phases = by_name(r)

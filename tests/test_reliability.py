@@ -12,7 +12,7 @@ from conftest import BIN, ROOT, Proc, wait_http
 from slackfake import post, signed_headers, slash_body
 
 QUICK = ("llm-infer gen=2 repeats=1 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256 "
-         "malloc=glibc")  # one pass a trial: these test jobs, not memory
+         "malloc=glibc processes=1")  # one pass, one process: these test jobs
 
 
 def _jobs(db) -> int:

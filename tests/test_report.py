@@ -77,6 +77,7 @@ def test_fixed_stability_counts_the_steps_it_was_given():
 
 def test_llm_infer_with_stability_0_reports_a_judged_block():
     r = launcher.run_trial(parse(["llm-infer", "gen=2", "repeats=3", "stability=0", "layers=1",
+                                  "processes=1",
                                   "hidden=64", "heads=2", "kv_heads=1", "vocab=256"]))
     assert r["status"] == "ok", r.get("error")
     st = r["stability"]

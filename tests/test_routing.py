@@ -12,7 +12,7 @@ from bot.trials import routing
 from bot.trials.workers import can_run
 from conftest import BIN
 
-QUICK = "llm-infer gen=1 repeats=1 stability=0"
+QUICK = "llm-infer gen=1 repeats=1 stability=0 processes=1"
 H100 = {"gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_memory": [85899345920] * 2,
         "device": "cuda", "cpus": 32, "labels": {"team": "vision"}}
 A100 = {"gpus": ["NVIDIA A100-SXM4-40GB"], "gpu_memory": [42949672960], "device": "cuda",

@@ -24,7 +24,7 @@ from worker.spec import TrialSpec, parse, resolve
 TEST_CONF = "/tmp/trialbot-slurm/slurm.conf"  # scripts/slurm-test-cluster's default
 if "SLURM_CONF" not in os.environ and os.path.exists(TEST_CONF):
     os.environ["SLURM_CONF"] = TEST_CONF  # workers started by the tests inherit it
-FAST = "llm-infer gen=2 repeats=1 stability=0"
+FAST = "llm-infer gen=2 repeats=1 stability=0 processes=1"
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_a_trial_runs_as_a_job_with_the_probes_measurements_and_queue_wait(clust
 
 def test_a_trial_over_its_timeout_is_a_timeout(cluster, tmp_path):
     report = executor(tmp_path)(spec("llm-infer repeats=10000 stability=0 run_cap=600 "
-                                     "timeout=2"))
+                                     "timeout=2 processes=1"))
     assert report["status"] == "failed"
     assert report["error"]["class"] == "timeout"
     assert report["slurm"]["state"] == "COMPLETED"  # the trial's own timeout, inside the job
@@ -82,7 +82,7 @@ def test_a_job_over_its_memory_limit_is_an_oom(cluster, tmp_path):
     # No cgroups here: slurmstepd's sampler (OverMemoryKill) kills the step, state FAILED.
     # It samples once a second, so the trial runs for seconds: a shorter one can end first.
     report = executor(tmp_path, mem="150M")(spec("llm-infer gen=2 repeats=10000 stability=0 "
-                                                 "run_cap=5"))
+                                                 "run_cap=5 processes=1"))
     assert report["status"] == "failed", report
     assert report["error"]["class"] == "oom", report["error"]
     assert "memory limit" in report["error"]["message"]
@@ -91,7 +91,8 @@ def test_a_job_over_its_memory_limit_is_an_oom(cluster, tmp_path):
 def test_cancel_scancels_the_job(cluster, tmp_path):
     cancel, progress, out = threading.Event(), {}, {}
     run = threading.Thread(target=lambda: out.update(r=executor(tmp_path)(
-        spec("llm-infer repeats=10000 stability=0 run_cap=600"), cancel, None, progress)))
+        spec("llm-infer repeats=10000 stability=0 run_cap=600 processes=1"), cancel, None,
+        progress)))
     run.start()
     deadline = time.monotonic() + 60
     while not str(progress.get("phase", "")).startswith("running"):

@@ -18,7 +18,7 @@ from conftest import BIN, Proc, free_port, wait_for, wait_http
 from slackfake import FakeSlack, slash_body
 from socketfake import SocketFake
 
-QUICK = "llm-infer gen=2 repeats=1 stability=0"
+QUICK = "llm-infer gen=2 repeats=1 stability=0 processes=1"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from worker.client import Client
 
 # about 2.5 s on a quiet CPU, plus ~16 ms a repeat up to run_cap (3 s by default)
 QUICK = ("llm-infer gen=2 stability=0 layers=1 hidden=64 heads=2 kv_heads=1 vocab=256 "
-         "malloc=glibc")
+         "malloc=glibc processes=1")
 
 
 def slash(url: str, text: str) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, ROOT, python_for_nobody
+from worker.catalog import PROCESSES
 
 
 def worker(*args, env=None):
@@ -22,7 +23,8 @@ def test_trial_json_prints_the_report():
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout)
     assert r["schema"] == "trialbot.trial/1" and r["status"] == "ok"
-    assert r["params"]["gen"] == 2 and r["latency"]["count"] == 2
+    assert r["params"]["gen"] == 2 and r["processes"]["count"] == PROCESSES
+    assert r["latency"]["count"] == 2 * PROCESSES  # at least 2 in each fresh process
 
 
 def test_bad_word_exits_2_with_usage_and_runs_nothing():

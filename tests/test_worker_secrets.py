@@ -199,7 +199,7 @@ import json
 from worker import launcher, secrecy
 from worker.spec import parse
 hidden = secrecy.undumpable()
-r = launcher.run_trial(parse(["llm-infer", "gen=2", "repeats=2", "stability=0"]))
+r = launcher.run_trial(parse(["llm-infer", "gen=2", "repeats=2", "stability=0", "processes=1"]))
 print(json.dumps({"hidden": hidden, "status": r["status"], "samples": r["probe"]["samples"],
                   "rss": r["memory"]["host_rss_peak"]}))
 """

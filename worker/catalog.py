@@ -162,7 +162,12 @@ def _choice(name, default, choices, help):
     return Param(name, "choice", default, help, choices=tuple(choices))
 
 
-# Every workload takes these: how long a try may take, what a failure retries, its threads.
+# Every workload takes these: how long a try may take, what a failure retries,
+# its threads, and how many fresh processes its time comes from (worker/launcher/processes.py;
+# the default from the spread measured between processes: docs/benchmarks.md,
+# "Processes per trial").
+PROCESSES = 4
+MAX_PROCESSES = 20  # each window row of each process is kept: 20 × 5 windows
 COMMON = (
     _int("timeout", 1800, 1, 7 * 24 * 3600, N_("seconds before the trial is stopped")),
     _choice("on_oom", "fail", ("fail", "halve-batch"),
@@ -171,6 +176,10 @@ COMMON = (
     # checked against the worker's usable cores there (worker/threads.py)
     _int("threads", 0, 0, 4096, N_("intra-op CPU threads, 1 to the worker's usable cores; "
                                   "0: the worker chooses (usable cores − 1, pinned)")),
+    _int("processes", PROCESSES, 1, MAX_PROCESSES,
+         N_("fresh processes the time figures come from, one after another (a built-in's "
+            "measured requests split between them); 1: one process, and the plan's interval "
+            "then leaves out drift between processes")),
 )
 
 # The decoder's shape, shared by llm-infer and llm-train. `preset=NAME` fills

@@ -84,7 +84,11 @@ class Recipe:
         with the recipe's timeout as the default."""
         # The recipe's timeout is the default and the most a request may ask for.
         common = tuple(Param(p.name, p.kind, self.timeout, p.help, p.low, self.timeout)
-                       if p.name == "timeout" else p for p in COMMON)
+                       if p.name == "timeout" else
+                       # A program cannot be split: N processes cost N programs
+                       # (docs/benchmarks.md), so a recipe asks for them.
+                       Param(p.name, p.kind, 1, p.help, p.low, p.high)
+                       if p.name == "processes" else p for p in COMMON)
         return Workload(self.name, self.description or " ".join(self.argv), self.params + common,
                         recipe=True, requires=self.requires)
 

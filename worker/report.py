@@ -178,6 +178,7 @@ class Window(TypedDict, total=False):
     sd: Annotated[float | None, SECONDS]
     others_cpu: Annotated[float | None, SHARE]  # share of all CPUs other processes used
     contended: bool        # others_cpu or steal over the contention threshold
+    process: Annotated[int, COUNT]  # processes=N: the process (1..N) the window was in
 
 
 class Windows(TypedDict, total=False):
@@ -237,6 +238,40 @@ Pass = TypedDict("Pass", {
     "host_rss_peak": Annotated[int | None, BYTES],  # its own (not the time pass's)
     "what": str,
 }, total=False)
+
+
+class ProcessRow(TypedDict, total=False):
+    """One fresh process of a `processes=N` trial (worker/launcher/processes.py)."""
+    process: Annotated[int, COUNT]
+    status: str | None
+    seconds: Annotated[float, SECONDS]   # its wall time
+    prep: Annotated[float, SECONDS]      # seconds less its run and data
+    run: Annotated[float, SECONDS]       # its run phase(s); a program unit: the program
+    count: Annotated[int, COUNT]         # runs it counted (requests, steps, units)
+    mean: Annotated[float | None, SECONDS]   # their latency mean ...
+    stdev: Annotated[float | None, SECONDS]  # ... and sample sd
+    per_run: Annotated[float | None, SECONDS]  # run / count: wall time per run
+    windows: Annotated[list[float], Most(100)]  # its windows' means
+    contended: bool
+
+
+class Spread(TypedDict, total=False):
+    sd: Annotated[float | None, SECONDS]
+    dof: Annotated[int, Range(-1, MAX_COUNT, "degrees of freedom")]
+    excess_sd: Annotated[float | None, SECONDS]
+    how: str
+
+
+class Processes(TypedDict, total=False):
+    """Where the time figures came from: `count` fresh processes and the spreads."""
+    count: Annotated[int, Range(1, specs.MAX_PROCESSES, "a process count"), REQUIRED]
+    ran: Annotated[int, COUNT]           # a failed trial: the processes that ran
+    seconds: Annotated[float, SECONDS]   # the time pass's wall time, all processes
+    rows: Annotated[list[ProcessRow], Most(specs.MAX_PROCESSES)]
+    within: Spread                       # the runs' spread inside each process
+    between: Spread                      # the spread of the processes' time per run
+    one_run: str                         # how phases and seconds read as one user run
+    what: str
 
 
 class QualityProbe(TypedDict, total=False):
@@ -391,6 +426,7 @@ class Report(TypedDict, total=False):
     contention: Contention | None      # what else ran on the machine meanwhile
     threads: Threads | None            # intra-op threads: how many, where, who chose
     passes: Annotated[list[Pass], Most(10)] | None  # malloc=auto: memory and time passes
+    processes: Processes | None        # processes=N: the time pass's fresh processes
 
 
 def new_report(workload: str, params: dict) -> Report:

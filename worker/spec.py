@@ -16,6 +16,7 @@ from worker.catalog import (  # the workloads' table: read through this module t
     LIVE_TIME_NOTE,
     LLM_INFER,
     LLM_TRAIN,
+    MAX_PROCESSES,
     WORKLOADS,
     Param,
     SpecError,
@@ -24,9 +25,9 @@ from worker.catalog import (  # the workloads' table: read through this module t
 )
 
 __all__ = [
-    "COMMON", "HF", "LIVE_TIME_NOTE", "LLM_INFER", "LLM_TRAIN", "Param", "SpecError",
-    "TrialSpec", "WORKLOADS", "Workload", "check_params", "general_usage", "live_time_note",
-    "parse", "resolve"]
+    "COMMON", "HF", "LIVE_TIME_NOTE", "LLM_INFER", "LLM_TRAIN", "MAX_PROCESSES", "Param",
+    "SpecError", "TrialSpec", "WORKLOADS", "Workload", "check_params", "general_usage",
+    "live_time_note", "parse", "resolve"]
 from worker.i18n import _
 
 

@@ -104,6 +104,8 @@ def facts(r: Report) -> list[tuple[str, str]]:
     st = r.get("stability")
     if st:
         out.append((_("stability"), stability(st, unit)))
+    if r.get("processes"):
+        out.append((_("processes"), processes_line(r["processes"], unit)))
     if r.get("contention"):
         out.append((_("machine"), machine(r["contention"])))
     if r.get("threads"):
@@ -326,6 +328,25 @@ def stability(st: dict, unit: str = "request") -> str:
         return _("stable: IQR/median {ratio} < {threshold} after {runs}", **v)
     return _("UNSTABLE: IQR/median {ratio} ≥ {threshold} after {runs} ({stopped_by}); treat "
              "these figures with care", **v)
+
+
+def processes_line(pr: dict, unit: str = "request") -> str:
+    """How many fresh processes the time came from and each spread (a
+    processes=N trial, worker/launcher/processes.py)."""
+    if pr["count"] == 1:
+        return _("one process (processes=1): a plan's interval from this trial leaves out "
+                 "drift between processes")
+    if "ran" in pr:
+        return _("{ran} of {count} fresh processes ran; the last failed", ran=pr["ran"],
+                 count=pr["count"])
+    w, b = pr.get("within") or {}, pr.get("between") or {}
+    return _("{count} fresh processes, {took} in all: sd of one {unit} within a process "
+             "{within} ({wdof} dof); sd of the processes' time per {unit} {between} ({bdof} "
+             "dof), {excess} of it beyond the runs' own spread (drift between processes)",
+             count=pr["count"], took=duration(pr.get("seconds")), unit=unit,
+             within=duration(w.get("sd")), wdof=w.get("dof"),
+             between=duration(b.get("sd")), bdof=b.get("dof"),
+             excess=duration(b.get("excess_sd")))
 
 
 def _runs(count: int, unit: str) -> str:

@@ -38,6 +38,7 @@ from bot.plans.measured import (  # noqa: F401 - re-exported: callers read them 
     unit_label,
     unit_problem,
 )
+from worker.catalog import PROCESSES
 from worker.i18n import _
 
 LEVEL = 0.90  # the prediction interval shown
@@ -98,12 +99,13 @@ def per_run(trials: list[dict]) -> dict:
                               "a block is estimated from trials of one unit",
                               first=trials[0]["trial"], unit=kind, other=other["trial"],
                               other_unit=unit_kind(other["report"])))
+    views = _views(reports)
     if kind == "program":
-        out = _per_sample(trials, _("program run"), _program_source)
+        out = _per_sample(trials, views, _("program run"), _program_source)
     elif all((r.get("latency") or {}).get("count") for r in reports):
-        out = _per_request(trials, kind)
+        out = _per_request(trials, views, kind)
     else:
-        out = _per_sample(trials, _("run phase"), _phase_source)
+        out = _per_sample(trials, views, _("run phase"), _phase_source)
     if not out["mean"] > 0:
         raise EstimateError(_("{trials} measured {seconds} s per {unit}: a block cannot count "
                               "runs that take no time; {why}", trials=out["names"],
@@ -112,29 +114,69 @@ def per_run(trials: list[dict]) -> dict:
                                     "warmup); declare the recipe's unit = \"program\" to "
                                     "count whole invocations") if reports[0].get("recipe")
                               else _("run it again")))
-    return {**out, **spread(out, len(reports))}
+    several = len(views) > len(reports)  # fresh processes: the level below trials
+    out.update(spread(out, len(views), _("the spread between {n} processes of {t} trial(s)",
+                                         n=len(views), t=len(reports)) if several else None))
+    extra = _processes(reports, views)
+    out["missing"] += extra.pop("missing", [])
+    return {**out, **extra}
 
 
-def _per_request(trials: list[dict], kind: str | None) -> dict:
+def _views(reports: list[dict]) -> list[dict]:
+    """What the spread is built from: each fresh process of each trial (a
+    report's `processes`, worker/launcher/processes.py), or the whole trial
+    where it ran in one process or predates `processes`."""
+    out = []
+    for r in reports:
+        rows = [x for x in (r.get("processes") or {}).get("rows") or [] if x.get("count")]
+        if len(rows) >= 2:
+            out += [{"n": x["count"], "m": x["mean"], "run": x["run"], "prep": x["prep"],
+                     "ss": (x["count"] - 1) * (x.get("stdev") or 0.0) ** 2,
+                     "dof": x["count"] - 1 if x.get("stdev") is not None else 0,
+                     "windows": x["windows"] if len(x["windows"]) >= 2 else []}
+                    for x in rows]
+            continue
+        latency = r.get("latency") or {}
+        ss, dof = _within(r) if latency.get("count") else (0.0, 0)
+        out.append({"n": latency.get("count") or 0, "m": latency.get("mean"),
+                    "run": run_seconds(r), "prep": None, "ss": ss, "dof": dof,
+                    "windows": _window_means(r)})
+    return out
+
+
+def _processes(reports: list[dict], views: list[dict]) -> dict:
+    """Prep's variance for a future run's one process (its spread between the
+    trials' fresh processes, plus its mean's uncertainty), and what the interval
+    leaves out when a trial ran in one process by request."""
+    preps = [v["prep"] for v in views if v["prep"] is not None]
+    out = {"prep_var": _var(preps) * (1 + 1 / len(preps)) if len(preps) >= 2 else 0.0,
+           "prep_part": _("prep's spread between {n} processes", n=len(preps))}
+    if any((r.get("processes") or {}).get("count") == 1 for r in reports):
+        out["missing"] = [_(
+            "drift between processes (processes=1: the trial ran in one process; "
+            "processes={n} measures it)", n=PROCESSES)]
+    return out
+
+
+def _per_request(trials: list[dict], views: list[dict], kind: str | None) -> dict:
     """Runs timed one by one (requests, a recipe's generate or model calls or
-    marked spans), pooled over the trials."""
+    marked spans), pooled over the trials' processes (`views`)."""
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
-    n = [r["latency"]["count"] for r in reports]
-    m = [r["latency"]["mean"] for r in reports]
+    n = [v["n"] for v in views]
+    m = [v["m"] for v in views]
     k = sum(n)
     lat = sum(ni * mi for ni, mi in zip(n, m)) / k
-    squares, dof = zip(*(_within(r) for r in reports))
-    within = sum(squares) / max(1, sum(dof))
+    within = sum(v["ss"] for v in views) / max(1, sum(v["dof"] for v in views))
     if kind and kind.startswith("mark:"):  # the program's own spans: nothing between them
         trial_means, mean = list(m), lat
     else:  # wall time per run over latency per request: the gaps between requests count
-        trial_means = [run_seconds(r) / ni for r, ni in zip(reports, n)]
-        mean = sum(run_seconds(r) for r in reports) / k
+        trial_means = [v["run"] / ni for v, ni in zip(views, n)]
+        mean = sum(v["run"] for v in views) / k
     scale = mean / lat if lat > 0 else 1.0
-    windows = [[x * tm / mi for x in _window_means(r)] if mi > 0 else []
-               for r, tm, mi in zip(reports, trial_means, m)]
-    sd = math.sqrt(within) if sum(dof) else None
+    windows = [[x * tm / mi for x in v["windows"]] if mi > 0 else []
+               for v, tm, mi in zip(views, trial_means, m)]
+    sd = math.sqrt(within) if sum(v["dof"] for v in views) else None
     if kind:
         source = _("{trials}: {k} runs of one {unit} each ({models}; a whole program run "
                    "{program} s)",
@@ -146,6 +188,8 @@ def _per_request(trials: list[dict], kind: str | None) -> dict:
     else:
         source = _("{trials}: run phase over {k} measured requests (latency mean {mean} s)",
                    trials=names, k=k, mean=f"{lat:.4g}")
+    if len(views) > len(trials):
+        source += "; " + _("in {n} fresh processes", n=len(views))
     return {"k": k, "mean": mean, "unit": unit_label(kind) if kind else _("request"),
             "trial_means": trial_means, "within": within * scale ** 2, "windows": windows,
             "sd": sd * scale if sd is not None else None, "source": source, "names": names}
@@ -174,17 +218,26 @@ def _models_text(reports: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _per_sample(trials: list[dict], unit: str, source) -> dict:
-    """One sample a trial: a recipe's run phase, or its whole program."""
+def _per_sample(trials: list[dict], views: list[dict], unit: str, source) -> dict:
+    """One sample a process (a trial that ran in one): a recipe's run phase,
+    or its whole program."""
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
-    samples = [run_seconds(r) for r in reports]
+    samples = [v["run"] for v in views]
     k = len(samples)
     mean = sum(samples) / k
     sd = math.sqrt(_var(samples)) if k > 1 else None
     return {"k": k, "mean": mean, "sd": sd, "unit": unit, "trial_means": samples,
             "within": 0.0, "windows": [[] for _ in samples], "names": names,
-            "source": source(names, k, mean, sd, reports[0])}
+            "source": source(names, len(trials), mean, sd, reports[0]) + _in_processes(
+                views, trials)}
+
+
+def _in_processes(views: list[dict], trials: list[dict]) -> str:
+    """Where the trials ran in several fresh processes, how many in all."""
+    if len(views) <= len(trials):
+        return ""
+    return "; " + _("{n} fresh processes, one value each", n=len(views))
 
 
 def _phase_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
@@ -205,14 +258,16 @@ def _program_source(names: str, k: int, mean: float, sd: float | None, first: di
     return text + ("; " + _("inside it: {inside}", inside=inside) if inside else "")
 
 
-def spread(pr: dict, trials: int) -> dict:
+def spread(pr: dict, trials: int, level_name: str | None = None) -> dict:
     """The variance of a future block's mean time per run, by component, and
     its degrees of freedom. A long block sits at some level of the machine's
     speed; the trial saw that level wander between its windows and, with
     several trials, between trials. Each level's own excess over the noise
     below it is one component (never negative), plus the uncertainty of the
     mean measured. Returns {"level": variance per run², "dof", "parts",
-    "missing"}; `within` (per run²) is added per block as within/runs."""
+    "missing"}; `within` (per run²) is added per block as within/runs. With
+    fresh processes, `trials` counts the processes (`level_name` names them):
+    a process is the level a one-process run of the block sits at."""
     parts, missing = [], []
     win = [w for w in pr["windows"] if len(w) >= 2]
     drift = 0.0
@@ -236,7 +291,7 @@ def spread(pr: dict, trials: int) -> dict:
         # or the requests' spread); the rest is drift between trials.
         below = pooled / len(win[0]) if win else pr["within"] * trials / max(1, pr["k"])
         drift_t = max(0.0, between - below)
-        parts.append(_("the spread between {n} trials", n=trials))
+        parts.append(level_name or _("the spread between {n} trials", n=trials))
         level = drift + drift_t + between / trials
         dof = trials - 1
     else:
@@ -327,6 +382,7 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     runs = block["runs"] * block["configs"]
     times = (_("{runs} runs × {configs} configs", runs=block["runs"], configs=block["configs"])
              if block["configs"] > 1 else _("{runs} runs", runs=block["runs"]))
+    prep_var = 0.0
     if predicted:
         x = predicted["seconds"]
         if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
@@ -349,11 +405,13 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
         run_source = _("{times} × {seconds} s per {unit} ({source})", times=times,
                        seconds=f"{x:.4g}", unit=pr["unit"], source=pr["source"])
         half = None
+        prep_var = pr["prep_var"] if pays_prep else 0.0  # from the trials' processes
         if pr["dof"] >= 1:
             # The block's mean per run: its own runs' spread (within/runs) plus
-            # the level it sits at (drift components and the mean's uncertainty).
-            half = t_quantile(pr["dof"], LEVEL) * runs * math.sqrt(
-                pr["within"] / runs + pr["level"])
+            # the level it sits at (drift components and the mean's uncertainty);
+            # and its one prep, whose spread the processes measured.
+            half = t_quantile(pr["dof"], LEVEL) * math.sqrt(
+                runs ** 2 * (pr["within"] / runs + pr["level"]) + prep_var)
         why_no_interval = _("one measurement has no spread; run the trial again "
                             "(trial=T12,T13) or with more repeats")
     run_s = runs * x
@@ -409,7 +467,8 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     return {"kind": block["kind"], "runs": block["runs"], "configs": block["configs"],
             "gpus": gpus, "components": components,
             "half": half * gpus if half is not None else None,
-            "interval_note": (interval_note(None if predicted else pr, len(trials))
+            "interval_note": (interval_note(None if predicted else pr, len(trials),
+                                            prep=not predicted and prep_var > 0)
                               if half is not None else
                               _("no interval: {why}", why=why_no_interval)),
             "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
@@ -473,8 +532,9 @@ def _data(reports: list[dict], names: str, configs: int) -> tuple[float, str]:
         if configs > 1 else _("{trials}: data phase {seconds} s (mean)", **values))
 
 
-def interval_note(pr: dict | None, trials: int) -> str:
-    """What the interval contains and what it does not, by name."""
+def interval_note(pr: dict | None, trials: int, prep: bool = False) -> str:
+    """What the interval contains and what it does not, by name; `prep`: its
+    spread between the trials' processes is in it."""
     if pr is None:
         inside = [_("the runs' spread around the sweep's fit and the fit's error at this "
                     "config")]
@@ -482,9 +542,13 @@ def interval_note(pr: dict | None, trials: int) -> str:
     else:
         inside = pr["parts"] or [_("the run-to-run spread")]
         missing = list(pr["missing"])
-    missing.append(_("the spread of prep, data and retries (each one measurement per trial)")
-                   if trials > 1 else
-                   _("the spread of prep, data and retries (each one measurement)"))
+    if prep:
+        inside = [*inside, pr["prep_part"]]
+        missing.append(_("the spread of data and retries"))
+    else:
+        missing.append(_("the spread of prep, data and retries (each one measurement per "
+                         "trial)") if trials > 1 else
+                       _("the spread of prep, data and retries (each one measurement)"))
     missing.append(_("a busier or quieter machine than the trial's"))
     return _("{level} prediction interval of the runs; it contains {inside}; not in it: "
              "{missing}", level=f"{LEVEL:.0%}", inside=", ".join(inside),

@@ -11,7 +11,7 @@ from worker.i18n import N_, _
 PREP_PHASES = ("setup", "launch", "weights", "warmup")
 # Parameters that change how a trial measures, not what it runs.
 RUN_CONTROL = {"repeats", "stability", "run_cap", "warmup", "seed", "timeout", "on_oom",
-               "attempts"}
+               "attempts", "processes"}
 def phase_seconds(report: dict, name: str) -> float:
     return sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
 

@@ -28,7 +28,7 @@ import time
 from worker import machine, threads, timeline, windows
 from worker import report as reports
 from worker.env import cpu_name
-from worker.launcher import envbuild, failure, passes, recipe_phases
+from worker.launcher import envbuild, failure, passes, processes, recipe_phases
 from worker.launcher.judge import KERNEL_METHOD, judge, oom_kills, wait_gpu_released
 from worker.launcher.process import PROBE_DIR, Run, builtin_env, child_env, pythonpath, read_json
 from worker.launcher.sampler import SAMPLE_HZ
@@ -56,6 +56,9 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     if passes.applies(spec):  # memory and time each under the allocator that suits it
         return passes.run(spec, run_trial, cancel, recipes=recipes, hz=hz, progress=progress,
                           user=user)
+    if "processes" in spec.params:  # time from fresh processes, each run without the key
+        return processes.run(spec, run_trial, cancel, recipes=recipes, hz=hz,
+                             progress=progress, user=user)
     timeout = spec.params.get("timeout", 1800)
     deadline = time.monotonic() + timeout
     host, nvml = HostRssTracker(), NvmlTracker()

@@ -11,7 +11,9 @@ runs twice, each pass in its own fresh child:
    `host_rss_peak`, `host_rss_peak_kernel`, the launch share and each
    phase's host peak (by the phase's name);
 2. the *time pass*, glibc's default, the trial as asked, which supplies
-   everything else: phases, latency, throughput, `seconds`.
+   everything else: phases, latency, throughput, `seconds`; with `processes=N`
+   it runs as N fresh children (worker/launcher/processes.py), the memory
+   pass stays one.
 
 `seconds` and the phases stay the time pass's: a plan estimates the user's
 run, which is one pass. The memory pass's seconds are in `passes`, a cost of
@@ -64,7 +66,8 @@ def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
     # would be read as the trial's own run phase.
     if kwargs.get("progress") is not None:
         kwargs["progress"]["phase"] = "memory pass"
-    memory = run_one(_with(spec, **measure, malloc="live"), cancel,
+    one = {"processes": 1} if "processes" in spec.params else {}  # memory: one process
+    memory = run_one(_with(spec, **measure, **one, malloc="live"), cancel,
                      **{**kwargs, "progress": {}})
     first = _entry("memory", "live", memory, [*SUPPLIED, PHASE_SUPPLIED], measure)
     first["host_rss_peak"] = memory["memory"].get("host_rss_peak")
@@ -138,8 +141,10 @@ def _memory_failed(spec: TrialSpec, memory: dict, first: dict) -> dict:
 
 
 def _entry(name: str, malloc: str, report: dict, supplied: list[str], changed: dict) -> dict:
+    wall = (report.get("processes") or {}).get("seconds")  # N processes: all of them
     return {"pass": name, "malloc": malloc, "status": report["status"],
-            "seconds": report.get("seconds") or 0.0, "params": changed, "supplied": supplied}
+            "seconds": wall or report.get("seconds") or 0.0, "params": changed,
+            "supplied": supplied}
 
 
 def _words(measure: dict) -> str:

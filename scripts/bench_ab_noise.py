@@ -10,7 +10,7 @@ test over bot/fits/compare.py) for each verdict. Targets:
 - an A/B of two identical configs says "no measurable difference" in ≥ 9 of 10;
 - an A/B of layers=4 against layers=8 (about 2× the time) finds B slower in ≥ 9 of 10.
 
-    python scripts/bench_ab_noise.py [--runs 10] [--rounds 3] [--quiet] [--seed 7]
+    python scripts/bench_ab_noise.py [--runs 10] [--rounds 4] [--quiet] [--seed 7]
         [--threads 0] [--save FILE]
 """
 from __future__ import annotations

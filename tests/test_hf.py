@@ -34,7 +34,7 @@ GEMMA2 = {"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "
           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
           "vocab_size": 256, "sliding_window": 16}
 MID = {**TINY, "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4}
-QUICK = "prompt=8 gen=4 repeats=2 stability=0 warmup=1 malloc=glibc device=cpu"
+QUICK = "prompt=8 gen=4 repeats=2 stability=0 warmup=1 malloc=glibc device=cpu processes=1"
 
 
 @pytest.fixture(scope="module")

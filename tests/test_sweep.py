@@ -146,7 +146,7 @@ def test_fit_questions_that_cannot_be_answered_create_nothing(ctx):
 def test_sweep_through_the_console_posts_the_fit_once(tmp_path):
     done = run_console(tmp_path, [
         "/trial sweep llm-infer batch=1,2,3 gen=4 layers=1 hidden=64 heads=2 kv_heads=1 "
-        "vocab=256 repeats=2 stability=0 run_cap=1 malloc=live",  # one pass a trial
+        "vocab=256 repeats=2 stability=0 run_cap=1 malloc=live processes=1",  # one pass a trial
         "/trial fit S1 batch=12 gpu=L4"], "--json")
     assert done.returncode == 0, done.stderr
     out = [json.loads(line) for line in done.stdout.splitlines()]

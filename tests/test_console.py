@@ -48,7 +48,7 @@ def test_console_text_and_unknown_command(tmp_path):
 def test_jobs_left_queued_or_held_run_at_next_start(tmp_path):
     from bot.store import Store
     from worker.spec import parse
-    spec = parse(["llm-infer", "gen=2", "repeats=1", "stability=0"])
+    spec = parse(["llm-infer", "gen=2", "repeats=1", "stability=0", "processes=1"])
     store = Store(str(tmp_path / "c.db"))
     store.add_job(spec.to_dict(), "llm-infer gen=2 repeats=1", "U1", "console")
     # held by `trialbot serve` for Slack's word on its channel: the console has no Slack

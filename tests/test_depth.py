@@ -262,7 +262,7 @@ def test_a_depth_sweep_through_the_console_runs_real_trials_and_answers(tmp_path
     from test_console import run_console
     done = run_console(tmp_path, [
         "/trial sweep llm-infer layers=1,2,3 hidden=64 heads=2 kv_heads=1 vocab=256 gen=4 "
-        "repeats=2 stability=0 run_cap=1 malloc=live",  # one pass a trial
+        "repeats=2 stability=0 run_cap=1 malloc=live processes=1",  # one pass a trial
         "/trial fit S1 layers=12 gpu=L4",
         "/trial fit S1 batch=4"], "--json")
     assert done.returncode == 0, done.stderr

@@ -138,7 +138,7 @@ def test_a_mixture_of_experts_runs_and_counts_as_transformers(allowed):
 
 def test_hf_train_trains_with_gradient_checkpointing_over_zero1_ranks(allowed):
     r = trial("hf-train model=tiny layers=2 batch=2 seq=16 steps=3 warmup=1 zero=1 world=2 "
-              "checkpointing=full attn=eager malloc=glibc device=cpu")
+              "checkpointing=full attn=eager malloc=glibc device=cpu processes=1")
     assert r["status"] == "ok", r["error"]
     t = r["training"]
     assert t["params"] == hf_count(TINY, layers=2) and t["checkpointing"] == "full"

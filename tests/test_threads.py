@@ -12,7 +12,7 @@ from worker.spec import SpecError, parse
 
 TINY = ["llm-infer", "layers=1", "hidden=64", "heads=2", "kv_heads=1", "vocab=128",
         "prompt=8", "gen=2", "warmup=0", "repeats=2", "stability=0", "malloc=glibc",
-        "device=cpu"]
+        "device=cpu", "processes=1"]
 
 
 def test_the_worker_leaves_one_core_free_and_pins_to_the_rest():

@@ -12,7 +12,7 @@ import re
 from test_console import run_console
 
 NBSP = "\u00a0"
-TRIAL = "gen=2 repeats=1 stability=0 malloc=glibc"
+TRIAL = "gen=2 repeats=1 stability=0 malloc=glibc processes=1"
 WEEK = [
     "/plan new ADKV gpu=h100-80gb platform=CUDA paper=“AdaKV: adaptive KV eviction”",
     "/plan adkv set inputs=“batch 8, prompt 4096” period=3w",

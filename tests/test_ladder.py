@@ -7,7 +7,8 @@ from test_console import run_console
 from worker import arithmetic
 from worker.spec import SpecError
 
-TINY = "llm-train layers=2 hidden=64 heads=2 kv_heads=1 vocab=256 seq=32 batch=4 steps=3 processes=1"
+TINY = ("llm-train layers=2 hidden=64 heads=2 kv_heads=1 vocab=256 seq=32 batch=4 steps=3 "
+        "processes=1")
 
 
 def test_each_step_is_on_top_of_the_previous():

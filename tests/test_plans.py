@@ -198,6 +198,24 @@ def test_a_scale_block_rests_on_a_sweeps_time_fit(ctx):
                                           "prompt=4096")
 
 
+def test_a_scale_blocks_interval_holds_the_fitted_forms_error(ctx):
+    """The block's per-run error is the one `/trial fit` shows: the points'
+    spread and the form's leave-one-out error, not the residuals' alone."""
+    from bot.fits import ols, scaling
+    from bot.fits.sweep import fit_sweep, predict_seconds
+    s = finish_sweep(ctx, [0.15, 0.20, 0.30, 0.50], contention={})  # curved: 2 terms miss it
+    say(ctx, "new repro gpu=H100")
+    block = {"sweep": s, "predict": {"batch": 16}}
+    _, out = service._sweep_prediction(ctx, block)
+    fit = fit_sweep([j["report"] for j in ctx.store.sweep_jobs(s)])
+    params = {**ctx.store.sweep_jobs(s)[0]["report"]["params"], "batch": 16}
+    band = scaling.band(fit, "time", params)
+    _, residual_se, dof = predict_seconds(fit, params)
+    assert band.form > 0 and out["dof"] == dof
+    assert out["se"] * ols.t_quantile(dof) == pytest.approx(band.half)
+    assert out["se"] > residual_se
+
+
 BUSY = {"flagged": True, "summary": "busy machine: other processes used 61% of the CPU"}
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from bot.blocks import message
-from bot.fits import depth, scaling, usable
+from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
 from bot.plans.parse import PlanError
@@ -55,6 +55,8 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
         else:
             _check_swept(block, fit, ok[0]["report"]["params"])
         seconds, se, dof = predict_seconds(fit, params)
+        if fit.get("kind") != "depth":  # a depth fit's interval is its residuals' alone, for now
+            se = _with_form(scaling.band(fit, "time", params), se)
         verdict = judge_seconds(fit, params, seconds)
     except PlanError:
         raise
@@ -108,6 +110,15 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
                        weights_factor=k["weights_factor"],
                        config={"layers": depth.full_layers(first)})
     return ok, out
+
+
+def _with_form(band, se: float) -> float:
+    """The standard error that gives the sweep's own interval (the points' spread
+    and the fitted form's leave-one-out error), so the block's interval is the one
+    `/trial fit` shows; the residuals' alone where the form's error has no points."""
+    if band.half is None or not band.dof:
+        return se
+    return band.half / ols.t_quantile(band.dof)
 
 
 def _check_swept(block: dict, fit: dict, measured: dict) -> None:

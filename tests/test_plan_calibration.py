@@ -207,7 +207,11 @@ def test_an_actual_on_another_device_is_shown_apart_and_never_enters_calibration
     assert ("kept apart, actual 1.96 GPU-h on H100-80GB from manual #1, not compared: the "
             f"estimate is a time on CPU (EPYC) (from {cpu})") in out
     assert service.calibration_pairs(ctx, "U1", "C1") == []
-    assert "CPU (EPYC)" not in say(ctx, "calibration")
+    calib = say(ctx, "calibration")
+    assert "CPU (EPYC)" not in calib and "No actuals recorded" not in calib
+    assert calib.startswith("No actual on the same device as its estimate yet")
+    assert ("Kept out: 9 block(s) whose actual is on another device than the trials their "
+            "estimate rests on (h0 baseline, h1 baseline,") in calib
     # With no target, a tagged trial on another device than the estimate's is kept apart.
     say(ctx, "new free")
     say(ctx, f"free block baseline runs=10 trial={cpu}")

@@ -393,12 +393,13 @@ def _settings(ctx, cmd, user, channel, today):
 
 def _calibration(ctx, cmd, user, channel, today):
     """The team's record per scope, from the plans `user` may see here."""
-    pairs = service.calibration_pairs(ctx, user, channel)
+    across: list[str] = []
+    pairs = service.calibration_pairs(ctx, user, channel, across)
     groups = []
     for scope in sorted({p["scope"] for p in pairs}):
         mine = calibration.scoped(pairs, scope)
         groups.append((scope, calibration.record(mine), calibration.calibrate(mine, scope=scope)))
-    return reviewview.calibration_record(groups, ctx.visible_plans(user, channel)[1])
+    return reviewview.calibration_record(groups, ctx.visible_plans(user, channel)[1], across)
 
 
 def _price(ctx, cmd, user, channel, today):

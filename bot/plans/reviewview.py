@@ -116,15 +116,23 @@ def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str])
                                  "job that is unknown or still running.", **values))
 
 
-def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool) -> dict:
-    """`/plan calibration`: per scope (scope, its record, its calibration now)."""
+def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool,
+                       across: list[str] = ()) -> dict:
+    """`/plan calibration`: per scope (scope, its record, its calibration now);
+    `across`: the blocks ("PLAN KIND") whose actual is on another device than
+    their estimate, kept out."""
     where = _("every channel's plans") if everywhere else _("this channel's plans")
+    apart = (_("Kept out: {n} block(s) whose actual is on another device than the trials "
+               "their estimate rests on ({blocks}); `/plan NAME review` says why.",
+               n=len(across), blocks=", ".join(across)) if across else None)
     if not groups:
-        return reply(_("No actuals recorded yet in {where}, so every interval is uncalibrated: "
-                       "a scope (GPU kind and workload) is calibrated once {n} of its blocks "
-                       "have actuals. Record them with `/plan NAME actual KIND hours=H`, "
-                       "`slurm=JOBID`, or trials tagged `plan=NAME block=KIND`.", where=where,
-                       n=calibration.min_pairs()))
+        first = (_("No actual on the same device as its estimate yet in {where}", where=where)
+                 if across else _("No actuals recorded yet in {where}", where=where))
+        text = _("{first}, so every interval is uncalibrated: a scope (GPU kind and workload) "
+                 "is calibrated once {n} of its blocks have actuals. Record them with "
+                 "`/plan NAME actual KIND hours=H`, `slurm=JOBID`, or trials tagged "
+                 "`plan=NAME block=KIND`.", first=first, n=calibration.min_pairs())
+        return reply(f"{text}\n{apart}" if apart else text)
     lines = [_("*Calibration record* of {where}: each block's actual against the 90% interval "
                "the bot would have shown for it when it was recorded (calibrated from the "
                "earlier blocks of its scope once there were enough, else its own)",
@@ -147,4 +155,6 @@ def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool) -
                                     held=held, cause=w["cause"]))
         lines.append("    " + _("now: {calibration}", calibration=now["text"]))
         lines += ["    " + _("left out: {what}", what=x) for x in rec["left_out"]]
+    if apart:
+        lines.append(apart)
     return reply("\n".join(lines))

@@ -218,7 +218,7 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
         # An estimate and an actual are paired only on the same device.
         across = footing.across(est, plan["facts"].get("gpu"), row)
         if across:
-            row = {"kind": est["kind"], "actual": None}
+            row = {"kind": est["kind"], "actual": None, "across": across}
             apart.append(across)
         row["apart"] = apart
         row["memory"] = review.memory_compare([t["report"] for t in trials],
@@ -235,12 +235,15 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
     return rows
 
 
-def calibration_pairs(ctx, user: str, channel: str) -> list[dict]:
+def calibration_pairs(ctx, user: str, channel: str,
+                      across: list[str] | None = None) -> list[dict]:
     """One pair per block with an actual, across the plans `user` may see from
     `channel` (bot/context.py: another channel's plans do not leak in). The
     estimate is recomputed from the block's trials, never calibrated, so the
     calibration does not feed on itself. A plan that cannot be estimated any
-    more (its trials are gone) gives no pairs."""
+    more (its trials are gone) gives no pairs. `across`, when given, collects
+    "PLAN KIND" for each block whose actual is on another device than its
+    estimate (no pair)."""
     pairs = []
     for plan in ctx.visible_plans(user, channel)[0]:
         try:
@@ -251,6 +254,8 @@ def calibration_pairs(ctx, user: str, channel: str) -> list[dict]:
             p = calibration.pair_of(plan["name"], est, row)
             if p is not None:
                 pairs.append(p)
+            elif row.get("across") and across is not None:
+                across.append(f"{plan['name']} {est['kind']}")
     return pairs
 
 

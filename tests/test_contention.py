@@ -1,4 +1,5 @@
 """Contention: a trial on a busy machine says so, in its report and its windows."""
+import os
 import subprocess
 import sys
 
@@ -77,7 +78,12 @@ def test_windows_cut_the_run_phase_in_time_order_and_take_their_contention():
 def test_a_trial_beside_busy_processes_is_flagged_in_its_report_and_windows():
     spec = parse(["llm-infer", "batch=2", "prompt=32", "gen=8", "repeats=12", "stability=0",
                   "hidden=128", "heads=2", "kv_heads=1", "vocab=512", "processes=1"])
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
+    # One spinner held on each usable core: the trial is pinned to its own cores
+    # (worker/threads.py), and a spinner the scheduler left free could sit on
+    # the others, which is a neighbour, not contention.
+    spinners = [subprocess.Popen([sys.executable, "-c",
+                                  f"import os\nos.sched_setaffinity(0, {{{core}}})\n{SPIN}"])
+                for core in sorted(os.sched_getaffinity(0))]
     try:
         busy = launcher.run_trial(spec)
     finally:

@@ -284,4 +284,7 @@ def test_request_threads_share_a_few_pooled_connections(warm, monkeypatch):
     for _ in range(30):  # each request on a new connection: a new thread in the server
         slash(rt, "status T1")
         assert get(rt, "/healthz")[0] == 200
-    assert len(opened) <= 2  # (was one per request thread, never closed)
+    # A few at most: as many as borrow at one moment (a request's ack, its lazy
+    # listener, a poller in the background); it was one per request thread
+    # (60 here), never closed. CI once saw 3 against an earlier bound of 2.
+    assert len(opened) <= 4

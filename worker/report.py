@@ -9,8 +9,34 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypedDict
 
-from worker import arithmetic, shape
+from worker import arithmetic, reportcheck, shape
 from worker import spec as specs
+from worker.limits import (  # noqa: F401 - re-exported: callers read them here
+    AMOUNT,
+    BYTES,
+    COUNT,
+    FIGURE,
+    LAST_TIME,
+    MAX_ATTEMPTS,
+    MAX_BYTES,
+    MAX_CORES,
+    MAX_COUNT,
+    MAX_DEVICES,
+    MAX_ITEMS,
+    MAX_PARAMS,
+    MAX_PHASES,
+    MAX_RATE,
+    MAX_RATIO,
+    MAX_SECONDS,
+    PERCENT,
+    RATE,
+    RATIO,
+    SECONDS,
+    SHARE,
+    TIME,
+    TRY,
+    YEAR,
+)
 from worker.shape import REQUIRED, Most, Range
 
 SCHEMA = "trialbot.trial/1"
@@ -32,34 +58,6 @@ MEMORY_FIELDS = (
 
 ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled", "environment")
 
-# What a measured figure can be: past these, a report is refused (400), not
-# stored (docs/report-schema.md, "What the bot checks"). Each is far beyond any
-# real trial, so an honest one never comes near.
-YEAR = 366 * 86400
-MAX_BYTES = 2**50            # 1 PiB: more memory than any one machine has
-MAX_SECONDS = YEAR           # a trial, phase, try or run longer than a year
-MAX_RATE = 10**9             # per second: tokens/s or samples/s (the fastest do ~10^7)
-MAX_COUNT = MAX_RATE * YEAR  # runs, tokens, retries: more than that rate makes in a year
-LAST_TIME = 4102444800       # a Unix time after 2100-01-01 UTC
-MAX_RATIO = 10**6            # a spread (IQR/median) or a load: nothing measured varies so
-MAX_ATTEMPTS = 100           # tries of one trial (the heartbeat's `attempt` allows as many)
-MAX_PHASES = 10_000          # a recipe's marks included
-MAX_ITEMS = 100_000          # samples, losses, logits, timeline rows in one list
-MAX_DEVICES = 1024           # GPUs or ranks of one trial
-MAX_PARAMS = 200             # parameters of one spec
-MAX_CORES = 65_536           # CPU cores named in one list
-
-BYTES = Range(0, MAX_BYTES, "bytes from 0 to 1 PiB (2^50)")
-SECONDS = Range(0, MAX_SECONDS, f"seconds from 0 to a year ({MAX_SECONDS:,})")
-TIME = Range(0, LAST_TIME, f"a Unix time from 0 to 2100-01-01 ({LAST_TIME:,})")
-COUNT = Range(0, MAX_COUNT, f"a count from 0 to {MAX_COUNT:,}")
-RATE = Range(0, MAX_RATE, f"a rate from 0 to {MAX_RATE:,} per second")
-FIGURE = Range(0, MAX_RATE, f"seconds or a rate, from 0 to {MAX_RATE:,}")
-SHARE = Range(0, 1, "a share from 0 to 1")
-PERCENT = Range(0, 100, "a percentage from 0 to 100")
-RATIO = Range(0, MAX_RATIO, f"a ratio from 0 to {MAX_RATIO:,}")
-TRY = Range(1, MAX_ATTEMPTS, f"a try's number from 1 to {MAX_ATTEMPTS}")
-AMOUNT = Range(0, shape.MAX_MAGNITUDE, "0 to 10^18")  # arithmetic (full depth), not measured
 
 Scalar = str | float | bool | None  # a parameter's value
 Params = Annotated[dict[str, Scalar], Most(MAX_PARAMS)]
@@ -481,77 +479,7 @@ def validate(report: object, spec: dict | None = None) -> list[str]:
         problems.append(f"a failed report needs `report.error` {{class: one of "
                         f"{', '.join(ERROR_CLASSES)}, message}}")
     problems += shape.problems(report, Report, "report")
-    problems += _timeline(report.get("timeline"))
+    problems += reportcheck.timeline(report.get("timeline"))
     if isinstance(report.get("params"), dict):
-        problems += _against_spec(report["params"], spec)
+        problems += reportcheck.params(report["params"], spec)
     return list(dict.fromkeys(problems))[:shape.MAX_PROBLEMS]
-
-
-def _timeline(timeline) -> list[str]:
-    """Each row as wide as its columns: a Unix time, then bytes or null. Checked
-    here rather than by annotation: thousands of rows, the first bad one named."""
-    out = []
-    for name, part in (timeline or {}).items() if isinstance(timeline, dict) else ():
-        if not (isinstance(part, dict) and isinstance(part.get("columns"), list)
-                and isinstance(part.get("rows"), list)):
-            continue  # its shape is named already
-        width = len(part["columns"])
-        bounds = (TIME, *[BYTES] * (width - 1))
-        for i, row in enumerate(part["rows"]):
-            where = f"report.timeline.{name}.rows[{i}]"
-            if not isinstance(row, list) or len(row) != width or not all(
-                    v is None or shape.number(v) for v in row):
-                return out + [f"`{where}` must be a list of {width} numbers or nulls, one per "
-                              "column"]
-            for value, bound in zip(row, bounds):
-                if value is not None and shape.outside(value, bound):
-                    return out + [f"`{where}` holds {value!r}: must be {bound.what}"]
-    return out
-
-
-def _against_spec(params: dict, spec) -> list[str]:
-    """Each parameter of the kind the job's spec has for it: a built-in
-    workload's parameter in its range or choices, a recipe's as queued."""
-    if not isinstance(spec, dict) or not isinstance(spec.get("params"), dict):
-        return []
-    workload = None if spec.get("recipe") else specs.WORKLOADS.get(spec.get("workload"))
-    out = []
-    for key, value in params.items():
-        if isinstance(value, (dict, list)):
-            continue  # not a scalar: named already
-        param = workload.param(key) if workload else None
-        queued = spec["params"].get(key)
-        if param is not None:
-            wrong, what = not _allowed(param, value), _allowed_text(param)
-        elif key in spec["params"]:
-            wrong = _kind(value) != _kind(queued)
-            what = f"{_kind(queued)}, as the job was queued with `{key}={queued}`"
-        else:
-            continue
-        if wrong:
-            out.append(f"`report.params.{key}` is {value!r}: must be {what}")
-    return out
-
-
-def _allowed(param: specs.Param, value) -> bool:
-    if param.kind in ("choice", "string"):
-        return isinstance(value, str) and (param.kind == "string" or value in param.choices)
-    return (_kind(value) == "a whole number" or param.kind == "float" and _kind(value)
-            == "a number") and param.low <= value <= param.high
-
-
-def _allowed_text(param: specs.Param) -> str:
-    if param.kind == "choice":
-        return "one of " + ", ".join(param.choices)
-    if param.kind == "string":
-        return "a string"
-    kind = "a whole number" if param.kind == "int" else "a number"
-    return f"{kind} from {param.low} to {param.high}"
-
-
-def _kind(value) -> str:
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    if isinstance(value, int):
-        return "a whole number"
-    return "a number" if isinstance(value, float) else "a string"

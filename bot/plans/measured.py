@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from worker.i18n import N_, _
 
+
+class EstimateError(ValueError):
+    """Trials a block cannot be estimated from; the message says why."""
+
 # A recipe's `launch` (its interpreter and imports before its first phase) is
 # prep too: with run units timed it would otherwise be spread over its runs.
 PREP_PHASES = ("setup", "launch", "weights", "warmup")

@@ -1,0 +1,257 @@
+"""A block's time per run from its trials (docs/design.md §3): the mean over
+the trials' fresh processes (or the whole trial where it ran in one), the
+runs' own spread, and the levels above it (drift between windows, processes
+and trials) with their degrees of freedom. Pure, like bot/plans/estimate.py,
+which turns it into a block's hours and interval."""
+from __future__ import annotations
+
+import math
+
+from bot.plans.measured import (
+    EstimateError,
+    program_seconds,
+    run_seconds,
+    unit_kind,
+    unit_label,
+    unit_problem,
+)
+from worker.catalog import PROCESSES
+from worker.i18n import _
+
+
+def _window_means(r: dict) -> list[float]:
+    """The run phase's window means (worker/windows.py), [] on a report from
+    before windows existed."""
+    rows = (r.get("windows") or {}).get("rows") or []
+    return [w["mean"] for w in rows] if len(rows) >= 2 else []
+
+
+def _var(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def per_run(trials: list[dict]) -> dict:
+    """One run's time: the run phase over the requests it measured (so the
+    time between requests is counted too), with the variance components of
+    that figure (docs/plans-and-advice.md): request-to-request spread, drift
+    between the run phase's windows, and the spread between trials; for a
+    recipe, its declared unit's (a whole program: one per trial). A trial
+    without such a run, or a time of zero, is refused (EstimateError)."""
+    reports = [t["report"] for t in trials]
+    for t in trials:
+        problem = unit_problem(t)
+        if problem:
+            raise EstimateError(problem)
+    kind = unit_kind(reports[0])
+    other = next((t for t in trials if unit_kind(t["report"]) != kind), None)
+    if other is not None:  # the recipe file changed its unit between the trials
+        raise EstimateError(_("{first} counted a run as a {unit} and {other} as a {other_unit}; "
+                              "a block is estimated from trials of one unit",
+                              first=trials[0]["trial"], unit=kind, other=other["trial"],
+                              other_unit=unit_kind(other["report"])))
+    views = _views(reports)
+    if kind == "program":
+        out = _per_sample(trials, views, _("program run"), _program_source)
+    elif all((r.get("latency") or {}).get("count") for r in reports):
+        out = _per_request(trials, views, kind)
+    else:
+        out = _per_sample(trials, views, _("run phase"), _phase_source)
+    if not out["mean"] > 0:
+        raise EstimateError(_("{trials} measured {seconds} s per {unit}: a block cannot count "
+                              "runs that take no time; {why}", trials=out["names"],
+                              seconds=f"{out['mean']:.3g}", unit=out["unit"],
+                              why=_("its work was all in one-time phases (launch, weights, "
+                                    "warmup); declare the recipe's unit = \"program\" to "
+                                    "count whole invocations") if reports[0].get("recipe")
+                              else _("run it again")))
+    several = len(views) > len(reports)  # fresh processes: the level below trials
+    out.update(spread(out, len(views), _("the spread between {n} processes of {t} trial(s)",
+                                         n=len(views), t=len(reports)) if several else None))
+    extra = _processes(reports, views)
+    out["missing"] += extra.pop("missing", [])
+    return {**out, **extra}
+
+
+def _views(reports: list[dict]) -> list[dict]:
+    """What the spread is built from: each fresh process of each trial (a
+    report's `processes`, worker/launcher/processes.py), or the whole trial
+    where it ran in one process or predates `processes`."""
+    out = []
+    for r in reports:
+        rows = [x for x in (r.get("processes") or {}).get("rows") or [] if x.get("count")]
+        if len(rows) >= 2:
+            out += [{"n": x["count"], "m": x["mean"], "run": x["run"], "prep": x["prep"],
+                     "ss": (x["count"] - 1) * (x.get("stdev") or 0.0) ** 2,
+                     "dof": x["count"] - 1 if x.get("stdev") is not None else 0,
+                     "windows": x["windows"] if len(x["windows"]) >= 2 else []}
+                    for x in rows]
+            continue
+        latency = r.get("latency") or {}
+        ss, dof = _within(r) if latency.get("count") else (0.0, 0)
+        out.append({"n": latency.get("count") or 0, "m": latency.get("mean"),
+                    "run": run_seconds(r), "prep": None, "ss": ss, "dof": dof,
+                    "windows": _window_means(r)})
+    return out
+
+
+def _processes(reports: list[dict], views: list[dict]) -> dict:
+    """Prep's variance for a future run's one process (its spread between the
+    trials' fresh processes, plus its mean's uncertainty), and what the interval
+    leaves out when a trial ran in one process by request."""
+    preps = [v["prep"] for v in views if v["prep"] is not None]
+    out = {"prep_var": _var(preps) * (1 + 1 / len(preps)) if len(preps) >= 2 else 0.0,
+           "prep_part": _("prep's spread between {n} processes", n=len(preps))}
+    if any((r.get("processes") or {}).get("count") == 1 for r in reports):
+        out["missing"] = [_(
+            "drift between processes (processes=1: the trial ran in one process; "
+            "processes={n} measures it)", n=PROCESSES)]
+    return out
+
+
+def _per_request(trials: list[dict], views: list[dict], kind: str | None) -> dict:
+    """Runs timed one by one (requests, a recipe's generate or model calls or
+    marked spans), pooled over the trials' processes (`views`)."""
+    reports = [t["report"] for t in trials]
+    names = ", ".join(t["trial"] for t in trials)
+    n = [v["n"] for v in views]
+    m = [v["m"] for v in views]
+    k = sum(n)
+    lat = sum(ni * mi for ni, mi in zip(n, m)) / k
+    within = sum(v["ss"] for v in views) / max(1, sum(v["dof"] for v in views))
+    if kind and kind.startswith("mark:"):  # the program's own spans: nothing between them
+        trial_means, mean = list(m), lat
+    else:  # wall time per run over latency per request: the gaps between requests count
+        trial_means = [v["run"] / ni for v, ni in zip(views, n)]
+        mean = sum(v["run"] for v in views) / k
+    scale = mean / lat if lat > 0 else 1.0
+    windows = [[x * tm / mi for x in v["windows"]] if mi > 0 else []
+               for v, tm, mi in zip(views, trial_means, m)]
+    sd = math.sqrt(within) if sum(v["dof"] for v in views) else None
+    if kind:
+        source = _("{trials}: {k} runs of one {unit} each ({models}; a whole program run "
+                   "{program} s)",
+                   trials=names, k=k, unit=unit_label(kind), models=_models_text(reports),
+                   program=f"{sum(map(program_seconds, reports)) / len(reports):.4g}")
+    elif sd is not None:
+        source = _("{trials}: run phase over {k} measured requests (latency mean {mean} s, sd "
+                   "{sd} s)", trials=names, k=k, mean=f"{lat:.4g}", sd=f"{sd:.3g}")
+    else:
+        source = _("{trials}: run phase over {k} measured requests (latency mean {mean} s)",
+                   trials=names, k=k, mean=f"{lat:.4g}")
+    if len(views) > len(trials):
+        source += "; " + _("in {n} fresh processes", n=len(views))
+    return {"k": k, "mean": mean, "unit": unit_label(kind) if kind else _("request"),
+            "trial_means": trial_means, "within": within * scale ** 2, "windows": windows,
+            "sd": sd * scale if sd is not None else None, "source": source, "names": names}
+
+
+def _within(r: dict) -> tuple[float, int]:
+    """The sum of squares and degrees of freedom of one trial's run-to-run
+    spread: for a recipe, per model (a draft's and a target's calls are two
+    distributions; their difference is not noise)."""
+    models = (r.get("units") or {}).get("models") if unit_kind(r) else None
+    groups = ([(g["count"], g.get("stdev")) for g in models] if models else
+              [(r["latency"]["count"], r["latency"].get("stdev"))])
+    return (sum((c - 1) * (sd or 0.0) ** 2 for c, sd in groups),
+            sum(c - 1 for c, _sd in groups))
+
+
+def _models_text(reports: list[dict]) -> str:
+    """Each model's calls apart, from the first trial: `LlamaForCausalLM#2
+    (1.1M params) 96 × 12.3 ms`."""
+    parts = []
+    for g in (reports[0].get("units") or {}).get("models") or []:
+        size = _(" ({n} params)", n=f"{g['params']:,}") if g.get("params") else ""
+        parts.append(_("{model}{size} {count} × {mean} ms", model=g.get("model") or "",
+                       size=size, count=g["count"],
+                       mean=f"{(g.get('mean') or 0) * 1e3:.3g}").strip())
+    return "; ".join(parts)
+
+
+def _per_sample(trials: list[dict], views: list[dict], unit: str, source) -> dict:
+    """One sample a process (a trial that ran in one): a recipe's run phase,
+    or its whole program."""
+    reports = [t["report"] for t in trials]
+    names = ", ".join(t["trial"] for t in trials)
+    samples = [v["run"] for v in views]
+    k = len(samples)
+    mean = sum(samples) / k
+    sd = math.sqrt(_var(samples)) if k > 1 else None
+    return {"k": k, "mean": mean, "sd": sd, "unit": unit, "trial_means": samples,
+            "within": 0.0, "windows": [[] for _ in samples], "names": names,
+            "source": source(names, len(trials), mean, sd, reports[0]) + _in_processes(
+                views, trials)}
+
+
+def _in_processes(views: list[dict], trials: list[dict]) -> str:
+    """Where the trials ran in several fresh processes, how many in all."""
+    if len(views) <= len(trials):
+        return ""
+    return "; " + _("{n} fresh processes, one value each", n=len(views))
+
+
+def _phase_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+    return (_("{trials}: run phase of {k} trial(s), mean {mean} s, sd {sd} s", trials=names,
+              k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}") if sd is not None else
+            _("{trials}: run phase of {k} trial(s), mean {mean} s", trials=names, k=k,
+              mean=f"{mean:.4g}"))
+
+
+def _program_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+    inside = _models_text([first])
+    values = dict(trials=names, k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}" if sd else "",
+                  inside=inside)
+    text = (_("{trials}: the whole program, start to exit, of {k} trial(s), mean {mean} s, "
+              "sd {sd} s", **values) if sd is not None else
+            _("{trials}: the whole program, start to exit, of {k} trial(s), mean {mean} s",
+              **values))
+    return text + ("; " + _("inside it: {inside}", inside=inside) if inside else "")
+
+
+def spread(pr: dict, trials: int, level_name: str | None = None) -> dict:
+    """The variance of a future block's mean time per run, by component, and
+    its degrees of freedom. A long block sits at some level of the machine's
+    speed; the trial saw that level wander between its windows and, with
+    several trials, between trials. Each level's own excess over the noise
+    below it is one component (never negative), plus the uncertainty of the
+    mean measured. Returns {"level": variance per run², "dof", "parts",
+    "missing"}; `within` (per run²) is added per block as within/runs. With
+    fresh processes, `trials` counts the processes (`level_name` names them):
+    a process is the level a one-process run of the block sits at."""
+    parts, missing = [], []
+    win = [w for w in pr["windows"] if len(w) >= 2]
+    drift = 0.0
+    if win:
+        # Pooled variance of window means around each trial's own mean, less
+        # what the requests' own spread puts into a window's mean.
+        dof_w = sum(len(w) - 1 for w in win)
+        pooled = sum(_var(w) * (len(w) - 1) for w in win) / dof_w
+        per_window = pr["k"] / sum(len(w) for w in pr["windows"] if w) if pr["k"] else 1
+        drift = max(0.0, pooled - pr["within"] / per_window)
+        parts.append(_("drift between the run phase's windows ({n} windows per trial)",
+                       n=len(win[0])) if len(win) > 1 else
+                     _("drift between the run phase's windows ({n} windows)", n=len(win[0])))
+    else:
+        dof_w, pooled = 0, 0.0
+        missing.append(_("drift inside the run phase (a report from before windows)"))
+    means = pr["trial_means"]
+    if trials >= 2:
+        between = _var(means)
+        # A trial mean already holds a share of the noise below it (window drift,
+        # or the requests' spread); the rest is drift between trials.
+        below = pooled / len(win[0]) if win else pr["within"] * trials / max(1, pr["k"])
+        drift_t = max(0.0, between - below)
+        parts.append(level_name or _("the spread between {n} trials", n=trials))
+        level = drift + drift_t + between / trials
+        dof = trials - 1
+    else:
+        missing.append(_("drift over longer than the trial's run phase (trials at other times, "
+                         "trial=T12,T13, measure it)"))
+        if win:  # the level wanders by the drift; its mean is known to pooled/W
+            level, dof = drift + pooled / len(win[0]), dof_w
+        else:  # requests alone: the mean's uncertainty from their spread
+            level, dof = pr["within"] / max(1, pr["k"]), max(0, pr["k"] - 1)
+    if pr["k"] > trials:
+        parts.insert(0, _("the run-to-run spread"))
+    return {"level": level, "dof": dof, "parts": parts, "missing": missing}

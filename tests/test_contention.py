@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from worker import launcher, report, summary, windows
 from worker.probes import contention
 from worker.spec import parse
@@ -75,6 +77,9 @@ def test_windows_cut_the_run_phase_in_time_order_and_take_their_contention():
     assert windows.split(samples[:1], "request") is None
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "open (#31 note): beside other load, a pinned trial with a spinner held on its core "
+    "has read 9-22% others on that core and gone unflagged; alone it reads ~58% and passes"))
 def test_a_trial_beside_busy_processes_is_flagged_in_its_report_and_windows():
     # A run phase of a second or more: one core's /proc/stat line counts 100
     # jiffies a second, and a run of 0.13 s (12 requests) read in steps of 9%.
@@ -95,14 +100,11 @@ def test_a_trial_beside_busy_processes_is_flagged_in_its_report_and_windows():
     assert busy["status"] == "ok", busy["error"]
     c = busy["contention"]
     assert c["flagged"], {k: c[k] for k in ("cores", "free_cores", "neighbour", "phases")}
-    # The run phase itself is not asserted busy: see the note below (CI read 22%).
-    assert c["phases"]["run"]["others_cpu"] >= 0
+    run = c["phases"]["run"]  # the flag's rule: the mean, or the busiest 0.5 s span
+    assert max(run["others_cpu"], run["others_cpu_max"]) > contention.OTHERS_CPU, run
     assert "busy machine" in summary.text(busy) and report.validate(busy) == []
     rows = busy["windows"]["rows"]
-    # Not asserted: that a window is contended. Beside other load (CI runs two
-    # files at once) a pinned trial's own-core share has read 9-21% with a
-    # spinner held on that core, where about 50% is expected: open, in #31's note.
-    assert sum(r["count"] for r in rows) == 300
+    assert sum(r["count"] for r in rows) == 300 and any(r["contended"] for r in rows)
     assert all(r["others_cpu"] is not None for r in rows)
 
 

@@ -2,6 +2,9 @@
 (real child processes), and the plan's interval built from the spread
 between them (pure)."""
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 from scipy import stats
@@ -16,6 +19,7 @@ from worker.catalog import PROCESSES
 from worker.report import validate
 from worker.spec import SpecError, parse
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["llm-infer", "layers=1", "hidden=32", "heads=2", "kv_heads=1", "vocab=64", "prompt=8",
         "gen=2", "stability=0", "warmup=1"]
 
@@ -149,3 +153,15 @@ def test_a_process_that_fails_is_the_report_and_names_which_one():
     assert r["processes"]["ran"] == 1 and r["processes"]["count"] == 2
     assert validate(r) == []
     assert dict(summary.facts(r))["processes"] == "1 of 2 fresh processes ran; the last failed"
+
+
+def test_the_stop_rule_loads_nothing_inside_a_run_phase():
+    # np.percentile imported numpy.ma on its first call, after a run phase's
+    # last request and inside its timed span: 0.1 s in a child, +6% per run on
+    # a process of 3 requests, so split trials' estimates ran high (issue 31).
+    code = ("import sys\nfrom worker import stats\nbefore = set(sys.modules)\n"
+            "stats.iqr_ratio([0.5, 0.6, 0.55])\nstats.summary([0.5, 0.6, 0.55])\n"
+            "print(sorted(set(sys.modules) - before))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

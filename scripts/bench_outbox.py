@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The outbox's delivery guarantees, through the real Outbox thread,
+"""The outbox's delivery guarantees, through the real Courier thread,
 SlackTransport and slack_sdk's RateLimitErrorRetryHandler, over loopback
 HTTP against the fake Slack Web API:
 
@@ -31,7 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from bot.delivery.outbox import Outbox  # noqa: E402
+from bot.delivery.outbox import Courier  # noqa: E402
 from bot.slack.app import web_client  # noqa: E402
 from bot.slack.transport import SlackTransport  # noqa: E402
 from bot.store import Store  # noqa: E402
@@ -54,7 +54,7 @@ def store_trials(store: Store, trials: int, channels: list[str], url: str | None
                                 "text": f"report {i}"}, job)
 
 
-def drain(store: Store, box: Outbox, until, limit: float) -> float:
+def drain(store: Store, box: Courier, until, limit: float) -> float:
     t0 = time.monotonic()
     box.start()
     while time.monotonic() - t0 < limit and not until():
@@ -90,8 +90,8 @@ def outage(trials: int, seconds: float, channels: list[str]) -> bool:
         store = Store(os.path.join(tmp, "bench.db"))
         store_trials(store, trials, channels)
         slack.outage = (time.monotonic() + seconds, [429, 500])
-        box = Outbox(store, SlackTransport(web_client("xoxb-bench", slack.api_url)),
-                     max_backoff=4, update_interval=0)
+        box = Courier(store, SlackTransport(web_client("xoxb-bench", slack.api_url)),
+                      max_backoff=4, update_interval=0)
         took = drain(store, box, lambda: not store.unsent(limit=1), seconds + 600)
         given_up = store.db.execute("select count(*) from outbox where given_up is not null"
                                     ).fetchone()[0]
@@ -123,13 +123,13 @@ def beside(trials: int, good: list[str], troubled: bool, slow: float) -> tuple[f
         def good_done():
             return sum(p["channel"] in good for p in slack.posts()) >= want
 
-        box = Outbox(store, SlackTransport(web_client("xoxb-bench", slack.api_url)),
-                     max_backoff=4, update_interval=0)
+        box = Courier(store, SlackTransport(web_client("xoxb-bench", slack.api_url)),
+                      max_backoff=4, update_interval=0)
         took = drain(store, box, good_done, 300)
         info = {"good": checks(slack, good, trials)}
         if troubled:
-            box = Outbox(store, SlackTransport(web_client("xoxb-bench", slack.api_url)),
-                         max_backoff=4, update_interval=0)
+            box = Courier(store, SlackTransport(web_client("xoxb-bench", slack.api_url)),
+                          max_backoff=4, update_interval=0)
             drain(store, box, lambda: not store.unsent(limit=1), 300)  # the rest
             responds = [c for m, c in slack.calls if m.startswith("respond-")]
             refused = [c for c in slack.calls_of("refused") if c["channel"] == "CBAD"]

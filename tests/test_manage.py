@@ -9,7 +9,7 @@ import pytest
 
 from bot.access import Policy
 from bot.app.runtime import Runtime, context
-from bot.delivery.outbox import Outbox
+from bot.delivery.outbox import Courier
 from bot.slack.app import web_client
 from bot.slack.transport import SlackTransport
 from bot.store import Store
@@ -218,8 +218,8 @@ def test_an_update_waits_for_its_message_and_goes_out_after(tmp_path, fake_slack
     leased = q.lease("w1", 0)
     q.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"})
     fake_slack.fail_next = [500]  # Slack fails the first try
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)),
-                 update_interval=0)
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)),
+                  update_interval=0)
     assert box.flush() == 0  # the card waits, and its edit behind it
     assert [r["tries"] for r in store.unsent()] == [1, 0]
     assert box.flush() == 2

@@ -1,5 +1,5 @@
 """The outbox against a failing transport and the fake Slack Web API."""
-from bot.delivery.outbox import Outbox
+from bot.delivery.outbox import Courier
 from bot.delivery.refusals import Undeliverable
 from bot.slack.app import web_client
 from bot.slack.transport import SlackTransport
@@ -27,11 +27,11 @@ def test_outage_delays_and_loses_nothing_in_order(tmp_path):
     parent = add(store, "started")
     add(store, "report", thread_of=parent)
     flaky = Flaky([ConnectionError("slack down")])
-    box = Outbox(store, flaky)
+    box = Courier(store, flaky)
     assert box.flush() == 0  # the channel waits at its first message: order holds
     assert [(r["text"], r["tries"]) for r in store.unsent()] == [("started", 1), ("report", 0)]
     # a restart: a new store and outbox on the same file
-    box = Outbox(Store(str(tmp_path / "o.db")), flaky)
+    box = Courier(Store(str(tmp_path / "o.db")), flaky)
     assert box.flush() == 2
     assert [p["text"] for p in flaky.sent] == ["started", "report"]
     assert flaky.sent[1]["thread_ts"] == "ts1"
@@ -43,7 +43,7 @@ def test_undeliverable_message_is_set_aside(tmp_path):
     parent = add(store, "started")
     add(store, "report", thread_of=parent)
     flaky = Flaky([Undeliverable("channel_not_found")])
-    assert Outbox(store, flaky).flush() == 1
+    assert Courier(store, flaky).flush() == 1
     assert flaky.sent[0]["text"] == "report" and "thread_ts" not in flaky.sent[0]
 
 
@@ -51,7 +51,7 @@ def test_slack_transport_retries_429_and_posts_once(fake_slack, tmp_path):
     store = Store(str(tmp_path / "o.db"))
     add(store, "hello")
     fake_slack.fail_next = [429]
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert box.flush() == 1
     assert [p["text"] for p in fake_slack.posts()] == ["hello"]
 
@@ -61,7 +61,7 @@ def test_slack_errors_about_the_app_are_retried_about_the_message_set_aside(fake
     add(store, "first")
     add(store, "second")
     fake_slack.errors["chat.postMessage"] = ["internal_error", "msg_too_long"]
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert box.flush() == 0  # internal_error: Slack's trouble, the message waits
     assert store.unsent()[0]["last_error"] == "internal_error"
     assert box.flush() == 1  # "first" hit msg_too_long: set aside; "second" sent
@@ -75,7 +75,7 @@ def test_invalid_blocks_are_sent_as_text(fake_slack, tmp_path):
         store._add_message({"channel": "C1", "text": "plain", "blocks": [{"type": "bogus"}]},
                            None)
     fake_slack.errors["chat.postMessage"] = ["invalid_blocks"]
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert box.flush() == 1
     assert fake_slack.posts()[0]["text"] == "plain" and "blocks" not in fake_slack.posts()[0]
 
@@ -84,7 +84,7 @@ def test_slack_transport_5xx_keeps_the_message(fake_slack, tmp_path):
     store = Store(str(tmp_path / "o.db"))
     add(store, "hello")
     fake_slack.fail_next = [503]
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert box.flush() == 0
     assert store.unsent()[0]["tries"] == 1
     assert box.flush() == 1
@@ -101,7 +101,7 @@ def test_memory_chart_is_uploaded_into_the_thread_with_files_upload_v2(fake_slac
     job = q.submit(spec, "llm-infer", "U1", "C1")
     leased = q.lease("w1", 0)
     q.finish(job["id"], "w1", leased["lease"], launcher.run_trial(spec))
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert box.flush() == 4  # started, its final summary (chat.update), report, chart
     started = fake_slack.posts()[0]
     card = fake_slack.calls_of("chat.update")[0]
@@ -116,7 +116,7 @@ def test_a_plan_export_is_uploaded_with_its_stored_text(fake_slack, tmp_path):
     store = Store(str(tmp_path / "o.db"))
     store.add_messages([{"channel": "C1", "kind": "export", "file": "repro-plan.csv",
                          "content": "plan,block\nrepro,baseline\n", "text": "Plan repro (CSV)"}])
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert box.flush() == 1
     done = fake_slack.calls_of("files.completeUploadExternal")[0]
     assert done["channel_id"] == "C1"
@@ -130,7 +130,7 @@ def test_a_file_slack_keeps_refusing_is_set_aside_after_three_tries(fake_slack, 
     store.add_messages([{"channel": "C1", "kind": "export", "file": "x.csv", "content": "a,b\n",
                          "text": "export"}, {"channel": "C1", "text": "after the file"}])
     fake_slack.errors["files.getUploadURLExternal"] = ["missing_scope"] * 10
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert [box.flush() for _ in range(3)] == [0, 0, 1]
     assert [p["text"] for p in fake_slack.posts()] == ["after the file"]
     row = store.db.execute("select given_up, last_error from outbox where file = 'x.csv'"
@@ -147,7 +147,7 @@ def test_a_redirected_message_waits_out_slacks_own_trouble(fake_slack, tmp_path)
         store._add_message({"channel": "CBAD", "text": "the report"}, job["id"])
     fake_slack.channel_errors["CBAD"] = "not_in_channel"  # no response_url: a DM
     fake_slack.errors["chat.postMessage"] = ["service_unavailable"]
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     assert box.flush() == 0  # Slack itself failed the DM: it waits, nothing is lost
     assert store.unsent()[0]["tries"] == 1
     assert box.flush() == 1
@@ -162,7 +162,7 @@ def test_a_stopping_outbox_completes_the_send_in_flight_and_starts_no_more(fake_
     for text in ("one", "two", "three"):
         add(store, text)
     fake_slack.delays["C1"] = 1.5  # each answer is slow
-    box = Outbox(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
+    box = Courier(store, SlackTransport(web_client("xoxb-test", fake_slack.api_url)))
     box.start()
     deadline = time.monotonic() + 10
     while "chat.postMessage" not in fake_slack.received:

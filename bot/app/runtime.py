@@ -13,7 +13,7 @@ from collections import Counter
 
 from bot import access
 from bot.context import Context
-from bot.delivery.outbox import ALERT_MINUTES, Outbox
+from bot.delivery.outbox import ALERT_MINUTES, Courier
 from bot.digest import command as digest_command
 from bot.digest.scheduler import Digests
 from bot.http.metrics import Watch
@@ -52,10 +52,10 @@ class Runtime:
                  policy: access.Policy | None = None, metrics_token: str | None = None,
                  outbox_alert_minutes: float = ALERT_MINUTES):
         self.store = Store(db)
-        self.outbox = Outbox(self.store, transport,
-                             update_interval=getattr(transport, "update_interval", None),
-                             on_refused=lambda channel: self.ctx.channels.forget(channel),
-                             alert_minutes=outbox_alert_minutes)
+        self.outbox = Courier(self.store, transport,
+                              update_interval=getattr(transport, "update_interval", None),
+                              on_refused=lambda channel: self.ctx.channels.forget(channel),
+                              alert_minutes=outbox_alert_minutes)
         self.queue = JobQueue(self.store, on_message=self.outbox.wake,
                               lease_seconds=lease_seconds)
         # Unconfigured, nobody may run (access.Policy()): the commands say how to set it.

@@ -77,12 +77,13 @@ LANES = 8  # channels delivered at once: a slow one holds only its own thread
 REDIRECT_RETRY = 60.0
 
 
-class Outbox(threading.Thread):
-    """Delivers per channel: each channel's messages go out in order, and a
-    channel that Slack refuses, throttles or answers slowly holds up only its
-    own messages. A dispatcher hands each channel with unsent messages to one
-    of LANES threads; a channel whose message must be retried backs off alone
-    (1 s doubling to `max_backoff`)."""
+class Courier(threading.Thread):
+    """Carries the store's outbox (bot/store/outbox.py) to the transport, per
+    channel: each channel's messages go out in order, and a channel that Slack
+    refuses, throttles or answers slowly holds up only its own messages. A
+    dispatcher hands each channel with unsent messages to one of LANES threads;
+    a channel whose message must be retried backs off alone (1 s doubling to
+    `max_backoff`)."""
 
     def __init__(self, store: Store, transport, max_backoff: float = 60,
                  update_interval: float | None = None, on_refused=lambda channel: None,

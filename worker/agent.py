@@ -10,7 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 from worker import attempts, redact
 from worker import report as reports
-from worker.client import ApiError, CertError, Client, new_key
+from worker.client import ApiError, CertError, new_key
+from worker.ports import BotApi
 from worker.signals import GRACE, TELL
 from worker.spec import TrialSpec, resolve
 
@@ -33,7 +34,7 @@ def split_by_day(start: float, end: float) -> dict[str, float]:
 
 
 class Agent:
-    def __init__(self, client: Client, name: str, info: dict | None = None, recipes=None,
+    def __init__(self, client: BotApi, name: str, info: dict | None = None, recipes=None,
                  executor=None):
         self.client, self.name, self.info = client, name, dict(info or {})
         self.recipes = recipes or {}

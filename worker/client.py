@@ -101,7 +101,7 @@ class Client:
                  "certificate is self-signed or from your own CA, give that CA with --ca-file "
                  "FILE (or env TRIALBOT_CA_FILE)", host=host, why=why)
 
-    def register(self, name: str, info: dict) -> dict:
+    def register(self, name: str, info: dict) -> dict | None:
         return self.call("/api/workers/register", {"worker": name, "info": info})
 
     def lease(self, name: str, wait: float, idle: dict | None = None,
@@ -110,32 +110,32 @@ class Client:
         return self.call("/api/lease", _keyed({"worker": name, "wait": wait,
                                                "idle": idle or {}}, key), timeout=wait + 30)
 
-    def heartbeat(self, name: str, job: dict, progress: dict | None = None) -> dict:
+    def heartbeat(self, name: str, job: dict, progress: dict | None = None) -> dict | None:
         """Keeps the lease; `progress` (attempt, phase, failed tries) is shown in
         Slack. The reply says whether the trial was cancelled."""
         return self.call(f"/api/jobs/{job['id']}/heartbeat",
                          {"worker": name, "lease": job["lease"], "progress": progress or {}})
 
-    def accounting(self, name: str, job: dict, result: dict, key: str | None = None) -> dict:
+    def accounting(self, name: str, job: dict, result: dict, key: str | None = None) -> dict | None:
         """A Slurm accounting request's answer: sacct's records or its error."""
         return self.call(f"/api/accounting/{job['id']}/result",
                          _keyed({"worker": name, "lease": job["lease"], "result": result}, key))
 
     def report(self, name: str, job: dict, report: dict, key: str | None = None,
-               timeout: float = 30) -> dict:
+               timeout: float = 30) -> dict | None:
         return self.call(f"/api/jobs/{job['id']}/report",
                          _keyed({"worker": name, "lease": job["lease"], "report": report}, key),
                          timeout)
 
     def release(self, name: str, job: dict, reason: str, key: str | None = None,
-                timeout: float = 30) -> dict:
+                timeout: float = 30) -> dict | None:
         """Hand the trial back as this worker stops: the bot queues it again at
         once and counts no attempt."""
         return self.call(f"/api/jobs/{job['id']}/release",
                          _keyed({"worker": name, "lease": job["lease"], "reason": reason}, key),
                          timeout)
 
-    def stopping(self, name: str, reason: str, poll: str, timeout: float = 30) -> dict:
+    def stopping(self, name: str, reason: str, poll: str, timeout: float = 30) -> dict | None:
         """This worker stops and left its long poll (the lease request with key
         `poll`) open: a trial that poll would still get goes back to the queue."""
         return self.call("/api/workers/stopping",

@@ -11,7 +11,7 @@ import time
 
 from bot.delivery import refusals
 from bot.delivery.refusals import Undeliverable
-from bot.store import Store
+from bot.ports import DeliveryStore, Transport
 from bot.trials import chart, workerlist
 from worker import i18n
 
@@ -24,7 +24,7 @@ FILE_TRIES = 3  # a file (chart) is given up after this many failed tries
 UPDATE_INTERVAL = 1.2
 
 
-def payload(row: dict, store: Store) -> dict:
+def payload(row: dict, store: DeliveryStore) -> dict:
     p = {"channel": row["channel"], "text": row["text"]}
     if row.get("update_of"):
         return dict(p, update=True, ts=row["thread_ts"], blocks=row["blocks"])
@@ -85,7 +85,7 @@ class Courier(threading.Thread):
     a channel whose message must be retried backs off alone (1 s doubling to
     `max_backoff`)."""
 
-    def __init__(self, store: Store, transport, max_backoff: float = 60,
+    def __init__(self, store: DeliveryStore, transport: Transport, max_backoff: float = 60,
                  update_interval: float | None = None, on_refused=lambda channel: None,
                  alert_minutes: float = ALERT_MINUTES):
         super().__init__(daemon=True, name="outbox")

@@ -17,6 +17,7 @@ from bot.blocks import chunks, context, section
 from bot.fits import gpus
 from bot.plans import estimate, prices, review, views
 from bot.plans.digestparse import WEEKDAYS
+from bot.states import JobStatus, Outcome
 from worker.i18n import N_, _
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")
@@ -75,7 +76,7 @@ def trial_parts(row: dict) -> dict:
     actual: prep, data and runs from its phases, retries from its failed attempts."""
     job = {"report": {"status": row["report_status"], "seconds": row["seconds"] or 0.0,
                       "phases": row["phases"], "latency": {"count": row["count"]}}}
-    failed = [{"status": "failed", "seconds": row["failed_seconds"] or 0.0}]
+    failed = [{"status": Outcome.FAILED, "seconds": row["failed_seconds"] or 0.0}]
     return review.actual_of_job(job, failed, max(1, row["gpu_count"] or 0))
 
 
@@ -92,8 +93,9 @@ def measure(trials: list[dict], idle: list[dict], start: dt.datetime, tz) -> dic
            **{kind: {"seconds": dict.fromkeys(COMPONENTS, 0.0),
                      "per_day": {d: dict.fromkeys(COMPONENTS, 0.0) for d in days}}
               for kind in ("gpu", "cpu")}}
+    tally = {JobStatus.DONE: "ok", JobStatus.CANCELLED: "cancelled"}  # the rest: failed
     for row in trials:
-        out[{"done": "ok", "cancelled": "cancelled"}.get(row["status"], "failed")] += 1
+        out[tally.get(row["status"], "failed")] += 1
         out["retried"] += (row["tries"] or 0) > 1
         out["failed_tries"] += row["failed_tries"] or 0
         kind = "gpu" if row["gpu_count"] else "cpu"

@@ -9,6 +9,7 @@ import threading
 
 from bot.digest import build as digest
 from bot.digest import command
+from bot.ports import Now
 
 log = logging.getLogger("trialbot.digest")
 
@@ -21,7 +22,7 @@ class Digests:
     """The running schedule: one cron job per stored schedule, re-read from the
     store whenever a `/plan digest` changes it."""
 
-    def __init__(self, ctx, clock=lambda: dt.datetime.now(dt.timezone.utc)):
+    def __init__(self, ctx, clock: Now = lambda: dt.datetime.now(dt.timezone.utc)):
         self.ctx, self.clock = ctx, clock
         self.scheduler = None
 

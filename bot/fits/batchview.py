@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bot.blocks import table_text
 from bot.fits import depth, depthview, scaling, usable
+from bot.states import JobStatus
 from worker.i18n import _
 from worker.spec import LIVE_TIME_NOTE
 from worker.units import duration, size
@@ -66,8 +67,8 @@ def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
 def _sweep_head(sweep: int, jobs: list[dict], fit: dict) -> str:
     what = (_("recipe {recipe}", recipe=fit["recipe"]) if fit.get("recipe")
             else (fit.get("workload") or "?"))
-    ok = sum(1 for j in jobs if j["status"] == "done")
-    failed = sum(1 for j in jobs if j["status"] == "failed")
+    ok = sum(1 for j in jobs if j["status"] == JobStatus.DONE)
+    failed = sum(1 for j in jobs if j["status"] == JobStatus.FAILED)
     vars_ = fit.get("variables") or {}
     axes = []
     if vars_.get("batch"):

@@ -38,6 +38,7 @@ import math
 import numpy as np
 
 from bot.fits.ols import t_quantile
+from bot.states import Outcome
 from worker.i18n import N_, _
 
 LEVEL = 0.95
@@ -72,7 +73,7 @@ def trial_time(r: dict) -> dict:
     # `why` is what excluded it (failed, contended, busy): what to advise, in any language
     out = {"trial": name, "mean": None, "samples": None, "sd": None, "count": 0,
            "excluded": None, "why": None, "notes": []}
-    if not r or r.get("status") != "ok" or not (r.get("latency") or {}).get("mean"):
+    if not r or r.get("status") != Outcome.OK or not (r.get("latency") or {}).get("mean"):
         out["excluded"], out["why"] = _("{name} did not succeed", name=name), "failed"
         return out
     unstable = _unstable(r)

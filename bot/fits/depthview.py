@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bot.blocks import section, table_text
 from bot.fits import depth, usable
+from bot.states import JobStatus
 from worker.i18n import _
 from worker.units import duration, size
 
@@ -138,7 +139,7 @@ def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> 
 
 def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = None,
                 gpu=None) -> list[str]:
-    ok = sum(1 for j in jobs if j["status"] == "done")
+    ok = sum(1 for j in jobs if j["status"] == JobStatus.DONE)
     failed = len(fit.get("failed") or [])
     what = _what(fit)
     parts = [_(":straight_ruler: *Depth sweep S{sweep}* — {what}, {first}–{last}: {ok} ok, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -15,6 +16,7 @@ from prometheus_client.core import (
 )
 
 from bot.http import tokens
+from bot.ports import ApiStore, Clock
 from bot.store import Reason
 from bot.trials import workers
 from bot.trials.job import ENDED, WAITING
@@ -27,7 +29,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class StoreCollector:
-    def __init__(self, store, slack_errors=dict, clock=time.time):
+    def __init__(self, store: ApiStore, slack_errors: Callable[[], dict] = dict,
+                 clock: Clock = time.time):
         self.store, self.slack_errors, self.clock = store, slack_errors, clock
 
     def collect(self):
@@ -93,7 +96,7 @@ class StoreCollector:
         yield failed
 
 
-def registry(store, slack_errors=dict) -> CollectorRegistry:
+def registry(store: ApiStore, slack_errors: Callable[[], dict] = dict) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(StoreCollector(store, slack_errors))
     return reg
@@ -113,8 +116,8 @@ class Watch:
 
     content_type = CONTENT_TYPE
 
-    def __init__(self, store, worker_token: str, metrics_token: str | None = None,
-                 slack_errors=dict):
+    def __init__(self, store: ApiStore, worker_token: str, metrics_token: str | None = None,
+                 slack_errors: Callable[[], dict] = dict):
         self.store = store
         self.accepted = [t for t in (worker_token, metrics_token) if t]
         self.registry = registry(store, slack_errors)

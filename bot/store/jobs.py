@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 import time
 
+from bot.states import JobStatus, Outcome
+
+HELD, QUEUED, RUNNING = JobStatus.HELD, JobStatus.QUEUED, JobStatus.RUNNING
+CANCELLED = JobStatus.CANCELLED
+
 # Every jobs column but the timeline, which only the chart reads.
 JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease, lease_expires, "
                "attempts, created, started, finished, report, error_class, started_msg, sweep, "
@@ -47,7 +52,7 @@ class Jobs:
                     "plan, block, response_url, needs) "
                     "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [spec["workload"], json.dumps(spec), w, user, channel,
-                     "held" if held else "queued", time.time(), tags.get("plan"),
+                     HELD if held else QUEUED, time.time(), tags.get("plan"),
                      tags.get("block"), response_url, classes.get(key)])
                 ids.append(cur.lastrowid)
             column = "sweep" if sweep else "ladder" if group else None
@@ -106,13 +111,13 @@ class Jobs:
         that were cancelled before their worker went silent (never re-leased;
         the others are queued again: bot/store/leasing.py)."""
         rows = self.db["jobs"].rows_where(
-            "status = 'running' and lease_expires < ? and (attempts >= ? or cancel is not null)",
+            f"status = '{RUNNING}' and lease_expires < ? and (attempts >= ? or cancel is not null)",
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
         return [_job(r) for r in rows]
 
     def fail_expired(self, job: dict, report: dict, messages: list[dict]) -> bool:
         """End a job whose last lease expired; only if it is still that lease."""
-        lost = {"status": "failed", "error_class": report["error"]["class"], "expired": True,
+        lost = {"status": Outcome.FAILED, "error_class": report["error"]["class"], "expired": True,
                 "message": report["error"]["message"],
                 "seconds": time.time() - (job["started"] or time.time())}
         return self._finish(job["id"], job["worker"], job["lease"], report, messages, [lost],
@@ -129,9 +134,9 @@ class Jobs:
         finds it answered)."""
         with self.tx():
             cur = self.db.execute(
-                "update jobs set status = 'queued', worker = null, lease = null, "
+                f"update jobs set status = '{QUEUED}', worker = null, lease = null, "
                 "lease_expires = null, started = null, attempts = attempts - 1 "
-                "where id = ? and worker = ? and lease = ? and status = 'running' "
+                f"where id = ? and worker = ? and lease = ? and status = '{RUNNING}' "
                 "and cancel is null", [job_id, worker, lease])
             if cur.rowcount == 1:
                 self.db.execute("update workers set job = null where name = ? and job = ?",
@@ -146,7 +151,7 @@ class Jobs:
         with self.tx():
             cur = self.db.execute(
                 "update jobs set lease_expires = ? where id = ? and worker = ? and lease = ? "
-                "and status = 'running'", [time.time() + seconds, job_id, worker, lease])
+                f"and status = '{RUNNING}'", [time.time() + seconds, job_id, worker, lease])
             if cur.rowcount == 1:  # a refused heartbeat changes nothing, not even last_seen
                 self.db.execute("update workers set last_seen = ? where name = ?",
                                 [time.time(), worker])
@@ -166,8 +171,8 @@ class Jobs:
     def _finish(self, job_id, worker, lease, report, messages, tries, expired=False,
                 key=None) -> bool:
         error = (report.get("error") or {}).get("class")
-        status = ("done" if report["status"] == "ok" else
-                  "cancelled" if error == "cancelled" else "failed")
+        status = (JobStatus.DONE if report["status"] == Outcome.OK else
+                  CANCELLED if error == "cancelled" else JobStatus.FAILED)
         now = time.time()
         light = {k: v for k, v in report.items() if k != "timeline"}
         # No NaN or Infinity is ever written: SQLite's json_extract refuses the row
@@ -177,7 +182,7 @@ class Jobs:
             cur = self.db.execute(
                 "update jobs set status = ?, report = ?, timeline = ?, error_class = ?, "
                 "finished = ?, lease = null, lease_expires = null where id = ? and worker = ? "
-                "and lease = ? and status = 'running'"
+                f"and lease = ? and status = '{RUNNING}'"
                 + (" and lease_expires < ?" if expired else ""),
                 [status, json.dumps(light, allow_nan=False), timeline, error, now, job_id,
                  worker, lease]
@@ -237,7 +242,7 @@ class Jobs:
         failed try in the thread), while `lease` still holds the job."""
         with self.tx():
             cur = self.db.execute("update jobs set progress = ? where id = ? and lease = ? "
-                                  "and status = 'running'", [json.dumps(progress), job_id, lease])
+                                  f"and status = '{RUNNING}'", [json.dumps(progress), job_id, lease])
             if cur.rowcount != 1:
                 return False
             cancelled = self.db.execute("select cancel from jobs where id = ?",
@@ -252,9 +257,9 @@ class Jobs:
         """Cancel a job no worker has leased yet (queued or held); False if one has."""
         with self.tx():
             cur = self.db.execute(
-                "update jobs set status = 'cancelled', cancel = ?, cancelled_by = ?, "
-                "finished = ?, report = ?, error_class = 'cancelled' where id = ? and "
-                "status in ('queued', 'held')",
+                f"update jobs set status = '{CANCELLED}', cancel = ?, cancelled_by = ?, "
+                f"finished = ?, report = ?, error_class = 'cancelled' where id = ? and "
+                f"status in ('{QUEUED}', '{HELD}')",
                 [time.time(), user, time.time(), json.dumps(report), job_id])
             if cur.rowcount != 1:
                 return False
@@ -265,18 +270,18 @@ class Jobs:
     def held_channels(self) -> list[str]:
         """Channels with held jobs (waiting for Slack to say the bot may post there)."""
         return [r[0] for r in self.db.execute("select distinct channel from jobs "
-                                              "where status = 'held'")]
+                                              f"where status = '{HELD}'")]
 
     def held_jobs(self, channel: str) -> list[dict]:
         return [_job(r) for r in self.rows(f"select {JOB_COLUMNS} from jobs where "
-                                           "channel = ? and status = 'held' order by id",
+                                           f"channel = ? and status = '{HELD}' order by id",
                                            [channel])]
 
     def release_held(self, channel: str) -> int:
         """The channel's held jobs join the queue (as of when they were asked for)."""
         with self.tx():
-            return self.db.execute("update jobs set status = 'queued' where channel = ? and "
-                                   "status = 'held'", [channel]).rowcount
+            return self.db.execute(f"update jobs set status = '{QUEUED}' where channel = ? and "
+                                   f"status = '{HELD}'", [channel]).rowcount
 
     def end_held(self, reports: dict[int, dict], messages: list[dict]) -> int:
         """End held jobs unrun (the bot may not post in their channel) with their
@@ -286,8 +291,8 @@ class Jobs:
         with self.tx():
             for job_id, report in reports.items():
                 ended += self.db.execute(
-                    "update jobs set status = 'cancelled', finished = ?, report = ?, "
-                    "error_class = 'cancelled' where id = ? and status = 'held'",
+                    f"update jobs set status = '{CANCELLED}', finished = ?, report = ?, "
+                    f"error_class = 'cancelled' where id = ? and status = '{HELD}'",
                     [now, json.dumps(report), job_id]).rowcount
             if ended:
                 for message in messages:
@@ -299,7 +304,7 @@ class Jobs:
         `card` is the card's edit, None while the job has no card yet."""
         with self.tx():
             cur = self.db.execute("update jobs set cancel = ?, cancelled_by = ? where id = ? "
-                                  "and status = 'running' and cancel is null",
+                                  f"and status = '{RUNNING}' and cancel is null",
                                   [time.time(), user, job_id])
             if cur.rowcount != 1:
                 return False
@@ -325,7 +330,7 @@ class Jobs:
     def oldest_queued(self) -> float | None:
         """When the longest-waiting queued job was queued (a Unix time)."""
         return self.db.execute("select min(created) from jobs where "
-                               "status = 'queued'").fetchone()[0]
+                               f"status = '{QUEUED}'").fetchone()[0]
 
     def queue_waits(self, bounds: tuple[float, ...]) -> tuple[list[int], float, int]:
         """Seconds from queued to leased (started - created) of every job leased

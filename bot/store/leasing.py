@@ -16,15 +16,18 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from bot.states import JobStatus, Outcome
 from bot.store.jobs import JOB_COLUMNS, _job
 
+QUEUED, RUNNING = JobStatus.QUEUED, JobStatus.RUNNING
+
 # The classes with queued jobs: a loose index scan, one seek per class.
-_CLASSES = """
+_CLASSES = f"""
 with recursive c(n) as (
-  select (select needs from jobs where status = 'queued' and needs is not null
+  select (select needs from jobs where status = '{QUEUED}' and needs is not null
           order by needs limit 1)
   union all
-  select (select needs from jobs where status = 'queued' and needs > c.n
+  select (select needs from jobs where status = '{QUEUED}' and needs > c.n
           order by needs limit 1) from c where c.n is not null)
 select needs.id, needs.key from c join needs on needs.id = c.n"""
 
@@ -32,17 +35,17 @@ select needs.id, needs.key from c join needs on needs.id = c.n"""
 # a job of those classes queued, their oldest (one seek per class and user);
 # then the user whose last lease is oldest, never leased first; then the
 # oldest job. The last lease comes from the (user, started) index.
-_NEXT = """
+_NEXT = f"""
 with recursive
 wanted(n) as (select value from json_each(?)),
 pairs(n, u) as (
-  select n, (select user from jobs where status = 'queued' and needs is wanted.n
+  select n, (select user from jobs where status = '{QUEUED}' and needs is wanted.n
              order by user limit 1) from wanted
   union all
-  select n, (select user from jobs where status = 'queued' and needs is pairs.n
+  select n, (select user from jobs where status = '{QUEUED}' and needs is pairs.n
              and user > pairs.u order by user limit 1) from pairs where u is not null),
 heads(u, id) as (
-  select u, min((select id from jobs where status = 'queued' and needs is pairs.n
+  select u, min((select id from jobs where status = '{QUEUED}' and needs is pairs.n
                  and user = pairs.u order by id limit 1))
   from pairs where u is not null group by u)
 select id, (select started from jobs where user = heads.u and started is not null
@@ -76,7 +79,7 @@ class Leasing:
         """Queued jobs without a needs class (from before classes, or put in by
         SQL): (id, spec). Unordered: `order by id` would walk every queued job."""
         return [(i, json.loads(spec)) for i, spec in self.db.execute(
-            "select id, spec from jobs where status = 'queued' and needs is null limit ?",
+            f"select id, spec from jobs where status = '{QUEUED}' and needs is null limit ?",
             [limit]).fetchall()]
 
     def classify(self, keys: dict[int, str]) -> None:
@@ -105,9 +108,9 @@ class Leasing:
         now, lease = time.time(), uuid.uuid4().hex
         with self.tx():
             cur = self.db.execute(
-                "update jobs set status = 'running', worker = ?, lease = ?, "
+                f"update jobs set status = '{RUNNING}', worker = ?, lease = ?, "
                 "lease_expires = ?, attempts = attempts + 1, started = ? "
-                "where id = ? and status = 'queued'",
+                f"where id = ? and status = '{QUEUED}'",
                 [worker, lease, now + seconds, now, job_id])
             if cur.rowcount != 1:
                 return False
@@ -120,7 +123,7 @@ class Leasing:
         """Running jobs whose lease expired with leases left (fewer than
         `max_leases`) and no cancel asked: they go back to the queue."""
         return [_job(r) for r in self.db["jobs"].rows_where(
-            "status = 'running' and lease_expires < ? and attempts < ? and cancel is null",
+            f"status = '{RUNNING}' and lease_expires < ? and attempts < ? and cancel is null",
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)]
 
     def requeue_lapsed(self, job: dict, card: dict | None) -> bool:
@@ -130,14 +133,14 @@ class Leasing:
         now = time.time()
         with self.tx():
             cur = self.db.execute(
-                "update jobs set status = 'queued', worker = null, lease = null, "
+                f"update jobs set status = '{QUEUED}', worker = null, lease = null, "
                 "lease_expires = null, started = null where id = ? and lease = ? "
-                "and status = 'running' and lease_expires < ? and cancel is null",
+                f"and status = '{RUNNING}' and lease_expires < ? and cancel is null",
                 [job["id"], job["lease"], now])
             if cur.rowcount != 1:
                 return False
             self._add_attempt(job["id"], job["worker"], {
-                "status": "failed", "error_class": "killed", "expired": True,
+                "status": Outcome.FAILED, "error_class": "killed", "expired": True,
                 "message": f"lease expired: {job['worker']} sent no heartbeat "
                            "(worker died, or lost its network); re-queued",
                 "seconds": now - (job["started"] or now)})

@@ -8,6 +8,7 @@ import math
 
 from bot.blocks import reply, section
 from bot.fits import compare as test
+from bot.states import Outcome
 from worker import spec as specs
 from worker import units
 from worker.i18n import _
@@ -173,9 +174,9 @@ def message(jobs: list[dict], reports: list[dict | None]) -> dict:
     head = _("*A/B*: A {trials_a} `{a}` vs B {trials_b} `{b}`",
              trials_a=", ".join(j["trial"] for j in ja), a=ja[0]["words"],
              trials_b=", ".join(j["trial"] for j in jb), b=jb[0]["words"])
-    ok_a = [r for r in ra if r and r["status"] == "ok"]
-    ok_b = [r for r in rb if r and r["status"] == "ok"]
-    bad = [j["trial"] for j, r in zip(jobs, reports) if not r or r["status"] != "ok"]
+    ok_a = [r for r in ra if r and r["status"] == Outcome.OK]
+    ok_b = [r for r in rb if r and r["status"] == Outcome.OK]
+    bad = [j["trial"] for j, r in zip(jobs, reports) if not r or r["status"] != Outcome.OK]
     if not ok_a or not ok_b:
         text = head + "\n" + _(":x: {trials} did not succeed, so there is nothing to compare.",
                                 trials=", ".join(bad))

@@ -3,6 +3,7 @@ to its final summary, edited in place (chat.update) as phases pass and tries
 fail. Details, the chart and each failed try go into its thread. Pure."""
 from __future__ import annotations
 
+from bot.states import Outcome
 from worker import summary
 from worker.i18n import _
 from worker.report import Report
@@ -95,7 +96,7 @@ def final(job: dict, r: Report) -> dict:
             _("*{trial}* cancelled by <@{user}>: `{words}`", user=job["cancelled_by"], **values)
             if job.get("cancelled_by") else _("*{trial}* cancelled: `{words}`", **values))
     else:
-        icon = ":white_check_mark:" if r["status"] == "ok" else ":x:"
+        icon = ":white_check_mark:" if r["status"] == Outcome.OK else ":x:"
         line = f"{summary.headline(r)}: `{job['words']}`"
         if summary.retry_line(r):
             line += f"\n:warning: {summary.retry_line(r)}"

@@ -1,6 +1,7 @@
-"""A job is one trial request in the queue; these are the words for its life."""
+"""A job is one trial request in the queue; these are the words for its life
+(bot/states.py holds them, so the store below can set them too)."""
 from __future__ import annotations
 
-ENDED = ("done", "failed", "cancelled")  # a job's status once nothing more will happen
-# ... and before: held for the channel check, queued, or leased to a worker
-WAITING = ("held", "queued", "running")
+from bot.states import ENDED, WAITING, JobStatus
+
+__all__ = ["ENDED", "WAITING", "JobStatus"]

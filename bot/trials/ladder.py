@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bot.blocks import chunks, reply, section, table_text
 from bot.fits import compare, gpus
+from bot.states import Outcome
 from bot.trials.ladderfit import AND, counts, joined, per_sequence, redefine
 from worker import spec as specs
 from worker import units
@@ -98,11 +99,11 @@ def peak(report: dict) -> tuple[int | None, str, int]:
 
 
 def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
-    base = reports[0] if reports and reports[0] and reports[0]["status"] == "ok" else None
+    base = reports[0] if reports and reports[0] and reports[0]["status"] == Outcome.OK else None
     base_loss = base["training"]["loss_final"] if base else None
     out, prev, prev_name = [], None, None
     for name, r in zip(names, reports):
-        if not r or r["status"] != "ok":
+        if not r or r["status"] != Outcome.OK:
             err = (r or {}).get("error") or {}
             out.append({"step": name, "ok": False,
                         "why": f"{err['class'] if 'class' in err else _('not run')}: "

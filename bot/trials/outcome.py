@@ -8,13 +8,14 @@ from __future__ import annotations
 from bot.blocks import message
 from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
+from bot.ports import QueueStore
+from bot.states import ENDED, JobStatus, Outcome
 from bot.trials import ab, card, ladder, views
-from bot.trials.job import ENDED
 from worker.i18n import _
 from worker.report import Report
 
 
-def ended(store, job: dict, report: Report) -> list[dict]:
+def ended(store: QueueStore, job: dict, report: Report) -> list[dict]:
     """The card's final state (an edit, when the trial has a card) and the report."""
     out = [views.report(job, report)]
     if job.get("started_msg"):
@@ -28,7 +29,7 @@ def card_edit(job: dict, report: Report) -> list[dict]:
             if job.get("started_msg") else [])
 
 
-def group_messages(store, job: dict, report: Report) -> list[dict]:
+def group_messages(store: QueueStore, job: dict, report: Report) -> list[dict]:
     """When `job` (ending now with `report`) is the last of its group to end:
     the sweep's fit and its chart, or the ladder's (A/B's) table; else none."""
     if job.get("ladder"):
@@ -49,7 +50,8 @@ def group_messages(store, job: dict, report: Report) -> list[dict]:
     jobs = store.sweep_jobs(job["sweep"])
     if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
         return []
-    jobs = [dict(j, report=report, status="done" if report["status"] == "ok" else "failed")
+    jobs = [dict(j, report=report, status=JobStatus.DONE if report["status"] == Outcome.OK
+                 else JobStatus.FAILED)
             if j["id"] == job["id"] else j for j in jobs]
     try:
         fit = fit_sweep([j["report"] for j in jobs])

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from bot.blocks import message
+from bot.ports import QueueStore
+from bot.states import WAITING, JobStatus
 from bot.trials import card, chart, outcome, views, workers
-from bot.trials.job import WAITING
 from worker import i18n
 from worker import report as reports
 from worker.i18n import _
@@ -46,7 +48,7 @@ class LeaseLost(Exception):
 
 
 class JobQueue:
-    def __init__(self, store, on_message=lambda: None,
+    def __init__(self, store: QueueStore, on_message: Callable[[], None] = lambda: None,
                  lease_seconds: float = LEASE_SECONDS, max_leases: int = MAX_LEASES):
         self.store = store
         self.lease_seconds, self.max_leases = lease_seconds, max_leases
@@ -344,7 +346,7 @@ class JobQueue:
                                trial=job["trial"], status=views.status_word(job["status"])))
         if job["cancel"]:
             return _("{trial} is already being cancelled", trial=job["trial"])
-        if job["status"] in ("held", "queued"):
+        if job["status"] in (JobStatus.HELD, JobStatus.QUEUED):
             said = _("cancelled by <@{user}> before it started", user=user)
             report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
                                   "cancelled", said, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.blocks import context, reply, section
 from bot.fits import depth, depthview
+from bot.states import JobStatus, Outcome
 from bot.trials import routing, workerlist
 from bot.trials.job import ENDED
 from worker import spec as specs
@@ -13,9 +14,9 @@ from worker.report import Report
 from worker.units import duration
 
 # A job's status as shown; the stored word stays English (`/trial list running` takes it).
-STATUS = {"held": N_("held for Slack's answer"), "queued": N_("queued"),
-          "running": N_("running"), "done": N_("done"), "failed": N_("failed"),
-          "cancelled": N_("cancelled")}
+STATUS = {JobStatus.HELD: N_("held for Slack's answer"), JobStatus.QUEUED: N_("queued"),
+          JobStatus.RUNNING: N_("running"), JobStatus.DONE: N_("done"),
+          JobStatus.FAILED: N_("failed"), JobStatus.CANCELLED: N_("cancelled")}
 
 
 def status_word(status: str) -> str:
@@ -145,7 +146,7 @@ def job_list(jobs: list[dict], which: str | None = None) -> dict:
     for j in jobs:
         r = j.get("report")
         headline = ""
-        if r and r["status"] == "ok" and r.get("latency"):
+        if r and r["status"] == Outcome.OK and r.get("latency"):
             headline = f" · p90 {duration(r['latency']['p90'], measured=True)}"
         elif r and r.get("error"):
             headline = f" · {r['error']['class']}"
@@ -176,13 +177,13 @@ def chart(job: dict, r: Report) -> dict:
 def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     """`pred`: the report's partial-depth prediction (bot/depth.from_trial), worked
     out here when the caller has not (a report without one returns at once)."""
-    icon = ":white_check_mark:" if r["status"] == "ok" else ":x:"
+    icon = ":white_check_mark:" if r["status"] == Outcome.OK else ":x:"
     blocks = [section(f"{icon} {summary.headline(r)}")]
     if summary.retry_line(r):
         blocks.append(section(f":warning: {summary.retry_line(r)}"))
     if summary.busy_line(r):
         blocks.append(section(f":warning: {summary.busy_line(r)}"))
-    if r["status"] == "failed":
+    if r["status"] == Outcome.FAILED:
         err = r["error"]
         lines = err["message"].strip().splitlines()
         # An environment error leads with what to change and the resolver's lines.

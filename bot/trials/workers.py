@@ -6,6 +6,7 @@ import functools
 import json
 import time
 
+from bot.ports import WorkerRoster
 from bot.trials import routing
 from worker import models, presets
 from worker import spec as specs
@@ -160,7 +161,7 @@ def recipes_of(workers: list[dict]) -> dict[str, Workload]:
     return out
 
 
-def online(store) -> list[str]:
+def online(store: WorkerRoster) -> list[str]:
     return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)]
 
 
@@ -184,10 +185,10 @@ def offline_for(registered: list[dict], spec: dict, now: float | None = None) ->
     return [] if any((w["last_seen"] or 0) >= since for w in able) else able
 
 
-def known(store, worker: str) -> bool:
+def known(store: WorkerRoster, worker: str) -> bool:
     return any(w["name"] == worker for w in store.workers())
 
 
-def slurm(store) -> list[dict]:
+def slurm(store: WorkerRoster) -> list[dict]:
     """Registered workers that submit to Slurm: they can run sacct for the bot."""
     return [w for w in store.workers() if w["info"].get("executor") == "slurm"]

@@ -17,21 +17,20 @@ doctor`, read-only).
 from __future__ import annotations
 
 from bot.store.backup import backup
-from bot.store.base import Base, DuplicateRequest, Reason, Unwritable
+from bot.store.base import DuplicateRequest, Reason, Unwritable
 from bot.store.channels import Channels
 from bot.store.digests import Digests
-from bot.store.jobs import Jobs
 from bot.store.leasing import Leasing
-from bot.store.outbox import RESPONSE_URL_SECONDS, RESPONSE_URL_USES, Outbox
-from bot.store.plans import Plans
+from bot.store.outbox import RESPONSE_URL_SECONDS, RESPONSE_URL_USES
 from bot.store.slurm import SlurmActuals
-from bot.store.workers import Workers
 
 __all__ = ["RESPONSE_URL_SECONDS", "RESPONSE_URL_USES", "DuplicateRequest", "Reason", "Store",
            "Unwritable", "backup"]
 
 
-class Store(Jobs, Leasing, Workers, Outbox, Plans, SlurmActuals, Digests, Channels, Base):
-    """One store over the file: a mixin per table group, all on one connection
-    per thread, so a transaction (Base.tx) may span them (a report and its
-    outbox messages are one commit)."""
+class Store(Leasing, SlurmActuals, Digests, Channels):
+    """One store over the file: a mixin per table group (each on Base and on the
+    mixins whose helpers it calls: Leasing on Jobs, Jobs on Outbox and Workers,
+    SlurmActuals on Plans, Outbox and Workers), all on one connection per
+    thread, so a transaction (Base.tx) may span them (a report and its outbox
+    messages are one commit)."""

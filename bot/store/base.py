@@ -37,10 +37,14 @@ class Reason(enum.Enum):
 
 
 # SQLite's primary result codes (the low byte of an extended one) that say the
-# write could not be made, rather than that the SQL is wrong.
-_CODES = {sqlite3.SQLITE_BUSY: Reason.LOCKED, sqlite3.SQLITE_LOCKED: Reason.LOCKED,
-          sqlite3.SQLITE_FULL: Reason.FULL, sqlite3.SQLITE_READONLY: Reason.READ_ONLY,
-          sqlite3.SQLITE_IOERR: Reason.IO, sqlite3.SQLITE_CANTOPEN: Reason.IO}
+# write could not be made, rather than that the SQL is wrong. As numbers: the
+# sqlite3 module names them from Python 3.11 only (and errors carry the code
+# only from 3.11: on 3.10 no error is translated).
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = (
+    5, 6, 8, 10, 13, 14)
+_CODES = {SQLITE_BUSY: Reason.LOCKED, SQLITE_LOCKED: Reason.LOCKED,
+          SQLITE_FULL: Reason.FULL, SQLITE_READONLY: Reason.READ_ONLY,
+          SQLITE_IOERR: Reason.IO, SQLITE_CANTOPEN: Reason.IO}
 
 
 class Unwritable(Exception):
@@ -58,6 +62,13 @@ def unwritable(exc: sqlite3.Error) -> Unwritable | None:
     if reason is None:
         return None
     return Unwritable(reason, f"{exc} ({getattr(exc, 'sqlite_errorname', code)})")
+
+
+def inserted(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT added (sqlite3 types lastrowid as optional:
+    it is None only on a cursor that inserted nothing)."""
+    assert cur.lastrowid is not None
+    return cur.lastrowid
 
 
 @dataclass
@@ -207,7 +218,7 @@ class Base:
         db = self.db
         if getattr(db, "busy_ms", None) != ms:
             db.conn.execute(f"pragma busy_timeout = {ms}")
-            db.busy_ms = ms
+            setattr(db, "busy_ms", ms)  # on the connection: it travels through the pool
 
     def rows(self, sql: str, args=()) -> list[dict]:
         """A read's rows as dicts, in one statement: sqlite-utils' query() wraps each

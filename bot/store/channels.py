@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import time
 
+from bot.store.base import Base
 
-class Channels:
+
+class Channels(Base):
     def channel_settings(self, channel: str) -> dict | None:
         rows = self.rows("select * from channel_settings where channel = ?", [channel])
         return rows[0] if rows else None

@@ -6,22 +6,23 @@ import json
 import time
 
 from bot.store.jobs import stored_json
+from bot.store.outbox import Outbox
 
 
-class Digests:
+class Digests(Outbox):
     def set_digest(self, schedule: dict) -> dict | None:
         """Schedule the channel's digest; the schedule it replaced, if any."""
         old = self.digest(schedule["channel"])
         with self.tx():
-            self.db["digests"].upsert(dict(schedule, created=time.time()), pk="channel")
+            self.db.table("digests").upsert(dict(schedule, created=time.time()), pk="channel")
         return old
 
     def digest(self, channel: str) -> dict | None:
-        rows = list(self.db["digests"].rows_where("channel = ?", [channel]))
+        rows = list(self.db.table("digests").rows_where("channel = ?", [channel]))
         return rows[0] if rows else None
 
     def digests(self) -> list[dict]:
-        return list(self.db["digests"].rows_where(order_by="channel"))
+        return list(self.db.table("digests").rows_where(order_by="channel"))
 
     def delete_digest(self, channel: str) -> bool:
         with self.tx():

@@ -6,6 +6,9 @@ import json
 import time
 
 from bot.states import JobStatus, Outcome
+from bot.store.base import inserted
+from bot.store.outbox import Outbox
+from bot.store.workers import Workers
 
 HELD, QUEUED, RUNNING = JobStatus.HELD, JobStatus.QUEUED, JobStatus.RUNNING
 CANCELLED = JobStatus.CANCELLED
@@ -17,13 +20,17 @@ JOB_COLUMNS = ("id, workload, spec, words, user, channel, status, worker, lease,
                "ladder, budget, group_kind, progress, cancel, cancelled_by, response_url, redirect")
 
 
-class Jobs:
+class Jobs(Outbox, Workers):
+    """On the outbox and the workers: a job's end stores its messages and frees
+    its worker in one transaction."""
+
     def add_job(self, spec: dict, words: str, user: str, channel: str) -> dict:
         return self.add_jobs([spec], [words], user, channel)[0]
 
     def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
                  sweep: bool = False, tags: dict | None = None, group: str | None = None,
-                 budget: float | None = None, request: str | None = None,
+                 budget: float | None = None,
+                 request: str | list[tuple[str | None, float | None]] | None = None,
                  response_url: str | None = None, needs: list[str] | None = None,
                  held: bool = False) -> list[dict]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
@@ -36,9 +43,9 @@ class Jobs:
         next lease classifies the jobs. `held`: stored as held, which no worker
         leases, until Slack says the bot may post in the channel (release_held,
         end_held)."""
-        ids = []
+        ids: list[int] = []
         tags = tags or {}
-        keys = [(request, None)] if isinstance(request, str) else [
+        keys: list[tuple[str, float | None]] = [(request, None)] if isinstance(request, str) else [
             (key, within) for key, within in request or [] if key is not None]
         with self.tx():
             for key, within in keys:
@@ -46,15 +53,16 @@ class Jobs:
             if response_url:
                 self._add_response_url(response_url)
             classes = self._needs_ids(needs) if needs else {}
-            for spec, w, key in zip(specs, words, needs or [None] * len(specs)):
+            needs_keys: list[str | None] = list(needs) if needs else [None] * len(specs)
+            for spec, w, need in zip(specs, words, needs_keys):
                 cur = self.db.execute(
                     "insert into jobs (workload, spec, words, user, channel, status, created, "
                     "plan, block, response_url, needs) "
                     "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [spec["workload"], json.dumps(spec), w, user, channel,
                      HELD if held else QUEUED, time.time(), tags.get("plan"),
-                     tags.get("block"), response_url, classes.get(key)])
-                ids.append(cur.lastrowid)
+                     tags.get("block"), response_url, classes.get(need) if need else None])
+                ids.append(inserted(cur))
             column = "sweep" if sweep else "ladder" if group else None
             if column:  # the group's id is its first job's
                 self.db.execute(f"update jobs set {column} = ?, budget = ?, group_kind = ? "
@@ -65,12 +73,22 @@ class Jobs:
                                 [json.dumps(ids), key])
         return self._jobs_by_id(ids)
 
+    def _needs_ids(self, keys: list[str]) -> dict[str, int]:
+        """Inside a transaction: the id of each needs class (leasing.py), added when new."""
+        out: dict[str, int] = {}
+        for key in dict.fromkeys(keys):
+            self.db.execute("insert into needs (key) values (?) on conflict(key) do nothing",
+                            [key])
+            out[key] = self.db.execute("select id from needs where key = ?",
+                                       [key]).fetchone()[0]
+        return out
+
     def sweep_jobs(self, sweep: int) -> list[dict]:
-        return [_job(r) for r in self.db["jobs"].rows_where(
+        return [_job(r) for r in self.db.table("jobs").rows_where(
             "sweep = ?", [sweep], order_by="id", select=JOB_COLUMNS)]
 
     def ladder_jobs(self, ladder: int) -> list[dict]:
-        return [_job(r) for r in self.db["jobs"].rows_where(
+        return [_job(r) for r in self.db.table("jobs").rows_where(
             "ladder = ?", [ladder], order_by="id", select=JOB_COLUMNS)]
 
     def job(self, job_id: int) -> dict | None:
@@ -102,7 +120,7 @@ class Jobs:
         if status:
             clauses.append(f"status in ({','.join('?' * len(status))})")
             args += list(status)
-        return [_job(r) for r in self.db["jobs"].rows_where(
+        return [_job(r) for r in self.db.table("jobs").rows_where(
             " and ".join(clauses) or None, args or None, order_by="id desc", limit=limit,
             select=JOB_COLUMNS)]
 
@@ -110,7 +128,7 @@ class Jobs:
         """Running jobs whose lease expired after their last allowed lease, or
         that were cancelled before their worker went silent (never re-leased;
         the others are queued again: bot/store/leasing.py)."""
-        rows = self.db["jobs"].rows_where(
+        rows = self.db.table("jobs").rows_where(
             f"status = '{RUNNING}' and lease_expires < ? and (attempts >= ? or cancel is not null)",
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
         return [_job(r) for r in rows]
@@ -212,11 +230,11 @@ class Jobs:
              a.get("next"), time.time(), int(bool(a.get("expired")))])
 
     def attempts(self, job_id: int) -> list[dict]:
-        return list(self.db["attempts"].rows_where("job = ?", [job_id], order_by="n"))
+        return list(self.db.table("attempts").rows_where("job = ?", [job_id], order_by="n"))
 
     def attempts_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
         """Several jobs' attempts in one query (a plan's trials)."""
-        out = {i: [] for i in job_ids}
+        out: dict[int, list[dict]] = {i: [] for i in job_ids}
         for chunk in range(0, len(job_ids), 500):
             ids = job_ids[chunk:chunk + 500]
             for row in self.db.query(f"select * from attempts where job in "
@@ -242,7 +260,8 @@ class Jobs:
         failed try in the thread), while `lease` still holds the job."""
         with self.tx():
             cur = self.db.execute("update jobs set progress = ? where id = ? and lease = ? "
-                                  f"and status = '{RUNNING}'", [json.dumps(progress), job_id, lease])
+                                  f"and status = '{RUNNING}'",
+                                  [json.dumps(progress), job_id, lease])
             if cur.rowcount != 1:
                 return False
             cancelled = self.db.execute("select cancel from jobs where id = ?",
@@ -319,7 +338,7 @@ class Jobs:
 
     def plan_jobs(self, plan: str) -> list[dict]:
         """Jobs tagged with the plan: the experiment's actual runs."""
-        return [_job(r) for r in self.db["jobs"].rows_where(
+        return [_job(r) for r in self.db.table("jobs").rows_where(
             "plan = ?", [plan], order_by="id", select=JOB_COLUMNS)]
 
     def job_counts(self) -> dict[str, int]:

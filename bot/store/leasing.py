@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from bot.states import JobStatus, Outcome
-from bot.store.jobs import JOB_COLUMNS, _job
+from bot.store.jobs import JOB_COLUMNS, Jobs, _job
 
 QUEUED, RUNNING = JobStatus.QUEUED, JobStatus.RUNNING
 
@@ -60,17 +60,7 @@ class NeedsClass:
     key: str  # bot/trials/workers.py needs() as canonical JSON
 
 
-class Leasing:
-    def _needs_ids(self, keys: list[str]) -> dict[str, int]:
-        """Inside a transaction: the id of each needs class, added when new."""
-        out = {}
-        for key in dict.fromkeys(keys):
-            self.db.execute("insert into needs (key) values (?) on conflict(key) do nothing",
-                            [key])
-            out[key] = self.db.execute("select id from needs where key = ?",
-                                       [key]).fetchone()[0]
-        return out
-
+class Leasing(Jobs):
     def queued_needs(self) -> list[NeedsClass]:
         """Each needs class that has queued jobs."""
         return [NeedsClass(*r) for r in self.db.execute(_CLASSES).fetchall()]
@@ -96,9 +86,9 @@ class Leasing:
         classes (None: of any class, unclassified ones too). The conditional
         UPDATE makes racing workers safe: only one takes a job; the others
         pick again."""
-        if needs is None:
-            needs = [c.id for c in self.queued_needs()] + [None]
-        while needs and (row := self.db.execute(_NEXT, [json.dumps(needs)]).fetchone()):
+        wanted: list[int | None] = (
+            [*(c.id for c in self.queued_needs()), None] if needs is None else list(needs))
+        while wanted and (row := self.db.execute(_NEXT, [json.dumps(wanted)]).fetchone()):
             if self._take(row[0], worker, seconds, key):
                 return self.job(row[0])
         return None
@@ -122,7 +112,7 @@ class Leasing:
     def lapsed_jobs(self, max_leases: int) -> list[dict]:
         """Running jobs whose lease expired with leases left (fewer than
         `max_leases`) and no cancel asked: they go back to the queue."""
-        return [_job(r) for r in self.db["jobs"].rows_where(
+        return [_job(r) for r in self.db.table("jobs").rows_where(
             f"status = '{RUNNING}' and lease_expires < ? and attempts < ? and cancel is null",
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)]
 

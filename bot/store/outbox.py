@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import time
 
+from bot.store.base import Base, inserted
+
 RESPONSE_URL_SECONDS, RESPONSE_URL_USES = 30 * 60, 5  # what Slack allows a response_url
 
 
-class Outbox:
+class Outbox(Base):
     def _add_message(self, message: dict, job_id: int | None) -> int:
         if message.get("update_of"):  # one pending update per message: the newest text wins
             cur = self.db.execute(
@@ -31,7 +33,7 @@ class Outbox:
              message["text"], json.dumps(message.get("blocks") or []), message.get("file"),
              message.get("content"), message.get("update_of"), message.get("via"),
              message.get("user"), message.get("response_url"), time.time()])
-        return cur.lastrowid
+        return inserted(cur)
 
     def _add_response_url(self, url: str) -> None:
         # Slack takes up to 5 posts to a response_url within 30 minutes of the command.
@@ -84,7 +86,7 @@ class Outbox:
         return cur.rowcount == 1
 
     def message(self, msg_id: int) -> dict | None:
-        rows = list(self.db["outbox"].rows_where("id = ?", [msg_id]))
+        rows = list(self.db.table("outbox").rows_where("id = ?", [msg_id]))
         return rows[0] if rows else None
 
     def mark_failed_try(self, msg_id: int, error: str) -> None:
@@ -164,8 +166,8 @@ class Outbox:
                        ) -> list[dict]:
         """Unsent messages stored before `before` (a Unix time), or whose last
         error is one of `errors` (no wait helps those), oldest first."""
-        errors = sorted(errors)
+        codes = sorted(errors)
         return [dict(r) for r in self.db.query(
             "select id, channel, created, tries, last_error from outbox where sent is null "
-            f"and given_up is null and (created < ? or last_error in ({','.join('?' * len(errors))}"
-            ")) order by id", [before, *errors])]
+            f"and given_up is null and (created < ? or last_error in ({','.join('?' * len(codes))}"
+            ")) order by id", [before, *codes])]

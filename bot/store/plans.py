@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import time
 
+from bot.store.base import Base
+
 BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
 
 
-class Plans:
+class Plans(Base):
     def _history(self, plan: str | None, what: str, action: str, old, new, user: str | None,
                  item: str | None = None) -> None:
         """Inside a transaction: one change, its values as JSON (None: nothing)."""
@@ -44,7 +46,7 @@ class Plans:
         return cur.rowcount == 1
 
     def plan(self, name: str) -> dict | None:
-        rows = list(self.db["plans"].rows_where("name = ?", [name]))
+        rows = list(self.db.table("plans").rows_where("name = ?", [name]))
         if not rows:
             return None
         row = rows[0]
@@ -54,8 +56,8 @@ class Plans:
     def plans(self, channel: str | None = None) -> list[dict]:
         """Every plan, or `channel`'s."""
         where, args = ("channel = ?", [channel]) if channel else (None, None)
-        return [self.plan(r["name"]) for r in self.db["plans"].rows_where(
-            where, args, select="name", order_by="created")]
+        return [p for r in self.db.table("plans").rows_where(
+            where, args, select="name", order_by="created") if (p := self.plan(r["name"]))]
 
     def change_facts(self, name: str, changes: dict, user: str) -> dict:
         """Set facts (a value) or unset them (None); the old value of each key
@@ -93,7 +95,7 @@ class Plans:
             old = self.block(block["plan"], block["kind"])
             # A replaced block keeps its place: with rental=single the first one pays prep.
             row["created"] = old["created"] if old else time.time()
-            self.db["blocks"].upsert(row, pk=("plan", "kind"))
+            self.db.table("blocks").upsert(row, pk=("plan", "kind"))
             self._history(block["plan"], f"block {block['kind']}",
                           action or ("replace" if old else "add"), _block_fields(old),
                           _block_fields(block), block.get("user"))
@@ -115,18 +117,19 @@ class Plans:
     def blocks(self, plan: str) -> list[dict]:
         return [dict(b, trials=json.loads(b["trials"] or "[]"),
                      predict=json.loads(b["predict"] or "{}"))
-                for b in self.db["blocks"].rows_where("plan = ?", [plan], order_by="created")]
+                for b in self.db.table("blocks").rows_where("plan = ?", [plan], order_by="created")]
 
     def add_price(self, price: dict) -> int:
         """Record a confirmed price; its id (P7)."""
         with self.tx():
-            pid = self.db["prices"].insert(dict(price, recorded=time.time())).last_pk
+            pid = self.db.table("prices").insert(dict(price, recorded=time.time())).last_pk
             self._history(None, f"price P{pid}", "add", None, _price_fields(price),
                           price.get("user"), item=price["item"])
+        assert isinstance(pid, int)  # sqlite-utils types last_pk loosely: a rowid here
         return pid
 
     def price(self, pid: int) -> dict | None:
-        rows = list(self.db["prices"].rows_where("id = ?", [pid]))
+        rows = list(self.db.table("prices").rows_where("id = ?", [pid]))
         return rows[0] if rows else None
 
     def correct_price(self, pid: int, fields: dict, user: str) -> dict | None:
@@ -134,7 +137,7 @@ class Plans:
         with self.tx():
             old = self.price(pid)
             if old:
-                self.db["prices"].update(pid, fields)
+                self.db.table("prices").update(pid, fields)
                 self._history(None, f"price P{pid}", "correct", _price_fields(old),
                               _price_fields({**old, **fields}), user, item=old["item"])
         return old
@@ -175,7 +178,7 @@ class Plans:
             self._claim(request)
             gone = (self._delete_actuals(actual["plan"], actual["block"], None, actual["user"],
                                          "correct") if replace else [])
-            aid = self.db["actuals"].insert(dict(
+            aid = self.db.table("actuals").insert(dict(
                 actual, parts=json.dumps(actual.get("parts") or {}),
                 recorded=time.time())).last_pk
             self._history(actual["plan"], f"actual {actual['block']} #{aid}",

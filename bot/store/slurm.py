@@ -6,8 +6,13 @@ import json
 import time
 import uuid
 
+from bot.store.base import inserted
+from bot.store.outbox import Outbox
+from bot.store.plans import Plans
+from bot.store.workers import Workers
 
-class SlurmActuals:
+
+class SlurmActuals(Plans, Outbox, Workers):
     def add_slurm_actual(self, row: dict, request: str | None = None) -> dict:
         """Queue a request; a `request` key seen before (Slack retried) raises
         DuplicateRequest with the id it queued, and queues nothing."""
@@ -21,10 +26,12 @@ class SlurmActuals:
             if request is not None:
                 self.db.execute("update requests set jobs = ? where key = ?",
                                 [json.dumps([cur.lastrowid]), request])
-        return self.slurm_actual(cur.lastrowid)
+        added = self.slurm_actual(inserted(cur))
+        assert added is not None  # added in the transaction above
+        return added
 
     def slurm_actual(self, req_id: int) -> dict | None:
-        rows = list(self.db["slurm_actuals"].rows_where("id = ?", [req_id]))
+        rows = list(self.db.table("slurm_actuals").rows_where("id = ?", [req_id]))
         if not rows:
             return None
         row = rows[0]
@@ -56,9 +63,10 @@ class SlurmActuals:
 
     def expired_slurm_actuals(self, max_leases: int) -> list[dict]:
         """Requests whose last allowed lease expired: their workers went silent."""
-        return [self.slurm_actual(r[0]) for r in self.db.execute(
+        return [req for r in self.db.execute(
             "select id from slurm_actuals where status = 'running' and lease_expires < ? and "
-            "attempts >= ? order by id", [time.time(), max_leases]).fetchall()]
+            "attempts >= ? order by id", [time.time(), max_leases]).fetchall()
+            if (req := self.slurm_actual(r[0]))]
 
     def finish_slurm_actual(self, req: dict, status: str, result: dict, text: str,
                             actual: dict | None, messages: list[dict],
@@ -79,7 +87,7 @@ class SlurmActuals:
             if cur.rowcount != 1:
                 return False
             if actual is not None:
-                actual_id = self.db["actuals"].insert(dict(
+                actual_id = self.db.table("actuals").insert(dict(
                     actual, parts=json.dumps(actual.get("parts") or {}), recorded=now)).last_pk
                 self.db.execute("update slurm_actuals set actual = ? where id = ?",
                                 [actual_id, req["id"]])

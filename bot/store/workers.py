@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import time
 
+from bot.store.base import Base
 
-class Workers:
+
+class Workers(Base):
     def upsert_worker(self, name: str, info: dict) -> None:
         now = time.time()
         with self.tx():
@@ -54,13 +56,13 @@ class Workers:
 
     def worker_request(self, worker: str, key: str) -> dict | None:
         """What the request with this key did, if it was seen."""
-        rows = list(self.db["worker_requests"].rows_where("worker = ? and key = ?",
+        rows = list(self.db.table("worker_requests").rows_where("worker = ? and key = ?",
                                                           [worker, key]))
         return rows[0] if rows else None
 
     def idle(self, worker: str | None = None) -> list[dict]:
         where, args = ("worker = ?", [worker]) if worker else (None, None)
-        return list(self.db["worker_idle"].rows_where(where, args, order_by="worker, day"))
+        return list(self.db.table("worker_idle").rows_where(where, args, order_by="worker, day"))
 
     def worker_states(self, since_day: str) -> list[dict]:
         """Each worker with its current job's start, its last job's end, and its

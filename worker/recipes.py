@@ -29,9 +29,9 @@ import string
 import sys
 from dataclasses import dataclass
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 from worker import environment

@@ -7,7 +7,7 @@ field holds; `validate` checks what the bot relies on before it stores one.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, cast, get_args
 
 from worker import arithmetic, reportcheck, shape
 from worker import spec as specs
@@ -56,15 +56,17 @@ MEMORY_FIELDS = (
     "num_ooms",           # torch allocator: out-of-memory errors raised
 )
 
-ERROR_CLASSES = ("oom", "timeout", "crash", "killed", "unsupported", "cancelled", "environment")
+ErrorClass = Literal["oom", "timeout", "crash", "killed", "unsupported", "cancelled", "environment"]
+ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClass)  # in this order in messages
 
 
 Scalar = str | float | bool | None  # a parameter's value
+Object = dict[str, Any]  # a JSON object whose keys the schema leaves open
 Params = Annotated[dict[str, Scalar], Most(MAX_PARAMS)]
 
 # "class" is a keyword: the functional form spells it.
 TrialError = TypedDict("TrialError", {
-    "class": Annotated[Literal[ERROR_CLASSES], REQUIRED],
+    "class": Annotated[ErrorClass, REQUIRED],
     "message": Annotated[str, REQUIRED],
     "phase": str | None})
 
@@ -97,7 +99,7 @@ class Device(TypedDict, total=False):
 
 
 class Memory(TypedDict, total=False):
-    method: Annotated[dict, REQUIRED]  # for every field: how it was measured, or why not
+    method: Annotated[Object, REQUIRED]  # for every field: how it was measured, or why not
     allocated: Annotated[int | None, BYTES]
     reserved: Annotated[int | None, BYTES]
     peak_allocated: Annotated[int | None, BYTES]
@@ -159,7 +161,7 @@ class Scale(TypedDict, total=False):
 class Attempt(TypedDict, total=False):
     attempt: Annotated[int, TRY]
     status: Annotated[Literal["ok", "failed"], REQUIRED]
-    error_class: Literal[ERROR_CLASSES] | None
+    error_class: ErrorClass | None
     message: str | None
     seconds: Annotated[float | None, SECONDS]
     changed: Params | None  # parameters that differ from the request
@@ -198,15 +200,15 @@ class Contention(TypedDict, total=False):
     """What else used the machine while the trial ran (worker/probes/contention.py)."""
     flagged: bool          # past a threshold in warmup or run: the figures are suspect
     summary: str | None    # plain words for the card, or None when quiet
-    summary_note: dict | None  # the same as {"id", "values"}, for the reader's language
+    summary_note: Object | None  # the same as {"id", "values"}, for the reader's language
     cpus: Annotated[int, COUNT]
     cores: Annotated[list[int], Most(MAX_CORES)] | None  # a pinned trial's: judged on them
     free_cores: Annotated[list[int], Most(MAX_CORES)]
-    neighbour: dict | None  # pinned: {phase, others_cpu_free}, a neighbour on its free cores
-    threshold: dict        # {others_cpu, steal, gpu_others_memory}: the stated limits
+    neighbour: Object | None  # pinned: {phase, others_cpu_free}, a neighbour on its free cores
+    threshold: Object      # {others_cpu, steal, gpu_others_memory}: the stated limits
     phases: Annotated[dict[str, ContentionPhase], Most(MAX_PHASES)]
-    gpu: dict | None       # CUDA: per device others' processes, utilisation, throttle reasons
-    method: dict
+    gpu: Object | None     # CUDA: per device others' processes, utilisation, throttle reasons
+    method: Object
 
 
 class Threads(TypedDict, total=False):
@@ -300,7 +302,7 @@ class Training(TypedDict, total=False):
     losses: Annotated[list[float | None], Most(MAX_ITEMS)]
     optimizer_state_theory_per_rank: Annotated[float, BYTES, REQUIRED]
     theory: Annotated[str, REQUIRED]
-    theory_note: dict | None
+    theory_note: Object | None
     ranks: Annotated[list[Rank], Most(MAX_DEVICES), REQUIRED]
 
 
@@ -316,7 +318,7 @@ class FullDepth(TypedDict, total=False):
     batch: Annotated[int | None, COUNT]
     published_params: Annotated[int | None, AMOUNT]
     relative_error: float | None
-    sizing: dict | None
+    sizing: Object | None
 
 
 class Model(TypedDict, total=False):
@@ -381,7 +383,7 @@ class Slurm(TypedDict, total=False):
 
 class TimelinePart(TypedDict, total=False):
     columns: Annotated[list[str], Most(16), REQUIRED]  # t (Unix time), then bytes
-    rows: Annotated[list[list], Most(MAX_ITEMS), REQUIRED]  # each: t, then bytes or null
+    rows: Annotated[list[list[Any]], Most(MAX_ITEMS), REQUIRED]  # each: t, then bytes or null
     method: str
 
 
@@ -427,7 +429,7 @@ class Report(TypedDict, total=False):
     processes: Processes | None        # processes=N: the time pass's fresh processes
 
 
-def new_report(workload: str, params: dict) -> Report:
+def new_report(workload: str, params: Object) -> Report:
     """An empty report in the schema's shape; the child and launcher fill it.
     An llm-infer trial with `preset=` carries the preset's full-depth
     arithmetic from the start, so a failed try reports it too."""
@@ -443,14 +445,14 @@ def new_report(workload: str, params: dict) -> Report:
         "finished": None,
         "seconds": None,
         "phases": [],
-        "memory": {"method": {}, **{f: None for f in MEMORY_FIELDS}},
+        "memory": cast(Memory, {"method": {}, **dict.fromkeys(MEMORY_FIELDS)}),  # each unmeasured
         "latency": None,
         "throughput": None,
         "scale": None,
         "env": {},
     }
     if workload == "llm-infer" and params.get("preset", "none") != "none":
-        report["full_depth"] = arithmetic.full_depth(params)
+        report["full_depth"] = cast(FullDepth, arithmetic.full_depth(params))  # arithmetic's dict
     return report
 
 
@@ -459,11 +461,12 @@ def fail(report: Report, error_class: str, message: str, phase: str | None = Non
     because the tail of a traceback or log names the cause."""
     assert error_class in ERROR_CLASSES, error_class
     report["status"] = "failed"
-    report["error"] = {"class": error_class, "message": message[-2000:], "phase": phase}
+    report["error"] = {"class": cast(ErrorClass, error_class), "message": message[-2000:],
+                       "phase": phase}
     return report
 
 
-def validate(report: object, spec: dict | None = None) -> list[str]:
+def validate(report: object, spec: Object | None = None) -> list[str]:
     """Problems that make a posted report unusable, each naming its field's JSON
     path (`report.memory.host_rss_peak`); empty when it is fine. Types, required
     keys, sizes and ranges come from the annotations above; `spec`, the job's

@@ -3,15 +3,17 @@ the timeline's rows, thousands of them, and `params` against the job's
 stored spec."""
 from __future__ import annotations
 
+from typing import Any
+
 from worker import shape
 from worker import spec as specs
 from worker.limits import BYTES, TIME
 
 
-def timeline(timeline) -> list[str]:
+def timeline(timeline: object) -> list[str]:
     """Each row as wide as its columns: a Unix time, then bytes or null. Checked
     here rather than by annotation: thousands of rows, the first bad one named."""
-    out = []
+    out: list[str] = []
     for name, part in (timeline or {}).items() if isinstance(timeline, dict) else ():
         if not (isinstance(part, dict) and isinstance(part.get("columns"), list)
                 and isinstance(part.get("rows"), list)):
@@ -30,13 +32,13 @@ def timeline(timeline) -> list[str]:
     return out
 
 
-def params(values: dict, spec) -> list[str]:
+def params(values: dict[str, Any], spec: object) -> list[str]:
     """Each parameter of the kind the job's spec has for it: a built-in
     workload's parameter in its range or choices, a recipe's as queued."""
     if not isinstance(spec, dict) or not isinstance(spec.get("params"), dict):
         return []
-    workload = None if spec.get("recipe") else specs.WORKLOADS.get(spec.get("workload"))
-    out = []
+    workload = None if spec.get("recipe") else specs.WORKLOADS.get(str(spec.get("workload")))
+    out: list[str] = []
     for key, value in values.items():
         if isinstance(value, (dict, list)):
             continue  # not a scalar: named already
@@ -54,11 +56,13 @@ def params(values: dict, spec) -> list[str]:
     return out
 
 
-def _allowed(param: specs.Param, value) -> bool:
+def _allowed(param: specs.Param, value: object) -> bool:
     if param.kind in ("choice", "string"):
         return isinstance(value, str) and (param.kind == "string" or value in param.choices)
-    return (_kind(value) == "a whole number" or param.kind == "float" and _kind(value)
-            == "a number") and param.low <= value <= param.high
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False  # a whole number for any numeric parameter, a float for a float's
+    assert param.low is not None and param.high is not None  # a numeric parameter's range
+    return (isinstance(value, int) or param.kind == "float") and param.low <= value <= param.high
 
 
 def _allowed_text(param: specs.Param) -> str:
@@ -70,7 +74,7 @@ def _allowed_text(param: specs.Param) -> str:
     return f"{kind} from {param.low} to {param.high}"
 
 
-def _kind(value) -> str:
+def _kind(value: object) -> str:
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, int):

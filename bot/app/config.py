@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 from bot.access import Policy

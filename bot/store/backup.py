@@ -7,8 +7,10 @@ import sqlite3
 import time
 from pathlib import Path
 
+from bot.store.base import Row
 
-def backup(source: str, target: str) -> dict:
+
+def backup(source: str, target: str) -> Row:
     """Copy the live database to `target` with SQLite's online backup API: one
     step (pages=-1) is one read transaction, a consistent snapshot that in WAL
     mode never blocks the bot's writers (a paged copy restarts whenever they
@@ -51,7 +53,7 @@ def _remove_partial(partial: str) -> None:
             os.remove(path)
 
 
-def _record(source: str, target: str, made: dict) -> bool:
+def _record(source: str, target: str, made: Row) -> bool:
     """Note the backup in the source's `backups` table, for `trialbot doctor`;
     False when it cannot (a file not yet migrated, or one we may only read):
     the copy is made all the same."""

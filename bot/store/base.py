@@ -13,11 +13,16 @@ import sqlite3
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlite_utils
 
 from bot.store import migrations, schema
+
+# A row as the store hands it out: columns by name, JSON columns decoded.
+Row = dict[str, Any]
 
 
 class DuplicateRequest(Exception):
@@ -75,7 +80,7 @@ def inserted(cur: sqlite3.Cursor) -> int:
 class WriteHealth:
     """This store's writes since start: failures by reason, the last failure,
     and when the last write failed and the last one succeeded."""
-    failures: Counter = field(default_factory=Counter)
+    failures: Counter[Reason] = field(default_factory=Counter)
     last_failure: Unwritable | None = None
     last_failure_at: float = 0.0
     last_success_at: float = 0.0
@@ -117,7 +122,7 @@ class Base:
         self._create()
 
     @contextlib.contextmanager
-    def budget(self, seconds: float):
+    def budget(self, seconds: float) -> Iterator[None]:
         """Writes in this block (this thread) wait at most until `seconds` from
         now for the database, lock and busy timeout together, then raise
         Unwritable: a slash command must be answered within Slack's 3 s."""
@@ -130,7 +135,7 @@ class Base:
             self._local.deadline = old
 
     @contextlib.contextmanager
-    def write_wait(self, seconds: float):
+    def write_wait(self, seconds: float) -> Iterator[None]:
         """Each write in this block (this thread) waits at most `seconds` for the
         database, then raises Unwritable: a worker's request, whose client
         gives up after 30 s and retries a 5xx."""
@@ -148,7 +153,7 @@ class Base:
         return wait if deadline is None else max(0.0, min(wait, deadline - time.monotonic()))
 
     @contextlib.contextmanager
-    def tx(self):
+    def tx(self) -> Iterator[None]:
         """One write transaction: BEGIN IMMEDIATE … COMMIT, ROLLBACK on error.
         Explicit because sqlite-utils 4 commits each write statement on its own
         unless a transaction is open. Writers in this process queue on a lock
@@ -190,7 +195,7 @@ class Base:
             self._lock.release()
 
     @contextlib.contextmanager
-    def _translated(self):
+    def _translated(self) -> Iterator[None]:
         """SQLite's refusals to write, as Unwritable (counted for /metrics). A
         connection that could not write the file is closed, not used again: one
         opened while the file could not be written stays read-only for good."""
@@ -220,7 +225,7 @@ class Base:
             db.conn.execute(f"pragma busy_timeout = {ms}")
             setattr(db, "busy_ms", ms)  # on the connection: it travels through the pool
 
-    def rows(self, sql: str, args=()) -> list[dict]:
+    def rows(self, sql: str, args: Sequence[object] = ()) -> list[Row]:
         """A read's rows as dicts, in one statement: sqlite-utils' query() wraps each
         in a SAVEPOINT and its RELEASE, three statements on an ack's path."""
         cur = self.db.conn.execute(sql, args)
@@ -254,7 +259,7 @@ class Base:
         return db
 
     @contextlib.contextmanager
-    def borrowed(self):
+    def borrowed(self) -> Iterator[None]:
         """The connection this block uses goes back to the pool at its end: for
         a thread that lives for one request (the HTTP server makes one per
         connection), so it does not open a connection of its own each time."""

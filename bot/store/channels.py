@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import time
 
-from bot.store.base import Base
+from bot.store.base import Base, Row
 
 
 class Channels(Base):
-    def channel_settings(self, channel: str) -> dict | None:
+    def channel_settings(self, channel: str) -> Row | None:
         rows = self.rows("select * from channel_settings where channel = ?", [channel])
         return rows[0] if rows else None
 
@@ -15,7 +15,7 @@ class Channels(Base):
         """The language the channel chose (None: the bot's default)."""
         return (self.channel_settings(channel) or {}).get("lang") if channel else None
 
-    def set_channel_lang(self, channel: str, lang: str | None, user: str) -> dict | None:
+    def set_channel_lang(self, channel: str, lang: str | None, user: str) -> Row | None:
         """Set (None: clear) the channel's language; the settings it replaced."""
         old = self.channel_settings(channel)
         with self.tx():

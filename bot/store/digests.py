@@ -5,23 +5,24 @@ from __future__ import annotations
 import json
 import time
 
+from bot.store.base import Row
 from bot.store.jobs import stored_json
 from bot.store.outbox import Outbox
 
 
 class Digests(Outbox):
-    def set_digest(self, schedule: dict) -> dict | None:
+    def set_digest(self, schedule: Row) -> Row | None:
         """Schedule the channel's digest; the schedule it replaced, if any."""
         old = self.digest(schedule["channel"])
         with self.tx():
             self.db.table("digests").upsert(dict(schedule, created=time.time()), pk="channel")
         return old
 
-    def digest(self, channel: str) -> dict | None:
+    def digest(self, channel: str) -> Row | None:
         rows = list(self.db.table("digests").rows_where("channel = ?", [channel]))
         return rows[0] if rows else None
 
-    def digests(self) -> list[dict]:
+    def digests(self) -> list[Row]:
         return list(self.db.table("digests").rows_where(order_by="channel"))
 
     def delete_digest(self, channel: str) -> bool:
@@ -33,7 +34,7 @@ class Digests(Outbox):
         return self.db.execute("select 1 from digests_sent where channel = ? and week = ?",
                                [channel, week]).fetchone() is not None
 
-    def post_digest(self, channel: str, week: str | None, messages: list[dict]) -> bool:
+    def post_digest(self, channel: str, week: str | None, messages: list[Row]) -> bool:
         """Store the digest and the messages in its thread (the chart, the
         replies that continue its lists) in one transaction, with the row that
         says `week` was posted: False, storing nothing, when it was already.
@@ -53,7 +54,7 @@ class Digests(Outbox):
                                 "week = ?", [parent, channel, week])
         return True
 
-    def digest_trials(self, channel: str, start: float, end: float) -> list[dict]:
+    def digest_trials(self, channel: str, start: float, end: float) -> list[Row]:
         """The channel's trials that ended in [start, end), with the few report
         fields a digest adds up taken out in SQL (a report is large) and their
         attempts counted: all tries, and the seconds the failed ones cost. A
@@ -84,7 +85,7 @@ DIGEST_FIELDS = {"report_status": "$.status", "seconds": "$.seconds", "phases": 
                  "gpu_name": "$.env.gpu_name"}
 
 
-def _read_safely(text: str) -> dict:
+def _read_safely(text: str) -> Row:
     """The digest's fields of a report SQLite cannot parse; a phase without
     finite seconds is left out (not measured)."""
     report = stored_json(text)

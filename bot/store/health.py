@@ -8,10 +8,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from bot.store.base import Unwritable, unwritable
+from bot.store.base import Row, Unwritable, unwritable
 
 
-def read(path: str, seen_within: float) -> dict:
+def read(path: str, seen_within: float) -> Row:
     """The file's schema version and journal mode, its last recorded backup, the
     workers seen in the last `seen_within` seconds and the last one seen at all,
     and the outbox's unsent messages (how many; the oldest's channel, age, error).
@@ -43,7 +43,7 @@ def read(path: str, seen_within: float) -> dict:
         conn.close()
 
 
-def _outbox(conn: sqlite3.Connection) -> dict:
+def _outbox(conn: sqlite3.Connection) -> Row:
     count = conn.execute("select count(*) from outbox where sent is null and "
                          "given_up is null").fetchone()[0]
     row = conn.execute("select channel, created, tries, last_error from outbox where sent is "

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from bot.states import JobStatus, Outcome
-from bot.store.base import inserted
+from bot.store.base import Row, inserted
 from bot.store.outbox import Outbox
 from bot.store.workers import Workers
 
@@ -24,15 +25,15 @@ class Jobs(Outbox, Workers):
     """On the outbox and the workers: a job's end stores its messages and frees
     its worker in one transaction."""
 
-    def add_job(self, spec: dict, words: str, user: str, channel: str) -> dict:
+    def add_job(self, spec: Row, words: str, user: str, channel: str) -> Row:
         return self.add_jobs([spec], [words], user, channel)[0]
 
-    def add_jobs(self, specs: list[dict], words: list[str], user: str, channel: str,
-                 sweep: bool = False, tags: dict | None = None, group: str | None = None,
+    def add_jobs(self, specs: list[Row], words: list[str], user: str, channel: str,
+                 sweep: bool = False, tags: Row | None = None, group: str | None = None,
                  budget: float | None = None,
                  request: str | list[tuple[str | None, float | None]] | None = None,
                  response_url: str | None = None, needs: list[str] | None = None,
-                 held: bool = False) -> list[dict]:
+                 held: bool = False) -> list[Row]:
         """Queue several jobs in one transaction; with `sweep`, all of them carry
         the first one's id as their sweep id; `tags` ({plan, block}) make them a
         plan's actuals. A `request` key already used raises DuplicateRequest and
@@ -83,34 +84,34 @@ class Jobs(Outbox, Workers):
                                        [key]).fetchone()[0]
         return out
 
-    def sweep_jobs(self, sweep: int) -> list[dict]:
+    def sweep_jobs(self, sweep: int) -> list[Row]:
         return [_job(r) for r in self.db.table("jobs").rows_where(
             "sweep = ?", [sweep], order_by="id", select=JOB_COLUMNS)]
 
-    def ladder_jobs(self, ladder: int) -> list[dict]:
+    def ladder_jobs(self, ladder: int) -> list[Row]:
         return [_job(r) for r in self.db.table("jobs").rows_where(
             "ladder = ?", [ladder], order_by="id", select=JOB_COLUMNS)]
 
-    def job(self, job_id: int) -> dict | None:
+    def job(self, job_id: int) -> Row | None:
         # One statement: sqlite-utils' rows_where asks for the table and view names first.
         rows = self.rows(f"select {JOB_COLUMNS} from jobs where id = ?", [job_id])
         return _job(rows[0]) if rows else None
 
-    def _jobs_by_id(self, ids: list[int]) -> list[dict]:
+    def _jobs_by_id(self, ids: list[int]) -> list[Row]:
         return [_job(r) for r in self.rows(
             f"select {JOB_COLUMNS} from jobs where id in ({','.join('?' * len(ids))}) "
             "order by id", ids)]
 
-    def report_with_timeline(self, job_id: int) -> dict:
+    def report_with_timeline(self, job_id: int) -> Row:
         """The full report, memory timeline included (for the chart)."""
         row = self.db.execute("select report, timeline from jobs where id = ?",
                               [job_id]).fetchone()
-        report = stored_json(row[0])
+        report: Row = stored_json(row[0])
         report["timeline"] = stored_json(row[1]) if row[1] else None
         return report
 
     def jobs(self, limit: int = 10, channel: str | None = None, user: str | None = None,
-             status: tuple[str, ...] = ()) -> list[dict]:
+             status: tuple[str, ...] = ()) -> list[Row]:
         """Newest first; `user` and `status` narrow it (`/trial list mine|running|failed`)."""
         clauses, args = [], []
         for column, value in (("channel", channel), ("user", user)):
@@ -124,7 +125,7 @@ class Jobs(Outbox, Workers):
             " and ".join(clauses) or None, args or None, order_by="id desc", limit=limit,
             select=JOB_COLUMNS)]
 
-    def expired_jobs(self, max_leases: int) -> list[dict]:
+    def expired_jobs(self, max_leases: int) -> list[Row]:
         """Running jobs whose lease expired after their last allowed lease, or
         that were cancelled before their worker went silent (never re-leased;
         the others are queued again: bot/store/leasing.py)."""
@@ -133,7 +134,7 @@ class Jobs(Outbox, Workers):
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
         return [_job(r) for r in rows]
 
-    def fail_expired(self, job: dict, report: dict, messages: list[dict]) -> bool:
+    def fail_expired(self, job: Row, report: Row, messages: list[Row]) -> bool:
         """End a job whose last lease expired; only if it is still that lease."""
         lost = {"status": Outcome.FAILED, "error_class": report["error"]["class"], "expired": True,
                 "message": report["error"]["message"],
@@ -142,7 +143,7 @@ class Jobs(Outbox, Workers):
                             expired=True)
 
     def release_lease(self, job_id: int, worker: str, lease: str,
-                      card: dict | None = None, key: str | None = None) -> bool:
+                      card: Row | None = None, key: str | None = None) -> bool:
         """Back to the queue, as if never leased, a lease whose answer never reached
         its worker (the connection was gone), or that a stopping worker handed
         back: it cost no attempt. Only while that lease still holds the job and
@@ -175,8 +176,8 @@ class Jobs(Outbox, Workers):
                                 [time.time(), worker])
         return cur.rowcount == 1
 
-    def finish_job(self, job_id: int, worker: str, lease: str, report: dict,
-                   messages: list[dict], key: str | None = None) -> bool:
+    def finish_job(self, job_id: int, worker: str, lease: str, report: Row,
+                   messages: list[Row], key: str | None = None) -> bool:
         """Store the report and its outbox messages in one transaction, only if
         `lease` still holds the job: a late worker cannot overwrite a newer attempt.
         The worker's request `key` is kept with it (a retry finds it answered)."""
@@ -186,8 +187,8 @@ class Jobs(Outbox, Workers):
             "seconds": report.get("seconds")}]
         return self._finish(job_id, worker, lease, report, messages, tries, key=key)
 
-    def _finish(self, job_id, worker, lease, report, messages, tries, expired=False,
-                key=None) -> bool:
+    def _finish(self, job_id: int, worker: str, lease: str, report: Row, messages: list[Row],
+                tries: list[Row], expired: bool = False, key: str | None = None) -> bool:
         error = (report.get("error") or {}).get("class")
         status = (JobStatus.DONE if report["status"] == Outcome.OK else
                   CANCELLED if error == "cancelled" else JobStatus.FAILED)
@@ -220,7 +221,7 @@ class Jobs(Outbox, Workers):
                 self._worker_key(worker, key, "report", lease, job=job_id)
         return True
 
-    def _add_attempt(self, job_id: int, worker: str, a: dict) -> None:
+    def _add_attempt(self, job_id: int, worker: str, a: Row) -> None:
         n = self.db.execute("select count(*) from attempts where job = ?", [job_id]).fetchone()[0]
         self.db.execute(
             "insert into attempts (job, n, worker, status, error_class, message, seconds, "
@@ -229,12 +230,12 @@ class Jobs(Outbox, Workers):
              (a.get("message") or "")[-500:], a.get("seconds"), json.dumps(a.get("changed") or {}),
              a.get("next"), time.time(), int(bool(a.get("expired")))])
 
-    def attempts(self, job_id: int) -> list[dict]:
+    def attempts(self, job_id: int) -> list[Row]:
         return list(self.db.table("attempts").rows_where("job = ?", [job_id], order_by="n"))
 
-    def attempts_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
+    def attempts_of(self, job_ids: list[int]) -> dict[int, list[Row]]:
         """Several jobs' attempts in one query (a plan's trials)."""
-        out: dict[int, list[dict]] = {i: [] for i in job_ids}
+        out: dict[int, list[Row]] = {i: [] for i in job_ids}
         for chunk in range(0, len(job_ids), 500):
             ids = job_ids[chunk:chunk + 500]
             for row in self.db.query(f"select * from attempts where job in "
@@ -242,10 +243,10 @@ class Jobs(Outbox, Workers):
                 out[row["job"]].append(row)
         return out
 
-    def set_started_message(self, job_id: int, message: dict) -> int:
+    def set_started_message(self, job_id: int, message: Row) -> int:
         """The trial's card; on a re-lease, an edit of the card it already has."""
         with self.tx():
-            card = self.db.execute("select started_msg from jobs where id = ?",
+            card: int | None = self.db.execute("select started_msg from jobs where id = ?",
                                    [job_id]).fetchone()[0]
             if card:
                 self._add_message(dict(message, update_of=card), job_id)
@@ -254,8 +255,8 @@ class Jobs(Outbox, Workers):
             self.db.execute("update jobs set started_msg = ? where id = ?", [msg_id, job_id])
         return msg_id
 
-    def set_progress(self, job_id: int, lease: str, progress: dict,
-                     messages: list[dict]) -> bool:
+    def set_progress(self, job_id: int, lease: str, progress: Row,
+                     messages: list[Row]) -> bool:
         """Store the worker's progress and queue its messages (the card's edit, a
         failed try in the thread), while `lease` still holds the job."""
         with self.tx():
@@ -272,7 +273,7 @@ class Jobs(Outbox, Workers):
                 self._add_message(message, job_id)
         return True
 
-    def cancel_queued(self, job_id: int, user: str, report: dict, messages: list[dict]) -> bool:
+    def cancel_queued(self, job_id: int, user: str, report: Row, messages: list[Row]) -> bool:
         """Cancel a job no worker has leased yet (queued or held); False if one has."""
         with self.tx():
             cur = self.db.execute(
@@ -291,7 +292,7 @@ class Jobs(Outbox, Workers):
         return [r[0] for r in self.db.execute("select distinct channel from jobs "
                                               f"where status = '{HELD}'")]
 
-    def held_jobs(self, channel: str) -> list[dict]:
+    def held_jobs(self, channel: str) -> list[Row]:
         return [_job(r) for r in self.rows(f"select {JOB_COLUMNS} from jobs where "
                                            f"channel = ? and status = '{HELD}' order by id",
                                            [channel])]
@@ -302,7 +303,7 @@ class Jobs(Outbox, Workers):
             return self.db.execute(f"update jobs set status = '{QUEUED}' where channel = ? and "
                                    f"status = '{HELD}'", [channel]).rowcount
 
-    def end_held(self, reports: dict[int, dict], messages: list[dict]) -> int:
+    def end_held(self, reports: dict[int, Row], messages: list[Row]) -> int:
         """End held jobs unrun (the bot may not post in their channel) with their
         reports, and store `messages` (the requesters' notes) in the same
         transaction, unless none was still held. How many were ended."""
@@ -318,7 +319,7 @@ class Jobs(Outbox, Workers):
                     self._add_message(message, None)
         return ended
 
-    def request_cancel(self, job_id: int, user: str, card: dict | None) -> bool:
+    def request_cancel(self, job_id: int, user: str, card: Row | None) -> bool:
         """Mark a running job to be cancelled (the next heartbeat tells its worker);
         `card` is the card's edit, None while the job has no card yet."""
         with self.tx():
@@ -336,7 +337,7 @@ class Jobs(Outbox, Workers):
             self.db.execute("update jobs set plan = ?, block = ? where id = ?",
                             [plan, block, job_id])
 
-    def plan_jobs(self, plan: str) -> list[dict]:
+    def plan_jobs(self, plan: str) -> list[Row]:
         """Jobs tagged with the plan: the experiment's actual runs."""
         return [_job(r) for r in self.db.table("jobs").rows_where(
             "plan = ?", [plan], order_by="id", select=JOB_COLUMNS)]
@@ -348,8 +349,9 @@ class Jobs(Outbox, Workers):
 
     def oldest_queued(self) -> float | None:
         """When the longest-waiting queued job was queued (a Unix time)."""
-        return self.db.execute("select min(created) from jobs where "
-                               f"status = '{QUEUED}'").fetchone()[0]
+        oldest: float | None = self.db.execute("select min(created) from jobs where "
+                                               f"status = '{QUEUED}'").fetchone()[0]
+        return oldest
 
     def queue_waits(self, bounds: tuple[float, ...]) -> tuple[list[int], float, int]:
         """Seconds from queued to leased (started - created) of every job leased
@@ -364,10 +366,11 @@ class Jobs(Outbox, Workers):
     def lease_expiries(self) -> int:
         """Leases that expired without a heartbeat: those taken over by another
         lease and those that were a job's last (it ended failed or cancelled)."""
-        return self.db.execute("select count(*) from attempts where expired = 1").fetchone()[0]
+        n: int = self.db.execute("select count(*) from attempts where expired = 1").fetchone()[0]
+        return n
 
 
-def _job(row: dict) -> dict:
+def _job(row: Row) -> Row:
     row = dict(row)
     row["spec"] = json.loads(row["spec"])
     row["report"] = stored_json(row["report"]) if row.get("report") else None
@@ -376,7 +379,7 @@ def _job(row: dict) -> dict:
     return row
 
 
-def stored_json(text: str):
+def stored_json(text: str) -> Any:
     """A stored report as Python: a NaN or Infinity that a row from before the
     worker API refused them holds reads as null (not measured)."""
     return json.loads(text, parse_constant=lambda _: None)

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from bot.states import JobStatus, Outcome
+from bot.store.base import Row
 from bot.store.jobs import JOB_COLUMNS, Jobs, _job
 
 QUEUED, RUNNING = JobStatus.QUEUED, JobStatus.RUNNING
@@ -65,7 +66,7 @@ class Leasing(Jobs):
         """Each needs class that has queued jobs."""
         return [NeedsClass(*r) for r in self.db.execute(_CLASSES).fetchall()]
 
-    def unclassified(self, limit: int = 1000) -> list[tuple[int, dict]]:
+    def unclassified(self, limit: int = 1000) -> list[tuple[int, Row]]:
         """Queued jobs without a needs class (from before classes, or put in by
         SQL): (id, spec). Unordered: `order by id` would walk every queued job."""
         return [(i, json.loads(spec)) for i, spec in self.db.execute(
@@ -81,7 +82,7 @@ class Leasing(Jobs):
                 [(ids[key], job) for job, key in keys.items()])
 
     def lease_next(self, worker: str, seconds: float, needs: list[int] | None = None,
-                   key: str | None = None) -> dict | None:
+                   key: str | None = None) -> Row | None:
         """Lease `worker` the fair next queued job (_NEXT) of the `needs`
         classes (None: of any class, unclassified ones too). The conditional
         UPDATE makes racing workers safe: only one takes a job; the others
@@ -109,14 +110,14 @@ class Leasing(Jobs):
             self._leased_under(worker, key, lease, job=job_id)
         return True
 
-    def lapsed_jobs(self, max_leases: int) -> list[dict]:
+    def lapsed_jobs(self, max_leases: int) -> list[Row]:
         """Running jobs whose lease expired with leases left (fewer than
         `max_leases`) and no cancel asked: they go back to the queue."""
         return [_job(r) for r in self.db.table("jobs").rows_where(
             f"status = '{RUNNING}' and lease_expires < ? and attempts < ? and cancel is null",
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)]
 
-    def requeue_lapsed(self, job: dict, card: dict | None) -> bool:
+    def requeue_lapsed(self, job: Row, card: Row | None) -> bool:
         """Queue again a job whose worker went silent, recording the lost lease
         as a `killed` attempt; only while that lease still holds it and is
         still expired. `card` is the card's edit (None: it has no card)."""

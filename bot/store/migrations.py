@@ -108,7 +108,8 @@ class SchemaTooNew(Exception):
 
 
 def version(conn: sqlite3.Connection) -> int:
-    return conn.execute("pragma user_version").fetchone()[0]
+    version: int = conn.execute("pragma user_version").fetchone()[0]
+    return version
 
 
 def check_not_newer(conn: sqlite3.Connection, path: str) -> int:

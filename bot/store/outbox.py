@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import time
 
-from bot.store.base import Base, inserted
+from bot.store.base import Base, Row, inserted
 
 RESPONSE_URL_SECONDS, RESPONSE_URL_USES = 30 * 60, 5  # what Slack allows a response_url
 
 
 class Outbox(Base):
-    def _add_message(self, message: dict, job_id: int | None) -> int:
+    def _add_message(self, message: Row, job_id: int | None) -> int:
         if message.get("update_of"):  # one pending update per message: the newest text wins
             cur = self.db.execute(
                 "update outbox set text = ?, blocks = ?, kind = ?, version = version + 1 "
@@ -20,9 +20,10 @@ class Outbox(Base):
                 [message["text"], json.dumps(message.get("blocks") or []), message.get("kind"),
                  message["update_of"]])
             if cur.rowcount:
-                return self.db.execute("select id from outbox where update_of = ? and sent is "
-                                       "null and given_up is null",
-                                       [message["update_of"]]).fetchone()[0]
+                pending: int = self.db.execute(
+                    "select id from outbox where update_of = ? and sent is null and given_up "
+                    "is null", [message["update_of"]]).fetchone()[0]
+                return pending
         if message.get("response_url"):
             self._add_response_url(message["response_url"])
         cur = self.db.execute(
@@ -40,13 +41,13 @@ class Outbox(Base):
         self.db.execute("insert into response_urls (url, expires) values (?, ?) "
                         "on conflict(url) do nothing", [url, time.time() + RESPONSE_URL_SECONDS])
 
-    def add_messages(self, messages: list[dict]) -> None:
+    def add_messages(self, messages: list[Row]) -> None:
         """Messages that belong to no job (a plan's export), in one transaction."""
         with self.tx():
             for message in messages:
                 self._add_message(message, None)
 
-    def unsent(self, limit: int = 20, channel: str | None = None) -> list[dict]:
+    def unsent(self, limit: int = 20, channel: str | None = None) -> list[Row]:
         """Unsent messages in order (of one channel, if given), each with its
         thread parent's ts (or, for an update, the ts of the message it
         replaces) and whether that was given up; and who asked for it: the
@@ -85,7 +86,7 @@ class Outbox(Base):
                 self.db.execute("update jobs set redirect = null where id = ?", [unredirect])
         return cur.rowcount == 1
 
-    def message(self, msg_id: int) -> dict | None:
+    def message(self, msg_id: int) -> Row | None:
         rows = list(self.db.table("outbox").rows_where("id = ?", [msg_id]))
         return rows[0] if rows else None
 
@@ -94,7 +95,7 @@ class Outbox(Base):
             self.db.execute("update outbox set tries = tries + 1, last_error = ? where id = ?",
                             [error[-500:], msg_id])
 
-    def give_up_message(self, msg_id: int, error: str, notice: dict | None = None,
+    def give_up_message(self, msg_id: int, error: str, notice: Row | None = None,
                         job_id: int | None = None) -> None:
         """Set the message aside; `notice` (the requester's note about it) is
         stored in the same transaction, so a crash loses neither."""
@@ -127,10 +128,11 @@ class Outbox(Base):
                             [RESPONSE_URL_USES, url])
 
     def unsent_for(self, job_id: int) -> int:
-        return self.db.execute("select count(*) from outbox where job = ? and sent is null "
-                               "and given_up is null", [job_id]).fetchone()[0]
+        n: int = self.db.execute("select count(*) from outbox where job = ? and sent is null "
+                                 "and given_up is null", [job_id]).fetchone()[0]
+        return n
 
-    def outbox_backlog(self) -> dict:
+    def outbox_backlog(self) -> Row:
         """Unsent messages: how many, and the oldest one's created time, channel,
         tries and last error (None when nothing waits): /metrics, /trial workers."""
         count = self.db.execute("select count(*) from outbox where sent is null and "
@@ -144,15 +146,17 @@ class Outbox(Base):
 
     def oldest_unsent(self, since: float) -> float | None:
         """When the oldest unsent message stored at or after `since` was stored."""
-        return self.db.execute("select min(created) from outbox where sent is null and "
-                               "given_up is null and created >= ?", [since]).fetchone()[0]
+        oldest: float | None = self.db.execute(
+            "select min(created) from outbox where sent is null and given_up is null and "
+            "created >= ?", [since]).fetchone()[0]
+        return oldest
 
     def told(self, url: str, kind: str) -> bool:
         """Whether a note of `kind` went to this response_url (a command's, once)."""
         return self.db.execute("select 1 from outbox where response_url = ? and kind = ? and "
                                "sent is not null limit 1", [url, kind]).fetchone() is not None
 
-    def add_sent_notice(self, message: dict, job_id: int | None, ts: str) -> None:
+    def add_sent_notice(self, message: Row, job_id: int | None, ts: str) -> None:
         """A note sent at once, around the queue (it must not wait behind the
         messages it is about): kept as sent, with its response_url's use counted."""
         with self.tx():
@@ -163,7 +167,7 @@ class Outbox(Base):
                             [message["response_url"]])
 
     def stuck_messages(self, before: float, errors: frozenset[str] = frozenset()
-                       ) -> list[dict]:
+                       ) -> list[Row]:
         """Unsent messages stored before `before` (a Unix time), or whose last
         error is one of `errors` (no wait helps those), oldest first."""
         codes = sorted(errors)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import time
 
-from bot.store.base import Base
+from bot.store.base import Base, Row
 
 BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
 
 
 class Plans(Base):
-    def _history(self, plan: str | None, what: str, action: str, old, new, user: str | None,
+    def _history(self, plan: str | None, what: str, action: str, old: object, new: object,
+                 user: str | None,
                  item: str | None = None) -> None:
         """Inside a transaction: one change, its values as JSON (None: nothing)."""
         self.db.execute(
@@ -22,7 +23,7 @@ class Plans(Base):
              None if new is None else json.dumps(new), user, time.time()])
 
     def history(self, plan: str, items: tuple[str, ...] = (), limit: int = 20
-                ) -> tuple[list[dict], int]:
+                ) -> tuple[list[Row], int]:
         """The plan's changes and those of the prices of `items` (GPU names,
         any case), newest first: (at most `limit` rows, how many in all)."""
         marks = ", ".join("?" * len(items))
@@ -34,7 +35,7 @@ class Plans(Base):
         return [dict(r, old=json.loads(r["old"]) if r["old"] else None,
                      new=json.loads(r["new"]) if r["new"] else None) for r in rows], n
 
-    def add_plan(self, name: str, channel: str, user: str, facts: dict) -> bool:
+    def add_plan(self, name: str, channel: str, user: str, facts: Row) -> bool:
         """False when a plan of that name exists already."""
         with self.tx():
             cur = self.db.execute(
@@ -45,7 +46,7 @@ class Plans(Base):
                 self._history(name, "plan", "new", None, facts, user)
         return cur.rowcount == 1
 
-    def plan(self, name: str) -> dict | None:
+    def plan(self, name: str) -> Row | None:
         rows = list(self.db.table("plans").rows_where("name = ?", [name]))
         if not rows:
             return None
@@ -53,13 +54,13 @@ class Plans(Base):
         return dict(row, facts=json.loads(row["facts"] or "{}"),
                     locked=json.loads(row["locked"]) if row["locked"] else None)
 
-    def plans(self, channel: str | None = None) -> list[dict]:
+    def plans(self, channel: str | None = None) -> list[Row]:
         """Every plan, or `channel`'s."""
         where, args = ("channel = ?", [channel]) if channel else (None, None)
         return [p for r in self.db.table("plans").rows_where(
             where, args, select="name", order_by="created") if (p := self.plan(r["name"]))]
 
-    def change_facts(self, name: str, changes: dict, user: str) -> dict:
+    def change_facts(self, name: str, changes: Row, user: str) -> Row:
         """Set facts (a value) or unset them (None); the old value of each key
         changed (None: it was not set). Unchanged keys write no history."""
         with self.tx():
@@ -78,7 +79,7 @@ class Plans(Base):
                             [json.dumps(facts), name])
         return old
 
-    def set_plan_lock(self, name: str, locked: dict | None, user: str | None = None) -> None:
+    def set_plan_lock(self, name: str, locked: Row | None, user: str | None = None) -> None:
         with self.tx():
             old = self.db.execute("select locked from plans where name = ?", [name]).fetchone()
             self.db.execute("update plans set locked = ? where name = ?",
@@ -86,7 +87,7 @@ class Plans(Base):
             self._history(name, "plan", "lock" if locked else "unlock",
                           json.loads(old[0]) if old and old[0] else None, locked, user)
 
-    def put_block(self, block: dict, action: str | None = None) -> bool:
+    def put_block(self, block: Row, action: str | None = None) -> bool:
         """Add or replace the plan's block of that kind; True when it replaced one.
         `action` names the change in the history (default: add or replace)."""
         row = dict(block, trials=json.dumps(block.get("trials") or []),
@@ -101,10 +102,10 @@ class Plans(Base):
                           _block_fields(block), block.get("user"))
         return old is not None
 
-    def block(self, plan: str, kind: str) -> dict | None:
+    def block(self, plan: str, kind: str) -> Row | None:
         return next((b for b in self.blocks(plan) if b["kind"] == kind), None)
 
-    def delete_block(self, plan: str, kind: str, user: str) -> dict | None:
+    def delete_block(self, plan: str, kind: str, user: str) -> Row | None:
         """Delete the block (its recorded actuals and tagged trials stay, and
         count again if a block of that kind is added); the block, or None."""
         with self.tx():
@@ -114,12 +115,12 @@ class Plans(Base):
                 self._history(plan, f"block {kind}", "delete", _block_fields(old), None, user)
         return old
 
-    def blocks(self, plan: str) -> list[dict]:
+    def blocks(self, plan: str) -> list[Row]:
         return [dict(b, trials=json.loads(b["trials"] or "[]"),
                      predict=json.loads(b["predict"] or "{}"))
                 for b in self.db.table("blocks").rows_where("plan = ?", [plan], order_by="created")]
 
-    def add_price(self, price: dict) -> int:
+    def add_price(self, price: Row) -> int:
         """Record a confirmed price; its id (P7)."""
         with self.tx():
             pid = self.db.table("prices").insert(dict(price, recorded=time.time())).last_pk
@@ -128,11 +129,11 @@ class Plans(Base):
         assert isinstance(pid, int)  # sqlite-utils types last_pk loosely: a rowid here
         return pid
 
-    def price(self, pid: int) -> dict | None:
+    def price(self, pid: int) -> Row | None:
         rows = list(self.db.table("prices").rows_where("id = ?", [pid]))
         return rows[0] if rows else None
 
-    def correct_price(self, pid: int, fields: dict, user: str) -> dict | None:
+    def correct_price(self, pid: int, fields: Row, user: str) -> Row | None:
         """Change a recorded price's figure, source or date; the old row, or None."""
         with self.tx():
             old = self.price(pid)
@@ -142,7 +143,7 @@ class Plans(Base):
                               _price_fields({**old, **fields}), user, item=old["item"])
         return old
 
-    def delete_price(self, pid: int, user: str) -> dict | None:
+    def delete_price(self, pid: int, user: str) -> Row | None:
         with self.tx():
             old = self.price(pid)
             if old:
@@ -155,20 +156,20 @@ class Plans(Base):
     _LATEST = ("(select q.id from prices q where lower(q.item) = lower(p.item) and "
                "q.kind = p.kind order by q.date desc, q.id desc limit 1)")
 
-    def prices(self) -> list[dict]:
+    def prices(self) -> list[Row]:
         """The figure that applies for each (item, kind): the one confirmed
         latest (an older quote entered later does not replace it)."""
         return list(self.db.query(f"select p.* from prices p where p.id = {self._LATEST} "
                                   "order by p.item, p.kind"))
 
-    def all_prices(self) -> list[dict]:
+    def all_prices(self) -> list[Row]:
         """Every recorded price, `applies` marking the ones prices() returns;
         per item and kind, the latest confirmed first."""
         return [dict(r, applies=bool(r["applies"])) for r in self.db.query(
             f"select p.*, p.id = {self._LATEST} as applies from prices p "
             "order by lower(p.item), p.kind, p.date desc, p.id desc")]
 
-    def add_actual(self, actual: dict, request: str | None = None,
+    def add_actual(self, actual: Row, request: str | None = None,
                    replace: bool = False) -> int:
         """Record a manual actual; a Slack retry of the same command (same
         `request` key) raises DuplicateRequest and records nothing. `replace`
@@ -194,7 +195,7 @@ class Plans(Base):
             return len(self._delete_actuals(plan, block, ids, user, "delete"))
 
     def _delete_actuals(self, plan: str, block: str, only: list[int] | None,
-                        user: str | None, action: str) -> list[dict]:
+                        user: str | None, action: str) -> list[Row]:
         rows = [a for a in self.actuals(plan) if a["block"] == block
                 and (only is None or a["id"] in only)]
         ids = [a["id"] for a in rows]
@@ -209,7 +210,7 @@ class Plans(Base):
             self.db.execute(f"delete from actuals where id in ({marks})", ids)
         return rows
 
-    def actuals(self, plan: str) -> list[dict]:
+    def actuals(self, plan: str) -> list[Row]:
         """The plan's recorded actuals; `slurm` lists the job ids of one read from
         Slurm accounting (None for hours given by hand)."""
         return [dict(a, parts=json.loads(a["parts"] or "{}"),
@@ -219,16 +220,16 @@ class Plans(Base):
                     "on s.actual = a.id where a.plan = ? order by a.id", [plan])]
 
 
-def _block_fields(block: dict | None) -> dict | None:
+def _block_fields(block: Row | None) -> Row | None:
     return None if block is None else {k: block.get(k) for k in BLOCK_FIELDS}
 
 
-def _price_fields(price: dict) -> dict:
+def _price_fields(price: Row) -> Row:
     return {k: price.get(k) for k in ("item", "kind", "value", "unit", "currency", "source",
                                       "date")}
 
 
-def _actual_fields(actual: dict) -> dict:
+def _actual_fields(actual: Row) -> Row:
     out = {k: actual.get(k) for k in ("id", "hours", "parts", "runs", "note")}
     if actual.get("slurm"):
         out["slurm"] = actual["slurm"]

@@ -6,14 +6,14 @@ import json
 import time
 import uuid
 
-from bot.store.base import inserted
+from bot.store.base import Row, inserted
 from bot.store.outbox import Outbox
 from bot.store.plans import Plans
 from bot.store.workers import Workers
 
 
 class SlurmActuals(Plans, Outbox, Workers):
-    def add_slurm_actual(self, row: dict, request: str | None = None) -> dict:
+    def add_slurm_actual(self, row: Row, request: str | None = None) -> Row:
         """Queue a request; a `request` key seen before (Slack retried) raises
         DuplicateRequest with the id it queued, and queues nothing."""
         with self.tx():
@@ -30,7 +30,7 @@ class SlurmActuals(Plans, Outbox, Workers):
         assert added is not None  # added in the transaction above
         return added
 
-    def slurm_actual(self, req_id: int) -> dict | None:
+    def slurm_actual(self, req_id: int) -> Row | None:
         rows = list(self.db.table("slurm_actuals").rows_where("id = ?", [req_id]))
         if not rows:
             return None
@@ -39,7 +39,7 @@ class SlurmActuals(Plans, Outbox, Workers):
                     result=json.loads(row["result"]) if row["result"] else None)
 
     def lease_slurm_actual(self, worker: str, seconds: float, max_leases: int,
-                           key: str | None = None) -> dict | None:
+                           key: str | None = None) -> Row | None:
         """The oldest queued request, or one whose lease expired fewer than
         `max_leases` times; the conditional UPDATE lets one racing worker win."""
         now = time.time()
@@ -61,15 +61,15 @@ class SlurmActuals(Plans, Outbox, Workers):
             return self.slurm_actual(req_id)
         return None
 
-    def expired_slurm_actuals(self, max_leases: int) -> list[dict]:
+    def expired_slurm_actuals(self, max_leases: int) -> list[Row]:
         """Requests whose last allowed lease expired: their workers went silent."""
         return [req for r in self.db.execute(
             "select id from slurm_actuals where status = 'running' and lease_expires < ? and "
             "attempts >= ? order by id", [time.time(), max_leases]).fetchall()
             if (req := self.slurm_actual(r[0]))]
 
-    def finish_slurm_actual(self, req: dict, status: str, result: dict, text: str,
-                            actual: dict | None, messages: list[dict],
+    def finish_slurm_actual(self, req: Row, status: str, result: Row, text: str,
+                            actual: Row | None, messages: list[Row],
                             expired: bool = False, key: str | None = None) -> bool:
         """End a request held by `req`'s worker and lease: the actual (if any),
         the request's outcome, the channel's message and the worker's request

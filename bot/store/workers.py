@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import time
 
-from bot.store.base import Base
+from bot.store.base import Base, Row
 
 
 class Workers(Base):
-    def upsert_worker(self, name: str, info: dict) -> None:
+    def upsert_worker(self, name: str, info: Row) -> None:
         now = time.time()
         with self.tx():
             self.db.execute(
@@ -54,17 +54,17 @@ class Workers(Base):
             self.db.execute("update worker_requests set job = ?, request = ?, lease = ? "
                             "where worker = ? and key = ?", [job, request, lease, worker, key])
 
-    def worker_request(self, worker: str, key: str) -> dict | None:
+    def worker_request(self, worker: str, key: str) -> Row | None:
         """What the request with this key did, if it was seen."""
         rows = list(self.db.table("worker_requests").rows_where("worker = ? and key = ?",
                                                           [worker, key]))
         return rows[0] if rows else None
 
-    def idle(self, worker: str | None = None) -> list[dict]:
+    def idle(self, worker: str | None = None) -> list[Row]:
         where, args = ("worker = ?", [worker]) if worker else (None, None)
         return list(self.db.table("worker_idle").rows_where(where, args, order_by="worker, day"))
 
-    def worker_states(self, since_day: str) -> list[dict]:
+    def worker_states(self, since_day: str) -> list[Row]:
         """Each worker with its current job's start, its last job's end, and its
         idle seconds on days from `since_day` (YYYY-MM-DD) on: `/trial workers`."""
         rows = self.db.query(
@@ -75,7 +75,7 @@ class Workers(Base):
             "and day >= ?) as idle_seconds from workers w order by w.name", [since_day])
         return [dict(r, info=json.loads(r["info"] or "{}")) for r in rows]
 
-    def workers(self, seen_within: float | None = None) -> list[dict]:
+    def workers(self, seen_within: float | None = None) -> list[Row]:
         where, args = (("where last_seen >= ?", [time.time() - seen_within])
                        if seen_within is not None else ("", []))
         return [dict(w, info=json.loads(w["info"] or "{}"))
@@ -98,7 +98,7 @@ class Workers(Base):
                                   "revoked is null", [time.time(), name])
         return cur.rowcount == 1
 
-    def worker_tokens(self) -> list[dict]:
+    def worker_tokens(self) -> list[Row]:
         """Every token's name, created and revoked: never its hash."""
         return [dict(r) for r in self.db.query(
             "select name, created, revoked from worker_tokens order by name")]
@@ -109,7 +109,7 @@ class Workers(Base):
         return [tuple(r) for r in self.db.execute(
             "select name, hash from worker_tokens where revoked is null").fetchall()]
 
-    def idle_by_worker(self, first_day: str, last_day: str) -> list[dict]:
+    def idle_by_worker(self, first_day: str, last_day: str) -> list[Row]:
         """Idle seconds per worker and day from `first_day` to `last_day` (UTC
         dates, inclusive), with the GPU names the worker registered."""
         return [dict(r, gpus=json.loads(r["gpus"] or "[]")) for r in self.db.query(
@@ -118,7 +118,7 @@ class Workers(Base):
             "from worker_idle i left join workers w on w.name = i.worker "
             "where i.day between ? and ? order by i.worker, i.day", [first_day, last_day])]
 
-    def worker_usage(self, worker: str) -> dict:
+    def worker_usage(self, worker: str) -> Row:
         """Seconds idle and busy (leased jobs' wall time) on the days idle was
         measured: the worker's measured idle share."""
         rows = self.idle(worker)

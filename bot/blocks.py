@@ -87,7 +87,7 @@ def plain(parts: list[str]) -> str:
 
 def paragraphs(parts: list[str]) -> list[dict]:
     """Paragraphs as blocks: a section each, a context block for one starting with `~`."""
-    blocks = []
+    blocks: list[dict] = []
     for part in parts:
         if len(blocks) >= 49:
             break

@@ -100,7 +100,7 @@ def update(lang: str) -> Catalog:
     return catalog
 
 
-def strings(message) -> tuple:
+def strings(message) -> tuple | list:
     return message if isinstance(message, (tuple, list)) else (message,)
 
 

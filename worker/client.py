@@ -8,6 +8,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from worker.i18n import _
 
@@ -121,7 +123,7 @@ class Client:
         return self.call(f"/api/accounting/{job['id']}/result",
                          _keyed({"worker": name, "lease": job["lease"], "result": result}, key))
 
-    def report(self, name: str, job: dict, report: dict, key: str | None = None,
+    def report(self, name: str, job: dict, report: Mapping[str, Any], key: str | None = None,
                timeout: float = 30) -> dict | None:
         return self.call(f"/api/jobs/{job['id']}/report",
                          _keyed({"worker": name, "lease": job["lease"], "report": report}, key),

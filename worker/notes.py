@@ -76,7 +76,7 @@ def said(note: object, fallback: str | None = None) -> str | None:
             parts = [said(v) for v in value]
             if None in parts:
                 return fallback
-            value = "; ".join(parts)
+            value = "; ".join(p for p in parts if p is not None)  # none is, as checked
         elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
             return fallback
         values[key] = value

@@ -3,6 +3,7 @@ bot's worker API. worker/client.py's Client is the real one over HTTP; a test
 may hand the agent any object with these methods."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 Object = dict[str, Any]  # a JSON object: a job, a report, the bot's answer
@@ -26,7 +27,7 @@ class BotApi(Protocol):
     def accounting(self, name: str, job: Object, result: Object,
                    key: str | None = None) -> Object | None: ...
 
-    def report(self, name: str, job: Object, report: Object, key: str | None = None,
+    def report(self, name: str, job: Object, report: Mapping[str, Any], key: str | None = None,
                timeout: float = 30) -> Object | None: ...
 
     def release(self, name: str, job: Object, reason: str, key: str | None = None,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from bot.delivery import refusals
 from bot.delivery.refusals import Undeliverable
@@ -55,7 +57,7 @@ def error_class(exc: Exception) -> str:
     http_NNN (Slack answered with an HTTP error), network, or the exception's type."""
     if isinstance(exc, Undeliverable):
         return exc.error or "unknown"
-    response = getattr(exc, "response", None)
+    response: Any = getattr(exc, "response", None)  # a SlackResponse, or anything
     status = getattr(response, "status_code", None)
     if status == 200 and callable(getattr(response, "get", None)) and response.get("error"):
         return response.get("error")  # a SlackApiError: Slack's own code (ok: false)
@@ -100,7 +102,7 @@ class Courier(threading.Thread):
         self.blocked: dict[str, tuple[float, float]] = {}  # channel -> (retry at, backoff)
         self.update_lock = threading.Lock()
         self.next_update = 0.0
-        self.pool = None
+        self.pool: ThreadPoolExecutor | None = None  # made by run()
         self.errors: dict[str, int] = {}  # failed sends by error_class, since start
         self.alert_seconds = alert_minutes * 60
         self.alerted: set[int] = set()  # stuck messages already logged
@@ -118,7 +120,6 @@ class Courier(threading.Thread):
         self.wake_event.set()
 
     def run(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
         self.pool = ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="outbox-lane")
         try:
             while not self.stopping.is_set():
@@ -153,6 +154,7 @@ class Courier(threading.Thread):
         now = time.monotonic()
         for channel in self.store.unsent_channels():
             if self._take(channel, now):
+                assert self.pool is not None  # dispatch runs inside run()
                 self.pool.submit(self._lane, channel)
 
     def _take(self, channel: str, now: float | None) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from typing import Any
 
 from bot.digest import build as digest
 from bot.digest import command
@@ -24,7 +25,7 @@ class Digests:
 
     def __init__(self, ctx, clock: Now = lambda: dt.datetime.now(dt.timezone.utc)):
         self.ctx, self.clock = ctx, clock
-        self.scheduler = None
+        self.scheduler: Any = None  # apscheduler's BackgroundScheduler (untyped), from start()
 
     def start(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler

@@ -29,6 +29,8 @@ datasheet's peak bandwidth.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from bot.fits import gpus, ols, scaling, usable
 from worker import arithmetic, presets, summary
@@ -116,7 +118,7 @@ def arithmetic_at(p: dict, s: dict | None = None) -> dict:
 
 # --- one trial ----------------------------------------------------------------
 
-def from_trial(r: dict) -> dict | None:
+def from_trial(r: Mapping[str, Any]) -> dict | None:
     """A full-depth prediction from one ok llm-infer trial with `preset=` or
     hf-infer trial; None for any other report."""
     if (r or {}).get("workload") not in INFER or r.get("status") != "ok":

@@ -42,6 +42,7 @@ from bot.store import Unwritable
 from bot.trials import routing, workers
 from bot.trials.queue import LeaseLost
 from worker import report as reports
+from worker.limits import MAX_BYTES
 from worker.spec import Workload
 
 log = logging.getLogger("trialbot.http")
@@ -78,7 +79,7 @@ def check_info(info: dict) -> str | None:
         return "`info.gpus` must be a list of GPU names"
     memory = info.get("gpu_memory", [])
     if not (isinstance(memory, list) and len(memory) in (0, len(gpus)) and all(
-            isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= reports.MAX_BYTES
+            isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= MAX_BYTES
             for m in memory)):
         return "`info.gpu_memory` must be a list of byte counts (up to 1 PiB), one per GPU"
     if info.get("device") not in (None, "cuda", "mps", "cpu"):
@@ -278,8 +279,8 @@ class WorkerApi:
 
     def _answered(self, worker: str, key: str | None, kind: str, **ref) -> bool:
         """The request with this key was applied before (its answer was lost)."""
-        first = key and self.ctx.store.worker_request(worker, key)
-        return bool(first) and first["kind"] == kind and all(first[k] == v
+        first = self.ctx.store.worker_request(worker, key) if key else None
+        return first is not None and first["kind"] == kind and all(first[k] == v
                                                               for k, v in ref.items())
 
     def accounting(self, req_id: int, worker: str, body: dict,

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,8 @@ from bot.store import migrations, schema
 
 # A row as the store hands it out: columns by name, JSON columns decoded.
 Row = dict[str, Any]
+# A report as it is stored: worker/report.py's Report, or any JSON object of its shape.
+Posted = Mapping[str, Any]
 
 
 class DuplicateRequest(Exception):

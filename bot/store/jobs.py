@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from bot.states import JobStatus, Outcome
-from bot.store.base import Row, inserted
+from bot.store.base import Posted, Row, inserted
 from bot.store.outbox import Outbox
 from bot.store.workers import Workers
 
@@ -134,7 +135,7 @@ class Jobs(Outbox, Workers):
             [time.time(), max_leases], order_by="id", select=JOB_COLUMNS)
         return [_job(r) for r in rows]
 
-    def fail_expired(self, job: Row, report: Row, messages: list[Row]) -> bool:
+    def fail_expired(self, job: Row, report: Posted, messages: list[Row]) -> bool:
         """End a job whose last lease expired; only if it is still that lease."""
         lost = {"status": Outcome.FAILED, "error_class": report["error"]["class"], "expired": True,
                 "message": report["error"]["message"],
@@ -176,7 +177,7 @@ class Jobs(Outbox, Workers):
                                 [time.time(), worker])
         return cur.rowcount == 1
 
-    def finish_job(self, job_id: int, worker: str, lease: str, report: Row,
+    def finish_job(self, job_id: int, worker: str, lease: str, report: Posted,
                    messages: list[Row], key: str | None = None) -> bool:
         """Store the report and its outbox messages in one transaction, only if
         `lease` still holds the job: a late worker cannot overwrite a newer attempt.
@@ -187,7 +188,7 @@ class Jobs(Outbox, Workers):
             "seconds": report.get("seconds")}]
         return self._finish(job_id, worker, lease, report, messages, tries, key=key)
 
-    def _finish(self, job_id: int, worker: str, lease: str, report: Row, messages: list[Row],
+    def _finish(self, job_id: int, worker: str, lease: str, report: Posted, messages: list[Row],
                 tries: list[Row], expired: bool = False, key: str | None = None) -> bool:
         error = (report.get("error") or {}).get("class")
         status = (JobStatus.DONE if report["status"] == Outcome.OK else
@@ -273,7 +274,7 @@ class Jobs(Outbox, Workers):
                 self._add_message(message, job_id)
         return True
 
-    def cancel_queued(self, job_id: int, user: str, report: Row, messages: list[Row]) -> bool:
+    def cancel_queued(self, job_id: int, user: str, report: Posted, messages: list[Row]) -> bool:
         """Cancel a job no worker has leased yet (queued or held); False if one has."""
         with self.tx():
             cur = self.db.execute(
@@ -303,7 +304,7 @@ class Jobs(Outbox, Workers):
             return self.db.execute(f"update jobs set status = '{QUEUED}' where channel = ? and "
                                    f"status = '{HELD}'", [channel]).rowcount
 
-    def end_held(self, reports: dict[int, Row], messages: list[Row]) -> int:
+    def end_held(self, reports: Mapping[int, Posted], messages: list[Row]) -> int:
         """End held jobs unrun (the bot may not post in their channel) with their
         reports, and store `messages` (the requesters' notes) in the same
         transaction, unless none was still held. How many were ended."""

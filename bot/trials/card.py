@@ -19,7 +19,7 @@ def _button(text: str, action: str, job: dict, style: str | None = None) -> dict
 
 
 def _card(job: dict, text: str, buttons: list[dict], kind: str) -> dict:
-    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]
+    blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]
     if buttons:
         blocks.append({"type": "actions", "block_id": f"trial_{job['id']}",
                        "elements": buttons})
@@ -90,7 +90,8 @@ def returned(job: dict, worker: str, reason: str) -> dict:
 
 def final(job: dict, r: Report) -> dict:
     """The card once the trial ended: its one-line summary; the report is in the thread."""
-    if (r.get("error") or {}).get("class") == "cancelled":
+    error = r.get("error")
+    if error and error.get("class") == "cancelled":
         values = {"trial": job["trial"], "words": job["words"]}
         icon, line = ":no_entry_sign:", (
             _("*{trial}* cancelled by <@{user}>: `{words}`", user=job["cancelled_by"], **values)

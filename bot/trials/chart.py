@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from worker.units import duration, size
 
@@ -25,7 +27,7 @@ LEVELS = 5  # rows of phase labels; a label that fits none goes to the key below
 GAP = 1e-3  # seconds: a smaller space between two phases is no gap
 
 
-def has_timeline(report: dict) -> bool:
+def has_timeline(report: Mapping[str, Any]) -> bool:
     tl = report.get("timeline") or {}
     return any(tl.get(part, {}).get("rows") for part in ("sampled", "allocator"))
 

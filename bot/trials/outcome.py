@@ -36,7 +36,8 @@ def group_messages(store: QueueStore, job: dict, report: Report) -> list[dict]:
         jobs = store.ladder_jobs(job["ladder"])
         if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
             return []
-        reports = [report if j["id"] == job["id"] else j["report"] for j in jobs]
+        reports: list[dict | None] = [dict(report) if j["id"] == job["id"] else j["report"]
+                                      for j in jobs]
         try:
             if job.get("group_kind") == "ab":
                 return [ab.message(jobs, reports)]

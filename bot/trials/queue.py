@@ -19,6 +19,7 @@ from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
 from worker import report as reports
 from worker.i18n import _
+from worker.report import Report
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
 MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)
@@ -30,7 +31,7 @@ def _dicts(specs: list, route: dict | None) -> list[dict]:
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
 
-def unrun_report(job: dict, why: str) -> dict:
+def unrun_report(job: dict, why: str) -> Report:
     """The report of a held trial that will not run: cancelled, with why."""
     report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
                           "cancelled", _("not run: {why}", why=why), None)
@@ -57,7 +58,7 @@ class JobQueue:
         self.on_message = on_message  # wakes the outbox sender
         self.changed = threading.Condition()
         # (worker, lease request key) of long polls their worker left -> why it stopped
-        self.left: dict[tuple[str, str], str] = {}
+        self.left: dict[tuple[str, str | None], str] = {}
         self.left_lock = threading.Lock()
         # Serialises "is this the sweep's last job?" with ending the job, so two
         # workers ending a sweep's last two jobs at once post its fit exactly once.
@@ -107,7 +108,8 @@ class JobQueue:
     def refuse_held(self, jobs: list[dict], refusal: str) -> int:
         """The bot may not post in their channel: held trials end unrun, and each
         command's requester is told why (its response_url, else a direct message)."""
-        reports, asked = {}, {}
+        reports: dict[int, Report] = {}
+        asked: dict[tuple[str, str | None], list[str]] = {}
         for job in jobs:
             report = unrun_report(job, refusal)
             reports[job["id"]] = report
@@ -142,7 +144,7 @@ class JobQueue:
         lease is kept with the request's `key` (see held)."""
         deadline = time.monotonic() + wait
         self.store.seen_worker(worker)
-        info = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
+        info: dict = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
 
         while True:
             if self.stopped(worker, key) is not None:  # its worker left: answer nothing now
@@ -201,7 +203,7 @@ class JobQueue:
         return True
 
     def release(self, job_id: int, worker: str, lease: str, reason: str,
-                key: str | None = None) -> dict:
+                key: str | None = None) -> dict | None:
         """A worker that stops (SIGTERM, docker stop) hands back the trial it ran:
         queued again at once, as an unsent lease is, with no attempt counted, and
         its card says why. A trial cancelled meanwhile ends cancelled instead of
@@ -213,7 +215,7 @@ class JobQueue:
                                lambda j, w: card.returned(j, w, reason), key)
 
     def _give_back(self, job: dict, worker: str, lease: str, reason: str, drawn,
-                   key: str | None = None) -> dict:
+                   key: str | None = None) -> dict | None:
         """Queue again a trial its worker did not run to the end, its card edited
         with `drawn(job, worker)`; or end it cancelled when someone cancelled it,
         before or while it is handed back (the store refuses to queue a cancelled
@@ -227,9 +229,10 @@ class JobQueue:
                 self.on_message()
                 self._wake()
                 return self.store.job(job["id"])
-            job = self.store.job(job["id"])
-            if not job["cancel"]:  # not this lease's any more
+            now = self.store.job(job["id"])
+            if now is None or not now["cancel"]:  # not this lease's any more
                 raise LeaseLost(f"{job['trial']} is not leased to {worker} under this lease")
+            job = now
         with self.speaking(job["channel"]):
             said = _("cancelled by <@{user}>; {worker} stopped ({reason}) before it ended",
                      user=job["cancelled_by"], worker=worker, reason=reason)
@@ -319,6 +322,8 @@ class JobQueue:
         if not self.store.extend_lease(job_id, worker, lease, self.lease_seconds):
             raise LeaseLost(f"T{job_id} is not leased to {worker} under this lease")
         job = self.store.job(job_id)
+        if job is None:  # the lease was just extended: the job is there
+            raise LeaseLost(f"there is no job T{job_id}")
         if progress and progress != job.get("progress") and job.get("started_msg"):
             with self.speaking(job["channel"]):
                 messages = [dict(card.started(job, worker, progress),
@@ -365,16 +370,16 @@ class JobQueue:
                 return _("{trial} was queued and is cancelled; it will not run",
                          trial=job["trial"])
             return self.cancel(job_id, user)  # a worker leased it meanwhile: ask it
-        edit = card.started(dict(job, cancel=1), job["worker"], job.get("progress"))
-        edit = dict(edit, update_of=job["started_msg"]) if job["started_msg"] else None
-        if not self.store.request_cancel(job_id, user, edit):
+        drawn = card.started(dict(job, cancel=1), job["worker"], job.get("progress"))
+        redrawn = dict(drawn, update_of=job["started_msg"]) if job["started_msg"] else None
+        if not self.store.request_cancel(job_id, user, redrawn):
             return self.cancel(job_id, user)  # it ended meanwhile: say so
         self.on_message()
         return _("{trial} is running on {worker}: the worker kills it at its next heartbeat "
                  "and the report will say cancelled", trial=job["trial"], worker=job["worker"])
 
-    def finish(self, job_id: int, worker: str, lease: str, report: dict,
-               key: str | None = None) -> dict:
+    def finish(self, job_id: int, worker: str, lease: str, report: Report,
+               key: str | None = None) -> dict | None:
         job = self.store.job(job_id)
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")

@@ -14,9 +14,10 @@ from worker.report import Report
 from worker.units import duration
 
 # A job's status as shown; the stored word stays English (`/trial list running` takes it).
-STATUS = {JobStatus.HELD: N_("held for Slack's answer"), JobStatus.QUEUED: N_("queued"),
-          JobStatus.RUNNING: N_("running"), JobStatus.DONE: N_("done"),
-          JobStatus.FAILED: N_("failed"), JobStatus.CANCELLED: N_("cancelled")}
+STATUS: dict[str, str] = {
+    JobStatus.HELD: N_("held for Slack's answer"), JobStatus.QUEUED: N_("queued"),
+    JobStatus.RUNNING: N_("running"), JobStatus.DONE: N_("done"),
+    JobStatus.FAILED: N_("failed"), JobStatus.CANCELLED: N_("cancelled")}
 
 
 def status_word(status: str) -> str:
@@ -183,8 +184,8 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
         blocks.append(section(f":warning: {summary.retry_line(r)}"))
     if summary.busy_line(r):
         blocks.append(section(f":warning: {summary.busy_line(r)}"))
-    if r["status"] == Outcome.FAILED:
-        err = r["error"]
+    err = r.get("error")
+    if r["status"] == Outcome.FAILED and err:  # a failed report names its error (validated)
         lines = err["message"].strip().splitlines()
         # An environment error leads with what to change and the resolver's lines.
         tail = "\n".join(lines[:12] if err["class"] == "environment" else lines[-6:])

@@ -154,7 +154,7 @@ def fits_ranks(info: dict, params: dict) -> bool:
 
 def recipes_of(workers: list[dict]) -> dict[str, Workload]:
     """The recipes these workers declared from their recipe files, by name."""
-    out = {}
+    out: dict[str, Workload] = {}
     for w in workers:
         for d in w["info"].get("recipes", []):
             out.setdefault(d["name"], Workload.from_dict(d))

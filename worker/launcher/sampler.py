@@ -38,7 +38,8 @@ class Sampler(threading.Thread):
         if not self.hz:
             return
         period = 1.0 / self.hz
-        procs, refreshed = [], 0.0
+        procs: list = []
+        refreshed = 0.0
         try:
             self._loop(period, procs, refreshed)
         finally:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from bot.states import Postable
 from bot.store.base import Posted, Row, Unwritable, WriteHealth
 from bot.store.leasing import NeedsClass
+from worker.report import Report
 
 
 class Clock(Protocol):
@@ -275,3 +276,68 @@ class ApiStore(Protocol):
 
 class AppStore(TrialStore, PlanStore, DigestStore, DeliveryStore, ApiStore, Protocol):
     """Every part at once: what the runtime holds (bot/store's Store)."""
+
+
+class TrialQueue(Protocol):
+    """What the commands need of the job queue (bot/trials/queue.py's JobQueue):
+    submitting, cancelling, settling held trials, speaking a channel's language."""
+
+    def submit(self, spec: Any, words: str, user: str, channel: str, tags: Row | None = None,
+               request: str | list[tuple[str | None, float | None]] | None = None,
+               route: Row | None = None, response_url: str | None = None,
+               held: bool = False) -> Row: ...
+
+    def submit_sweep(self, specs: list[Any], words: list[str], user: str, channel: str,
+                     tags: Row | None = None, request: str | None = None,
+                     route: Row | None = None, response_url: str | None = None,
+                     held: bool = False) -> list[Row]: ...
+
+    def submit_group(self, kind: str, specs: list[Any], words: list[str], user: str,
+                     channel: str, budget: int | None = None, tags: Row | None = None,
+                     request: str | None = None, route: Row | None = None,
+                     response_url: str | None = None, held: bool = False) -> list[Row]: ...
+
+    def submit_slurm_actual(self, row: Row, request: str | None = None) -> Row: ...
+
+    def cancel(self, job_id: int, user: str) -> str: ...
+
+    def release_held(self, channel: str) -> int: ...
+
+    def refuse_held(self, jobs: list[Row], refusal: str) -> int: ...
+
+    def speaking(self, channel: str | None) -> AbstractContextManager[object]: ...
+
+
+class LeaseQueue(Protocol):
+    """What the worker API (bot/http/workerapi.py) needs of the job queue."""
+    lease_seconds: float
+    heartbeat_seconds: float
+
+    def lease(self, worker: str, wait: float, key: str | None = None) -> Row | None: ...
+
+    def leave(self, worker: str, key: str, reason: str) -> None: ...
+
+    def stopped(self, worker: str, key: str | None) -> str | None: ...
+
+    def unsent(self, worker: str, job_id: int, lease: str) -> bool: ...
+
+    def held(self, worker: str, key: str) -> Row | None: ...
+
+    def heartbeat(self, job_id: int, worker: str, lease: str,
+                  progress: Row | None = None) -> bool: ...
+
+    def release(self, job_id: int, worker: str, lease: str, reason: str,
+                key: str | None = None) -> Row | None: ...
+
+    def finish(self, job_id: int, worker: str, lease: str, report: Report,
+               key: str | None = None) -> Row | None: ...
+
+
+class Queue(TrialQueue, LeaseQueue, Protocol):
+    """The whole queue: what the runtime holds and Context carries."""
+
+
+class Schedule(Protocol):
+    """The running digest schedule (bot/digest/scheduler.py's Digests)."""
+
+    def sync(self) -> None: ...

@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 from bot.states import Postable
 from bot.store.base import Posted, Row, Unwritable, WriteHealth
 from bot.store.leasing import NeedsClass
 from worker.report import Report
+from worker.spec import TrialSpec
 
 
 class Clock(Protocol):
@@ -282,17 +283,17 @@ class TrialQueue(Protocol):
     """What the commands need of the job queue (bot/trials/queue.py's JobQueue):
     submitting, cancelling, settling held trials, speaking a channel's language."""
 
-    def submit(self, spec: Any, words: str, user: str, channel: str, tags: Row | None = None,
+    def submit(self, spec: TrialSpec, words: str, user: str, channel: str, tags: Row | None = None,
                request: str | list[tuple[str | None, float | None]] | None = None,
                route: Row | None = None, response_url: str | None = None,
                held: bool = False) -> Row: ...
 
-    def submit_sweep(self, specs: list[Any], words: list[str], user: str, channel: str,
+    def submit_sweep(self, specs: list[TrialSpec], words: list[str], user: str, channel: str,
                      tags: Row | None = None, request: str | None = None,
                      route: Row | None = None, response_url: str | None = None,
                      held: bool = False) -> list[Row]: ...
 
-    def submit_group(self, kind: str, specs: list[Any], words: list[str], user: str,
+    def submit_group(self, kind: str, specs: list[TrialSpec], words: list[str], user: str,
                      channel: str, budget: int | None = None, tags: Row | None = None,
                      request: str | None = None, route: Row | None = None,
                      response_url: str | None = None, held: bool = False) -> list[Row]: ...

@@ -5,6 +5,10 @@ before. The lowest layer: the store sets these, the domains and views read them.
 from __future__ import annotations
 
 import enum
+from typing import Any
+
+# A JSON object as the domains pass it around: a job as stored, a fit, a payload.
+Json = dict[str, Any]
 
 
 class TextEnum(str, enum.Enum):

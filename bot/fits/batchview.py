@@ -3,9 +3,12 @@ memory method's model with its checks, predictions with their intervals, the
 largest batch for a GPU. Pure."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bot.blocks import table_text
-from bot.fits import depth, depthview, scaling, usable
-from bot.states import JobStatus
+from bot.fits import depth, depthview, ols, scaling, usable
+from bot.fits.gpus import Gpu
+from bot.states import JobStatus, Json
 from worker.i18n import _
 from worker.spec import LIVE_TIME_NOTE
 from worker.units import duration, size
@@ -13,7 +16,7 @@ from worker.units import duration, size
 LEVEL = 0.90  # prediction intervals shown in sweep messages
 
 
-def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
+def fit_parts(sweep: int, jobs: list[Json], fit: Json) -> list[str]:
     """The fit as a list of paragraphs; one starting with `~` is a context line."""
     parts = [_sweep_head(sweep, jobs, fit)]
     parts.append(_points_table(fit))
@@ -64,7 +67,7 @@ def fit_parts(sweep: int, jobs: list[dict], fit: dict) -> list[str]:
     return [p for p in parts if p]
 
 
-def _sweep_head(sweep: int, jobs: list[dict], fit: dict) -> str:
+def _sweep_head(sweep: int, jobs: list[Json], fit: Json) -> str:
     what = (_("recipe {recipe}", recipe=fit["recipe"]) if fit.get("recipe")
             else (fit.get("workload") or "?"))
     ok = sum(1 for j in jobs if j["status"] == JobStatus.DONE)
@@ -84,7 +87,7 @@ def _sweep_head(sweep: int, jobs: list[dict], fit: dict) -> str:
              "{failed} failed", **values)
 
 
-def _partial_note(fit: dict) -> str | None:
+def _partial_note(fit: Json) -> str | None:
     """A batch sweep of a partial-depth preset fits the partial model."""
     part = depth.partial({"workload": fit.get("workload"), "params": fit.get("defaults") or {},
                           "trial": _("this sweep")})
@@ -92,11 +95,11 @@ def _partial_note(fit: dict) -> str | None:
               "sweep (`layers=1,2,4`) predicts the full depth", part=part) if part else None)
 
 
-def _params(p: dict) -> str:
+def _params(p: Json) -> str:
     return " ".join(f"{k}={v}" for k, v in p.items())
 
 
-def _points_table(fit: dict) -> str:
+def _points_table(fit: Json) -> str:
     points = fit.get("points") or []
     if not points:
         return ""
@@ -120,7 +123,7 @@ _SHORT = {"process_used_peak": "NVML proc", "peak_reserved": "reserved",
           "peak_allocated": "allocated", "host_rss_peak": "host RSS"}
 
 
-def _time_what(fit: dict) -> str:
+def _time_what(fit: Json) -> str:
     t = fit.get("time") or {}
     per_request = fit.get("workload") in ("llm-infer", "hf-infer")
     return t.get("what") or (_("mean latency per request") if per_request
@@ -129,7 +132,7 @@ def _time_what(fit: dict) -> str:
 
 _TERM = {"1": "", "b": "·b", "s": "·s", "s^2": "·s²", "b*s": "·b·s", "b*s^2": "·b·s²"}
 
-def _formula(model: dict) -> str:
+def _formula(model: Json) -> str:
     fmt = size if model["unit"] == "bytes" else duration
     out = []
     for i, (feature, c) in enumerate(zip(model["features"], model["coef"])):
@@ -138,7 +141,7 @@ def _formula(model: dict) -> str:
     return "".join(out)
 
 
-def _model_text(title: str, model: dict, fit: dict) -> str:
+def _model_text(title: str, model: Json, fit: Json) -> str:
     if model.get("error"):
         return _("*{title}*: no fit — {error}", title=title, error=model["error"])
     fmt = size if model["unit"] == "bytes" else duration
@@ -186,7 +189,7 @@ def _model_text(title: str, model: dict, fit: dict) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _allocator_line(target: str, fit: dict) -> str:
+def _allocator_line(target: str, fit: Json) -> str:
     """Which C allocator setting (and pass) the figure came from, and what that means."""
     used = (fit.get("allocators") or {}).get(target) or [
         f"malloc={fit['defaults'].get('malloc', 'glibc')}"]
@@ -206,18 +209,19 @@ def _allocator_line(target: str, fit: dict) -> str:
     return _("_Measured under {under}._", under=under)
 
 
-def _per_token_slope(model: dict, fit: dict) -> float | None:
+def _per_token_slope(model: Json, fit: Json) -> float | None:
     """Bytes per (sequence × position): the b·s coefficient, or b's over s."""
     coef = dict(zip(model["features"], model["coef"]))
     if "b*s" in coef:
-        return coef["b*s"]
+        slope: float = coef["b*s"]
+        return slope
     if "b" in coef and set(coef) <= {"1", "b"}:
         s = model["range"]["s"][0]
         return coef["b"] / s if s else None
     return None
 
 
-def _arithmetic_text(fit: dict) -> str:
+def _arithmetic_text(fit: Json) -> str:
     a, d = fit["arithmetic"], fit["defaults"]
     parts, layers = a["parts"], a.get("layers") or d["layers"]
     head = (_("tied to the embedding") if a.get("tied_embedding") else
@@ -256,7 +260,7 @@ def _arithmetic_text(fit: dict) -> str:
     return "\n".join(lines)
 
 
-def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) -> list[str]:
+def _prediction_lines(fit: Json, params: Json, why: str, brief: bool = False) -> list[str]:
     axes = [k for k in (fit["variables"]["batch"], *fit["variables"]["length"]) if k]
     merged = {**fit["defaults"], **params}
     shown = {**{k: merged[k] for k in axes if k in merged},
@@ -286,7 +290,7 @@ def _prediction_lines(fit: dict, params: dict, why: str, brief: bool = False) ->
     return lines
 
 
-def _spread(band, fmt) -> str:
+def _spread(band: ols.Band, fmt: Callable[[float | None], str]) -> str:
     """" ± 12 MiB (90% PI, dof 1: the points' spread ± 4 MiB and the form's
     leave-one-out error ± 11 MiB over 3 points, in quadrature)", or why there is
     no interval."""
@@ -298,16 +302,17 @@ def _spread(band, fmt) -> str:
              form=fmt(band.form), n=band.points)
 
 
-def _model(fit: dict, name: str) -> dict:
-    return fit["time"] if name == "time" else fit["memory"][name]
+def _model(fit: Json, name: str) -> Json:
+    model: Json = fit["time"] if name == "time" else fit["memory"][name]
+    return model
 
 
-def _verdict_at(fit: dict, name: str, params: dict, value: float) -> dict:
+def _verdict_at(fit: Json, name: str, params: Json, value: float) -> Json:
     return usable.verdict(_model(fit, name), fit.get("points") or [],
                           (*scaling.point(fit, params), value), fit["variables"]["batch"])
 
 
-def _extrapolation(fit: dict, name: str, params: dict) -> str:
+def _extrapolation(fit: Json, name: str, params: Json) -> str:
     model = fit["time"] if name == "time" else fit["memory"].get(name)
     batch = fit["variables"]["batch"]
     if not model or model.get("error") or not batch or batch not in params:
@@ -319,7 +324,7 @@ def _extrapolation(fit: dict, name: str, params: dict) -> str:
     return ""
 
 
-def _largest_line(ans: dict, fit: dict, lengths: dict) -> str:
+def _largest_line(ans: Json, fit: Json, lengths: Json) -> str:
     if not ans["ok"]:
         return _(":warning: No answer: {reason}.", reason=ans["reason"])
     at = _params({**{k: fit["defaults"][k] for k in fit["variables"]["length"]
@@ -347,7 +352,7 @@ def _largest_line(ans: dict, fit: dict, lengths: dict) -> str:
     return text + "."
 
 
-def _gpu_text(fit: dict, sweep: int) -> str:
+def _gpu_text(fit: Json, sweep: int) -> str:
     method = scaling.gpu_method(fit)
     if method is None:
         if "host_rss_peak" in fit["memory"]:
@@ -371,7 +376,8 @@ def _gpu_text(fit: dict, sweep: int) -> str:
                     sweep=sweep)
 
 
-def answer_parts(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None) -> list[str]:
+def answer_parts(sweep: int, jobs: list[Json], fit: Json, params: Json,
+                 gpu: Gpu | None = None) -> list[str]:
     """`/trial fit S12 batch=32 prompt=2048 gpu=H100`: a prediction for one
     config and the largest batch for a GPU, each with how it was measured."""
     head = _sweep_head(sweep, jobs, fit)

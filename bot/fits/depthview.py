@@ -6,9 +6,12 @@ are; the decode estimate sits in its own paragraph, never in a measured row.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bot.blocks import section, table_text
 from bot.fits import depth, usable
-from bot.states import JobStatus
+from bot.fits.gpus import Gpu
+from bot.states import JobStatus, Json
 from worker.i18n import _
 from worker.units import duration, size
 
@@ -19,7 +22,7 @@ _SHORT = {"process_used_peak": "NVML per-process", "peak_reserved": "peak reserv
           "host_rss_peak_kernel": "kernel max RSS"}
 
 
-def trial_text(pred: dict) -> str:
+def trial_text(pred: Json) -> str:
     """The report's paragraph for a trial with `preset=`."""
     per = pred["per_layer"]
     deep, ran = pred["layers"], pred["trial_layers"]
@@ -48,7 +51,7 @@ def trial_text(pred: dict) -> str:
     return "\n".join(lines)
 
 
-def fits_text(fits: dict) -> str:
+def fits_text(fits: Json) -> str:
     rows = [["GPU", _("memory"), _("margin at batch {batch}", batch=fits["batch"]),
              _("largest batch")]]
     for g in fits["gpus"]:
@@ -76,7 +79,7 @@ def no_bf16(names: str) -> str:
              "or dtype=fp32 there.", names=names)
 
 
-def decode_text(d: dict, layers: int, only: str | None = None) -> str:
+def decode_text(d: Json, layers: int, only: str | None = None) -> str:
     parts = []
     for g in d["gpus"]:
         if only and g["gpu"] != only:
@@ -95,22 +98,23 @@ def decode_text(d: dict, layers: int, only: str | None = None) -> str:
             + f"{moe}\n_{d['what']}.{none}_")
 
 
-def _trial_parts(pred: dict) -> list[str]:
+def _trial_parts(pred: Json) -> list[str]:
     return [trial_text(pred), fits_text(pred["fits"]), decode_text(pred["decode"], pred["layers"])]
 
 
-def trial_blocks(pred: dict) -> list[dict]:
+def trial_blocks(pred: Json) -> list[Json]:
     return [section(t) for t in _trial_parts(pred)]
 
 
-def trial_plain(pred: dict) -> str:
+def trial_plain(pred: Json) -> str:
     """The same paragraphs for the message's text (the console prints it)."""
     return "\n".join(_trial_parts(pred))
 
 
 # --- depth sweeps ---------------------------------------------------------------
 
-def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> str:
+def _model_line(title: str, model: Json, per_layer_arith: float | None,
+                fmt: Callable[[float | None], str]) -> str:
     if model.get("error"):
         return _("*{title}*: no fit — {error}", title=title, error=model["error"])
     fixed, per = model["coef"][model["features"].index("1")], depth.slope(model)
@@ -137,8 +141,8 @@ def _model_line(title: str, model: dict, per_layer_arith: float | None, fmt) -> 
     return line
 
 
-def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = None,
-                gpu=None) -> list[str]:
+def sweep_parts(sweep: int, jobs: list[Json], fit: Json, layers: int | None = None,
+                gpu: Gpu | None = None) -> list[str]:
     ok = sum(1 for j in jobs if j["status"] == JobStatus.DONE)
     failed = len(fit.get("failed") or [])
     what = _what(fit)
@@ -182,7 +186,7 @@ def sweep_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None = No
     return parts
 
 
-def _prediction_parts(fit: dict, layers: int | None, gpu=None) -> list[str]:
+def _prediction_parts(fit: Json, layers: int | None, gpu: Gpu | None = None) -> list[str]:
     """The fit's prediction at `layers`: memory and time, what fits, the decode step."""
     parts: list[str] = []
     try:
@@ -213,8 +217,8 @@ def _prediction_parts(fit: dict, layers: int | None, gpu=None) -> list[str]:
     return parts
 
 
-def answer_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None,
-                 gpu=None) -> list[str]:
+def answer_parts(sweep: int, jobs: list[Json], fit: Json, layers: int | None,
+                 gpu: Gpu | None = None) -> list[str]:
     """`/trial fit S12 layers=40`: the answer to that question, not the whole
     sweep again (without layers=, the whole fit: it is the question then)."""
     if layers is None or fit.get("error"):
@@ -229,7 +233,7 @@ def answer_parts(sweep: int, jobs: list[dict], fit: dict, layers: int | None,
               "message posted when S{sweep} ended, or `/trial fit S{sweep}`.", sweep=sweep)]
 
 
-def _what(fit: dict) -> str:
+def _what(fit: Json) -> str:
     """What a depth sweep is of: "preset llama-7b", "model gpt2", or the workload."""
     if not fit.get("preset"):
         return fit.get("workload") or "llm-infer"
@@ -237,7 +241,7 @@ def _what(fit: dict) -> str:
             else _("preset {name}", name=fit["preset"]))
 
 
-def _interval(v: dict, fmt) -> str:
+def _interval(v: Json, fmt: Callable[[float | None], str]) -> str:
     if v.get("verdict") and not v["verdict"]["usable"]:
         return f" — *{usable.text(v['verdict'])}*"
     if not v.get("interval"):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bot.states import Json
 from worker.i18n import N_, _
 
 GB = 10**9
@@ -60,7 +61,8 @@ class Gpu:
                  source=self.source, gib=format(self.bytes / GIB, ".1f"))
 
 
-def _gpu(name, gb, memory, source, note="", bw=(), family="", bf16=True):
+def _gpu(name: str, gb: float, memory: str, source: str, note: str = "",
+         bw: tuple[float, ...] = (), family: str = "", bf16: bool = True) -> Gpu:
     # bf16: Volta (V100) and Turing (T4) have none; Ampere and later do (their datasheets
     # and NVIDIA's architecture whitepapers list BF16 Tensor Core throughput).
     return Gpu(name, gb, int(round(gb * GB)), memory, source, note, tuple(bw),
@@ -228,7 +230,7 @@ def identify(reported: str | None, memory: int | None = None) -> Gpu | None:
     return found[0]
 
 
-def matches_gpu(report: dict, target: str | None) -> bool | None:
+def matches_gpu(report: Json, target: str | None) -> bool | None:
     """Did the trial run on the plan's target GPU kind? None when no target is set."""
     if not target:
         return None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from bot.fits import depth, ols, scaling, usable
+from bot.states import Json
 
 
-def fit_sweep(reports: list[dict]) -> dict:
+def fit_sweep(reports: list[Json]) -> Json:
     """The sweep's fit (scaling.fit_sweep's or depth.fit_depth's JSON)."""
     reports = [r for r in reports if r]
     if depth.is_depth_sweep(reports):
@@ -13,7 +14,7 @@ def fit_sweep(reports: list[dict]) -> dict:
     return scaling.fit_sweep(reports)
 
 
-def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
+def predict_seconds(fit: Json, params: Json) -> tuple[float, float, int]:
     """(seconds per request, standard error of a new observation, dof) from
     either kind of fit; for a recipe, seconds of one run phase."""
     if fit.get("kind") != "depth":
@@ -26,7 +27,7 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
     return ols.predict_model(model, depth.question_layers(fit, params), 1)
 
 
-def judge_seconds(fit: dict, params: dict, seconds: float) -> dict:
+def judge_seconds(fit: Json, params: Json, seconds: float) -> Json:
     """The time fit's verdict at a question's config (bot/fits/usable.py)."""
     if fit.get("kind") == "depth":
         at, axis = (depth.question_layers(fit, params), 1), "layers"

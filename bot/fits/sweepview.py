@@ -7,12 +7,14 @@ import logging
 
 from bot.blocks import paragraphs, plain, section
 from bot.fits import batchview, chart, depthview
+from bot.fits.gpus import Gpu
+from bot.states import Json
 from worker.i18n import _
 
 log = logging.getLogger("trialbot.sweeps")
 
 
-def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
+def sweep_fit(sweep: int, jobs: list[Json], fit: Json) -> Json:
     """The message posted to the channel when a sweep's last trial ended."""
     parts = (depthview.sweep_parts(sweep, jobs, fit) if fit.get("kind") == "depth"
              else batchview.fit_parts(sweep, jobs, fit))
@@ -20,7 +22,8 @@ def sweep_fit(sweep: int, jobs: list[dict], fit: dict) -> dict:
             "blocks": paragraphs(parts)}
 
 
-def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None) -> dict:
+def sweep_answer(sweep: int, jobs: list[Json], fit: Json, params: Json,
+                 gpu: Gpu | None = None) -> Json:
     """`/trial fit S12 ...`: the answer to one question, ephemeral."""
     parts = (depthview.answer_parts(sweep, jobs, fit, params.get("layers"), gpu)
              if fit.get("kind") == "depth" else
@@ -28,8 +31,8 @@ def sweep_answer(sweep: int, jobs: list[dict], fit: dict, params: dict, gpu=None
     return {"response_type": "ephemeral", "text": plain(parts), "blocks": paragraphs(parts)}
 
 
-def sweep_chart(sweep: int, channel: str, fit: dict, params: dict | None = None
-                ) -> dict | None:
+def sweep_chart(sweep: int, channel: str, fit: Json, params: Json | None = None
+                ) -> Json | None:
     """The fit's chart as a file for the channel (drawn now, like the digest's), or
     None when there is nothing to draw or drawing failed: the text says it all too."""
     if fit.get("error") or not fit.get("points"):
@@ -51,7 +54,7 @@ def sweep_chart(sweep: int, channel: str, fit: dict, params: dict | None = None
             "content": png}
 
 
-def sweep_fit_failed(sweep: int, jobs: list[dict], exc: Exception) -> dict:
+def sweep_fit_failed(sweep: int, jobs: list[Json], exc: Exception) -> Json:
     error = f"{type(exc).__name__}: {exc}"
     text = _(":x: *Sweep S{sweep}* ({first}–{last}) ended, but its fit failed: {error}. The "
              "trials' own reports stand; `/trial fit S{sweep}` tries again.", sweep=sweep,

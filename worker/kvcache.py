@@ -63,7 +63,7 @@ class CacheShape:
         """Bytes each token adds over all layers (no window full yet)."""
         return sum(x.per_token for x in self.layers) * nbytes
 
-    def state_bytes(self, nbytes: int) -> int:
+    def state_bytes(self, nbytes: int) -> float:
         """Fixed bytes per sequence over all layers."""
         return sum(x.bytes(0, nbytes) for x in self.layers)
 

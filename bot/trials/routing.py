@@ -63,8 +63,9 @@ def gpu_name(name: str, workers: list[dict]) -> str:
     try:
         return gpus.named(name).name
     except gpus.GpuNameError as exc:
-        if exc.why == "ambiguous":
-            return gpus.family_of(name)
+        family = gpus.family_of(name)
+        if exc.why == "ambiguous" and family is not None:  # an ambiguous name is a family
+            return family
         if any(gpus.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
             return name
         raise RouteError(f"`gpu={name}`: {exc}") from None

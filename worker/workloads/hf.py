@@ -235,7 +235,7 @@ def described(p: dict, cfg, source: dict, full: int, version: str, import_rss: i
 def check(names: list[str]) -> dict[str, dict]:
     """Each named config built on the meta device: {"attn": the attn= choices
     its class supports}, or {"error": why it cannot be built}."""
-    out = {}
+    out: dict[str, dict] = {}
     for name in names:
         try:
             cfg, _, _ = config(name)

@@ -85,6 +85,7 @@ def results(p: dict, samples: list[dict], stability: dict, what: dict) -> dict:
     throughput = {"value": p["batch"] * p["gen"] / mean, "unit": "tokens/s",
                   "what": "generated tokens per second: batch·gen / mean request latency"
                   } if mean > 0 else None
+    headline: dict | None
     if p["scenario"] == "single-stream":  # MLPerf's Single-Stream reports the p90 latency
         headline = {"metric": "p90 latency", "value": latency["p90"], "unit": "s"}
     else:  # Offline reports throughput

@@ -100,3 +100,16 @@ def test_the_error_reply_speaks_the_channels_language(bot, monkeypatch, caplog):
     text = command(bot, "list")["text"]
     assert "오류 ID" in text and re.search(r"[0-9a-f]{8}", text)
     assert "ZeroDivisionError" in caplog.text
+
+
+def test_the_context_is_frozen_and_the_slack_app_fills_only_its_slack_parts(bot):
+    import dataclasses
+
+    import pytest
+
+    from bot.slack import channels, groups
+    assert isinstance(bot.ctx.channels, channels.ChannelCheck)  # what build_app gave
+    assert isinstance(bot.ctx.members, groups.Members)
+    assert bot.ctx.digests is bot.digests and not hasattr(bot.ctx, "tag_notes")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bot.ctx.policy = None

@@ -476,3 +476,27 @@ def test_a_block_timed_under_malloc_live_on_a_cpu_warns_and_says_how_to_rerun(ct
     for r in (split, report(malloc="live")):
         t = finish(ctx, r)
         assert "page faults" not in say(ctx, f"repro block baseline runs=10 trial={t}")
+
+
+def test_each_command_routes_and_helps_from_its_table_and_the_digest_joins_from_above(ctx):
+    """/plan's table knows no digest: bot/commands.py adds its entries; the help
+    lines are the table's, so an action and its help cannot part."""
+    from bot.digest import command as digest_command
+    from bot.plans import command as plan_command
+    full = say(ctx, "help")
+    bare = plan_command.handle(ctx, "help", "U1", "C1", TODAY)["text"]
+    digest_line = "• `/plan digest weekly mon 09:00 Asia/Seoul`"
+    assert digest_line in full and digest_line not in bare
+    refused = plan_command.handle(ctx, "digest now", "U1", "C1", TODAY)["text"]
+    assert refused.startswith(":x:") and "Nothing was stored" in refused
+    assert counts(ctx)["outbox"] == 0
+    assert "Posting the budget digest" in say(ctx, "digest now")
+    for entry in (*plan_command.TABLE, *digest_command.ENTRIES):
+        assert all(line.split("`")[1] in full for line in entry.help if "`" in line)
+    names = [e.name for e in commands.PLAN_TABLE]
+    assert len(names) == len(set(names))
+    trial_help = trial_command.help_text()
+    assert trial_command.route_words(["llm-infer"])[0] is trial_command.RUN
+    assert trial_command.route_words(["WORKERS"])[0].name == "workers"
+    for entry in trial_command.TABLE:
+        assert all(p.split("`")[1] in trial_help for p in entry.help)

@@ -14,6 +14,7 @@ from bot.context import Postable, unwritable_text
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, fitask, ladder, parse, routing, tags, views, workerlist, workers
 from bot.trials.job import WAITING
+from bot.trials.parse import Command
 from bot.words import normalize
 from worker import i18n
 from worker import spec as specs
@@ -49,7 +50,7 @@ class Entry:
     """A sub-command: its word, its parser ((words, recipes) -> Command), its
     handler ((ctx, cmd, Asked) -> Answer) and its paragraphs in `/trial help`."""
     name: str
-    parse: Callable[..., parse.Command]
+    parse: Callable[..., Command]
     handle: Callable[..., Answer]
     help: tuple[str, ...] = ()
     runs: bool = False  # queues trials: needs the right to run; takes plan= and gpu=
@@ -125,8 +126,7 @@ def _plan_target(ctx, tagged: dict | None, route: dict, registered: list[dict]) 
     return {**route, "gpu": gpu} if gpu else route
 
 
-def route_words(words: list[str], recipes: dict | None = None
-                ) -> tuple[Entry, parse.Command]:
+def route_words(words: list[str], recipes: dict | None = None) -> tuple[Entry, Command]:
     """The table's entry for the first word (a workload or `recipe NAME`: run;
     nothing: help), and the words parsed by it. Keywords in any case."""
     words = list(words)
@@ -136,7 +136,7 @@ def route_words(words: list[str], recipes: dict | None = None
     return entry, entry.parse(words, recipes)
 
 
-def parse_trial(text: str | list[str], recipes: dict | None = None) -> parse.Command:
+def parse_trial(text: str | list[str], recipes: dict | None = None) -> Command:
     """`/trial`'s text (or its words) as a command, through the table."""
     return route_words(parse.split(text) if isinstance(text, str) else text, recipes)[1]
 

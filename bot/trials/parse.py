@@ -21,8 +21,6 @@ MAX_SWEEP = 16  # trials in one sweep
 LLM_SWEEPABLE = ("batch", "prompt", "gen", "layers")  # layers: a depth sweep, alone
 NOT_SWEEPABLE = ("timeout", "attempts")
 LIST_FILTERS = ("mine", "running", "failed")  # how a trial is run, not what it measures
-SUBCOMMANDS = ("help", "status", "cancel", "workers", "list", "sweep", "ab", "ladder", "fit",
-               "recipe")
 
 
 @dataclass(frozen=True)
@@ -54,48 +52,64 @@ def split(text: str) -> list[str]:
                               USAGE) from None
 
 
-def parse_trial(text: str | list[str], recipes: dict | None = None) -> Command:
-    """`/trial`'s text, or its words already split (the command splits once)."""
-    words = split(text) if isinstance(text, str) else list(text)
-    if words and words[0].lower() in (*SUBCOMMANDS, *specs.WORKLOADS):
-        words[0] = words[0].lower()  # keywords in any case: `/trial STATUS t5`
-    if words[:1] == ["list"] and len(words) == 2:
-        words[1] = words[1].lower()
-    if not words or words[0] == "help":
-        return Command("help")
-    head, rest = words[0], words[1:]
-    if head == "status":
-        if len(rest) != 1:
-            raise specs.SpecError(" ".join(words), _("`/trial status` takes one trial id, "
-                                                     "e.g. `/trial status T12`"), USAGE)
-        return Command("status", job_id=parse_trial_id(rest[0]))
-    if head == "cancel":
-        if len(rest) != 1:
-            raise specs.SpecError(" ".join(words), _("`/trial cancel` takes one trial id, "
-                                                     "e.g. `/trial cancel T12`"), USAGE)
-        return Command("cancel", job_id=parse_trial_id(rest[0]))
-    if head == "workers":
-        if rest:
-            raise specs.SpecError(rest[0], _("`{word}`: `/trial workers` takes no arguments",
-                                             word=rest[0]), USAGE)
-        return Command("workers")
-    if head == "list":
-        if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
-            raise specs.SpecError(" ".join(rest), _("`{words}`: `/trial list` takes one of "
-                                                    "{filters} or nothing", words=" ".join(rest),
-                                                    filters=", ".join(LIST_FILTERS)), USAGE)
-        return Command("list", which=rest[0] if rest else None)
-    if head == "sweep":
-        return parse_sweep(rest, recipes)
-    if head == "ab":
-        pair, lines, _key = ab.parse(rest)
-        return Command("ab", specs=tuple(pair), words=tuple(lines))
-    if head == "ladder":
-        steps, budget = ladder.parse(rest)
-        return Command("ladder", specs=tuple(s for _name, s, _words in steps),
-                       words=tuple(w for _name, _spec, w in steps), budget=budget)
-    if head == "fit":
-        return parse_fit(rest)
+# One parser per `/trial` sub-command, each given all the words (its own name
+# first); bot/trials/command.py's table routes to them.
+
+def parse_help(words: list[str], recipes: dict | None = None) -> Command:
+    return Command("help")
+
+
+def parse_status(words: list[str], recipes: dict | None = None) -> Command:
+    if len(words) != 2:
+        raise specs.SpecError(" ".join(words), _("`/trial status` takes one trial id, "
+                                                 "e.g. `/trial status T12`"), USAGE)
+    return Command("status", job_id=parse_trial_id(words[1]))
+
+
+def parse_cancel(words: list[str], recipes: dict | None = None) -> Command:
+    if len(words) != 2:
+        raise specs.SpecError(" ".join(words), _("`/trial cancel` takes one trial id, "
+                                                 "e.g. `/trial cancel T12`"), USAGE)
+    return Command("cancel", job_id=parse_trial_id(words[1]))
+
+
+def parse_workers(words: list[str], recipes: dict | None = None) -> Command:
+    if words[1:]:
+        raise specs.SpecError(words[1], _("`{word}`: `/trial workers` takes no arguments",
+                                          word=words[1]), USAGE)
+    return Command("workers")
+
+
+def parse_list(words: list[str], recipes: dict | None = None) -> Command:
+    rest = [w.lower() for w in words[1:]] if len(words) == 2 else words[1:]
+    if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
+        raise specs.SpecError(" ".join(rest), _("`{words}`: `/trial list` takes one of "
+                                                "{filters} or nothing", words=" ".join(rest),
+                                                filters=", ".join(LIST_FILTERS)), USAGE)
+    return Command("list", which=rest[0] if rest else None)
+
+
+def parse_ab(words: list[str], recipes: dict | None = None) -> Command:
+    pair, lines, _key = ab.parse(words[1:])
+    return Command("ab", specs=tuple(pair), words=tuple(lines))
+
+
+def parse_ladder(words: list[str], recipes: dict | None = None) -> Command:
+    steps, budget = ladder.parse(words[1:])
+    return Command("ladder", specs=tuple(s for _name, s, _words in steps),
+                   words=tuple(w for _name, _spec, w in steps), budget=budget)
+
+
+def parse_sweep_words(words: list[str], recipes: dict | None = None) -> Command:
+    return parse_sweep(words[1:], recipes)
+
+
+def parse_fit_words(words: list[str], recipes: dict | None = None) -> Command:
+    return parse_fit(words[1:])
+
+
+def parse_run(words: list[str], recipes: dict | None = None) -> Command:
+    """A workload's name or `recipe NAME`, then its parameters."""
     return Command("run", spec=specs.parse(words, recipes))
 
 

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     trial_user = ("run the local worker's trials as USER (the bot runs as root), so they "
                   "cannot read the bot's tokens, memory or database")
     serve.add_argument("--trial-user", metavar="USER", help=trial_user)
-    from worker import offer
+    from worker.api import offer
     recipes_help = "recipe file (TOML) of commands the local worker may run"
     offer.add_options(serve, recipes_help)
     console = sub.add_parser("console", help="run commands in this terminal with a local worker")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from bot.store.migrations import SchemaTooNew
     user, recipes = None, {}
     if args.command in ("serve", "console"):
-        from worker import secrecy
+        from worker.api import secrecy
         # Slack tokens sit in our environment and memory, and a local worker's
         # trials run as our user: they must not read either.
         hidden = secrecy.undumpable()
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 def embedded_trial_user(command: str, name: str | None, hidden: bool):
     """The local worker's --trial-user (exit 2 when refused), after warning what
     its trials could still read of the bot."""
-    from worker import trialuser
+    from worker.api import trialuser
     try:
         user = trialuser.lookup(name) if name else None
     except trialuser.TrialUserError as exc:
@@ -117,7 +117,7 @@ def embedded_offer(command: str, args) -> dict:
     """The local worker's recipes (exit 2 naming the line or directory that is
     wrong, as trialbot-worker does), and its --models and --hub set for its
     trials."""
-    from worker import offer
+    from worker.api import offer
     try:
         recipes = offer.recipes(args.recipes)
         offer.check_models(args.models)
@@ -133,11 +133,11 @@ def run_serve(local_worker: bool, user=None, recipes=None) -> int:
     try:
         settings = config.from_env(os.environ)
     except config.ConfigError as exc:
-        from worker.redact import text  # a token pasted into the wrong variable
+        from worker.api import redact_text as text  # a token pasted into the wrong variable
         print(f"trialbot serve: {text(str(exc), ())}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from worker import redact
+    from worker.api import redact
     redact.install(redact.secret_values(settings.bot_token, settings.app_token,
                                         settings.signing_secret, settings.worker_token,
                                         settings.metrics_token))
@@ -156,7 +156,7 @@ def run_serve(local_worker: bool, user=None, recipes=None) -> int:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
         return 2
-    from worker.signals import Signals
+    from worker.api import Signals
     signals = Signals()  # SIGTERM (docker stop, systemd) and Ctrl-C: one path, _stop
     app = build_app(rt.ctx, client, settings.signing_secret)
     log = logging.getLogger("trialbot")

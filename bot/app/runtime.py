@@ -109,9 +109,7 @@ class Runtime:
         as `user` (a worker.trialuser.TrialUser: --trial-user) when given.
         `recipes`: its recipe file's (worker/offer.py), and it registers what
         hf-* models it can build as trialbot-worker does."""
-        from worker import attempts, machine, offer
-        from worker.agent import Agent
-        from worker.client import Client
+        from worker.api import Agent, Client, attempts, machine, offer
         if os.geteuid() == 0 and user is None:
             logging.getLogger("trialbot").warning(
                 "the local worker runs trials as root: a trial can read this bot's Slack "

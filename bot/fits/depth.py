@@ -31,9 +31,8 @@ from __future__ import annotations
 import math
 
 from bot.fits import gpus, ols, scaling, usable
-from worker import arithmetic, presets, summary
+from worker.api import LIVE_TIME_NOTE, arithmetic, presets, summary
 from worker.i18n import N_, _, ngettext
-from worker.spec import LIVE_TIME_NOTE
 
 SCHEMA = "trialbot.depth/1"
 # The kernel's max RSS too: an exact high-water mark, where 100 Hz sampling can

@@ -76,7 +76,7 @@ from __future__ import annotations
 import math
 
 from bot.fits import ols, usable
-from worker import arithmetic
+from worker.api import arithmetic
 from worker.i18n import N_, _
 
 SCHEMA = "trialbot.scaling/1"

@@ -41,8 +41,7 @@ from bot.plans import slurm as slurmactual
 from bot.store import Unwritable
 from bot.trials import routing, workers
 from bot.trials.queue import LeaseLost
-from worker import report as reports
-from worker.spec import Workload
+from worker.api import Workload, reports
 
 log = logging.getLogger("trialbot.http")
 

@@ -15,7 +15,7 @@ from bot.plans.measured import (
     unit_label,
     unit_problem,
 )
-from worker.catalog import PROCESSES
+from worker.api import PROCESSES
 from worker.i18n import _
 
 

@@ -10,9 +10,9 @@ from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import changes, estimate, footing, kept_apart, parse, prices
 from bot.trials.views import status_word
-from worker import i18n, summary
+from worker import i18n
+from worker.api import LIVE_TIME_NOTE, summary
 from worker.i18n import _, pgettext
-from worker.spec import LIVE_TIME_NOTE
 
 
 def error(message: str) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import math
 
-from worker.units import duration, size
+from worker.api import duration, size
 
 # The chart's labels stay English in every language: no Korean font is installed for
 # matplotlib, which would draw Hangul as empty boxes. The message that carries the

@@ -17,7 +17,7 @@ from bot.trials.job import WAITING
 from bot.trials.parse import Command
 from bot.words import normalize
 from worker import i18n
-from worker import spec as specs
+from worker.api import specs
 from worker.i18n import N_, _
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from bot.fits import gpus
 from bot.trials import ab, ladder
-from worker import spec as specs
+from worker.api import specs
 from worker.i18n import _
 
 USAGE = specs.general_usage()

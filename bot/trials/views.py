@@ -6,11 +6,8 @@ from bot.blocks import context, reply, section
 from bot.fits import depth, depthview
 from bot.trials import routing, workerlist
 from bot.trials.job import ENDED
-from worker import spec as specs
-from worker import summary
+from worker.api import Report, duration, specs, summary
 from worker.i18n import N_, _
-from worker.report import Report
-from worker.units import duration
 
 # A job's status as shown; the stored word stays English (`/trial list running` takes it).
 STATUS = {"held": N_("held for Slack's answer"), "queued": N_("queued"),

@@ -98,7 +98,7 @@ def main() -> int:
     bots = [start_bot(env, log)]  # the last one runs: part 3 kills and restarts it
     failures = []
     try:
-        made = concurrent(url, db, args.concurrent, failures)
+        made = concurrent_trials(url, db, args.concurrent, failures)
         after = refusals(url, db, made, failures)
         drain_through_kill(url, db, args, after, (env, log, bots), failures)
     finally:
@@ -109,7 +109,7 @@ def main() -> int:
     return 1 if failures else 0
 
 
-def concurrent(url: str, db: str, n: int, failures: list) -> int:
+def concurrent_trials(url: str, db: str, n: int, failures: list) -> int:
     """1. `n` concurrent /trial: each acked, each a job. The jobs made."""
     with ThreadPoolExecutor(n) as pool:
         results = list(pool.map(lambda _: slash(url, QUICK), range(n)))

@@ -128,50 +128,75 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
                 else specs.WORKLOADS.get(words[0]))
     if workload is None:
         specs.parse(head, recipes)  # raises the single trial's error (unknown workload/recipe)
-    usage = SWEEP_USAGE
     lists: dict[str, list[int]] = {}
     for word in rest:
         key, eq, raw = word.partition("=")
         if not eq or "," not in raw:
             continue  # a single value: the single-trial parse below judges it
-        param = workload.param(key)
-        if param is None:
-            raise specs.SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it "
-                                          "takes {names}", word=word, workload=workload.name,
-                                          key=key,
-                                          names=", ".join(p.name for p in workload.params)),
-                                  usage)
-        if param.kind != "int":
-            raise specs.SpecError(word, _("`{word}`: only whole-number parameters take a list "
-                                          "in a sweep; {key} is a {kind}", word=word, key=key,
-                                          kind=param.kind), usage)
-        if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
-            message = (_("`{word}`: a sweep varies batch, prompt, gen or layers — the fits "
-                         "model batch, length and depth only; give {key} one value",
-                         word=word, key=key) if not workload.recipe else
-                       _("`{word}`: a sweep varies batch and one length-like parameter — the "
-                         "fits model batch, length and depth only; give {key} one value",
-                         word=word, key=key))
-            raise specs.SpecError(word, message, usage)
+        param = _sweep_param(word, key, workload)
         if key in lists:
             raise specs.SpecError(word, _("`{word}`: {key} is given twice", word=word, key=key),
-                                  usage)
-        values = []
-        for item in raw.split(","):
-            if not item:
-                raise specs.SpecError(word, _("`{word}`: an empty item in the list; write "
-                                              "values separated by commas, e.g. {key}=1,2,4",
-                                              word=word, key=key), usage)
-            try:
-                value = param.parse(item, usage)
-            except specs.SpecError as exc:
-                raise specs.SpecError(word, _("`{word}`: in the list, {error}", word=word,
-                                              error=exc.message), usage) from None
-            if value in values:
-                raise specs.SpecError(word, _("`{word}`: {value} is listed twice; give each "
-                                              "value once", word=word, value=value), usage)
-            values.append(value)
-        lists[key] = values
+                                  SWEEP_USAGE)
+        lists[key] = _sweep_values(word, key, raw, param)
+    _check_lists(words, lists, workload)
+    configs, all_words = [], []
+    for combo in itertools.product(*lists.values()):
+        chosen = dict(zip(lists, combo))
+        one = head + [f"{w.partition('=')[0]}={chosen[w.partition('=')[0]]}"
+                      if w.partition("=")[0] in chosen else w for w in rest]
+        configs.append(specs.parse(one, recipes))  # refused exactly as a single trial
+        all_words.append(canonical(one, configs[-1]))
+    return Command("sweep", specs=tuple(configs), words=tuple(all_words))
+
+
+def _sweep_param(word: str, key: str, workload):
+    """The parameter a sweep's list `word` names, if a sweep may vary it."""
+    param = workload.param(key)
+    if param is None:
+        raise specs.SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it "
+                                      "takes {names}", word=word, workload=workload.name,
+                                      key=key,
+                                      names=", ".join(p.name for p in workload.params)),
+                              SWEEP_USAGE)
+    if param.kind != "int":
+        raise specs.SpecError(word, _("`{word}`: only whole-number parameters take a list "
+                                      "in a sweep; {key} is a {kind}", word=word, key=key,
+                                      kind=param.kind), SWEEP_USAGE)
+    if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
+        message = (_("`{word}`: a sweep varies batch, prompt, gen or layers — the fits "
+                     "model batch, length and depth only; give {key} one value",
+                     word=word, key=key) if not workload.recipe else
+                   _("`{word}`: a sweep varies batch and one length-like parameter — the "
+                     "fits model batch, length and depth only; give {key} one value",
+                     word=word, key=key))
+        raise specs.SpecError(word, message, SWEEP_USAGE)
+    return param
+
+
+def _sweep_values(word: str, key: str, raw: str, param) -> list:
+    """The values of one comma list, each parsed as the parameter's one value."""
+    usage = SWEEP_USAGE
+    values: list = []
+    for item in raw.split(","):
+        if not item:
+            raise specs.SpecError(word, _("`{word}`: an empty item in the list; write "
+                                          "values separated by commas, e.g. {key}=1,2,4",
+                                          word=word, key=key), usage)
+        try:
+            value = param.parse(item, usage)
+        except specs.SpecError as exc:
+            raise specs.SpecError(word, _("`{word}`: in the list, {error}", word=word,
+                                          error=exc.message), usage) from None
+        if value in values:
+            raise specs.SpecError(word, _("`{word}`: {value} is listed twice; give each "
+                                          "value once", word=word, value=value), usage)
+        values.append(value)
+    return values
+
+
+def _check_lists(words: list[str], lists: dict[str, list], workload) -> None:
+    """Refuse lists a sweep's fit cannot model, or too many configs."""
+    usage = SWEEP_USAGE
     if not lists:
         raise specs.SpecError(" ".join(words), _("a sweep needs at least 2 configs: give a "
                                                  "parameter a comma list, e.g. `batch=1,2,4`"),
@@ -205,14 +230,6 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
         raise specs.SpecError(" ".join(words), _("{sizes} = {count} trials; a sweep runs at "
                                                  "most {most}: shorten a list", sizes=sizes,
                                                  count=count, most=MAX_SWEEP), usage)
-    configs, all_words = [], []
-    for combo in itertools.product(*lists.values()):
-        chosen = dict(zip(lists, combo))
-        one = head + [f"{w.partition('=')[0]}={chosen[w.partition('=')[0]]}"
-                      if w.partition("=")[0] in chosen else w for w in rest]
-        configs.append(specs.parse(one, recipes))  # refused exactly as a single trial
-        all_words.append(canonical(one, configs[-1]))
-    return Command("sweep", specs=tuple(configs), words=tuple(all_words))
 
 
 def canonical(words: list[str], spec: specs.TrialSpec) -> str:

@@ -14,8 +14,7 @@ from typing import Protocol
 from bot.states import Postable
 from bot.store.base import Posted, Row, Unwritable, WriteHealth
 from bot.store.leasing import NeedsClass
-from worker.report import Report
-from worker.spec import TrialSpec
+from worker.api import Report, specs
 
 
 class Clock(Protocol):
@@ -283,17 +282,18 @@ class TrialQueue(Protocol):
     """What the commands need of the job queue (bot/trials/queue.py's JobQueue):
     submitting, cancelling, settling held trials, speaking a channel's language."""
 
-    def submit(self, spec: TrialSpec, words: str, user: str, channel: str, tags: Row | None = None,
+    def submit(self, spec: specs.TrialSpec, words: str, user: str, channel: str,
+               tags: Row | None = None,
                request: str | list[tuple[str | None, float | None]] | None = None,
                route: Row | None = None, response_url: str | None = None,
                held: bool = False) -> Row: ...
 
-    def submit_sweep(self, specs: list[TrialSpec], words: list[str], user: str, channel: str,
+    def submit_sweep(self, specs: list[specs.TrialSpec], words: list[str], user: str, channel: str,
                      tags: Row | None = None, request: str | None = None,
                      route: Row | None = None, response_url: str | None = None,
                      held: bool = False) -> list[Row]: ...
 
-    def submit_group(self, kind: str, specs: list[TrialSpec], words: list[str], user: str,
+    def submit_group(self, kind: str, specs: list[specs.TrialSpec], words: list[str], user: str,
                      channel: str, budget: int | None = None, tags: Row | None = None,
                      request: str | None = None, route: Row | None = None,
                      response_url: str | None = None, held: bool = False) -> list[Row]: ...

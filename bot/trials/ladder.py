@@ -9,8 +9,7 @@ from bot.blocks import chunks, reply, section, table_text
 from bot.fits import compare, gpus
 from bot.states import Outcome
 from bot.trials.ladderfit import AND, counts, joined, per_sequence, redefine
-from worker import spec as specs
-from worker import units
+from worker.api import specs, units
 from worker.i18n import N_, _, ngettext
 
 STEPS = ("baseline", "precision", "checkpointing", "zero-1")

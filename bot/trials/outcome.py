@@ -11,8 +11,8 @@ from bot.fits.sweep import fit_sweep
 from bot.ports import QueueStore
 from bot.states import ENDED, JobStatus, Outcome
 from bot.trials import ab, card, ladder, views
+from worker.api import Report
 from worker.i18n import _
-from worker.report import Report
 
 
 def ended(store: QueueStore, job: dict, report: Report) -> list[dict]:

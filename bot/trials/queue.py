@@ -17,9 +17,8 @@ from bot.ports import QueueStore
 from bot.states import WAITING, JobStatus
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
-from worker import report as reports
+from worker.api import Report, reports
 from worker.i18n import _
-from worker.report import Report
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
 MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)

@@ -40,6 +40,7 @@ from bot.plans.measured import (  # noqa: F401 - re-exported: callers read them 
     unit_problem,
 )
 from bot.plans.perrun import per_run, spread  # noqa: F401 - re-exported
+from bot.states import WAITING, JobStatus, Outcome
 from worker.i18n import _
 
 LEVEL = 0.90  # the prediction interval shown
@@ -84,13 +85,14 @@ def check_trials(trials: list[dict]) -> None:
     """Refuse trials a block cannot rest on: missing, unfinished, failed, or
     of different configs or environments."""
     for t in trials:
-        if t["status"] in ("held", "queued", "running"):  # held: waits for Slack's word
+        if t["status"] in WAITING:  # held: waits for Slack's word
             raise EstimateError(
                 _("{trial} is still queued; add the block when it has reported", trial=t["trial"])
-                if t["status"] != "running" else
+                if t["status"] != JobStatus.RUNNING else
                 _("{trial} is still running; add the block when it has reported",
                   trial=t["trial"]))
-        if t["status"] != "done" or not t.get("report") or t["report"]["status"] != "ok":
+        if (t["status"] != JobStatus.DONE or not t.get("report")
+                or t["report"]["status"] != Outcome.OK):
             raise EstimateError(_("{trial} failed, so it measured no successful run; estimate "
                                   "from a trial that succeeded", trial=t["trial"]))
         missing = unmeasured(t["report"])

@@ -12,7 +12,7 @@ from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
 from bot.plans.parse import PlanError
-from bot.trials.job import WAITING
+from bot.states import WAITING, JobStatus, Outcome
 from bot.trials.queue import LeaseLost
 from worker import i18n
 from worker.i18n import _
@@ -69,7 +69,7 @@ def _sweep_trials(ctx, block: dict) -> list[dict]:
     if waiting:
         raise PlanError(_("Sweep S{id} is still running ({trials}); add the block when it has "
                           "reported", id=block["sweep"], trials=", ".join(waiting)))
-    ok = [j for j in jobs if j["report"] and j["report"]["status"] == "ok"]
+    ok = [j for j in jobs if j["report"] and j["report"]["status"] == Outcome.OK]
     if len(ok) < 2:
         raise PlanError(_("Sweep S{id} has {n} successful trial(s); a fit needs at least 2",
                           id=block["sweep"], n=len(ok)))
@@ -227,8 +227,9 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
     """Estimate against actual for each block (the review, and the digest's)."""
     # A trial cancelled while it ran held its GPUs too (one cancelled before it
     # started cost nothing).
-    jobs = [j for j in ctx.store.plan_jobs(plan["name"]) if j["status"] in ("done", "failed")
-            or (j["status"] == "cancelled" and j["started"])]
+    jobs = [j for j in ctx.store.plan_jobs(plan["name"])
+            if j["status"] in (JobStatus.DONE, JobStatus.FAILED)
+            or (j["status"] == JobStatus.CANCELLED and j["started"])]
     manual = review.latest_per_source(ctx.store.actuals(plan["name"]))
     rows = []
     for block, est, trials in ests:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from bot.blocks import reply
 from bot.context import Postable, unwritable_text
+from bot.states import WAITING, JobStatus
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, fitask, ladder, parse, routing, tags, views, workerlist, workers
-from bot.trials.job import WAITING
 from bot.trials.parse import Command
 from bot.words import normalize
 from worker import i18n
@@ -156,7 +156,7 @@ def _help(ctx, cmd, asked: Asked) -> Answer:
 def _list(ctx, cmd, asked: Asked) -> Answer:
     narrow = {"mine": {"user": asked.user},
               "running": {"status": WAITING},
-              "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
+              "failed": {"status": (JobStatus.FAILED, JobStatus.CANCELLED)}}.get(cmd.which, {})
     return Answer(views.job_list(ctx.store.jobs(limit=15, channel=asked.channel, **narrow),
                                  cmd.which))
 

@@ -5,13 +5,13 @@ and handed to the trials, plans and digest commands; what the Slack app learns
 after it is made is held in its SlackParts."""
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot import access
+from bot.states import Postable
 from worker.i18n import _
 
 PLAN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
@@ -62,13 +62,6 @@ class PlanUnreachable(Exception):
 
 class HiddenPlan(PlanUnreachable):
     """The plan lives in another channel (perhaps a private one)."""
-
-
-class Postable(enum.Enum):
-    """May the bot post in a channel, as known without asking Slack?"""
-    YES = "yes"          # Slack said so within the cache's time
-    STALE = "stale"      # Slack said so longer ago: used, and asked again after the ack
-    UNKNOWN = "unknown"  # not asked yet: a trial there is held until Slack answers
 
 
 class AnyChannel:

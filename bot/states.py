@@ -1,7 +1,8 @@
 """The words for a job's life and a try's outcome, as enums whose values are
 the text SQLite, the JSON API and the reports hold: a member equals its text
 ("done" == JobStatus.DONE), so rows read back as plain strings compare as
-before. The lowest layer: the store sets these, the domains and views read them."""
+before; and whether the bot may post in a channel (Postable). The lowest
+layer: the store sets these, the domains, views and seams read them."""
 from __future__ import annotations
 
 import enum

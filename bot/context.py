@@ -8,11 +8,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot import access
 from bot.states import Postable
 from worker.i18n import _
+
+if TYPE_CHECKING:  # types only: views read Context, and must not import the store
+    from bot.ports import AppStore, Channels, Queue, Schedule
 
 PLAN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 # /plan's own words: never a plan name
@@ -96,18 +99,18 @@ class SlackParts:
 
     def __init__(self) -> None:
         self.members: Callable[[str], Iterable[str]] = access.no_groups
-        self.channels: Any = AnyChannel()
+        self.channels: Channels = AnyChannel()
         self.failures: Callable[[], dict[str, int]] = _no_failures
 
 
 @dataclass(frozen=True)
 class Context:
-    store: Any  # bot.store.Store
-    queue: Any  # bot.trials.queue.JobQueue
+    store: AppStore  # bot.store.Store
+    queue: Queue  # bot.trials.queue.JobQueue
     # Alone (tests, scripts) anyone may run; the runtime passes the configured policy.
     policy: access.Policy = field(default_factory=_anyone)
     slack: SlackParts = field(default_factory=SlackParts)
-    digests: Any = None  # the running digest schedule, re-read when a schedule changes
+    digests: Schedule | None = None  # the running digest schedule, re-read when a schedule changes
     notify: Callable[[], None] = lambda: None  # wakes the outbox: messages were stored
     outbox_alert_minutes: float = 5  # unsent longer: shown to admins in `/trial workers`
 
@@ -117,7 +120,7 @@ class Context:
         return self.slack.members
 
     @property
-    def channels(self) -> Any:
+    def channels(self) -> Channels:
         """Can the bot post there (Slack): AnyChannel or bot/slack/channels.ChannelCheck."""
         return self.slack.channels
 

@@ -17,6 +17,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(items):
+    """Each test marked with its tier, its directory under tests/ (`-m unit`)."""
+    here = Path(__file__).parent
+    for item in items:
+        tier = item.path.relative_to(here).parts[0]
+        if tier in TIERS:
+            item.add_marker(tier)
 
 
 @pytest.fixture

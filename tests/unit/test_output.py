@@ -267,6 +267,6 @@ def test_the_local_worker_registers_its_machine_info(tmp_path):
 
 
 def test_gitignore_covers_the_files_beside_the_database():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, ".gitignore")) as f:
         assert "trialbot-files/" in f.read().split()

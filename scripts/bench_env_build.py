@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Issue 30's build-time target: the paper-like fixture of
-tests/test_recipe_env.py (a git repository pinning torch==2.0.1,
+tests/integration/test_recipe_env.py (a git repository pinning torch==2.0.1,
 transformers 4.40.2 and filelock 3.12.0) built as a recipe environment by the worker, on this
 machine. Three figures, each the trial's `setup` phase (fetch + build):
 

@@ -1,7 +1,8 @@
 """What every command reads: the store, the queue, who may do what, and what
 only the Slack adapter knows (who is in a user group, whether the bot can post
-in a channel). One explicit object, made by bot/app/runtime.py and completed
-by the Slack app, handed to the trials, plans and digest commands."""
+in a channel). One explicit, frozen object, made once by bot/app/runtime.py
+and handed to the trials, plans and digest commands; what the Slack app learns
+after it is made is held in its SlackParts."""
 from __future__ import annotations
 
 import enum
@@ -90,23 +91,42 @@ def _anyone() -> access.Policy:
     return access.Policy(run_everyone=True)
 
 
-@dataclass
+def _no_failures() -> dict[str, int]:
+    return {}
+
+
+class SlackParts:
+    """What only the Slack adapter knows, given when its app is built
+    (bot/slack/app.py), after the Context: a user group's users, whether the
+    bot may post in a channel, and its own failed calls. Alone (the console,
+    tests): no user groups, every channel, none failed."""
+
+    def __init__(self) -> None:
+        self.members: Callable[[str], Iterable[str]] = access.no_groups
+        self.channels: Any = AnyChannel()
+        self.failures: Callable[[], dict[str, int]] = _no_failures
+
+
+@dataclass(frozen=True)
 class Context:
     store: Any  # bot.store.Store
     queue: Any  # bot.trials.queue.JobQueue
     # Alone (tests, scripts) anyone may run; the runtime passes the configured policy.
     policy: access.Policy = field(default_factory=_anyone)
-    members: Callable[[str], Iterable[str]] = access.no_groups  # a user group's users (Slack)
-    channels: Any = field(default_factory=AnyChannel)  # can the bot post there (Slack)
+    slack: SlackParts = field(default_factory=SlackParts)
     digests: Any = None  # the running digest schedule, re-read when a schedule changes
-    digest_command: Callable | None = None  # `/plan digest ...` (bot/digest/command.py)
-    # What a tagged trial's queue reply warns of (bot/plans/kept_apart.queue_notes)
-    tag_notes: Callable | None = None
     notify: Callable[[], None] = lambda: None  # wakes the outbox: messages were stored
     outbox_alert_minutes: float = 5  # unsent longer: shown to admins in `/trial workers`
-    # Counters of failed Slack calls by class, each a () -> {class: n}: the
-    # outbox's sends, and the Bolt app's own calls (/metrics adds them up).
-    slack_errors: list[Callable[[], dict]] = field(default_factory=list)
+
+    @property
+    def members(self) -> Callable[[str], Iterable[str]]:
+        """A user group's users (Slack)."""
+        return self.slack.members
+
+    @property
+    def channels(self) -> Any:
+        """Can the bot post there (Slack): AnyChannel or bot/slack/channels.ChannelCheck."""
+        return self.slack.channels
 
     def allows(self, action: str, user: str, channel: str, what: str | None = None
                ) -> str | None:

@@ -123,46 +123,55 @@ def main() -> int:
                                         "-o", args.py_spy, "-r", "2000"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
-            channel = f"CBENCH{r}"  # a channel not checked yet: the cache is cold
-            before = sum(proc.cpu_times()[:2])
-            took, answers = one_round(port, args.concurrent, channel)
-            used = sum(proc.cpu_times()[:2]) - before
-            ms = np.array(took) * 1000
-            ok = sum(a.startswith(b"HTTP/1.1 200") and b"Queued as *T" in a for a in answers)
-            deadline = time.monotonic() + 10
-            while count(db, "select count(*) from jobs where channel = ? and status = 'held'",
-                        [channel]) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            made = count(db, "select count(*) from jobs where channel = ?", [channel])
-            held = count(db, "select count(*) from jobs where channel = ? and status = 'held'",
-                         [channel])
-            counted = r >= args.warmup
-            print(f"{'round' if counted else 'warm-up'} {r + 1 - args.warmup if counted else r + 1}"
-                  f": {ok}/{args.concurrent} answered 200, p50 {np.percentile(ms, 50):.1f} ms, "
-                  f"p99 {np.percentile(ms, 99):.1f} ms, max {ms.max():.1f} ms; bot CPU "
-                  f"{used / args.concurrent * 1000:.2f} ms/request; jobs {made}, left held {held}")
-            if ok != args.concurrent or made != args.concurrent or held:
-                failures.append(f"round {r + 1}")
-            if counted:
+            ms, used = timed_round(port, db, proc, args, r, failures)
+            if r >= args.warmup:
                 lat += list(ms)
                 cpu.append(used / args.concurrent * 1000)
         if spy:
             spy.send_signal(2)  # SIGINT: py-spy writes the file
             spy.wait(30)
-        lat = np.array(lat)
-        asked = len(slack.calls_of("conversations.info"))
-        if asked != args.warmup + args.rounds:  # once per channel, however many waited
-            failures.append(f"conversations.info asked {asked} times")
-        print(f"all {args.rounds} rounds of {args.concurrent}: p50 {np.percentile(lat, 50):.1f} ms,"
-              f" p99 {np.percentile(lat, 99):.1f} ms, max {lat.max():.1f} ms; bot CPU "
-              f"{np.median(cpu):.2f} ms/request (median of rounds); "
-              f"conversations.info calls {asked} (channels {args.warmup + args.rounds})")
+        totals(np.array(lat), cpu, len(slack.calls_of("conversations.info")), args, failures)
     finally:
         bot.terminate()
         bot.wait(10)
         slack.close()
     print("PASS" if not failures else f"FAIL: {', '.join(failures)}")
     return 1 if failures else 0
+
+
+def timed_round(port: int, db: str, proc, args, r: int, failures: list):
+    """Round `r` on a cold channel, said: (latencies in ms, the bot's CPU seconds)."""
+    channel = f"CBENCH{r}"  # a channel not checked yet: the cache is cold
+    before = sum(proc.cpu_times()[:2])
+    took, answers = one_round(port, args.concurrent, channel)
+    used = sum(proc.cpu_times()[:2]) - before
+    ms = np.array(took) * 1000
+    ok = sum(a.startswith(b"HTTP/1.1 200") and b"Queued as *T" in a for a in answers)
+    deadline = time.monotonic() + 10
+    while count(db, "select count(*) from jobs where channel = ? and status = 'held'",
+                [channel]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    made = count(db, "select count(*) from jobs where channel = ?", [channel])
+    held = count(db, "select count(*) from jobs where channel = ? and status = 'held'",
+                 [channel])
+    counted = r >= args.warmup
+    print(f"{'round' if counted else 'warm-up'} {r + 1 - args.warmup if counted else r + 1}"
+          f": {ok}/{args.concurrent} answered 200, p50 {np.percentile(ms, 50):.1f} ms, "
+          f"p99 {np.percentile(ms, 99):.1f} ms, max {ms.max():.1f} ms; bot CPU "
+          f"{used / args.concurrent * 1000:.2f} ms/request; jobs {made}, left held {held}")
+    if ok != args.concurrent or made != args.concurrent or held:
+        failures.append(f"round {r + 1}")
+    return ms, used
+
+
+def totals(lat, cpu: list, asked: int, args, failures: list) -> None:
+    """The counted rounds together, and Slack asked once per channel."""
+    if asked != args.warmup + args.rounds:  # once per channel, however many waited
+        failures.append(f"conversations.info asked {asked} times")
+    print(f"all {args.rounds} rounds of {args.concurrent}: p50 {np.percentile(lat, 50):.1f} ms,"
+          f" p99 {np.percentile(lat, 99):.1f} ms, max {lat.max():.1f} ms; bot CPU "
+          f"{np.median(cpu):.2f} ms/request (median of rounds); "
+          f"conversations.info calls {asked} (channels {args.warmup + args.rounds})")
 
 
 if __name__ == "__main__":

@@ -78,6 +78,15 @@ def one_run(work: Path, torch_spec: str) -> dict[str, float]:
         return out
 
     venv = work / "venv"
+    before = install(work, venv, torch_spec, timed)
+    start_both(work, venv, timed)
+    phases["total"] = sum(phases.values())
+    phases["torch kept"] = before.removeprefix("torch==")
+    return phases
+
+
+def install(work: Path, venv: Path, torch_spec: str, timed) -> str:
+    """A venv with torch, then the worker installed beside it; the torch it kept."""
     py, pip = venv / "bin" / "python", venv / "bin" / "pip"
     timed("venv", lambda: run(sys.executable, "-m", "venv", venv))
     timed("torch", lambda: run(pip, "install", "-q", torch_spec))
@@ -96,7 +105,11 @@ def one_run(work: Path, torch_spec: str) -> dict[str, float]:
         raise SystemExit(f"the worker's install replaced {before} with {after}")
     if subprocess.run([py, "-c", "import slack_bolt"], capture_output=True).returncode == 0:
         raise SystemExit("the worker's venv can import slack_bolt: the worker pulled Slack code")
+    return before
 
+
+def start_both(work: Path, venv: Path, timed) -> None:
+    """The bot, then the installed worker, timed until the bot lists it online."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, SLACK_BOT_TOKEN="xoxb-bench", SLACK_SIGNING_SECRET="bench",
@@ -128,9 +141,6 @@ def one_run(work: Path, torch_spec: str) -> dict[str, float]:
                 p.kill()
         for f in logs:
             f.close()
-    phases["total"] = sum(phases.values())
-    phases["torch kept"] = before.removeprefix("torch==")
-    return phases
 
 
 def main() -> int:

@@ -95,81 +95,100 @@ def main() -> int:
     env.pop("SLACK_APP_TOKEN", None)
     url = f"http://127.0.0.1:{port}"
     log = open(f"{tmp}/bot.log", "ab")
-    bot = start_bot(env, log)
+    bots = [start_bot(env, log)]  # the last one runs: part 3 kills and restarts it
     failures = []
     try:
-        # 1. concurrent /trial
-        with ThreadPoolExecutor(args.concurrent) as pool:
-            results = list(pool.map(lambda _: slash(url, QUICK), range(args.concurrent)))
-        lat = np.array([s for _, s in results]) * 1000
-        made = count(db, "select count(*) from jobs")
-        acked = sum(s == 200 for s, _ in results)
-        print(f"1. {args.concurrent} concurrent signed /trial: acked {acked}"
-              f", p50 {np.percentile(lat, 50):.0f} ms, p99 {np.percentile(lat, 99):.0f} ms, "
-              f"max {lat.max():.0f} ms; jobs created {made} (want {args.concurrent})")
-        if made != args.concurrent or max(lat) > 3000:
-            failures.append("concurrent /trial")
-
-        # 2. refused and deduplicated requests
-        body = slash_body(QUICK)
-        forged = signed_headers("wrong", body)
-        unsigned = {"Content-Type": "application/x-www-form-urlencoded"}
-        stale = signed_headers(SECRET, body, timestamp=int(time.time()) - 600)
-        refused = [slash(url, "", h, body)[0] for h in (forged, unsigned, stale)]
-        replay_body = slash_body(QUICK)
-        first = slash(url, "", None, replay_body)[0]
-        replays = [slash(url, "", None, replay_body)[0] for _ in range(5)]
-        after = count(db, "select count(*) from jobs")
-        print(f"2. refused: forged/unsigned/stale -> {refused} (want 401 each); one request "
-              f"sent 6 times -> {[first, *replays]}, jobs +{after - made} (want +1)")
-        if refused != [401] * 3 or after - made != 1:
-            failures.append("refusals")
-
-        # 3. queue J jobs, drain with W workers, SIGKILL the bot part-way
-        with sqlite3.connect(db) as c:
-            spec = c.execute("select spec, words from jobs limit 1").fetchone()
-            c.executemany("insert into jobs (workload, spec, words, user, channel, status, "
-                          "created) values ('llm-infer', ?, ?, 'U1', 'C1', 'queued', ?)",
-                          [(spec[0], spec[1], time.time())] * (args.jobs - after))
-        total = count(db, "select count(*) from jobs")
-        stop, done = threading.Event(), []
-        threads = [threading.Thread(target=drain, args=(url, f"w{i}", stop, done), daemon=True)
-                   for i in range(args.workers)]
-        t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        while count(db, "select count(*) from jobs where status = 'done'") < total // 3:
-            time.sleep(0.05)
-        bot.send_signal(signal.SIGKILL)
-        bot.wait()
-        killed_at = count(db, "select count(*) from jobs where status = 'done'")
-        bot = start_bot(env, log)
-        deadline = time.monotonic() + 300
-        while count(db, "select count(*) from jobs where status in ('queued', 'running')"):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        took = time.monotonic() - t0
-        stop.set()
-        for t in threads:
-            t.join(10)
-        ended = count(db, "select count(*) from jobs where status = 'done'")
-        lost = total - ended
-        twice = count(db, "select count(*) from (select job from attempts where status = 'ok' "
-                          "group by job having count(*) > 1)")
-        leased_twice = len(done) - len(set(done))
-        print(f"3. {args.workers} workers drained {total} jobs in {took:.1f} s "
-              f"({total / took:.0f} jobs/s), the bot SIGKILLed after {killed_at} and restarted: "
-              f"ended {ended}, lost {lost}, reported twice {twice}, "
-              f"accepted by the bot twice {leased_twice}")
-        if lost or twice or leased_twice:
-            failures.append("drain")
+        made = concurrent_trials(url, db, args.concurrent, failures)
+        after = refusals(url, db, made, failures)
+        drain_through_kill(url, db, args, after, (env, log, bots), failures)
     finally:
-        bot.terminate()
-        bot.wait(10)
+        bots[-1].terminate()
+        bots[-1].wait(10)
         slack.close()
     print("PASS" if not failures else f"FAIL: {', '.join(failures)}")
     return 1 if failures else 0
+
+
+def concurrent_trials(url: str, db: str, n: int, failures: list) -> int:
+    """1. `n` concurrent /trial: each acked, each a job. The jobs made."""
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(lambda _: slash(url, QUICK), range(n)))
+    lat = np.array([s for _, s in results]) * 1000
+    made = count(db, "select count(*) from jobs")
+    acked = sum(s == 200 for s, _ in results)
+    print(f"1. {n} concurrent signed /trial: acked {acked}"
+          f", p50 {np.percentile(lat, 50):.0f} ms, p99 {np.percentile(lat, 99):.0f} ms, "
+          f"max {lat.max():.0f} ms; jobs created {made} (want {n})")
+    if made != n or max(lat) > 3000:
+        failures.append("concurrent /trial")
+    return made
+
+
+def refusals(url: str, db: str, made: int, failures: list) -> int:
+    """2. Refused and deduplicated requests. The jobs after."""
+    body = slash_body(QUICK)
+    forged = signed_headers("wrong", body)
+    unsigned = {"Content-Type": "application/x-www-form-urlencoded"}
+    stale = signed_headers(SECRET, body, timestamp=int(time.time()) - 600)
+    refused = [slash(url, "", h, body)[0] for h in (forged, unsigned, stale)]
+    replay_body = slash_body(QUICK)
+    first = slash(url, "", None, replay_body)[0]
+    replays = [slash(url, "", None, replay_body)[0] for _ in range(5)]
+    after = count(db, "select count(*) from jobs")
+    print(f"2. refused: forged/unsigned/stale -> {refused} (want 401 each); one request "
+          f"sent 6 times -> {[first, *replays]}, jobs +{after - made} (want +1)")
+    if refused != [401] * 3 or after - made != 1:
+        failures.append("refusals")
+    return after
+
+
+def drain_through_kill(url: str, db: str, args, after: int, bot: tuple, failures: list) -> None:
+    """3. Queue J jobs, drain with W workers, SIGKILL the bot part-way.
+    `bot`: (env, log, the bots started), the restarted one appended."""
+    env, log, bots = bot
+    with sqlite3.connect(db) as c:
+        spec = c.execute("select spec, words from jobs limit 1").fetchone()
+        c.executemany("insert into jobs (workload, spec, words, user, channel, status, "
+                      "created) values ('llm-infer', ?, ?, 'U1', 'C1', 'queued', ?)",
+                      [(spec[0], spec[1], time.time())] * (args.jobs - after))
+    total = count(db, "select count(*) from jobs")
+    stop, done = threading.Event(), []
+    threads = [threading.Thread(target=drain, args=(url, f"w{i}", stop, done), daemon=True)
+               for i in range(args.workers)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    while count(db, "select count(*) from jobs where status = 'done'") < total // 3:
+        time.sleep(0.05)
+    bots[-1].send_signal(signal.SIGKILL)
+    bots[-1].wait()
+    killed_at = count(db, "select count(*) from jobs where status = 'done'")
+    bots.append(start_bot(env, log))
+    deadline = time.monotonic() + 300
+    while count(db, "select count(*) from jobs where status in ('queued', 'running')"):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    took = time.monotonic() - t0
+    stop.set()
+    for t in threads:
+        t.join(10)
+    _drain_result(db, args.workers, total, took, killed_at, done, failures)
+
+
+def _drain_result(db: str, workers: int, total: int, took: float, killed_at: int,
+                  done: list, failures: list) -> None:
+    ended = count(db, "select count(*) from jobs where status = 'done'")
+    lost = total - ended
+    twice = count(db, "select count(*) from (select job from attempts where status = 'ok' "
+                      "group by job having count(*) > 1)")
+    leased_twice = len(done) - len(set(done))
+    print(f"3. {workers} workers drained {total} jobs in {took:.1f} s "
+          f"({total / took:.0f} jobs/s), the bot SIGKILLed after {killed_at} and restarted: "
+          f"ended {ended}, lost {lost}, reported twice {twice}, "
+          f"accepted by the bot twice {leased_twice}")
+    if lost or twice or leased_twice:
+        failures.append("drain")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bot.fits.scaling import band, predict_memory  # noqa: E402
 from bot.fits.sweep import fit_sweep  # noqa: E402
-from bot.trials.parse import parse_trial  # noqa: E402
+from bot.trials.command import parse_trial  # noqa: E402
 from worker import attempts  # noqa: E402
 
 MODEL = "prompt=256 gen=8 layers=4 hidden=512 heads=8 kv_heads=4"

@@ -110,6 +110,40 @@ def _local_model(word: str, dirs: list[str]) -> str:
 def serve_command(argv: list[str]) -> int:
     from worker import offer, secrecy
     hidden = secrecy.undumpable()  # first: from here on a trial cannot read our memory
+    args = _serve_parser().parse_args(argv)
+    token = _token(args)
+    if token and argv == sys.argv[1:] and secrecy.needs_hand_over(argv):
+        secrecy.hand_over(token, argv)  # does not return: this pid, a clean image
+    labels = _labels(args.label)
+    if labels is None or not _options_ok(args, token):
+        return 2
+    grace = _seconds(args.stop_grace)
+    recipes = _recipes_ok(args)
+    if recipes is None:
+        return 2
+    offer.allow_models(args.models, args.hub)
+    user = _trial_user(args, hidden)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # From here a stop is read, not raised: before the agent exists (NVML, imports)
+    # it ends the worker, which holds nothing yet; after, it hands the trial back.
+    from worker.signals import Signals
+    started: list = []  # the agent, once it exists
+    threading.Thread(target=_stop_on_signals, args=(Signals(), started, grace), daemon=True,
+                     name="signals").start()
+    from worker.agent import Agent
+    from worker.client import Client
+    info = dict(machine_info(), labels=labels)
+    info["hf"] = offer.hf()
+    executor = _executor(args, user, info)
+    agent = Agent(Client(args.server, token, args.ca_file), args.name, info, recipes, executor)
+    from worker import redact
+    redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
+    started.append(agent)
+    return _serve(agent)
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    from worker import offer
     from worker.signals import GRACE
     parser = argparse.ArgumentParser(prog="trialbot-worker",
                                      description="Run trials for a trialbot server.")
@@ -137,6 +171,11 @@ def serve_command(argv: list[str]) -> int:
                              "then it is killed and handed back to the queue. docker stop "
                              "kills at 10 s: raise both together")
     offer.add_options(parser, "recipe file (TOML) of commands this worker may run")
+    _slurm_options(parser)
+    return parser
+
+
+def _slurm_options(parser: argparse.ArgumentParser) -> None:
     slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see docs/slurm.md)")
     slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
                        help="local: a child process here (default); slurm: sbatch from this "
@@ -150,71 +189,82 @@ def serve_command(argv: list[str]) -> int:
                        "device=cpu, one per rank for llm-train, else 1) or a number")
     slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                        help="extra sbatch argument, repeatable (e.g. --sbatch-arg=--qos=low)")
-    args = parser.parse_args(argv)
-    token = _token(args)
-    if token and argv == sys.argv[1:] and secrecy.needs_hand_over(argv):
-        secrecy.hand_over(token, argv)  # does not return: this pid, a clean image
+
+
+def _labels(raws: list[str]) -> dict | None:
+    """--label KEY=VALUE as a dict, or None after saying which one is wrong."""
     labels = {}
-    for raw in args.label:
+    for raw in raws:
         key, eq, value = raw.partition("=")
         if not (eq and LABEL.fullmatch(key) and LABEL.fullmatch(value)):
             print(f"trialbot-worker: --label {raw!r} must be KEY=VALUE, e.g. --label team=nlp "
                   "(letters, digits, _.-)", file=sys.stderr)
-            return 2
+            return None
         labels[key] = value
+    return labels
+
+
+def _options_ok(args, token: str | None) -> bool:
+    """The options fit together; else False, the first problem said."""
     missing = [f for f, v in (("--server", args.server), ("--token-file", token)) if not v]
     if missing:
         print(f"trialbot-worker: missing {' and '.join(missing)} (or env TRIALBOT_SERVER / "
               "TRIALBOT_WORKER_TOKEN); to run one trial locally: trialbot-worker trial "
               "llm-infer", file=sys.stderr)
-        return 2
+        return False
     if not _server_ok(args.server, args.ca_file):
-        return 2
+        return False
+    if not _slurm_ok(args):
+        return False
+    if _seconds(args.stop_grace) is None:
+        print(f"trialbot-worker: --stop-grace {args.stop_grace!r} (or TRIALBOT_STOP_GRACE) "
+              f"must be seconds from 0 to {MAX_GRACE}, e.g. --stop-grace 6", file=sys.stderr)
+        return False
+    if args.gpus != "auto" and not args.gpus.isdigit():
+        print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
+        return False
+    return True
+
+
+def _slurm_ok(args) -> bool:
+    """--executor slurm has what it needs; else False, said."""
     if args.executor == "slurm" and not args.partition:
         print("trialbot-worker: --executor slurm needs --partition", file=sys.stderr)
-        return 2
+        return False
     if args.trial_user and args.executor == "slurm":
         print("trialbot-worker: --trial-user applies to trials run here; with --executor "
               "slurm they run on compute nodes as the user who submits them (this worker's)",
               file=sys.stderr)
-        return 2
+        return False
     if args.executor == "slurm" and not shutil.which("sbatch"):
         print("trialbot-worker: --executor slurm: sbatch is not on PATH; run the worker on "
               "the cluster's login node", file=sys.stderr)
-        return 2
-    grace = _seconds(args.stop_grace)
-    if grace is None:
-        print(f"trialbot-worker: --stop-grace {args.stop_grace!r} (or TRIALBOT_STOP_GRACE) "
-              f"must be seconds from 0 to {MAX_GRACE}, e.g. --stop-grace 6", file=sys.stderr)
-        return 2
-    if args.gpus != "auto" and not args.gpus.isdigit():
-        print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
-        return 2
+        return False
+    return True
+
+
+def _recipes_ok(args) -> dict | None:
+    """The recipes and model directories this worker may serve; None after a refusal."""
+    from worker import offer
     recipes = _load_recipes(args.recipes)
     own = sorted(n for n, r in recipes.items() if r.environment.repo or r.environment.declared)
     if args.trial_user and own:
         print(f"trialbot-worker: --trial-user: recipe {', '.join(own)} has its own repository "
               "or environment, which cannot run under --trial-user yet; start this worker "
               "without --trial-user, or use a recipe file without them", file=sys.stderr)
-        return 2
+        return None
     try:
         offer.check_models(args.models)
     except offer.StartError as exc:
         print(f"trialbot-worker: {exc}", file=sys.stderr)
-        return 2
-    offer.allow_models(args.models, args.hub)
-    user = _trial_user(args, hidden)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    # From here a stop is read, not raised: before the agent exists (NVML, imports)
-    # it ends the worker, which holds nothing yet; after, it hands the trial back.
-    from worker.signals import Signals
-    started: list = []  # the agent, once it exists
-    threading.Thread(target=_stop_on_signals, args=(Signals(), started, grace), daemon=True,
-                     name="signals").start()
-    from worker.agent import Agent
-    from worker.client import ApiError, CertError, Client
-    info, executor = dict(machine_info(), labels=labels), None
-    info["hf"] = offer.hf()
+        return None
+    return recipes
+
+
+def _executor(args, user, info: dict):
+    """What runs a trial: None (a child here), as --trial-user, or Slurm;
+    for Slurm, `info` takes the partition's hardware."""
+    executor = None
     if user:
         from worker import attempts
         executor = functools.partial(attempts.run, user=user)
@@ -224,10 +274,11 @@ def serve_command(argv: list[str]) -> int:
                                  args.mem, args.gpus, args.sbatch_arg)
         # Routing reads what the partition's nodes have, not this login node.
         info.update(partition_info(args.partition), executor="slurm", partition=args.partition)
-    agent = Agent(Client(args.server, token, args.ca_file), args.name, info, recipes, executor)
-    from worker import redact
-    redact.install(agent.secrets)  # the token and recipes' secrets never reach the log
-    started.append(agent)
+    return executor
+
+
+def _serve(agent) -> int:
+    from worker.client import ApiError, CertError
     try:
         agent.serve_forever()
     except CertError as exc:

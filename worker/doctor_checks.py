@@ -136,14 +136,9 @@ def bot_lines(server: str | None, token: str | None, name: str,
     problem = server_problem(server) or (ca_problem(ca_file) if ca_file and https else None)
     if problem:
         return [Line("fail", "bot", problem, UNREACHABLE), _skip("token"), _skip_clock()]
-    client, best = Client(server, token or "", ca_file), None
+    client = Client(server, token or "", ca_file)
     try:
-        for _try in range(3):
-            t0, p0 = time.time(), time.perf_counter()
-            reply = client.call("/api/ping", {"worker": name}, timeout=10)
-            rtt = time.perf_counter() - p0
-            if best is None or rtt < best[0]:
-                best = (rtt, t0 + rtt / 2, reply)
+        rtt, local, reply = _best_ping(client, name)
     except ApiError as exc:
         return _refused(exc, server, token, name)
     except CertError as exc:
@@ -158,37 +153,52 @@ def bot_lines(server: str | None, token: str | None, name: str,
             "correct the URL; from a rented box reach it through `ssh -N -L "
             "3000:localhost:3000 bot-host` and `--server http://localhost:3000`.",
             url=server, error=_reason(exc)), UNREACHABLE), _skip("token"), _skip_clock()]
-    rtt, local, reply = best
     if not (isinstance(reply, dict) and isinstance(reply.get("time"), (int, float))):
         return [Line("fail", "bot", _(
             "Something answers at {url}, but not as a trialbot bot. Fix: check the URL and "
             "port (the bot's TRIALBOT_PORT, 3000 by default).", url=server), UNREACHABLE),
             _skip("token"), _skip_clock()]
-    lines = [Line("ok", "bot", _("The bot at {url} answers ({ms} ms round trip).", url=server,
-                                 ms=format(rtt * 1000, ".0f")))]
+    return [Line("ok", "bot", _("The bot at {url} answers ({ms} ms round trip).", url=server,
+                                ms=format(rtt * 1000, ".0f"))),
+            *_token_lines(token, reply, name), _clock_line(reply, local, rtt)]
+
+
+def _best_ping(client, name: str) -> tuple:
+    """(round trip, this clock at the answer's middle, reply) of the fastest of three pings."""
+    best = None
+    for _try in range(3):
+        t0, p0 = time.time(), time.perf_counter()
+        reply = client.call("/api/ping", {"worker": name}, timeout=10)
+        rtt = time.perf_counter() - p0
+        if best is None or rtt < best[0]:
+            best = (rtt, t0 + rtt / 2, reply)
+    return best
+
+
+def _token_lines(token: str | None, reply: dict, name: str) -> list[Line]:
     if not token:  # only a bot with an empty shared token accepts none
-        lines += _no_token(token)
-    elif reply.get("token") == "shared":
-        lines.append(Line("ok", "token", _(
-            "The token is accepted: the shared token, which may act as any worker.")))
-    else:
-        lines.append(Line("ok", "token", _(
-            "The token is accepted: it is worker `{name}`'s own token.", name=name)))
+        return _no_token(token)
+    if reply.get("token") == "shared":
+        return [Line("ok", "token", _(
+            "The token is accepted: the shared token, which may act as any worker."))]
+    return [Line("ok", "token", _(
+        "The token is accepted: it is worker `{name}`'s own token.", name=name))]
+
+
+def _clock_line(reply: dict, local: float, rtt: float) -> Line:
     offset = reply["time"] - local
     values = dict(offset=format(offset, "+.3f"), error=format(rtt / 2, ".3f"),
                   limit=format(CLOCK_LIMIT, "g"), lease=format(reply["lease"], "g"),
                   heartbeat=format(reply["heartbeat"], "g"))
     if abs(offset) > CLOCK_LIMIT:
-        lines.append(Line("fail", "clock", _(
+        return Line("fail", "clock", _(
             "The bot's clock is {offset} s from this one (±{error} s), over the {limit} s "
             "limit: idle time and reports' times are dated wrongly. Fix: turn on time sync "
             "here and on the bot's host (`timedatectl set-ntp true`, or chrony).", **values),
-            CLOCK))
-    else:
-        lines.append(Line("ok", "clock", _(
-            "The bot's clock is {offset} s from this one (±{error} s; limit {limit} s). "
-            "Leases last {lease} s after a heartbeat, sent every {heartbeat} s.", **values)))
-    return lines
+            CLOCK)
+    return Line("ok", "clock", _(
+        "The bot's clock is {offset} s from this one (±{error} s; limit {limit} s). "
+        "Leases last {lease} s after a heartbeat, sent every {heartbeat} s.", **values))
 
 
 def _refused(exc, server: str, token: str | None, name: str) -> list[Line]:

@@ -132,6 +132,24 @@ def load(path: str, env_cache: str | None = None) -> dict[str, Recipe]:
 
 
 def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
+    _check_keys(name, t, where)
+    argv = _need(name, t, where, "argv", _strings, "a non-empty list of strings")
+    env_spec = _environment(name, t, where, base, cache)
+    cwd = _cwd(name, t, where, base, env_spec)
+    try:
+        environment.check_spec(env_spec, cwd)
+    except EnvironmentProblem as exc:
+        first = next((k for k in ENV_KEYS if k in t), "repo")
+        raise RecipeError(f"{where.key(name, first)}: recipe `{name}`: {exc}") from None
+    setup, env, secret_env = _run_with(name, t, where)
+    requires, timeout, unit = _measure(name, t, where)
+    params = _params(name, t, where, argv)
+    return Recipe(name, cwd, tuple(argv), tuple(tuple(c) for c in setup), dict(env), requires,
+                  timeout, params, t.get("description", ""), tuple(secret_env), env_spec,
+                  unit=unit)
+
+
+def _check_keys(name: str, t, where: _Locator) -> None:
     at = where.table(name)
     if not NAME.fullmatch(name):
         raise RecipeError(f"{at}: recipe name `{name}` must be lower-case letters, digits, "
@@ -143,36 +161,41 @@ def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
             raise RecipeError(f"{where.key(name, key)}: unknown key `{key}` in recipe `{name}`;"
                               f" allowed: {', '.join(sorted(RECIPE_KEYS))}")
 
-    def need(key, ok, what):
-        if key not in t:
-            raise RecipeError(f"{at}: recipe `{name}` needs `{key}` ({what})")
-        if not ok(t[key]):
-            raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be {what}")
-        return t[key]
 
-    def strings(v):
-        return isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+def _need(name: str, t: dict, where: _Locator, key: str, ok, what: str):
+    """A required key's value, refused with `what` it must be."""
+    if key not in t:
+        raise RecipeError(f"{where.table(name)}: recipe `{name}` needs `{key}` ({what})")
+    if not ok(t[key]):
+        raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be {what}")
+    return t[key]
 
-    argv = need("argv", strings, "a non-empty list of strings")
-    env_spec = _environment(name, t, where, base, cache)
-    if env_spec.repo:  # cwd is in the checkout, made when the trial runs
+
+def _strings(v):
+    return isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+
+
+def _cwd(name: str, t: dict, where: _Locator, base: str, env_spec: EnvSpec) -> str:
+    """The recipe's directory: inside its checkout (made when the trial runs)
+    with `repo`, else one on this worker, relative to the recipe file."""
+    if env_spec.repo:
         cwd = t.get("cwd", ".")
         if not isinstance(cwd, str) or os.path.isabs(cwd) or ".." in cwd.split("/"):
             raise RecipeError(f"{where.key(name, 'cwd')}: with `repo`, `cwd` of `{name}` is a "
                               "directory inside the repository, like \".\" or \"scripts\"")
-    else:
-        cwd = need("cwd", lambda v: isinstance(v, str) and v, "a directory path")
-        cwd = os.path.normpath(os.path.join(base, cwd))
-        if not os.path.isdir(cwd):
-            raise RecipeError(f"{where.key(name, 'cwd')}: cwd `{cwd}` of recipe `{name}` is not "
-                              "a directory on this worker")
-    try:
-        environment.check_spec(env_spec, cwd)
-    except EnvironmentProblem as exc:
-        first = next((k for k in ENV_KEYS if k in t), "repo")
-        raise RecipeError(f"{where.key(name, first)}: recipe `{name}`: {exc}") from None
+        return cwd
+    cwd = _need(name, t, where, "cwd", lambda v: isinstance(v, str) and v, "a directory path")
+    cwd = os.path.normpath(os.path.join(base, cwd))
+    if not os.path.isdir(cwd):
+        raise RecipeError(f"{where.key(name, 'cwd')}: cwd `{cwd}` of recipe `{name}` is not "
+                          "a directory on this worker")
+    return cwd
+
+
+def _run_with(name: str, t: dict, where: _Locator) -> tuple[list, dict, list]:
+    """`setup`, `env` and `secret_env`: what runs before, and the environment."""
     setup = t.get("setup", [])
-    if not (isinstance(setup, list) and all(strings(c) for c in setup)):
+    if not (isinstance(setup, list) and all(_strings(c) for c in setup)):
         raise RecipeError(f"{where.key(name, 'setup')}: `setup` must be a list of argv lists, "
                           'e.g. [["pip", "install", "-r", "requirements.txt"]]')
     env = t.get("env", {})
@@ -183,6 +206,11 @@ def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
                                                   for v in secret_env)):
         raise RecipeError(f"{where.key(name, 'secret_env')}: `secret_env` must be a list of "
                           'variable names, e.g. ["HF_TOKEN"]')
+    return setup, env, secret_env
+
+
+def _measure(name: str, t: dict, where: _Locator) -> tuple[str, int, str]:
+    """`requires`, `timeout` and `unit`: where and how a trial is measured."""
     requires = t.get("requires", "any")
     if requires not in ("cuda", "any"):
         raise RecipeError(f"{where.key(name, 'requires')}: `requires` must be \"cuda\" or "
@@ -197,6 +225,11 @@ def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
                           f"{unit!r}; it must be \"program\" (the whole invocation), "
                           "\"generate\", \"forward\" or \"mark:NAME\" (spans the program "
                           "marks with `TRIALBOT_UNIT NAME`; NAME letters, digits, `.`, `_`, `-`)")
+    return requires, timeout, unit
+
+
+def _params(name: str, t: dict, where: _Locator, argv: list[str]) -> tuple[Param, ...]:
+    """The recipe's own params; its argv may use them, the common ones and {python}."""
     if not isinstance(t.get("params", {}), dict):
         raise RecipeError(f"{where.key(name, 'params')}: `params` of `{name}` must be a table "
                           f"[recipes.{name}.params]")
@@ -216,9 +249,7 @@ def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
     if clash:
         raise RecipeError(f"{where.table(name + '.params')}: param `{sorted(clash)[0]}` is "
                           "reserved for every trial; rename it")
-    return Recipe(name, cwd, tuple(argv), tuple(tuple(c) for c in setup), dict(env), requires,
-                  timeout, params, t.get("description", ""), tuple(secret_env), env_spec,
-                  unit=unit)
+    return params
 
 
 def _environment(name: str, t: dict, where: _Locator, base: str, cache: str) -> EnvSpec:

@@ -168,15 +168,7 @@ class SlurmExecutor:
             job_id = self.slurm.submit(self.sbatch_args(spec, job_dir, out_path) + [script],
                                        _env())
         except (SubmitError, OSError, subprocess.TimeoutExpired) as exc:
-            report = reports.new_report(spec.workload, spec.params)
-            controller = "Unable to contact" in str(exc) or not isinstance(exc, SubmitError)
-            reports.fail(report, "crash" if controller else "unsupported",
-                         f"Slurm refused the job (partition `{self.partition}`"
-                         + (f", account `{self.account}`" if self.account else "")
-                         + "): " + "; ".join(str(exc).splitlines()), "setup")
-            report["started"], report["finished"] = t0, time.time()
-            report["seconds"] = max(0.0, report["finished"] - t0)
-            return report, None
+            return self._refused(spec, exc, t0), None
         submitted = time.time()
         progress["phase"] = "queued"
         info, state = self._follow(job_id, cancel, progress, report_path)
@@ -198,25 +190,44 @@ class SlurmExecutor:
                "run_s": max(0.0, ((job_report or {}).get("finished") or ended_at or collected)
                             - started) if started else None}
         if klass:
-            why = {"oom": "went over its memory limit (sbatch "
-                          f"--mem {self.mem})",
-                   "timeout": "hit its Slurm time limit",
-                   "cancelled": "was cancelled",
-                   "retry": "lost its node",
-                   "crash": f"ended without a report at {report_path} (is --shared-dir "
-                            "on a filesystem the compute nodes share?)"}[klass]
-            message = (f"Slurm job {job_id} {why}: state {state}, exit code "
-                       f"{job['exit_code']}, node {job['node']}\n"
-                       + ((report.get("error") or {}).get("message") or tail))
-            reports.fail(report, "killed" if klass == "retry" else klass, message,
-                         (report.get("error") or {}).get("phase")
-                         or ("run" if started else "setup"))
+            self._failed(report, job, report_path, tail, started)
         report["started"] = report.get("started") or started or submitted
         report["finished"] = report.get("finished") or collected
         report["seconds"] = report.get("seconds") or max(0.0, report["finished"]
                                                          - report["started"])
         report["env"] = report.get("env") or {"host": job["node"]}
         return report, job
+
+    def _refused(self, spec: TrialSpec, exc: Exception, t0: float) -> dict:
+        """The report of a job sbatch did not take: the controller unreachable
+        (a crash, retried) or the job refused (unsupported)."""
+        report = reports.new_report(spec.workload, spec.params)
+        controller = "Unable to contact" in str(exc) or not isinstance(exc, SubmitError)
+        reports.fail(report, "crash" if controller else "unsupported",
+                     f"Slurm refused the job (partition `{self.partition}`"
+                     + (f", account `{self.account}`" if self.account else "")
+                     + "): " + "; ".join(str(exc).splitlines()), "setup")
+        report["started"], report["finished"] = t0, time.time()
+        report["seconds"] = max(0.0, report["finished"] - t0)
+        return report
+
+    def _failed(self, report: dict, job: dict, report_path: str, tail: str,
+                started: float | None) -> None:
+        """The report says how the job ended without finishing, in Slurm's words."""
+        klass = job["outcome"]
+        why = {"oom": "went over its memory limit (sbatch "
+                      f"--mem {self.mem})",
+               "timeout": "hit its Slurm time limit",
+               "cancelled": "was cancelled",
+               "retry": "lost its node",
+               "crash": f"ended without a report at {report_path} (is --shared-dir "
+                        "on a filesystem the compute nodes share?)"}[klass]
+        message = (f"Slurm job {job['job_id']} {why}: state {job['state']}, exit code "
+                   f"{job['exit_code']}, node {job['node']}\n"
+                   + ((report.get("error") or {}).get("message") or tail))
+        reports.fail(report, "killed" if klass == "retry" else klass, message,
+                     (report.get("error") or {}).get("phase")
+                     or ("run" if started else "setup"))
 
     def _follow(self, job_id: str, cancel, progress, report_path: str = ""
                 ) -> tuple[dict | None, str]:

@@ -73,11 +73,15 @@ def _phase(p: dict) -> str:
 def facts(r: Report) -> list[tuple[str, str]]:
     """(label, value) pairs of the measured results, each value saying how it
     was measured; the text summary and the Slack fields both show these."""
-    out = []
-    lat, thr, sc, m = r.get("latency"), r.get("throughput"), r.get("scale"), r["memory"]
-    tr = r.get("training")
     # A recipe's unit is what the probe timed: a generate call or a model call.
-    unit = "step" if tr else (r.get("units") or {}).get("unit") or "request"
+    unit = "step" if r.get("training") else (r.get("units") or {}).get("unit") or "request"
+    return [*_timing(r, unit), *_conditions(r, unit), *_memory_facts(r), *_what_ran(r)]
+
+
+def _timing(r: Report, unit: str) -> list[tuple[str, str]]:
+    """Time per unit, training, time to first token."""
+    out = []
+    lat, tr = r.get("latency"), r.get("training")
     if lat and lat.get("count"):
         values = {k: duration(lat[k]) for k in ("p50", "p90", "p99", "mean")}
         values.update(count=lat["count"], units=_units(unit), stdev=duration(lat.get("stdev")))
@@ -99,6 +103,12 @@ def facts(r: Report) -> list[tuple[str, str]]:
         else:
             text = f"p50 {values['p50']}, p90 {values['p90']}"
         out.append((_("time to first token"), text))
+    return out
+
+
+def _conditions(r: Report, unit: str) -> list[tuple[str, str]]:
+    """How steady the times were, and what the machine and threads were doing."""
+    out = []
     if timed_live_on_cpu(r):
         out.append((_("timed under malloc=live"), live_time_note()))
     st = r.get("stability")
@@ -110,8 +120,14 @@ def facts(r: Report) -> list[tuple[str, str]]:
         out.append((_("machine"), machine(r["contention"])))
     if r.get("threads"):
         out.append((_("threads"), threads_line(r["threads"])))
+    thr = r.get("throughput")
     if thr:
         out.append((_("throughput"), number(thr["value"], ".1f", unit=f" {thr['unit']}")))
+    return out
+
+
+def _memory_facts(r: Report) -> list[tuple[str, str]]:
+    m, out = r["memory"], []
     if m.get("peak_allocated") is not None:
         out.append((_("GPU peak allocated / reserved"),
                     _("{allocated} / {reserved} (torch allocator)",
@@ -124,6 +140,13 @@ def facts(r: Report) -> list[tuple[str, str]]:
                 _("{peak} (child tree, sampled ~100 Hz{allocator}; kernel max RSS {kernel})",
                   peak=size(m.get("host_rss_peak")), allocator=allocator(r),
                   kernel=size(m.get("host_rss_peak_kernel")))))
+    return out
+
+
+def _what_ran(r: Report) -> list[tuple[str, str]]:
+    """The scale, the unit, the model, the depth, Slurm and the environment."""
+    out = []
+    sc, tr = r.get("scale"), r.get("training")
     if sc and tr:
         out.append((_("scale"), _("batch {batch} × seq {seq}, {tokens} tokens trained in the "
                                   "measured steps", batch=sc["batch"], seq=sc["prompt_tokens"],

@@ -11,7 +11,7 @@ import time
 from bot.http import tokens
 from bot.store import Store, backup
 from bot.store.migrations import SchemaTooNew
-from worker.units import size
+from worker.api import size
 
 
 def _fail(message: str) -> int:

@@ -13,6 +13,41 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        import slack_bolt  # noqa: F401
+        import sqlite_utils  # noqa: F401
+    except ImportError as exc:
+        print(f"trialbot: {exc.name} is not installed; install the bot with "
+              "`pip install -e '.[bot]'`", file=sys.stderr)
+        return 2
+    from bot.store.migrations import SchemaTooNew
+    embedded = _embedded(args)
+    if embedded is None:
+        return 2
+    user, recipes = embedded
+    if args.command == "doctor":
+        from bot.app import doctor
+        return doctor.run(os.environ)
+    try:
+        if args.command in ("worker-token", "backup"):
+            from bot.app import admin
+            if args.command == "backup":
+                return admin.run_backup(args.db, args.path, args.force)
+            return admin.worker_token(args.db, args.action, args.name)
+        if args.command == "console":
+            return _console(args, user, recipes)
+        return run_serve(args.local_worker, user, recipes)
+    except SchemaTooNew as exc:
+        print(f"trialbot: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:
+        print(f"trialbot: cannot use the database: {exc} (set --db or TRIALBOT_DB to a "
+              "writable file)", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialbot", description="Measure before you rent.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the Slack app, the worker API and /healthz")
@@ -21,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     trial_user = ("run the local worker's trials as USER (the bot runs as root), so they "
                   "cannot read the bot's tokens, memory or database")
     serve.add_argument("--trial-user", metavar="USER", help=trial_user)
-    from worker import offer
+    from worker.api import offer
     recipes_help = "recipe file (TOML) of commands the local worker may run"
     offer.add_options(serve, recipes_help)
     console = sub.add_parser("console", help="run commands in this terminal with a local worker")
@@ -43,18 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     bak.add_argument("--db", default=default_db, help=db_help)
     sub.add_parser("doctor", help="check the settings, Slack, the database and the workers, "
                    "with serve's environment (docs/doctor.md)")
-    args = parser.parse_args(argv)
-    try:
-        import slack_bolt  # noqa: F401
-        import sqlite_utils  # noqa: F401
-    except ImportError as exc:
-        print(f"trialbot: {exc.name} is not installed; install the bot with "
-              "`pip install -e '.[bot]'`", file=sys.stderr)
-        return 2
-    from bot.store.migrations import SchemaTooNew
+    return parser
+
+
+def _embedded(args) -> tuple | None:
+    """(trial user, recipes) of the worker `serve --local-worker` and `console`
+    run inside the bot; None after refusing options given without one."""
     user, recipes = None, {}
     if args.command in ("serve", "console"):
-        from worker import secrecy
+        from worker.api import secrecy
         # Slack tokens sit in our environment and memory, and a local worker's
         # trials run as our user: they must not read either.
         hidden = secrecy.undumpable()
@@ -65,44 +97,30 @@ def main(argv: list[str] | None = None) -> int:
             if given:
                 print(f"trialbot serve: {given[0]} is for the trials of --local-worker; give "
                       f"both, or start a trialbot-worker with {given[0]}", file=sys.stderr)
-                return 2
+                return None
         if args.command == "console" or args.local_worker:
             user = embedded_trial_user(args.command, args.trial_user, hidden)
             recipes = embedded_offer(args.command, args)
-    if args.command == "doctor":
-        from bot.app import doctor
-        return doctor.run(os.environ)
+    return user, recipes
+
+
+def _console(args, user, recipes) -> int:
+    from bot.app import config
+    from bot.app import console as console_mod
+    from worker import i18n
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
-        if args.command in ("worker-token", "backup"):
-            from bot.app import admin
-            if args.command == "backup":
-                return admin.run_backup(args.db, args.path, args.force)
-            return admin.worker_token(args.db, args.action, args.name)
-        if args.command == "console":
-            from bot.app import config
-            from bot.app import console as console_mod
-            from worker import i18n
-            logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-            try:
-                i18n.set_default(config.default_lang(os.environ))
-            except config.ConfigError as exc:
-                print(f"trialbot console: {exc}", file=sys.stderr)
-                return 2
-            return console_mod.run(args.db, args.json, user=user, recipes=recipes)
-        return run_serve(args.local_worker, user, recipes)
-    except SchemaTooNew as exc:
-        print(f"trialbot: {exc}", file=sys.stderr)
+        i18n.set_default(config.default_lang(os.environ))
+    except config.ConfigError as exc:
+        print(f"trialbot console: {exc}", file=sys.stderr)
         return 2
-    except sqlite3.Error as exc:
-        print(f"trialbot: cannot use the database: {exc} (set --db or TRIALBOT_DB to a "
-              "writable file)", file=sys.stderr)
-        return 2
+    return console_mod.run(args.db, args.json, user=user, recipes=recipes)
 
 
 def embedded_trial_user(command: str, name: str | None, hidden: bool):
     """The local worker's --trial-user (exit 2 when refused), after warning what
     its trials could still read of the bot."""
-    from worker import trialuser
+    from worker.api import trialuser
     try:
         user = trialuser.lookup(name) if name else None
     except trialuser.TrialUserError as exc:
@@ -117,7 +135,7 @@ def embedded_offer(command: str, args) -> dict:
     """The local worker's recipes (exit 2 naming the line or directory that is
     wrong, as trialbot-worker does), and its --models and --hub set for its
     trials."""
-    from worker import offer
+    from worker.api import offer
     try:
         recipes = offer.recipes(args.recipes)
         offer.check_models(args.models)
@@ -133,11 +151,11 @@ def run_serve(local_worker: bool, user=None, recipes=None) -> int:
     try:
         settings = config.from_env(os.environ)
     except config.ConfigError as exc:
-        from worker.redact import text  # a token pasted into the wrong variable
+        from worker.api import redact_text as text  # a token pasted into the wrong variable
         print(f"trialbot serve: {text(str(exc), ())}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from worker import redact
+    from worker.api import redact
     redact.install(redact.secret_values(settings.bot_token, settings.app_token,
                                         settings.signing_secret, settings.worker_token,
                                         settings.metrics_token))
@@ -156,7 +174,7 @@ def run_serve(local_worker: bool, user=None, recipes=None) -> int:
         print(f"trialbot serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
               " (set TRIALBOT_PORT / TRIALBOT_HOST)", file=sys.stderr)
         return 2
-    from worker.signals import Signals
+    from worker.api import Signals
     signals = Signals()  # SIGTERM (docker stop, systemd) and Ctrl-C: one path, _stop
     app = build_app(rt.ctx, client, settings.signing_secret)
     log = logging.getLogger("trialbot")

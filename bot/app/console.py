@@ -13,6 +13,7 @@ headers), so it drops nothing Slack would show.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -21,9 +22,8 @@ import sys
 import threading
 import time
 
-from bot import access
+from bot import access, commands
 from bot.app.runtime import Runtime
-from bot.plans import command as plan_command
 from bot.trials import command as trial_command
 from bot.trials.job import ENDED
 from worker import i18n
@@ -89,12 +89,19 @@ def _lines(stdin, transport, interactive):
 
 
 def respond(rt: Runtime, line: str) -> tuple[dict, dict | None]:
+    """The line's reply and the job it queued, inside the catch-all (bot/commands.py)."""
+    return commands.guarded(functools.partial(_respond, rt, line), lambda reply: (reply, None),
+                            f"console {line!r}", functools.partial(rt.store.channel_lang,
+                                                                   CHANNEL))
+
+
+def _respond(rt: Runtime, line: str) -> tuple[dict, dict | None]:
     command, _space, text = line.partition(" ")
     if command == "/trial":
-        return trial_command.handle(rt.ctx, text, USER, CHANNEL)
+        return commands.trial(rt.ctx, text, USER, CHANNEL)
     if command == "/plan":
-        return plan_command.handle(rt.ctx, text, USER, CHANNEL,
-                            dt.datetime.now(dt.timezone.utc).date()), None
+        return commands.plan(rt.ctx, text, USER, CHANNEL,
+                             dt.datetime.now(dt.timezone.utc).date()), None
     with i18n.using(rt.store.channel_lang(CHANNEL)):
         return {"response_type": "ephemeral",
                 "text": _(":x: `{command}` is not a command here; lines start with `/trial` "

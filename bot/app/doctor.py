@@ -15,8 +15,8 @@ from bot.delivery.outbox import ALERT_MINUTES
 from bot.store import Reason, health, migrations
 from bot.trials.workerlist import AUTH_ERRORS, gpu_kind, stuck_hint
 from worker import i18n
+from worker.api import size
 from worker.i18n import _
-from worker.units import size
 
 SHOWN = 6  # workers named on their line
 
@@ -57,7 +57,7 @@ def run(env) -> int:
 
 
 def settings_lines(env) -> tuple[list[Line], config.Settings | None]:
-    from worker.redact import text  # a token pasted into the wrong variable
+    from worker.api import redact_text as text  # a token pasted into the wrong variable
     try:
         s = config.from_env(env)
     except config.ConfigError as exc:

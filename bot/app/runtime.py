@@ -3,6 +3,7 @@ the digest schedule, the one Context the commands read, and optionally a
 worker agent in this process (the single-box default)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -14,12 +15,10 @@ from collections import Counter
 from bot import access
 from bot.context import Context
 from bot.delivery.outbox import ALERT_MINUTES, Outbox
-from bot.digest import command as digest_command
 from bot.digest.scheduler import Digests
 from bot.http.metrics import Watch
 from bot.http.server import Server
 from bot.http.workerapi import WorkerApi
-from bot.plans import kept_apart
 from bot.slack.later import ACK_WRITE_SECONDS
 from bot.store import Store
 from bot.trials import workers
@@ -31,16 +30,15 @@ AGENT_STOP = 5
 
 
 def context(store: Store, queue: JobQueue | None = None, policy: access.Policy | None = None,
-            admins: frozenset[str] = frozenset(), notify=lambda: None) -> Context:
+            admins: frozenset[str] = frozenset(), notify=lambda: None,
+            outbox_alert_minutes: float = ALERT_MINUTES) -> Context:
     """A Context over `store` with its own queue unless one is given, and no
     Slack: scripts and tests (anyone may run; `admins` are admins), and the
     runtime below with the configured policy."""
     queue = queue or JobQueue(store, on_message=notify)
-    ctx = Context(store=store, queue=queue, notify=notify,
-                  policy=policy or access.Policy(run_everyone=True, admins=admins))
-    ctx.digest_command = digest_command.command
-    ctx.tag_notes = kept_apart.queue_notes
-    return ctx
+    return Context(store=store, queue=queue, notify=notify,
+                   policy=policy or access.Policy(run_everyone=True, admins=admins),
+                   outbox_alert_minutes=outbox_alert_minutes)
 
 
 HEALTH_WRITE_SECONDS = 1.0  # /healthz's probe write waits at most this for the database
@@ -59,10 +57,11 @@ class Runtime:
         self.queue = JobQueue(self.store, on_message=self.outbox.wake,
                               lease_seconds=lease_seconds)
         # Unconfigured, nobody may run (access.Policy()): the commands say how to set it.
-        self.ctx = context(self.store, self.queue, policy or access.Policy(),
-                           notify=self.outbox.wake)
-        self.ctx.outbox_alert_minutes = outbox_alert_minutes
-        self.ctx.slack_errors.append(self.outbox.slack_errors)
+        ctx = context(self.store, self.queue, policy or access.Policy(),
+                      notify=self.outbox.wake, outbox_alert_minutes=outbox_alert_minutes)
+        # The schedule posts through a Context without itself; `/plan digest` re-reads it.
+        self.digests = Digests(ctx)
+        self.ctx = dataclasses.replace(ctx, digests=self.digests)
         self.worker_token = worker_token
         self.server = Server((host, port), WorkerApi(self.ctx, worker_token),
                              health=self.health, borrow=self.store.borrowed,
@@ -71,13 +70,11 @@ class Runtime:
                              watch=Watch(self.store, worker_token, metrics_token,
                                          self.slack_errors))
         self.agent = self.agent_thread = None
-        self.digests = self.ctx.digests = Digests(self.ctx)  # `/plan digest` re-reads it
 
     def slack_errors(self) -> dict[str, int]:
         """Failed Slack calls by class: the outbox's and the Bolt app's, added."""
-        total = Counter()
-        for counter in self.ctx.slack_errors:
-            total.update(counter())
+        total = Counter(self.outbox.slack_errors())
+        total.update(self.ctx.slack.failures())
         return dict(total)
 
     def health(self) -> dict:
@@ -112,9 +109,7 @@ class Runtime:
         as `user` (a worker.trialuser.TrialUser: --trial-user) when given.
         `recipes`: its recipe file's (worker/offer.py), and it registers what
         hf-* models it can build as trialbot-worker does."""
-        from worker import attempts, machine, offer
-        from worker.agent import Agent
-        from worker.client import Client
+        from worker.api import Agent, Client, attempts, machine, offer
         if os.geteuid() == 0 and user is None:
             logging.getLogger("trialbot").warning(
                 "the local worker runs trials as root: a trial can read this bot's Slack "

@@ -231,13 +231,22 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
             _("*Weekly budget digest* — {start} → {end} {zone}", start=_hm(start), end=_hm(end),
               zone=zone))
     lines = [head] + ([f"_{late}_"] if late else [])
+    lines += _week_lines(start, m)
+    lines.append(_("*Cost* (confirmed prices only):"))
+    lines += cost_lines(m["by_gpu"], price_list, today) or [_("• no GPU-hours this week")]
+    plan_lines, more = _plan_lines(start, plans, price_list, today)
+    return "\n".join(lines + plan_lines), more
+
+
+def _week_lines(start: dt.datetime, m: dict) -> list[str]:
+    """The week's trials, GPU- and CPU-hours (with how they are counted) and worker idle."""
     counts = dict(trials=m["trials"], ok=m["ok"], failed=m["failed"],
                   cancelled=m["cancelled"], retried=m["retried"], tries=m["failed_tries"])
-    lines.append(_("*Trials*: {trials} ended ({ok} ok, {failed} failed, {cancelled} cancelled); "
-                   "{retried} retried, {tries} failed attempts in all", **counts)
-                 if m["cancelled"] else
-                 _("*Trials*: {trials} ended ({ok} ok, {failed} failed); {retried} retried, "
-                   "{tries} failed attempts in all", **counts))
+    lines = [_("*Trials*: {trials} ended ({ok} ok, {failed} failed, {cancelled} cancelled); "
+               "{retried} retried, {tries} failed attempts in all", **counts)
+             if m["cancelled"] else
+             _("*Trials*: {trials} ended ({ok} ok, {failed} failed); {retried} retried, "
+               "{tries} failed attempts in all", **counts)]
     gpu, gpu_total = _split(m["gpu"]["seconds"], "GPU-h")
     lines.append(_("*GPU-hours measured*: {split}", split=gpu))
     cpu_s = m["cpu"]["seconds"]
@@ -258,12 +267,17 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
     else:
         lines.append(_("*Worker idle*: none reported for UTC days {first} to {last}",
                        first=first, last=last))
-    lines.append(_("*Cost* (confirmed prices only):"))
-    lines += cost_lines(m["by_gpu"], price_list, today) or [_("• no GPU-hours this week")]
+    return lines
+
+
+def _plan_lines(start: dt.datetime, plans: list[dict], price_list: list[dict],
+                today: dt.date) -> tuple[list[str], list[str]]:
+    """The plans (biggest miss first), stale prices and open checklist items;
+    and the replies that continue the lists cut short."""
     ordered = sorted(plans, key=lambda s: (-abs(s["biggest"]["delta"]) if s.get("biggest")
                                            else 0, s["name"]))
-    lines.append(_("*Plans* ({n} in this channel; estimate against actuals so far):",
-                   n=len(plans)))
+    lines = [_("*Plans* ({n} in this channel; estimate against actuals so far):",
+               n=len(plans))]
     shown, more = _capped([plan_line(s) for s in ordered], _plans_more, _("Plans"))
     lines += shown or [_("• none: `/plan new NAME` starts one")]
     stale = [p for p in price_list if prices.is_stale(p, today)]
@@ -281,7 +295,7 @@ def text(start: dt.datetime, end: dt.datetime, week: str | None, m: dict,
         shown, open_more = _capped(blocked, _open_more, heading)
         lines += shown
         more += open_more
-    return "\n".join(lines), more
+    return lines, more
 
 
 def _plans_more(n: int) -> str:

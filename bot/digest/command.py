@@ -1,7 +1,8 @@
-"""`/plan digest ...` and the posting of a digest: a week posted once per
-channel (a `digests_sent` row in the transaction that stores its messages, so
-a double fire or a restart never posts a week twice), a week missed while the
-bot was down posted at start, marked late.
+"""`/plan digest ...` (its entries in /plan's table, ENTRIES) and the posting
+of a digest: a week posted once per channel (a `digests_sent` row in the
+transaction that stores its messages, so a double fire or a restart never
+posts a week twice), a week missed while the bot was down posted at start,
+marked late.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from bot.blocks import reply
 from bot.digest import build as digest
 from bot.digest import chart
 from bot.plans import estimate, service, views
-from bot.plans.parse import PlanError
+from bot.plans.entry import Asked, Entry
+from bot.plans.parse import PlanError, parse_digest_words
 from worker import i18n
-from worker.i18n import _
+from worker.i18n import N_, _
 
 log = logging.getLogger("trialbot.digest")
 
@@ -102,42 +104,48 @@ def catch_up(ctx, now: dt.datetime) -> list[str]:
     return out
 
 
-def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
-            response_url: str | None = None) -> dict:
-    store = ctx.store
-    current = store.digest(channel)
-    if cmd.action == "digest-weekly":
-        schedule = dict(cmd.args, channel=channel, user=user)
-        old = store.set_digest(schedule)
-        _resync(ctx)
-        nxt = digest.trigger(schedule).get_next_fire_time(None, now)
-        values = dict(schedule=digest.schedule_text(schedule),
-                      next=format(nxt, "%a %Y-%m-%d %H:%M %Z"))
-        text = (_("Budget digest scheduled in this channel {schedule}; next {next}. It replaces "
-                  "{old}. `/plan digest now` posts one now; `/plan digest off` stops it.",
-                  old=digest.schedule_text(old), **values) if old else
-                _("Budget digest scheduled in this channel {schedule}; next {next}. "
-                  "`/plan digest now` posts one now; `/plan digest off` stops it.", **values))
-        return reply(text)
-    if cmd.action == "digest-off":
-        if not store.delete_digest(channel):
-            raise PlanError(_("No digest is scheduled in this channel; nothing to stop"))
-        _resync(ctx)
-        return reply(_("Budget digest stopped in this channel (it was {schedule}).",
-                       schedule=digest.schedule_text(current)))
-    if cmd.action == "digest-now":
-        tz = ZoneInfo(current["tz"]) if current else dt.timezone.utc
-        end = now.astimezone(tz)
-        store.post_digest(channel, None, build(ctx, channel, end, None, user=user,
-                                               response_url=response_url))
-        ctx.notify()
-        return reply(_("Posting the budget digest of the last 7 days in this channel (the "
-                       "chart follows in its thread)."))
+def _weekly(ctx, cmd, asked: Asked) -> dict:
+    schedule = dict(cmd.args, channel=asked.channel, user=asked.user)
+    old = ctx.store.set_digest(schedule)
+    _resync(ctx)
+    nxt = digest.trigger(schedule).get_next_fire_time(None, asked.now)
+    values = dict(schedule=digest.schedule_text(schedule),
+                  next=format(nxt, "%a %Y-%m-%d %H:%M %Z"))
+    return reply(_("Budget digest scheduled in this channel {schedule}; next {next}. It "
+                   "replaces {old}. `/plan digest now` posts one now; `/plan digest off` stops "
+                   "it.", old=digest.schedule_text(old), **values) if old else
+                 _("Budget digest scheduled in this channel {schedule}; next {next}. "
+                   "`/plan digest now` posts one now; `/plan digest off` stops it.", **values))
+
+
+def _off(ctx, cmd, asked: Asked) -> dict:
+    current = ctx.store.digest(asked.channel)
+    if not ctx.store.delete_digest(asked.channel):
+        raise PlanError(_("No digest is scheduled in this channel; nothing to stop"))
+    _resync(ctx)
+    return reply(_("Budget digest stopped in this channel (it was {schedule}).",
+                   schedule=digest.schedule_text(current)))
+
+
+def _now(ctx, cmd, asked: Asked) -> dict:
+    current = ctx.store.digest(asked.channel)
+    tz = ZoneInfo(current["tz"]) if current else dt.timezone.utc
+    end = asked.now.astimezone(tz)
+    ctx.store.post_digest(asked.channel, None, build(ctx, asked.channel, end, None,
+                                                     user=asked.user,
+                                                     response_url=asked.response_url))
+    ctx.notify()
+    return reply(_("Posting the budget digest of the last 7 days in this channel (the "
+                   "chart follows in its thread)."))
+
+
+def _show(ctx, cmd, asked: Asked) -> dict:
+    current = ctx.store.digest(asked.channel)
     if current is None:
         return reply(_("No digest is scheduled in this channel. `/plan digest weekly mon 09:00 "
                        "Asia/Seoul` schedules one (any weekday, time and IANA timezone); "
                        "`/plan digest now` posts one now."))
-    nxt = digest.trigger(current).get_next_fire_time(None, now)
+    nxt = digest.trigger(current).get_next_fire_time(None, asked.now)
     return reply(_("Budget digest in this channel {schedule}; next {next}. `/plan digest off` "
                    "stops it.", schedule=digest.schedule_text(current),
                    next=format(nxt, "%a %Y-%m-%d %H:%M %Z")))
@@ -146,3 +154,17 @@ def command(ctx, cmd, user: str, channel: str, now: dt.datetime,
 def _resync(ctx) -> None:
     if ctx.digests is not None:  # the running schedule, when one runs
         ctx.digests.sync()
+
+
+# `/plan digest ...`: the entries bot/commands.py adds to /plan's table.
+ENTRIES = (
+    Entry("digest", "digest", parse_digest_words, _show, help=(N_(
+        "• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
+        "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel"),)),
+    Entry("digest-now", "digest", parse_digest_words, _now, posts=True,
+          needs=("run", N_("post in this channel"))),
+    Entry("digest-weekly", "digest", parse_digest_words, _weekly, posts=True,
+          needs=("admin", N_("schedule the digest"))),
+    Entry("digest-off", "digest", parse_digest_words, _off,
+          needs=("admin", N_("stop the digest"))),
+)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from bot.blocks import table_text
 from bot.fits import depth, depthview, scaling, usable
+from worker.api import LIVE_TIME_NOTE, duration, size
 from worker.i18n import _
-from worker.spec import LIVE_TIME_NOTE
-from worker.units import duration, size
 
 LEVEL = 0.90  # prediction intervals shown in sweep messages
 

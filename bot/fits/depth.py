@@ -31,9 +31,8 @@ from __future__ import annotations
 import math
 
 from bot.fits import gpus, ols, scaling, usable
-from worker import arithmetic, presets, summary
+from worker.api import LIVE_TIME_NOTE, arithmetic, presets, summary
 from worker.i18n import N_, _, ngettext
-from worker.spec import LIVE_TIME_NOTE
 
 SCHEMA = "trialbot.depth/1"
 # The kernel's max RSS too: an exact high-water mark, where 100 Hz sampling can
@@ -221,12 +220,9 @@ def fit_depth(reports: list[dict]) -> dict:
            "preset": None, "defaults": {}, "points": [], "failed": [], "memory": {},
            "time": None, "decode": None, "per_layer": None, "workers": [], "notes": [],
            "allocators": {}, "error": None}
-    for r in reports:
-        if r.get("status") != "ok":
-            err = r.get("error") or {}
-            out["failed"].append({"trial": r.get("trial"),
-                                  "layers": (r.get("params") or {}).get("layers"),
-                                  "error_class": err.get("class")})
+    out["failed"] += [{"trial": r.get("trial"), "layers": (r.get("params") or {}).get("layers"),
+                       "error_class": (r.get("error") or {}).get("class")}
+                      for r in reports if r.get("status") != "ok"]
     if not ok:
         out["error"] = _("no trial of the sweep succeeded: nothing to fit")
         return out
@@ -242,12 +238,21 @@ def fit_depth(reports: list[dict]) -> dict:
     out["preset"] = name_of(first)
     out["sizing"] = sizing_of(ok[0]) or arithmetic.decoder_sizing(first)
     out["per_layer"] = layer_bytes(first, out["sizing"])
-    for r in ok:
-        secs = scaling.seconds_of(r)[0]
-        dec = (r.get("decode_per_token") or {}).get("mean")
-        out["points"].append({"trial": r.get("trial"), "layers": r["params"]["layers"],
-                              "memory": {m: (r.get("memory") or {}).get(m) for m in METHODS},
-                              "seconds": secs, "decode": dec, "marks": usable.marks(r)})
+    out["points"] += [{"trial": r.get("trial"), "layers": r["params"]["layers"],
+                       "memory": {m: (r.get("memory") or {}).get(m) for m in METHODS},
+                       "seconds": scaling.seconds_of(r)[0],
+                       "decode": (r.get("decode_per_token") or {}).get("mean"),
+                       "marks": usable.marks(r)} for r in ok]
+    _depth_notes(out, ok)
+    if len({p["layers"] for p in out["points"]}) < 2:
+        out["error"] = _("1 distinct depth succeeded: at least 2 are needed to fit anything")
+        return out
+    _fit_depth_models(out)
+    return out
+
+
+def _depth_notes(out: dict, ok: list[dict]) -> None:
+    """The workers, the allocators, and notes on what mixes into the times."""
     workers = sorted({(r.get("worker") or "?", scaling.device_of(r)) for r in ok})
     out["workers"] = [{"worker": w, "device": d} for w, d in workers]
     if len(workers) > 1:
@@ -260,9 +265,10 @@ def fit_depth(reports: list[dict]) -> dict:
                               "the time fit; re-run the sweep with malloc=auto (or without "
                               "malloc=) for glibc's times", trials=usable.names(live),
                               note=_(LIVE_TIME_NOTE)))
-    if len({p["layers"] for p in out["points"]}) < 2:
-        out["error"] = _("1 distinct depth succeeded: at least 2 are needed to fit anything")
-        return out
+
+
+def _fit_depth_models(out: dict) -> None:
+    """Each memory method, the time and the decode step against depth, with verdicts."""
     for m in METHODS:
         rows = [(p["layers"], 1, p["memory"][m], p["trial"]) for p in out["points"]
                 if p["memory"].get(m) is not None]
@@ -278,7 +284,6 @@ def fit_depth(reports: list[dict]) -> dict:
     for model in [*out["memory"].values(), out["time"], out["decode"]]:
         if model:
             model["verdict"] = usable.verdict(model, out["points"], axis="layers")
-    return out
 
 
 def question_layers(fit: dict, params: dict) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from bot.blocks import section, table_text
 from bot.fits import depth, usable
+from worker.api import duration, size
 from worker.i18n import _
-from worker.units import duration, size
 
 LEVEL = 0.90
 # memory methods' names: their measuring tools' own terms, kept as they are

@@ -76,7 +76,8 @@ from __future__ import annotations
 import math
 
 from bot.fits import ols, usable
-from worker import arithmetic
+from bot.fits.sweeparith import add_arithmetic
+from worker.api import arithmetic
 from worker.i18n import N_, _
 
 SCHEMA = "trialbot.scaling/1"
@@ -199,17 +200,39 @@ def fit_sweep(reports: list[dict]) -> dict:
     out["workload"], out["recipe"] = src["workload"], src.get("recipe")
     vars_ = variables(out["workload"], [r["params"] for r in (ok or reports)])
     out["variables"] = vars_
-    for r in reports:
-        if r.get("status") != "ok":
-            err = r.get("error") or {}
-            last = (err.get("message") or "").strip().splitlines()
-            out["failed"].append({"trial": r.get("trial"), "params": _axis_params(vars_, r),
-                                  "error_class": err.get("class"),
-                                  "message": last[-1][:300] if last else ""})
+    out["failed"] += [_failure(vars_, r) for r in reports if r.get("status") != "ok"]
     _oom_summary(out, reports, ok, vars_)
     if not ok:
         out["error"] = _("no trial of the sweep succeeded: nothing to fit")
         return out
+    out["error"] = _defaults(out, ok, vars_)
+    if out["error"]:
+        return out
+    out["allocators"] = allocators(ok)
+    out["points"] += [_fit_point(vars_, r) for r in ok]
+    _machines(out, ok)
+    bs_set = {(p["b"], p["s"]) for p in out["points"]}
+    varied = _varied(bs_set)
+    if varied is None:
+        out["error"] = _("{n} distinct config succeeded: at least 2 configs of different "
+                         "batch or length are needed to fit anything", n=len(bs_set))
+        return out
+    _fit_models(out, varied, seconds_of(ok[0])[1])
+    add_arithmetic(out, ok[0])
+    return out
+
+
+def _failure(vars_: dict, r: dict) -> dict:
+    """A failed trial as the fit lists it: its axis params and its last error line."""
+    err = r.get("error") or {}
+    last = (err.get("message") or "").strip().splitlines()
+    return {"trial": r.get("trial"), "params": _axis_params(vars_, r),
+            "error_class": err.get("class"), "message": last[-1][:300] if last else ""}
+
+
+def _defaults(out: dict, ok: list[dict], vars_: dict) -> str | None:
+    """Set the params every ok trial shares; the error when the trials differ
+    in a param the fit does not model, else None."""
     keys = set(ok[0]["params"])
     out["defaults"] = {k: ok[0]["params"][k] for k in sorted(keys)
                        if all(r["params"].get(k) == ok[0]["params"][k] for r in ok)}
@@ -217,20 +240,25 @@ def fit_sweep(reports: list[dict]) -> dict:
     other = sorted(k for k in keys if k not in out["defaults"] and k not in modeled
                    and k not in MEASUREMENT_PARAMS)
     if other:
-        out["error"] = _("the trials differ in {params}, which the fit does not model: a sweep "
-                         "varies batch and length only", params=", ".join(other))
-        return out
-    out["allocators"] = allocators(ok)
-    for r in ok:
-        b, s = _bs(vars_, r["params"])
-        secs = seconds_of(r)[0]
-        mem = r.get("memory") or {}
-        out["points"].append({"trial": r.get("trial"), "worker": r.get("worker"),
-                              "params": _axis_params(vars_, r), "b": b, "s": s,
-                              "memory": {m: mem.get(m) for m in METHODS},
-                              "seconds": secs, "marks": usable.marks(r),
-                              "retried": bool(r.get("requested")) and any(
-                                  r["requested"].get(k) != v for k, v in r["params"].items())})
+        return _("the trials differ in {params}, which the fit does not model: a sweep "
+                 "varies batch and length only", params=", ".join(other))
+    return None
+
+
+def _fit_point(vars_: dict, r: dict) -> dict:
+    b, s = _bs(vars_, r["params"])
+    mem = r.get("memory") or {}
+    return {"trial": r.get("trial"), "worker": r.get("worker"),
+            "params": _axis_params(vars_, r), "b": b, "s": s,
+            "memory": {m: mem.get(m) for m in METHODS},
+            "seconds": seconds_of(r)[0], "marks": usable.marks(r),
+            "retried": bool(r.get("requested")) and any(
+                r["requested"].get(k) != v for k, v in r["params"].items())}
+
+
+def _machines(out: dict, ok: list[dict]) -> None:
+    """The GPU the trials measured (when one), the workers, and a note when
+    they ran on more than one."""
     gpus = {((r.get("env") or {}).get("gpu_name"), (r.get("env") or {}).get("gpu_memory"))
             for r in ok}
     if len(gpus) == 1:
@@ -244,12 +272,10 @@ def fit_sweep(reports: list[dict]) -> dict:
                               "their times and memory are fitted together; rerun on one worker "
                               "for a clean fit", n=len(workers),
                               workers=", ".join(f"{w}: {d}" for w, d in workers)))
-    bs_set = {(p["b"], p["s"]) for p in out["points"]}
-    varied = _varied(bs_set)
-    if varied is None:
-        out["error"] = _("{n} distinct config succeeded: at least 2 configs of different "
-                         "batch or length are needed to fit anything", n=len(bs_set))
-        return out
+
+
+def _fit_models(out: dict, varied: str, time_what: str) -> None:
+    """Fit each memory method the points measured, and the time, each with its verdict."""
     for m in METHODS:
         rows = [(p["b"], p["s"], p["memory"][m], p["trial"]) for p in out["points"]
                 if p["memory"].get(m) is not None]
@@ -257,61 +283,17 @@ def fit_sweep(reports: list[dict]) -> dict:
             continue
         missing = len(out["points"]) - len(rows)
         model = ols.fit_target(rows, "memory", _varied({(r[0], r[1]) for r in rows}) or varied,
-                           m, "bytes", _(METHOD_WHAT[m]))
+                               m, "bytes", _(METHOD_WHAT[m]))
         if missing:
             model["missing"] = missing
         out["memory"][m] = model
     time_rows = [(p["b"], p["s"], p["seconds"], p["trial"]) for p in out["points"]
                  if p["seconds"] is not None]
     if time_rows:
-        out["time"] = ols.fit_target(time_rows, "time", varied, "seconds", "s",
-                                     seconds_of(ok[0])[1])
+        out["time"] = ols.fit_target(time_rows, "time", varied, "seconds", "s", time_what)
     for model in [*out["memory"].values(), out["time"]]:
         if model:
-            model["verdict"] = usable.verdict(model, out["points"], axis=vars_["batch"])
-    sizing = (ok[0].get("full_depth") or {}).get("sizing")
-    if out["workload"] == "hf-infer" and sizing and "dtype" in out["defaults"]:
-        out["sizing"] = sizing
-        out["arithmetic"] = sized_arithmetic(out["defaults"], sizing)
-    if out["workload"] == "llm-infer":
-        d = out["defaults"]
-        if all(k in d for k in ("hidden", "layers", "heads", "kv_heads", "vocab", "dtype")):
-            wp = arithmetic.weight_params(d)
-            out["arithmetic"] = {
-                "weight_params": wp["total"], "weight_bytes": arithmetic.weight_bytes(d),
-                "dtype": d["dtype"], "dtype_bytes": DTYPE_BYTES[d["dtype"]],
-                "parts": {k: wp[k] for k in ("embedding", "layers", "final_norm", "lm_head")},
-                "tied_embedding": False,
-                "kv_bytes_per_token": arithmetic.kv_bytes_per_token(d),
-                "kv_formula": "2·layers·kv_heads·head_dim·(prompt+gen)·batch·bytes = "
-                              f"2·{d['layers']}·{d['kv_heads']}·{d['hidden'] // d['heads']}"
-                              f"·s·b·{DTYPE_BYTES[d['dtype']]}",
-            }
-    return out
-
-def sized_arithmetic(d: dict, s: dict) -> dict:
-    """An hf-infer sweep's `arithmetic`, from transformers' count in its reports."""
-    depth, n = d.get("layers") or s["layers"], DTYPE_BYTES[d["dtype"]]
-    w = arithmetic.sized_params(s, depth)
-    return {"weight_params": w["total"], "weight_bytes": w["total"] * n, "dtype": d["dtype"],
-            "dtype_bytes": n, "layers": depth,
-            "parts": {"embedding": w["embedding"], "layers": w["layers"],
-                      "final_norm": w["other"], "lm_head": w["lm_head"]},
-            "tied_embedding": s.get("tied_embeddings", False),
-            "kv_bytes_per_token": arithmetic.sized_kv_per_token(s, n, depth),
-            "kv_formula": _sized_formula(s, n)}
-
-
-def _sized_formula(s: dict, n: int) -> str:
-    """The cache's formula as the reports' sizing states it (worker/kvcache.py)."""
-    if s.get("kv_how"):
-        return _("transformers' cache at the full {layers} layers: {how}; × {bytes} B an "
-                 "element", layers=s["layers"], how=s["kv_how"], bytes=n)
-    windows = sorted({k["window"] for k in s["kv"] if k.get("window")})  # an older report
-    return (_("Σ over the layers of K+V elements per token·bytes (transformers' "
-              "sizing; sliding-window layers keep at most {windows} positions)",
-              windows=", ".join(map(str, windows))) if windows else
-            _("Σ over the layers of K+V elements per token·bytes (transformers' sizing)"))
+            model["verdict"] = usable.verdict(model, out["points"], axis=out["variables"]["batch"])
 
 
 def device_of(r: dict) -> str:
@@ -424,31 +406,11 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     out = {"ok": False, "gpu_bytes": gpu_bytes, "method": None, "batch": None,
            "predicted": None, "margin_bytes": None, "margin_fraction": None,
            "batch_upper": None, "level": level, "caveat": None, "reason": None}
-    if fit.get("error"):
-        out["reason"] = fit["error"]
-        return out
-    method = method or gpu_method(fit)
-    if method is None or method not in fit["memory"]:
-        if "host_rss_peak" in fit["memory"]:
-            out["reason"] = _("this sweep measured host RSS only (a CPU run): CPU memory does "
-                              "not say what fits a GPU — weights, activations and the KV cache "
-                              "live in device memory there, with the CUDA context and the "
-                              "allocator's cache on top. Run the sweep on a CUDA worker "
-                              "(`device=cuda`) and ask again")
-        else:
-            out["reason"] = _("the sweep has no GPU memory figures")
-        return out
-    if method == "host_rss_peak":
-        out["reason"] = _("host RSS is CPU memory: it cannot answer what fits a GPU")
+    method = None if fit.get("error") else method or gpu_method(fit)
+    out["reason"] = _method_refusal(fit, method)
+    if out["reason"]:
         return out
     model = fit["memory"][method]
-    if model.get("error"):
-        out["reason"] = model["error"]
-        return out
-    if not (model.get("verdict") or {}).get("usable", True):
-        out["reason"] = _("the {method} fit is {verdict}", method=method,
-                          verdict=usable.text(model["verdict"]))
-        return out
     caveat = GPU_CAVEAT[method]
     out["method"], out["caveat"] = method, _(caveat) if caveat else None
     if not vars_.get("batch") or not any("b" in f for f in model["features"]):
@@ -456,10 +418,6 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
         return out
     try:
         s = _point(fit, {vars_["batch"]: 1, **params})[1]
-    except ValueError as exc:
-        out["reason"] = str(exc)
-        return out
-    try:
         c0 = ols.predict_model(model, 0, s)[0]
         c1 = ols.predict_model(model, 1, s)[0] - c0
     except ValueError as exc:
@@ -480,17 +438,44 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     out.update(ok=True, batch=b, predicted=pred, margin_bytes=gpu_bytes - pred,
                margin_fraction=(gpu_bytes - pred) / gpu_bytes,
                extrapolation=b / model["range"]["b"][1])
-    # The conservative answer: the largest batch whose upper bound (the form's
-    # error included) still fits.
     if ols.band(model, b, s, level).high is not None:
-        def upper(n):
-            return ols.band(model, n, s, level).high
-        lo, hi = 0, b
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if upper(mid) <= gpu_bytes:
-                lo = mid
-            else:
-                hi = mid - 1
-        out["batch_upper"] = lo
+        out["batch_upper"] = _upper_batch(model, b, s, level, gpu_bytes)
     return out
+
+
+def _method_refusal(fit: dict, method: str | None) -> str | None:
+    """Why `method`'s fit cannot say what batch fits a GPU, or None when it can."""
+    if fit.get("error"):
+        return fit["error"]
+    if method is None or method not in fit["memory"]:
+        if "host_rss_peak" in fit["memory"]:
+            return _("this sweep measured host RSS only (a CPU run): CPU memory does "
+                     "not say what fits a GPU — weights, activations and the KV cache "
+                     "live in device memory there, with the CUDA context and the "
+                     "allocator's cache on top. Run the sweep on a CUDA worker "
+                     "(`device=cuda`) and ask again")
+        return _("the sweep has no GPU memory figures")
+    if method == "host_rss_peak":
+        return _("host RSS is CPU memory: it cannot answer what fits a GPU")
+    model = fit["memory"][method]
+    if model.get("error"):
+        return model["error"]
+    if not (model.get("verdict") or {}).get("usable", True):
+        return _("the {method} fit is {verdict}", method=method,
+                 verdict=usable.text(model["verdict"]))
+    return None
+
+
+def _upper_batch(model: dict, b: int, s: int, level: float, gpu_bytes: int) -> int:
+    """The conservative answer: the largest batch up to `b` whose upper bound
+    (the form's error included) still fits."""
+    def upper(n):
+        return ols.band(model, n, s, level).high
+    lo, hi = 0, b
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if upper(mid) <= gpu_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

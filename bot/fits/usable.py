@@ -25,9 +25,8 @@ from __future__ import annotations
 import math
 
 from bot.fits import ols
+from worker.api import FIXED_BOUND, duration, size
 from worker.i18n import N_, _
-from worker.stats import FIXED_BOUND
-from worker.units import duration, size
 
 # A verdict's `cause` is one of these codes; shown as _(cause).
 CAUSES = (N_("too few points"), N_("noise"), N_("extrapolation"), N_("shape"))

@@ -15,7 +15,7 @@ import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from worker import shape
+from worker.api import shape
 
 log = logging.getLogger("trialbot.http")
 

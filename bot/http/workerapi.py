@@ -41,8 +41,7 @@ from bot.plans import slurm as slurmactual
 from bot.store import Unwritable
 from bot.trials import routing, workers
 from bot.trials.queue import LeaseLost
-from worker import report as reports
-from worker.spec import Workload
+from worker.api import Workload, reports
 
 log = logging.getLogger("trialbot.http")
 
@@ -140,6 +139,29 @@ def check_progress(progress) -> str | None:
     return None
 
 
+def _refusal(who, body) -> tuple[int, dict] | None:
+    """The answer to a request that no endpoint takes: no valid token, no
+    worker name, another worker's token, or a malformed key; else None."""
+    if who is None:
+        return 401, {"error": "missing, invalid or revoked worker token: send "
+                              "`Authorization: Bearer <token>` (TRIALBOT_WORKER_TOKEN or "
+                              "one from `trialbot worker-token create NAME`)"}
+    if not isinstance(body, dict):
+        return 400, {"error": "the request body must be a JSON object"}
+    worker = body.get("worker")
+    if not isinstance(worker, str) or not worker.strip() or len(worker) > 100:
+        return 400, {"error": "`worker` must be the worker's name (1-100 characters)"}
+    if who is not tokens.SHARED and worker != who:
+        return 403, {"error": f"this token belongs to worker {who!r}, but the request "
+                              f"names worker {worker!r}; a worker token acts only as "
+                              "its own worker"}
+    key = body.get("key")
+    if key is not None and not (isinstance(key, str) and 0 < len(key) <= 100):
+        return 400, {"error": "`key` must be the request's idempotency key (1-100 "
+                              "characters, the same on each retry of one request)"}
+    return None
+
+
 class WorkerApi:
     def __init__(self, ctx, token: str):
         self.ctx, self.token = ctx, token
@@ -163,63 +185,16 @@ class WorkerApi:
         # Read per request: a token revoked by `trialbot worker-token revoke`
         # (another process) is refused from the next request on.
         who = tokens.caller(auth, self.token, self.ctx.store.active_token_hashes())
-        if who is None:
-            return 401, {"error": "missing, invalid or revoked worker token: send "
-                                  "`Authorization: Bearer <token>` (TRIALBOT_WORKER_TOKEN or "
-                                  "one from `trialbot worker-token create NAME`)"}
-        if not isinstance(body, dict):
-            return 400, {"error": "the request body must be a JSON object"}
-        worker = body.get("worker")
-        if not isinstance(worker, str) or not worker.strip() or len(worker) > 100:
-            return 400, {"error": "`worker` must be the worker's name (1-100 characters)"}
-        if who is not tokens.SHARED and worker != who:
-            return 403, {"error": f"this token belongs to worker {who!r}, but the request "
-                                  f"names worker {worker!r}; a worker token acts only as "
-                                  "its own worker"}
-        key = body.get("key")
-        if key is not None and not (isinstance(key, str) and 0 < len(key) <= 100):
-            return 400, {"error": "`key` must be the request's idempotency key (1-100 "
-                                  "characters, the same on each retry of one request)"}
+        refused = _refusal(who, body)
+        if refused:
+            return refused
+        worker, key = body["worker"], body.get("key")
         if path == "/api/ping":
             return 200, self.ping(worker, who)
         if path == "/api/workers/register":
-            info = {} if body.get("info") is None else body["info"]  # [] is no object
-            if not isinstance(info, dict):
-                return 400, {"error": "`info` must be a JSON object"}
-            problem = check_info(info)
-            if problem:
-                return 400, {"error": problem}
-            self.ctx.store.upsert_worker(worker, info)
-            return 200, {"worker": worker, "heartbeat": self.ctx.queue.heartbeat_seconds}
+            return self.register(worker, body)
         if path == "/api/lease":
-            wait = body.get("wait", 0)
-            if (not isinstance(wait, (int, float)) or isinstance(wait, bool)
-                    or not 0 <= wait <= MAX_WAIT):
-                return 400, {"error": f"`wait` must be seconds from 0 to {MAX_WAIT}"}
-            idle = {} if body.get("idle") is None else body["idle"]
-            if not (isinstance(idle, dict) and all(
-                    DAY.fullmatch(str(k)) and isinstance(v, (int, float))
-                    and not isinstance(v, bool) and 0 <= v <= 86400
-                    for k, v in idle.items())):
-                return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
-            if not workers.known(self.ctx.store, worker):
-                return 409, {"error": f"unknown worker {worker!r}: register first"}
-            if self.ctx.queue.stopped(worker, key):  # its worker stopped before this poll came
-                return 204, None
-            # A key seen before: the request came again (its answer was lost); its idle
-            # is counted already, and the lease it got is given again while held.
-            again = not self.ctx.store.add_idle(worker, idle, key)
-            job = (again and self.ctx.queue.held(worker, key)) or self.ctx.queue.lease(worker,
-                                                                                       wait, key)
-            if job is None or self._left(worker, key, job):
-                return 204, None
-            if job.get("kind") == "slurm-accounting":
-                return 200, {"kind": job["kind"], "id": job["id"], "request": f"A{job['id']}",
-                             "lease": job["lease"], "jobs": job["jobs"],
-                             "heartbeat": self.ctx.queue.heartbeat_seconds}
-            return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
-                         "spec": job["spec"], "attempt": job["attempts"],
-                         "heartbeat": self.ctx.queue.heartbeat_seconds}
+            return self.lease(worker, body, key)
         m = ACCOUNTING_PATH.fullmatch(path)
         if m:
             return self.accounting(int(m.group(1)), worker, body, key)
@@ -231,7 +206,51 @@ class WorkerApi:
         m = JOB_PATH.fullmatch(path)
         if not m:
             return 404, {"error": f"no such endpoint: {path}"}
-        job_id, action = int(m.group(1)), m.group(2)
+        return self.job_request(int(m.group(1)), m.group(2), worker, body, key)
+
+    def register(self, worker: str, body: dict) -> tuple[int, dict | None]:
+        info = {} if body.get("info") is None else body["info"]  # [] is no object
+        if not isinstance(info, dict):
+            return 400, {"error": "`info` must be a JSON object"}
+        problem = check_info(info)
+        if problem:
+            return 400, {"error": problem}
+        self.ctx.store.upsert_worker(worker, info)
+        return 200, {"worker": worker, "heartbeat": self.ctx.queue.heartbeat_seconds}
+
+    def lease(self, worker: str, body: dict, key: str | None) -> tuple[int, dict | None]:
+        wait = body.get("wait", 0)
+        if (not isinstance(wait, (int, float)) or isinstance(wait, bool)
+                or not 0 <= wait <= MAX_WAIT):
+            return 400, {"error": f"`wait` must be seconds from 0 to {MAX_WAIT}"}
+        idle = {} if body.get("idle") is None else body["idle"]
+        if not (isinstance(idle, dict) and all(
+                DAY.fullmatch(str(k)) and isinstance(v, (int, float))
+                and not isinstance(v, bool) and 0 <= v <= 86400
+                for k, v in idle.items())):
+            return 400, {"error": "`idle` must map days (YYYY-MM-DD) to seconds (0-86400)"}
+        if not workers.known(self.ctx.store, worker):
+            return 409, {"error": f"unknown worker {worker!r}: register first"}
+        if self.ctx.queue.stopped(worker, key):  # its worker stopped before this poll came
+            return 204, None
+        # A key seen before: the request came again (its answer was lost); its idle
+        # is counted already, and the lease it got is given again while held.
+        again = not self.ctx.store.add_idle(worker, idle, key)
+        job = (again and self.ctx.queue.held(worker, key)) or self.ctx.queue.lease(worker,
+                                                                                   wait, key)
+        if job is None or self._left(worker, key, job):
+            return 204, None
+        if job.get("kind") == "slurm-accounting":
+            return 200, {"kind": job["kind"], "id": job["id"], "request": f"A{job['id']}",
+                         "lease": job["lease"], "jobs": job["jobs"],
+                         "heartbeat": self.ctx.queue.heartbeat_seconds}
+        return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
+                     "spec": job["spec"], "attempt": job["attempts"],
+                     "heartbeat": self.ctx.queue.heartbeat_seconds}
+
+    def job_request(self, job_id: int, action: str, worker: str, body: dict,
+                    key: str | None) -> tuple[int, dict | None]:
+        """A leased trial's heartbeat or report."""
         lease = body.get("lease")
         if not isinstance(lease, str) or not 0 < len(lease) <= 100:
             return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
@@ -242,15 +261,7 @@ class WorkerApi:
                 if problem:
                     return 400, {"error": problem}
                 return 200, {"cancel": self.ctx.queue.heartbeat(job_id, worker, lease, progress)}
-            if not isinstance(body.get("report"), dict):
-                return 400, {"error": "`report` must be a JSON object (a trialbot.trial/1 "
-                                      "report)"}
-            held = self.ctx.store.job(job_id)  # its spec: the kind of each parameter
-            problems = reports.validate(body.get("report"), held and held["spec"])
-            if problems:
-                return 400, {"error": "invalid report: " + "; ".join(problems)}
-            job = self.ctx.queue.finish(job_id, worker, lease, body["report"], key)
-            return 200, {"trial": job["trial"], "status": job["status"]}
+            return self.report(job_id, worker, lease, body, key)
         except LeaseLost as exc:
             job = self.ctx.store.job(job_id)
             if job is None:
@@ -258,6 +269,18 @@ class WorkerApi:
             if action == "report" and self._answered(worker, key, "report", job=job_id):
                 return 200, {"trial": job["trial"], "status": job["status"]}
             return 409, {"error": str(exc)}
+
+    def report(self, job_id: int, worker: str, lease: str, body: dict,
+               key: str | None) -> tuple[int, dict | None]:
+        if not isinstance(body.get("report"), dict):
+            return 400, {"error": "`report` must be a JSON object (a trialbot.trial/1 "
+                                  "report)"}
+        held = self.ctx.store.job(job_id)  # its spec: the kind of each parameter
+        problems = reports.validate(body.get("report"), held and held["spec"])
+        if problems:
+            return 400, {"error": "invalid report: " + "; ".join(problems)}
+        job = self.ctx.queue.finish(job_id, worker, lease, body["report"], key)
+        return 200, {"trial": job["trial"], "status": job["status"]}
 
     def unsent(self, path: str, body, reply: dict | None) -> None:
         """The answer to `path` could not be written (the worker hung up): a trial

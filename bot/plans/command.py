@@ -1,17 +1,19 @@
 """`/plan`: what the command does, for every adapter (Slack, console).
 Parse → read the store → the pure core (planner, advice, prices) → a reply.
-Bad input stores nothing."""
+Bad input stores nothing. TABLE lists every action with its parser, its
+handler, its lines in `/plan help` and the right it needs; bot/plans/entry.py
+runs a command through it."""
 from __future__ import annotations
 
 import datetime as dt
-import logging
+from collections.abc import Sequence
 
 from bot import figures
-from bot.context import HiddenPlan, PlanUnreachable, Postable, unwritable_text
 from bot.plans import (
     advice,
     calibration,
     changes,
+    entry,
     estimate,
     export,
     footing,
@@ -22,104 +24,46 @@ from bot.plans import (
     service,
     views,
 )
+from bot.plans.entry import Asked, Entry, PlanHidden, plan_of
 from bot.plans.parse import PlanError
-from bot.store import DuplicateRequest, Unwritable
+from bot.store import DuplicateRequest
 from bot.trials import workers
 from bot.words import normalize
 from worker import i18n
 from worker.i18n import N_, _
 
-log = logging.getLogger("trialbot.plans")
-
 
 def handle(ctx, text: str, user: str, channel: str, today: dt.date,
            now: dt.datetime | None = None, request: str | None = None,
-           response_url: str | None = None) -> dict:
-    """`request` is Slack's trigger_id: a retried `actual ... slurm=` asks once.
-    `response_url` reaches the requester if the channel refuses what is posted.
-    The answer speaks the channel's language (`/plan settings lang=ko`)."""
+           response_url: str | None = None, table: Sequence[Entry] | None = None) -> dict:
+    """`/plan` through `table` (this module's TABLE unless given: bot/commands.py
+    gives it with the digest's entries). `request` is Slack's trigger_id: a
+    retried `actual ... slurm=` asks once. `response_url` reaches the requester
+    if the channel refuses what is posted. The answer speaks the channel's
+    language (`/plan settings lang=ko`)."""
+    asked = Asked(user, channel, today, now or dt.datetime.now(dt.timezone.utc), request,
+                  response_url, TABLE if table is None else table)
     with i18n.using(ctx.store.channel_lang(channel)):
-        return _handle(ctx, text, user, channel, today, now, request, response_url)
+        # once, here: every parser and every echo sees the plain words
+        return entry.run(ctx, normalize(text), asked)
 
 
-def _handle(ctx, text, user, channel, today, now, request, response_url) -> dict:
-    need = None
-    text = normalize(text)  # once, here: every parser and every echo sees the plain words
-    try:
-        cmd = parse.parse(text, today)
-        if cmd.action == "actual":
-            cmd.args["request"] = request
-        need, what = NEEDS.get(cmd.action, (None, None))
-        # (a plan is reached only in its own channel or by an admin, see _plan, so
-        # this channel's right is the plan's too: an admin has it everywhere)
-        refused = need and ctx.allows(need, user, channel, what)
-        if refused:
-            return views.reply(":lock: " + _("{refused} Nothing was changed.", refused=refused))
-        if (cmd.action in POSTS or (cmd.action == "actual" and cmd.args.get("slurm"))) \
-                and ctx.channels.cached(channel) is not Postable.YES:
-            # Its messages go to this channel. Slack is asked after the reply, never
-            # before it; if the bot may not post there, the outbox takes them to the
-            # requester (this command's response_url, else a direct message) instead.
-            ctx.channels.confirm(channel)
-        if cmd.action.startswith("digest"):  # bot/digest/command.py, through the context
-            return ctx.digest_command(ctx, cmd, user, channel,
-                                      now or dt.datetime.now(dt.timezone.utc), response_url)
-        if cmd.action == "export":
-            cmd.args["response_url"] = response_url
-        return ACTIONS[cmd.action](ctx, cmd, user, channel, today)
-    except PlanHidden as exc:
-        return views.reply(":lock: " + (_("{refused} Nothing was changed.", refused=exc)
-                                          if need else str(exc)))
-    except (PlanError, estimate.EstimateError) as exc:
-        return views.error(str(exc))
-    except Unwritable as exc:  # locked past the ack's budget, full, read-only
-        return views.reply(":x: " + _("Nothing was stored: {why}.", why=unwritable_text(exc)))
-    except Exception:  # noqa: BLE001 - a bug must still get an answer, and a log line
-        log.exception("/plan %r failed", text)
-        return views.error(_("Something went wrong on our side answering this; it is in the "
-                             "bot's log. Try again, or report it with the command you typed."))
+def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None):
+    """`/plan`'s text as a command, through the table (tests read it)."""
+    return entry.route(normalize(text), today, TABLE if table is None else table)[1]
 
 
-POSTS = ("export", "digest-now", "digest-weekly")  # actions that post in the channel later
-
-# What each /plan action needs (bot.access); reading is open to anyone (a plan
-# in its own channel, see _plan).
-NEEDS = {"price": ("admin", N_("record prices")),
-         "price-correct": ("admin", N_("correct prices")),
-         "price-delete": ("admin", N_("delete prices")),
-         "digest-weekly": ("admin", N_("schedule the digest")),
-         "digest-off": ("admin", N_("stop the digest")),
-         **{a: ("run", N_("change plans")) for a in ("new", "set", "block", "block-correct",
-                                                 "block-delete", "lock", "unlock", "actual")},
-         **{a: ("run", N_("post in this channel")) for a in ("export", "digest-now")}}
+def _help(ctx, cmd, asked: Asked):
+    return views.help_text(entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS)))
 
 
-class PlanHidden(PlanError):
-    """The plan lives in another channel (perhaps a private one)."""
+def _list(ctx, cmd, asked: Asked):
+    return views.plan_list(*ctx.visible_plans(asked.user, asked.channel))
 
 
-def _plan(ctx, name: str, user: str, channel: str) -> dict:
-    """The plan, if `user` may reach it from `channel` (as `/trial status`: a
-    plan may live in a private channel); its name is all a refusal tells."""
-    try:
-        return ctx.plan(name, user, channel)
-    except HiddenPlan as exc:
-        raise PlanHidden(exc.message) from None
-    except PlanUnreachable as exc:
-        raise PlanError(exc.message) from None
-
-
-def _help(ctx, cmd, user, channel, today):
-    return views.help_text()
-
-
-def _list(ctx, cmd, user, channel, today):
-    return views.plan_list(*ctx.visible_plans(user, channel))
-
-
-def _new(ctx, cmd, user, channel, today):
-    if not ctx.store.add_plan(cmd.plan, channel, user, cmd.args["facts"]):
-        if ctx.store.plan(cmd.plan)["channel"] != channel:  # names are shared by all
+def _new(ctx, cmd, asked: Asked):
+    if not ctx.store.add_plan(cmd.plan, asked.channel, asked.user, cmd.args["facts"]):
+        if ctx.store.plan(cmd.plan)["channel"] != asked.channel:  # names are shared by all
             raise PlanError(_("A plan `{plan}` exists already in another channel; choose "
                               "another name", plan=cmd.plan))
         raise PlanError(_("A plan `{plan}` exists already; `/plan {plan} show` shows it, "
@@ -133,8 +77,8 @@ def _locked_refusal(plan: dict, what: str) -> PlanError:
                        what=what, plan=plan["name"], at=plan["locked"]["at"]))
 
 
-def _set(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _set(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     facts = cmd.args["facts"]
     fixed = [k for k in facts if k in parse.LOCKED_ITEMS]
     if plan["locked"] and fixed:
@@ -143,34 +87,36 @@ def _set(ctx, cmd, user, channel, today):
     if absent:
         raise PlanError(_("`{key}=`: plan {plan} has no {key} set, so there is nothing to "
                           "unset (`{key}=VALUE` sets it)", key=absent[0], plan=cmd.plan))
-    old = ctx.store.change_facts(cmd.plan, facts, user)
+    old = ctx.store.change_facts(cmd.plan, facts, asked.user)
     plan = ctx.store.plan(cmd.plan)
     return changes.facts_set(plan, facts, old, views.open_items(plan))
 
 
-def _block(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
-    return _put_block(ctx, plan, dict(cmd.args, plan=cmd.plan, user=user), user, channel)
+def _block(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
+    return _put_block(ctx, plan, dict(cmd.args, plan=cmd.plan, user=asked.user), asked.user,
+                      asked.channel)
 
 
-def _block_correct(ctx, cmd, user, channel, today):
+def _block_correct(ctx, cmd, asked: Asked):
     """The given fields change; the block is then checked and estimated as a new one."""
-    plan = _plan(ctx, cmd.plan, user, channel)
+    plan = plan_of(ctx, cmd.plan, asked)
     old = ctx.store.block(cmd.plan, cmd.args["kind"])
     if old is None:
         raise PlanError(_("Plan {plan} has no {kind} block to correct; add it with "
                           "`/plan {plan} block {kind} runs=N trial=T12`",
                           plan=cmd.plan, kind=cmd.args["kind"]))
     block = parse.parse_block(parse.block_words(old, cmd.args["pairs"]))
-    return _put_block(ctx, plan, dict(block, plan=cmd.plan, user=user), user, channel, old)
+    return _put_block(ctx, plan, dict(block, plan=cmd.plan, user=asked.user), asked.user,
+                      asked.channel, old)
 
 
-def _block_delete(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _block_delete(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["kind"]
     if kind in (plan["locked"] or {}):
         raise _locked_refusal(plan, _("The {kind} block", kind=kind))
-    old = ctx.store.delete_block(cmd.plan, kind, user)
+    old = ctx.store.delete_block(cmd.plan, kind, asked.user)
     if old is None:
         raise PlanError(_("Plan {plan} has no {kind} block to delete", plan=cmd.plan, kind=kind))
     actuals = [a for a in ctx.store.actuals(cmd.plan) if a["block"] == kind]
@@ -211,27 +157,27 @@ def _put_block(ctx, plan, block, user, channel, old=None):
 BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
 
 
-def _show(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _show(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
-    return views.show(plan, ests, ctx.store.prices(), today,
+    return views.show(plan, ests, ctx.store.prices(), asked.today,
                       ctx.store.plan_jobs(plan["name"]),
-                      service.calibrations(ctx, plan, ests, user, channel))
+                      service.calibrations(ctx, plan, ests, asked.user, asked.channel))
 
 
-def _export(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _export(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
-    calib = service.calibrations(ctx, plan, ests, user, channel)
+    calib = service.calibrations(ctx, plan, ests, asked.user, asked.channel)
     rows = service.review_rows(ctx, plan, ests)
     held = [reviewview.held_text(r, e, c) if r.get("actual") is not None else None
             for r, (_block, e, _trials), c in zip(rows, ests, calib)]
     history, _total = ctx.store.history(plan["name"], _price_items(plan), limit=-1)
-    whom = {"user": user, "response_url": cmd.args.get("response_url")}
-    made = export.files(plan, ests, rows, price_list, today, calib, held, history,
+    whom = {"user": asked.user, "response_url": asked.response_url}
+    made = export.files(plan, ests, rows, price_list, asked.today, calib, held, history,
                         ctx.store.actuals(plan["name"]))
-    ctx.store.add_messages([dict(export.file(plan, channel, ext, content), **whom)
+    ctx.store.add_messages([dict(export.file(plan, asked.channel, ext, content), **whom)
                             for ext, content in made])
     ctx.notify()
     names = ", ".join(f"`{plan['name']}-plan.{ext}`" for ext, _content in made)
@@ -240,8 +186,8 @@ def _export(ctx, cmd, user, channel, today):
                          "this channel.", plan=plan["name"], files=names))
 
 
-def _lock(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _lock(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     if plan["locked"]:
         raise PlanError(_("Plan {plan} is locked since {at}; to lock it to its current "
                           "trials, `/plan {plan} unlock` first", plan=cmd.plan,
@@ -252,23 +198,23 @@ def _lock(ctx, cmd, user, channel, today):
                           "`/plan {plan} block baseline runs=N trial=T12`", plan=cmd.plan))
     locked = {b["kind"]: {"config": e["config"], "code": e["code"], "trials": e["trials"]}
               for b, e, _trials in ests}
-    locked["at"] = today.isoformat()
-    ctx.store.set_plan_lock(cmd.plan, locked, user)
+    locked["at"] = asked.today.isoformat()
+    ctx.store.set_plan_lock(cmd.plan, locked, asked.user)
     return views.locked(ctx.store.plan(cmd.plan))
 
 
-def _unlock(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _unlock(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     if not plan["locked"]:
         raise PlanError(_("Plan {plan} is not locked", plan=cmd.plan))
-    ctx.store.set_plan_lock(cmd.plan, None, user)
+    ctx.store.set_plan_lock(cmd.plan, None, asked.user)
     return views.reply(_("Plan *{plan}* is unlocked: its input conditions and code "
                          "version may change again; `/plan NAME lock` fixes them anew.",
                          plan=cmd.plan))
 
 
-def _advise(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _advise(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     reports = [dict(t["report"], trial=t["trial"]) for _block, _est, ts in ests for t in ts]
     total = estimate.total([e for _block, e, _trials in ests])
@@ -279,18 +225,18 @@ def _advise(ctx, cmd, user, channel, today):
                for _block, e, _trials in ests if e.get("off_target")]
     fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep,
                          missing=missing)
-    return views.advice(plan, advice.advise(fx, today))
+    return views.advice(plan, advice.advise(fx, asked.today))
 
 
-def _actual(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _actual(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["block"]
     if kind not in {b["kind"] for b in ctx.store.blocks(cmd.plan)}:
         raise PlanError(_("Plan {plan} has no {kind} block; add it first with "
                           "`/plan {plan} block {kind} runs=N trial=T12`", plan=cmd.plan,
                           kind=kind))
     if cmd.args.get("slurm"):
-        return _slurm_actual(ctx, cmd, plan, user)
+        return _slurm_actual(ctx, cmd, plan, asked)
     if cmd.args.get("delete"):
         ids = cmd.args.get("ids")
         mine = {a["id"] for a in ctx.store.actuals(cmd.plan) if a["block"] == kind}
@@ -300,7 +246,7 @@ def _actual(ctx, cmd, user, channel, today):
                 _("Plan {plan}'s {kind} block has no recorded actual #{id}; its actuals: "
                   "{actuals}", plan=cmd.plan, kind=kind, id=unknown[0],
                   actuals=", ".join(f"#{i}" for i in sorted(mine)) or _("none")))
-        gone = ctx.store.delete_actuals(cmd.plan, kind, user, ids)
+        gone = ctx.store.delete_actuals(cmd.plan, kind, asked.user, ids)
         if not gone:
             raise PlanError(_("Plan {plan} has no recorded {kind} actual to delete (a tagged "
                               "trial is a trial, not a recorded actual)", plan=cmd.plan,
@@ -312,7 +258,7 @@ def _actual(ctx, cmd, user, channel, today):
         replaced = ctx.store.add_actual(
             {"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
              "parts": cmd.args["parts"], "runs": cmd.args["runs"], "note": cmd.args["note"],
-             "user": user}, cmd.args.get("request"), replace=cmd.args.get("correct", False))
+             "user": asked.user}, asked.request, replace=cmd.args.get("correct", False))
     except DuplicateRequest:
         return views.reply(_("Already recorded: this {kind} actual arrived twice (Slack "
                              "retried); it is counted once.", kind=kind))
@@ -346,7 +292,7 @@ def _actuals_now(ctx, plan: dict, kind: str) -> str:
     return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
 
 
-def _slurm_actual(ctx, cmd, plan, user):
+def _slurm_actual(ctx, cmd, plan, asked: Asked):
     """The bot is not on the cluster: a Slurm worker runs sacct for it. The
     request is stored and leased like a trial; the actual is recorded, and
     posted in the plan's channel, when the worker's answer arrives."""
@@ -357,10 +303,10 @@ def _slurm_actual(ctx, cmd, plan, user):
                           "`trialbot-worker --server http://BOT-HOST:3000 --name hpc --executor "
                           "slurm --partition P` (docs/slurm.md), then ask again"))
     row = {"plan": plan["name"], "block": cmd.args["block"], "jobs": cmd.args["slurm"],
-           "runs": cmd.args["runs"], "note": cmd.args["note"], "user": user,
+           "runs": cmd.args["runs"], "note": cmd.args["note"], "user": asked.user,
            "channel": plan["channel"]}
     try:
-        req = ctx.queue.submit_slurm_actual(row, cmd.args.get("request"))
+        req = ctx.queue.submit_slurm_actual(row, asked.request)
     except DuplicateRequest as dup:
         return views.reply(_("Already received: Slurm accounting request A{id} is asked for; "
                              "its answer will be posted in the plan's channel.",
@@ -370,41 +316,43 @@ def _slurm_actual(ctx, cmd, plan, user):
                                 [w["name"] for w in slurm if w["name"] in online])
 
 
-def _review(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _review(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return reviewview.review(plan, service.review_rows(ctx, plan, ests), ests,
-                        service.calibrations(ctx, plan, ests, user, channel),
-                        ctx.store.prices(), today)
+                        service.calibrations(ctx, plan, ests, asked.user, asked.channel),
+                        ctx.store.prices(), asked.today)
 
 
-def _settings(ctx, cmd, user, channel, today):
+def _settings(ctx, cmd, asked: Asked):
     """`/plan settings [lang=ko]`: the channel's language (anyone reads it; a
     change needs the right to change plans)."""
     if "lang" in cmd.args:
-        refused = ctx.allows("run", user, channel, N_("change this channel's settings"))
+        refused = ctx.allows("run", asked.user, asked.channel,
+                             N_("change this channel's settings"))
         if refused:
             return views.reply(":lock: " + _("{refused} Nothing was changed.", refused=refused))
-        ctx.store.set_channel_lang(channel, cmd.args["lang"], user)
-    lang = ctx.store.channel_lang(channel)
+        ctx.store.set_channel_lang(asked.channel, cmd.args["lang"], asked.user)
+    lang = ctx.store.channel_lang(asked.channel)
     with i18n.using(lang or i18n.default()):  # the answer speaks the language now in effect
         return views.channel_settings(lang, i18n.current())
 
 
-def _calibration(ctx, cmd, user, channel, today):
+def _calibration(ctx, cmd, asked: Asked):
     """The team's record per scope, from the plans `user` may see here."""
     across: list[str] = []
-    pairs = service.calibration_pairs(ctx, user, channel, across)
+    pairs = service.calibration_pairs(ctx, asked.user, asked.channel, across)
     groups = []
     for scope in sorted({p["scope"] for p in pairs}):
         mine = calibration.scoped(pairs, scope)
         groups.append((scope, calibration.record(mine), calibration.calibrate(mine, scope=scope)))
-    return reviewview.calibration_record(groups, ctx.visible_plans(user, channel)[1], across)
+    return reviewview.calibration_record(groups, ctx.visible_plans(asked.user, asked.channel)[1],
+                                         across)
 
 
-def _price(ctx, cmd, user, channel, today):
-    pid = ctx.store.add_price(dict(cmd.args, user=user))
-    return changes.price_recorded(cmd.args, pid, today)
+def _price(ctx, cmd, asked: Asked):
+    pid = ctx.store.add_price(dict(cmd.args, user=asked.user))
+    return changes.price_recorded(cmd.args, pid, asked.today)
 
 
 def _known_price(ctx, pid: int) -> dict:
@@ -420,29 +368,29 @@ def _applies(ctx, old: dict) -> dict | None:
                  and p["item"].lower() == old["item"].lower()), None)
 
 
-def _price_correct(ctx, cmd, user, channel, today):
+def _price_correct(ctx, cmd, asked: Asked):
     old = _known_price(ctx, cmd.args["id"])
-    fields = priceparse.parse_price_correction(old, cmd.args["words"], today)
+    fields = priceparse.parse_price_correction(old, cmd.args["words"], asked.today)
     if not fields:
         raise PlanError(_("P{id} has those values already; nothing to correct", id=old["id"]))
-    ctx.store.correct_price(old["id"], fields, user)
-    return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), today)
+    ctx.store.correct_price(old["id"], fields, asked.user)
+    return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), asked.today)
 
 
-def _price_delete(ctx, cmd, user, channel, today):
+def _price_delete(ctx, cmd, asked: Asked):
     old = _known_price(ctx, cmd.args["id"])
-    ctx.store.delete_price(old["id"], user)
-    return changes.price_changed(old, None, _applies(ctx, old), today)
+    ctx.store.delete_price(old["id"], asked.user)
+    return changes.price_changed(old, None, _applies(ctx, old), asked.today)
 
 
-def _prices(ctx, cmd, user, channel, today):
+def _prices(ctx, cmd, asked: Asked):
     every = cmd.args.get("all")
-    return changes.price_list(ctx.store.all_prices() if every else ctx.store.prices(), today,
+    return changes.price_list(ctx.store.all_prices() if every else ctx.store.prices(), asked.today,
                               every)
 
 
-def _history(ctx, cmd, user, channel, today):
-    plan = _plan(ctx, cmd.plan, user, channel)
+def _history(ctx, cmd, asked: Asked):
+    plan = plan_of(ctx, cmd.plan, asked)
     rows, total = ctx.store.history(cmd.plan, _price_items(plan), changes.HISTORY_SHOWN)
     return changes.history(plan, rows, total)
 
@@ -452,10 +400,67 @@ def _price_items(plan: dict) -> tuple[str, ...]:
     return tuple(x for x in (plan["facts"].get("gpu"), "electricity") if x)
 
 
-ACTIONS = {"help": _help, "list": _list, "new": _new, "set": _set, "block": _block,
-           "show": _show, "export": _export, "lock": _lock, "unlock": _unlock,
-           "advise": _advise, "actual": _actual, "review": _review, "price": _price,
-           "prices": _prices, "calibration": _calibration, "history": _history,
-           "block-correct": _block_correct, "block-delete": _block_delete,
-           "price-correct": _price_correct, "price-delete": _price_delete,
-           "settings": _settings}
+CHANGE = ("run", N_("change plans"))
+POST = ("run", N_("post in this channel"))
+
+TABLE: tuple[Entry, ...] = (
+    Entry("help", "help", parse.parse_help, _help),
+    Entry("new", "new", parse.parse_new, _new, needs=CHANGE, help=(
+        "• `/plan new NAME` · `/plan list` · `/plan NAME show` · `/plan NAME export`",)),
+    Entry("list", "list", parse.parse_alone, _list),
+    Entry("show", "show", parse.parse_alone, _show, of_plan=True),
+    Entry("export", "export", parse.parse_alone, _export, needs=POST, posts=True,
+          of_plan=True),
+    Entry("set", "set", parse.parse_set, _set, needs=CHANGE, of_plan=True, help=(
+        N_("• `/plan NAME set key=value ...` fills the checklist and the planning facts"),)),
+    Entry("block", "block", parse.parse_block_words, _block, needs=CHANGE, of_plan=True, help=(
+        N_("• `/plan NAME block KIND runs=N [configs=M] [gpus=G] trial=T12[,T13] "
+           "[note=\"open variable\"] [handoff=H]`, KIND one of {kinds}"),
+        N_("• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
+           "estimated from a sweep's fit (a recipe sweep: the parameter it varied, "
+           "`sweep=S12 max_tokens=64`; a depth sweep: `sweep=S12 layers=32`; it and a "
+           "partial-depth trial are marked until a full-depth trial replaces them)"))),
+    Entry("lock", "lock", parse.parse_alone, _lock, needs=CHANGE, of_plan=True, help=(
+        "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
+        "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "
+        "`/plan NAME review`",)),
+    Entry("unlock", "unlock", parse.parse_alone, _unlock, needs=CHANGE, of_plan=True),
+    Entry("advise", "advise", parse.parse_alone, _advise, of_plan=True),
+    Entry("review", "review", parse.parse_alone, _review, of_plan=True),
+    Entry("actual", "actual", parse.parse_actual_words, _actual, needs=CHANGE, of_plan=True,
+          help=(N_("• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the "
+                   "actual from Slurm's accounting, read by a Slurm worker with sacct: GPU-h = "
+                   "Σ Elapsed × allocated GPUs (jobs that did not complete count as retries; "
+                   "no GPU allocated: node-hours), with MaxRSS and GPU TRES usage in its note"),
+                N_("• `/plan NAME actual KIND correct hours=H ...` replaces the block's "
+                   "recorded actuals · `/plan NAME actual KIND delete [#N]` removes them (or "
+                   "actual #N)"),
+                N_("• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on "
+                   "the plan's target GPU; `gpu=any` runs it anywhere, kept apart as "
+                   "off-target)"))),
+    Entry("block-correct", "block", parse.parse_block_words, _block_correct, needs=CHANGE,
+          of_plan=True, help=(N_(
+              "• Corrections: `/plan NAME set key=` unsets an item · `/plan NAME block KIND "
+              "correct runs=30 ...` · `/plan NAME block KIND delete` · `/plan price correct P7 "
+              "2.39/h|source=...|date=...` · `/plan price delete P7` · `/plan prices all`; "
+              "`/plan NAME history` shows every change (who, when, old and new value)"),)),
+    Entry("block-delete", "block", parse.parse_block_words, _block_delete, needs=CHANGE,
+          of_plan=True),
+    Entry("history", "history", parse.parse_alone, _history, of_plan=True),
+    Entry("calibration", "calibration", parse.parse_alone, _calibration, help=(N_(
+        "• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
+        "workload; once 9 blocks of one have actuals, `show` adds their calibrated 90% "
+        "interval and `review` says whether each actual fell inside"),)),
+    Entry("settings", "settings", parse.parse_settings_words, _settings, help=(N_(
+        "• `/plan settings lang=ko` writes this channel's messages in Korean "
+        "(`lang=en` in English, `lang=` the bot's default) · `/plan settings` shows it"),)),
+    Entry("price", "price", parse.parse_price_words, _price,
+          needs=("admin", N_("record prices")), help=(N_(
+              "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
+              "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`"),)),
+    Entry("price-correct", "price", parse.parse_price_words, _price_correct,
+          needs=("admin", N_("correct prices"))),
+    Entry("price-delete", "price", parse.parse_price_words, _price_delete,
+          needs=("admin", N_("delete prices"))),
+    Entry("prices", "prices", parse.parse_prices, _prices),
+)

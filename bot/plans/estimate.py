@@ -141,65 +141,85 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
     runs = block["runs"] * block["configs"]
     times = (_("{runs} runs × {configs} configs", runs=block["runs"], configs=block["configs"])
              if block["configs"] > 1 else _("{runs} runs", runs=block["runs"]))
-    prep_var = 0.0
-    if predicted:
-        x = predicted["seconds"]
-        if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
-            raise EstimateError(_("the fit predicts {seconds} s per run at this config, and a "
-                                  "time is positive: the fit is unusable here; `/trial fit "
-                                  "S{sweep}` says why and what to run", seconds=f"{x:.3g}",
-                                  sweep=block.get("sweep") or ".."))
-        run_source = f"{times} × {x:.4g} s {predicted['source']}"
-        half = None
-        if predicted.get("dof") and predicted.get("sd"):
-            # se² = sd²·(1 + h): the new runs' own spread plus the fit's error at this config.
-            h = max(0.0, (predicted["se"] / predicted["sd"]) ** 2 - 1)
-            half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
-                    * math.sqrt(runs + runs ** 2 * h))
-        why_no_interval = (predicted.get("no_interval")
-                           or _("the fit has no residual degrees of freedom"))
-    else:
-        pr = per_run(trials)
-        x = pr["mean"]
-        run_source = _("{times} × {seconds} s per {unit} ({source})", times=times,
-                       seconds=f"{x:.4g}", unit=pr["unit"], source=pr["source"])
-        half = None
-        prep_var = pr["prep_var"] if pays_prep else 0.0  # from the trials' processes
-        if pr["dof"] >= 1:
-            # The block's mean per run: its own runs' spread (within/runs) plus
-            # the level it sits at (drift components and the mean's uncertainty);
-            # and its one prep, whose spread the processes measured.
-            half = t_quantile(pr["dof"], LEVEL) * math.sqrt(
-                runs ** 2 * (pr["within"] / runs + pr["level"]) + prep_var)
-        why_no_interval = _("one measurement has no spread; run the trial again "
-                            "(trial=T12,T13) or with more repeats")
-    run_s = runs * x
-
-    fr = failure_rate(trials, attempts)
-    if fr["failed"]:
-        retry_s = run_s * fr["p"] / (1 - fr["p"])
-        retry_source = _("{failed} of {n} trial attempts failed ({causes}): expected attempts "
-                         "per run 1/(1−{p}); a failed run is redone whole", failed=fr["failed"],
-                         n=fr["n"], causes=fr["causes"], p=f"{fr['p']:.2f}")
-    else:
-        retry_s = 0.0
-        retry_source = _("0 of {n} attempts failed; so few attempts do not rule out a failure "
-                         "rate up to {rate} (rule of three)", n=fr["n"],
-                         rate=f"{min(1.0, 3 / fr['n']):.0%}")
-
+    run = (_runs_predicted(block, runs, times, predicted) if predicted
+           else _runs_measured(trials, runs, times, pays_prep))
+    run_s = runs * run["x"]
+    retry_s, retry_source = _retries(trials, attempts, run_s)
     if pays_prep:
         prep_s, prep_source = _prep(reports, names, predicted)
     else:
         prep_s = 0.0
         prep_source = _("0: same rental session as an earlier block (rental=single)")
     data_s, data_source = _data(reports, names, block["configs"])
-
-    busy = prep_s + run_s + retry_s + data_s
     handoff = block.get("handoff") if block.get("handoff") is not None else facts.get("handoff")
+    idle_s, idle_source = _idle(handoff, facts, usage, prep_s + run_s + retry_s + data_s)
+    parts = [("prep", prep_s, prep_source), ("runs", run_s, run["source"]),
+             ("retries", retry_s, retry_source), ("data", data_s, data_source),
+             ("idle", idle_s, idle_source)]
+    return _block_estimate(block, trials, facts, predicted, run, parts,
+                           idle_s if handoff is not None else 0.0)
+
+
+def _runs_predicted(block: dict, runs: int, times: str, predicted: dict) -> dict:
+    """The runs' time per run and interval from a sweep fit's prediction."""
+    x = predicted["seconds"]
+    if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
+        raise EstimateError(_("the fit predicts {seconds} s per run at this config, and a "
+                              "time is positive: the fit is unusable here; `/trial fit "
+                              "S{sweep}` says why and what to run", seconds=f"{x:.3g}",
+                              sweep=block.get("sweep") or ".."))
+    half = None
+    if predicted.get("dof") and predicted.get("sd"):
+        # se² = sd²·(1 + h): the new runs' own spread plus the fit's error at this config.
+        h = max(0.0, (predicted["se"] / predicted["sd"]) ** 2 - 1)
+        half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
+                * math.sqrt(runs + runs ** 2 * h))
+    return {"x": x, "source": f"{times} × {x:.4g} s {predicted['source']}", "half": half,
+            "why": predicted.get("no_interval")
+            or _("the fit has no residual degrees of freedom"),
+            "prep_var": 0.0, "pr": None}
+
+
+def _runs_measured(trials: list[dict], runs: int, times: str, pays_prep: bool) -> dict:
+    """The runs' time per run and interval from the trials' own measurements."""
+    pr = per_run(trials)
+    x = pr["mean"]
+    half = None
+    prep_var = pr["prep_var"] if pays_prep else 0.0  # from the trials' processes
+    if pr["dof"] >= 1:
+        # The block's mean per run: its own runs' spread (within/runs) plus
+        # the level it sits at (drift components and the mean's uncertainty);
+        # and its one prep, whose spread the processes measured.
+        half = t_quantile(pr["dof"], LEVEL) * math.sqrt(
+            runs ** 2 * (pr["within"] / runs + pr["level"]) + prep_var)
+    return {"x": x, "half": half, "prep_var": prep_var, "pr": pr,
+            "source": _("{times} × {seconds} s per {unit} ({source})", times=times,
+                        seconds=f"{x:.4g}", unit=pr["unit"], source=pr["source"]),
+            "why": _("one measurement has no spread; run the trial again "
+                     "(trial=T12,T13) or with more repeats")}
+
+
+def _retries(trials: list[dict], attempts: dict[int, list[dict]],
+             run_s: float) -> tuple[float, str]:
+    """Time redoing failed runs, at the trials' failure rate, and where it came from."""
+    fr = failure_rate(trials, attempts)
+    if fr["failed"]:
+        return run_s * fr["p"] / (1 - fr["p"]), _(
+            "{failed} of {n} trial attempts failed ({causes}): expected attempts "
+            "per run 1/(1−{p}); a failed run is redone whole", failed=fr["failed"],
+            n=fr["n"], causes=fr["causes"], p=f"{fr['p']:.2f}")
+    return 0.0, _("0 of {n} attempts failed; so few attempts do not rule out a failure "
+                  "rate up to {rate} (rule of three)", n=fr["n"],
+                  rate=f"{min(1.0, 3 / fr['n']):.0%}")
+
+
+def _idle(handoff: float | None, facts: dict, usage: dict | None,
+          busy: float) -> tuple[float, str]:
+    """Idle wait: a declared hand-off gap, or the worker's measured idle share
+    of `busy` seconds; and where it came from."""
     if handoff is not None:
-        idle_s, idle_source = handoff * 3600, _("declared hand-off gap {hours} h",
-                                                hours=f"{handoff:g}")
-    elif facts.get("idle") == "measured" and usage and usage["idle"] + usage["busy"] > 0:
+        return handoff * 3600, _("declared hand-off gap {hours} h", hours=f"{handoff:g}")
+    if facts.get("idle") == "measured" and usage and usage["idle"] + usage["busy"] > 0:
         share = usage["idle"] / (usage["idle"] + usage["busy"])
         idle_s = busy * share / (1 - share) if share < 1 else float("inf")
         idle_source = _("worker {worker} sat idle {share} of its measured time ({idle} h idle, "
@@ -210,29 +230,32 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
             raise EstimateError(_("worker {worker} ran nothing while idle was measured; its idle "
                                   "share says nothing about a block: declare handoff=H",
                                   worker=usage["worker"]))
-    elif facts.get("idle") == "measured":
-        idle_s, idle_source = 0.0, _("no idle measured yet for the trial's worker")
-    else:
-        idle_s, idle_source = 0.0, _("not counted: `set handoff=H` (a declared gap) or "
-                                     "`set idle=measured` (the workers' measured idle share)")
+        return idle_s, idle_source
+    if facts.get("idle") == "measured":
+        return 0.0, _("no idle measured yet for the trial's worker")
+    return 0.0, _("not counted: `set handoff=H` (a declared gap) or "
+                  "`set idle=measured` (the workers' measured idle share)")
 
+
+def _block_estimate(block: dict, trials: list[dict], facts: dict, predicted: dict | None,
+                    run: dict, parts: list[tuple], declared_idle: float) -> dict:
+    """The block's estimate from its parts (seconds on one GPU, with their sources)."""
     gpus = block["gpus"]
-    parts = [("prep", prep_s, prep_source), ("runs", run_s, run_source),
-             ("retries", retry_s, retry_source), ("data", data_s, data_source),
-             ("idle", idle_s, idle_source)]
+    reports = [t["report"] for t in trials]
     # GPU-seconds; `in_hours` turns them into the GPU-hours shown.
     components = [{"name": n, "seconds": s * gpus, "source": src} for n, s, src in parts]
+    half = run["half"]
     first = reports[0]
     return {"kind": block["kind"], "runs": block["runs"], "configs": block["configs"],
             "gpus": gpus, "components": components,
             "half": half * gpus if half is not None else None,
-            "interval_note": (interval_note(None if predicted else pr, len(trials),
-                                            prep=not predicted and prep_var > 0)
+            "interval_note": (interval_note(run["pr"], len(trials),
+                                            prep=not predicted and run["prep_var"] > 0)
                               if half is not None else
-                              _("no interval: {why}", why=why_no_interval)),
-            "per_run": x, "trials": [t["trial"] for t in trials], "env": env_kind(first),
+                              _("no interval: {why}", why=run["why"])),
+            "per_run": run["x"], "trials": [t["trial"] for t in trials], "env": env_kind(first),
             # a declared hand-off: added once, never scaled by an interval's multipliers
-            "declared_idle": idle_s * gpus if handoff is not None else 0.0,
+            "declared_idle": declared_idle * gpus,
             # a time on another device than the target: shown apart, not in totals or cost
             "off_target": off_target(facts.get("gpu"), reports),
             "config": {**config(first), **(block.get("predict") or {}),

@@ -68,12 +68,13 @@ CHOICES = {"rental": ("single", "per-block"), "idle": ("measured", "none"),
 
 
 
-def parse(text: str, today: dt.date) -> PlanCommand:
+def words_of(text: str) -> list[str]:
+    """`/plan`'s words, keywords and plan names in any case (`/plan ADKV Show`);
+    values keep theirs."""
     try:
         words = split(text)
     except ValueError as exc:
         raise PlanError(getattr(exc, "message", str(exc))) from None
-    # Keywords and plan names in any case (`/plan ADKV Show`); values keep theirs.
     words[:2] = [w.lower() if w.lower() in _KEYWORDS else w for w in words[:2]]
     if words[1:2] and words[1] in ("block", "actual") and words[2:3]:
         words[2] = words[2].lower() if words[2].lower() in BLOCK_KINDS else words[2]
@@ -81,51 +82,75 @@ def parse(text: str, today: dt.date) -> PlanCommand:
         words[3] = words[3].lower()
     if words[:1] == ["digest"] and words[1:2]:
         words[1] = words[1].lower()
-    if not words or words[0] == "help":
-        return PlanCommand("help")
-    head, rest = words[0], words[1:]
-    if head == "list":
-        no_more(rest, "/plan list")
-        return PlanCommand("list")
-    if head == "prices":
-        no_more(rest[1:] if rest[:1] == ["all"] else rest, "/plan prices [all]")
-        return PlanCommand("prices", args={"all": rest[:1] == ["all"]})
-    if head == "calibration":
-        no_more(rest, "/plan calibration")
-        return PlanCommand("calibration")
-    if head == "settings":
-        return PlanCommand("settings", args=parse_settings(rest))
-    if head == "price" and rest[:1] in (["correct"], ["delete"]):
+    return words
+
+
+# One parser per word of `/plan` (bot/plans/command.py's table routes to them):
+# each takes the plan's name (None before a plan's name), its word, the words
+# after it and today.
+
+def parse_help(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
+    return PlanCommand("help")
+
+
+def parse_alone(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
+    """A word that takes nothing more: `/plan list`, `/plan NAME lock`."""
+    no_more(rest, f"/plan {plan} {word}" if plan else f"/plan {word}")
+    return PlanCommand(word, plan)
+
+
+def parse_prices(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
+    no_more(rest[1:] if rest[:1] == ["all"] else rest, "/plan prices [all]")
+    return PlanCommand("prices", args={"all": rest[:1] == ["all"]})
+
+
+def parse_settings_words(plan: str | None, word: str, rest: list[str],
+                         today: dt.date) -> PlanCommand:
+    return PlanCommand("settings", args=parse_settings(rest))
+
+
+def parse_price_words(plan: str | None, word: str, rest: list[str],
+                      today: dt.date) -> PlanCommand:
+    if rest[:1] in (["correct"], ["delete"]):
         return parse_price_change(rest[0], rest[1:])
-    if head == "price":
-        return PlanCommand("price", args=parse_price(rest, today))
-    if head == "new":
-        if not rest:
-            raise PlanError(_("Name the plan: `/plan new NAME`, e.g. `/plan new adkv-repro`"))
-        name = plan_name(rest[0])
-        return PlanCommand("new", name, {"facts": parse_facts(rest[1:])})
-    if head == "digest":
-        return parse_digest(rest)
-    name = plan_name(head)
-    action, rest = (rest[0], rest[1:]) if rest else ("show", [])
-    if action in ("show", "export", "lock", "unlock", "advise", "review", "history"):
-        no_more(rest, f"/plan {name} {action}")
-        return PlanCommand(action, name)
-    if action == "set":
-        if not rest:
-            raise PlanError(_("`/plan {plan} set` needs key=value pairs, e.g. `/plan {plan} set "
-                              "gpu=H100 platform=cuda`.", plan=name) + " " + keys_help())
-        # `key=` with nothing after it unsets the item (None)
-        return PlanCommand("set", name, {"facts": parse_facts(rest, unset=True)})
-    if action == "block" and rest[1:2] in (["correct"], ["delete"]):
-        return parse_block_change(name, rest)
-    if action == "block":
-        return PlanCommand("block", name, parse_block(rest))
-    if action == "actual":
-        return PlanCommand("actual", name, parse_actual(rest))
-    raise PlanError(_("`{action}` is not something a plan does; use one of show, set, block, "
-                      "lock, unlock, advise, actual, review, history, export. Usage: `{usage}`",
-                      action=action, usage=USAGE))
+    return PlanCommand("price", args=parse_price(rest, today))
+
+
+def parse_new(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
+    if not rest:
+        raise PlanError(_("Name the plan: `/plan new NAME`, e.g. `/plan new adkv-repro`"))
+    return PlanCommand("new", plan_name(rest[0]), {"facts": parse_facts(rest[1:])})
+
+
+def parse_digest_words(plan: str | None, word: str, rest: list[str],
+                       today: dt.date) -> PlanCommand:
+    return parse_digest(rest)
+
+
+def parse_set(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
+    if not rest:
+        raise PlanError(_("`/plan {plan} set` needs key=value pairs, e.g. `/plan {plan} set "
+                          "gpu=H100 platform=cuda`.", plan=plan) + " " + keys_help())
+    # `key=` with nothing after it unsets the item (None)
+    return PlanCommand("set", plan, {"facts": parse_facts(rest, unset=True)})
+
+
+def parse_block_words(plan: str | None, word: str, rest: list[str],
+                      today: dt.date) -> PlanCommand:
+    if rest[1:2] in (["correct"], ["delete"]):
+        return parse_block_change(plan, rest)
+    return PlanCommand("block", plan, parse_block(rest))
+
+
+def parse_actual_words(plan: str | None, word: str, rest: list[str],
+                       today: dt.date) -> PlanCommand:
+    return PlanCommand("actual", plan, parse_actual(rest))
+
+
+def not_an_action(action: str) -> PlanError:
+    return PlanError(_("`{action}` is not something a plan does; use one of show, set, block, "
+                       "lock, unlock, advise, actual, review, history, export. Usage: `{usage}`",
+                       action=action, usage=USAGE))
 
 
 def parse_settings(words: list[str]) -> dict:

@@ -84,7 +84,15 @@ def parse_price(words: list[str], today: dt.date) -> dict:
         value_words = [" ".join(value_words)]
     if len(value_words) != 1:
         raise PlanError(_("Give exactly one figure for {item}.", item=item) + " " + usage)
-    word = value_words[0]
+    kind, unit, value, currency = _figure(item, value_words[0], usage)
+    date = _price_date(pairs, today, usage)
+    return {"item": "electricity" if kind == "electricity" else gpu_item(item), "kind": kind,
+            "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
+            "date": date.isoformat()}
+
+
+def _figure(item: str, word: str, usage: str) -> tuple[str, str, float, str]:
+    """(kind, unit, value, currency) of a price's one figure, checked."""
     currency = ""
     try:
         if item.lower() == "electricity":
@@ -95,26 +103,7 @@ def parse_price(words: list[str], today: dt.date) -> dict:
             kind, unit = "electricity", "per kWh"
             value, currency = money.parse(m.group(1), "electricity")
         elif "=" in word:
-            kind, _eq, raw = word.partition("=")
-            kind = kind.lower()
-            if kind not in ("buy", "resale", "power"):
-                raise PlanError(_("`{word}`: a GPU's figures are RATE/h, buy=, resale= or "
-                                  "power=.", word=word) + " " + usage)
-            if kind == "power":
-                m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
-                if not m:
-                    raise PlanError(_("`{word}`: power is a draw per GPU with its unit, e.g. "
-                                      "power=0.7kW or power=700W", word=word))
-                value = number(m.group(1), "power", positive=True)
-                value, unit = (value / 1000 if m.group(2).lower() == "w" else value), "kW"
-                if value > MAX_POWER_KW:
-                    raise PlanError(_("`{word}`: {value} kW is more than {most} kW, the most one "
-                                      "GPU may draw here; give the draw per GPU, not per node "
-                                      "(e.g. power=0.7kW)", word=word, value=f"{value:g}",
-                                      most=MAX_POWER_KW))
-            else:
-                value, currency = money.parse(raw, kind)
-                unit = "per GPU"
+            kind, unit, value, currency = _gpu_figure(word, usage)
         else:
             m = re.fullmatch(r"(.+)/(h|hr|hour)", word, re.IGNORECASE)
             if not m:
@@ -127,6 +116,35 @@ def parse_price(words: list[str], today: dt.date) -> dict:
         money.check_limit(value, currency, kind, word)
     except money.MoneyError as exc:
         raise PlanError(exc.message) from None
+    return kind, unit, value, currency
+
+
+def _gpu_figure(word: str, usage: str) -> tuple[str, str, float, str]:
+    """buy=, resale= or power= of a GPU: (kind, unit, value, currency)."""
+    kind, _eq, raw = word.partition("=")
+    kind = kind.lower()
+    if kind not in ("buy", "resale", "power"):
+        raise PlanError(_("`{word}`: a GPU's figures are RATE/h, buy=, resale= or "
+                          "power=.", word=word) + " " + usage)
+    if kind != "power":
+        value, currency = money.parse(raw, kind)
+        return kind, "per GPU", value, currency
+    m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+    if not m:
+        raise PlanError(_("`{word}`: power is a draw per GPU with its unit, e.g. "
+                          "power=0.7kW or power=700W", word=word))
+    value = number(m.group(1), "power", positive=True)
+    value = value / 1000 if m.group(2).lower() == "w" else value
+    if value > MAX_POWER_KW:
+        raise PlanError(_("`{word}`: {value} kW is more than {most} kW, the most one "
+                          "GPU may draw here; give the draw per GPU, not per node "
+                          "(e.g. power=0.7kW)", word=word, value=f"{value:g}",
+                          most=MAX_POWER_KW))
+    return kind, "kW", value, ""
+
+
+def _price_date(pairs: dict, today: dt.date, usage: str) -> dt.date:
+    """The price's source= is given and its date= is a past or present day."""
     if "source" not in pairs:
         raise PlanError(_("A price needs source=: the URL or quote it comes from, so others "
                           "can check it.") + " " + usage)
@@ -143,6 +161,4 @@ def parse_price(words: list[str], today: dt.date) -> dict:
     if date > today:
         raise PlanError(_("`date={raw}` is in the future (today is {today}); give the date the "
                           "price was confirmed", raw=pairs["date"], today=today))
-    return {"item": "electricity" if kind == "electricity" else gpu_item(item), "kind": kind,
-            "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
-            "date": date.isoformat()}
+    return date

@@ -38,46 +38,80 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
                  manual: list[dict], locked: dict | None) -> dict:
     """Estimate against actual for one block, and why they differ (GPU-seconds
     inside; hours out)."""
-    parts = {k: 0.0 for k in ("prep", "data", "runs", "retries")}
-    idle, run_count, counted, sources = None, 0, True, []
-    config_changes, not_comparable = [], []
-    lock = (locked or {}).get(estimate["kind"])
+    acc = {"parts": {k: 0.0 for k in ("prep", "data", "runs", "retries")}, "idle": None,
+           "run_count": 0, "counted": True, "sources": [], "config_changes": [],
+           "not_comparable": []}
+    _add_jobs(acc, estimate, jobs, attempts, (locked or {}).get(estimate["kind"]))
+    _add_manual(acc, manual)
+    if not acc["sources"]:
+        return {"kind": estimate["kind"], "actual": None}
+    parts, idle = acc["parts"], acc["idle"]
+    est = {c["name"]: c["seconds"] for c in estimate["components"]}
+    why = _why(estimate, est, acc)
+    actual = sum(parts.values()) + (idle or 0.0)
+    # The estimate as `show` prints it (its exact total), idle left out on both
+    # sides when the actuals do not give it.
+    estimated = (float(estimate["hours"]) if idle is not None or not est["idle"]
+                 else (sum(est.values()) - est["idle"]) / 3600)
+    # Per component, both sides alike (idle only where the actual gives it): the
+    # calibration's ratios and its worst miss's cause.
+    est_parts = {k: v for k, v in est.items() if k != "idle" or idle is not None}
+    act_parts = dict(parts, **({"idle": idle} if idle is not None else {}))
+    return {"kind": estimate["kind"], "estimate": estimated, "actual": actual / 3600,
+            "why": [(name, v / 3600, note) for name, v, note in why],
+            "sources": acc["sources"], "runs_done": acc["run_count"],
+            "config_changes": acc["config_changes"],
+            "not_comparable": acc["not_comparable"], "idle_compared": idle is not None,
+            "estimate_parts": est_parts,
+            "actual_parts": act_parts}
+
+
+def _add_jobs(acc: dict, estimate: dict, jobs: list[dict], attempts: dict[int, list[dict]],
+              lock: dict | None) -> None:
+    """The tagged trials' time, runs and config changes into `acc`."""
     for job in jobs:
         a = actual_of_job(job, attempts.get(job["id"], []), estimate["gpus"])
-        for k in parts:
-            parts[k] += a[k]
-        run_count += a["count"]
-        sources.append(job["trial"])
+        for k in acc["parts"]:
+            acc["parts"][k] += a[k]
+        acc["run_count"] += a["count"]
+        acc["sources"].append(job["trial"])
         if job.get("report"):
             diff = differences(estimate["config"], config(job["report"]))
             if diff:
-                config_changes.append(f"{job['trial']}: {'; '.join(diff)}")
+                acc["config_changes"].append(f"{job['trial']}: {'; '.join(diff)}")
             if lock and lock_differences(lock, config(job["report"]),
                                          code_version(job["report"])):
-                not_comparable.append(job["trial"])
+                acc["not_comparable"].append(job["trial"])
+
+
+def _add_manual(acc: dict, manual: list[dict]) -> None:
+    """The recorded actuals (manual or Slurm's accounting) into `acc`."""
+    parts = acc["parts"]
     for m in manual:
         extra = m["parts"]
         for k in ("prep", "data", "retries"):
             parts[k] += extra.get(k, 0.0) * 3600
         if "idle" in extra:
-            idle = (idle or 0.0) + extra["idle"] * 3600
+            acc["idle"] = (acc["idle"] or 0.0) + extra["idle"] * 3600
         parts["runs"] += (m["hours"] - sum(extra.values())) * 3600
         if m.get("runs"):
-            run_count += m["runs"]
+            acc["run_count"] += m["runs"]
         else:
-            counted = False
+            acc["counted"] = False
         if m.get("slurm"):  # read from Slurm's accounting by a Slurm worker
-            sources.append(m["note"])  # "Slurm accounting: jobs …, Elapsed …, MaxRSS …"
+            acc["sources"].append(m["note"])  # "Slurm accounting: jobs …, Elapsed …, MaxRSS …"
         else:
-            sources.append(_("manual #{id} ({note})", id=m["id"], note=m["note"]) if m.get("note")
-                           else _("manual #{id}", id=m["id"]))
-    if not sources:
-        return {"kind": estimate["kind"], "actual": None}
-    est = {c["name"]: c["seconds"] for c in estimate["components"]}
+            acc["sources"].append(_("manual #{id} ({note})", id=m["id"], note=m["note"])
+                                  if m.get("note") else _("manual #{id}", id=m["id"]))
+
+
+def _why(estimate: dict, est: dict, acc: dict) -> list[tuple]:
+    """The causes of the difference, in GPU-seconds: (name, seconds, note)."""
+    parts, idle, run_count = acc["parts"], acc["idle"], acc["run_count"]
     why = []
     d_runs = parts["runs"] - est["runs"]
     planned = estimate["runs"] * estimate["configs"]
-    if counted and run_count:
+    if acc["counted"] and run_count:
         count_part = (run_count - planned) * estimate["per_run"] * estimate["gpus"]
         why.append((_label(count_part, N_("more runs"), N_("fewer runs"), N_("runs as planned")),
                     count_part, _("{done} runs done, {planned} planned", done=run_count,
@@ -103,21 +137,7 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
     why.append((_label(d_retry, N_("more retries"), N_("fewer retries"),
                        N_("retries as estimated")),
                 d_retry, _("failed attempts' and cancelled trials' time")))
-    actual = sum(parts.values()) + (idle or 0.0)
-    # The estimate as `show` prints it (its exact total), idle left out on both
-    # sides when the actuals do not give it.
-    estimated = (float(estimate["hours"]) if idle is not None or not est["idle"]
-                 else (sum(est.values()) - est["idle"]) / 3600)
-    # Per component, both sides alike (idle only where the actual gives it): the
-    # calibration's ratios and its worst miss's cause.
-    est_parts = {k: v for k, v in est.items() if k != "idle" or idle is not None}
-    act_parts = dict(parts, **({"idle": idle} if idle is not None else {}))
-    return {"kind": estimate["kind"], "estimate": estimated, "actual": actual / 3600,
-            "why": [(name, v / 3600, note) for name, v, note in why], "sources": sources,
-            "runs_done": run_count, "config_changes": config_changes,
-            "not_comparable": not_comparable, "idle_compared": idle is not None,
-            "estimate_parts": est_parts,
-            "actual_parts": act_parts}
+    return why
 
 
 MEMORY_METHODS = (("peak_allocated", N_("torch allocator peak allocated")),

@@ -30,6 +30,37 @@ def _trials(ctx, ids: list[int]) -> list[dict]:
 
 
 def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
+    ok = _sweep_trials(ctx, block)
+    params = {**ok[0]["report"]["params"], **block["predict"]}
+    fit, (seconds, se, dof), verdict = _predict_from(block, ok, params)
+    shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
+    if not verdict["usable"]:  # the real cause, not a blanket "extrapolated too far"
+        raise PlanError(_("Sweep S{id}'s time fit is {verdict}. `/trial fit S{id} {config}` shows "
+                          "the fit; nothing was added", id=block["sweep"],
+                          verdict=usable.text(verdict), config=shown))
+    source = _sweep_source(block, ok, params, shown)
+    out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
+           "source": source, "partial": None,
+           # The points' own marks travel into the block's warnings.
+           # (a busy trial is warned of per trial already: bot/plans/views.block_warnings)
+           "marks": {"marked": usable.marked(fit["time"], fit.get("points") or [],
+                                             which=("unstable",)),
+                     "unmeasured": verdict["unmeasured"],
+                     "unchecked": None if verdict["checked"] else usable.text(verdict)}}
+    if fit.get("kind") == "depth":
+        depths = sorted({j["report"]["params"]["layers"] for j in ok})
+        if params["layers"] > depths[-1]:
+            out["partial"] = _("sweep S{id} measured layers {depths}; predicted at {layers}",
+                               id=block["sweep"], depths=", ".join(map(str, depths)),
+                               layers=params["layers"])
+    elif ok[0]["report"]["workload"] in depth.DEPTHED:
+        _to_full_depth(out, block, ok, fit)
+    return ok, out
+
+
+def _sweep_trials(ctx, block: dict) -> list[dict]:
+    """The block's sweep's successful trials, refused while it runs or when
+    they are too few or have no time per run."""
     jobs = ctx.store.sweep_jobs(block["sweep"])
     if not jobs:
         raise PlanError(_("There is no sweep S{id}; `/trial sweep ...` starts one",
@@ -47,7 +78,11 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
         if problem:
             raise PlanError(_("Sweep S{id} has no time per run to fit: {problem}",
                               id=block["sweep"], problem=problem))
-    params = {**ok[0]["report"]["params"], **block["predict"]}
+    return ok
+
+
+def _predict_from(block: dict, ok: list[dict], params: dict) -> tuple[dict, tuple, dict]:
+    """The sweep's fit, its (seconds, se, dof) at `params`, and its verdict there."""
     try:
         fit = fit_sweep([j["report"] for j in ok])
         if fit.get("kind") == "depth":
@@ -63,11 +98,11 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         raise PlanError(_("Sweep S{id} cannot predict this config: {problem}", id=block["sweep"],
                           problem=exc)) from None
-    shown = " ".join(f"{k}={v}" for k, v in block["predict"].items())
-    if not verdict["usable"]:  # the real cause, not a blanket "extrapolated too far"
-        raise PlanError(_("Sweep S{id}'s time fit is {verdict}. `/trial fit S{id} {config}` shows "
-                          "the fit; nothing was added", id=block["sweep"],
-                          verdict=usable.text(verdict), config=shown))
+    return fit, (seconds, se, dof), verdict
+
+
+def _sweep_source(block: dict, ok: list[dict], params: dict, shown: str) -> str:
+    """Where a predicted time per run came from: the unit, the config, the sweep."""
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     first = ok[0]["report"]
     units = first.get("units") or {}  # a recipe's timed run units (worker/launcher)
@@ -77,39 +112,27 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
             _("per {unit}", unit=units["unit"]) if units.get("run") else _("per run phase"))
     values = dict(unit=unit, config=shown, id=block["sweep"], n=len(ok),
                   held=", ".join(f"{k}={params[k]}" for k in held))
-    source = (_("{unit}, predicted for {config} (at the sweep's {held}) by the time fit of sweep "
-                "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
-              if held else
-              _("{unit}, predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
-                "model estimate, not measured at this config)", **values))
-    out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
-           "source": source, "partial": None,
-           # The points' own marks travel into the block's warnings.
-           # (a busy trial is warned of per trial already: bot/plans/views.block_warnings)
-           "marks": {"marked": usable.marked(fit["time"], fit.get("points") or [],
-                                             which=("unstable",)),
-                     "unmeasured": verdict["unmeasured"],
-                     "unchecked": None if verdict["checked"] else usable.text(verdict)}}
-    if fit.get("kind") == "depth":
-        depths = sorted({j["report"]["params"]["layers"] for j in ok})
-        if params["layers"] > depths[-1]:
-            out["partial"] = _("sweep S{id} measured layers {depths}; predicted at {layers}",
-                               id=block["sweep"], depths=", ".join(map(str, depths)),
-                               layers=params["layers"])
-    elif ok[0]["report"]["workload"] in depth.DEPTHED:
-        # A batch sweep of a partial-depth model: its fit is the partial model's time.
-        first = {"workload": ok[0]["report"]["workload"], "params": fit["defaults"],
-                 "trial": f"sweep S{block['sweep']}", "full_depth": ok[0]["report"].get(
-                     "full_depth")}
-        part = depth.partial(first)
-        if part:
-            k = depth.time_factor(fit["defaults"], depth.sizing_of(first))
-            sd = out["sd"] * k["factor"] if out["sd"] is not None else None
-            out.update(seconds=seconds * k["factor"], se=se * k["factor"], sd=sd,
-                       source=f"{source}, {k['what']}", partial=part,
-                       weights_factor=k["weights_factor"],
-                       config={"layers": depth.full_layers(first)})
-    return ok, out
+    return (_("{unit}, predicted for {config} (at the sweep's {held}) by the time fit of sweep "
+              "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
+            if held else
+            _("{unit}, predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
+              "model estimate, not measured at this config)", **values))
+
+
+def _to_full_depth(out: dict, block: dict, ok: list[dict], fit: dict) -> None:
+    """A batch sweep of a partial-depth model: its fit is the partial model's
+    time, scaled here to the full depth by a stated model."""
+    first = {"workload": ok[0]["report"]["workload"], "params": fit["defaults"],
+             "trial": f"sweep S{block['sweep']}", "full_depth": ok[0]["report"].get(
+                 "full_depth")}
+    part = depth.partial(first)
+    if part:
+        k = depth.time_factor(fit["defaults"], depth.sizing_of(first))
+        sd = out["sd"] * k["factor"] if out["sd"] is not None else None
+        out.update(seconds=out["seconds"] * k["factor"], se=out["se"] * k["factor"], sd=sd,
+                   source=f"{out['source']}, {k['what']}", partial=part,
+                   weights_factor=k["weights_factor"],
+                   config={"layers": depth.full_layers(first)})
 
 
 def _with_form(band, se: float) -> float:

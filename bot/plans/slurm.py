@@ -16,12 +16,8 @@ from __future__ import annotations
 
 from typing import Annotated, TypedDict
 
-from worker import report as reports
-from worker import shape
+from worker.api import NOT_ENDED, REQUIRED, Most, Range, reports, shape, size
 from worker.i18n import _
-from worker.sacct import NOT_ENDED
-from worker.shape import REQUIRED, Most, Range
-from worker.units import size
 
 SHOWN = 12  # jobs named one by one in the note; the sums count them all
 GPUS = Range(0, 10**6, "a GPU count from 0 to 1,000,000")

@@ -10,9 +10,9 @@ from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import changes, estimate, footing, kept_apart, parse, prices
 from bot.trials.views import status_word
-from worker import i18n, summary
+from worker import i18n
+from worker.api import LIVE_TIME_NOTE, summary
 from worker.i18n import _, pgettext
-from worker.spec import LIVE_TIME_NOTE
 
 
 def error(message: str) -> dict:
@@ -33,49 +33,19 @@ def channel_settings(chosen: str | None, speaking: str) -> dict:
     return reply(line)
 
 
-def help_text() -> dict:
-    lines = [_("*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
-               "confirmed prices) and rent/buy guidance."),
-             "• `/plan new NAME` · `/plan list` · `/plan NAME show` · `/plan NAME export`",
-             _("• `/plan NAME set key=value ...` fills the checklist and the planning facts"),
-             _("• `/plan NAME block KIND runs=N [configs=M] [gpus=G] trial=T12[,T13] "
-               "[note=\"open variable\"] [handoff=H]`, KIND one of {kinds}",
-               kinds=", ".join(parse.BLOCK_KINDS)),
-             _("• `/plan NAME block scale runs=N sweep=S12 batch=32 [prompt=..] [gen=..]`: "
-             "estimated from a sweep's fit (a recipe sweep: the parameter it varied, "
-             "`sweep=S12 max_tokens=64`; a depth sweep: `sweep=S12 layers=32`; it and a "
-             "partial-depth trial are marked until a full-depth trial replaces them)"),
-             "• `/plan NAME lock` / `unlock` · `/plan NAME advise` · "
-             "`/plan NAME actual KIND hours=H [prep=H data=H retries=H idle=H runs=N]` · "
-             "`/plan NAME review`",
-             _("• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the actual "
-             "from Slurm's accounting, read by a Slurm worker with sacct: GPU-h = Σ Elapsed × "
-             "allocated GPUs (jobs that did not complete count as retries; no GPU allocated: "
-             "node-hours), with MaxRSS and GPU TRES usage in its note"),
-             _("• `/plan NAME actual KIND correct hours=H ...` replaces the block's recorded "
-             "actuals · `/plan NAME actual KIND delete [#N]` removes them (or actual #N)"),
-             _("• Corrections: `/plan NAME set key=` unsets an item · `/plan NAME block KIND "
-             "correct runs=30 ...` · `/plan NAME block KIND delete` · `/plan price correct P7 "
-             "2.39/h|source=...|date=...` · `/plan price delete P7` · `/plan prices all`; "
-             "`/plan NAME history` shows every change (who, when, old and new value)"),
-             _("• `/plan calibration`: how past intervals held their actuals, per GPU kind and "
-             "workload; once 9 blocks of one have actuals, `show` adds their calibrated 90% "
-             "interval and `review` says whether each actual fell inside"),
-             _("• `/plan settings lang=ko` writes this channel's messages in Korean "
-               "(`lang=en` in English, `lang=` the bot's default) · `/plan settings` shows it"),
-             _("• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "
-             "`power=0.7kW`; `/plan price electricity 0.12/kWh ...`) · `/plan prices`"),
-             _("• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on the "
-             "plan's target GPU; `gpu=any` runs it anywhere, kept apart as off-target)"),
-             _("• `/plan digest weekly mon 09:00 Asia/Seoul` (any weekday, time, IANA timezone) · "
-             "`/plan digest now` · `/plan digest off`: the weekly budget digest in this channel"),
-             _("*Checklist*: {items}",
-               items="; ".join(f"`{k}` {_(v)}" for k, v in parse.CHECKLIST.items())),
-             _("*Settings*: {items}",
-               items="; ".join(f"`{k}` {_(v)}" for k, v in parse.SETTINGS.items())),
-             _("A run is one repetition of the trial's measured unit: one request for llm-infer, "
-               "one run phase of a recipe's program.")]
-    return reply("\n".join(lines))
+def help_text(lines: list[str]) -> dict:
+    """`/plan help`: the command table's lines (bot/plans/command.py, and the
+    digest's), between what `/plan` is and what its checklist and settings hold."""
+    return reply("\n".join([
+        _("*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
+          "confirmed prices) and rent/buy guidance."),
+        *lines,
+        _("*Checklist*: {items}",
+          items="; ".join(f"`{k}` {_(v)}" for k, v in parse.CHECKLIST.items())),
+        _("*Settings*: {items}",
+          items="; ".join(f"`{k}` {_(v)}" for k, v in parse.SETTINGS.items())),
+        _("A run is one repetition of the trial's measured unit: one request for llm-infer, "
+          "one run phase of a recipe's program.")]))
 
 
 def open_items(plan: dict) -> list[str]:

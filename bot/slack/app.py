@@ -79,13 +79,27 @@ def _authorize(token: str, enterprise_id, team_id, user_id) -> AuthorizeResult:
                            bot_token=token)
 
 
+def _know(ctx, client: CountingClient) -> None:
+    """What only Slack knows, into the Context's SlackParts (its one mutable part)."""
+    ctx.slack.failures = client.failures
+    ctx.slack.members = groups.Members(client)  # user groups in the access policy
+    for group in ctx.policy.run_usergroups | ctx.policy.admin_usergroups:
+        ctx.slack.members.fetch(group)  # in the background: no command waits on Slack
+    # Is the bot in the channel? Asked after the ack; then held trials go on.
+    asking = client.sharing(timeout=channels.TIMEOUT, retry_handlers=[])
+    ctx.slack.channels = channels.ChannelCheck(asking,
+                                               functools.partial(trial_command.settle, ctx))
+    ctx.slack.channels.resume(ctx.store.held_channels())  # held when the bot last stopped
+
+
 def build_app(ctx, client: WebClient, signing_secret: str | None) -> App:
-    """The Bolt app over `ctx`, which gains what only Slack knows: user groups
-    (for access rules) and whether the bot can post in a channel. Its calls go
-    through a CountingClient over `client`'s token, URL and retry handlers."""
+    """The Bolt app over `ctx`, whose SlackParts gain what only Slack knows:
+    user groups (for access rules), whether the bot can post in a channel, and
+    the app's failed calls. Its calls go through a CountingClient over
+    `client`'s token, URL and retry handlers."""
     client = CountingClient(token=client.token, base_url=client.base_url,
                             timeout=client.timeout, retry_handlers=client.retry_handlers)
-    ctx.slack_errors.append(client.failures)
+    _know(ctx, client)
     # Bolt's single-workspace authorization calls auth.test at start-up (or, with
     # token verification off, on the first request: on its ack's path, and a
     # failure there refuses the command). Our own `authorize` answers with the
@@ -108,14 +122,6 @@ def build_app(ctx, client: WebClient, signing_secret: str | None) -> App:
               ignoring_self_events_enabled=False, url_verification_enabled=False,
               attaching_function_token_enabled=False,
               listener_executor=ThreadPoolExecutor(max_workers=LISTENER_THREADS))
-    ctx.members = groups.Members(client)  # user groups in the access policy
-    for group in ctx.policy.run_usergroups | ctx.policy.admin_usergroups:
-        ctx.members.fetch(group)  # in the background: no command waits on Slack
-    # Is the bot in the channel? Asked after the ack; then held trials go on.
-    asking = client.sharing(timeout=channels.TIMEOUT, retry_handlers=[])
-    ctx.channels = channels.ChannelCheck(asking, functools.partial(trial_command.settle, ctx))
-    ctx.channels.resume(ctx.store.held_channels())  # held when the bot last stopped
-
     app.use(WithContext(ctx))
     listeners.register(app)
 

@@ -8,6 +8,15 @@ import sqlite_utils
 def baseline(db: sqlite_utils.Database) -> None:
     """Create the version-1 tables; with transform=True an older file's tables
     are brought up to them, rows kept."""
+    _jobs(db)
+    _around_jobs(db)
+    _plans(db)
+    _digests(db)
+    db["jobs"].create_index(["channel", "finished"], if_not_exists=True)
+    db["jobs"].create_index(["plan"], if_not_exists=True)  # a plan's actuals
+
+
+def _jobs(db: sqlite_utils.Database) -> None:
     db["jobs"].create({
         "id": int, "workload": str, "spec": str, "words": str, "user": str,
         "channel": str, "status": str, "worker": str, "lease": str,
@@ -24,6 +33,10 @@ def baseline(db: sqlite_utils.Database) -> None:
         defaults={"attempts": 0}, transform=True)
     db["jobs"].create_index(["status"], if_not_exists=True)
     db["jobs"].create_index(["user", "started"], if_not_exists=True)  # fair leasing
+
+
+def _around_jobs(db: sqlite_utils.Database) -> None:
+    """Requests, workers, the outbox, attempts and idle: what a job's life touches."""
     # A Slack request that queued jobs, by its trigger_id: a retried or
     # doubled request finds its key taken and queues nothing.
     db["requests"].create({"key": str, "jobs": str, "created": float}, pk="key",
@@ -48,6 +61,9 @@ def baseline(db: sqlite_utils.Database) -> None:
     db["attempts"].create_index(["job"], if_not_exists=True)
     db["worker_idle"].create({"worker": str, "day": str, "seconds": float},
                              pk=("worker", "day"), transform=True)
+
+
+def _plans(db: sqlite_utils.Database) -> None:
     # Plans: `facts` holds the checklist and the planning settings, `locked` the
     # config and code version each block's trials had when the plan was locked.
     db["plans"].create({"name": str, "channel": str, "user": str, "created": float,
@@ -63,6 +79,9 @@ def baseline(db: sqlite_utils.Database) -> None:
                           "parts": str, "runs": int, "note": str, "user": str,
                           "recorded": float},
                          pk="id", transform=True)
+
+
+def _digests(db: sqlite_utils.Database) -> None:
     # The weekly digest: one schedule per channel, and one row per channel and
     # week posted (its key makes a second post of a week impossible).
     db["digests"].create({"channel": str, "weekday": str, "hour": int, "minute": int,
@@ -70,5 +89,3 @@ def baseline(db: sqlite_utils.Database) -> None:
                          pk="channel", transform=True)
     db["digests_sent"].create({"channel": str, "week": str, "posted": float,
                                "message": int}, pk=("channel", "week"), transform=True)
-    db["jobs"].create_index(["channel", "finished"], if_not_exists=True)
-    db["jobs"].create_index(["plan"], if_not_exists=True)  # a plan's actuals

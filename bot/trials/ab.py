@@ -8,8 +8,7 @@ import math
 
 from bot.blocks import reply, section
 from bot.fits import compare as test
-from worker import spec as specs
-from worker import units
+from worker.api import specs, units
 from worker.i18n import _
 
 USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "

@@ -3,9 +3,8 @@ to its final summary, edited in place (chat.update) as phases pass and tries
 fail. Details, the chart and each failed try go into its thread. Pure."""
 from __future__ import annotations
 
-from worker import summary
+from worker.api import Report, summary
 from worker.i18n import _
-from worker.report import Report
 
 # action_id of each button; bot/slack/listeners/actions.py answers them.
 CANCEL, RERUN, ADD_TO_PLAN = "trial_cancel", "trial_rerun", "trial_add_to_plan"

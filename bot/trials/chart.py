@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import math
 
-from worker.units import duration, size
+from worker.api import duration, size
 
 # The chart's labels stay English in every language: no Korean font is installed for
 # matplotlib, which would draw Hangul as empty boxes. The message that carries the
@@ -58,6 +58,31 @@ def figure(report: dict):
                                        if _finite(r[0]))
     world = ranks(report)
     fig, ax = plt.subplots(figsize=(9, 4.6), dpi=100)
+    phases = _phase_bands(ax, report, t0)
+    peak = _series(ax, tl, t0, world)
+    if world > 1:
+        _rank_peaks(ax, report)
+        fig.text(0.08, 0.065, f"NVML trial processes and host RSS add up all {world} ranks' "
+                 "processes; the report's table gives each rank's own peak (the dashed lines).",
+                 fontsize=7, gid="ranks-note")
+    if peak:
+        _mark_peak(ax, peak)
+    title = report.get("trial") or "trial"
+    what = f"recipe {report['recipe']}" if report.get("recipe") else report.get("workload")
+    ax.set_title(f"{title} {what}: memory over time (sampled ~100 Hz)", fontsize=10)
+    ax.set_xlabel("seconds since the trial started")
+    ax.set_ylabel("GiB")
+    # Headroom: the rows of phase labels sit above the peak.
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], (peak[0] if peak else 0) * 1.6))
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.2)
+    _phase_labels(fig, ax, phases, t0)
+    return fig
+
+
+def _phase_bands(ax, report: dict, t0: float) -> list[dict]:
+    """A shaded band per phase and a hatched one per gap between phases; the phases drawn."""
     # A row or phase without finite times (stored before the bot refused them) is not drawn
     phases = sorted((p for p in report.get("phases", []) if _finite(p.get("start"))
                      and _finite(p.get("end")) and p["end"] >= p["start"]),
@@ -70,7 +95,12 @@ def figure(report: dict):
     for j, (start, end) in enumerate(gaps):
         ax.axvspan(start - t0, end - t0, facecolor="none", edgecolor="0.6", hatch="///",
                    lw=0, label="between phases" if j == 0 else None)
-    peak = None  # (GiB, seconds, label)
+    return phases
+
+
+def _series(ax, tl: dict, t0: float, world: int) -> tuple | None:
+    """A line per memory series the timeline has; the highest point: (GiB, seconds, label)."""
+    peak = None
     for part, column, label in SERIES:
         block = tl.get(part) or {}
         if not block.get("rows") or column not in block.get("columns", ()):
@@ -88,30 +118,16 @@ def figure(report: dict):
             top = max(points, key=lambda p: p[1])
             if peak is None or top[1] > peak[0]:
                 peak = (top[1], top[0], label)
-    if world > 1:
-        _rank_peaks(ax, report)
-        fig.text(0.08, 0.065, f"NVML trial processes and host RSS add up all {world} ranks' "
-                 "processes; the report's table gives each rank's own peak (the dashed lines).",
-                 fontsize=7, gid="ranks-note")
-    if peak:
-        value, at, label = peak
-        ax.plot([at], [value], marker="v", color="black", ms=7, ls="none")
-        right = at > (ax.get_xlim()[0] + ax.get_xlim()[1]) / 2  # write it towards the middle
-        ax.annotate(f"peak {size(value * 2**30)}, {label}, at {at:.2f} s", (at, value),
-                    xytext=(-6 if right else 6, 5), textcoords="offset points", fontsize=8,
-                    ha="right" if right else "left", gid="peak")
-    title = report.get("trial") or "trial"
-    what = f"recipe {report['recipe']}" if report.get("recipe") else report.get("workload")
-    ax.set_title(f"{title} {what}: memory over time (sampled ~100 Hz)", fontsize=10)
-    ax.set_xlabel("seconds since the trial started")
-    ax.set_ylabel("GiB")
-    # Headroom: the rows of phase labels sit above the peak.
-    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], (peak[0] if peak else 0) * 1.6))
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(alpha=0.3)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.2)
-    _phase_labels(fig, ax, phases, t0)
-    return fig
+    return peak
+
+
+def _mark_peak(ax, peak: tuple) -> None:
+    value, at, label = peak
+    ax.plot([at], [value], marker="v", color="black", ms=7, ls="none")
+    right = at > (ax.get_xlim()[0] + ax.get_xlim()[1]) / 2  # write it towards the middle
+    ax.annotate(f"peak {size(value * 2**30)}, {label}, at {at:.2f} s", (at, value),
+                xytext=(-6 if right else 6, 5), textcoords="offset points", fontsize=8,
+                ha="right" if right else "left", gid="peak")
 
 
 def _rank_peaks(ax, report: dict) -> None:

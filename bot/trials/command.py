@@ -1,166 +1,265 @@
 """`/trial`: what the command does, for every adapter (Slack, console).
-Parse → act on the queue/store → a reply payload. Bad input creates nothing."""
+One table (TABLE) gives each sub-command its parser, its handler and its
+paragraphs in `/trial help`. Parse → act on the queue/store → a reply.
+Bad input creates nothing. A tagged trial's plan notes are added a layer
+above (bot/commands.py), from what the Answer carries."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from bot.blocks import reply, section
+from bot.blocks import reply
 from bot.context import Postable, unwritable_text
-from bot.fits import scaling, sweepview
-from bot.fits.sweep import fit_sweep
 from bot.store import DuplicateRequest, Unwritable
-from bot.trials import ab, ladder, parse, routing, tags, views, workerlist, workers
-from bot.trials.job import ENDED, WAITING
+from bot.trials import ab, fitask, ladder, parse, routing, tags, views, workerlist, workers
+from bot.trials.job import WAITING
+from bot.trials.parse import Command
 from bot.words import normalize
 from worker import i18n
-from worker import spec as specs
-from worker.i18n import _
+from worker.api import specs
+from worker.i18n import N_, _
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One `/trial` as received, with what was read once for it."""
+    text: str  # normalized
+    user: str
+    channel: str
+    request: str | None  # Slack's trigger_id: a retried request queues nothing twice
+    response_url: str | None  # reaches the requester if the channel refuses the trial's messages
+    registered: list[dict]  # the workers, read once: /trial must ack within Slack's 3 s
+    tagged: dict | None = None  # plan= block=
+    route: dict = field(default_factory=dict)  # gpu= min_mem= label=
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The ephemeral reply and the queued job (a group's last) or None; for a
+    tagged trial, what the plan's notes are read from (bot/commands.py)."""
+    reply: dict
+    job: dict | None = None
+    tagged: dict | None = None
+    specs: tuple[dict, ...] = ()
+    route: dict | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A sub-command: its word, its parser ((words, recipes) -> Command), its
+    handler ((ctx, cmd, Asked) -> Answer) and its paragraphs in `/trial help`."""
+    name: str
+    parse: Callable[..., Command]
+    handle: Callable[..., Answer]
+    help: tuple[str, ...] = ()
+    runs: bool = False  # queues trials: needs the right to run; takes plan= and gpu=
 
 
 def handle(ctx, text: str, user: str, channel: str,
            request: str | None = None, response_url: str | None = None
            ) -> tuple[dict, dict | None]:
-    """Returns (ephemeral reply, the queued job or None). `request` (Slack's
-    trigger_id) makes a retried or doubled request queue nothing a second time;
-    `response_url` reaches the requester if the channel refuses the trial's messages."""
+    """Returns (ephemeral reply, the queued job or None), without a tagged
+    trial's plan notes (bot/commands.py adds them)."""
+    out = answer(ctx, text, user, channel, request, response_url)
+    return out.reply, out.job
+
+
+def answer(ctx, text: str, user: str, channel: str,
+           request: str | None = None, response_url: str | None = None) -> Answer:
     with i18n.using(ctx.store.channel_lang(channel)):  # the channel's language
         try:  # once, here: every parser and every echo then sees the plain words
-            return _handle(ctx, normalize(text), user, channel, request, response_url)
+            return _answer(ctx, normalize(text), user, channel, request, response_url)
         except Unwritable as exc:  # locked past the ack's budget, full, read-only
-            return reply(_(":x: Nothing was queued or changed: {why}.",
-                           why=unwritable_text(exc))), None
+            return Answer(reply(_(":x: Nothing was queued or changed: {why}.",
+                                  why=unwritable_text(exc))))
         except DuplicateRequest as exc:
             if not exc.jobs:
-                return reply(_("Already received: this request (Slack retried it, or it came "
-                               "twice) queued nothing. Nothing new was queued.")), None
+                return Answer(reply(_("Already received: this request (Slack retried it, or "
+                                      "it came twice) queued nothing. Nothing new was "
+                                      "queued.")))
             trials = ", ".join(f"T{i}" for i in exc.jobs)
-            return reply(_("Already received: this request (Slack retried it, or it came "
-                           "twice) queued {trials}. Nothing new was queued.",
-                           trials=trials)), None
+            return Answer(reply(_("Already received: this request (Slack retried it, or it "
+                                  "came twice) queued {trials}. Nothing new was queued.",
+                                  trials=trials)))
 
 
-READ_ONLY = ("help", "list", "workers", "status", "fit", "cancel")
-
-
-def _handle(ctx, text: str, user: str, channel: str,
-            request: str | None, response_url: str | None) -> tuple[dict, dict | None]:
+def _answer(ctx, text: str, user: str, channel: str,
+            request: str | None, response_url: str | None) -> Answer:
     registered = ctx.store.workers()  # read once: /trial must ack within Slack's 3 s
-    recipes = workers.recipes_of(registered)
     try:
         # `plan=NAME block=KIND` make the trial a plan's actual, and `gpu= min_mem=
         # label=` say where it may run; none of them are workload parameters.
         words, tagged = tags.take(ctx, parse.split(text), user, channel)
         # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
         words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, registered)
-        cmd = parse.parse_trial(words, recipes)
+        entry, cmd = route_words(words, workers.recipes_of(registered))
     except specs.SpecError as exc:
-        return views.error(exc), None
+        return Answer(views.error(exc))
     except (tags.TagError, routing.RouteError) as exc:
-        return reply(_(":x: {message}\nNothing was queued.", message=exc.message)), None
-    if (tagged or route) and cmd.name not in ("run", "sweep", "ladder", "ab"):
-        return reply(_(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
-                       "that runs; `/trial {name}` takes none. Nothing was queued.",
-                       name=cmd.name)), None
-    if tagged and "gpu" not in route and not route.get("anywhere"):  # the plan's target
-        target = (ctx.store.plan(tagged["plan"]) or {}).get("facts", {}).get("gpu")
-        try:  # a target that names no GPU (`gpu=cpu`, a typo) routes nowhere
-            route["gpu"] = routing.gpu_name(target, registered) if target else None
-        except routing.RouteError:
-            pass
-        if not route.get("gpu"):
-            route.pop("gpu", None)
-    if cmd.name not in READ_ONLY:  # cancel checks owner-or-admin itself
+        return Answer(reply(_(":x: {message}\nNothing was queued.", message=exc.message)))
+    if (tagged or route) and not entry.runs:
+        return Answer(reply(_(":x: plan=, block=, gpu=, min_mem= and label= go with a trial "
+                              "that runs; `/trial {name}` takes none. Nothing was queued.",
+                              name=cmd.name)))
+    if entry.runs:  # cancel checks owner-or-admin itself
         # A tagged plan is this channel's or the user an admin (bot/trials/tags.py): the
         # right here is the right to change it.
         refused = ctx.allows("run", user, channel)
         if refused:
-            return reply(_(":lock: {refused} Nothing was queued.", refused=refused)), None
-    if cmd.name == "help":
-        return reply(views.help_text(recipes)), None
-    if cmd.name == "list":
-        narrow = {"mine": {"user": user},
-                  "running": {"status": WAITING},
-                  "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
-        return views.job_list(ctx.store.jobs(limit=15, channel=channel, **narrow),
-                               cmd.which), None
-    if cmd.name == "workers":
-        now = time.time()
-        out = workerlist.text(ctx.store.worker_states(workerlist.week_start(now)), now,
-                              workers.ONLINE_SECONDS)
-        stuck = (ctx.allows("admin", user, channel) is None and ctx.store.stuck_messages(
-            now - ctx.outbox_alert_minutes * 60, frozenset(workerlist.AUTH_ERRORS)))
-        if stuck:  # an admin can fix what keeps messages from Slack
-            out = workerlist.stuck_text(stuck, now, ctx.outbox_alert_minutes) + "\n" + out
-        return reply(out), None
-    if cmd.name == "cancel":
-        try:
-            return reply(f":no_entry_sign: {cancel(ctx, cmd.job_id, user)}."), None
-        except ValueError as exc:
-            return reply(f":x: {exc}."), None
-    if cmd.name == "status":
-        job = ctx.store.job(cmd.job_id)
-        if job is None:
-            return reply(_(":x: There is no trial T{id}. `/trial list` shows recent ones.",
-                           id=cmd.job_id)), None
-        if ctx.hides(job["channel"], user, channel):
-            return reply(_(":lock: T{id} belongs to another channel; ask there (or an admin "
-                           "can ask anywhere).", id=cmd.job_id)), None
-        return views.status(job, ctx.store.attempts(job["id"])), None
-    if cmd.name == "fit":
-        return fit(ctx, cmd, user, channel), None
-    first = cmd.specs[0] if cmd.name in ("sweep", "ladder", "ab") else cmd.spec
+            return Answer(reply(_(":lock: {refused} Nothing was queued.", refused=refused)))
+    route = _plan_target(ctx, tagged, route, registered)
+    return entry.handle(ctx, cmd, Asked(text, user, channel, request, response_url,
+                                        registered, tagged, route))
+
+
+def _plan_target(ctx, tagged: dict | None, route: dict, registered: list[dict]) -> dict:
+    """A tagged trial runs on its plan's target GPU unless `gpu=` says otherwise;
+    a target that names no GPU (`gpu=cpu`, a typo) routes nowhere."""
+    if not tagged or "gpu" in route or route.get("anywhere"):
+        return route
+    target = (ctx.store.plan(tagged["plan"]) or {}).get("facts", {}).get("gpu")
+    try:
+        gpu = routing.gpu_name(target, registered) if target else None
+    except routing.RouteError:
+        gpu = None
+    return {**route, "gpu": gpu} if gpu else route
+
+
+def route_words(words: list[str], recipes: dict | None = None) -> tuple[Entry, Command]:
+    """The table's entry for the first word (a workload or `recipe NAME`: run;
+    nothing: help), and the words parsed by it. Keywords in any case."""
+    words = list(words)
+    if words and words[0].lower() in _KEYWORDS:
+        words[0] = words[0].lower()  # `/trial STATUS t5`
+    entry = _NAMED.get(words[0], RUN) if words else _NAMED["help"]
+    return entry, entry.parse(words, recipes)
+
+
+def parse_trial(text: str | list[str], recipes: dict | None = None) -> Command:
+    """`/trial`'s text (or its words) as a command, through the table."""
+    return route_words(parse.split(text) if isinstance(text, str) else text, recipes)[1]
+
+
+def help_text(recipes: dict | None = None) -> str:
+    """`/trial help`: what runs, where it runs, what else there is; then the workloads."""
+    running = [p for e in TABLE if e.runs for p in e.help]
+    others = [p for e in TABLE if not e.runs for p in e.help]
+    paragraphs = [*HELP_HEAD, *running, HELP_WHERE, *others]
+    return views.help_text([_(p, usage=specs.general_usage()) for p in paragraphs], recipes)
+
+
+def _help(ctx, cmd, asked: Asked) -> Answer:
+    return Answer(reply(help_text(workers.recipes_of(asked.registered))))
+
+
+def _list(ctx, cmd, asked: Asked) -> Answer:
+    narrow = {"mine": {"user": asked.user},
+              "running": {"status": WAITING},
+              "failed": {"status": ("failed", "cancelled")}}.get(cmd.which, {})
+    return Answer(views.job_list(ctx.store.jobs(limit=15, channel=asked.channel, **narrow),
+                                 cmd.which))
+
+
+def _workers(ctx, cmd, asked: Asked) -> Answer:
+    now = time.time()
+    out = workerlist.text(ctx.store.worker_states(workerlist.week_start(now)), now,
+                          workers.ONLINE_SECONDS)
+    stuck = (ctx.allows("admin", asked.user, asked.channel) is None and ctx.store.stuck_messages(
+        now - ctx.outbox_alert_minutes * 60, frozenset(workerlist.AUTH_ERRORS)))
+    if stuck:  # an admin can fix what keeps messages from Slack
+        out = workerlist.stuck_text(stuck, now, ctx.outbox_alert_minutes) + "\n" + out
+    return Answer(reply(out))
+
+
+def _cancel(ctx, cmd, asked: Asked) -> Answer:
+    try:
+        return Answer(reply(f":no_entry_sign: {cancel(ctx, cmd.job_id, asked.user)}."))
+    except ValueError as exc:
+        return Answer(reply(f":x: {exc}."))
+
+
+def _status(ctx, cmd, asked: Asked) -> Answer:
+    job = ctx.store.job(cmd.job_id)
+    if job is None:
+        return Answer(reply(_(":x: There is no trial T{id}. `/trial list` shows recent ones.",
+                              id=cmd.job_id)))
+    if ctx.hides(job["channel"], asked.user, asked.channel):
+        return Answer(reply(_(":lock: T{id} belongs to another channel; ask there (or an admin "
+                              "can ask anywhere).", id=cmd.job_id)))
+    return Answer(views.status(job, ctx.store.attempts(job["id"])))
+
+
+def _fit(ctx, cmd, asked: Asked) -> Answer:
+    return Answer(fitask.fit(ctx, cmd, asked.user, asked.channel))
+
+
+def _queue(ctx, cmd, asked: Asked) -> Answer:
+    """run, sweep, ladder, ab: checked against the workers, then queued."""
+    every = cmd.specs or (cmd.spec,)
+    refused = _unrunnable(every, asked)
+    if refused:
+        return Answer(reply(refused))
+    # Slack is never asked on the ack's path: a channel not known yet holds the
+    # trials until its answer, asked once the reply is on its way (settle below).
+    postable = ctx.channels.cached(asked.channel)
+    held = postable is Postable.UNKNOWN
+    where = {"request": asked.request, "route": asked.route,
+             "response_url": asked.response_url, "held": held}
+    out, job = _submit(ctx, cmd, asked.text, asked.user, asked.channel, asked.tagged, where,
+                       asked.registered)
+    if postable is not Postable.YES:  # after the store's commit, so settle sees these trials
+        ctx.channels.confirm(asked.channel)
+    if held:
+        out = {**out, **reply(views.held_note(asked.channel) + "\n" + out["text"])}
+    return Answer(out, job, asked.tagged, tuple(s.to_dict() for s in every), asked.route)
+
+
+def _unrunnable(every: tuple, asked: Asked) -> str | None:
+    """Why no registered worker can run these trials (then nothing is queued), or None."""
+    registered, route = asked.registered, asked.route
     if registered and route and not any(routing.matches(w["info"], route) for w in registered):
-        have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
-        if tagged and route.get("gpu") and "gpu=" not in text:
-            return reply(_(":x: No worker matches `{route}` (the plan's target GPU; give "
-                           "`gpu=OTHER` to run elsewhere, or `gpu=any` to run on any worker: a "
-                           "trial measured off the target is kept as evidence, not counted in "
-                           "the block's actual). Workers:\n{have}\nChange the constraint, or "
-                           "start a worker that has it (`trialbot-worker --label KEY=VALUE`). "
-                           "Nothing was queued.", route=routing.describe(route), have=have)), None
-        return reply(_(":x: No worker matches `{route}`. Workers:\n{have}\nChange the "
-                       "constraint, or start a worker that has it (`trialbot-worker --label "
-                       "KEY=VALUE`). Nothing was queued.",
-                       route=routing.describe(route), have=have)), None
+        return _no_match(route, registered, bool(asked.tagged and route.get("gpu")
+                                                 and "gpu=" not in asked.text))
 
     def runnable(spec) -> bool:
         return any(workers.can_run(w["info"], dict(spec.to_dict(),
                                                    route=route)) for w in registered)
 
-    for s in cmd.specs or (cmd.spec,):
+    for s in every:
         why = registered and s.workload in specs.HF and workers.hf_refusal(
             s.params, s.workload, [w for w in registered if routing.matches(w["info"], route)])
         if why:
-            return reply(_(":x: {why} Nothing was queued.", why=why)), None
-    wide = next((s for s in (cmd.specs or (cmd.spec,)) if not s.recipe and not runnable(s)),
-                None)
+            return _(":x: {why} Nothing was queued.", why=why)
+    wide = next((s for s in every if not s.recipe and not runnable(s)), None)
     if registered and wide:
         have = "; ".join(_("{name}: {gpus} GPU(s), {cpus} cores", name=w["name"],
                            gpus=len(w["info"].get("gpus") or []),
                            cpus=w["info"].get("cpus", "?")) for w in registered)
-        return reply(_(":x: No worker can run `world={world}` ranks on device={device}: a rank "
-                       "needs its own GPU (or CPU core). Workers: {have}. Use a smaller world, "
-                       "or start a worker with enough GPUs. Nothing was queued.",
-                       world=wide.params.get("world"), device=wide.params.get("device"),
-                       have=have)), None
-    if first.recipe and not runnable(first):
-        return reply(_(":x: No worker can run recipe `{recipe}`: it needs CUDA and every "
-                       "worker with it in its recipe file has no NVIDIA GPU. Start a GPU worker "
-                       "with that recipe file. Nothing was queued.", recipe=first.recipe)), None
-    # Slack is never asked on the ack's path: a channel not known yet holds the
-    # trials until its answer, asked once the reply is on its way (settle below).
-    postable = ctx.channels.cached(channel)
-    held = postable is Postable.UNKNOWN
-    where = {"request": request, "route": route, "response_url": response_url, "held": held}
-    answer, job = _submit(ctx, cmd, text, user, channel, tagged, where, registered)
-    if postable is not Postable.YES:  # after the store's commit, so settle sees these trials
-        ctx.channels.confirm(channel)
-    notes = (ctx.tag_notes(ctx, tagged, [s.to_dict() for s in cmd.specs or (cmd.spec,)], route)
-             if tagged and ctx.tag_notes else [])
-    answer = _also(answer, "\n".join(f":warning: {n}" for n in notes))
-    if held:
-        answer = {**answer, **reply(views.held_note(channel) + "\n" + answer["text"])}
-    return answer, job
+        return _(":x: No worker can run `world={world}` ranks on device={device}: a rank "
+                 "needs its own GPU (or CPU core). Workers: {have}. Use a smaller world, "
+                 "or start a worker with enough GPUs. Nothing was queued.",
+                 world=wide.params.get("world"), device=wide.params.get("device"), have=have)
+    if every[0].recipe and not runnable(every[0]):
+        return _(":x: No worker can run recipe `{recipe}`: it needs CUDA and every "
+                 "worker with it in its recipe file has no NVIDIA GPU. Start a GPU worker "
+                 "with that recipe file. Nothing was queued.", recipe=every[0].recipe)
+    return None
+
+
+def _no_match(route: dict, registered: list[dict], plan_target: bool) -> str:
+    """No registered worker matches the route (`plan_target`: the plan's GPU, not a gpu=)."""
+    have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
+    if plan_target:
+        return _(":x: No worker matches `{route}` (the plan's target GPU; give "
+                 "`gpu=OTHER` to run elsewhere, or `gpu=any` to run on any worker: a "
+                 "trial measured off the target is kept as evidence, not counted in "
+                 "the block's actual). Workers:\n{have}\nChange the constraint, or "
+                 "start a worker that has it (`trialbot-worker --label KEY=VALUE`). "
+                 "Nothing was queued.", route=routing.describe(route), have=have)
+    return _(":x: No worker matches `{route}`. Workers:\n{have}\nChange the "
+             "constraint, or start a worker that has it (`trialbot-worker --label "
+             "KEY=VALUE`). Nothing was queued.", route=routing.describe(route), have=have)
 
 
 def settle(ctx, channel: str, refusal: str | None) -> int:
@@ -180,11 +279,11 @@ def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[d
     if cmd.name == "ladder":
         jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tagged, **where)
-        return _also(ladder.queued(jobs, cmd.budget), _waiting(registered, jobs[0])), jobs[-1]
+        return also(ladder.queued(jobs, cmd.budget), _waiting(registered, jobs[0])), jobs[-1]
     if cmd.name == "ab":
         jobs = ctx.queue.submit_group("ab", cmd.specs, cmd.words, user, channel, tags=tagged,
                                       **where)
-        return _also(ab.queued(jobs), _waiting(registered, jobs[0])), jobs[-1]
+        return also(ab.queued(jobs), _waiting(registered, jobs[0])), jobs[-1]
     if cmd.name == "sweep":
         jobs = ctx.queue.submit_sweep(cmd.specs, cmd.words, user, channel, tagged, **where)
         # The last job stands for the sweep: its end posts the fit (one worker runs
@@ -203,7 +302,8 @@ def _waiting(registered: list[dict], job: dict) -> str:
     return views.waiting_for(job["spec"]["route"], offline, time.time()) if offline else ""
 
 
-def _also(answer: dict, line: str) -> dict:
+def also(answer: dict, line: str) -> dict:
+    """The reply with `line` added at its end (none when empty)."""
     return {**answer, **reply(answer["text"] + "\n" + line)} if line else answer
 
 
@@ -224,75 +324,6 @@ def cancel(ctx, job_id: int, user: str) -> str:
         except Unwritable as exc:
             raise ValueError(_("nothing was cancelled: {why}", why=unwritable_text(exc))) \
                 from None
-
-
-def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
-    """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep, in its own channel."""
-    jobs = ctx.store.sweep_jobs(cmd.sweep_id)
-    if not jobs:
-        return views.sweep_not_found(cmd.sweep_id)
-    if ctx.hides(jobs[0]["channel"], user, channel):
-        return reply(_(":lock: S{id} belongs to another channel; ask there (or an admin "
-                       "can ask anywhere).", id=cmd.sweep_id))
-    if any(j["status"] not in ENDED for j in jobs):
-        return views.sweep_unfinished(cmd.sweep_id, jobs)
-    result = fit_sweep([j["report"] for j in jobs])
-    if result.get("kind") == "depth" and not result.get("error"):
-        for key, value in cmd.params.items():
-            if key != "layers":
-                return reply(_(":x: `{key}={value}`: S{id} is a depth sweep; it answers "
-                               "layers=N (e.g. `/trial fit S{id} layers=32 gpu=H100`).",
-                               key=key, value=value, id=cmd.sweep_id))
-    elif not result.get("error"):
-        known = {result["variables"]["batch"], *result["variables"]["length"],
-                 *result["defaults"]}
-        for key, value in cmd.params.items():
-            if key not in known:
-                axes = [k for k in (result["variables"]["batch"], *result["variables"]["length"])
-                        if k] or ["batch"]
-                return reply(_(":x: `{key}={value}`: sweep S{id} has no parameter `{key}`; "
-                               "ask with {axes} (e.g. `/trial fit S{id} {axis}=32 gpu=H100`).",
-                               key=key, value=value, id=cmd.sweep_id, axes=", ".join(axes),
-                               axis=axes[0]))
-        held = _held_fixed(cmd, jobs, result)
-        if held:
-            return held
-    answer = sweepview.sweep_answer(cmd.sweep_id, jobs, result, cmd.params, cmd.gpu)
-    # A question with a config gets the chart with its prediction (the fit's own
-    # chart was posted with the fit). An ephemeral answer holds no file: the chart
-    # goes to the sweep's channel, or to the asker alone when an admin asks
-    # elsewhere, so a sweep is never shown in a channel it does not belong to.
-    drawn = sweepview.sweep_chart(cmd.sweep_id, channel, result, cmd.params) \
-        if cmd.params else None
-    if drawn:
-        home = channel == jobs[0]["channel"]
-        ctx.store.add_messages([dict(drawn, user=user, **({} if home else {"via": "dm"}))])
-        ctx.notify()
-        note = (_("The chart ({file}) is being uploaded to this channel.", file=drawn["file"])
-                if home else
-                _("The chart ({file}) comes to you in a direct message, since S{id} belongs to "
-                  "another channel.", file=drawn["file"], id=cmd.sweep_id))
-        answer = dict(answer, text=f"{answer['text']}\n{note}",
-                      blocks=[*answer["blocks"][:49], section(note)])
-    return answer
-
-
-
-def _held_fixed(cmd: parse.Command, jobs: list[dict], result: dict) -> dict | None:
-    """A recipe sweep answers only on what it varied (as /plan's sweep blocks do)."""
-    if not result.get("recipe"):
-        return None
-    varied = scaling.swept(result)
-    measured = next((j["report"]["params"] for j in jobs if j.get("report")), {})
-    for key, value in cmd.params.items():
-        if key not in varied:
-            return reply(_(":x: `{key}={value}`: sweep S{id} varied {swept}; {key} was "
-                           "{measured} in every trial, so its fit says nothing about "
-                           "{key}={value}. Ask with {words}.", key=key, value=value,
-                           id=cmd.sweep_id, swept=", ".join(varied),
-                           measured=measured.get(key), words=" ".join(
-                               f"{k}=N" for k in varied)))
-    return None
 
 
 CLICK_SECONDS = 30  # a user's clicks on one card within this are one click
@@ -344,3 +375,51 @@ def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
                        id=exc.jobs[0], seconds=CLICK_SECONDS))
     return views.queued(job, workers.online_for(registered, job["spec"]),
                         _waiting(registered, job))
+
+
+HELP_HEAD = (N_("*`/trial`* runs a measured trial on a worker and posts the report here."),
+             N_("Usage: `{usage}`"))
+# The options of every entry that runs (routing.take reads them before the table)
+HELP_WHERE = N_("*Where*: add `gpu=H100`, `min_mem=80GB` or `label=team=nlp` to run only on a "
+                "worker that has it (`/trial workers` lists what each has).")
+
+TABLE: tuple[Entry, ...] = (
+    Entry("help", parse.parse_help, _help),
+    Entry("sweep", parse.parse_sweep_words, _queue, runs=True, help=(N_(
+        "*Sweeps*: `/trial sweep llm-infer batch=1,2,4,8 prompt=512` (or `/trial sweep "
+        "recipe NAME batch=1,2,4`) runs one trial per config (comma lists on whole-number "
+        "parameters, at most 16) and posts a scaling fit of peak memory and time; "
+        "`/trial fit S12 batch=32 prompt=2048 gpu=H100` predicts a config and the largest "
+        "batch that fits a GPU."),)),
+    Entry("fit", parse.parse_fit_words, _fit),
+    Entry("run", parse.parse_run, _queue, runs=True, help=(N_(
+        "*A model you cannot run yet*: `/trial llm-infer preset=llama-3-8b layers=2 "
+        "batch=8 prompt=4096 gen=256 dtype=bf16` runs 2 of its 32 layers; the report "
+        "predicts the full depth's peak, which GPUs hold it (margin, largest batch) and a "
+        "decode-time model estimate per GPU. `/trial sweep llm-infer preset=llama-3-8b "
+        "layers=1,2,4 ...` measures the per-layer part instead of assuming it."), N_(
+        "*A Hugging Face model's own code*: `/trial hf-infer model=mistral-7b layers=2 "
+        "dtype=bf16` builds it with transformers from its config (random weights, nothing "
+        "downloaded) and predicts the full depth the same way; `model=` also takes a "
+        "config in a worker's `--models` directory. `hf-train` trains it, and `/trial "
+        "ladder hf-train model=NAME ...` climbs the ladder."))),
+    Entry("ladder", parse.parse_ladder, _queue, runs=True, help=(N_(
+        "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
+        "[budget=24GB]` runs the baseline, then lower precision, then activation "
+        "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
+        "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16 "
+        "[rounds=3]` runs A, B, A, B, A, B and compares time (a verdict only beyond the "
+        "noise), memory and quality (logits, or the loss)."),)),
+    Entry("ab", parse.parse_ab, _queue, runs=True),  # in ladder's paragraph
+    Entry("cancel", parse.parse_cancel, _cancel, help=(N_(
+        "*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
+        "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
+        "since, idle hours this week). The trial's message is edited in place as it runs "
+        "and carries Cancel, Re-run and Add to plan… buttons."),)),
+    Entry("list", parse.parse_list, _list),  # in cancel's paragraph, as is workers
+    Entry("workers", parse.parse_workers, _workers),
+    Entry("status", parse.parse_status, _status),
+)
+_NAMED = {e.name: e for e in TABLE if e.name != "run"}  # run: a workload's name comes first
+RUN = next(e for e in TABLE if e.name == "run")
+_KEYWORDS = {*_NAMED, "recipe", *specs.WORKLOADS}

@@ -8,8 +8,7 @@ from __future__ import annotations
 from bot.blocks import chunks, reply, section, table_text
 from bot.fits import compare, gpus
 from bot.trials.ladderfit import AND, counts, joined, per_sequence, redefine
-from worker import spec as specs
-from worker import units
+from worker.api import specs, units
 from worker.i18n import N_, _, ngettext
 
 STEPS = ("baseline", "precision", "checkpointing", "zero-1")

@@ -6,7 +6,7 @@ Pure: table rows in, numbers and the recommendation's lines out."""
 from __future__ import annotations
 
 from bot.fits import gpus
-from worker import arithmetic, units
+from worker.api import arithmetic, units
 from worker.i18n import N_, _
 
 ADAM_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per parameter

@@ -10,8 +10,8 @@ from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
 from bot.trials import ab, card, ladder, views
 from bot.trials.job import ENDED
+from worker.api import Report
 from worker.i18n import _
-from worker.report import Report
 
 
 def ended(store, job: dict, report: Report) -> list[dict]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from bot.fits import gpus
 from bot.trials import ab, ladder
-from worker import spec as specs
+from worker.api import specs
 from worker.i18n import _
 
 USAGE = specs.general_usage()
@@ -21,8 +21,6 @@ MAX_SWEEP = 16  # trials in one sweep
 LLM_SWEEPABLE = ("batch", "prompt", "gen", "layers")  # layers: a depth sweep, alone
 NOT_SWEEPABLE = ("timeout", "attempts")
 LIST_FILTERS = ("mine", "running", "failed")  # how a trial is run, not what it measures
-SUBCOMMANDS = ("help", "status", "cancel", "workers", "list", "sweep", "ab", "ladder", "fit",
-               "recipe")
 
 
 @dataclass(frozen=True)
@@ -54,48 +52,64 @@ def split(text: str) -> list[str]:
                               USAGE) from None
 
 
-def parse_trial(text: str | list[str], recipes: dict | None = None) -> Command:
-    """`/trial`'s text, or its words already split (the command splits once)."""
-    words = split(text) if isinstance(text, str) else list(text)
-    if words and words[0].lower() in (*SUBCOMMANDS, *specs.WORKLOADS):
-        words[0] = words[0].lower()  # keywords in any case: `/trial STATUS t5`
-    if words[:1] == ["list"] and len(words) == 2:
-        words[1] = words[1].lower()
-    if not words or words[0] == "help":
-        return Command("help")
-    head, rest = words[0], words[1:]
-    if head == "status":
-        if len(rest) != 1:
-            raise specs.SpecError(" ".join(words), _("`/trial status` takes one trial id, "
-                                                     "e.g. `/trial status T12`"), USAGE)
-        return Command("status", job_id=parse_trial_id(rest[0]))
-    if head == "cancel":
-        if len(rest) != 1:
-            raise specs.SpecError(" ".join(words), _("`/trial cancel` takes one trial id, "
-                                                     "e.g. `/trial cancel T12`"), USAGE)
-        return Command("cancel", job_id=parse_trial_id(rest[0]))
-    if head == "workers":
-        if rest:
-            raise specs.SpecError(rest[0], _("`{word}`: `/trial workers` takes no arguments",
-                                             word=rest[0]), USAGE)
-        return Command("workers")
-    if head == "list":
-        if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
-            raise specs.SpecError(" ".join(rest), _("`{words}`: `/trial list` takes one of "
-                                                    "{filters} or nothing", words=" ".join(rest),
-                                                    filters=", ".join(LIST_FILTERS)), USAGE)
-        return Command("list", which=rest[0] if rest else None)
-    if head == "sweep":
-        return parse_sweep(rest, recipes)
-    if head == "ab":
-        pair, lines, _key = ab.parse(rest)
-        return Command("ab", specs=tuple(pair), words=tuple(lines))
-    if head == "ladder":
-        steps, budget = ladder.parse(rest)
-        return Command("ladder", specs=tuple(s for _name, s, _words in steps),
-                       words=tuple(w for _name, _spec, w in steps), budget=budget)
-    if head == "fit":
-        return parse_fit(rest)
+# One parser per `/trial` sub-command, each given all the words (its own name
+# first); bot/trials/command.py's table routes to them.
+
+def parse_help(words: list[str], recipes: dict | None = None) -> Command:
+    return Command("help")
+
+
+def parse_status(words: list[str], recipes: dict | None = None) -> Command:
+    if len(words) != 2:
+        raise specs.SpecError(" ".join(words), _("`/trial status` takes one trial id, "
+                                                 "e.g. `/trial status T12`"), USAGE)
+    return Command("status", job_id=parse_trial_id(words[1]))
+
+
+def parse_cancel(words: list[str], recipes: dict | None = None) -> Command:
+    if len(words) != 2:
+        raise specs.SpecError(" ".join(words), _("`/trial cancel` takes one trial id, "
+                                                 "e.g. `/trial cancel T12`"), USAGE)
+    return Command("cancel", job_id=parse_trial_id(words[1]))
+
+
+def parse_workers(words: list[str], recipes: dict | None = None) -> Command:
+    if words[1:]:
+        raise specs.SpecError(words[1], _("`{word}`: `/trial workers` takes no arguments",
+                                          word=words[1]), USAGE)
+    return Command("workers")
+
+
+def parse_list(words: list[str], recipes: dict | None = None) -> Command:
+    rest = [w.lower() for w in words[1:]] if len(words) == 2 else words[1:]
+    if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
+        raise specs.SpecError(" ".join(rest), _("`{words}`: `/trial list` takes one of "
+                                                "{filters} or nothing", words=" ".join(rest),
+                                                filters=", ".join(LIST_FILTERS)), USAGE)
+    return Command("list", which=rest[0] if rest else None)
+
+
+def parse_ab(words: list[str], recipes: dict | None = None) -> Command:
+    pair, lines, _key = ab.parse(words[1:])
+    return Command("ab", specs=tuple(pair), words=tuple(lines))
+
+
+def parse_ladder(words: list[str], recipes: dict | None = None) -> Command:
+    steps, budget = ladder.parse(words[1:])
+    return Command("ladder", specs=tuple(s for _name, s, _words in steps),
+                   words=tuple(w for _name, _spec, w in steps), budget=budget)
+
+
+def parse_sweep_words(words: list[str], recipes: dict | None = None) -> Command:
+    return parse_sweep(words[1:], recipes)
+
+
+def parse_fit_words(words: list[str], recipes: dict | None = None) -> Command:
+    return parse_fit(words[1:])
+
+
+def parse_run(words: list[str], recipes: dict | None = None) -> Command:
+    """A workload's name or `recipe NAME`, then its parameters."""
     return Command("run", spec=specs.parse(words, recipes))
 
 
@@ -114,50 +128,75 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
                 else specs.WORKLOADS.get(words[0]))
     if workload is None:
         specs.parse(head, recipes)  # raises the single trial's error (unknown workload/recipe)
-    usage = SWEEP_USAGE
     lists: dict[str, list[int]] = {}
     for word in rest:
         key, eq, raw = word.partition("=")
         if not eq or "," not in raw:
             continue  # a single value: the single-trial parse below judges it
-        param = workload.param(key)
-        if param is None:
-            raise specs.SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it "
-                                          "takes {names}", word=word, workload=workload.name,
-                                          key=key,
-                                          names=", ".join(p.name for p in workload.params)),
-                                  usage)
-        if param.kind != "int":
-            raise specs.SpecError(word, _("`{word}`: only whole-number parameters take a list "
-                                          "in a sweep; {key} is a {kind}", word=word, key=key,
-                                          kind=param.kind), usage)
-        if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
-            message = (_("`{word}`: a sweep varies batch, prompt, gen or layers — the fits "
-                         "model batch, length and depth only; give {key} one value",
-                         word=word, key=key) if not workload.recipe else
-                       _("`{word}`: a sweep varies batch and one length-like parameter — the "
-                         "fits model batch, length and depth only; give {key} one value",
-                         word=word, key=key))
-            raise specs.SpecError(word, message, usage)
+        param = _sweep_param(word, key, workload)
         if key in lists:
             raise specs.SpecError(word, _("`{word}`: {key} is given twice", word=word, key=key),
-                                  usage)
-        values = []
-        for item in raw.split(","):
-            if not item:
-                raise specs.SpecError(word, _("`{word}`: an empty item in the list; write "
-                                              "values separated by commas, e.g. {key}=1,2,4",
-                                              word=word, key=key), usage)
-            try:
-                value = param.parse(item, usage)
-            except specs.SpecError as exc:
-                raise specs.SpecError(word, _("`{word}`: in the list, {error}", word=word,
-                                              error=exc.message), usage) from None
-            if value in values:
-                raise specs.SpecError(word, _("`{word}`: {value} is listed twice; give each "
-                                              "value once", word=word, value=value), usage)
-            values.append(value)
-        lists[key] = values
+                                  SWEEP_USAGE)
+        lists[key] = _sweep_values(word, key, raw, param)
+    _check_lists(words, lists, workload)
+    configs, all_words = [], []
+    for combo in itertools.product(*lists.values()):
+        chosen = dict(zip(lists, combo))
+        one = head + [f"{w.partition('=')[0]}={chosen[w.partition('=')[0]]}"
+                      if w.partition("=")[0] in chosen else w for w in rest]
+        configs.append(specs.parse(one, recipes))  # refused exactly as a single trial
+        all_words.append(canonical(one, configs[-1]))
+    return Command("sweep", specs=tuple(configs), words=tuple(all_words))
+
+
+def _sweep_param(word: str, key: str, workload):
+    """The parameter a sweep's list `word` names, if a sweep may vary it."""
+    param = workload.param(key)
+    if param is None:
+        raise specs.SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it "
+                                      "takes {names}", word=word, workload=workload.name,
+                                      key=key,
+                                      names=", ".join(p.name for p in workload.params)),
+                              SWEEP_USAGE)
+    if param.kind != "int":
+        raise specs.SpecError(word, _("`{word}`: only whole-number parameters take a list "
+                                      "in a sweep; {key} is a {kind}", word=word, key=key,
+                                      kind=param.kind), SWEEP_USAGE)
+    if key in NOT_SWEEPABLE or (not workload.recipe and key not in LLM_SWEEPABLE):
+        message = (_("`{word}`: a sweep varies batch, prompt, gen or layers — the fits "
+                     "model batch, length and depth only; give {key} one value",
+                     word=word, key=key) if not workload.recipe else
+                   _("`{word}`: a sweep varies batch and one length-like parameter — the "
+                     "fits model batch, length and depth only; give {key} one value",
+                     word=word, key=key))
+        raise specs.SpecError(word, message, SWEEP_USAGE)
+    return param
+
+
+def _sweep_values(word: str, key: str, raw: str, param) -> list:
+    """The values of one comma list, each parsed as the parameter's one value."""
+    usage = SWEEP_USAGE
+    values: list = []
+    for item in raw.split(","):
+        if not item:
+            raise specs.SpecError(word, _("`{word}`: an empty item in the list; write "
+                                          "values separated by commas, e.g. {key}=1,2,4",
+                                          word=word, key=key), usage)
+        try:
+            value = param.parse(item, usage)
+        except specs.SpecError as exc:
+            raise specs.SpecError(word, _("`{word}`: in the list, {error}", word=word,
+                                          error=exc.message), usage) from None
+        if value in values:
+            raise specs.SpecError(word, _("`{word}`: {value} is listed twice; give each "
+                                          "value once", word=word, value=value), usage)
+        values.append(value)
+    return values
+
+
+def _check_lists(words: list[str], lists: dict[str, list], workload) -> None:
+    """Refuse lists a sweep's fit cannot model, or too many configs."""
+    usage = SWEEP_USAGE
     if not lists:
         raise specs.SpecError(" ".join(words), _("a sweep needs at least 2 configs: give a "
                                                  "parameter a comma list, e.g. `batch=1,2,4`"),
@@ -191,14 +230,6 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
         raise specs.SpecError(" ".join(words), _("{sizes} = {count} trials; a sweep runs at "
                                                  "most {most}: shorten a list", sizes=sizes,
                                                  count=count, most=MAX_SWEEP), usage)
-    configs, all_words = [], []
-    for combo in itertools.product(*lists.values()):
-        chosen = dict(zip(lists, combo))
-        one = head + [f"{w.partition('=')[0]}={chosen[w.partition('=')[0]]}"
-                      if w.partition("=")[0] in chosen else w for w in rest]
-        configs.append(specs.parse(one, recipes))  # refused exactly as a single trial
-        all_words.append(canonical(one, configs[-1]))
-    return Command("sweep", specs=tuple(configs), words=tuple(all_words))
 
 
 def canonical(words: list[str], spec: specs.TrialSpec) -> str:

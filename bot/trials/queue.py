@@ -15,7 +15,7 @@ from bot.blocks import message
 from bot.trials import card, chart, outcome, views, workers
 from bot.trials.job import WAITING
 from worker import i18n
-from worker import report as reports
+from worker.api import reports
 from worker.i18n import _
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued

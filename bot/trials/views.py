@@ -6,11 +6,8 @@ from bot.blocks import context, reply, section
 from bot.fits import depth, depthview
 from bot.trials import routing, workerlist
 from bot.trials.job import ENDED
-from worker import spec as specs
-from worker import summary
+from worker.api import Report, duration, specs, summary
 from worker.i18n import N_, _
-from worker.report import Report
-from worker.units import duration
 
 # A job's status as shown; the stored word stays English (`/trial list running` takes it).
 STATUS = {"held": N_("held for Slack's answer"), "queued": N_("queued"),
@@ -27,36 +24,10 @@ def error(exc: specs.SpecError) -> dict:
                    "Nothing was queued.", message=exc.message, usage=exc.usage))
 
 
-def help_text(recipes: dict | None = None) -> str:
-    lines = [_("*`/trial`* runs a measured trial on a worker and posts the report here."),
-             _("Usage: `{usage}`", usage=specs.general_usage()),
-             _("*Sweeps*: `/trial sweep llm-infer batch=1,2,4,8 prompt=512` (or `/trial sweep "
-               "recipe NAME batch=1,2,4`) runs one trial per config (comma lists on whole-number "
-               "parameters, at most 16) and posts a scaling fit of peak memory and time; "
-               "`/trial fit S12 batch=32 prompt=2048 gpu=H100` predicts a config and the largest "
-               "batch that fits a GPU."),
-             _("*A model you cannot run yet*: `/trial llm-infer preset=llama-3-8b layers=2 "
-               "batch=8 prompt=4096 gen=256 dtype=bf16` runs 2 of its 32 layers; the report "
-               "predicts the full depth's peak, which GPUs hold it (margin, largest batch) and a "
-               "decode-time model estimate per GPU. `/trial sweep llm-infer preset=llama-3-8b "
-               "layers=1,2,4 ...` measures the per-layer part instead of assuming it."),
-             _("*A Hugging Face model's own code*: `/trial hf-infer model=mistral-7b layers=2 "
-               "dtype=bf16` builds it with transformers from its config (random weights, nothing "
-               "downloaded) and predicts the full depth the same way; `model=` also takes a "
-               "config in a worker's `--models` directory. `hf-train` trains it, and `/trial "
-               "ladder hf-train model=NAME ...` climbs the ladder."),
-             _("*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
-               "[budget=24GB]` runs the baseline, then lower precision, then activation "
-               "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
-               "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16 "
-               "[rounds=3]` runs A, B, A, B, A, B and compares time (a verdict only beyond the "
-               "noise), memory and quality (logits, or the loss)."),
-             _("*Where*: add `gpu=H100`, `min_mem=80GB` or `label=team=nlp` to run only on a "
-               "worker that has it (`/trial workers` lists what each has)."),
-             _("*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
-               "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
-               "since, idle hours this week). The trial's message is edited in place as it runs "
-               "and carries Cancel, Re-run and Add to plan… buttons."), ""]
+def help_text(paragraphs: list[str], recipes: dict | None = None) -> str:
+    """`/trial help`: the command table's paragraphs (bot/trials/command.py),
+    then every workload and recipe with its parameters."""
+    lines = [*paragraphs, ""]
     for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
         name = f"recipe {w.name}" if w.recipe else w.name  # `recipe` is the command's word
         summary = w.summary_text()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from worker.api import duration
 from worker.i18n import N_, _, ngettext
-from worker.units import duration
 
 
 def week_start(now: float) -> str:

@@ -7,10 +7,8 @@ import json
 import time
 
 from bot.trials import routing
-from worker import models, presets
-from worker import spec as specs
+from worker.api import Workload, models, presets, specs
 from worker.i18n import _
-from worker.spec import Workload
 
 ONLINE_SECONDS = 90  # a worker seen within this is "online"
 

@@ -253,3 +253,22 @@ def test_a_bad_recipe_file_or_models_directory_stops_the_console_by_name(tmp_pat
     done = subprocess.run([str(BIN / "trialbot"), "serve", "--recipes", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--recipes is for the trials of --local-worker" in done.stderr
+
+
+def test_a_console_command_that_fails_unexpectedly_is_answered_with_an_error_id(
+        tmp_path, monkeypatch, caplog):
+    """In-process: a line whose handler raises gets the error id, and the next line runs."""
+    import io
+    import re
+
+    from bot.app import console
+    from bot.plans import views as plan_views
+    monkeypatch.setattr(plan_views, "plan_list", lambda *args: 1 / 0)
+    out = io.StringIO()
+    lines = io.StringIO("/plan list\n/plan new x\n")
+    assert console.run(str(tmp_path / "c.db"), False, lines, out) == 0
+    error_id = re.search(r"Something went wrong \(error id ([0-9a-f]{8})\)\. Tell whoever "
+                         r"runs the bot, with this id\.", out.getvalue())[1]
+    assert "Plan *x* started" in out.getvalue() and "Traceback" not in out.getvalue()
+    [record] = [r for r in caplog.records if error_id in r.getMessage()]
+    assert record.levelname == "ERROR" and "ZeroDivisionError" in caplog.text

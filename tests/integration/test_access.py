@@ -1,4 +1,5 @@
 """Who may do what (bot/access.py) and secrets kept out of logs and reports."""
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -10,16 +11,14 @@ import urllib.parse
 
 import pytest
 
-from bot import access
+from bot import access, commands
 from bot.access import Policy
 from bot.app import config, console
 from bot.app.config import ConfigError
 from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime, context
-from bot.plans import command as plan_command
 from bot.slack import groups as slackgroups
 from bot.store import Store
-from bot.trials import command as trial_command
 from conftest import BIN, ROOT, bolt_runtime, wait_for
 from slackfake import post, signed_headers, slash_body
 from worker import recipes, redact
@@ -130,22 +129,22 @@ def test_a_refused_trial_creates_nothing_and_reading_stays_open(tmp_path):
     q = queue_with(tmp_path, Policy(run_users=frozenset({"U1"}), admins=frozenset({"UA"})))
     for words in (QUICK, f"sweep {QUICK.replace('gen=2', 'gen=2,4')}",
                   "ab llm-infer dtype=fp32,bf16", "ladder llm-train budget=24GB"):
-        reply, job = trial_command.handle(q, words, "U9", "C1")
+        reply, job = commands.trial(q, words, "U9", "C1")
         assert job is None and "permission: run" in reply["text"], reply
         assert "Nothing was queued" in reply["text"]
     assert q.store.jobs(limit=10) == []
     for words in ("help", "list", "workers", "status T1"):
-        assert "permission" not in trial_command.handle(q, words, "U9", "C1")[0]["text"]
-    assert trial_command.handle(q, QUICK, "U1", "C1")[1]["trial"] == "T1"
+        assert "permission" not in commands.trial(q, words, "U9", "C1")[0]["text"]
+    assert commands.trial(q, QUICK, "U1", "C1")[1]["trial"] == "T1"
 
 
 def test_cancelling_someone_elses_trial_needs_admin(tmp_path):
     q = queue_with(tmp_path, Policy(run_users=frozenset({"U1", "U2"}), admins=frozenset({"UA"})))
-    job = trial_command.handle(q, QUICK, "U1", "C1")[1]
-    said = trial_command.handle(q, f"cancel {job['trial']}", "U2", "C1")[0]["text"]
+    job = commands.trial(q, QUICK, "U1", "C1")[1]
+    said = commands.trial(q, f"cancel {job['trial']}", "U2", "C1")[0]["text"]
     assert "only they or an admin can cancel it" in said and "permission: admin" in said
     assert q.store.job(job["id"])["status"] == "queued"
-    assert "is cancelled" in trial_command.handle(q, f"cancel {job['trial']}", "UA",
+    assert "is cancelled" in commands.trial(q, f"cancel {job['trial']}", "UA",
                                                   "C1")[0]["text"]
 
 
@@ -153,7 +152,7 @@ def test_prices_digests_and_plan_changes_are_refused_without_creating_rows(tmp_p
     q = queue_with(tmp_path, Policy(run_users=frozenset({"U1"}), admins=frozenset({"UA"})))
 
     def say(text, user):
-        return plan_command.handle(q, text, user, "C1", TODAY)["text"]
+        return commands.plan(q, text, user, "C1", TODAY)["text"]
 
     said = say(PRICE, "U1")
     assert "Only an admin may record prices (permission: admin)" in said and "<@UA>" in said
@@ -197,7 +196,7 @@ def responses(fake_slack, n):
 
 
 def test_rerun_by_a_stranger_is_refused_through_bolt(bot, fake_slack):
-    job = trial_command.handle(bot.ctx, QUICK, "U1", "C1")[1]
+    job = commands.trial(bot.ctx, QUICK, "U1", "C1")[1]
     assert click(bot, fake_slack, "trial_rerun", job["id"], "U9")[0] == 200
     said = responses(fake_slack, 1)[0]
     assert "permission: run" in said["text"] and said["response_type"] == "ephemeral"
@@ -358,12 +357,12 @@ def test_a_plan_is_changed_only_with_the_right_in_its_own_channel(tmp_path):
     today = dt.date(2026, 12, 1)
     q = queue_with(tmp_path, config.load_access({"TRIALBOT_RUN_CHANNELS": "CSANDBOX,CTEAM",
                                           "TRIALBOT_RUN_USERS": "UTEAM"}))
-    assert "started" in plan_command.handle(q, "new secret", "UTEAM", "CTEAM", today)["text"]
-    q.policy = config.load_access({"TRIALBOT_RUN_CHANNELS": "CSANDBOX",
-                                   "TRIALBOT_RUN_USERS": "UTEAM"})
+    assert "started" in commands.plan(q, "new secret", "UTEAM", "CTEAM", today)["text"]
+    q = dataclasses.replace(q, policy=config.load_access({"TRIALBOT_RUN_CHANNELS": "CSANDBOX",
+                                                          "TRIALBOT_RUN_USERS": "UTEAM"}))
     # a stranger allowed in the sandbox cannot reach a plan that lives in CTEAM
-    refused = plan_command.handle(q, "secret set paper=hacked", "USTRANGER", "CSANDBOX", today)
+    refused = commands.plan(q, "secret set paper=hacked", "USTRANGER", "CSANDBOX", today)
     assert "Nothing was changed" in refused["text"]
     assert q.store.plan("secret")["facts"].get("paper") != "hacked"
-    reply, job = trial_command.handle(q, "llm-infer plan=secret block=x", "USTRANGER", "CSANDBOX")
+    reply, job = commands.trial(q, "llm-infer plan=secret block=x", "USTRANGER", "CSANDBOX")
     assert job is None

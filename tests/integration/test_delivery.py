@@ -245,9 +245,9 @@ def test_classify_sorts_slack_errors():
 def test_a_digest_the_channel_refuses_reaches_who_asked_for_it(bot, fake_slack):
     import datetime as dt
 
-    from bot.plans import command as plan_command
+    from bot import commands
     fake_slack.channel_errors["CDIG"] = "not_in_channel"  # conversations.info still says member
-    out = plan_command.handle(bot.ctx, "digest now", "U1", "CDIG", dt.date(2026, 12, 1))
+    out = commands.plan(bot.ctx, "digest now", "U1", "CDIG", dt.date(2026, 12, 1))
     assert "Posting the budget digest" in out["text"]
     dms = wait(lambda: len(posted_in(fake_slack, "DU1")) >= 1 and posted_in(fake_slack, "DU1"),
                what="the digest by direct message")

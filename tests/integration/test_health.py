@@ -11,11 +11,11 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot import commands
 from bot.access import Policy
 from bot.app.runtime import Runtime
 from bot.slack.app import web_client
 from bot.slack.transport import SlackTransport
-from bot.trials import command as trial_command
 from worker import i18n
 from worker.spec import parse
 
@@ -185,7 +185,7 @@ def test_trial_workers_shows_the_stuck_outbox_to_admins_only(rt, fake_slack):
     fake_slack.outage = (time.monotonic() + 60, [503])  # Slack down: HTTP 503 to every call
     rt.store.add_messages([{"channel": "C123", "text": "a"}, {"channel": "C9", "text": "b"}])
     rt.outbox.flush()
-    text = lambda user: trial_command.handle(rt.ctx, "workers", user, "C1")[0]["text"]  # noqa
+    text = lambda user: commands.trial(rt.ctx, "workers", user, "C1")[0]["text"]  # noqa
     assert "rotating_light" not in text("UADMIN")  # a minute of an outage is no alarm
     age_outbox(rt, 22 * 60)
     admin = text("UADMIN")
@@ -210,7 +210,7 @@ def test_a_refused_token_is_raised_at_once_and_the_requester_told_once(rt, fake_
     caplog.set_level(logging.INFO, logger="trialbot.outbox")
     rt.store.upsert_worker("w1", {"cpus": 4})
     url = fake_slack.api_url + "respond-token"
-    reply, job = trial_command.handle(rt.ctx, "llm-infer gen=1 repeats=1 stability=0", "U1",
+    reply, job = commands.trial(rt.ctx, "llm-infer gen=1 repeats=1 stability=0", "U1",
                                       "C1", response_url=url)
     assert job and "Queued as *T1*" in reply["text"]
     fake_slack.errors["chat.postMessage"] = ["token_revoked"] * 50
@@ -223,7 +223,7 @@ def test_a_refused_token_is_raised_at_once_and_the_requester_told_once(rt, fake_
     assert len(told) == 1 and told[0]["response_type"] == "ephemeral"
     assert "T1: I cannot post in <#C1> now: Slack refuses my token (token_revoked)" \
         in told[0]["text"]
-    admin = trial_command.handle(rt.ctx, "workers", "UADMIN", "C1")[0]["text"]
+    admin = commands.trial(rt.ctx, "workers", "UADMIN", "C1")[0]["text"]
     assert admin.startswith(":rotating_light: Slack refuses the bot's token (token_revoked): 1 "
                             "message waits, to <#C1>, for 0 min."), admin
     # The report joins the queue behind the card: neither the log nor the requester again.

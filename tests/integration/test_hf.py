@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.fits import depth
 from bot.store import Store
 from bot.trials import command as trial_command
-from bot.trials import parse as trial_parse
 from worker import models, presets
 from worker import spec as specs
 from worker.launcher import run_trial
@@ -235,13 +235,13 @@ def ctx(tmp_path, caps):
     ("sweep hf-infer model=tiny layers=0,1,2", "`layers=0`"),
 ])
 def test_the_bot_refuses_what_no_worker_can_run_before_queueing(ctx, words, says):
-    reply, job = trial_command.handle(ctx, words, "U1", "C1")
+    reply, job = commands.trial(ctx, words, "U1", "C1")
     assert job is None and says in reply["text"], reply["text"]
     assert ctx.store.jobs() == []
 
 
 def test_trial_workers_lists_what_each_can_build(ctx):
-    reply, _ = trial_command.handle(ctx, "workers", "U1", "C1")
+    reply, _ = commands.trial(ctx, "workers", "U1", "C1")
     line = next(x for x in reply["text"].splitlines() if "hf-box" in x)
     assert f"transformers {transformers.__version__}" in line
     assert "models `gem` (attn=eager/flash_attention_2), `mid`, `moe`, `tiny`" in line
@@ -250,27 +250,27 @@ def test_trial_workers_lists_what_each_can_build(ctx):
 
 def test_a_worker_without_transformers_is_named(ctx):
     ctx.store.upsert_worker("hf-box", {"gpus": [], "device": "cpu", "cpus": 2})
-    reply, job = trial_command.handle(ctx, "hf-infer model=mistral-7b layers=1", "U1", "C1")
+    reply, job = commands.trial(ctx, "hf-infer model=mistral-7b layers=1", "U1", "C1")
     assert job is None and "pip install 'trialbot[hf]'" in reply["text"]
 
 
 def test_the_attn_a_model_supports_is_queued_where_the_default_is_refused(ctx):
-    reply, job = trial_command.handle(ctx, "hf-infer model=gem attn=eager", "U1", "C1")
+    reply, job = commands.trial(ctx, "hf-infer model=gem attn=eager", "U1", "C1")
     assert job is not None, reply["text"]
     assert ctx.queue.lease("hf-box", 0)["id"] == job["id"]
 
 
 def test_what_a_worker_can_build_is_queued_and_routed_to_it(ctx):
-    reply, job = trial_command.handle(ctx, "hf-infer model=tiny layers=2", "U1", "C1")
+    reply, job = commands.trial(ctx, "hf-infer model=tiny layers=2", "U1", "C1")
     assert job is not None, reply["text"]
     assert ctx.queue.lease("plain", 0) is None  # no transformers there
     assert ctx.queue.lease("hf-box", 0)["id"] == job["id"]
 
 
 def test_a_depth_sweep_and_a_ladder_take_hf_workloads():
-    cmd = trial_parse.parse_trial("sweep hf-infer model=mistral-7b layers=1,2,4", {})
+    cmd = trial_command.parse_trial("sweep hf-infer model=mistral-7b layers=1,2,4", {})
     assert [s.params["layers"] for s in cmd.specs] == [1, 2, 4]
-    cmd = trial_parse.parse_trial("ladder hf-train model=mistral-7b layers=1", {})
+    cmd = trial_command.parse_trial("ladder hf-train model=mistral-7b layers=1", {})
     assert [s.workload for s in cmd.specs] == ["hf-train"] * 4
 
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from bot import commands
 from bot.app.runtime import context
 from bot.store import Store
-from bot.trials import command as trial_command
 from bot.trials.workers import can_run, needs
 
 QUICK = "llm-infer gen=1 repeats=1 stability=0"
@@ -33,7 +33,7 @@ def last_seen(ctx, worker: str, ago: float) -> None:
 
 
 def queue(ctx, text: str, user: str) -> dict:
-    answer, job = trial_command.handle(ctx, text, user, "C1")
+    answer, job = commands.trial(ctx, text, user, "C1")
     assert job, answer["text"]
     return job
 

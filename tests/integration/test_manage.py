@@ -7,6 +7,7 @@ import urllib.parse
 
 import pytest
 
+from bot import commands
 from bot.access import Policy
 from bot.app.runtime import Runtime, context
 from bot.delivery.outbox import Outbox
@@ -30,7 +31,7 @@ def ctx(tmp_path):
 
 
 def submit(ctx, user="U1", words=QUICK):
-    return trial_command.handle(ctx, words, user, "C1")[1]
+    return commands.trial(ctx, words, user, "C1")[1]
 
 
 def test_progress_edits_the_card_and_pending_edits_coalesce(ctx):
@@ -55,27 +56,27 @@ def test_progress_edits_the_card_and_pending_edits_coalesce(ctx):
 
 def test_a_queued_trial_is_cancelled_by_its_owner_or_an_admin_only(ctx):
     job = submit(ctx)
-    other, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "U2", "C1")
+    other, _ = commands.trial(ctx, f"cancel {job['trial']}", "U2", "C1")
     assert "only they or an admin" in other["text"] and ctx.store.job(1)["status"] == "queued"
-    reply, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "UADMIN", "C1")
+    reply, _ = commands.trial(ctx, f"cancel {job['trial']}", "UADMIN", "C1")
     assert "is cancelled; it will not run" in reply["text"]
     ended = ctx.store.job(job["id"])
     assert ended["status"] == "cancelled" and ended["cancelled_by"] == "UADMIN"
     assert ctx.queue.lease("w1", 0) is None  # a cancelled trial is never leased
     note = ctx.store.unsent()[-1]
     assert "cancelled by <@UADMIN> before it started" in note["text"]
-    again, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "U1", "C1")
+    again, _ = commands.trial(ctx, f"cancel {job['trial']}", "U1", "C1")
     assert "already ended (cancelled)" in again["text"]
-    missing, _ = trial_command.handle(ctx, "cancel T99", "U1", "C1")
+    missing, _ = commands.trial(ctx, "cancel T99", "U1", "C1")
     assert "there is no trial T99" in missing["text"]
-    bad, _ = trial_command.handle(ctx, "cancel twelve", "U1", "C1")
+    bad, _ = commands.trial(ctx, "cancel twelve", "U1", "C1")
     assert "is not a trial id" in bad["text"]
 
 
 def test_a_running_trial_is_cancelled_at_its_next_heartbeat(ctx):
     job = submit(ctx)
     leased = ctx.queue.lease("w1", 0)
-    reply, _ = trial_command.handle(ctx, f"cancel {job['trial']}", "U1", "C1")
+    reply, _ = commands.trial(ctx, f"cancel {job['trial']}", "U1", "C1")
     assert "kills it at its next heartbeat" in reply["text"]
     assert "cancelling" in ctx.store.unsent()[-1]["text"]
     assert ctx.queue.heartbeat(job["id"], "w1", leased["lease"], {"phase": "run"}) is True
@@ -92,7 +93,7 @@ def test_list_filters_and_workers(ctx):
     leased = ctx.queue.lease("w1", 0)
     ctx.queue.finish(first["id"], "w1", leased["lease"],
                  reports.fail(reports.new_report("llm-infer", {}), "oom", "x", "run"))
-    text = lambda words, user="U1": trial_command.handle(ctx, words, user, "C1")[0]["text"]  # noqa
+    text = lambda words, user="U1": commands.trial(ctx, words, user, "C1")[0]["text"]  # noqa
     assert "T1" in text("list mine") and "T2" not in text("list mine")
     assert "T2" in text("list running") and "T1" not in text("list running")
     assert "T1" in text("list failed") and "T2" not in text("list failed")
@@ -121,13 +122,13 @@ def test_a_real_worker_kills_a_cancelled_trial(tmp_path, fake_slack):
         rt.start_local_worker("w1")
         long = "llm-infer gen=2 repeats=10000 stability=0 run_cap=600 layers=1 hidden=64 " \
                "heads=2 kv_heads=1 vocab=256"
-        job = trial_command.handle(rt.ctx, long, "U1", "C1")[1]
+        job = commands.trial(rt.ctx, long, "U1", "C1")[1]
         deadline = time.monotonic() + 60
         while (rt.store.job(job["id"])["progress"] or {}).get("phase") != "run":
             assert time.monotonic() < deadline, rt.store.job(job["id"])
             time.sleep(0.2)
         t0 = time.monotonic()
-        assert "next heartbeat" in trial_command.handle(rt.ctx, "cancel T1", "U1", "C1")[0]["text"]
+        assert "next heartbeat" in commands.trial(rt.ctx, "cancel T1", "U1", "C1")[0]["text"]
         while rt.store.job(job["id"])["status"] == "running":
             assert time.monotonic() - t0 < 30
             time.sleep(0.2)
@@ -231,7 +232,7 @@ def test_a_cancelled_trial_whose_worker_died_ends_cancelled_and_never_runs_again
     job = submit(ctx)
     ctx.queue.lease_seconds = 0.1
     ctx.queue.lease("w1", 0)
-    trial_command.handle(ctx, f"cancel {job['trial']}", "U1", "C1")
+    commands.trial(ctx, f"cancel {job['trial']}", "U1", "C1")
     time.sleep(0.15)  # w1 went silent before its next heartbeat
     assert ctx.queue.lease("w2", 0) is None  # not handed to another worker
     ended = ctx.store.job(job["id"])
@@ -244,7 +245,7 @@ def test_a_cancelled_trial_whose_worker_died_ends_cancelled_and_never_runs_again
 def test_a_cancel_before_the_card_exists_posts_no_second_card(ctx):
     job = submit(ctx)
     leased = ctx.store.lease_next("w1", 60)  # leased, its card not yet written
-    assert "kills it at its next heartbeat" in trial_command.handle(
+    assert "kills it at its next heartbeat" in commands.trial(
         ctx, f"cancel {job['trial']}", "U1", "C1")[0]["text"]
     ctx.store.set_started_message(job["id"], {"channel": "C1", "kind": "started",
                                                 "text": "card"})
@@ -262,11 +263,11 @@ def test_a_secret_cut_by_truncation_is_still_masked():
 
 def test_status_of_another_channels_trial_is_not_shown(ctx):
     job = submit(ctx)
-    assert "belongs to another channel" in trial_command.handle(
+    assert "belongs to another channel" in commands.trial(
         ctx, f"status {job['trial']}", "U1", "CPRIVATE")[0]["text"]
-    assert f"*{job['trial']}*" in trial_command.handle(ctx, f"status {job['trial']}", "U1",
+    assert f"*{job['trial']}*" in commands.trial(ctx, f"status {job['trial']}", "U1",
                                                   "C1")[0]["text"]
-    assert f"*{job['trial']}*" in trial_command.handle(ctx, f"status {job['trial']}", "UADMIN",
+    assert f"*{job['trial']}*" in commands.trial(ctx, f"status {job['trial']}", "UADMIN",
                                                   "CPRIVATE")[0]["text"]
 
 
@@ -320,14 +321,14 @@ def test_a_rerun_click_after_the_window_queues_again(ctx):
 
 
 def test_a_fit_of_another_channels_sweep_is_not_answered(ctx):
-    trial_command.handle(ctx, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
+    commands.trial(ctx, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
     for job in ctx.store.sweep_jobs(1):  # ended (failed): the fit question is answerable
         leased = ctx.queue.lease("w1", 0)
         ctx.queue.finish(job["id"], "w1", leased["lease"],
                      reports.fail(reports.new_report("llm-infer", {}), "crash", "x", "run"))
-    hidden = trial_command.handle(ctx, "fit S1 batch=8", "U1", "CPRIVATE")[0]["text"]
+    hidden = commands.trial(ctx, "fit S1 batch=8", "U1", "CPRIVATE")[0]["text"]
     assert "S1 belongs to another channel" in hidden and "batch=1" not in hidden
-    assert "belongs to another channel" not in trial_command.handle(ctx, "fit S1", "U1",
+    assert "belongs to another channel" not in commands.trial(ctx, "fit S1", "U1",
                                                              "C1")[0]["text"]
-    assert "belongs to another channel" not in trial_command.handle(ctx, "fit S1", "UADMIN",
+    assert "belongs to another channel" not in commands.trial(ctx, "fit S1", "UADMIN",
                                                              "CPRIVATE")[0]["text"]

@@ -1,6 +1,7 @@
 """malloc=auto on a CPU: host RSS from a live memory pass, time from a glibc
 time pass, each a real child process; explicit malloc= stays one pass."""
 from bot.fits import batchview, scaling
+from bot.trials import command as trial_command
 from worker import launcher, machine, summary
 from worker import report as reports
 from worker.launcher import passes
@@ -156,11 +157,10 @@ def test_the_heartbeat_says_memory_pass_and_then_the_time_passs_phases():
 
 def test_a_default_depth_sweep_fits_live_host_rss_and_glibc_time(monkeypatch):
     from bot.fits import depth
-    from bot.trials import parse as trial_parse
     seen = spy_env(monkeypatch)
     shape = {**SMALL, "repeats": 2, "hidden": 256, "heads": 4, "kv_heads": 2}  # 4 MiB a layer
     words = " ".join(f"{k}={v}" for k, v in shape.items())
-    cmd = trial_parse.parse_trial(f"sweep llm-infer {words} layers=1,8")
+    cmd = trial_command.parse_trial(f"sweep llm-infer {words} layers=1,8")
     rs = [dict(launcher.run_trial(s), trial=f"T{i}") for i, s in enumerate(cmd.specs)]
     assert all(r["status"] == "ok" for r in rs), [r["error"] for r in rs]
     assert seen == ["65536", None] * 2  # each depth: a live memory pass, a glibc time pass

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 import test_recipe_hooks
+from bot import commands
 from bot.app.runtime import context
-from bot.plans import command as plan_command
 from bot.store import Store
 from worker import launcher, recipes, summary
 from worker.report import validate
@@ -57,7 +57,7 @@ def finish(ctx, spec, r) -> str:
 
 
 def say(ctx, text: str) -> str:
-    return plan_command.handle(ctx, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
+    return commands.plan(ctx, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
 
 
 def own_seconds(r: dict, word: str) -> float:
@@ -293,11 +293,11 @@ def test_a_sweep_block_takes_the_recipes_parameter_and_refuses_one_held_fixed(ct
     assert "Sweep S1 varied seq; batch was" in out and "give seq=N" in out
     assert "the sweep's" in say(ctx, "repro show")
     # /trial fit answers as the block does
-    from bot.trials import command as trial_command
-    fixed = trial_command.handle(ctx, "fit S1 batch=1", "U1", "C1")[0]["text"]
+    from bot import commands
+    fixed = commands.trial(ctx, "fit S1 batch=1", "U1", "C1")[0]["text"]
     assert fixed.startswith(":x:") and "sweep S1 varied seq; batch was" in fixed, fixed
     assert "Ask with seq=N" in fixed
-    assert "seq=512" in trial_command.handle(ctx, "fit S1 seq=512", "U1", "C1")[0]["text"]
+    assert "seq=512" in commands.trial(ctx, "fit S1 seq=512", "U1", "C1")[0]["text"]
 
 
 def launcher_report(params: dict, trial: str, run: float) -> dict:

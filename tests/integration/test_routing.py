@@ -5,9 +5,9 @@ import time
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.store import Store
-from bot.trials import command as trial_command
 from bot.trials import routing
 from bot.trials.workers import can_run
 from conftest import BIN
@@ -42,7 +42,7 @@ def workers(ctx):
 def test_bad_routing_words_are_refused(ctx, words, says):
     with pytest.raises(routing.RouteError, match=says):
         routing.take(["llm-infer", *words], workers(ctx))
-    reply, job = trial_command.handle(ctx, " ".join([QUICK, *words]), "U1", "C1")
+    reply, job = commands.trial(ctx, " ".join([QUICK, *words]), "U1", "C1")
     assert job is None and "Nothing was queued" in reply["text"]
     assert ctx.store.jobs() == []
 
@@ -61,7 +61,7 @@ def test_a_route_matches_names_memory_and_labels():
 
 
 def test_a_trial_no_worker_can_satisfy_is_answered_at_once(ctx):
-    reply, job = trial_command.handle(ctx, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
+    reply, job = commands.trial(ctx, f"{QUICK} gpu=H100 label=team=nlp", "U1", "C1")
     assert job is None and "No worker matches `gpu=H100-80GB label=team=nlp`" in reply["text"]
     assert "h100-box: cuda, NVIDIA H100 80GB HBM3 (80 GiB)" in reply["text"]
     assert "labels team=vision" in reply["text"] and ctx.store.jobs() == []
@@ -72,20 +72,20 @@ def test_a_trial_whose_workers_are_all_offline_is_queued_and_says_whom_it_waits_
         for name, ago in (("h100-box", 3 * 86400), ("a100-box", 120)):
             ctx.store.db.execute("update workers set last_seen = ? where name = ?",
                                  [time.time() - ago, name])
-    reply, job = trial_command.handle(ctx, f"{QUICK} gpu=H100", "U1", "C1")
+    reply, job = commands.trial(ctx, f"{QUICK} gpu=H100", "U1", "C1")
     assert job["status"] == "queued" and f"Queued as *{job['trial']}*" in reply["text"]
     assert ("It waits for a worker that matches `gpu=H100-80GB`, and none is online now: "
             "*h100-box*, offline since ") in reply["text"]
     assert "(2592" in reply["text"] and "s ago)" in reply["text"]  # 259200 s and a little
     assert "start one with" not in reply["text"]
-    reply, _ = trial_command.handle(ctx, f"sweep {QUICK} batch=1,2 min_mem=40GB", "U1", "C1")
+    reply, _ = commands.trial(ctx, f"sweep {QUICK} batch=1,2 min_mem=40GB", "U1", "C1")
     assert "none is online now: *a100-box*, offline since" in reply["text"]
     assert "*h100-box*, offline since" in reply["text"]  # both have 40 GB or more
-    reply, _ = trial_command.handle(ctx, "ladder llm-train steps=2 label=team=vision", "U1", "C1")
+    reply, _ = commands.trial(ctx, "ladder llm-train steps=2 label=team=vision", "U1", "C1")
     assert "Queued ladder" in reply["text"] and "matches `label=team=vision`" in reply["text"]
     # one online worker matches: the usual answer; not routed: no waiting line
     for text in (f"{QUICK} label=team=nlp", QUICK):
-        reply, _ = trial_command.handle(ctx, text, "U1", "C1")
+        reply, _ = commands.trial(ctx, text, "U1", "C1")
         assert "on next free worker (1 online: cpu-box)" in reply["text"]
         assert "It waits for" not in reply["text"]
 
@@ -93,7 +93,7 @@ def test_a_trial_whose_workers_are_all_offline_is_queued_and_says_whom_it_waits_
 def test_thirty_mixed_trials_each_run_on_a_matching_worker(ctx):
     asks = ["gpu=H100", "gpu=A100", "label=team=nlp", "min_mem=60GB", "label=tier=cheap", ""]
     for i in range(30):
-        reply, job = trial_command.handle(ctx, f"{QUICK} {asks[i % len(asks)]}", f"U{i % 3}", "C1")
+        reply, job = commands.trial(ctx, f"{QUICK} {asks[i % len(asks)]}", f"U{i % 3}", "C1")
         assert job, reply["text"]
     infos = {w["name"]: w["info"] for w in workers(ctx)}
     ran = {}
@@ -116,7 +116,7 @@ def test_thirty_mixed_trials_each_run_on_a_matching_worker(ctx):
 def test_the_plan_target_gpu_is_the_default_route(ctx):
     ctx.store.add_plan("repro", "C1", "U1", {"gpu": "A100"})
     ctx.store.put_block({"plan": "repro", "kind": "baseline", "runs": 5, "trials": []})
-    _, job = trial_command.handle(ctx, f"{QUICK} plan=repro block=baseline", "U1", "C1")
+    _, job = commands.trial(ctx, f"{QUICK} plan=repro block=baseline", "U1", "C1")
     assert job["spec"]["route"] == {"gpu": "A100"}
     assert ctx.queue.lease("h100-box", 0) is None and ctx.queue.lease("a100-box",
                                                                       0)["id"] == job["id"]
@@ -125,10 +125,10 @@ def test_the_plan_target_gpu_is_the_default_route(ctx):
 def test_one_users_sweep_does_not_starve_anothers_trial(tmp_path):
     q = context(Store(str(tmp_path / "f.db")))
     q.store.upsert_worker("w1", {"cpus": 4})
-    sweep, _ = trial_command.handle(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1",
+    sweep, _ = commands.trial(q, "sweep llm-infer batch=1,2,3,4,5,6,7,8 gen=1 repeats=1",
                                     "UA",
                              "C1")
-    _, single = trial_command.handle(q, QUICK, "UB", "C1")
+    _, single = commands.trial(q, QUICK, "UB", "C1")
     order = []
     while (job := q.queue.lease("w1", 0)):
         order.append(job["user"])

@@ -37,15 +37,15 @@ def test_bad_ab_is_refused(words, says):
 
 def test_rounds_through_the_command_queue_and_lease_in_abba_order_and_bad_rounds_queue_nothing(
         tmp_path):
+    from bot import commands
     from bot.app.runtime import context
     from bot.store import Store
-    from bot.trials import command as trial_command
     q = context(Store(str(tmp_path / "r.db")))
     q.store.upsert_worker("cpu-a", {"gpus": [], "cpus": 2})
-    reply, job = trial_command.handle(q, "ab llm-infer dtype=fp32,bf16 rounds=0", "U1", "C1")
+    reply, job = commands.trial(q, "ab llm-infer dtype=fp32,bf16 rounds=0", "U1", "C1")
     assert job is None and "rounds= is one whole number from 1 to 6" in reply["text"]
     assert q.store.jobs() == []
-    reply, job = trial_command.handle(q, "ab llm-infer dtype=fp32,bf16 rounds=2", "U1", "C1")
+    reply, job = commands.trial(q, "ab llm-infer dtype=fp32,bf16 rounds=2", "U1", "C1")
     jobs = sorted(q.store.jobs(), key=lambda j: j["id"])
     assert [j["spec"]["params"]["dtype"] for j in jobs] == ["fp32", "bf16", "bf16", "fp32"]
     assert "Queued an A/B of 2 rounds" in reply["text"]
@@ -55,7 +55,7 @@ def test_rounds_through_the_command_queue_and_lease_in_abba_order_and_bad_rounds
     # the worker is handed them in that order, one after another
     leased = [q.queue.lease("cpu-a", 0) for _ in jobs]
     assert [j["spec"]["params"]["dtype"] for j in leased] == ["fp32", "bf16", "bf16", "fp32"]
-    reply, _job = trial_command.handle(q, "ab llm-infer dtype=fp32,bf16 rounds=1", "U1", "C1")
+    reply, _job = commands.trial(q, "ab llm-infer dtype=fp32,bf16 rounds=1", "U1", "C1")
     assert "Queued an A/B of 1 round" in reply["text"]
     assert "one round cannot balance a drift (the default, rounds=4, runs A B B A A B B A)" \
         in reply["text"]

@@ -1,12 +1,13 @@
 """The charts, drawn for real (matplotlib, Agg) and read back from the figure:
 label boxes from the renderer, the peak's annotation, the units on the axes,
 where the points and the prediction sit. In-process; no worker runs."""
+import dataclasses
 import datetime as dt
 import itertools
 
 import pytest
 
-from bot import access
+from bot import access, commands
 from bot.app.runtime import context
 from bot.delivery import refusals
 from bot.digest import build as digest
@@ -16,7 +17,6 @@ from bot.fits import ols
 from bot.fits.sweep import fit_sweep
 from bot.store import Store
 from bot.trials import chart as memory_chart
-from bot.trials import command as trial_command
 from test_sweep import ok_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -128,7 +128,7 @@ def ctx(tmp_path):
 
 
 def finished_sweep(ctx, words, rss):
-    trial_command.handle(ctx, words, "U1", "C1")
+    commands.trial(ctx, words, "U1", "C1")
     while job := ctx.queue.lease("w1", 0):
         ctx.queue.finish(job["id"], "w1", job["lease"], ok_report(job, rss(job["spec"]["params"])))
     return fit_sweep([j["report"] for j in ctx.store.sweep_jobs(1)])
@@ -174,21 +174,21 @@ def test_the_sweep_chart_follows_its_fit_and_comes_with_a_fit_answer(ctx):
     assert drawn["file"] == "S1-fit.png" and drawn["content"][:8] == PNG
     refused = refusals.notice("channel_not_found", "C1", "T3", drawn["kind"])
     assert refused.startswith(":warning: T3's sweep chart could not be posted in <#C1>")
-    answer = trial_command.handle(ctx, "fit S1 batch=16", "U1", "C1")[0]
+    answer = commands.trial(ctx, "fit S1 batch=16", "U1", "C1")[0]
     assert "The chart (S1-fit-batch16.png) is being uploaded to this channel." in answer["text"]
     asked = ctx.store.unsent(100)[-1]
     assert asked["file"] == "S1-fit-batch16.png" and asked["requester"] == "U1"
     assert "prediction at batch=16" in asked["text"] and asked["via"] is None
     # an admin asking from another channel: the chart goes to them alone
-    ctx.policy = access.operator("U1")
-    elsewhere = trial_command.handle(ctx, "fit S1 batch=12", "U1", "C2")[0]["text"]
+    ctx = dataclasses.replace(ctx, policy=access.operator("U1"))
+    elsewhere = commands.trial(ctx, "fit S1 batch=12", "U1", "C2")[0]["text"]
     assert "comes to you in a direct message, since S1 belongs to another channel" in elsewhere
     private = ctx.store.unsent(100)[-1]
     assert private["via"] == "dm" and private["channel"] == "C2" and private["requester"] == "U1"
     count = len(ctx.store.unsent(100))
-    gpu = trial_command.handle(ctx, "fit S1 gpu=H100", "U1", "C1")[0]["text"]
+    gpu = commands.trial(ctx, "fit S1 gpu=H100", "U1", "C1")[0]["text"]
     assert len(ctx.store.unsent(100)) == count and "uploaded" not in gpu  # no config, no new chart
-    bad = trial_command.handle(ctx, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
+    bad = commands.trial(ctx, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
     assert "cannot say" in bad  # the chart draws what it can, and says what it cannot
     (note,) = texts(sweep_chart.figure(fit_sweep([j["report"] for j in
                                                   ctx.store.sweep_jobs(1)]), 1,

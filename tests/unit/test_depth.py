@@ -8,12 +8,12 @@ import math
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.fits import depth, gpus
-from bot.plans import command as plan_command
 from bot.store import Store
 from bot.trials import command as trial_command
-from bot.trials import parse, views
+from bot.trials import views
 from worker import arithmetic, catalog, launcher, stats
 from worker import report as reports
 from worker import spec as specs
@@ -158,19 +158,19 @@ def test_a_depth_fit_refuses_trials_that_differ_in_more_than_layers():
 
 
 def test_a_depth_sweep_is_parsed_with_auto_host_memory_and_alone():
-    cmd = parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=2")
+    cmd = trial_command.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=2")
     assert [s.params["layers"] for s in cmd.specs] == [1, 2, 4]
     # auto: on a CPU the worker splits each into a live memory and a glibc time pass
     assert {s.params["malloc"] for s in cmd.specs} == {"auto"}
-    assert all(passes.split(s) for s in parse.parse_trial(
+    assert all(passes.split(s) for s in trial_command.parse_trial(
         "sweep llm-infer preset=llama-3-8b layers=1,2 device=cpu").specs)
     for malloc in ("glibc", "live"):
-        kept = parse.parse_trial(f"sweep llm-infer layers=1,2 malloc={malloc}")
+        kept = trial_command.parse_trial(f"sweep llm-infer layers=1,2 malloc={malloc}")
         assert {s.params["malloc"] for s in kept.specs} == {malloc}
     with pytest.raises(specs.SpecError, match="varies layers alone"):
-        parse.parse_trial("sweep llm-infer layers=1,2 batch=1,2")
+        trial_command.parse_trial("sweep llm-infer layers=1,2 batch=1,2")
     with pytest.raises(specs.SpecError, match="llama-3-8b has 32 layers"):
-        parse.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
+        trial_command.parse_trial("sweep llm-infer preset=llama-3-8b layers=1,64")
 
 
 def test_malloc_auto_stays_auto_for_a_partial_preset_and_splits_on_a_cpu():
@@ -192,7 +192,7 @@ def ctx(tmp_path):
 
 def run_depth_sweep(ctx, text="sweep llm-infer preset=llama-3-8b layers=1,2,4 batch=8 "
                                 "prompt=4096 gen=256 dtype=bf16"):
-    trial_command.handle(ctx, text, "U1", "C1")
+    commands.trial(ctx, text, "U1", "C1")
     for _ in range(3):
         job = ctx.queue.lease("w1", 0)
         n = job["spec"]["params"]["layers"]
@@ -208,21 +208,21 @@ def test_a_depth_sweep_posts_its_fit_and_answers_layers_and_a_gpu(ctx):
     assert "held out T3 at 4 layers: predicted 7.11 GiB, measured 7.11 GiB" in msg["text"]
     assert "Predicted at 32 layers" in msg["text"] and "model estimate, not measured" in msg["text"]
     assert len(msg["blocks"]) <= 50 and all(len(json.dumps(b)) < 3200 for b in msg["blocks"])
-    answer = trial_command.handle(ctx, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
+    answer = commands.trial(ctx, "fit S1 layers=16 gpu=H100", "U1", "C1")[0]["text"]
     assert "Predicted at 16 layers" in answer and "H100-80GB" in answer
     assert "L4" not in answer.split("Fits on")[1].split("Decode")[0]
-    exact = trial_command.handle(ctx, "fit S1 layers=32 gpu=79.6GiB", "U1", "C1")[0]["text"]
+    exact = commands.trial(ctx, "fit S1 layers=32 gpu=79.6GiB", "U1", "C1")[0]["text"]
     assert "79.6GiB GPU" in exact and "largest batch" in exact
-    bad = trial_command.handle(ctx, "fit S1 batch=32", "U1", "C1")[0]["text"]
+    bad = commands.trial(ctx, "fit S1 batch=32", "U1", "C1")[0]["text"]
     assert bad.startswith(":x: `batch=32`") and "depth sweep" in bad
-    deep = trial_command.handle(ctx, "fit S1 layers=33", "U1", "C1")[0]["text"]
+    deep = commands.trial(ctx, "fit S1 layers=33", "U1", "C1")[0]["text"]
     assert "32 layers" in deep
 
 
 def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(ctx):
     run_depth_sweep(ctx)
     def say(text):
-        return plan_command.handle(ctx, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
+        return commands.plan(ctx, text, "U1", "C1", dt.date(2026, 12, 1))["text"]
     say("new repro gpu=H200")  # the sweep's own GPU: its times are target times
     out = say("repro block scale runs=100 sweep=S1 layers=32")
     assert "PREDICTED FROM A PARTIAL-DEPTH TRIAL" in out and "layers 1, 2, 4" in out
@@ -266,8 +266,8 @@ def test_a_plan_block_from_a_recipe_sweep_still_estimates(ctx):
                          {"name": "run", "seconds": 0.5 * b + 0.01 * (b == 2)}])
         r["memory"]["host_rss_peak"] = 2**27 + 2**18 * b
         ctx.queue.finish(job["id"], "w1", leased["lease"], r)
-    plan_command.handle(ctx, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
-    out = plan_command.handle(ctx, "repro block scale runs=10 sweep=S1 batch=16", "U1", "C1",
+    commands.plan(ctx, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = commands.plan(ctx, "repro block scale runs=10 sweep=S1 batch=16", "U1", "C1",
                        dt.date(2026, 12, 1))["text"]
     assert "scale block added" in out and "PARTIAL-DEPTH" not in out
 
@@ -276,11 +276,11 @@ def test_layers_lists_are_a_depth_sweep_of_llm_infer_only():
     from test_sweep import RECIPE
     deep = dataclasses.replace(RECIPE, params=(*RECIPE.params,
                                                catalog._int("layers", 2, 1, 64, "depth")))
-    cmd = parse.parse_trial("sweep recipe paper-infer layers=1,2,4", {"paper-infer": deep})
+    cmd = trial_command.parse_trial("sweep recipe paper-infer layers=1,2,4", {"paper-infer": deep})
     assert all("malloc" not in s.params for s in cmd.specs)   # a recipe's own parameter
     with pytest.raises(specs.SpecError, match="llm-infer and hf-infer run"):
-        parse.parse_trial("sweep llm-train layers=1,2")
-    auto = parse.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
+        trial_command.parse_trial("sweep llm-train layers=1,2")
+    auto = trial_command.parse_trial("sweep llm-infer layers=1,2 malloc=auto")
     assert {s.params["malloc"] for s in auto.specs} == {"auto"}
 
 
@@ -295,7 +295,7 @@ def test_a_cuda_trial_extrapolates_gpu_memory_only():
 
 
 def test_a_depth_sweep_with_one_ok_depth_is_still_a_depth_sweep(ctx):
-    trial_command.handle(ctx, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=8 prompt=4096 "
+    commands.trial(ctx, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=8 prompt=4096 "
                          "gen=256 dtype=bf16", "U1", "C1")
     job = ctx.queue.lease("w1", 0)
     r = gpu_report(layers=1, trial=job["trial"])
@@ -312,8 +312,8 @@ def test_a_depth_sweep_with_one_ok_depth_is_still_a_depth_sweep(ctx):
 
 def test_a_depth_sweep_block_names_its_depth(ctx):
     run_depth_sweep(ctx)
-    plan_command.handle(ctx, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
-    out = plan_command.handle(ctx, "repro block verify runs=10 sweep=S1 gen=256", "U1", "C1",
+    commands.plan(ctx, "new repro gpu=H100", "U1", "C1", dt.date(2026, 12, 1))
+    out = commands.plan(ctx, "repro block verify runs=10 sweep=S1 gen=256", "U1", "C1",
                        dt.date(2026, 12, 1))["text"]
     assert "is a depth sweep: give the depth" in out and "layers=32" in out
     assert ctx.store.blocks("repro") == []

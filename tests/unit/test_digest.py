@@ -2,17 +2,18 @@
 SQLite store, the figures from trials finished as a worker finishes them, the
 week's sent-row, the catch-up and the cron trigger. No sleeping: every "now"
 is passed in."""
+import dataclasses
 import datetime as dt
 import json
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.digest import build as digest_build
 from bot.digest import command as schedule
 from bot.digest import scheduler
-from bot.plans import command as plan_command
 from bot.store import Store
 from test_planner import report
 from test_plans import finish
@@ -28,7 +29,7 @@ def ctx(tmp_path):
 
 def say(ctx, text, now=None, channel="C1"):
     now = now or dt.datetime.now(UTC)
-    return plan_command.handle(ctx, text, "U1", channel, now.date(), now)["text"]
+    return commands.plan(ctx, text, "U1", channel, now.date(), now)["text"]
 
 
 def digests_posted(ctx):
@@ -182,7 +183,7 @@ def test_a_week_missed_while_down_is_posted_at_start_and_only_once(ctx):
 
 def test_the_running_scheduler_follows_digest_commands(ctx):
     d = scheduler.Digests(ctx)
-    ctx.digests = d
+    ctx = dataclasses.replace(ctx, digests=d)
     d.start()
     try:
         say(ctx, "digest weekly mon 09:00 Asia/Seoul")

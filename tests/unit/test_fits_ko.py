@@ -6,13 +6,13 @@ import datetime as dt
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.blocks import table_text
 from bot.digest import build as digest_build
 from bot.digest import command as digest_command
 from bot.fits import batchview, compare, gpus, usable
 from bot.fits.sweep import fit_sweep
-from bot.plans import command as plan_command
 from bot.store import Store
 from test_scaling import cuda, llm_report
 from worker import i18n
@@ -106,7 +106,7 @@ def test_the_digest_in_a_korean_channel(tmp_path):
     ctx = context(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
 
     def say(text, channel):
-        return plan_command.handle(ctx, text, "U1", channel, NOW.date(), NOW)["text"]
+        return commands.plan(ctx, text, "U1", channel, NOW.date(), NOW)["text"]
     assert "(`ko`)" in say("settings lang=ko", "CKO")
     none = say("digest", "CKO")
     assert none.startswith("이 채널에 예약된 요약이 없습니다.")
@@ -127,8 +127,8 @@ def test_a_late_scheduled_digest_speaks_its_channels_language(tmp_path):
     language itself."""
     ctx = context(Store(str(tmp_path / "d.db")), admins=frozenset({"U1"}))
     for channel, lang in (("CKO", "ko"), ("CEN", "en")):
-        plan_command.handle(ctx, f"settings lang={lang}", "U1", channel, NOW.date(), NOW)
-        plan_command.handle(ctx, "digest weekly mon 09:00 Asia/Seoul", "U1", channel,
+        commands.plan(ctx, f"settings lang={lang}", "U1", channel, NOW.date(), NOW)
+        commands.plan(ctx, "digest weekly mon 09:00 Asia/Seoul", "U1", channel,
                             NOW.date(), NOW)
     fire = digest_build.trigger(ctx.store.digest("CKO")).get_next_fire_time(None, NOW)
     later = fire + dt.timedelta(hours=3)

@@ -85,8 +85,8 @@ def _ctx(tmp_path):
 def _plan(ctx, text, channel="C1", user="U1"):
     import datetime as dt
 
-    from bot.plans import command as plan_command
-    return plan_command.handle(ctx, text, user, channel, dt.date(2026, 12, 1))["text"]
+    from bot import commands
+    return commands.plan(ctx, text, user, channel, dt.date(2026, 12, 1))["text"]
 
 
 def test_a_channel_chooses_its_language_and_others_keep_theirs(tmp_path):

@@ -6,13 +6,12 @@ import re
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.fits import depth, depthview, gpus
-from bot.plans import command as plan_command
 from bot.plans import money
 from bot.store import Store
 from bot.trials import command as trial_command
-from bot.trials import parse as trial_parse
 from bot.trials import routing
 from bot.words import normalize
 from worker.spec import parse as spec_parse
@@ -27,11 +26,11 @@ def ctx(tmp_path):
 
 
 def plan(ctx, text):
-    return plan_command.handle(ctx, text, "U1", "C1", TODAY)["text"]
+    return commands.plan(ctx, text, "U1", "C1", TODAY)["text"]
 
 
 def trial(ctx, text):
-    return trial_command.handle(ctx, text, "U1", "C1")
+    return commands.trial(ctx, text, "U1", "C1")
 
 
 def facts(ctx, name="adkv"):
@@ -84,7 +83,7 @@ def test_keywords_and_choices_in_any_case(ctx):
     assert "`llm-infer dtype=bf16 device=cpu`" in reply["text"]  # echoed canonical
     status, _ = trial(ctx, f"STATUS t{job['id']}")
     assert f"T{job['id']}" in status["text"] and ":x:" not in status["text"]
-    assert trial_parse.parse_trial("List Mine").which == "mine"
+    assert trial_command.parse_trial("List Mine").which == "mine"
     reply, _ = trial(ctx, "llm-infer dtype=bf17")
     assert "dtype must be one of fp32, bf16, fp16" in reply["text"]
 
@@ -92,12 +91,13 @@ def test_keywords_and_choices_in_any_case(ctx):
     assert facts(ctx)["platform"] == "cuda"
     shown = plan(ctx, "ADKV Show")
     assert "Plan adkv" in shown and ":x:" not in shown
-    from bot.plans import parse
-    assert parse.parse("adkv Block BASELINE runs=2 trial=t5", TODAY).args["kind"] == "baseline"
-    deleted = parse.parse("ADKV ACTUAL Baseline Delete", TODAY)
+    from bot.commands import PLAN_TABLE
+    from bot.plans.command import parse_plan
+    assert parse_plan("adkv Block BASELINE runs=2 trial=t5", TODAY).args["kind"] == "baseline"
+    deleted = parse_plan("ADKV ACTUAL Baseline Delete", TODAY)
     assert (deleted.plan, deleted.args) == ("adkv", {"block": "baseline", "delete": True,
                                                      "ids": None})
-    assert parse.parse("digest NOW", TODAY).action == "digest-now"
+    assert parse_plan("digest NOW", TODAY, PLAN_TABLE).action == "digest-now"
 
 
 def test_free_text_keeps_its_case(ctx):
@@ -112,18 +112,20 @@ def test_free_text_keeps_its_case(ctx):
                                        ("90min", 1.5)])
 def test_hours_take_a_unit_everywhere(ctx, raw, hours):
     from bot.plans import parse
+    from bot.plans.command import parse_plan
     assert parse.hours(raw, "hours") == hours
-    cmd = parse.parse(f"adkv actual baseline hours={raw} prep={raw}", TODAY)
+    cmd = parse_plan(f"adkv actual baseline hours={raw} prep={raw}", TODAY)
     assert cmd.args["hours"] == hours and cmd.args["parts"]["prep"] == hours
-    assert parse.parse(f"adkv set handoff={raw}", TODAY).args["facts"]["handoff"] == hours
+    assert parse_plan(f"adkv set handoff={raw}", TODAY).args["facts"]["handoff"] == hours
 
 
 def test_absurd_hours_are_refused_naming_the_limit(ctx):
     from bot.plans import parse
+    from bot.plans.command import parse_plan
     with pytest.raises(parse.PlanError, match="more than 1,000,000, the most one figure in hours"):
-        parse.parse("adkv actual baseline hours=1000000000", TODAY)
+        parse_plan("adkv actual baseline hours=1000000000", TODAY)
     with pytest.raises(parse.PlanError, match="hours is hours, e.g. hours=2, hours=2h"):
-        parse.parse("adkv actual baseline hours=2days", TODAY)
+        parse_plan("adkv actual baseline hours=2days", TODAY)
 
 
 # --- money --------------------------------------------------------------------------
@@ -268,9 +270,9 @@ def test_a_bf16_model_is_not_shown_fitting_a_gpu_without_bf16():
 
 
 def test_a_sweep_echoes_canonical_words_and_hf_attn_reads_any_case():
-    cmd = trial_parse.parse_trial("SWEEP LLM-infer batch=1,2 dtype=BF16")
+    cmd = trial_command.parse_trial("SWEEP LLM-infer batch=1,2 dtype=BF16")
     assert cmd.words == ("llm-infer batch=1 dtype=bf16", "llm-infer batch=2 dtype=bf16")
-    hf = trial_parse.parse_trial("hf-infer model=llama-3-8b layers=1 attn=SDPA")
+    hf = trial_command.parse_trial("hf-infer model=llama-3-8b layers=1 attn=SDPA")
     assert hf.spec.params["attn"] == "sdpa"
 
 

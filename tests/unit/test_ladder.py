@@ -183,15 +183,15 @@ def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
 
 
 def test_ranks_no_worker_has_are_refused_before_a_job(tmp_path):
+    from bot import commands
     from bot.app.runtime import context
     from bot.store import Store
-    from bot.trials import command as trial_command
     q = context(Store(str(tmp_path / "r.db")))
     q.store.upsert_worker("gpu-a", {"gpus": ["NVIDIA H200"], "cpus": 16})
-    reply, job = trial_command.handle(q, "ladder llm-train device=cuda world=2", "U1", "C1")
+    reply, job = commands.trial(q, "ladder llm-train device=cuda world=2", "U1", "C1")
     assert job is None and "No worker can run `world=2` ranks" in reply["text"]
     assert "gpu-a: 1 GPU(s), 16 cores" in reply["text"] and q.store.jobs() == []
-    _, job = trial_command.handle(q, "llm-train device=cuda", "U1", "C1")
+    _, job = commands.trial(q, "llm-train device=cuda", "U1", "C1")
     assert job is not None  # one rank fits
 
 

@@ -2,6 +2,7 @@
 tests its listeners: mocked ack / respond / client, and the real core (a
 Context on a real SQLite store). The signed-HTTP path through Bolt is
 tests/test_listeners.py's."""
+import re
 from unittest.mock import Mock
 
 import pytest
@@ -9,7 +10,8 @@ import pytest
 from bot.app.runtime import context
 from bot.slack.listeners import actions, commands, views
 from bot.store import Store
-from bot.trials import card
+from bot.trials import card, tags
+from bot.trials import command as trial_command
 
 QUICK = "llm-infer gen=2 repeats=1 stability=0"
 
@@ -142,3 +144,24 @@ def test_plan_modal_callback_tags_the_trial_or_answers_in_the_modal(ctx):
     assert ctx.store.job(1)["plan"] == "repro"
     assert "counts as an actual of plan *repro*" in \
         client.chat_postEphemeral.call_args.kwargs["text"]
+
+
+def test_a_click_or_a_modal_that_fails_unexpectedly_is_answered_with_an_error_id(
+        ctx, monkeypatch, caplog):
+    commands.trial_callback(ack=Mock(), command=slash(QUICK), context=bolt(ctx))
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom inside a click")
+    monkeypatch.setattr(trial_command, "cancel", boom)
+    respond = Mock()
+    actions.cancel_callback(ack=Mock(), body=click(1), action={"value": "1"},
+                            respond=respond, context=bolt(ctx)).result(10)
+    error_id = re.search(r"Something went wrong \(error id ([0-9a-f]{8})\)", said(respond))[1]
+    assert any(error_id in r.getMessage() and r.exc_info for r in caplog.records)
+    monkeypatch.setattr(tags, "add", boom)
+    ack = Mock()
+    view = {"private_metadata": "1", "state": {"values": {}}}
+    assert views.plan_modal_callback(ack=ack, body={"user": {"id": "U1"}}, view=view,
+                                     client=Mock(), context=bolt(ctx)) is None
+    assert "Something went wrong (error id" in ack.call_args.kwargs["errors"]["block"]
+    assert "boom inside a click" in caplog.text and "Traceback" in caplog.text

@@ -7,15 +7,13 @@ import os
 
 import pytest
 
-from bot import figures
+from bot import commands, figures
 from bot.app.runtime import context
 from bot.blocks import chunks, clip, reply
 from bot.digest import build as digest_build
 from bot.fits import depth, depthview
-from bot.plans import command as plan_command
 from bot.plans import service
 from bot.store import Store
-from bot.trials import command as trial_command
 from test_depth import gpu_report, run_depth_sweep
 from test_planner import report
 from test_plans import finish
@@ -33,7 +31,7 @@ def ctx(tmp_path):
 
 def say(ctx, text, now=None):
     now = now or dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-    return plan_command.handle(ctx, text, "U1", "C1", now.date(), now)["text"]
+    return commands.plan(ctx, text, "U1", "C1", now.date(), now)["text"]
 
 
 def exported(ctx, name):
@@ -167,7 +165,7 @@ def test_a_long_note_is_cut_at_a_word_with_a_pointer_to_the_export_which_has_it_
     t = finish(ctx, report())
     say(ctx, "new repro gpu=H100")
     say(ctx, f'repro block baseline runs=10 trial={t} note="{note}"')
-    payload = plan_command.handle(ctx, "repro show", "U1", "C1", TODAY)
+    payload = commands.plan(ctx, "repro show", "U1", "C1", TODAY)
     assert all(len(b["text"]["text"]) <= 3000 for b in payload["blocks"] if "text" in b)
     shown = payload["text"].split("*Open variables*:\n• baseline: ")[1].split("\n")[0]
     cut, pointer = shown.split("… (the whole note")
@@ -187,20 +185,20 @@ def test_a_line_longer_than_a_section_is_split_at_words_and_a_section_clipped_wi
 
 def test_a_depth_fit_answers_the_depth_asked_and_points_to_the_whole_sweep(ctx):
     run_depth_sweep(ctx)
-    answer = trial_command.handle(ctx, "fit S1 layers=16", "U1", "C1")[0]["text"]
+    answer = commands.trial(ctx, "fit S1 layers=16", "U1", "C1")[0]["text"]
     assert "Depth sweep S1* (preset llama-3-8b) at layers=16" in answer
     assert "Predicted at 16 layers" in answer and "Fits on" in answer
     assert "Measured points" not in answer and "Peak memory —" not in answer
     assert "`/trial fit S1`" in answer
-    whole = trial_command.handle(ctx, "fit S1", "U1", "C1")[0]["text"]
+    whole = commands.trial(ctx, "fit S1", "U1", "C1")[0]["text"]
     assert "Measured points" in whole
 
 
 def test_a_sweeps_queue_reply_suggests_the_fit_question_it_takes(ctx):
-    text = trial_command.handle(ctx, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=2",
+    text = commands.trial(ctx, "sweep llm-infer preset=llama-3-8b layers=1,2 batch=2",
                                 "U1", "C1")[0]["text"]
     assert "`/trial fit S1 layers=N gpu=H100`" in text and "batch=N" not in text
-    text = trial_command.handle(ctx, "sweep llm-infer batch=1,2", "U1", "C1")[0]["text"]
+    text = commands.trial(ctx, "sweep llm-infer batch=1,2", "U1", "C1")[0]["text"]
     assert "`/trial fit S3 batch=N gpu=H100`" in text
 
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.plans import calibration as cal
-from bot.plans import command as plan_command
 from bot.plans import service
 from bot.store import Store
 from test_planner import report
@@ -27,10 +27,10 @@ def past_blocks(ctx, ratios, t, channel="C1", gpu=True):
     """One plan per past block, each with a manual actual of ratio × its estimate."""
     for i, r in enumerate(ratios):
         name = f"past{i}" + ("" if gpu else "-cpu")
-        plan_command.handle(ctx, f"new {name} gpu={'H100' if gpu else 'cpu'}", "U1", channel,
+        commands.plan(ctx, f"new {name} gpu={'H100' if gpu else 'cpu'}", "U1", channel,
                             TODAY)
-        plan_command.handle(ctx, f"{name} block baseline runs=10 trial={t}", "U1", channel, TODAY)
-        plan_command.handle(ctx, f"{name} actual baseline hours={r * EST_H:.6f}", "U1", channel,
+        commands.plan(ctx, f"{name} block baseline runs=10 trial={t}", "U1", channel, TODAY)
+        commands.plan(ctx, f"{name} actual baseline hours={r * EST_H:.6f}", "U1", channel,
                             TODAY)
 
 
@@ -87,11 +87,11 @@ def test_another_gpu_kind_is_not_mixed_in_and_hidden_plans_do_not_leak(ctx):
     cpu = finish(ctx, report(gpu=None))
     past_blocks(ctx, RATIOS[:9], cpu, gpu=False)  # 9 CPU blocks: another scope
     past_blocks(ctx, RATIOS[:9], t, channel="CPRIVATE")  # 9 GPU blocks, in another channel
-    plan_command.handle(ctx, "new target gpu=H100", "U2", "C1", TODAY)
-    plan_command.handle(ctx, f"target block baseline runs=10 trial={t}", "U2", "C1", TODAY)
-    as_u2 = plan_command.handle(ctx, "target show", "U2", "C1", TODAY)["text"]
+    commands.plan(ctx, "new target gpu=H100", "U2", "C1", TODAY)
+    commands.plan(ctx, f"target block baseline runs=10 trial={t}", "U2", "C1", TODAY)
+    as_u2 = commands.plan(ctx, "target show", "U2", "C1", TODAY)["text"]
     assert f"uncalibrated: 0 of the 9 pairs needed ({SCOPE})" in as_u2
-    record = plan_command.handle(ctx, "calibration", "U2", "C1", TODAY)["text"]
+    record = commands.plan(ctx, "calibration", "U2", "C1", TODAY)["text"]
     assert "CPU (EPYC) · llm-infer" in record and SCOPE not in record
     assert "past0 baseline" not in as_u2
     admin = say(ctx, "target show")  # an admin sees every channel's plans

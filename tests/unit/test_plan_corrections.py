@@ -8,11 +8,10 @@ import re
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
-from bot.plans import command as plan_command
 from bot.plans import service
 from bot.store import Store
-from bot.trials import command as trial_command
 from test_planner import report
 from test_plans import counts, finish
 
@@ -26,7 +25,7 @@ def ctx(tmp_path):
 
 
 def say(ctx, text, user="U1"):
-    return plan_command.handle(ctx, text, user, "C1", TODAY)["text"]
+    return commands.plan(ctx, text, user, "C1", TODAY)["text"]
 
 
 def plan_with_block(ctx, gpu="H100", **block):
@@ -176,7 +175,7 @@ def test_a_tagged_trial_runs_anywhere_with_gpu_any_and_is_kept_apart_as_off_targ
     say(ctx, "repro block compare runs=10 trial=T1")
 
     def trial(text):
-        return trial_command.handle(ctx, text, "U1", "C1")
+        return commands.trial(ctx, text, "U1", "C1")
 
     out, job = trial("llm-infer plan=repro block=compare")
     assert job is None and "No worker matches `gpu=H100-80GB` (the plan's target GPU" in out["text"]
@@ -203,11 +202,11 @@ def test_a_tagged_trial_runs_anywhere_with_gpu_any_and_is_kept_apart_as_off_targ
 def test_a_trial_off_the_lock_is_warned_of_when_queued_and_kept_out_of_the_actual(ctx):
     plan_with_block(ctx)  # the block's trial ran at batch=4 prompt=512
     say(ctx, "repro lock")
-    out, job = trial_command.handle(ctx, "llm-infer batch=2 prompt=512 plan=repro block=baseline",
+    out, job = commands.trial(ctx, "llm-infer batch=2 prompt=512 plan=repro block=baseline",
                                     "U1", "C1")
     assert job and "Not comparable with plan repro's lock of 2026-12-01 (batch 4 → 2)" in out[
         "text"] and "Run it at the locked config to count it" in out["text"]
-    out, same = trial_command.handle(ctx, "llm-infer batch=4 prompt=512 plan=repro "
+    out, same = commands.trial(ctx, "llm-infer batch=4 prompt=512 plan=repro "
                                      "block=baseline", "U1", "C1")
     assert same and "Not comparable" not in out["text"]
     for j, r in ((job, report(batch=2, mean=9.0)), (same, report(mean=2.0))):

@@ -4,8 +4,8 @@ import datetime as dt
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
-from bot.plans import command as plan_command
 from bot.plans import service
 from bot.store import Store
 from bot.trials import command as trial_command
@@ -31,7 +31,7 @@ def finish(ctx, r, tags=None):
 
 
 def say(ctx, text):
-    return plan_command.handle(ctx, text, "U1", "C1", TODAY)["text"]
+    return commands.plan(ctx, text, "U1", "C1", TODAY)["text"]
 
 
 def counts(ctx):
@@ -369,13 +369,13 @@ def test_a_retried_manual_actual_is_recorded_once(ctx):
     t = finish(ctx, report())
     say(ctx, "new repro gpu=H100")
     say(ctx, f"repro block baseline runs=10 trial={t}")
-    first = plan_command.handle(ctx, "repro actual baseline hours=2", "U1", "C1", TODAY,
+    first = commands.plan(ctx, "repro actual baseline hours=2", "U1", "C1", TODAY,
                          request="trig-9")["text"]
-    again = plan_command.handle(ctx, "repro actual baseline hours=2", "U1", "C1", TODAY,
+    again = commands.plan(ctx, "repro actual baseline hours=2", "U1", "C1", TODAY,
                          request="trig-9")["text"]
     assert "Recorded" in first and "Already recorded" in again
     assert ctx.store.db["actuals"].count == 1
-    plan_command.handle(ctx, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
+    commands.plan(ctx, "repro actual baseline hours=1", "U1", "C1", TODAY, request="trig-10")
     assert ctx.store.db["actuals"].count == 2  # a new command is a new actual
 
 
@@ -388,27 +388,27 @@ def test_a_plan_is_reached_only_in_its_own_channel_or_by_an_admin(ctx, text):
     say(ctx, "new secret gpu=H100 paper=private-notes")  # U1 (an admin) in C1
     say(ctx, f"secret block baseline runs=10 trial={t}")
     before = counts(ctx)
-    out = plan_command.handle(ctx, text, "U2", "COTHER", TODAY)["text"]
+    out = commands.plan(ctx, text, "U2", "COTHER", TODAY)["text"]
     assert out.startswith(":lock: Plan `secret` belongs to another channel; ask there (or an "
                           "admin can ask anywhere)")
     assert "baseline" not in out and "private-notes" not in out
     assert counts(ctx) == before
-    assert not plan_command.handle(ctx, text, "U2", "C1", TODAY)["text"].startswith(":lock:")
-    assert not plan_command.handle(ctx, text, "U1", "COTHER", TODAY)["text"].startswith(":lock:")
+    assert not commands.plan(ctx, text, "U2", "C1", TODAY)["text"].startswith(":lock:")
+    assert not commands.plan(ctx, text, "U1", "COTHER", TODAY)["text"].startswith(":lock:")
 
 
 def test_list_and_unknown_plan_answers_name_only_this_channels_plans(ctx):
     t = finish(ctx, report())
-    plan_command.handle(ctx, "new secret", "U2", "CPRIVATE", TODAY)
-    plan_command.handle(ctx, f"secret block baseline runs=10 trial={t}", "U1", "CPRIVATE", TODAY)
-    plan_command.handle(ctx, "new ours", "U2", "C2", TODAY)
+    commands.plan(ctx, "new secret", "U2", "CPRIVATE", TODAY)
+    commands.plan(ctx, f"secret block baseline runs=10 trial={t}", "U1", "CPRIVATE", TODAY)
+    commands.plan(ctx, "new ours", "U2", "C2", TODAY)
 
     def as_u2(text, channel="C2"):
-        return plan_command.handle(ctx, text, "U2", channel, TODAY)["text"]
+        return commands.plan(ctx, text, "U2", channel, TODAY)["text"]
     assert "ours" in as_u2("list") and "secret" not in as_u2("list")
     assert "secret" in as_u2("list", "CPRIVATE") and "ours" not in as_u2("list", "CPRIVATE")
     assert "No plans in this channel" in as_u2("list", "CEMPTY")
-    admin = plan_command.handle(ctx, "list", "U1", "CEMPTY", TODAY)["text"]
+    admin = commands.plan(ctx, "list", "U1", "CEMPTY", TODAY)["text"]
     assert "*secret* in <#CPRIVATE>" in admin and "*ours* in <#C2>" in admin
     missing = as_u2("nope show")
     assert "There is no plan `nope`" in missing and "ours" in missing and "secret" not in missing
@@ -424,12 +424,12 @@ def test_list_and_unknown_plan_answers_name_only_this_channels_plans(ctx):
 
 def test_a_block_is_estimated_only_from_trials_of_its_own_channel(ctx):
     t = finish(ctx, report())  # a trial in C1 (perhaps a private channel)
-    plan_command.handle(ctx, "new theirs", "U2", "C2", TODAY)
-    out = plan_command.handle(ctx, f"theirs block baseline runs=10 trial={t}", "U2", "C2",
+    commands.plan(ctx, "new theirs", "U2", "C2", TODAY)
+    out = commands.plan(ctx, f"theirs block baseline runs=10 trial={t}", "U2", "C2",
                        TODAY)["text"]
     assert out.startswith(f":lock: {t} belongs to another channel")
     assert "Nothing was changed" in out and ctx.store.blocks("theirs") == []
-    assert "block added" in plan_command.handle(ctx, f"theirs block baseline runs=10 trial={t}",
+    assert "block added" in commands.plan(ctx, f"theirs block baseline runs=10 trial={t}",
                                          "U1", "C2", TODAY)["text"]  # an admin may
 
 
@@ -476,3 +476,27 @@ def test_a_block_timed_under_malloc_live_on_a_cpu_warns_and_says_how_to_rerun(ct
     for r in (split, report(malloc="live")):
         t = finish(ctx, r)
         assert "page faults" not in say(ctx, f"repro block baseline runs=10 trial={t}")
+
+
+def test_each_command_routes_and_helps_from_its_table_and_the_digest_joins_from_above(ctx):
+    """/plan's table knows no digest: bot/commands.py adds its entries; the help
+    lines are the table's, so an action and its help cannot part."""
+    from bot.digest import command as digest_command
+    from bot.plans import command as plan_command
+    full = say(ctx, "help")
+    bare = plan_command.handle(ctx, "help", "U1", "C1", TODAY)["text"]
+    digest_line = "• `/plan digest weekly mon 09:00 Asia/Seoul`"
+    assert digest_line in full and digest_line not in bare
+    refused = plan_command.handle(ctx, "digest now", "U1", "C1", TODAY)["text"]
+    assert refused.startswith(":x:") and "Nothing was stored" in refused
+    assert counts(ctx)["outbox"] == 0
+    assert "Posting the budget digest" in say(ctx, "digest now")
+    for entry in (*plan_command.TABLE, *digest_command.ENTRIES):
+        assert all(line.split("`")[1] in full for line in entry.help if "`" in line)
+    names = [e.name for e in commands.PLAN_TABLE]
+    assert len(names) == len(set(names))
+    trial_help = trial_command.help_text()
+    assert trial_command.route_words(["llm-infer"])[0] is trial_command.RUN
+    assert trial_command.route_words(["WORKERS"])[0].name == "workers"
+    for entry in trial_command.TABLE:
+        assert all(p.split("`")[1] in trial_help for p in entry.help)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from bot import access
+from bot import access, commands
 from bot.app.runtime import context
 from bot.plans import changes
-from bot.plans import command as plan_command
 from bot.store import Store
 from worker import i18n
 
@@ -16,13 +15,12 @@ TODAY = dt.date(2026, 12, 1)
 
 
 def _ctx(tmp_path):
-    ctx = context(Store(str(tmp_path / "t.db")))
-    ctx.policy = access.Policy(run_everyone=True)  # anyone may run; nobody is an admin
-    return ctx
+    # anyone may run; nobody is an admin
+    return context(Store(str(tmp_path / "t.db")), policy=access.Policy(run_everyone=True))
 
 
 def _plan(ctx, text, channel="CKO"):
-    return plan_command.handle(ctx, text, "U1", channel, TODAY)["text"]
+    return commands.plan(ctx, text, "U1", channel, TODAY)["text"]
 
 
 def _korean(ctx):
@@ -168,7 +166,7 @@ def test_a_block_priced_and_shown_in_korean(tmp_path):
     shown = _plan(ctx, "repro show")
     assert "비용 기준: H100-80GB rent ₩3500 GPU-시간당 (P1, 출처: 견적, 2026-11-30 확인)" in shown
     assert "블록" in shown and "합계" in shown and "• baseline: 어떤 프롬프트?" in shown
-    assert "GPU-시간 = 측정한 경과 시간 × GPU 수" in plan_command.handle(
+    assert "GPU-시간 = 측정한 경과 시간 × GPU 수" in commands.plan(
         ctx, "repro show", "U1", "CKO", TODAY)["blocks"][-1]["elements"][0]["text"]
 
 

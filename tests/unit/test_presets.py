@@ -4,7 +4,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from bot.trials import parse
+from bot.trials import command as trial_command
 from worker import arithmetic, presets, report, spec, summary
 from worker.workloads import llm_infer
 from worker.workloads.decoder import Decoder
@@ -87,7 +87,7 @@ def test_a_preset_fills_the_shape_and_keeps_the_layers():
     assert spec.parse(["llm-infer", "preset=llama-3-70b", "layers=80"]).params["layers"] == 80
     # the preset's own value is no conflict
     assert spec.parse(["llm-infer", "preset=mistral-7b", "vocab=32000"]).params["vocab"] == 32000
-    assert parse.parse_trial(INFER).spec == s
+    assert trial_command.parse_trial(INFER).spec == s
 
 
 @pytest.mark.parametrize("words, token, says", [

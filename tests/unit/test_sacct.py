@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.http.workerapi import WorkerApi
-from bot.plans import command as plan_command
 from bot.plans import parse as plancmd
 from bot.plans import service
 from bot.plans import slurm as slurmactual
@@ -189,7 +189,7 @@ def ctx(tmp_path):
 
 
 def say(ctx, text, request=None):
-    return plan_command.handle(ctx, text, "U1", "C1", TODAY, request=request)["text"]
+    return commands.plan(ctx, text, "U1", "C1", TODAY, request=request)["text"]
 
 
 def a_plan(ctx):

@@ -1,6 +1,6 @@
 import pytest
 
-from bot.trials import parse
+from bot.trials import command as trial_command
 from worker import spec
 
 
@@ -34,12 +34,12 @@ def test_bad_words_name_the_token(words, token, says):
 
 
 def test_trial_subcommands():
-    assert parse.parse_trial("").name == "help"
-    assert parse.parse_trial("help").name == "help"
-    assert parse.parse_trial("list").name == "list"
-    assert parse.parse_trial("status T12").job_id == 12
-    assert parse.parse_trial("status 7").job_id == 7
-    run = parse.parse_trial("llm-infer batch=2")
+    assert trial_command.parse_trial("").name == "help"
+    assert trial_command.parse_trial("help").name == "help"
+    assert trial_command.parse_trial("list").name == "list"
+    assert trial_command.parse_trial("status T12").job_id == 12
+    assert trial_command.parse_trial("status 7").job_id == 7
+    run = trial_command.parse_trial("llm-infer batch=2")
     assert run.name == "run" and run.spec.params["batch"] == 2
 
 
@@ -47,7 +47,7 @@ def test_trial_subcommands():
                                          ("list mine now", "mine"), ('llm-infer "oops', '')])
 def test_bad_subcommands(text, token):
     with pytest.raises(spec.SpecError) as err:
-        parse.parse_trial(text)
+        trial_command.parse_trial(text)
     assert token in err.value.token
 
 

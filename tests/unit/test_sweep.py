@@ -6,10 +6,10 @@ import time
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.store import Store
 from bot.trials import command as trial_command
-from bot.trials import parse
 from worker import report as reports
 from worker import spec
 from worker.spec import Param, Workload
@@ -21,14 +21,14 @@ RECIPE = Workload("paper-infer", "a paper's script", (
 
 
 def test_sweep_is_the_cartesian_product_each_parsed_as_a_trial():
-    cmd = parse.parse_trial("sweep llm-infer batch=1,2,4 prompt=64,128 gen=8 dtype=bf16")
+    cmd = trial_command.parse_trial("sweep llm-infer batch=1,2,4 prompt=64,128 gen=8 dtype=bf16")
     assert cmd.name == "sweep" and len(cmd.specs) == 6
     assert [(s.params["batch"], s.params["prompt"]) for s in cmd.specs] == [
         (1, 64), (1, 128), (2, 64), (2, 128), (4, 64), (4, 128)]
     assert all(s.params["gen"] == 8 and s.params["dtype"] == "bf16" for s in cmd.specs)
     assert cmd.words[0] == "llm-infer batch=1 prompt=64 gen=8 dtype=bf16"
     assert cmd.specs[0] == spec.parse(cmd.words[0].split())
-    recipe = parse.parse_trial("sweep recipe paper-infer batch=1,2,4 seq=64",
+    recipe = trial_command.parse_trial("sweep recipe paper-infer batch=1,2,4 seq=64",
                                   {"paper-infer": RECIPE})
     assert [s.params["batch"] for s in recipe.specs] == [1, 2, 4]
     assert recipe.specs[0].recipe == "paper-infer" and recipe.specs[0].params["seq"] == 64
@@ -65,7 +65,7 @@ def test_sweep_is_the_cartesian_product_each_parsed_as_a_trial():
 ])
 def test_bad_sweep_and_fit_words_name_the_problem(text, token, says):
     with pytest.raises(spec.SpecError) as err:
-        parse.parse_trial(text, {"paper-infer": RECIPE})
+        trial_command.parse_trial(text, {"paper-infer": RECIPE})
     assert says in err.value.message
     if token is not None:
         assert err.value.token == token
@@ -89,10 +89,10 @@ def sweep_messages(ctx):
 
 
 def test_the_fit_is_posted_once_when_the_last_trial_ends(ctx):
-    reply, last = trial_command.handle(ctx, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
+    reply, last = commands.trial(ctx, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
     assert "Queued sweep *S1*: T1–T3 (3 trials)" in reply["text"]
     assert last["trial"] == "T3" and last["sweep"] == 1
-    assert "is not finished" in trial_command.handle(ctx, "fit S1", "U1", "C1")[0]["text"]
+    assert "is not finished" in commands.trial(ctx, "fit S1", "U1", "C1")[0]["text"]
     for n in range(3):
         job = ctx.queue.lease("w1", 0)
         assert sweep_messages(ctx) == []
@@ -106,7 +106,7 @@ def test_the_fit_is_posted_once_when_the_last_trial_ends(ctx):
     assert "256 B per token" not in msg["text"] and "KV cache 2·layers" in msg["text"]
     assert 5 <= len(msg["blocks"]) <= 50 and "\n~" not in msg["text"]
     assert msg["blocks"][-1]["type"] == "context" and "least squares" in msg["text"]
-    answer = trial_command.handle(ctx, "fit S1 batch=16 gpu=H100", "U1", "C1")[0]
+    answer = commands.trial(ctx, "fit S1 batch=16 gpu=H100", "U1", "C1")[0]
     assert answer["response_type"] == "ephemeral"
     assert "Predicted at batch=16 prompt=64 gen=4" in answer["text"]
     assert "host_rss_peak: 316 MiB" in answer["text"] and "extrapolated 4×" in answer["text"]
@@ -115,7 +115,7 @@ def test_the_fit_is_posted_once_when_the_last_trial_ends(ctx):
 
 
 def test_a_sweep_ending_in_a_lost_lease_still_posts_its_fit(ctx):
-    trial_command.handle(ctx, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
+    commands.trial(ctx, "sweep llm-infer batch=1,2,4 gen=4", "U1", "C1")
     for n in range(2):
         job = ctx.queue.lease("w1", 0)
         ctx.queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * n + 2**28))
@@ -130,14 +130,14 @@ def test_a_sweep_ending_in_a_lost_lease_still_posts_its_fit(ctx):
 
 
 def test_fit_questions_that_cannot_be_answered_create_nothing(ctx):
-    assert "There is no sweep S7" in trial_command.handle(ctx, "fit S7", "U1", "C1")[0]["text"]
-    trial_command.handle(ctx, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
+    assert "There is no sweep S7" in commands.trial(ctx, "fit S7", "U1", "C1")[0]["text"]
+    commands.trial(ctx, "sweep llm-infer batch=1,2 gen=4", "U1", "C1")
     for _ in range(2):
         job = ctx.queue.lease("w1", 0)
         ctx.queue.finish(job["id"], "w1", job["lease"], ok_report(job, 2**28 * job["id"]))
-    bad = trial_command.handle(ctx, "fit S1 colour=3", "U1", "C1")[0]["text"]
+    bad = commands.trial(ctx, "fit S1 colour=3", "U1", "C1")[0]["text"]
     assert bad.startswith(":x: `colour=3`") and "batch" in bad
-    assert "batch=1,2" not in trial_command.handle(ctx, "fit S1 gpu=A100", "U1", "C1")[0]["text"]
-    off = trial_command.handle(ctx, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
+    assert "batch=1,2" not in commands.trial(ctx, "fit S1 gpu=A100", "U1", "C1")[0]["text"]
+    off = commands.trial(ctx, "fit S1 batch=8 prompt=4096", "U1", "C1")[0]["text"]
     assert "cannot say" in off and "sweep the length too" in off
     assert len(ctx.store.jobs(100)) == 2

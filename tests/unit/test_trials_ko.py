@@ -5,11 +5,11 @@ import datetime as dt
 
 import pytest
 
+from bot import commands
 from bot.app.runtime import context
 from bot.blocks import table_text, width
-from bot.plans import command as plan_command
 from bot.store import Store
-from bot.trials import ab, card, ladder, views, workerlist
+from bot.trials import ab, card, ladder, workerlist
 from bot.trials import command as trial_command
 from worker import i18n
 
@@ -19,12 +19,12 @@ QUICK = "llm-infer gen=2 repeats=1 layers=1 hidden=64 heads=2 kv_heads=1 vocab=2
 @pytest.fixture
 def ctx(tmp_path):
     ctx = context(Store(str(tmp_path / "ko.db")))
-    plan_command.handle(ctx, "settings lang=ko", "U1", "CKO", dt.date(2026, 12, 1))
+    commands.plan(ctx, "settings lang=ko", "U1", "CKO", dt.date(2026, 12, 1))
     return ctx
 
 
 def trial(ctx, text, channel="CKO", user="U1"):
-    return trial_command.handle(ctx, text, user, channel)
+    return commands.trial(ctx, text, user, channel)
 
 
 def test_queue_status_list_and_cancel_speak_the_channels_language(ctx):
@@ -77,8 +77,8 @@ def test_bad_input_is_refused_in_korean_naming_the_word(ctx):
 
 def test_help_keeps_every_command_word():
     with i18n.using("ko"):
-        ko = views.help_text()
-    en = views.help_text()
+        ko = trial_command.help_text()
+    en = trial_command.help_text()
     assert "*스윕*:" in ko and "*Sweeps*:" in en
     for command in ("`/trial fit S12 batch=32 prompt=2048 gpu=H100`", "`/trial workers`",
                     "`/trial list [mine|running|failed]`", "`--recipes FILE`"):

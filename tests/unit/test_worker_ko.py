@@ -9,12 +9,12 @@ from unittest.mock import Mock
 
 import pytest
 
+from bot import commands
 from bot.app import console
 from bot.app.runtime import context
 from bot.delivery import refusals
 from bot.slack.listeners import actions
 from bot.store import Store
-from bot.trials import command as trial_command
 from worker import i18n, spec, summary
 from worker import report as reports
 
@@ -52,8 +52,8 @@ def test_a_parameter_check_speaks_korean_and_keeps_the_words(words, korean, engl
 
 
 def test_trial_help_in_a_korean_channel_translates_the_parameters_only(ctx):
-    ko = trial_command.handle(ctx, "help", "U1", "CKO")[0]["text"]
-    en = trial_command.handle(ctx, "help", "U1", "CEN")[0]["text"]
+    ko = commands.trial(ctx, "help", "U1", "CKO")[0]["text"]
+    en = commands.trial(ctx, "help", "U1", "CEN")[0]["text"]
     assert "• `gen=16` 시퀀스당 생성 토큰 수(decode) (1..65536)" in ko
     assert "*llm-infer*: 디코더 전용 트랜스포머, 무작위 가중치, KV 캐시" in ko
     assert "`model=none` 프리셋(llama-2-7b, " in ko  # the filled-in preset list kept
@@ -65,7 +65,7 @@ def test_trial_help_in_a_korean_channel_translates_the_parameters_only(ctx):
 
 
 def test_a_refused_trial_in_a_korean_channel_names_the_word_in_korean(ctx):
-    text = trial_command.handle(ctx, "llm-infer batch=0", "U1", "CKO")[0]["text"]
+    text = commands.trial(ctx, "llm-infer batch=0", "U1", "CKO")[0]["text"]
     assert "`batch=0`: batch은(는) 1부터 4096까지여야 합니다" in text
     assert ctx.store.jobs() == []
 

@@ -78,35 +78,45 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
         hint = report.pop("phase_at_exit", None)  # where the program's probe last saw it
         judge(report, run, timeout, killed_by_kernel,
               hint if any(p["name"] == hint for p in report["phases"]) else None)
-        memory = report["memory"]
-        for tracker in (host, nvml):
-            memory.update(tracker.result())
-            memory["method"].update(tracker.method)
-        if spec.params.get("malloc") == "live":
-            memory["method"]["host_rss_peak"] += LIVE_NOTE
-        informative = run.max_rss is not None and run.max_rss > run.parent_rss
-        memory["host_rss_peak_kernel"] = run.max_rss if informative else None
-        memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD if informative else (
-            f"not measured: the kernel's max RSS ({(run.max_rss or 0) / 2**20:.0f} MiB) is no "
-            f"more than the worker's own peak RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
-            "which Linux counts into the child's at exec")
-        report["contention"] = busy.result(report["phases"], recipe=bool(spec.recipe),
-                                           gpu=nvml.contention(), free=choice.free)
-        windows.annotate(report.get("windows"), busy.share, contention.OTHERS_CPU,
-                         contention.STEAL)
-        report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
-        timeline.host_by_phase(report, run.sampler.rows, hz)
-        report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
-                           "sampler_cpu_seconds": run.sampler.cpu_seconds,
-                           "what": "worker-side sampling thread: its own CPU time, the cost "
-                                   "of measuring (scripts/bench_probes.py compares on/off)"}
-        wait_gpu_released(nvml, run)
+        _sampled(report, run, spec, choice, trackers, hz)
     report["env"]["driver"] = nvml.driver()
     nvml.close()
     report["started"] = report.get("started") or started
     report["finished"] = time.time()
     report["seconds"] = time.monotonic() - clock
     return report
+
+
+def _sampled(report: dict, run: Run, spec: TrialSpec, choice, trackers: list, hz: float) -> None:
+    """What this side sampled of a child that ran: memory, contention, the timeline."""
+    host, nvml, busy = trackers
+    _memory(report["memory"], run, spec, host, nvml)
+    report["contention"] = busy.result(report["phases"], recipe=bool(spec.recipe),
+                                       gpu=nvml.contention(), free=choice.free)
+    windows.annotate(report.get("windows"), busy.share, contention.OTHERS_CPU,
+                     contention.STEAL)
+    report["timeline"] = timeline.build(run.sampler.rows, report.pop("allocator_samples", []))
+    timeline.host_by_phase(report, run.sampler.rows, hz)
+    report["probe"] = {"hz": hz, "samples": len(run.sampler.rows),
+                       "sampler_cpu_seconds": run.sampler.cpu_seconds,
+                       "what": "worker-side sampling thread: its own CPU time, the cost "
+                               "of measuring (scripts/bench_probes.py compares on/off)"}
+    wait_gpu_released(nvml, run)
+
+
+def _memory(memory: dict, run: Run, spec: TrialSpec, host, nvml) -> None:
+    """The trackers' peaks, and the kernel's max RSS where it says more than the worker's own."""
+    for tracker in (host, nvml):
+        memory.update(tracker.result())
+        memory["method"].update(tracker.method)
+    if spec.params.get("malloc") == "live":
+        memory["method"]["host_rss_peak"] += LIVE_NOTE
+    informative = run.max_rss is not None and run.max_rss > run.parent_rss
+    memory["host_rss_peak_kernel"] = run.max_rss if informative else None
+    memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD if informative else (
+        f"not measured: the kernel's max RSS ({(run.max_rss or 0) / 2**20:.0f} MiB) is no "
+        f"more than the worker's own peak RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
+        "which Linux counts into the child's at exec")
 
 
 def _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress=None, user=None):
@@ -125,20 +135,50 @@ def _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress=None, us
 
 def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=None,
                 user=None):
-    from worker import codeversion
     report = reports.new_report("recipe", spec.params)
     report["recipe"] = spec.recipe
     recipe = recipes.get(spec.recipe)
+    if not _recipe_runs_here(report, spec, recipe):
+        return report, None
+    made = envbuild.make(recipe, deadline, cancel, user)  # its repository and environment
+    report["env"].update(made.env)
+    if made.phase is not None:
+        report["phases"].append(made.phase)
+    if made.run is not None:  # stopped by the timeout or a cancel: the judge names it
+        return report, made.run
+    if made.failure is not None:
+        reports.fail(report, made.stopped or "environment", made.failure, "setup")
+        return report, None
+    env = _recipe_env(report, recipe, made, choice)
+    run = _setup(report, recipe, made, env, deadline, cancel, user)
+    if run is not None:
+        return report, run
+    with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
+        if user is not None:
+            user.own(tmp)  # the probe writes here
+        env.update(PYTHONPATH=pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
+                   TRIALBOT_PROBE_OUT=tmp)
+        argv = recipe.command({**spec.params, "threads": choice.threads}, made.python)
+        run = Run(argv, made.cwd, env, deadline, cancel, trackers, hz, progress, user,
+                  _pin(choice))
+        probe = _probe_result(tmp, run)
+    _recipe_report(report, recipe, made, run, probe)
+    return report, run
+
+
+def _recipe_runs_here(report: dict, spec: TrialSpec, recipe) -> bool:
+    """The recipe is in this worker's file, takes these params and finds what
+    it requires here; else the report says why not. Sets the report's env."""
     if recipe is None:
         reports.fail(report, "unsupported", f"recipe `{spec.recipe}` is not in this worker's "
                      "recipe file; only recipes in the file can run", "setup")
-        return report, None
+        return False
     try:
         check_params(recipe.workload(), spec.params)
     except SpecError as exc:
         reports.fail(report, "unsupported", f"refused by this worker's recipe file: "
                      f"{exc.message}", "setup")
-        return report, None
+        return False
     gpus = machine.gpus()
     report["env"] = {"device": "cpu or unknown (the probe saw no CUDA allocator)",
                      "host": socket.gethostname(),
@@ -150,16 +190,13 @@ def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=
         reports.fail(report, "unsupported", f"recipe `{recipe.name}` requires CUDA and this "
                      "worker has none (NVML sees no NVIDIA GPU and torch no CUDA device)",
                      "setup")
-        return report, None
-    made = envbuild.make(recipe, deadline, cancel, user)  # its repository and environment
-    report["env"].update(made.env)
-    if made.phase is not None:
-        report["phases"].append(made.phase)
-    if made.run is not None:  # stopped by the timeout or a cancel: the judge names it
-        return report, made.run
-    if made.failure is not None:
-        reports.fail(report, made.stopped or "environment", made.failure, "setup")
-        return report, None
+        return False
+    return True
+
+
+def _recipe_env(report: dict, recipe, made, choice) -> dict:
+    """The report's code version, and the environment the recipe's commands run in."""
+    from worker import codeversion
     report["env"]["recipe_cwd"] = made.cwd
     if "code_commit" not in made.env:  # a checkout's was read before its build
         report["env"].update(codeversion.of(made.cwd))
@@ -169,23 +206,25 @@ def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=
     if made.path_dirs:
         env["PATH"] = os.pathsep.join([*made.path_dirs, env.get("PATH", os.defpath)])
         env["VIRTUAL_ENV"] = os.path.dirname(made.path_dirs[0])
+    return env
+
+
+def _setup(report: dict, recipe, made, env: dict, deadline, cancel, user) -> Run | None:
+    """The admin's own setup commands (deps, weights): the one that failed or
+    was stopped, else None; the setup phase goes in the report."""
     start = time.time()
-    for argv in recipe.setup:  # the admin's own commands: deps, weights
+    for argv in recipe.setup:
         run = Run(list(argv), made.cwd, env, deadline, cancel, user=user)
         if run.code != 0 or run.stopped:
             report["phases"].append(_setup_phase(start, time.time()))
-            return report, run
+            return run
     if recipe.setup:
         report["phases"].append(_setup_phase(start, time.time()))
-    with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
-        if user is not None:
-            user.own(tmp)  # the probe writes here
-        env.update(PYTHONPATH=pythonpath(PROBE_DIR, env.get("PYTHONPATH")),
-                   TRIALBOT_PROBE_OUT=tmp)
-        argv = recipe.command({**spec.params, "threads": choice.threads}, made.python)
-        run = Run(argv, made.cwd, env, deadline, cancel, trackers, hz, progress, user,
-                  _pin(choice))
-        probe = _probe_result(tmp, run)
+    return None
+
+
+def _recipe_report(report: dict, recipe, made, run: Run, probe: dict) -> None:
+    """The recipe's run as the report tells it: phases, results, memory from its probe."""
     spec_env = recipe.environment
     named = (failure.environment_error(probe, made.cwd, made.pins, spec_env.declared,
                                        spec_env.declared and spec_env.torch == "worker")
@@ -207,7 +246,6 @@ def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=
     report["threads_seen"] = {"torch_threads": probe.get("torch_threads")}
     if run.code == 0 and not run.stopped:
         report["status"] = "ok"
-    return report, run
 
 
 def _probe_result(directory: str, run: Run) -> dict:

@@ -90,7 +90,6 @@ def make(p: dict, dev) -> nn.Module:
 
 
 def train(rank: int, p: dict, device: str, phase, sync, make=make) -> dict:
-    world = p["world"]
     dev = torch.device(device, rank) if device == "cuda" else torch.device(device)
     if device == "cuda":
         torch.cuda.set_device(dev)
@@ -98,28 +97,61 @@ def train(rank: int, p: dict, device: str, phase, sync, make=make) -> dict:
     # a smaller batch would not shrink.
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with phase("weights"):
-        torch.manual_seed(p["seed"])
-        model = make(p, dev).to(dev)
-        params = sum(t.numel() for t in model.parameters())
-        if world > 1:
-            from torch.nn.parallel import DistributedDataParallel
-            model = DistributedDataParallel(model, device_ids=[rank] if device == "cuda" else None)
-        if p["zero"]:  # the spec allows zero=1 only with world > 1
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-            opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
-                                          lr=LR)
-        else:
-            opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        model, opt, params = _weights(rank, p, device, dev, make)
     with phase("data"):
-        g = torch.Generator().manual_seed(p["seed"])
-        vocab = getattr(getattr(model, "module", model), "vocab", None) or p["vocab"]  # DDP
-        tokens = torch.randint(0, vocab, (p["batch"], p["seq"] + 1), generator=g)
-        share = p["batch"] // world
-        tokens = tokens[rank * share:(rank + 1) * share].to(dev)
-        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        batch = _batch(rank, p, model, dev)
+    losses = []
+    step = _stepper(p, device, model, opt, batch, sync, losses)
+    with phase("warmup"):
+        for _ in range(p["warmup"]):
+            step()
+    with phase("run"):
+        t0 = time.perf_counter()
+        samples = [step() for _ in range(p["steps"])]
+        run_seconds = time.perf_counter() - t0
+    return {"run_seconds": run_seconds, "rank": rank, "params": params, "losses": losses,
+            "latencies": [s["latency"] for s in samples], "samples": samples,
+            "optimizer_state_bytes": optimizer_state_bytes(opt),
+            "shard_params": shard_params(opt),
+            "host_rss_start": rss_start,
+            "host_rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "peak_allocated": (torch.cuda.max_memory_allocated(dev) if device == "cuda"
+                               else None)}
+
+
+def _weights(rank: int, p: dict, device: str, dev, make):
+    """The model (DDP-wrapped across ranks), its optimizer and its parameter count."""
+    torch.manual_seed(p["seed"])
+    model = make(p, dev).to(dev)
+    params = sum(t.numel() for t in model.parameters())
+    if p["world"] > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(model, device_ids=[rank] if device == "cuda" else None)
+    if p["zero"]:  # the spec allows zero=1 only with world > 1
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                      lr=LR)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    return model, opt, params
+
+
+def _batch(rank: int, p: dict, model, dev) -> tuple:
+    """This rank's share of the batch: (inputs, targets), the targets one token on."""
+    g = torch.Generator().manual_seed(p["seed"])
+    vocab = getattr(getattr(model, "module", model), "vocab", None) or p["vocab"]  # DDP
+    tokens = torch.randint(0, vocab, (p["batch"], p["seq"] + 1), generator=g)
+    share = p["batch"] // p["world"]
+    tokens = tokens[rank * share:(rank + 1) * share].to(dev)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _stepper(p: dict, device: str, model, opt, batch: tuple, sync, losses: list):
+    """One timed training step, as a function; each appends its batch's loss."""
+    world = p["world"]
+    inputs, targets = batch
     use_amp = p["precision"] != "fp32"
     scaler = torch.amp.GradScaler(device, enabled=p["precision"] == "fp16")
-    losses = []
 
     def step() -> dict:
         start, t0 = time.time(), time.perf_counter()
@@ -140,22 +172,7 @@ def train(rank: int, p: dict, device: str, phase, sync, make=make) -> dict:
             seen = seen / world
         losses.append(stats.finite(float(seen)))  # null: diverged
         return {"latency": seconds, "t0": start, "t1": time.time()}
-
-    with phase("warmup"):
-        for _ in range(p["warmup"]):
-            step()
-    with phase("run"):
-        t0 = time.perf_counter()
-        samples = [step() for _ in range(p["steps"])]
-        run_seconds = time.perf_counter() - t0
-    return {"run_seconds": run_seconds, "rank": rank, "params": params, "losses": losses,
-            "latencies": [s["latency"] for s in samples], "samples": samples,
-            "optimizer_state_bytes": optimizer_state_bytes(opt),
-            "shard_params": shard_params(opt),
-            "host_rss_start": rss_start,
-            "host_rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "peak_allocated": (torch.cuda.max_memory_allocated(dev) if device == "cuda"
-                               else None)}
+    return step
 
 
 def _init(rank: int, p: dict, device: str, port: int) -> None:

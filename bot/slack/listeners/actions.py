@@ -3,11 +3,13 @@ the core's work and the answer to the clicking user (ephemeral, through the
 click's response_url) come after the ack (bot/slack/later.py), in the
 language of the channel the card is in. Add to plan's modal opens right
 after the ack, within its trigger_id's 3 s, and a Slack too slow for it gets
-an answer too."""
+an answer too. Each runs inside the catch-all (bot/commands.py)."""
 from __future__ import annotations
 
+import functools
 from concurrent.futures import Future
 
+from bot import commands
 from bot.slack.later import later
 from bot.trials import card, tags
 from bot.trials import command as trial_command
@@ -19,14 +21,25 @@ def _say(respond, text: str) -> None:
     respond(response_type="ephemeral", replace_original=False, text=text)
 
 
+def _channel_lang(ctx, body) -> str | None:
+    return ctx.store.channel_lang((body.get("channel") or {}).get("id"))
+
+
 def _language(ctx, body):
-    channel = (body.get("channel") or {}).get("id")
-    return i18n.using(ctx.store.channel_lang(channel))
+    return i18n.using(_channel_lang(ctx, body))
+
+
+def _guarded(handler, ctx, body, respond, what: str, *args):
+    """handler(ctx, body, *args, respond) inside the catch-all: a failure is
+    answered to the clicking user (ephemeral), as its work would have been."""
+    return commands.guarded(functools.partial(handler, ctx, body, *args, respond),
+                            lambda reply: _say(respond, reply["text"]), what,
+                            functools.partial(_channel_lang, ctx, body))
 
 
 def cancel_callback(ack, body, action, respond, context) -> Future:
     ack()
-    return later(_cancel, context["trialbot"], body, action, respond)
+    return later(_guarded, _cancel, context["trialbot"], body, respond, "Cancel", action)
 
 
 def _cancel(ctx, body, action, respond) -> None:
@@ -41,7 +54,7 @@ def _cancel(ctx, body, action, respond) -> None:
 
 def rerun_callback(ack, body, action, respond, context) -> Future:
     ack()
-    return later(_rerun, context["trialbot"], body, action, respond)
+    return later(_guarded, _rerun, context["trialbot"], body, respond, "Re-run", action)
 
 
 def _rerun(ctx, body, action, respond) -> None:
@@ -56,7 +69,15 @@ def _rerun(ctx, body, action, respond) -> None:
 
 def add_to_plan_callback(ack, body, action, client, respond, context) -> Future:
     ack()
-    ctx, user = context["trialbot"], body["user"]["id"]
+    ctx = context["trialbot"]
+    return commands.guarded(  # the answer, as the work's, after the ack
+        functools.partial(_add_to_plan, ctx, body, action, client, respond),
+        lambda reply: later(_say, respond, reply["text"]), "Add to plan",
+        functools.partial(_channel_lang, ctx, body))
+
+
+def _add_to_plan(ctx, body, action, client, respond) -> Future:
+    user = body["user"]["id"]
     with _language(ctx, body):  # reads only: nothing waits on a write here
         job = ctx.store.job(int(action["value"]))
         if job is None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Issue 30's build-time target: the paper-like fixture of
-tests/test_recipe_env.py (a git repository pinning torch==2.0.1,
+tests/integration/test_recipe_env.py (a git repository pinning torch==2.0.1,
 transformers 4.40.2 and filelock 3.12.0) built as a recipe environment by the worker, on this
 machine. Three figures, each the trial's `setup` phase (fetch + build):
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 from test_recipe_env import paper_fixture  # noqa: E402
 from worker import launcher, recipes  # noqa: E402

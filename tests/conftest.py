@@ -17,6 +17,25 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_configure(config):
+    """A test file outside the tiers stops the run, so none goes untiered."""
+    here = ROOT / "tests"
+    loose = [str(p.relative_to(ROOT)) for p in sorted(here.rglob("test_*.py"))
+             if p.relative_to(here).parts[0] not in TIERS]
+    if loose:
+        raise pytest.UsageError(f"{', '.join(loose)}: a test file goes in tests/unit, "
+                                "tests/integration or tests/e2e (docs/testing.md)")
+
+
+def pytest_collection_modifyitems(items):
+    """Each test marked with its tier, its directory under tests/ (`-m unit`)."""
+    here = ROOT / "tests"
+    for item in items:
+        if here in item.path.parents and item.path.relative_to(here).parts[0] in TIERS:
+            item.add_marker(item.path.relative_to(here).parts[0])
 
 
 @pytest.fixture

@@ -258,7 +258,7 @@ def test_settings_for_health_are_checked():
 def test_the_documented_metrics_are_the_scraped_ones(rt):
     import re
     from pathlib import Path
-    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     health = doc[doc.index("## Health"):doc.index("## The database")]
     documented = set(re.findall(r"^\| `(trialbot_[a-z_]+)", health, re.M))
     status, _, body = get(rt, "/metrics", "wtoken")

@@ -19,7 +19,7 @@ from worker.catalog import PROCESSES
 from worker.report import validate
 from worker.spec import SpecError, parse
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["llm-infer", "layers=1", "hidden=32", "heads=2", "kv_heads=1", "vocab=64", "prompt=8",
         "gen=2", "stability=0", "warmup=1"]
 

@@ -1,9 +1,8 @@
-"""The optimization ladder: its steps, its table, its recommendation (pure), and
-one whole ladder through the console on a tiny model."""
+"""The optimization ladder: its steps, its table, its recommendation (pure); one
+whole ladder through the console is tests/e2e/test_ladder_console.py."""
 import pytest
 
 from bot.trials import ladder, ladderfit
-from test_console import run_console
 from worker import arithmetic
 from worker.spec import SpecError
 
@@ -181,19 +180,6 @@ def test_activations_per_sequence_come_from_the_checkpointing_and_zero_steps():
     # a difference that is not positive measures nothing
     reports[3] = report(700 * MiB, 1.3, 5.0, 2, (400, 400))
     assert ladderfit.per_sequence(ladder.rows(list(ladder.STEPS), reports)) is None
-
-
-def test_a_whole_ladder_on_a_tiny_model_through_the_console(tmp_path):
-    # one pass per step (malloc=glibc): the two-pass default is tests/test_passes.py's
-    done = run_console(tmp_path, [f"/trial ladder {TINY} malloc=glibc budget=100MB"])
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
-    assert "Queued ladder *L1*" in out and out.count("*Ladder L1*") == 1
-    for step in ladder.STEPS:
-        assert f"\n{step} " in out
-    assert "ZeRO-1 over 2 ranks" in out and "Recommendation" in out
-    assert "Nothing fits 95.4 MiB" in out  # host RSS of a torch process is above that
-    assert "Recommended configuration: precision=" in out
 
 
 def test_ranks_no_worker_has_are_refused_before_a_job(tmp_path):

@@ -7,7 +7,7 @@ from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
 from bot.slack.app import build_app, web_client
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_manifest_commands_scopes_and_modes(tmp_path, fake_slack):

@@ -10,7 +10,7 @@ from conftest import BIN, ROOT
 from worker import attempts, launcher, recipes
 from worker.spec import SpecError, parse
 
-PROGRAMS = Path(__file__).parent / "programs"
+PROGRAMS = Path(__file__).parents[1] / "programs"
 
 
 def write(tmp_path, body: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 # A path as the page writes it (`bot/trials/queue.py`, `worker/launcher/`), not
 # part of a longer one (`docs/worker-api.md`, `tests/bot/...`).

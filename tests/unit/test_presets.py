@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bot.trials import command as trial_command
-from worker import arithmetic, launcher, presets, report, spec, summary
+from worker import arithmetic, presets, report, spec, summary
 from worker.workloads import llm_infer
 from worker.workloads.decoder import Decoder
 
@@ -75,14 +75,6 @@ def test_llm_infer_builds_the_decoder_with_ffn(monkeypatch):
                     "warmup=0"]).params
     llm_infer.run(p, FakeTrial())
     assert built == [(64, 32, 1, 2, 1, 24)]
-
-
-def test_llm_train_counts_the_ffn_it_was_given():
-    words = ["llm-train", "layers=2", "hidden=64", "heads=2", "kv_heads=1", "vocab=256",
-             "seq=16", "steps=1", "ffn=48", "processes=1"]
-    r = launcher.run_trial(spec.parse(words))
-    assert r["status"] == "ok", r.get("error")
-    assert r["training"]["params"] == arithmetic.weight_params(r["params"])["total"]
 
 
 def test_a_preset_fills_the_shape_and_keeps_the_layers():

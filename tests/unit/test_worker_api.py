@@ -12,7 +12,7 @@ import pytest
 
 import worker.api as api
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_listed_name_resolves():

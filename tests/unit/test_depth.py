@@ -183,15 +183,6 @@ def test_malloc_auto_stays_auto_for_a_partial_preset_and_splits_on_a_cpu():
     assert params("malloc=live")["malloc"] == "live"
 
 
-def test_a_live_malloc_trial_pins_glibcs_threshold_in_the_child():
-    spec = specs.parse(["llm-infer", "layers=1", "hidden=32", "heads=2", "kv_heads=1",
-                        "vocab=64", "prompt=8", "gen=2", "repeats=1", "stability=0",
-                        "warmup=0", "malloc=live", "device=cpu"])
-    r = launcher.run_trial(spec)
-    assert r["status"] == "ok", r["error"]
-    assert "pinned at 64 KiB (malloc=live)" in r["memory"]["method"]["host_rss_peak"]
-
-
 # --- through the bot -------------------------------------------------------------
 
 @pytest.fixture
@@ -256,29 +247,6 @@ def test_plan_blocks_from_partial_depth_are_marked_until_a_full_depth_trial(ctx)
     assert "PARTIAL-DEPTH" not in out and "replaced" in out
     assert math.isfinite(float(out.split("— ")[1].split(" GPU-h")[0].replace(",", "")))
     assert "has 32 layers" in say("repro block scale runs=1 sweep=S1 layers=64")
-
-
-def test_a_depth_sweep_through_the_console_runs_real_trials_and_answers(tmp_path):
-    from test_console import run_console
-    done = run_console(tmp_path, [
-        "/trial sweep llm-infer layers=1,2,3 hidden=64 heads=2 kv_heads=1 vocab=256 gen=4 "
-        "repeats=2 stability=0 run_cap=1 malloc=live processes=1",  # one pass a trial
-        "/trial fit S1 layers=12 gpu=L4",
-        "/trial fit S1 batch=4"], "--json")
-    assert done.returncode == 0, done.stderr
-    out = [json.loads(line) for line in done.stdout.splitlines()]
-    reports_ = [m for m in out if " llm-infer ok on " in m["text"] and not m.get("update")]
-    assert len(reports_) == 3
-    (fit,) = [m for m in out if m["text"].startswith(":straight_ruler: *Depth sweep S1*")
-              and "channel" in m]
-    assert "Peak memory — host_rss_peak" in fit["text"] and "held out T3 at 3 layers" in fit["text"]
-    assert "no full depth to predict" in fit["text"]          # no preset: ask for a depth
-    answer, drawn, refused = out[-3:]  # the asked prediction's chart before the next line
-    assert answer["response_type"] == "ephemeral" and "Predicted at 12 layers" in answer["text"]
-    assert drawn["file"].endswith("S1-fit-layers12.png")
-    assert "lower bound" in answer["text"] and "\nL4 " in answer["text"]
-    assert "\nA10 " not in answer["text"]                    # the GPU asked about only
-    assert refused["text"].startswith(":x: `batch=4`")
 
 
 # --- what the review found --------------------------------------------------------

@@ -14,11 +14,10 @@ from bot.digest import build as digest_build
 from bot.fits import depth, depthview
 from bot.plans import service
 from bot.store import Store
-from bot.trials import workerlist
 from test_depth import gpu_report, run_depth_sweep
 from test_planner import report
 from test_plans import finish
-from worker import arithmetic, machine, summary
+from worker import arithmetic, summary
 from worker.units import size
 
 UTC = dt.timezone.utc
@@ -239,32 +238,8 @@ def test_the_export_holds_actuals_review_lock_settings_and_prices(ctx):
 
 # --- worker and files -----------------------------------------------------------
 
-def test_a_worker_registered_with_machine_info_shows_its_cpu_cores():
-    info = machine.info()
-    assert info["cpus"] == os.cpu_count()
-    w = {"name": "box-local", "info": info, "last_seen": 100.0, "job": None,
-         "job_started": None, "last_finished": None, "registered": 90.0, "idle_seconds": 0.0}
-    text = workerlist.text([w], 100.0, 60.0)
-    assert "? CPU cores" not in text
-    assert (f"no GPU ({os.cpu_count()} CPU cores)" in text) == (not info["gpus"])
-
-
-def test_the_local_worker_registers_its_machine_info(tmp_path):
-    from bot.app.console import ConsoleTransport, files_dir
-    from bot.app.runtime import Runtime
-    rt = Runtime(str(tmp_path / "w.db"), "token-x", ConsoleTransport(open(os.devnull, "w"), False),
-                 port=0)
-    rt.start()
-    try:
-        agent = rt.start_local_worker("box-local")
-        (row,) = [w for w in rt.store.workers() if w["name"] == "box-local"]
-        assert row["info"]["cpus"] == os.cpu_count() and agent.info["host"]
-    finally:
-        rt.stop()
-    assert files_dir(str(tmp_path / "w.db")) == str(tmp_path / "trialbot-files")
-
 
 def test_gitignore_covers_the_files_beside_the_database():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, ".gitignore")) as f:
         assert "trialbot-files/" in f.read().split()

@@ -24,7 +24,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DEPLOY = ROOT / "docs" / "deploy.md"
 WORKER_IMAGE = ROOT / "docker" / "worker.Dockerfile"

@@ -1,10 +1,10 @@
-"""A/B trials: parsing, the comparison (pure), and one A/B through the console."""
+"""A/B trials: parsing and the comparison (pure); one A/B through the console is
+tests/e2e/test_ab_console.py."""
 import re
 
 import pytest
 
 from bot.trials import ab
-from test_console import run_console
 from worker.spec import SpecError
 
 
@@ -170,17 +170,6 @@ def test_a_failed_trial_is_named_and_the_others_still_compared():
     assert "T2 did not succeed" in text and "time per request" in text
     none = [timed("T1", 0.3), None, None, timed("T4", 0.3)]
     assert "nothing to compare" in ab.message(jobs_of(4), none)["text"]
-
-
-def test_an_ab_of_inference_precision_through_the_console(tmp_path):
-    done = run_console(tmp_path, ["/trial ab llm-infer dtype=fp32,fp16 layers=1 hidden=64 "
-                                  "heads=2 kv_heads=1 vocab=256 gen=2 repeats=4 stability=0 "
-                                  "processes=1 rounds=2 malloc=glibc"])  # one pass a trial
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.count("*A/B*") == 1 and "Queued an A/B of 2 rounds" in done.stdout
-    assert "time per request" in done.stdout and "quality held" in done.stdout
-    # a verdict with its interval, or (on a busy machine) why none is given
-    assert " t interval ×" in done.stdout or "no verdict: " in done.stdout
 
 
 def test_logits_or_a_loss_that_overflowed_break_quality_without_printing_inf():

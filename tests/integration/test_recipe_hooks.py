@@ -14,8 +14,8 @@ from worker import launcher, recipes, summary
 from worker.report import validate
 from worker.spec import parse
 
-PROGRAMS = Path(__file__).parent / "programs"
-PROBE = Path(__file__).resolve().parent.parent / "worker" / "probe"
+PROGRAMS = Path(__file__).parents[1] / "programs"
+PROBE = Path(__file__).resolve().parents[2] / "worker" / "probe"
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                                 reason="transformers is not installed")

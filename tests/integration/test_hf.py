@@ -190,7 +190,7 @@ def test_the_local_command_takes_a_config_path(configs, tmp_path):
                           capture_output=True, text=True, timeout=300,
                           env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
                                "PYTHONPATH": str(__import__("pathlib").Path(__file__)
-                                                 .parent.parent)}, cwd=tmp_path)
+                                                 .parents[2])}, cwd=tmp_path)
     report = json.loads(done.stdout)
     assert report["status"] == "ok", report["error"]
     assert report["model"]["name"] == "tiny" and str(configs) in report["model"]["source"]

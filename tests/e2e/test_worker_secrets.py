@@ -33,7 +33,7 @@ from conftest import BIN, ROOT, Proc, python_for_nobody, wait_http
 from slackfake import post, signed_headers, slash_body
 
 TOKEN = new_token()  # as `trialbot worker-token create` makes them: never a leading `-`
-HUNT = Path(__file__).parent / "programs" / "token_hunt.py"
+HUNT = Path(__file__).parents[1] / "programs" / "token_hunt.py"
 ROOT_USER = os.geteuid() == 0
 PR_SET_DUMPABLE = 4
 

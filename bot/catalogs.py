@@ -1,6 +1,6 @@
 """The catalogs' upkeep: the messages the source asks for (read by Babel's
 extractor), and what each language's catalog lacks. `scripts/i18n` and
-tests/test_i18n.py both use it, so the check a developer runs is the test."""
+tests/unit/test_i18n.py both use it, so the check a developer runs is the test."""
 from __future__ import annotations
 
 import ast

@@ -9,7 +9,7 @@ A message is written once, in English, as one sentence with named
 placeholders: `_("Trial {id} queued", id=12)`. `_` looks the sentence up in
 the catalog of the language in use and fills the placeholders afterwards, so a
 translation may move them. Numbers, units and command words are placeholders
-or backticked, and stay as they are in every language (tests/test_i18n.py).
+or backticked, and stay as they are in every language (tests/unit/test_i18n.py).
 
 The catalogs are `worker/locale/LANG/LC_MESSAGES/trialbot.po`, kept with
 `scripts/i18n` (extract, update, check). They are compiled in memory when first

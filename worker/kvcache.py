@@ -2,7 +2,7 @@
 dict (a config.json as worker/models.py reads it, or a config's to_dict()).
 
 Pure and torch-free. The rules are transformers 5's own (cache_utils.py, its
-get_layer_types_and_kwargs and each layer class), and tests/test_kvcache.py
+get_layer_types_and_kwargs and each layer class), and tests/integration/test_kvcache.py
 holds them to the tensors a forward of each architecture really stores:
 
 - attention: K and V, `2·kv_heads·head_dim` elements per token;

@@ -15,7 +15,7 @@ from bot.slack.app import web_client
 from bot.trials.workerlist import AUTH_ERRORS  # the codes that mean a bad token
 from worker.i18n import _
 
-# manifest.yml's bot scopes (tests/test_bot_doctor.py holds the two equal): the
+# manifest.yml's bot scopes (tests/integration/test_bot_doctor.py holds the two equal): the
 # manifest is not installed with the package.
 MANIFEST_SCOPES = ("commands", "chat:write", "files:write", "usergroups:read", "channels:read",
                    "groups:read", "im:read", "mpim:read", "im:write")

@@ -23,7 +23,7 @@ LOSS_TOLERANCE = 0.01
 # an even number of rounds (and leaves 1/rounds of one step over an odd one).
 # Four, because the paired test has rounds − 1 dof: with three its t quantile is
 # 4.3 and a 2× difference under 15% noise per trial is found in 78% of draws,
-# with four 98% (tests/test_compare.py's draws); and four cancel a linear drift.
+# with four 98% (tests/unit/test_compare.py's draws); and four cancel a linear drift.
 ROUNDS, MAX_ROUNDS = 4, 6
 
 

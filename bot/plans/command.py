@@ -19,6 +19,7 @@ from bot.plans import (
     footing,
     parse,
     priceparse,
+    prices,
     review,
     reviewview,
     service,
@@ -351,8 +352,14 @@ def _calibration(ctx, cmd, asked: Asked):
 
 
 def _price(ctx, cmd, asked: Asked):
-    pid = ctx.store.add_price(dict(cmd.args, user=asked.user))
-    return changes.price_recorded(cmd.args, pid, asked.today)
+    price = {k: v for k, v in cmd.args.items() if k != "confirm"}
+    current = ctx.store.prices()
+    doubt = prices.resale_above_buy(price, current) or (
+        None if cmd.args.get("confirm") else prices.needs_confirm(price, current))
+    if doubt:
+        raise PlanError(doubt)
+    pid = ctx.store.add_price(dict(price, user=asked.user))
+    return changes.price_recorded(price, pid, asked.today)
 
 
 def _known_price(ctx, pid: int) -> dict:

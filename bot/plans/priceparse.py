@@ -72,7 +72,8 @@ def parse_price(words: list[str], today: dt.date) -> dict:
               "(also buy=, resale=, power=KW per GPU, and `/plan price electricity 0.12/kWh`)")
     if not words:
         raise PlanError(_("Name what the price is for.") + " " + usage)
-    item, rest = words[0], words[1:]
+    item, rest = words[0], [w for w in words[1:] if w.lower() != "confirm"]
+    confirm = len(rest) < len(words) - 1  # a doubtful figure repeated: prices.needs_confirm
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}", item):
         raise PlanError(_("`{item}` is not a GPU name; e.g. H100, A100-80GB.", item=item)
                         + " " + usage)
@@ -88,7 +89,7 @@ def parse_price(words: list[str], today: dt.date) -> dict:
     date = _price_date(pairs, today, usage)
     return {"item": "electricity" if kind == "electricity" else gpu_item(item), "kind": kind,
             "value": value, "unit": unit, "currency": currency, "source": pairs["source"],
-            "date": date.isoformat()}
+            "date": date.isoformat(), "confirm": confirm}
 
 
 def _figure(item: str, word: str, usage: str) -> tuple[str, str, float, str]:

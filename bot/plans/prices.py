@@ -82,3 +82,59 @@ def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electrici
     h = net / margin
     return {"hours": h, "days": h / (24 * utilization), "power_per_h": power_per_h, "net": net,
             "why": None}
+
+
+# A new figure more than this many times above or below the one it replaces is
+# far beyond a market move between two quotes (rents moved well under 2× a year);
+# it is far more often a typo, a price per node or month, or another currency.
+CONFIRM_FACTOR = 3
+
+
+def resale_above_buy(new: dict, current: list[dict]) -> str | None:
+    """Why `new` is refused: a resale value above the purchase price (or a
+    purchase below the resale value) of the same GPU, in one currency."""
+    if new["kind"] not in ("buy", "resale"):
+        return None
+    other = find(current, new["item"], "resale" if new["kind"] == "buy" else "buy")
+    if not other or codes.code(other["currency"]) != codes.code(new["currency"]):
+        return None  # figures in two currencies are never compared (nor converted)
+    buy, resale = (new, other) if new["kind"] == "buy" else (other, new)
+    if resale["value"] <= buy["value"]:
+        return None
+    return _("{item}: resale {resale} is above buy {buy}; a GPU sells for less than it cost. "
+             "Check the figures, or correct the other one first (`/plan price correct P{id} "
+             "...`)", item=new["item"], resale=money(resale["value"], resale["currency"]),
+             buy=money(buy["value"], buy["currency"]), id=other.get("id"))
+
+
+def needs_confirm(new: dict, current: list[dict]) -> str | None:
+    """Why `new` waits for `confirm`: the figure that applies now for its item and
+    kind is in another currency, or more than CONFIRM_FACTOR times larger or
+    smaller. Checked whatever `new`'s date: an older quote applies once the
+    newer one is deleted."""
+    old = find(current, new["item"], new["kind"])
+    if not old:
+        return None
+    # A figure without a currency is compared by size only: 25000 against $2.49 is caught
+    # by the factor, and 2.50 beside $2.50 is most likely the same dollars.
+    same = (codes.code(old["currency"]) == codes.code(new["currency"])
+            or not (old["currency"] and new["currency"]))
+    ratio = (max(old["value"], new["value"]) / min(old["value"], new["value"])
+             if min(old["value"], new["value"]) > 0 else None)
+    if same and ratio is not None and ratio <= CONFIRM_FACTOR:
+        return None
+    why = (_("it is {ratio}× that figure (more than {most}× apart)",
+             ratio=f"{ratio:.3g}", most=CONFIRM_FACTOR) if same and ratio else
+           _("it is in {new} and that figure in {old}",
+             new=codes.code(new["currency"]), old=codes.code(old["currency"])) if not same else
+           _("one of the two is 0"))
+    return _("Not recorded yet: {item} {kind} {new} differs from P{id}, {old}, the figure "
+             "that applies now; {why}. If {new} is right, send the same command again with "
+             "`confirm` at the end.",
+             item=new["item"], kind=new["kind"], new=_figure(new), id=old.get("id"),
+             old=_figure(old), why=why)
+
+
+def _figure(price: dict) -> str:
+    return (f"{price['value']:g} kW" if price["kind"] == "power"
+            else f"{codes.shown(price['currency'])}{price['value']:g}")

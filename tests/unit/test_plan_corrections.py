@@ -107,7 +107,7 @@ def test_a_block_is_corrected_field_by_field_and_deleted_unless_locked(ctx):
 def test_the_price_confirmed_latest_applies_not_the_one_entered_last(ctx):
     plan_with_block(ctx)
     say(ctx, "price H100 2.00/h source=quote-a date=2026-11-30")
-    say(ctx, "price H100 9.00/h source=quote-b date=2026-11-01")  # older, entered later
+    say(ctx, "price H100 9.00/h source=quote-b date=2026-11-01 confirm")  # older, later
     show = say(ctx, "repro show")
     assert ("cost at H100-80GB rent 2 per GPU-hour (P1, source: quote-a, confirmed 2026-11-30)"
             in show)

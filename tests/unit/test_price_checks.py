@@ -1,0 +1,74 @@
+"""#33: a price far from the one it replaces waits for `confirm`; resale above buy is refused."""
+import datetime as dt
+
+import pytest
+
+from bot import commands
+from bot.app.runtime import context
+from bot.store import Store
+
+TODAY = dt.date(2026, 12, 1)
+TAIL = "source=runpod date=2026-11-28"
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "p.db")), admins=frozenset({"U1"}))
+
+
+def say(ctx, text):
+    return commands.plan(ctx, text, "U1", "C1", TODAY)["text"]
+
+
+def rents(ctx):
+    return [p["value"] for p in ctx.store.prices() if p["kind"] == "rent"]
+
+
+def test_a_price_far_from_the_one_it_replaces_waits_for_confirm(ctx):
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    out = say(ctx, f"price H100 $24.90/h {TAIL}")
+    assert "Not recorded yet" in out and "$24.9" in out and "$2.49" in out and "confirm" in out
+    assert rents(ctx) == [2.49]
+    assert "Recorded" in say(ctx, f"price H100 $24.90/h {TAIL} confirm")
+    assert rents(ctx) == [24.90]
+
+
+def test_the_issues_typo_without_a_currency_waits_for_confirm(ctx):
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    out = say(ctx, f"price H100 25000/h {TAIL}")
+    assert "Not recorded yet" in out and "25000" in out and "$2.49" in out
+    assert rents(ctx) == [2.49]
+
+
+def test_a_price_in_another_currency_waits_for_confirm(ctx):
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    out = say(ctx, f"price H100 €2.30/h {TAIL}")
+    assert "Not recorded yet" in out and "EUR" in out and "USD" in out and "€2.3" in out
+    assert rents(ctx) == [2.49]
+
+
+def test_an_older_quote_far_off_waits_for_confirm_too(ctx):
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    assert "Not recorded yet" in say(ctx, "price H100 $24.90/h source=q date=2026-10-01")
+
+
+def test_a_close_new_price_is_recorded_without_confirm(ctx):
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    assert "Recorded" in say(ctx, f"price H100 $2.10/h {TAIL}")
+    assert rents(ctx) == [2.10]
+
+
+def test_confirm_is_not_stored_with_the_price(ctx):
+    assert "Recorded" in say(ctx, f"price H100 $2.49/h {TAIL} confirm")
+    assert "confirm" not in ctx.store.prices()[0]
+
+
+@pytest.mark.parametrize("first, second", [("buy=30000", "resale=40000"),
+                                           ("resale=40000", "buy=30000")])
+def test_resale_above_buy_is_refused_naming_both(ctx, first, second):
+    assert "Recorded" in say(ctx, f"price H100 {first} {TAIL}")
+    out = say(ctx, f"price H100 {second} {TAIL}")
+    assert "resale 40,000" in out and "buy 30,000" in out and "Recorded" not in out
+    assert len(ctx.store.prices()) == 1
+    # confirm does not override: a resale above buy is never right
+    assert "Recorded" not in say(ctx, f"price H100 {second} {TAIL} confirm")

@@ -152,11 +152,19 @@ def actuals_deleted(plan: dict, kind: str, gone: int, now: str) -> dict:
                  + f" {now}")
 
 
-def price_recorded(price: dict, pid: int, today: dt.date) -> dict:
-    return reply(_("Recorded P{id}: {price}. Plans use it where every price they need is "
-                   "confirmed; the figure confirmed latest applies. `/plan price correct P{id} "
-                   "...` or `/plan price delete P{id}` changes it.", id=pid,
-                   price=prices.cited(price, today)))
+def price_recorded(price: dict, pid: int, today: dt.date, assumed: bool = False) -> dict:
+    """`assumed`: no currency was written, so the channel's (or none) was used."""
+    said = _("Recorded P{id}: {price}. Plans use it where every price they need is "
+             "confirmed; the figure confirmed latest applies. `/plan price correct P{id} "
+             "...` or `/plan price delete P{id}` changes it.", id=pid,
+             price=prices.cited(price, today))
+    if assumed and price["currency"]:
+        said += " " + _("No currency was written: read as {code}, this channel's currency "
+                        "(`/plan settings currency=`).", code=price["currency"])
+    elif assumed:
+        said += " " + _("No currency was written and this channel has none set, so none is "
+                        "kept; `/plan settings currency=USD` (or KRW, EUR...) sets one.")
+    return reply(said)
 
 
 def price_changed(old: dict, new: dict | None, applies: dict | None, today: dt.date) -> dict:

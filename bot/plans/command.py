@@ -326,17 +326,21 @@ def _review(ctx, cmd, asked: Asked):
 
 
 def _settings(ctx, cmd, asked: Asked):
-    """`/plan settings [lang=ko]`: the channel's language (anyone reads it; a
-    change needs the right to change plans)."""
-    if "lang" in cmd.args:
+    """`/plan settings [lang=ko] [currency=KRW]`: the channel's language and
+    currency (anyone reads them; a change needs the right to change plans)."""
+    if cmd.args:
         refused = ctx.allows("run", asked.user, asked.channel,
                              N_("change this channel's settings"))
         if refused:
             return views.reply(":lock: " + _("{refused} Nothing was changed.", refused=refused))
+    if "lang" in cmd.args:
         ctx.store.set_channel_lang(asked.channel, cmd.args["lang"], asked.user)
+    if "currency" in cmd.args:
+        ctx.store.set_channel_currency(asked.channel, cmd.args["currency"], asked.user)
     lang = ctx.store.channel_lang(asked.channel)
     with i18n.using(lang or i18n.default()):  # the answer speaks the language now in effect
-        return views.channel_settings(lang, i18n.current())
+        return views.channel_settings(lang, i18n.current(),
+                                      ctx.store.channel_currency(asked.channel))
 
 
 def _calibration(ctx, cmd, asked: Asked):
@@ -353,13 +357,16 @@ def _calibration(ctx, cmd, asked: Asked):
 
 def _price(ctx, cmd, asked: Asked):
     price = {k: v for k, v in cmd.args.items() if k != "confirm"}
+    assumed = price["kind"] != "power" and not price["currency"]
+    if assumed:  # none written: the channel's, said in the reply
+        price["currency"] = ctx.store.channel_currency(asked.channel) or ""
     current = ctx.store.prices()
     doubt = prices.resale_above_buy(price, current) or (
         None if cmd.args.get("confirm") else prices.needs_confirm(price, current))
     if doubt:
         raise PlanError(doubt)
     pid = ctx.store.add_price(dict(price, user=asked.user))
-    return changes.price_recorded(price, pid, asked.today)
+    return changes.price_recorded(price, pid, asked.today, assumed)
 
 
 def _known_price(ctx, pid: int) -> dict:
@@ -460,7 +467,8 @@ TABLE: tuple[Entry, ...] = (
         "interval and `review` says whether each actual fell inside"),)),
     Entry("settings", "settings", parse.parse_settings_words, _settings, help=(N_(
         "• `/plan settings lang=ko` writes this channel's messages in Korean "
-        "(`lang=en` in English, `lang=` the bot's default) · `/plan settings` shows it"),)),
+        "(`lang=en` in English, `lang=` the bot's default); `currency=KRW` reads a price "
+        "typed here without a currency in KRW · `/plan settings` shows them"),)),
     Entry("price", "price", parse.parse_price_words, _price,
           needs=("admin", N_("record prices")), help=(N_(
               "• `/plan price H100 2.49/h source=URL date=YYYY-MM-DD` (also `buy=`, `resale=`, "

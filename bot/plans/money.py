@@ -51,6 +51,16 @@ def shown(currency: str) -> str:
     return SHOWN.get(c, f"{c} " if c else "")
 
 
+def currency(word: str) -> str:
+    """The ISO code of a currency as a channel setting names it: KRW, krw, ₩, $."""
+    c = SYMBOLS.get(word.strip()) or word.strip().upper()
+    if c not in SCALE:
+        raise MoneyError(_("`currency={word}`: not a currency I know; write one of {codes} "
+                           "(or $, €, £, ₩), or `currency=` to clear it", word=word,
+                           codes=", ".join(SCALE)))
+    return c
+
+
 def parse(raw: str, what: str) -> tuple[float, str]:
     """(amount, currency code) of `raw`, e.g. ("₩3,500", "rate") → (3500.0, "KRW")."""
     text = raw.strip()

@@ -9,6 +9,7 @@ import datetime as dt
 import re
 
 from bot.context import PLAN_WORDS, plan_name_problem
+from bot.plans import money
 from bot.plans.digestparse import parse_digest
 from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
 from bot.plans.priceparse import parse_price, parse_price_change
@@ -154,12 +155,21 @@ def not_an_action(action: str) -> PlanError:
 
 
 def parse_settings(words: list[str]) -> dict:
-    """`/plan settings [lang=ko]`: this channel's own settings (`lang=` clears it)."""
-    pairs = key_values(words, ("lang",), _("a channel setting"), empty=True)
+    """`/plan settings [lang=ko] [currency=KRW]`: this channel's own settings
+    (`lang=`, `currency=` clear them)."""
+    pairs = key_values(words, ("lang", "currency"), _("a channel setting"), empty=True)
+    out: dict = {}
+    if pairs.get("currency"):
+        try:
+            out["currency"] = money.currency(pairs["currency"])
+        except money.MoneyError as exc:
+            raise PlanError(exc.message) from None
+    elif "currency" in pairs:
+        out["currency"] = None
     if "lang" not in pairs:
-        return {}
+        return out
     try:
-        return {"lang": i18n.language(pairs["lang"]) if pairs["lang"] else None}
+        return {**out, "lang": i18n.language(pairs["lang"]) if pairs["lang"] else None}
     except i18n.LanguageError as exc:
         raise PlanError(_("{problem}; `lang=` goes back to the bot's default",
                           problem=exc.message)) from None

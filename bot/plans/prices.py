@@ -124,7 +124,7 @@ def needs_confirm(new: dict, current: list[dict]) -> str | None:
     if same and ratio is not None and ratio <= CONFIRM_FACTOR:
         return None
     why = (_("it is {ratio}× that figure (more than {most}× apart)",
-             ratio=f"{ratio:.3g}", most=CONFIRM_FACTOR) if same and ratio else
+             ratio=f"{ratio:,.1f}", most=CONFIRM_FACTOR) if same and ratio else
            _("it is in {new} and that figure in {old}",
              new=codes.code(new["currency"]), old=codes.code(old["currency"])) if not same else
            _("one of the two is 0"))

@@ -19,8 +19,9 @@ def error(message: str) -> dict:
     return reply(f":x: {message}\n" + _("Nothing was stored. `/plan help` lists the commands."))
 
 
-def channel_settings(chosen: str | None, speaking: str) -> dict:
-    """This channel's settings: the language it chose, or the bot's default."""
+def channel_settings(chosen: str | None, speaking: str, currency: str | None = None) -> dict:
+    """This channel's settings: the language it chose, or the bot's default, and
+    the currency a price typed here without one is read in."""
     name = i18n.LANGS[speaking]
     if chosen:
         line = _("This channel's language: {name} (`{code}`), set with `/plan settings "
@@ -30,7 +31,11 @@ def channel_settings(chosen: str | None, speaking: str) -> dict:
         line = _("This channel's language: {name} (`{code}`), the bot's default "
                  "(TRIALBOT_LANG); `/plan settings lang=ko` writes this channel's messages in "
                  "Korean.", name=name, code=speaking)
-    return reply(line)
+    money = (_("Its currency: {code}; a price typed here without one is read in {code} "
+               "(`/plan settings currency=` clears it).", code=currency) if currency else
+             _("No currency set: a price typed here without one keeps none; `/plan settings "
+               "currency=USD` (or KRW, EUR...) sets one."))
+    return reply(f"{line}\n{money}")
 
 
 def help_text(lines: list[str]) -> dict:

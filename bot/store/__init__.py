@@ -10,7 +10,7 @@ decide where a job may run, for leasing), `attempts` (every try of a job),
 `outbox` (every message the bot will post, stored before it is sent),
 `worker_tokens` (per-worker API tokens, hashed), the
 plans' tables, and `digests` / `digests_sent` (the weekly digest's schedule
-per channel, and each week posted), `channel_settings` (a channel's language),
+per channel, and each week posted), `channel_settings` (a channel's language and currency),
 `backups` (each `trialbot backup` made; health.py reads them for `trialbot
 doctor`, read-only).
 """

@@ -1,4 +1,5 @@
-"""A channel's own settings: the language its messages are written in."""
+"""A channel's own settings: the language its messages are written in, and the
+currency a price typed there without one is read in."""
 from __future__ import annotations
 
 import time
@@ -24,3 +25,15 @@ class Channels(Base):
                             "lang = excluded.lang, set_by = excluded.set_by, "
                             "set_at = excluded.set_at", [channel, lang, user, time.time()])
         return old
+
+    def channel_currency(self, channel: str | None) -> str | None:
+        """The currency the channel chose (None: none; a price then keeps none)."""
+        return (self.channel_settings(channel) or {}).get("currency") if channel else None
+
+    def set_channel_currency(self, channel: str, currency: str | None, user: str) -> None:
+        """Set (None: clear) the currency a price without one is read in."""
+        with self.tx():
+            self.db.execute("insert into channel_settings (channel, currency, set_by, set_at) "
+                            "values (?, ?, ?, ?) on conflict (channel) do update set "
+                            "currency = excluded.currency, set_by = excluded.set_by, "
+                            "set_at = excluded.set_at", [channel, currency, user, time.time()])

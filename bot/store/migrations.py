@@ -98,6 +98,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "alter table jobs add column needs integer",
         "create index if not exists jobs_lease on jobs (status, needs, user, id)",
     ]),
+    # A channel's currency: a price typed there without one is read in it (#33).
+    ("channel currency", [
+        "alter table channel_settings add column currency text",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

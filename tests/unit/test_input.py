@@ -152,7 +152,8 @@ def test_prices_as_people_write_them_through_the_handler(ctx):
     for text, shown in [("price H100 2,49/h", "$") , ("price H100 ₩3500/h", "₩3500"),
                         ("price H100 KRW 3,500/h", "₩3500"), ("price H100 3500 KRW/h", "₩3500"),
                         ("price H100 €2.10/h", "€2.1")]:
-        out = plan(ctx, f"{text} source=quote date=2026-11-30")
+        # confirm: each replaces the last in another currency (prices.needs_confirm)
+        out = plan(ctx, f"{text} source=quote date=2026-11-30 confirm")
         assert "Recorded" in out, out
         if shown != "$":
             assert shown in out, out

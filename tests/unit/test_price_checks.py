@@ -72,3 +72,36 @@ def test_resale_above_buy_is_refused_naming_both(ctx, first, second):
     assert len(ctx.store.prices()) == 1
     # confirm does not override: a resale above buy is never right
     assert "Recorded" not in say(ctx, f"price H100 {second} {TAIL} confirm")
+
+
+def test_a_price_without_a_currency_is_read_in_the_channels_and_says_so(ctx):
+    assert "KRW" in say(ctx, "settings currency=krw")
+    assert "Its currency: KRW" in say(ctx, "settings")
+    out = say(ctx, f"price H100 3500/h {TAIL}")
+    assert "read as KRW, this channel's currency" in out
+    assert ctx.store.prices()[0]["currency"] == "KRW"
+    # the channel's currency is what the next price is compared in: $2.49 is another currency
+    assert "Not recorded yet" in say(ctx, f"price H100 $2.49/h {TAIL}")
+    # another channel has none: the price keeps none, and the reply says how to set one
+    out = commands.plan(ctx, f"price L4 0.80/h {TAIL}", "U1", "C2", TODAY)["text"]
+    assert "this channel has none set" in out and "currency=USD" in out
+
+
+def test_a_written_currency_wins_over_the_channels(ctx):
+    say(ctx, "settings currency=KRW")
+    out = say(ctx, f"price H100 $2.49/h {TAIL}")
+    assert "Recorded" in out and "read as" not in out
+    assert ctx.store.prices()[0]["currency"] == "USD"
+
+
+@pytest.mark.parametrize("word", ["currency=dollars", "currency=¥"])
+def test_an_unknown_channel_currency_is_refused_naming_the_choices(ctx, word):
+    out = say(ctx, f"settings {word}")
+    assert "not a currency I know" in out and "KRW" in out and "currency=" in out
+    assert ctx.store.channel_currency("C1") is None
+
+
+def test_settings_currency_clears_and_keeps_the_language(ctx):
+    say(ctx, "settings lang=ko currency=EUR")
+    say(ctx, "settings currency=")
+    assert ctx.store.channel_currency("C1") is None and ctx.store.channel_lang("C1") == "ko"

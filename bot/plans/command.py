@@ -387,6 +387,12 @@ def _price_correct(ctx, cmd, asked: Asked):
     fields = priceparse.parse_price_correction(old, cmd.args["words"], asked.today)
     if not fields:
         raise PlanError(_("P{id} has those values already; nothing to correct", id=old["id"]))
+    new = {**old, **fields}
+    confirm = any(w.lower() == "confirm" for w in cmd.args["words"])
+    doubt = prices.resale_above_buy(new, ctx.store.prices()) or (
+        None if confirm else prices.needs_confirm(new, [old]))
+    if doubt:
+        raise PlanError(doubt)
     ctx.store.correct_price(old["id"], fields, asked.user)
     return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), asked.today)
 

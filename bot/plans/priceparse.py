@@ -40,6 +40,8 @@ def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
     dated = [w for w in words if w.startswith(("source=", "date="))]
     new = parse_price([item, *(figure or [_figure_word(old)]), *dated, *_kept(old, words)],
                       today)
+    if not new["currency"]:  # `correct P7 2.39/h` of $2.49 means dollars still
+        new["currency"] = old.get("currency") or ""
     if new["kind"] != old["kind"]:
         raise PlanError(_("P{id} is a {kind} price; a correction keeps its kind. Record a "
                           "{new} figure as a new price (`/plan price {item} ...`)", id=old["id"],

@@ -105,3 +105,22 @@ def test_settings_currency_clears_and_keeps_the_language(ctx):
     say(ctx, "settings lang=ko currency=EUR")
     say(ctx, "settings currency=")
     assert ctx.store.channel_currency("C1") is None and ctx.store.channel_lang("C1") == "ko"
+
+
+def test_a_correction_far_off_waits_for_confirm_and_keeps_the_currency(ctx):
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    out = say(ctx, "price correct P1 24.90/h")
+    assert "Not recorded yet" in out and "$24.9" in out and "$2.49" in out
+    assert rents(ctx) == [2.49]
+    assert "corrected" in say(ctx, "price correct P1 2.39/h")
+    assert ctx.store.prices()[0]["currency"] == "USD" and rents(ctx) == [2.39]
+    assert "corrected" in say(ctx, "price correct P1 23.90/h confirm")
+    assert rents(ctx) == [23.90]
+
+
+def test_a_correction_may_not_put_resale_above_buy(ctx):
+    say(ctx, f"price H100 buy=30000 {TAIL}")
+    say(ctx, f"price H100 resale=20000 {TAIL}")
+    out = say(ctx, "price correct P2 resale=40000")
+    assert "resale 40,000" in out and "buy 30,000" in out
+    assert sorted(p["value"] for p in ctx.store.prices()) == [20000, 30000]

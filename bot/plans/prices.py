@@ -88,6 +88,10 @@ def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electrici
 # far beyond a market move between two quotes (rents moved well under 2× a year);
 # it is far more often a typo, a price per node or month, or another currency.
 CONFIRM_FACTOR = 3
+# A GPU's first figure of a kind is held to a wider band around the same kind's
+# figures for the other GPUs recorded here: GPUs differ by generation and size, so
+# this only catches what no GPU here comes near (a price per node, month or cent).
+BAND_FACTOR = 10
 
 
 def resale_above_buy(new: dict, current: list[dict]) -> str | None:
@@ -114,7 +118,7 @@ def needs_confirm(new: dict, current: list[dict]) -> str | None:
     newer one is deleted."""
     old = find(current, new["item"], new["kind"])
     if not old:
-        return None
+        return _outside_band(new, current)
     # A figure without a currency is compared by size only: 25000 against $2.49 is caught
     # by the factor, and 2.50 beside $2.50 is most likely the same dollars.
     same = (codes.code(old["currency"]) == codes.code(new["currency"])
@@ -138,3 +142,22 @@ def needs_confirm(new: dict, current: list[dict]) -> str | None:
 def _figure(price: dict) -> str:
     return (f"{price['value']:g} kW" if price["kind"] == "power"
             else f"{codes.shown(price['currency'])}{price['value']:g}")
+
+
+def _outside_band(new: dict, current: list[dict]) -> str | None:
+    """Why a GPU's first `new` figure of its kind waits for `confirm`: it is more
+    than BAND_FACTOR times outside the range of that kind's figures for other GPUs
+    in its currency (a figure without one compared by size)."""
+    peers = [p["value"] for p in current if p["kind"] == new["kind"] and p["value"] > 0
+             and (codes.code(p["currency"]) == codes.code(new["currency"])
+                  or not (p["currency"] and new["currency"]))]
+    if not peers or new["value"] <= 0:
+        return None
+    low, high = min(peers), max(peers)
+    if low / BAND_FACTOR <= new["value"] <= high * BAND_FACTOR:
+        return None
+    return _("Not recorded yet: {item} {kind} {new} is more than {most}× outside the {kind} "
+             "figures recorded here for other GPUs ({low} to {high}). If {new} is right, send "
+             "the same command again with `confirm` at the end.", item=new["item"],
+             kind=new["kind"], new=_figure(new), most=BAND_FACTOR,
+             low=_figure({**new, "value": low}), high=_figure({**new, "value": high}))

@@ -83,7 +83,7 @@ def test_a_price_without_a_currency_is_read_in_the_channels_and_says_so(ctx):
     # the channel's currency is what the next price is compared in: $2.49 is another currency
     assert "Not recorded yet" in say(ctx, f"price H100 $2.49/h {TAIL}")
     # another channel has none: the price keeps none, and the reply says how to set one
-    out = commands.plan(ctx, f"price L4 0.80/h {TAIL}", "U1", "C2", TODAY)["text"]
+    out = commands.plan(ctx, f"price L4 0.80/h {TAIL} confirm", "U1", "C2", TODAY)["text"]
     assert "this channel has none set" in out and "currency=USD" in out
 
 
@@ -124,3 +124,12 @@ def test_a_correction_may_not_put_resale_above_buy(ctx):
     out = say(ctx, "price correct P2 resale=40000")
     assert "resale 40,000" in out and "buy 30,000" in out
     assert sorted(p["value"] for p in ctx.store.prices()) == [20000, 30000]
+
+
+def test_a_gpus_first_price_far_outside_the_others_waits_for_confirm(ctx):
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    say(ctx, f"price L4 $0.80/h {TAIL}")
+    out = say(ctx, f"price A100-80GB $150/h {TAIL}")  # per node, or a typo
+    assert "Not recorded yet" in out and "$150" in out and "$0.8 to $2.49" in out
+    assert "Recorded" in say(ctx, f"price A100-80GB $1.50/h {TAIL}")
+    assert "Recorded" in say(ctx, f"price H200 $30/h {TAIL} confirm")

@@ -152,6 +152,11 @@ def actuals_deleted(plan: dict, kind: str, gone: int, now: str) -> dict:
                  + f" {now}")
 
 
+def read_as(currency: str) -> str:
+    return _("No currency was written: read as {code}, this channel's currency "
+             "(`/plan settings currency=`).", code=currency)
+
+
 def price_recorded(price: dict, pid: int, today: dt.date, assumed: bool = False) -> dict:
     """`assumed`: no currency was written, so the channel's (or none) was used."""
     said = _("Recorded P{id}: {price}. Plans use it where every price they need is "
@@ -159,8 +164,7 @@ def price_recorded(price: dict, pid: int, today: dt.date, assumed: bool = False)
              "...` or `/plan price delete P{id}` changes it.", id=pid,
              price=prices.cited(price, today))
     if assumed and price["currency"]:
-        said += " " + _("No currency was written: read as {code}, this channel's currency "
-                        "(`/plan settings currency=`).", code=price["currency"])
+        said += " " + read_as(price["currency"])
     elif assumed:
         said += " " + _("No currency was written and this channel has none set, so none is "
                         "kept; `/plan settings currency=USD` (or KRW, EUR...) sets one.")

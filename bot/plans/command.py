@@ -363,8 +363,9 @@ def _price(ctx, cmd, asked: Asked):
     current = ctx.store.prices()
     doubt = prices.resale_above_buy(price, current) or (
         None if cmd.args.get("confirm") else prices.needs_confirm(price, current))
-    if doubt:
-        raise PlanError(doubt)
+    if doubt:  # an assumed currency is part of why: say it
+        raise PlanError(doubt + (" " + changes.read_as(price["currency"])
+                                 if assumed and price["currency"] else ""))
     pid = ctx.store.add_price(dict(price, user=asked.user))
     return changes.price_recorded(price, pid, asked.today, assumed)
 

@@ -82,6 +82,8 @@ def test_a_price_without_a_currency_is_read_in_the_channels_and_says_so(ctx):
     assert ctx.store.prices()[0]["currency"] == "KRW"
     # the channel's currency is what the next price is compared in: $2.49 is another currency
     assert "Not recorded yet" in say(ctx, f"price H100 $2.49/h {TAIL}")
+    out = say(ctx, f"price H100 25000/h {TAIL}")  # 7× the ₩3500: the refusal names the KRW
+    assert "Not recorded yet" in out and "read as KRW" in out
     # another channel has none: the price keeps none, and the reply says how to set one
     out = commands.plan(ctx, f"price L4 0.80/h {TAIL} confirm", "U1", "C2", TODAY)["text"]
     assert "this channel has none set" in out and "currency=USD" in out

@@ -7,6 +7,7 @@ import datetime as dt
 
 from bot import figures
 from bot.blocks import reply
+from bot.fits import gpus
 from bot.plans import prices
 from worker.i18n import N_, _, ngettext
 
@@ -91,7 +92,9 @@ def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
         else:
             done.append(_("set {key}={value}", key=key, value=fact_value(key, value)))
     items = ", ".join(left) if left else _("none — the checklist is complete")
+    note = gpus.unlisted_note(facts.get("gpu"))
     return reply(_("Plan *{plan}*: {changes}.", plan=plan["name"], changes="; ".join(done))
+                 + (f"\n{note}." if note else "")
                  + "\n" + _("Open checklist items: {items}.", items=items))
 
 
@@ -153,10 +156,11 @@ def actuals_deleted(plan: dict, kind: str, gone: int, now: str) -> dict:
 
 
 def price_recorded(price: dict, pid: int, today: dt.date) -> dict:
+    note = "" if price["kind"] == "electricity" else gpus.unlisted_note(price["item"])
     return reply(_("Recorded P{id}: {price}. Plans use it where every price they need is "
                    "confirmed; the figure confirmed latest applies. `/plan price correct P{id} "
                    "...` or `/plan price delete P{id}` changes it.", id=pid,
-                   price=prices.cited(price, today)))
+                   price=prices.cited(price, today)) + (f"\n{note}." if note else ""))
 
 
 def price_changed(old: dict, new: dict | None, applies: dict | None, today: dt.date) -> dict:

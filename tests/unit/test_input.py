@@ -235,7 +235,8 @@ UNLISTED = ("`RTX-A6000` is not in the datasheet table, so it is kept as written
 
 
 def test_a_gpu_the_table_lacks_is_kept_as_written_in_a_plan_a_price_and_a_trial(ctx):
-    plan(ctx, "new adkv")
+    said = plan(ctx, "new adkv gpu=RTX-A6000")
+    assert facts(ctx)["gpu"] == "RTX-A6000" and UNLISTED in said and "did you mean" not in said
     said = plan(ctx, "adkv set gpu=RTX-A6000")
     assert facts(ctx)["gpu"] == "RTX-A6000" and UNLISTED in said and "did you mean" not in said
     said = plan(ctx, "price RTX-A6000 0.79/h source=quote date=2026-11-30")

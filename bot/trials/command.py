@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from bot.blocks import reply
 from bot.context import Postable, unwritable_text
@@ -154,11 +155,17 @@ def _help(ctx, cmd, asked: Asked) -> Answer:
     return Answer(reply(help_text(workers.recipes_of(asked.registered))))
 
 
+class _Narrow(TypedDict, total=False):  # Store.jobs's filters
+    user: str
+    status: tuple[str, ...]
+
+
 def _list(ctx, cmd, asked: Asked) -> Answer:
-    narrow = {"mine": {"user": asked.user},
-              "running": {"status": WAITING},
-              "failed": {"status": (JobStatus.FAILED, JobStatus.CANCELLED)}}.get(cmd.which, {})
-    return Answer(views.job_list(ctx.store.jobs(limit=15, channel=asked.channel, **narrow),
+    narrow: dict[str, _Narrow] = {
+        "mine": {"user": asked.user}, "running": {"status": WAITING},
+        "failed": {"status": (JobStatus.FAILED, JobStatus.CANCELLED)}}
+    return Answer(views.job_list(ctx.store.jobs(limit=15, channel=asked.channel,
+                                                **narrow.get(cmd.which, {})),
                                  cmd.which))
 
 

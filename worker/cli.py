@@ -22,9 +22,12 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
+from typing import cast
 
 from worker import spec as specs
 from worker import summary
+from worker.report import Report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +84,8 @@ def trial_command(options: list[str], words: list[str]) -> int:
     from worker import attempts
     report = attempts.run(spec, recipes=recipes)
     report["worker"] = socket.gethostname()
-    print(json.dumps(report, indent=2) if as_json else summary.text(report))
+    # attempts.run is typed dict, but launcher builds it from report.new_report
+    print(json.dumps(report, indent=2) if as_json else summary.text(cast(Report, report)))
     return 0 if report["status"] == "ok" else 1
 
 
@@ -117,6 +121,7 @@ def serve_command(argv: list[str]) -> int:
     labels = _labels(args.label)
     if labels is None or not _options_ok(args, token):
         return 2
+    assert token  # _options_ok refused a missing token
     grace = _seconds(args.stop_grace)
     recipes = _recipes_ok(args)
     if recipes is None:
@@ -264,7 +269,7 @@ def _recipes_ok(args) -> dict | None:
 def _executor(args, user, info: dict):
     """What runs a trial: None (a child here), as --trial-user, or Slurm;
     for Slurm, `info` takes the partition's hardware."""
-    executor = None
+    executor: Callable[..., dict] | None = None  # called like attempts.run
     if user:
         from worker import attempts
         executor = functools.partial(attempts.run, user=user)

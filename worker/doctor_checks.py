@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from worker.i18n import N_, _
 
@@ -163,16 +164,15 @@ def bot_lines(server: str | None, token: str | None, name: str,
             *_token_lines(token, reply, name), _clock_line(reply, local, rtt)]
 
 
-def _best_ping(client, name: str) -> tuple:
+def _best_ping(client, name: str) -> tuple[float, float, Any]:
     """(round trip, this clock at the answer's middle, reply) of the fastest of three pings."""
-    best = None
+    pings = []
     for _try in range(3):
         t0, p0 = time.time(), time.perf_counter()
         reply = client.call("/api/ping", {"worker": name}, timeout=10)
         rtt = time.perf_counter() - p0
-        if best is None or rtt < best[0]:
-            best = (rtt, t0 + rtt / 2, reply)
-    return best
+        pings.append((rtt, t0 + rtt / 2, reply))
+    return min(pings, key=lambda ping: ping[0])  # the first of equals, as before
 
 
 def _token_lines(token: str | None, reply: dict, name: str) -> list[Line]:

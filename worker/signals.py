@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+from typing import overload
 
 STOPS = (signal.SIGINT, signal.SIGTERM)
 # After SIGTERM the running trial may still end and report for GRACE seconds;
@@ -28,6 +29,11 @@ class Signals:
         signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         for sig in signals:
             signal.signal(sig, _noted)
+
+    @overload
+    def next(self, timeout: None = None) -> str: ...  # without a timeout it waits for one
+    @overload
+    def next(self, timeout: float) -> str | None: ...
 
     def next(self, timeout: float | None = None) -> str | None:
         """The next stop signal's name (SIGTERM, SIGINT); None after `timeout`

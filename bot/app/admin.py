@@ -40,6 +40,7 @@ def worker_token(db: str, action: str, name: str | None) -> int:
     if store is None:
         return 2
     if action == "create":
+        assert name  # checked above for every action but list
         token = tokens.new_token()
         if not store.add_worker_token(name, tokens.digest(token)):
             return _fail(f"worker {name!r} already has an active token; revoke it first "
@@ -51,6 +52,7 @@ def worker_token(db: str, action: str, name: str | None) -> int:
               f"`trialbot worker-token revoke {name}` stops it at its next request.")
         return 0
     if action == "revoke":
+        assert name  # checked above for every action but list
         if not store.revoke_worker_token(name):
             known = {t["name"] for t in store.worker_tokens()}
             return _fail(f"worker {name!r} has no active token"

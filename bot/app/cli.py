@@ -178,7 +178,7 @@ def run_serve(local_worker: bool, user=None, recipes=None) -> int:
     signals = Signals()  # SIGTERM (docker stop, systemd) and Ctrl-C: one path, _stop
     app = build_app(rt.ctx, client, settings.signing_secret)
     log = logging.getLogger("trialbot")
-    if settings.socket_mode:
+    if settings.app_token:  # settings.socket_mode, the token narrowed to a str
         from slack_sdk.errors import SlackApiError
 
         from bot.slack.socketmode import Handler

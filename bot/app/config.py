@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +27,7 @@ class Settings:
     port: int
     api_url: str | None
     lease_seconds: float
-    policy: object = None  # access.Policy: who may run, who is an admin
+    policy: Policy | None = None  # who may run, who is an admin
     lang: str = "en"  # TRIALBOT_LANG: messages where no channel chose (`/plan settings`)
     metrics_token: str | None = None  # TRIALBOT_METRICS_TOKEN: /metrics without the worker token
     outbox_alert_minutes: float = 5  # TRIALBOT_OUTBOX_ALERT_MINUTES
@@ -116,7 +117,7 @@ def load_access(env) -> Policy:
             raw[key], where[key] = value, name
             if key != "run_everyone":
                 raw[key] = [v.strip() for v in value.split(",") if v.strip()]
-    out = {}
+    out: dict[str, Any] = {}  # Policy's fields: run_everyone a bool, the rest frozensets
     for key, value in raw.items():
         if key == "run_everyone":
             out[key] = _flag(value, where[key])

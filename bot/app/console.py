@@ -21,6 +21,7 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from bot import access, commands
 from bot.app.runtime import Runtime
@@ -158,6 +159,7 @@ def wait_for_report(rt: Runtime, job: dict, poll: float = 0.1) -> dict:
     deadline = time.monotonic() + job["spec"]["params"].get("timeout", 1800) + 120
     while time.monotonic() < deadline:
         current = rt.store.job(job["id"])
+        assert current is not None  # the store never deletes a job
         if current["status"] in ENDED and not rt.store.unsent_for(job["id"]):
             return current
         time.sleep(poll)
@@ -175,7 +177,8 @@ class ConsoleTransport:
         self.lock = threading.Lock()
         self.tty = _isatty(out)
         self.prompting = False  # "> " is on the terminal's last line, awaiting input
-        self.language = lambda channel: None  # a channel's language (run() gives the store's)
+        # a channel's language (run() gives the store's)
+        self.language: Callable[[str | None], str | None] = lambda channel: None
 
     def prompt(self) -> None:
         with self.lock:

@@ -181,17 +181,62 @@ def named(text: str) -> Gpu:
         raise GpuNameError("ambiguous", _("`{text}` is ambiguous: it comes with different "
                                           "memory sizes — say which: {sizes}",
                                           text=text, sizes=sizes))
-    import difflib  # only when a name is wrong
-    close = difflib.get_close_matches(key, list(_INDEX), n=1, cutoff=0.6)
+    close = _close(key)
     known = ", ".join(TABLE)
     if close:
         raise GpuNameError("typo", _(
             "`{text}` is not a GPU I know; did you mean {close}? known: {known}; or give a "
             "size such as `80GiB` or `81559MiB` (what nvidia-smi shows as memory.total)",
-            text=text, close=_INDEX[close[0]], known=known))
+            text=text, close=close, known=known))
     raise GpuNameError("unknown", _(
         "`{text}` is not a GPU I know; known: {known}; or give a size such as `80GiB` or "
         "`81559MiB` (what nvidia-smi shows as memory.total)", text=text, known=known))
+
+
+def _slip(a: str, b: str) -> bool:
+    # A letter typed for a digit or a digit for a letter (H10O): a model number with a
+    # letter in it names no part. A digit for a digit or a letter for a letter (H800,
+    # MI300A, A40) is another part, so it is no slip.
+    return a.isdigit() != b.isdigit()
+
+
+def _near(key: str, alias: str) -> bool:
+    """Whether `key` is `alias` typed with slips: one character typed twice (H1000);
+    or, at the same length, two neighbouring characters swapped (H010) or one or
+    two letter-for-digit swaps (one for names under 5 characters)."""
+    if len(key) == len(alias) + 1:  # a dropped one is not a slip: H20 is a real part
+        return any(key[i] == key[i + 1] and key[:i] + key[i + 1:] == alias
+                   for i in range(len(key) - 1))
+    if len(key) != len(alias) or key == alias:
+        return False
+    diff = [i for i, (a, b) in enumerate(zip(key, alias)) if a != b]
+    if len(diff) == 2 and diff[1] == diff[0] + 1 and key[diff[0]] == alias[diff[1]] \
+            and key[diff[1]] == alias[diff[0]]:
+        return True
+    most = 1 if len(key) < 5 else 2
+    return len(diff) <= most and all(_slip(key[i], alias[i]) for i in diff)
+
+
+def _close(key: str) -> str | None:
+    """The table name `key` is a misspelling of, by the rule `_near` states; None
+    for a name that could be a real part the table lacks (RTX-A6000, H800, L40)."""
+    return next((_INDEX[alias] for alias in _INDEX if _near(key, alias)), None)
+
+
+def listed(name: str) -> bool:
+    """Whether `name` is a GPU of the table (by any alias, or a family of it: A100)."""
+    return _norm(name) in _INDEX or _norm(name) in _AMBIGUOUS or name in TABLE
+
+
+def unlisted_note(name: str | None) -> str:
+    """What a GPU name the table lacks means, said once where it is kept; "" for a
+    table name, `cpu` or none."""
+    if not name or name.lower() in ("cpu", "none", "any") or listed(name):
+        return ""
+    return _("`{name}` is not in the datasheet table, so it is kept as written: trials go "
+             "to workers whose reported GPU name has its words, and its memory is unknown, "
+             "so no \"fits on\" or largest batch is worked out for it (`/trial fit` takes a "
+             "size instead, e.g. `gpu=48GiB`)", name=name)
 
 
 def canonical(name: str) -> str:

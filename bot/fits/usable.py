@@ -23,6 +23,7 @@ A fit with as many configs as terms is usable but unchecked (no residual).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from bot.fits import ols
 from worker.api import FIXED_BOUND, duration, size
@@ -84,8 +85,9 @@ def verdict(model: dict, points: list[dict], at: tuple | None = None,
             axis: str | None = None) -> dict:
     """The fit's verdict, or its prediction's at `at` = (b, s, value). `axis`
     names the b axis's parameter (batch, layers) for what to run instead."""
-    out = {"usable": True, "checked": True, "problem": None, "cause": None, "why": None,
-           "instead": None, "marked": [], "marked_trials": [], "unmeasured": []}
+    out: dict[str, Any] = {
+        "usable": True, "checked": True, "problem": None, "cause": None, "why": None,
+        "instead": None, "marked": [], "marked_trials": [], "unmeasured": []}
     if model.get("error"):
         return {**out, "usable": False, "checked": False, "cause": "too few points",
                 "problem": model["error"], "why": _("too few points for the model"),

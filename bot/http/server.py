@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from worker.api import shape
@@ -51,6 +52,7 @@ class Server(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        assert isinstance(host, str)  # bound by getsockname, which gives a str host
         return f"http://{host}:{port}"
 
 
@@ -149,9 +151,10 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": "Slack HTTP mode is off (Socket Mode or console)"})
             return
         from slack_bolt.request import BoltRequest
-        headers: dict[str, list[str]] = {}
+        grouped: dict[str, list[str]] = {}
         for key, value in self.headers.items():  # one pass (get_all per key reads them all)
-            headers.setdefault(key.lower(), []).append(value)
+            grouped.setdefault(key.lower(), []).append(value)
+        headers: dict[str, str | Sequence[str]] = dict(grouped)  # the type BoltRequest takes
         request = BoltRequest(body=raw.decode("utf-8", "replace"), query=query, headers=headers)
         with self.server.slack_budget(), self.server.dispatching:
             resp = app.dispatch(request)

@@ -93,7 +93,8 @@ def scaled(compared: float, multipliers: tuple[float, float],
     """`compared` × the calibrated multipliers, a declared hand-off inside it
     (GPU-hours) added once, unscaled: it is a figure given, not measured."""
     base = compared - declared
-    return tuple(base * m + declared for m in multipliers)
+    low, high = multipliers
+    return base * low + declared, base * high + declared
 
 
 def min_pairs(level: float = LEVEL) -> int:
@@ -162,7 +163,8 @@ def calibrate(pairs: list[dict], level: float = LEVEL, scope: str | None = None)
     return out
 
 
-def scoped(pairs: list[dict], scope: str, exclude: tuple[str, str] | None = None) -> list[dict]:
+def scoped(pairs: list[dict], scope: str | None,
+           exclude: tuple[str, str] | None = None) -> list[dict]:
     """The pairs of one scope only (another GPU kind or workload is never mixed
     in), less `exclude` (plan, block): a block is not calibrated on itself."""
     return [p for p in pairs if p.get("scope") == scope

@@ -7,6 +7,7 @@ import datetime as dt
 
 from bot import figures
 from bot.blocks import reply
+from bot.fits import gpus
 from bot.plans import prices
 from worker.i18n import N_, _, ngettext
 
@@ -91,7 +92,9 @@ def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
         else:
             done.append(_("set {key}={value}", key=key, value=fact_value(key, value)))
     items = ", ".join(left) if left else _("none — the checklist is complete")
+    note = gpus.unlisted_note(facts.get("gpu"))
     return reply(_("Plan *{plan}*: {changes}.", plan=plan["name"], changes="; ".join(done))
+                 + (f"\n{note}." if note else "")
                  + "\n" + _("Open checklist items: {items}.", items=items))
 
 
@@ -159,6 +162,7 @@ def read_as(currency: str) -> str:
 
 def price_recorded(price: dict, pid: int, today: dt.date, assumed: bool = False) -> dict:
     """`assumed`: no currency was written, so the channel's (or none) was used."""
+    note = "" if price["kind"] == "electricity" else gpus.unlisted_note(price["item"])
     said = _("Recorded P{id}: {price}. Plans use it where every price they need is "
              "confirmed; the figure confirmed latest applies. `/plan price correct P{id} "
              "...` or `/plan price delete P{id}` changes it.", id=pid,
@@ -168,7 +172,7 @@ def price_recorded(price: dict, pid: int, today: dt.date, assumed: bool = False)
     elif assumed:
         said += " " + _("No currency was written and this channel has none set, so none is "
                         "kept; `/plan settings currency=USD` (or KRW, EUR...) sets one.")
-    return reply(said)
+    return reply(said + (f"\n{note}." if note else ""))
 
 
 def price_changed(old: dict, new: dict | None, applies: dict | None, today: dt.date) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 from bot import figures
 from bot.plans import (
@@ -197,8 +198,9 @@ def _lock(ctx, cmd, asked: Asked):
     if not ests:
         raise PlanError(_("Plan {plan} has no blocks to lock; add one with "
                           "`/plan {plan} block baseline runs=N trial=T12`", plan=cmd.plan))
-    locked = {b["kind"]: {"config": e["config"], "code": e["code"], "trials": e["trials"]}
-              for b, e, _trials in ests}
+    locked: dict[str, Any] = {
+        b["kind"]: {"config": e["config"], "code": e["code"], "trials": e["trials"]}
+        for b, e, _trials in ests}
     locked["at"] = asked.today.isoformat()
     ctx.store.set_plan_lock(cmd.plan, locked, asked.user)
     return views.locked(ctx.store.plan(cmd.plan))

@@ -327,6 +327,7 @@ def interval_note(pr: dict | None, trials: int, prep: bool = False) -> str:
         inside = pr["parts"] or [_("the run-to-run spread")]
         missing = list(pr["missing"])
     if prep:
+        assert pr is not None  # prep is asked only of the trials' own measurements
         inside = [*inside, pr["prep_part"]]
         missing.append(_("the spread of data and retries"))
     else:

@@ -9,6 +9,7 @@ import csv
 import datetime as dt
 import io
 import json
+from collections.abc import Sequence
 
 from bot import figures
 from bot.plans import changes, estimate, parse, prices
@@ -62,7 +63,7 @@ def _recorded(a: dict) -> dict:
 
 def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
          today: dt.date, calib: list[dict] | None = None,
-         held: list[str] | None = None, history: list[dict] | None = None,
+         held: Sequence[str | None] | None = None, history: list[dict] | None = None,
          recorded: list[dict] | None = None) -> dict:
     """Everything the export says, as one dict. `reviewed` is the review's row
     per block (bot/plans/service.review_rows); `held`, per block, whether its
@@ -71,12 +72,14 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
     the plan's recorded actuals (Store.actuals), each listed under its block."""
     rent, cost_line = cost_view(plan, price_list, today)
     cost = costs(plan, ests, price_list, today)
-    calib = calib or [None] * len(ests)
-    held = held or [None] * len(ests)
+    # A None per block where a list is not given
+    none: list[None] = [None] * len(ests)
+    calibs: Sequence[dict | None] = calib or none
+    helds: Sequence[str | None] = held or none
+    rows: Sequence[dict | None] = reviewed or none
     warnings = grouped_warnings(plan, ests)
     blocks = []
-    for (_block, e, _trials), c, k, row, h in zip(ests, cost, calib,
-                                                  reviewed or [None] * len(ests), held):
+    for (_block, e, _trials), c, k, row, h in zip(ests, cost, calibs, rows, helds):
         blocks.append({
             "kind": e["kind"], "runs": e["runs"], "configs": e["configs"], "gpus": e["gpus"],
             "trials": e["trials"], "env": e["env"], "config": e["config"], "code": e["code"],
@@ -109,7 +112,8 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
         "blocks": blocks,
         "total": {"gpu_hours": _figure(tot["hours"]) if ests else None,
                   "interval": _pair(tot["interval"]), "cost": cost[-1] if ests else None,
-                  "calibrated": _pair(calibrated_total(ests, calib) if all(calib) else None),
+                  "calibrated": _pair(calibrated_total(ests, calib)
+                                      if calib and all(calib) else None),
                   "actual": _figure(sum(r["actual"] for r in done)) if done else None,
                   "actual_blocks": [r["kind"] for r in done]},
         "warnings": warnings,
@@ -255,7 +259,7 @@ def markdown(d: dict, rows: list[list]) -> str:
 
 def files(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
           today: dt.date, calib: list[dict] | None = None,
-          held: list[str] | None = None, history: list[dict] | None = None,
+          held: Sequence[str | None] | None = None, history: list[dict] | None = None,
           recorded: list[dict] | None = None) -> list[tuple[str, str]]:
     """(extension, content) of each file the export uploads."""
     d = data(plan, ests, reviewed, price_list, today, calib, held, history, recorded)

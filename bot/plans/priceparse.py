@@ -18,12 +18,13 @@ def parse_price_change(verb: str, words: list[str]) -> PlanCommand:
     the figure is checked against P7's item in the command (parse_price_correction)."""
     usage = _("`/plan price correct P7 2.39/h source=... date=YYYY-MM-DD` (any of the figure, "
               "source= and date=) or `/plan price delete P7`; `/plan prices all` lists the ids")
-    if not words or not PRICE_ID.fullmatch(words[0]):
+    match = PRICE_ID.fullmatch(words[0]) if words else None
+    if match is None:
         raise PlanError(_("`{word}` is not a price id: prices are named P7 and so on. Usage: "
                           "{usage}", word=words[0], usage=usage) if words else
                         _("Name the price: prices are named P7 and so on. Usage: {usage}",
                           usage=usage))
-    pid = int(PRICE_ID.fullmatch(words[0]).group(1))
+    pid = int(match.group(1))
     if verb == "delete":
         no_more(words[1:], f"/plan price delete P{pid}")
         return PlanCommand("price-delete", args={"id": pid})

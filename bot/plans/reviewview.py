@@ -4,6 +4,7 @@ like views.py."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from decimal import Decimal
 
 from bot import figures
@@ -23,8 +24,8 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
         "idle_compared"] else 0.0
     if cal and cal["calibrated"]:
         lo, hi = calibration.scaled(row["estimate"], (cal["low"], cal["high"]), declared)
-    elif calibration.own_interval(est, row["estimate"]):
-        lo, hi = calibration.own_interval(est, row["estimate"])
+    elif own := calibration.own_interval(est, row["estimate"]):
+        lo, hi = own
     else:
         return _("no interval to judge it by")
     inside, shown = lo <= row["actual"] <= hi, figures.interval(lo, hi)
@@ -96,6 +97,7 @@ def review(plan: dict, rows: list[dict], ests: list | None = None,
         lines += [f"    {cost}"] if cost else []
         costed = costed or bool(cost)
     if rent and costed:
+        assert today is not None  # a rent comes only from price_list, given with today
         lines.append(_("Costs at {price}.", price=prices.cited(rent, today)))
     return reply("\n".join(lines))
 
@@ -117,7 +119,7 @@ def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str])
 
 
 def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool,
-                       across: list[str] = ()) -> dict:
+                       across: Sequence[str] = ()) -> dict:
     """`/plan calibration`: per scope (scope, its record, its calibration now);
     `across`: the blocks ("PLAN KIND") whose actual is on another device than
     their estimate, kept out."""

@@ -205,6 +205,7 @@ def estimates(ctx, plan: dict, blocks: list[dict] | None = None
     single = facts.get("rental") == "single"
     blocks = ctx.store.blocks(plan["name"]) if blocks is None else blocks
     for i, block in enumerate(blocks):
+        predicted: dict | None  # a sweep's always; a partial-depth trial's, if any
         if block["sweep"]:
             trials, predicted = _sweep_prediction(ctx, block)
         else:

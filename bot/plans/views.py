@@ -89,7 +89,8 @@ def created(plan: dict) -> dict:
     next_ = (_("Next: `/plan {plan} set {missing}`, then `/plan {plan} block baseline runs=N "
                "trial=T12`.", plan=name, missing=missing) if missing else
              _("Next: `/plan {plan} block baseline runs=N trial=T12`.", plan=name))
-    return reply(f"{head}\n{next_}")
+    note = gpus.unlisted_note(facts.get("gpu"))
+    return reply(f"{head}\n" + (f"{note}.\n" if note else "") + next_)
 
 
 def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:

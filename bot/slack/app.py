@@ -73,7 +73,7 @@ class WithContext(Middleware):
         return next()
 
 
-def _authorize(token: str, enterprise_id, team_id, user_id) -> AuthorizeResult:
+def _authorize(token: str | None, enterprise_id, team_id, user_id) -> AuthorizeResult:
     """Every request is for the one workspace whose bot token we hold."""
     return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id, user_id=user_id,
                            bot_token=token)

@@ -41,7 +41,7 @@ class Members:
         age = None if copy is None else self.clock() - copy.at
         if age is None or age >= self.ttl:
             self.fetch(group)
-        if age is not None and age < self.max_age:
+        if copy is not None and age is not None and age < self.max_age:  # an age has a copy
             return copy.users
         raise GroupLookupError(error or _("not fetched from Slack yet"))
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from bot.blocks import reply
 from bot.context import Postable, unwritable_text
+from bot.fits import gpus
 from bot.states import WAITING, JobStatus
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, fitask, ladder, parse, routing, tags, views, workerlist, workers
@@ -92,7 +94,7 @@ def _answer(ctx, text: str, user: str, channel: str,
         # label=` say where it may run; none of them are workload parameters.
         words, tagged = tags.take(ctx, parse.split(text), user, channel)
         # (`/trial fit S12 gpu=H100` asks about a GPU: there gpu= is the question)
-        words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words, registered)
+        words, route = (words, {}) if words[:1] == ["fit"] else routing.take(words)
         entry, cmd = route_words(words, workers.recipes_of(registered))
     except specs.SpecError as exc:
         return Answer(views.error(exc))
@@ -108,19 +110,19 @@ def _answer(ctx, text: str, user: str, channel: str,
         refused = ctx.allows("run", user, channel)
         if refused:
             return Answer(reply(_(":lock: {refused} Nothing was queued.", refused=refused)))
-    route = _plan_target(ctx, tagged, route, registered)
+    route = _plan_target(ctx, tagged, route)
     return entry.handle(ctx, cmd, Asked(text, user, channel, request, response_url,
                                         registered, tagged, route))
 
 
-def _plan_target(ctx, tagged: dict | None, route: dict, registered: list[dict]) -> dict:
+def _plan_target(ctx, tagged: dict | None, route: dict) -> dict:
     """A tagged trial runs on its plan's target GPU unless `gpu=` says otherwise;
     a target that names no GPU (`gpu=cpu`, a typo) routes nowhere."""
     if not tagged or "gpu" in route or route.get("anywhere"):
         return route
     target = (ctx.store.plan(tagged["plan"]) or {}).get("facts", {}).get("gpu")
     try:
-        gpu = routing.gpu_name(target, registered) if target else None
+        gpu = routing.gpu_name(target) if target else None
     except routing.RouteError:
         gpu = None
     return {**route, "gpu": gpu} if gpu else route
@@ -153,11 +155,17 @@ def _help(ctx, cmd, asked: Asked) -> Answer:
     return Answer(reply(help_text(workers.recipes_of(asked.registered))))
 
 
+class _Narrow(TypedDict, total=False):  # Store.jobs's filters
+    user: str
+    status: tuple[str, ...]
+
+
 def _list(ctx, cmd, asked: Asked) -> Answer:
-    narrow = {"mine": {"user": asked.user},
-              "running": {"status": WAITING},
-              "failed": {"status": (JobStatus.FAILED, JobStatus.CANCELLED)}}.get(cmd.which, {})
-    return Answer(views.job_list(ctx.store.jobs(limit=15, channel=asked.channel, **narrow),
+    narrow: dict[str, _Narrow] = {
+        "mine": {"user": asked.user}, "running": {"status": WAITING},
+        "failed": {"status": (JobStatus.FAILED, JobStatus.CANCELLED)}}
+    return Answer(views.job_list(ctx.store.jobs(limit=15, channel=asked.channel,
+                                                **narrow.get(cmd.which, {})),
                                  cmd.which))
 
 
@@ -249,6 +257,11 @@ def _unrunnable(every: tuple, asked: Asked) -> str | None:
 
 def _no_match(route: dict, registered: list[dict], plan_target: bool) -> str:
     """No registered worker matches the route (`plan_target`: the plan's GPU, not a gpu=)."""
+    note = gpus.unlisted_note(route.get("gpu"))
+    return _no_match_text(route, registered, plan_target) + (f"\n{note}." if note else "")
+
+
+def _no_match_text(route: dict, registered: list[dict], plan_target: bool) -> str:
     have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
     if plan_target:
         return _(":x: No worker matches `{route}` (the plan's target GPU; give "

@@ -100,7 +100,7 @@ def peak(report: dict) -> tuple[int | None, str, int]:
 def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
     base = reports[0] if reports and reports[0] and reports[0]["status"] == Outcome.OK else None
     base_loss = base["training"]["loss_final"] if base else None
-    out, prev, prev_name = [], None, None
+    out, prev, prev_name = [], None, ""  # prev_name is read only with a prev
     for name, r in zip(names, reports):
         if not r or r["status"] != Outcome.OK:
             err = (r or {}).get("error") or {}

@@ -18,7 +18,7 @@ class RouteError(ValueError):
         self.message = message
 
 
-def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
+def take(words: list[str]) -> tuple[list[str], dict]:
     """Take the routing words out of `words` (they are not workload parameters):
     the rest, and the route {gpu, min_mem, labels} (empty when none). An unknown
     GPU name, a min_mem that is not a size or a malformed label raises."""
@@ -40,7 +40,7 @@ def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
             raise RouteError(_("`{word}`: gpu= names a GPU kind (e.g. gpu=H100); `gpu=any` "
                                "runs on any worker, CPU-only ones too", word=w))
         elif key == "gpu":
-            route["gpu"] = gpu_name(value, workers)
+            route["gpu"] = gpu_name(value)
         elif key == "min_mem":
             size = gpus.parse_size(value)
             if not size:
@@ -56,17 +56,18 @@ def take(words: list[str], workers: list[dict]) -> tuple[list[str], dict]:
     return rest, route
 
 
-def gpu_name(name: str, workers: list[dict]) -> str:
+def gpu_name(name: str) -> str:
     """A GPU of the one table (bot/fits/gpus.py) by its table name; a family that
     means several sizes (`A100`) as the family, since routing needs only the kind;
-    else a name a worker registered (a part the table lacks)."""
+    else, unless it is a typo of a table name, the name as written (a part the table
+    lacks), matched against the names workers report."""
     try:
         return gpus.named(name).name
     except gpus.GpuNameError as exc:
         family = gpus.family_of(name)
         if exc.why == "ambiguous" and family is not None:  # an ambiguous name is a family
             return family
-        if any(gpus.matches_gpu(_env(g), name) for w in workers for g in _gpus(w)):
+        if exc.why == "unknown":  # a part the table lacks: kept, matched by whole words
             return name
         raise RouteError(f"`gpu={name}`: {exc}") from None
 
@@ -111,10 +112,6 @@ def worker_line(w: dict) -> str:
         return _("{name}: {device}, {hardware}, labels {labels}", name=w["name"],
                  device=device, hardware=hw, labels=labels)
     return f"{w['name']}: {device}, {hw}"
-
-
-def _gpus(w: dict) -> list[str]:
-    return w["info"].get("gpus") or []
 
 
 def _env(gpu: str) -> dict:

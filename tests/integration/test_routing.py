@@ -34,30 +34,32 @@ def workers(ctx):
 
 
 @pytest.mark.parametrize("words, says", [
-    (["gpu=Z999"], "`gpu=Z999`: `Z999` is not a GPU I know"),
+    (["gpu=H10O"], "`gpu=H10O`: `H10O` is not a GPU I know; did you mean H100-80GB?"),
     (["min_mem=lots"], "min_mem is a size"),
     (["label=team"], "a label is written `label=KEY=VALUE`"),
     (["gpu=H100", "gpu=A100-80GB"], "gpu= is given twice"),
 ])
 def test_bad_routing_words_are_refused(ctx, words, says):
     with pytest.raises(routing.RouteError, match=says):
-        routing.take(["llm-infer", *words], workers(ctx))
+        routing.take(["llm-infer", *words])
     reply, job = commands.trial(ctx, " ".join([QUICK, *words]), "U1", "C1")
     assert job is None and "Nothing was queued" in reply["text"]
     assert ctx.store.jobs() == []
 
 
 def test_a_route_matches_names_memory_and_labels():
-    _, route = routing.take(["gpu=H100", "min_mem=80GB", "label=team=vision"], [])
+    _, route = routing.take(["gpu=H100", "min_mem=80GB", "label=team=vision"])
     assert route == {"gpu": "H100-80GB", "min_mem": 80 * 10**9, "labels": {"team": "vision"}}
     assert routing.matches(H100, route) and not routing.matches(A100, route)
     assert routing.matches(A100, {"min_mem": 40 * 10**9})
     assert not routing.matches(A100, {"min_mem": 41 * 2**30})
     assert routing.matches(CPU, {"labels": {"tier": "cheap"}})
     assert not routing.matches(CPU, {"gpu": "A100"})
-    # a GPU a worker registered counts as known even when the table lacks it
-    odd = [{"name": "w", "info": {"gpus": ["NVIDIA RTX A6000"]}}]
-    assert routing.take(["gpu=A6000"], odd)[1] == {"gpu": "A6000"}
+    # a GPU the table lacks is kept as written and matched by the words workers report
+    route = routing.take(["gpu=A6000"])[1]
+    assert route == {"gpu": "A6000"}
+    assert routing.matches({"gpus": ["NVIDIA RTX A6000"]}, route)
+    assert not routing.matches(H100, route)
 
 
 def test_a_trial_no_worker_can_satisfy_is_answered_at_once(ctx):

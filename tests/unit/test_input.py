@@ -218,7 +218,7 @@ def test_an_ambiguous_gpu_answers_the_same_in_plan_and_fit(ctx):
         assert "`A100` is ambiguous" in out and "A100-40GB (40 GB), A100-80GB (80 GB)" in out
     assert "gpu" not in facts(ctx)
     # routing needs only the kind: any A100 worker
-    assert routing.take(["gpu=A100"], [])[1] == {"gpu": "A100"}
+    assert routing.take(["gpu=A100"])[1] == {"gpu": "A100"}
 
 
 def test_a_typo_gets_the_same_did_you_mean_everywhere(ctx):
@@ -228,6 +228,46 @@ def test_a_typo_gets_the_same_did_you_mean_everywhere(ctx):
     for out in outs:
         assert "`H10O` is not a GPU I know; did you mean H100-80GB?" in out, out
     assert ctx.store.prices() == [] and ctx.store.jobs() == []
+
+
+UNLISTED = ("`RTX-A6000` is not in the datasheet table, so it is kept as written: trials go "
+            "to workers whose reported GPU name has its words, and its memory is unknown, so "
+            "no \"fits on\" or largest batch is worked out for it")
+
+
+def test_a_gpu_the_table_lacks_is_kept_as_written_in_a_plan_a_price_and_a_trial(ctx):
+    said = plan(ctx, "new adkv gpu=RTX-A6000")
+    assert facts(ctx)["gpu"] == "RTX-A6000" and UNLISTED in said and "did you mean" not in said
+    said = plan(ctx, "adkv set gpu=RTX-A6000")
+    assert facts(ctx)["gpu"] == "RTX-A6000" and UNLISTED in said and "did you mean" not in said
+    said = plan(ctx, "price RTX-A6000 0.79/h source=quote date=2026-11-30")
+    assert "Recorded P1" in said and UNLISTED in said
+    from bot.plans import prices
+    assert prices.find(ctx.store.prices(), facts(ctx)["gpu"], "rent")["value"] == 0.79
+    ctx.store.upsert_worker("h100-box", {"gpus": ["NVIDIA H100 80GB HBM3"], "device": "cuda"})
+    out = trial(ctx, "llm-infer gpu=RTX-A6000")[0]["text"]  # no worker has one
+    assert "No worker matches `gpu=RTX-A6000`" in out and UNLISTED in out, out
+    assert "did you mean" not in out and ctx.store.jobs() == []
+    ctx.store.upsert_worker("a6000-box", {"gpus": ["NVIDIA RTX A6000"], "device": "cuda"})
+    assert trial(ctx, "llm-infer gpu=RTX-A6000")[1]["status"] == "queued"
+    said = plan(ctx, "adkv set gpu=H100")  # a table name says nothing of the table
+    assert "datasheet table" not in said
+
+
+@pytest.mark.parametrize("name", ["RTX-A6000", "A6000", "H800", "H20", "L40", "A40", "A30",
+                                  "B100", "MI300A", "RTX-3090", "A1000"])
+def test_a_real_part_the_table_lacks_is_not_taken_for_a_typo(name):
+    with pytest.raises(gpus.GpuNameError) as exc:
+        gpus.named(name)
+    assert exc.value.why == "unknown" and "did you mean" not in str(exc.value)
+
+
+@pytest.mark.parametrize("typo, name", [("H10O", "H100-80GB"), ("HI00", "H100-80GB"),
+                                        ("H010", "H100-80GB"), ("h1000", "H100-80GB"),
+                                        ("L40SS", "L40S"), ("RTX-4O9O", "RTX-4090")])
+def test_a_slip_of_a_table_name_gets_did_you_mean(typo, name):
+    with pytest.raises(gpus.GpuNameError, match=f"did you mean {name}\\?"):
+        gpus.named(typo)
 
 
 def test_reported_names_resolve_through_the_table_whole_words_kept():
@@ -243,7 +283,7 @@ def test_reported_names_resolve_through_the_table_whole_words_kept():
     assert gpus.matches_gpu(env("NVIDIA A100-PCIE", 85 * 10**9), "A100-80GB")
     assert gpus.matches_gpu(env("NVIDIA RTX A6000"), "RTX A6000")  # not in the table: words
     h100 = {"gpus": ["NVIDIA H100 PCIe"]}
-    assert routing.matches(h100, routing.take(["gpu=h100-sxm"], [])[1])
+    assert routing.matches(h100, routing.take(["gpu=h100-sxm"])[1])
 
 
 # --- bf16 and "fits on" ----------------------------------------------------------

@@ -54,6 +54,7 @@ class Run:
             shim += ["--cpus", ",".join(map(str, cpus))]
         if user is not None:  # a TrialUser: the shim becomes it before the exec
             shim += user.shim_args()
+        self.proc: subprocess.Popen[bytes] | None  # None: it could not start
         try:
             self.proc = subprocess.Popen(
                 shim + list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -88,7 +89,10 @@ class Run:
         # worker. A longer line arrives in pieces, joined again (a secret split
         # between pieces must stay whole to be masked) and cut to its last part.
         partial = ""
-        while raw := self.proc.stdout.readline(LINE_LIMIT):
+        # Read only once the child started, with stdout=PIPE
+        assert self.proc is not None and self.proc.stdout is not None
+        stdout = self.proc.stdout
+        while raw := stdout.readline(LINE_LIMIT):
             piece = raw.decode(errors="replace")
             if not piece.endswith("\n"):
                 partial = (partial + piece)[-LINE_LIMIT:]

@@ -71,7 +71,7 @@ class ContentionTracker:
         """busy, steal, total over all CPUs, then (pinned) over the trial's cores."""
         with open(self.stat_path, "rb") as f:
             lines = f.read().splitlines()
-        out = _counts(lines[0].split()[1:9])
+        out: tuple[int, ...] = _counts(lines[0].split()[1:9])
         if self.cores:
             mine = {f"cpu{c}".encode() for c in self.cores}
             parts = [_counts(ln.split()[1:9]) for ln in lines[1:] if ln.split()[:1]

@@ -60,7 +60,9 @@ def gpu_name(name: str) -> str:
     """A GPU of the one table (bot/fits/gpus.py) by its table name; a family that
     means several sizes (`A100`) as the family, since routing needs only the kind;
     else, unless it is a typo of a table name, the name as written (a part the table
-    lacks), matched against the names workers report."""
+    lacks), matched against the names workers report. `cpu` and `none` name no GPU."""
+    if name.lower() in ("", "cpu", "none"):  # a plan's target `gpu=cpu` routes nowhere
+        raise RouteError(_("`gpu={name}` names no GPU kind", name=name))
     try:
         return gpus.named(name).name
     except gpus.GpuNameError as exc:

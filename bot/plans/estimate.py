@@ -134,17 +134,18 @@ def unmeasured(report: dict) -> list[str]:
 
 def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dict]],
                    facts: dict, pays_prep: bool, usage: dict | None = None,
-                   predicted: dict | None = None) -> dict:
+                   predicted: dict | None = None, earlier: list[dict] | None = None) -> dict:
     """One block's estimate. `trials` are the jobs it rests on (for a sweep block,
     the sweep's successful trials); `predicted` is a sweep fit's prediction for
-    the block's config: {"seconds", "se", "dof", "source"}."""
+    the block's config: {"seconds", "se", "dof", "source"}; `earlier` the reports
+    of the worker's earlier trials (bot/plans/perrun.history)."""
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
     runs = block["runs"] * block["configs"]
     times = (_("{runs} runs × {configs} configs", runs=block["runs"], configs=block["configs"])
              if block["configs"] > 1 else _("{runs} runs", runs=block["runs"]))
     run = (_runs_predicted(block, runs, times, predicted) if predicted
-           else _runs_measured(trials, runs, times, pays_prep))
+           else _runs_measured(trials, runs, times, pays_prep, earlier))
     run_s = runs * run["x"]
     retry_s, retry_source = _retries(trials, attempts, run_s)
     if pays_prep:
@@ -182,9 +183,11 @@ def _runs_predicted(block: dict, runs: int, times: str, predicted: dict) -> dict
             "prep_var": 0.0, "pr": None}
 
 
-def _runs_measured(trials: list[dict], runs: int, times: str, pays_prep: bool) -> dict:
-    """The runs' time per run and interval from the trials' own measurements."""
-    pr = per_run(trials)
+def _runs_measured(trials: list[dict], runs: int, times: str, pays_prep: bool,
+                   earlier: list[dict] | None) -> dict:
+    """The runs' time per run and interval from the trials' own measurements
+    (and the spread the worker's earlier trials measured)."""
+    pr = per_run(trials, earlier)
     x = pr["mean"]
     half = None
     prep_var = pr["prep_var"] if pays_prep else 0.0  # from the trials' processes

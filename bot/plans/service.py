@@ -10,7 +10,7 @@ import numpy as np
 from bot.blocks import message
 from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
-from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
+from bot.plans import calibration, estimate, footing, kept_apart, perrun, review, slurm
 from bot.plans.parse import PlanError
 from bot.states import WAITING, JobStatus, Outcome
 from bot.trials.queue import LeaseLost
@@ -218,10 +218,23 @@ def estimates(ctx, plan: dict, blocks: list[dict] | None = None
                          worker=trials[0]["worker"])
         est = estimate.estimate_block(block, trials, attempts, facts,
                                      pays_prep=not single or i == 0, usage=usage,
-                                     predicted=predicted)
+                                     predicted=predicted, earlier=_earlier(ctx, trials))
         out.append((block, est, trials))
     estimate.in_hours([e for _block, e, _trials in out])
     return out
+
+
+def _earlier(ctx, trials: list[dict]) -> list[dict]:
+    """The reports of the worker's latest other trials of the block's workload:
+    its box's spread between processes (bot/plans/perrun.history picks those of
+    the same config and device)."""
+    first = trials[0]
+    if not first.get("worker"):
+        return []
+    mine = {t["id"] for t in trials}
+    return [j["report"] for j in ctx.store.worker_trials(first["worker"], first["workload"],
+                                                         perrun.HISTORY + len(mine))
+            if j["id"] not in mine and j.get("report")][:perrun.HISTORY]
 
 
 def review_rows(ctx, plan: dict, ests: list) -> list[dict]:

@@ -76,7 +76,7 @@ def block_estimate(short: dict, runs: int, earlier: list[dict]) -> dict:
                                    earlier=earlier[::-1][:perrun.HISTORY])
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=40, help="runs (requests) in the reference")
     ap.add_argument("--rounds", type=int, default=20)
@@ -89,7 +89,11 @@ def main() -> int:
                     help="estimate from the round's short trial alone")
     ap.add_argument("--save", help="write each round's reports to this JSON-lines file")
     ap.add_argument("--replay", help="estimate again from a --save file; run nothing")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _args()
     if args.replay:
         with open(args.replay) as f:
             saved = [json.loads(line) for line in f]
@@ -139,21 +143,25 @@ def main() -> int:
             rounds.append(row)
             pairs.append({"estimate": total, "actual": actual, "scope": "bench",
                           "name": f"round {i + 1}", "contended": row["flagged"]})
-            cal_text = (f"; calibrated [{row['cal'][0]:.2f}..{row['cal'][1]:.2f}] "
-                        f"{'inside' if row['cal_inside'] else 'OUTSIDE'}" if "cal" in row else "")
-            print(f"round {i + 1}: estimate {total:.2f} s [90% {lo:.2f}..{hi:.2f}], reference "
-                  f"{actual:.2f} s, error {row['err']:+.1%}, "
-                  f"{'inside' if row['inside'] else 'OUTSIDE'} (±{row['half']:.1%}); short "
-                  f"trial {short['seconds']:.1f} s one run, "
-                  f"{(short.get('processes') or {}).get('seconds', short['seconds']):.1f} s "
-                  f"in all; load overlap "
-                  f"{row['overlap']:.1f} s -> {'FLAGGED' if row['flagged'] else 'not flagged'}; "
-                  f"reference overlap {row['ref_overlap']:.1f} s"
-                  f"{' (flagged)' if row['ref_flagged'] else ''}{cal_text}", flush=True)
+            show(i, row, short)
         duty = gen.duty() if gen else 0.0
     if save:
         save.close()
     return report(rounds, args, duty)
+
+
+def show(i: int, row: dict, short: dict) -> None:
+    cal_text = (f"; calibrated [{row['cal'][0]:.2f}..{row['cal'][1]:.2f}] "
+                f"{'inside' if row['cal_inside'] else 'OUTSIDE'}" if "cal" in row else "")
+    print(f"round {i + 1}: estimate {row['est']:.2f} s [90% {row['lo']:.2f}.."
+          f"{row['hi']:.2f}], reference {row['actual']:.2f} s, error {row['err']:+.1%}, "
+          f"{'inside' if row['inside'] else 'OUTSIDE'} (±{row['half']:.1%}); short "
+          f"trial {short['seconds']:.1f} s one run, "
+          f"{(short.get('processes') or {}).get('seconds', short['seconds']):.1f} s "
+          f"in all; load overlap "
+          f"{row['overlap']:.1f} s -> {'FLAGGED' if row['flagged'] else 'not flagged'}; "
+          f"reference overlap {row['ref_overlap']:.1f} s"
+          f"{' (flagged)' if row['ref_flagged'] else ''}{cal_text}", flush=True)
 
 
 def report(rounds: list[dict], args, duty: float) -> int:

@@ -267,6 +267,20 @@ def _program_source(names: str, k: int, mean: float, sd: float | None, first: di
     return text + ("; " + _("inside it: {inside}", inside=inside) if inside else "")
 
 
+def _pooled(mean: float, between: float, dof: int, past: dict | None,
+            parts: list[str]) -> tuple[float, int]:
+    """The spread between processes pooled, relative to the mean, with the
+    worker's earlier trials' (`history`): three degrees of freedom alone read
+    it anywhere from nearly 0 to twice its size."""
+    if not past or not past["dof"]:
+        return between, dof
+    rel = (dof * between / mean ** 2 + past["dof"] * past["rel"]) / (dof + past["dof"])
+    parts.append(_("pooled with the spread between processes of {n} earlier trial(s) of this "
+                   "config on this worker ({dof} degrees of freedom in all)",
+                   n=sum(n > 1 for _m, n in past["means"]), dof=dof + past["dof"]))
+    return rel * mean ** 2, dof + past["dof"]
+
+
 def _satterthwaite(parts: list[tuple[float, int]]) -> int:
     """The degrees of freedom of a sum of variance components (Welch-Satterthwaite),
     rounded down: never more than their sum."""
@@ -308,19 +322,11 @@ def spread(pr: dict, trials: int, level_name: str | None = None,
     if trials >= 2:
         between, dof = _var(means), trials - 1
         parts.append(level_name or _("the spread between {n} trials", n=trials))
-        if past and past["dof"]:  # three degrees of freedom read a spread from 0 to 2× its size
-            rel = (dof * between / pr["mean"] ** 2 + past["dof"] * past["rel"]) / (
-                dof + past["dof"])
-            between, dof = rel * pr["mean"] ** 2, dof + past["dof"]
-            parts.append(_("pooled with the spread between processes of {n} earlier "
-                           "trial(s) of this config on this worker ({dof} degrees of "
-                           "freedom in all)", n=sum(n > 1 for _m, n in past["means"]),
-                           dof=dof))
+        between, dof = _pooled(pr["mean"], between, dof, past, parts)
         # A trial mean already holds a share of the noise below it (window drift,
         # or the requests' spread); the rest is drift between trials.
         below = pooled / len(win[0]) if win else pr["within"] * trials / max(1, pr["k"])
-        drift_t = max(0.0, between - below)
-        level = drift + drift_t + between / trials
+        level = drift + max(0.0, between - below) + between / trials
         long_rel, long_dof = _long_drift(past, means, between / pr["mean"] ** 2) if past else (
             0.0, 0)
         if long_dof:

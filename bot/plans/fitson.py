@@ -72,9 +72,11 @@ def _gpus_text(rows: list[Json]) -> str:
     fitting = [r for r in rows if r["fits"]]
     if not fitting:
         return _("fits on no GPU in the table")
-    return _("fits on {gpus}", gpus=", ".join(
-        _("{gpu} (largest batch {batch})", gpu=r["gpu"], batch=r["largest_batch"])
-        if r.get("largest_batch") else r["gpu"] for r in fitting))
+    named = []
+    for r in fitting:  # each its own call, so the catalog finds the message
+        named.append(_("{gpu} (largest batch {batch})", gpu=r["gpu"], batch=r["largest_batch"])
+                     if r.get("largest_batch") else r["gpu"])
+    return _("fits on {gpus}", gpus=", ".join(named))
 
 
 # --- a block resting on a trial or a depth sweep ---------------------------------

@@ -8,7 +8,7 @@ import datetime as dt
 from bot import figures
 from bot.blocks import reply
 from bot.fits import gpus
-from bot.plans import prices
+from bot.plans import fitson, prices
 from worker.i18n import N_, _, ngettext
 
 HISTORY_SHOWN = 20
@@ -94,8 +94,20 @@ def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
     items = ", ".join(left) if left else _("none — the checklist is complete")
     note = gpus.unlisted_note(facts.get("gpu"))
     return reply(_("Plan *{plan}*: {changes}.", plan=plan["name"], changes="; ".join(done))
-                 + (f"\n{note}." if note else "")
+                 + (f"\n{note}." if note else "") + _inputs_note(plan["name"], facts)
                  + "\n" + _("Open checklist items: {items}.", items=items))
+
+
+def _inputs_note(plan: str, facts: dict) -> str:
+    """How `show` will read the inputs just set: where fits on is evaluated."""
+    if not facts.get("inputs"):
+        return ""
+    read = fitson.read_inputs(facts["inputs"])
+    if read["problem"]:
+        return "\n" + _("{problem}. Until then `/plan {plan} show` gives fits on at each "
+                         "block's own shape.", problem=read["problem"], plan=plan)
+    return "\n" + _("Inputs read as {shape}: `/plan {plan} show` gives fits on there, beside "
+                     "each block's own shape.", shape=fitson.shape_text(read["given"]), plan=plan)
 
 
 def block_deleted(plan: dict, old: dict, actuals: int, tagged: int) -> dict:

@@ -17,6 +17,7 @@ from bot.plans import (
     entry,
     estimate,
     export,
+    fitson,
     footing,
     parse,
     priceparse,
@@ -164,7 +165,8 @@ def _show(ctx, cmd, asked: Asked):
     ests = service.estimates(ctx, plan)
     return views.show(plan, ests, ctx.store.prices(), asked.today,
                       ctx.store.plan_jobs(plan["name"]),
-                      service.calibrations(ctx, plan, ests, asked.user, asked.channel))
+                      service.calibrations(ctx, plan, ests, asked.user, asked.channel),
+                      fitson.section(plan, ests))
 
 
 def _export(ctx, cmd, asked: Asked):

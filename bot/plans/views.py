@@ -351,7 +351,10 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
 
 
 def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
-         tagged: list[dict] | None = None, calib: list[dict] | None = None) -> dict:
+         tagged: list[dict] | None = None, calib: list[dict] | None = None,
+         fits: str = "") -> dict:
+    """The plan's table and its paragraphs; `fits`: the *Fits on* paragraph
+    (bot/plans/fitson.section), computed by the caller."""
     _rent, cost_line = cost_view(plan, price_list, today)
     f = plan["facts"]
     values = dict(plan=plan["name"], gpu=f.get("gpu") or _("not set"),
@@ -383,6 +386,7 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     left = open_items(plan)
     actual = tagged_lines(plan, tagged or [])
     text += ("\n" + _("*Actual trials*:") + "\n" + "\n".join(actual) if actual else "")
+    text += f"\n{fits}" if fits else ""
     text += ("\n" + _("*Open checklist items*: {items}",
                        items=", ".join(left) if left else _("none"))
              + ("\n" + _("*Open variables*:") + "\n" + "\n".join(notes) if notes else "")

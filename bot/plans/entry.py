@@ -72,7 +72,7 @@ def route(text: str, today: dt.date, table: Sequence[Entry]) -> tuple[Entry, Pla
         action, rest = (rest[0], rest[1:]) if rest else ("show", [])
         after = {e.word: e for e in reversed(table) if e.of_plan}
         if action not in after:
-            raise parse.not_an_action(action)
+            raise parse.not_an_action(action, name, after)
         cmd = after[action].parse(name, action, rest, today)
     return next(e for e in table if e.name == cmd.action), cmd
 

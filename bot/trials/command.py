@@ -134,6 +134,12 @@ def route_words(words: list[str], recipes: dict | None = None) -> tuple[Entry, C
     words = list(words)
     if words and words[0].lower() in _KEYWORDS:
         words[0] = words[0].lower()  # `/trial STATUS t5`
+    elif words:
+        hint = i18n.did_you_mean(words[0], _KEYWORDS, before="/trial ")
+        if hint:  # `/trial statsu T5`: a slip of a sub-command or a workload
+            raise specs.SpecError(words[0], i18n.sentences(_(
+                "`{word}` is not a `/trial` sub-command or workload.", word=words[0]), hint),
+                specs.general_usage())
     entry = _NAMED.get(words[0], RUN) if words else _NAMED["help"]
     return entry, entry.parse(words, recipes)
 

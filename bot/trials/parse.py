@@ -153,11 +153,7 @@ def _sweep_param(word: str, key: str, workload):
     """The parameter a sweep's list `word` names, if a sweep may vary it."""
     param = workload.param(key)
     if param is None:
-        raise specs.SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it "
-                                      "takes {names}", word=word, workload=workload.name,
-                                      key=key,
-                                      names=", ".join(p.name for p in workload.params)),
-                              SWEEP_USAGE)
+        raise specs.no_parameter(word, workload, SWEEP_USAGE)
     if param.kind != "int":
         raise specs.SpecError(word, _("`{word}`: only whole-number parameters take a list "
                                       "in a sweep; {key} is a {kind}", word=word, key=key,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot import figures
+from bot.blocks import about
 from bot.plans import (
     advice,
     calibration,
@@ -32,7 +33,7 @@ from bot.store import DuplicateRequest
 from bot.trials import workers
 from bot.words import normalize
 from worker import i18n
-from worker.i18n import N_, _
+from worker.i18n import N_, _, did_you_mean, sentences
 
 
 def handle(ctx, text: str, user: str, channel: str, today: dt.date,
@@ -56,7 +57,19 @@ def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None):
 
 
 def _help(ctx, cmd, asked: Asked):
-    return views.help_text(entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS)))
+    """`/plan help`, or `/plan help WORD`: the table's lines that use one of its words."""
+    lines = entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS))
+    topics = list(dict.fromkeys(e.word for e in asked.table if e.word != "help"))
+    topic = cmd.args.get("topic", "")
+    if not topic:
+        return views.help_text(lines, topics)
+    if topic not in topics and topic != "checklist":
+        raise PlanError(sentences(
+            _("`/plan help {topic}`: there is no such topic.", topic=topic),
+            did_you_mean(topic, [*topics, "checklist"], "/plan help "),
+            _("Topics: {topics}", topics=", ".join(topics))))
+    return views.topic_help(about(lines, "/plan", "set" if topic == "checklist" else topic),
+                            topic)
 
 
 def _list(ctx, cmd, asked: Asked):

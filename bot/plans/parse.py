@@ -102,7 +102,8 @@ def words_of(text: str) -> list[str]:
 # after it and today.
 
 def parse_help(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
-    return PlanCommand("help")
+    """`/plan help [TOPIC]`; the topic is checked against the table (command.py)."""
+    return PlanCommand("help", args={"topic": " ".join(rest).lower()})
 
 
 def parse_alone(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
@@ -200,7 +201,7 @@ def plan_name(word: str) -> str:
 
 
 def keys_help() -> str:
-    return _("Checklist: {checklist}. Settings: {settings}. `/plan help` explains each.",
+    return _("Checklist: {checklist}. Settings: {settings}. `/plan help set` explains each.",
              checklist=", ".join(CHECKLIST), settings=", ".join(SETTINGS))
 
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot import figures
-from bot.blocks import about
 from bot.plans import (
     advice,
     calibration,
@@ -33,7 +32,7 @@ from bot.store import DuplicateRequest
 from bot.trials import workers
 from bot.words import normalize
 from worker import i18n
-from worker.i18n import N_, _, did_you_mean, sentences
+from worker.i18n import N_, _
 
 
 def handle(ctx, text: str, user: str, channel: str, today: dt.date,
@@ -57,19 +56,8 @@ def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None):
 
 
 def _help(ctx, cmd, asked: Asked):
-    """`/plan help`, or `/plan help WORD`: the table's lines that use one of its words."""
-    lines = entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS))
-    topics = list(dict.fromkeys(e.word for e in asked.table if e.word != "help"))
-    topic = cmd.args.get("topic", "")
-    if not topic:
-        return views.help_text(lines, topics)
-    if topic not in topics and topic != "checklist":
-        raise PlanError(sentences(
-            _("`/plan help {topic}`: there is no such topic.", topic=topic),
-            did_you_mean(topic, [*topics, "checklist"], "/plan help "),
-            _("Topics: {topics}", topics=", ".join(topics))))
-    return views.topic_help(about(lines, "/plan", "set" if topic == "checklist" else topic),
-                            topic)
+    return entry.help_reply(asked.table, cmd.args.get("topic", ""),
+                            kinds=", ".join(parse.BLOCK_KINDS))
 
 
 def _list(ctx, cmd, asked: Asked):

@@ -115,7 +115,7 @@ def help_reply(table: Sequence[Entry], topic: str, **values) -> dict:
     """`/plan help`, or `/plan help WORD`: the table's lines that use one of its words."""
     lines = help_lines(table, **values)
     topics = list(dict.fromkeys(e.word for e in table if e.word != "help"))
-    if not topic:
+    if topic in ("", "help"):
         return views.help_text(lines, topics)
     if topic not in topics and topic != "checklist":
         raise PlanError(sentences(

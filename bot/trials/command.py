@@ -158,7 +158,7 @@ def help_text(recipes: dict | None = None, topic: str = "") -> str:
     others = [p for e in TABLE if not e.runs for p in e.help]
     paragraphs = [_(p, usage=specs.general_usage())
                   for p in [*HELP_HEAD, *running, HELP_WHERE, *others]]
-    if not topic:
+    if topic in ("", "help"):
         return views.help_text(paragraphs, recipes, TOPICS)
     name = topic.removeprefix("recipe ")
     workload = ((recipes or {}).get(name) if topic.startswith("recipe ")
@@ -167,7 +167,7 @@ def help_text(recipes: dict | None = None, topic: str = "") -> str:
         return views.workload_help(workload)
     if topic == "where":
         return views.topic_help([_(HELP_WHERE)], specs.general_usage())
-    if topic in _NAMED and topic != "help":
+    if topic in _NAMED:
         return views.topic_help(about(paragraphs[len(HELP_HEAD):], "/trial", topic),
                                 _NAMED[topic].usage or specs.general_usage())
     known = [*TOPICS, *specs.WORKLOADS, *(f"recipe {r}" for r in recipes or {})]

@@ -61,7 +61,8 @@ def test_bad_input_is_refused_in_korean_naming_the_word_and_the_fix(tmp_path):
                           "예: runs=10")
     assert out.endswith("아무것도 저장하지 않았습니다. `/plan help`에 명령 목록이 있습니다.")
     out = _plan(ctx, "adkv set period=3")
-    assert "`period=3`: period는 단위(d, w, mo, y)를 붙인 기간입니다. 예: 10d, 6w, 3mo 또는 1y" in out
+    assert "`period=3`: period는 단위(d, w, mo, y)를 붙인 기간입니다. 예: 10d, 6w, 3mo 또는 1y" \
+        in out
     out = _plan(ctx, "nope show")
     assert "`nope` 계획이 없습니다. 이 채널의 계획: adkv. `/plan new nope`으로" in out
     assert "`/plan adkv`을(를) 뜻했습니까?" in _plan(ctx, "adkvv show")

@@ -27,6 +27,7 @@ import contextvars
 import functools
 import gettext
 import io
+from collections.abc import Iterable
 from pathlib import Path
 
 LANGS = {"en": "English", "ko": "한국어"}
@@ -118,3 +119,28 @@ def pgettext(context: str, message: str, /, **values) -> str:
 def N_(message: str, /) -> str:
     """Marks a message kept in a constant; `_(CONSTANT)` translates it where it is shown."""
     return message
+
+
+def close(word: str, known: Iterable[str]) -> str | None:
+    """The one of `known` that `word` is most likely a slip of (difflib's ratio at
+    least 0.75, case aside: `bacth` is `batch`, `shwo` is `show`), as `known`
+    spells it; None when none is that close."""
+    import difflib  # only when a word is wrong
+
+    names = {k.lower(): k for k in known}
+    found = difflib.get_close_matches(word.lower(), list(names), n=1, cutoff=0.75)
+    return names[found[0]] if found else None
+
+
+def sentences(*parts: str) -> str:
+    """Whole sentences, each translated on its own, as one message (empty ones left out)."""
+    return " ".join(p for p in parts if p)
+
+
+def did_you_mean(word: str, known: Iterable[str], before: str = "", after: str = "") -> str:
+    """"Did you mean `batch=2`?" for a slip of one of `known` (the one sentence every
+    refusal of a misspelt key, word or sub-command adds), in the language in use;
+    "" when none is close. The suggestion is backticked between `before` and `after`
+    (`/trial ` before a sub-command, `=2` after a key)."""
+    found = close(word, known)
+    return _("Did you mean {word}?", word=f"`{before}{found}{after}`") if found else ""

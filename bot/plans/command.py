@@ -57,7 +57,8 @@ def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None):
 
 
 def _help(ctx, cmd, asked: Asked):
-    return views.help_text(entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS)))
+    return entry.help_reply(asked.table, cmd.args.get("topic", ""),
+                            kinds=", ".join(parse.BLOCK_KINDS))
 
 
 def _list(ctx, cmd, asked: Asked):

@@ -7,15 +7,26 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable
 
 from bot.context import PLAN_WORDS, plan_name_problem
 from bot.plans import money
 from bot.plans.digestparse import parse_digest
-from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
+from bot.plans.grammar import (
+    PlanCommand,
+    PlanError,
+    count,
+    gpu_item,
+    hours,
+    key_values,
+    no_more,
+    period_days,
+    utilization,
+)
 from bot.plans.priceparse import parse_price, parse_price_change
 from bot.trials.parse import split
 from worker import i18n
-from worker.i18n import N_, _
+from worker.i18n import N_, _, did_you_mean, sentences
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
          "trial=T12 ...|block KIND correct k=v ...|block KIND delete|lock|unlock|advise|"
@@ -91,7 +102,8 @@ def words_of(text: str) -> list[str]:
 # after it and today.
 
 def parse_help(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
-    return PlanCommand("help")
+    """`/plan help [TOPIC]`; the topic is checked against the table (command.py)."""
+    return PlanCommand("help", args={"topic": " ".join(rest).lower()})
 
 
 def parse_alone(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
@@ -148,10 +160,13 @@ def parse_actual_words(plan: str | None, word: str, rest: list[str],
     return PlanCommand("actual", plan, parse_actual(rest))
 
 
-def not_an_action(action: str) -> PlanError:
-    return PlanError(_("`{action}` is not something a plan does; use one of show, set, block, "
-                       "lock, unlock, advise, actual, review, history, export. Usage: `{usage}`",
-                       action=action, usage=USAGE))
+def not_an_action(action: str, plan: str = "NAME", known: Iterable[str] = ()) -> PlanError:
+    """`/plan adkv shwo`: what a plan does, and the word `action` is a slip of."""
+    return PlanError(sentences(
+        _("`{action}` is not something a plan does.", action=action),
+        did_you_mean(action, known, f"/plan {plan} "),
+        _("Use one of show, set, block, lock, unlock, advise, actual, review, history, export. "
+          "Usage: `{usage}`", usage=USAGE)))
 
 
 def parse_settings(words: list[str]) -> dict:
@@ -186,7 +201,7 @@ def plan_name(word: str) -> str:
 
 
 def keys_help() -> str:
-    return _("Checklist: {checklist}. Settings: {settings}. `/plan help` explains each.",
+    return _("Checklist: {checklist}. Settings: {settings}. `/plan help set` explains each.",
              checklist=", ".join(CHECKLIST), settings=", ".join(SETTINGS))
 
 
@@ -227,43 +242,6 @@ def target_gpu(raw: str) -> str:
     return gpu_item(raw, "gpu=")
 
 
-MAX_HOURS = 1_000_000  # GPU-hours in one figure: 114 GPU-years, beyond any one block
-
-
-def hours(raw: str, what: str, positive: bool = False) -> float:
-    """`2`, `2h`, `1.5hr`, `90m` or `90min` as hours: every figure in hours reads the
-    same (hours=, handoff=, prep=...)."""
-    m = re.fullmatch(r"([0-9.]+)\s*(h|hr|hrs|hours?|m|min|mins|minutes?)?", raw.strip().lower())
-    if not m:
-        raise PlanError(_("`{key}={raw}`: {key} is hours, e.g. {key}=2, {key}=2h or {key}=90m",
-                          key=what, raw=raw))
-    value = number(m.group(1), what, positive=positive)
-    value = value / 60 if (m.group(2) or "h").startswith("m") else value
-    if value > MAX_HOURS:
-        raise PlanError(_("`{key}={raw}`: {hours} hours is more than {most}, the most one "
-                          "figure in hours may be; check the digits and the unit", key=what,
-                          raw=raw, hours=f"{value:,.10g}", most=f"{MAX_HOURS:,}"))
-    return value
-
-
-def period_days(raw: str) -> float:
-    m = re.fullmatch(r"([0-9.]+)\s*(d|w|mo|y)", raw.strip().lower())
-    if not m:
-        raise PlanError(_("`period={raw}`: write a length with a unit: 10d, 6w, 3mo or 1y",
-                          raw=raw))
-    return number(m.group(1), "period", positive=True) * {"d": 1, "w": 7, "mo": 30.44,
-                                                          "y": 365.25}[m.group(2)]
-
-
-def utilization(raw: str) -> float:
-    pct = raw.endswith("%")
-    value = number(raw.rstrip("%"), "utilization", positive=True)
-    value = value / 100 if pct else value
-    if value > 1:
-        raise PlanError(_("`utilization={raw}`: a share from 0 to 1 (or 0% to 100%)", raw=raw))
-    return value
-
-
 def trial_ids(raw: str) -> list[int]:
     ids = []
     for word in raw.split(","):
@@ -275,18 +253,6 @@ def trial_ids(raw: str) -> list[int]:
             raise PlanError(_("`trial={raw}`: T{id} is given twice", raw=raw, id=m.group(1)))
         ids.append(int(m.group(1)))
     return ids
-
-
-def count(raw: str, what: str, high: int = 10**7) -> int:
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise PlanError(_("`{key}={raw}`: {key} must be a whole number from 1 to {high}",
-                          key=what, raw=raw, high=high)) from None
-    if not 1 <= value <= high:
-        raise PlanError(_("`{key}={raw}`: {key} must be from 1 to {high}", key=what, raw=raw,
-                          high=high))
-    return value
 
 
 BLOCK_KEYS = ("runs", "configs", "gpus", "trial", "sweep", "note", "handoff", "batch",

@@ -134,6 +134,9 @@ def _gpu_figure(word: str, usage: str) -> tuple[str, str, float, str]:
         value, currency = money.parse(raw, kind)
         return kind, "per GPU", value, currency
     m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+    if raw.strip().startswith("-"):
+        raise PlanError(_("`{word}`: power cannot be negative; it is a draw per GPU, e.g. "
+                          "power=0.7kW or power=700W", word=word))
     if not m:
         raise PlanError(_("`{word}`: power is a draw per GPU with its unit, e.g. "
                           "power=0.7kW or power=700W", word=word))

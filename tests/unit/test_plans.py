@@ -69,7 +69,7 @@ def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(ctx):
     ("repro block warmup runs=3 trial=T1", "`warmup` is not a block kind"),
     ("repro block baseline runs=3 trial=T99", "There is no trial T99"),
     ("repro block baseline runs=0 trial=T1", "runs must be from 1"),
-    ("repro block baseline runs=-2 trial=T1", "runs must be"),
+    ("repro block baseline runs=-2 trial=T1", "runs cannot be negative; it is a count from 1"),
     ("repro block baseline trial=T1", "needs runs=N"),
     ("repro block baseline runs=3", "give trial=T12"),
     ("repro block baseline runs=3 trial=T2", "T2 failed"),

@@ -57,12 +57,15 @@ def test_bad_input_is_refused_in_korean_naming_the_word_and_the_fix(tmp_path):
     _korean(ctx)
     _plan(ctx, "new adkv")
     out = _plan(ctx, "adkv block compare runs=abc trial=T1")
-    assert out.startswith(":x: `runs=abc`: runs은(는) 1 ~ 10000000 범위의 정수여야 합니다")
+    assert out.startswith(":x: `runs=abc`: runs은(는) 1부터 10,000,000까지의 정수여야 합니다. "
+                          "예: runs=10")
     assert out.endswith("아무것도 저장하지 않았습니다. `/plan help`에 명령 목록이 있습니다.")
     out = _plan(ctx, "adkv set period=3")
-    assert "`period=3`: 단위를 붙여 기간을 쓰세요: 10d, 6w, 3mo 또는 1y" in out
+    assert "`period=3`: period는 단위(d, w, mo, y)를 붙인 기간입니다. 예: 10d, 6w, 3mo 또는 1y" \
+        in out
     out = _plan(ctx, "nope show")
     assert "`nope` 계획이 없습니다. 이 채널의 계획: adkv. `/plan new nope`으로" in out
+    assert "`/plan adkv`을(를) 뜻했습니까?" in _plan(ctx, "adkvv show")
     assert "`Bad!`은(는) 계획 이름이 될 수 없습니다" in _plan(ctx, "new Bad!")
     out = _plan(ctx, "digest weekly mon 25:00 Asia/Seoul")
     assert "`25:00`: 시는 00 ~ 23 범위입니다(자정은 00:00). 예: 09:00" in out
@@ -105,7 +108,8 @@ def test_help_in_korean_keeps_every_command(tmp_path):
     out = _plan(ctx, "help")
     assert out.startswith("*`/plan`*은 측정한 트라이얼을 GPU-시간 추정치")
     assert "`/plan NAME set key=value ...`는 체크리스트" in out
-    assert "*체크리스트*: `paper` 논문과 버전(예: arXiv 2405.01234v2)" in out
+    assert "*체크리스트*" not in out  # each item's meaning is `/plan help set`'s
+    assert "*체크리스트*: `paper` 논문과 버전(예: arXiv 2405.01234v2)" in _plan(ctx, "help set")
     assert "`/plan digest weekly mon 09:00 Asia/Seoul`" in out
 
 

@@ -70,7 +70,7 @@ def test_bad_input_is_refused_in_korean_naming_the_word(ctx):
     assert "트라이얼 T99이(가) 없습니다. `/trial list`" in trial(ctx, "status T99")[0]["text"]
     assert "`/trial fit`은 스윕 id를 받습니다" in trial(ctx, "fit")[0]["text"]
     route = trial(ctx, f"{QUICK} min_mem=lots")[0]["text"]
-    assert "`min_mem=lots`: min_mem은 크기입니다. 예: `min_mem=80GB`" in route
+    assert "`min_mem=lots`: min_mem은(는) 크기입니다." in route and "예: min_mem=24GB" in route
     english = trial(ctx, "sweep llm-infer batch=1,,4", channel="CEN")[0]["text"]
     assert "`batch=1,,4`: an empty item in the list" in english and "사용법" not in english
 

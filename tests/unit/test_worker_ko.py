@@ -52,13 +52,14 @@ def test_a_parameter_check_speaks_korean_and_keeps_the_words(words, korean, engl
 
 
 def test_trial_help_in_a_korean_channel_translates_the_parameters_only(ctx):
-    ko = commands.trial(ctx, "help", "U1", "CKO")[0]["text"]
-    en = commands.trial(ctx, "help", "U1", "CEN")[0]["text"]
+    def ask(topic, channel):
+        return commands.trial(ctx, f"help {topic}", "U1", channel)[0]["text"]
+    ko, en = ask("llm-infer", "CKO"), ask("llm-infer", "CEN")
     assert "• `gen=16` 시퀀스당 생성 토큰 수(decode) (1..65536)" in ko
     assert "*llm-infer*: 디코더 전용 트랜스포머, 무작위 가중치, KV 캐시" in ko
-    assert "`model=none` 프리셋(llama-2-7b, " in ko  # the filled-in preset list kept
+    assert "`model=none` 프리셋(llama-2-7b, " in ask("hf-infer", "CKO")  # the preset list kept
     assert "• `gen=16` tokens generated per sequence (decode) (1..65536)" in en
-    assert "`model=none` a preset (llama-2-7b, " in en and "시퀀스" not in en
+    assert "`model=none` a preset (llama-2-7b, " in ask("hf-infer", "CEN") and "시퀀스" not in en
     # The worker's own CLI prints the same help in English whatever the bot speaks.
     assert spec.LLM_INFER.param("gen").describe() == ("gen=16 (1..65536) tokens generated per "
                                                       "sequence (decode)")

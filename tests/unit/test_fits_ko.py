@@ -42,9 +42,10 @@ def test_a_sweep_fit_reads_in_korean_with_its_figures_ids_and_commands_kept():
     assert "`/trial fit S12 batch=N gpu=H100`으로 물어보십시오" in ko
     assert "*측정한 GPU에서* (NVIDIA H200, 워커가 보고한 전체 140 GiB)" in ko
     # the same figures in both languages: only the words around them change
-    for figure in ("≈ 954 MiB + 191 MiB·b", "1.68 GiB", "T4 (b=4, s=80)", "*744*", "dof 1",
+    for figure in ("≈ 954 MiB + 191 MiB·b", "1.68 GiB", "T4 (b=4, s=80)", "*744*",
                    "`/trial fit S12 gpu=H100`", "(90% "):
         assert figure in en and figure in ko
+    assert "자유도 1" in ko and "dof 1" in en
     assert "*Sweep S12*" in en and "*Measured points*" in en and "스윕" not in en
 
 
@@ -64,7 +65,7 @@ def test_gpu_name_errors_in_korean_keep_the_name_and_the_sizes():
     with i18n.using("ko"), pytest.raises(gpus.GpuNameError) as typo:
         gpus.named("h1000")
     assert "`h1000`은(는) 알 수 없는 GPU입니다" in str(typo.value)
-    assert "H100-80GB을(를) 말씀하신 건가요?" in str(typo.value)
+    assert "H100-80GB을(를) 말씀하신 것입니까?" in str(typo.value)
     assert "`80GiB`" in str(typo.value) and "`81559MiB`" in str(typo.value)
     with i18n.using("ko"), pytest.raises(gpus.GpuNameError) as ambiguous:
         gpus.named("A100")

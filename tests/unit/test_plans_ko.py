@@ -60,7 +60,7 @@ def test_bad_input_is_refused_in_korean_naming_the_word_and_the_fix(tmp_path):
     assert out.startswith(":x: `runs=abc`: runs은(는) 1 ~ 10000000 범위의 정수여야 합니다")
     assert out.endswith("아무것도 저장하지 않았습니다. `/plan help`에 명령 목록이 있습니다.")
     out = _plan(ctx, "adkv set period=3")
-    assert "`period=3`: 단위를 붙여 기간을 쓰세요: 10d, 6w, 3mo 또는 1y" in out
+    assert "`period=3`: 단위를 붙여 기간을 쓰십시오: 10d, 6w, 3mo 또는 1y" in out
     out = _plan(ctx, "nope show")
     assert "`nope` 계획이 없습니다. 이 채널의 계획: adkv. `/plan new nope`으로" in out
     assert "`Bad!`은(는) 계획 이름이 될 수 없습니다" in _plan(ctx, "new Bad!")
@@ -125,7 +125,7 @@ def test_a_slurm_answer_speaks_korean_and_keeps_job_ids():
     with i18n.using("ko"):
         actual, text = slurm.outcome(req, {"error": "sacct: command not found"})
     assert actual is None
-    assert text == (":x: *adkv* baseline의 Slurm accounting(작업 123456): Slurm 워커가 읽지 "
+    assert text == (":x: *adkv* baseline의 Slurm 사용 기록(작업 123456): Slurm 워커가 읽지 "
                     "못했습니다: sacct: command not found. 아무것도 기록하지 않았습니다"
                     "(요청자 <@U1>).")
     assert slurm.outcome(req, {"error": "x"})[1].startswith(

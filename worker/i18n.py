@@ -118,3 +118,14 @@ def pgettext(context: str, message: str, /, **values) -> str:
 def N_(message: str, /) -> str:
     """Marks a message kept in a constant; `_(CONSTANT)` translates it where it is shown."""
     return message
+
+
+# strftime's %a is the C locale's English whatever the reader's language: these are read
+WEEKDAYS = (N_("Mon"), N_("Tue"), N_("Wed"), N_("Thu"), N_("Fri"), N_("Sat"), N_("Sun"))
+
+
+def stamp(when, pattern: str = "") -> str:
+    """`when` (a date or datetime) as its weekday in the language in use, then
+    `pattern` (strftime's, without %a): stamp(d, "%H:%M") → "Mon 09:00", "월 09:00"."""
+    day = _(WEEKDAYS[when.weekday()])
+    return f"{day} {format(when, pattern)}" if pattern else day

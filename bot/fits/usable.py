@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 from bot.fits import ols
-from worker.api import FIXED_BOUND, duration, size
+from worker.api import FIXED_BOUND, duration, size, summary
 from worker.i18n import N_, _
 
 # A verdict's `cause` is one of these codes; shown as _(cause).
@@ -51,7 +51,8 @@ def marks(r: dict) -> dict:
     c = r.get("contention")
     return {"unstable": None if stable is None else not stable, "spread": ratio,
             "contended": bool(c.get("flagged")) if isinstance(c, dict) else None,
-            "contention": c.get("summary") if isinstance(c, dict) else None}
+            # the worker's note in the reader's language, its English where it has none
+            "contention": summary.busy_line(r) if isinstance(c, dict) else None}
 
 
 def marked(model: dict, points: list[dict], which=("unstable", "contended")) -> list[str]:

@@ -1,9 +1,9 @@
 """Messages in the reader's language: gettext catalogs, read with Babel.
 
 It lives beside worker/spec.py for the same reason: the bot shows the
-worker's parameter checks to users, so both mark messages with this `_`. Only
-the bot ever speaks anything but English (a worker's console is English), so
-Babel is needed only where a catalog is read: the bot.
+worker's parameter checks to users, so both mark messages with this `_`. The
+worker's console and doctor speak TRIALBOT_LANG too, so Babel is a dependency
+of the worker's own install (docs/i18n.md).
 
 A message is written once, in English, as one sentence with named
 placeholders: `_("Trial {id} queued", id=12)`. `_` looks the sentence up in

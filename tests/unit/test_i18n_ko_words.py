@@ -30,13 +30,13 @@ NAMES = {"Slack", "Slurm", "Python", "PyTorch", "torch", "NVIDIA", "Hugging", "F
          "systemd", "docker", "cron", "chrony", "sbatch", "sacct", "Elapsed", "MaxRSS",
          "getrusage", "pip", "uv", "flash-attn", "sdpa", "eager", "autocast", "Accelerate",
          "Megatron", "Megatron-LM", "Bridge", "arXiv", "Asia", "Seoul", "Europe", "UTC",
-         "localhost", "IANA", "tz", "PCIe", "doctor", "x-oauth-scopes"}
+         "localhost", "IANA", "tz", "PCIe", "Ctrl-C", "doctor", "x-oauth-scopes"}
 # The phases of a trial, named as its report, chart and recipes name them.
 PHASES = {"setup", "launch", "weights", "warmup", "data", "run", "prefill", "decode",
           "generate", "teardown"}
 # Words the user types or configures: sub-commands, block kinds, settings and their
 # values, an actual's parts, workloads, their parameters and values, the digest's words,
-# the permissions of the access settings.
+# the permissions of the access settings, the worker's --executor values.
 COMMAND_WORDS = ({e.name for e in TRIAL_TABLE} | {e.word for e in PLAN_TABLE}
                  | set(spec.WORKLOADS) | {p.name for w in spec.WORKLOADS.values()
                                           for p in w.params}
@@ -44,7 +44,7 @@ COMMAND_WORDS = ({e.name for e in TRIAL_TABLE} | {e.word for e in PLAN_TABLE}
                  | set(plans.BLOCK_KINDS) | set(plans.ACTIONS) | set(plans.SETTINGS)
                  | {v for values in plans.CHOICES.values() for v in values}
                  | set(COMPONENTS) | set(digestparse.WEEKDAYS) | {"weekly", "now", "off"}
-                 | {"run", "admin"})
+                 | {"run", "admin", "local", "slurm"})
 ALLOWED = UNITS | NAMES | PHASES | COMMAND_WORDS
 
 BACKTICKED = re.compile(r"`[^`]*`")
@@ -58,7 +58,8 @@ WORD = re.compile(r"(?<![0-9A-Za-z])[-/]*[A-Za-z](?:[A-Za-z0-9_.+/=@:'-]*[A-Za-z
 POLITENESS = re.compile(r"(세요|해요|에요|예요|[어아여]요|지요|네요|군요|가요|나요|까요|죠|래요)"
                         r"(?=[\s.!?,):;\"'”]|$)")
 COUNTERS = re.compile(r"\d+\s+(개|일|회|번|건|명|주|개월|시간|분|초|배|년|줄|자)(?![가-힣])")
-PER_AFTER = re.compile(r"\d(?:[.,]\d+)*\s*(?:[A-Za-z%/-]+\s+)?(?!해당|담당)[가-힣A-Za-z-]+당(?![가-힣])")
+PER_AFTER = re.compile(r"\d(?:[.,]\d+)*\s*(?:[A-Za-z%/-]+\s+)?(?!해당|담당)"
+                       r"[가-힣A-Za-z-]+당(?![가-힣])")
 
 
 class Neutral:
@@ -81,7 +82,7 @@ class Values(dict):
 def _code(word: str) -> bool:
     """A word that is code or an id, in any language: T12, bf16, TRIALBOT_LANG,
     --token-file, docs/i18n.md, key=value, xoxb-, usergroups:read, GPU."""
-    return (any(c.isdigit() for c in word) or "_" in word or "=" in word or "/" in word or ":" in word
+    return (any(c.isdigit() for c in word) or any(c in word for c in "_=/:")
             or word.startswith("-") or word.endswith("-") or (word.isupper() and len(word) > 1)
             or len(word) == 1 or "." in word.strip(".")
             or word in ALLOWED or word.rstrip(".:'") in ALLOWED)

@@ -1,9 +1,9 @@
 """Messages in the reader's language: gettext catalogs, read with Babel.
 
 It lives beside worker/spec.py for the same reason: the bot shows the
-worker's parameter checks to users, so both mark messages with this `_`. Only
-the bot ever speaks anything but English (a worker's console is English), so
-Babel is needed only where a catalog is read: the bot.
+worker's parameter checks to users, so both mark messages with this `_`. The
+worker's console and doctor speak TRIALBOT_LANG too, so Babel is a dependency
+of the worker's own install (docs/i18n.md).
 
 A message is written once, in English, as one sentence with named
 placeholders: `_("Trial {id} queued", id=12)`. `_` looks the sentence up in
@@ -144,3 +144,14 @@ def did_you_mean(word: str, known: Iterable[str], before: str = "", after: str =
     (`/trial ` before a sub-command, `=2` after a key)."""
     found = close(word, known)
     return _("Did you mean {word}?", word=f"`{before}{found}{after}`") if found else ""
+
+
+# strftime's %a is the C locale's English whatever the reader's language: these are read
+WEEKDAYS = (N_("Mon"), N_("Tue"), N_("Wed"), N_("Thu"), N_("Fri"), N_("Sat"), N_("Sun"))
+
+
+def stamp(when, pattern: str = "") -> str:
+    """`when` (a date or datetime) as its weekday in the language in use, then
+    `pattern` (strftime's, without %a): stamp(d, "%H:%M") → "Mon 09:00", "월 09:00"."""
+    day = _(WEEKDAYS[when.weekday()])
+    return f"{day} {format(when, pattern)}" if pattern else day

@@ -191,7 +191,8 @@ def price_changed(old: dict, new: dict | None, applies: dict | None, today: dt.d
     what = (_("P{id} corrected: {price} (was {old}).", id=old["id"],
               price=prices.cited(new, today), old=prices.cited(old, today)) if new else
             _("P{id} deleted (it was {old}).", id=old["id"], old=prices.cited(old, today)))
-    item = "electricity" if old["kind"] == "electricity" else f"{old['item']} {old['kind']}"
+    item = (prices.kind_name("electricity") if old["kind"] == "electricity"
+            else f"{old['item']} {prices.kind_name(old['kind'])}")
     now = (_("The {item} figure that applies now: P{id}, {price}.", item=item, id=applies["id"],
              price=prices.cited(applies, today)) if applies else
            _("No {item} figure is confirmed now.", item=item))
@@ -217,10 +218,21 @@ ACTIONS = {"new": N_("started"), "set": N_("set"), "unset": N_("unset"), "add": 
            "lock": N_("locked"), "unlock": N_("unlocked")}
 
 
+# A history row's subject, stored in English ("fact period", "block verify", "price P7",
+# "actual baseline #3", "plan"), read in the reader's language.
+SUBJECTS = {"plan": N_("plan"), "fact": N_("fact {rest}"), "block": N_("block {rest}"),
+            "price": N_("price {rest}"), "actual": N_("actual {rest}")}
+
+
+def subject(what: str) -> str:
+    head, _sep, rest = what.partition(" ")
+    return _(SUBJECTS[head], rest=rest) if head in SUBJECTS else what
+
+
 def history_line(row: dict) -> str:
     when = dt.datetime.fromtimestamp(row["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    what = (_("{what} (shared price list)", what=row["what"]) if row["plan"] is None
-            else row["what"])
+    what = (_("{what} (shared price list)", what=subject(row["what"])) if row["plan"] is None
+            else subject(row["what"]))
     verb = _(ACTIONS[row["action"]]) if row["action"] in ACTIONS else row["action"]
     if row["action"] in ("lock", "unlock", "new"):
         change = ""

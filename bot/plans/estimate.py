@@ -41,7 +41,7 @@ from bot.plans.measured import (  # noqa: F401 - re-exported: callers read them 
 )
 from bot.plans.perrun import per_run, spread  # noqa: F401 - re-exported
 from bot.states import WAITING, JobStatus, Outcome
-from worker.i18n import _
+from worker.i18n import _, pgettext
 
 LEVEL = 0.90  # the prediction interval shown
 
@@ -177,7 +177,10 @@ def _runs_predicted(block: dict, runs: int, times: str, predicted: dict) -> dict
         h = max(0.0, (predicted["se"] / predicted["sd"]) ** 2 - 1)
         half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
                 * math.sqrt(runs + runs ** 2 * h))
-    return {"x": x, "source": f"{times} × {x:.4g} s {predicted['source']}", "half": half,
+    # "3 × 116.3 s per request…" in English, "3 × 요청당 116.3 s…" in Korean (docs/i18n.md)
+    source = pgettext("a predicted time", "{times} × {seconds} s {per}{source}", times=times,
+                      seconds=f"{x:.4g}", per=predicted["per"], source=predicted["source"])
+    return {"x": x, "source": source, "half": half,
             "why": predicted.get("no_interval")
             or _("the fit has no residual degrees of freedom"),
             "prep_var": 0.0, "pr": None}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from bot.plans import money
+from bot.plans import money, prices
 from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
 from worker.i18n import _
 
@@ -46,7 +46,8 @@ def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
     if new["kind"] != old["kind"]:
         raise PlanError(_("P{id} is a {kind} price; a correction keeps its kind. Record a "
                           "{new} figure as a new price (`/plan price {item} ...`)", id=old["id"],
-                          kind=old["kind"], new=new["kind"], item=item))
+                          kind=prices.kind_name(old["kind"]), new=prices.kind_name(new["kind"]),
+                          item=item))
     return {k: new[k] for k in ("value", "unit", "currency", "source", "date")
             if new[k] != old.get(k)}
 
@@ -116,7 +117,8 @@ def _figure(item: str, word: str, usage: str) -> tuple[str, str, float, str]:
             kind, unit = "rent", "per GPU-hour"
             value, currency = money.parse(m.group(1), "rate")
         if kind in ("buy", "rent", "electricity") and value <= 0:  # resale may be 0
-            raise PlanError(_("`{word}`: {kind} must be greater than 0", word=word, kind=kind))
+            raise PlanError(_("`{word}`: {kind} must be greater than 0", word=word,
+                              kind=prices.kind_name(kind)))
         money.check_limit(value, currency, kind, word)
     except money.MoneyError as exc:
         raise PlanError(exc.message) from None

@@ -38,9 +38,9 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
         raise PlanError(_("Sweep S{id}'s time fit is {verdict}. `/trial fit S{id} {config}` shows "
                           "the fit; nothing was added", id=block["sweep"],
                           verdict=usable.text(verdict), config=shown))
-    source = _sweep_source(block, ok, params, shown)
+    per, source = _sweep_source(block, ok, params, shown)
     out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
-           "source": source, "partial": None,
+           "per": per, "source": source, "partial": None,
            # The points' own marks travel into the block's warnings.
            # (a busy trial is warned of per trial already: bot/plans/views.block_warnings)
            "marks": {"marked": usable.marked(fit["time"], fit.get("points") or [],
@@ -101,8 +101,9 @@ def _predict_from(block: dict, ok: list[dict], params: dict) -> tuple[dict, tupl
     return fit, (seconds, se, dof), verdict
 
 
-def _sweep_source(block: dict, ok: list[dict], params: dict, shown: str) -> str:
-    """Where a predicted time per run came from: the unit, the config, the sweep."""
+def _sweep_source(block: dict, ok: list[dict], params: dict, shown: str) -> tuple[str, str]:
+    """Where a predicted time per run came from: its unit ("per request"), then the
+    config and the sweep."""
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     first = ok[0]["report"]
     units = first.get("units") or {}  # a recipe's timed run units (worker/launcher)
@@ -110,13 +111,14 @@ def _sweep_source(block: dict, ok: list[dict], params: dict, shown: str) -> str:
     unit = (_("per request") if not first.get("recipe") else
             _("per {unit}", unit=estimate.unit_label(kind)) if kind else
             _("per {unit}", unit=units["unit"]) if units.get("run") else _("per run phase"))
-    values = dict(unit=unit, config=shown, id=block["sweep"], n=len(ok),
+    values = dict(config=shown, id=block["sweep"], n=len(ok),
                   held=", ".join(f"{k}={params[k]}" for k in held))
-    return (_("{unit}, predicted for {config} (at the sweep's {held}) by the time fit of sweep "
-              "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
-            if held else
-            _("{unit}, predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
-              "model estimate, not measured at this config)", **values))
+    return unit, ", " + (
+        _("predicted for {config} (at the sweep's {held}) by the time fit of sweep "
+          "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
+        if held else
+        _("predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
+          "model estimate, not measured at this config)", **values))
 
 
 def _to_full_depth(out: dict, block: dict, ok: list[dict], fit: dict) -> None:
@@ -190,9 +192,9 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
     pr = estimate.per_run(trials)
     k = depth.time_factor(first["params"], depth.sizing_of(first))
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
-            "source": _("per {unit} ({source}), {what}", unit=pr["unit"], source=pr["source"],
-                        what=k["what"]), "partial": part,
-            "no_interval": "a model-scaled time has no measured spread at the full depth",
+            "per": _("per {unit}", unit=pr["unit"]),
+            "source": f" ({pr['source']}), {k['what']}", "partial": part,
+            "no_interval": _("a model-scaled time has no measured spread at the full depth"),
             "weights_factor": k["weights_factor"],
             "config": {"layers": depth.full_layers(first)}}
 

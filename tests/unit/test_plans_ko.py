@@ -129,7 +129,7 @@ def test_a_slurm_answer_speaks_korean_and_keeps_job_ids():
     with i18n.using("ko"):
         actual, text = slurm.outcome(req, {"error": "sacct: command not found"})
     assert actual is None
-    assert text == (":x: *adkv* baseline의 Slurm accounting(작업 123456): Slurm 워커가 읽지 "
+    assert text == (":x: *adkv* baseline의 Slurm 사용 기록(작업 123456): Slurm 워커가 읽지 "
                     "못했습니다: sacct: command not found. 아무것도 기록하지 않았습니다"
                     "(요청자 <@U1>).")
     assert slurm.outcome(req, {"error": "x"})[1].startswith(
@@ -165,10 +165,15 @@ def test_a_block_priced_and_shown_in_korean(tmp_path):
     assert out.startswith("계획 *repro*: baseline 블록을 추가했습니다 — ")
     assert f"에서 실행한 {t} 기반." in out and "GPU-h" in out
     out = _plan(ctx, "price H100 ₩3500/h source=견적 date=2026-11-30")
-    assert out.startswith("P1을(를) 기록했습니다: H100-80GB rent ₩3500 GPU-시간당 (출처: 견적, "
+    assert out.startswith("P1을(를) 기록했습니다: H100-80GB 임대 GPU-시간당 ₩3500 (출처: 견적, "
                           "2026-11-30 확인).")
     shown = _plan(ctx, "repro show")
-    assert "비용 기준: H100-80GB rent ₩3500 GPU-시간당 (P1, 출처: 견적, 2026-11-30 확인)" in shown
+    assert "비용 기준: H100-80GB 임대 GPU-시간당 ₩3500 (P1, 출처: 견적, 2026-11-30 확인)" in shown
+    assert "전기 요금 kWh당 ₩150 (" in _plan(ctx, "price electricity ₩150/kWh source=견적 "
+                                                "date=2026-11-30")
+    history = _plan(ctx, "repro history")
+    assert "baseline 블록" in history and "block baseline" not in history
+    assert "가격 P1(공유 가격표)" in history
     assert "블록" in shown and "합계" in shown and "• baseline: 어떤 프롬프트?" in shown
     assert "GPU-시간 = 측정한 경과 시간 × GPU 수" in commands.plan(
         ctx, "repro show", "U1", "CKO", TODAY)["blocks"][-1]["elements"][0]["text"]

@@ -100,7 +100,7 @@ def test_stability_retries_and_the_machine_read_in_korean():
         assert summary.stability(dict(unstable, count=3), "step").startswith(
             "불안정: 3 스텝 후")
         assert summary.machine(quiet) == ("조용함: run 단계 동안 다른 프로세스가 CPU 16개의 "
-                                          "4%를 사용했습니다(steal 0%; 20% 초과 시 표시)")
+                                          "4%를 사용했습니다(스틸 시간 0%; 20% 초과 시 표시)")
     assert summary.stability(unstable) == ("UNSTABLE: IQR/median 12.3% ≥ 5% after 7 requests "
                                            "(run_cap); treat these figures with care")
     assert summary.stability(dict(unstable, count=1, stable=True)) == (
@@ -166,9 +166,9 @@ def test_a_busy_machine_s_warning_written_by_the_worker_reads_in_korean():
         ko = summary.busy_line(r)
         assert summary.machine(r["contention"]) == ko
     assert ko == ("다른 작업으로 바쁜 머신: run 단계 동안 다른 프로세스가 CPU의 41%를 사용했고"
-                  "(0.5 s 구간에서 최대 90%), 하이퍼바이저가 20%를 가져갔습니다(steal); GPU 0에서 "
-                  "다른 프로세스 2개가 1.50 GiB를 점유; GPU 0 클럭 저하(thermal). 이 시간은 머신 "
-                  "본래의 속도가 아니니 조용한 머신에서 다시 실행하십시오")
+                  "(0.5 s 구간에서 최대 90%), 하이퍼바이저가 20%를 가져갔습니다(스틸 시간); "
+                  "GPU 0에서 다른 프로세스 2개가 1.50 GiB를 점유; GPU 0 클럭 저하(thermal). "
+                  "이 시간은 머신 본래의 속도가 아니니 조용한 머신에서 다시 실행하십시오")
 
 
 @pytest.mark.parametrize("note", [
@@ -210,8 +210,8 @@ def test_a_model_s_source_and_the_optimizer_theory_read_in_korean():
     with i18n.using("ko"):
         assert summary.model_line(m) == (
             "mistral-7b: MistralForCausalLM, 레이어 32개 중 2개, attn=sdpa, transformers 4.57.1, "
-            "무작위(config로 생성; 아무것도 내려받지 않음); config 출처: trialbot에 들어 있는 "
-            "mistralai/Mistral-7B-v0.1의 config.json 사본")
+            "무작위(설정 파일로 생성; 아무것도 내려받지 않음); 설정 파일 출처: trialbot에 "
+            "들어 있는 mistralai/Mistral-7B-v0.1의 config.json 사본")
         assert summary.training(tr).endswith(
             "(이론값 랭크당 4.00 MiB: AdamW는 exp_avg와 exp_avg_sq를 fp32로 보관합니다: "
             "8 bytes/param, ZeRO-1 방식으로 랭크 2개에 나눔)")

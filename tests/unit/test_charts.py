@@ -122,15 +122,27 @@ def test_digest_labels_every_block_and_names_a_cpu_plans_hours():
     assert "repro/baseline (CPU)" in [t.get_text() for t in mixed.get_yticklabels()]
 
 
+@pytest.fixture(autouse=True)
+def closed_figures():
+    """The figures a test read are closed after it (pyplot keeps every one open)."""
+    yield
+    from matplotlib import pyplot as plt
+    plt.close("all")
+
+
 @pytest.fixture
 def ctx(tmp_path):
     return context(Store(str(tmp_path / "s.db")))
 
 
-def finished_sweep(ctx, words, rss):
+def finished_sweep(ctx, words, rss, seconds=None):
+    """The sweep run and fitted; `seconds`: each config's mean latency (else 10 ms per batch)."""
     commands.trial(ctx, words, "U1", "C1")
     while job := ctx.queue.lease("w1", 0):
-        ctx.queue.finish(job["id"], "w1", job["lease"], ok_report(job, rss(job["spec"]["params"])))
+        report = ok_report(job, rss(job["spec"]["params"]))
+        if seconds:
+            report["latency"] = {"mean": seconds(job["spec"]["params"])}
+        ctx.queue.finish(job["id"], "w1", job["lease"], report)
     return fit_sweep([j["report"] for j in ctx.store.sweep_jobs(1)])
 
 
@@ -161,7 +173,7 @@ def test_a_batch_sweep_chart_has_its_points_the_held_out_one_and_the_prediction(
     ((_, (y0, y1)),) = [seg.T for seg in bar.lines[2][0].get_segments()]
     assert (y0, y1) == pytest.approx((low / MiB, high / MiB))
     assert [line.get_gid() for line in time.lines].count("fit-extrapolated") == 1
-    assert time.get_title() == "time per request" and time.get_ylabel() == "ms"
+    assert time.get_title() == "time per request (malloc=auto)" and time.get_ylabel() == "ms"
     assert sweep_chart.png(fit, 1)[:8] == PNG
 
 

@@ -1,0 +1,136 @@
+"""Charts that agree with their text (issue #33): no prediction drawn where the
+fit's answer calls it unusable, nothing below zero, whole-number axes for whole
+parameters, the memory timeline's pass and the report's own peak, series that
+coincide still told apart, and no blank margin. Read back from the figure (and
+one PNG's pixels) as test_charts.py does; in-process, no worker runs."""
+import re
+
+import pytest
+
+from bot import commands
+from bot.app.runtime import context
+from bot.fits import chart as sweep_chart
+from bot.store import Store
+from test_charts import finished_sweep
+from worker.i18n import using
+
+MiB = 2**20
+# Times that fall with the batch: a straight line through them goes below zero
+FALLING = {1: 0.40, 2: 0.22, 3: 0.05}
+
+
+@pytest.fixture(autouse=True)
+def closed_figures():
+    """The figures a test read are closed after it (pyplot keeps every one open)."""
+    yield
+    from matplotlib import pyplot as plt
+    plt.close("all")
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return context(Store(str(tmp_path / "s.db")))
+
+
+def falling_sweep(ctx, times=FALLING):
+    words = f"sweep llm-infer batch={','.join(map(str, times))} gen=4"
+    return finished_sweep(ctx, words, lambda p: (300 + 4 * p["batch"]) * MiB,
+                          lambda p: times[p["batch"]])
+
+
+def gids(ax, gid):
+    return [a for a in [*ax.lines, *ax.collections] if a.get_gid() == gid]
+
+
+def legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_prediction_the_answer_calls_unusable_gets_no_star_and_says_why(ctx):
+    fit = falling_sweep(ctx)
+    answer = commands.trial(ctx, "fit S1 batch=5", "U1", "C1")[0]["text"]
+    assert "time: *unusable: predicts -302 ms per run, and a time is positive" in answer
+    memory, time = sweep_chart.figure(fit, 1, {"batch": 5}).axes
+    assert gids(time, "prediction") == []
+    (asked,) = gids(time, "not-predicted")
+    assert list(asked.get_xdata()) == [5, 5]
+    assert "no prediction drawn" in asked.get_label()
+    assert "predicts -302 ms per run, and a time is positive" in asked.get_label()
+    # memory at batch=5 is usable in the answer, and drawn with its figure
+    assert "host_rss_peak: 320 MiB" in answer
+    (star,) = gids(memory, "prediction")
+    assert list(star.get_xdata()) == [5]
+    assert any(label.startswith("predicted at batch=5: 320 MiB ± ") for label in legend(memory))
+
+
+def test_a_fit_that_cannot_say_at_the_asked_batch_is_drawn_and_says_so(ctx):
+    fit = finished_sweep(ctx, "sweep llm-infer batch=4 prompt=32,64,128 gen=4",
+                         lambda p: int((300 + 0.05 * p["prompt"]) * MiB))
+    answer = commands.trial(ctx, "fit S1 batch=8 prompt=64", "U1", "C1")[0]["text"]
+    assert "host_rss_peak: cannot say — the sweep measured batch 4 only" in answer
+    for ax in sweep_chart.figure(fit, 1, {"batch": 8, "prompt": 64}).axes:
+        (asked,) = gids(ax, "not-predicted")
+        assert gids(ax, "prediction") == []
+        assert "no prediction drawn, as the sweep measured" in asked.get_label()
+
+
+def test_nothing_is_drawn_below_zero_and_a_band_cut_there_says_so(ctx):
+    fit = falling_sweep(ctx, {1: 0.40, 2: 0.31, 4: 0.12, 8: 0.13})
+    time = sweep_chart.figure(fit, 1, {"batch": 64}).axes[1]
+    assert fit["time"]["verdict"]["usable"] is False and gids(time, "prediction") == []
+    assert time.get_ylim()[0] == 0
+    for line in time.lines:
+        ys = [y for y in line.get_ydata() if y == y]  # NaN: a gap, not drawn
+        assert all(y >= 0 for y in ys), line.get_gid()
+    (band,) = gids(time, "band")
+    assert min(y for path in band.get_paths() for _, y in path.vertices) == 0
+    assert "cut at 0: no time or size is below it" in legend(time)
+    # the held-out point's refit predicted below zero: said, not drawn
+    assert gids(time, "held-out-predicted") == []
+    assert any("the refit without it predicts below 0" in t for t in legend(time))
+
+
+def test_a_chart_in_a_korean_channel_keeps_the_fits_words_english(ctx):
+    fit = falling_sweep(ctx)
+    with using("ko"):
+        time = sweep_chart.figure(fit, 1, {"batch": 5}).axes[1]
+    (asked,) = gids(time, "not-predicted")
+    assert "a time is positive" in asked.get_label()
+    assert not re.search("[\uac00-\ud7a3]", asked.get_label())
+
+
+def integer_ticks(ax):
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_xlim()
+    return [t for t in ax.get_xticks() if lo <= t <= hi]
+
+
+def test_batch_and_layer_axes_tick_whole_numbers_only(ctx):
+    fit = falling_sweep(ctx)
+    for ax in sweep_chart.figure(fit, 1, {"batch": 5}).axes:
+        ticks = integer_ticks(ax)
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_a_depth_chart_ticks_whole_layers(tmp_path):
+    ctx = context(Store(str(tmp_path / "d.db")))
+    fit = finished_sweep(ctx, "sweep llm-infer layers=1,2,3 gen=4",
+                         lambda p: (200 + 10 * p["layers"]) * MiB)
+    memory = sweep_chart.figure(fit, 1).axes[0]
+    assert memory.get_xlabel() == "layers"
+    ticks = integer_ticks(memory)
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_lines_that_coincide_stay_apart(ctx):
+    # time does not depend on the prompt here: the three lengths' time lines coincide
+    fit = finished_sweep(ctx, "sweep llm-infer batch=1,2,4 prompt=32,64 gen=4",
+                         lambda p: int((300 + 0.05 * p["batch"] * p["prompt"]) * MiB))
+    time = sweep_chart.figure(fit, 1, {"batch": 8, "prompt": 128}).axes[1]
+    lines = gids(time, "fit-line")
+    assert len(lines) == 3
+    assert [a.get_ydata()[-1] for a in lines] == pytest.approx([lines[0].get_ydata()[-1]] * 3)
+    # each wider than the next and under it: every colour shows along the one line
+    widths = [a.get_linewidth() for a in lines]
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3
+    assert [a.get_zorder() for a in lines] == sorted(a.get_zorder() for a in lines)

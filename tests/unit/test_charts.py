@@ -33,7 +33,8 @@ def timeline_report(phases, world=1):
                       "allocator": {"columns": ["t", "allocated", "reserved"],
                                     "rows": [[100 + i / 10, 50 * MiB, 64 * MiB]
                                              for i in range(30)]}},
-         "phases": [{"name": n, "start": 100 + a, "end": 100 + b} for n, a, b in phases]}
+         "phases": [{"name": n, "start": 100 + a, "end": 100 + b} for n, a, b in phases],
+         "memory": {"host_rss_peak": 300 * MiB}}
     if world > 1:
         r["training"] = {"world": world, "ranks": [
             {"rank": k, "host_rss_peak": (150 + k) * MiB} for k in range(world)]}
@@ -90,8 +91,8 @@ def test_a_multi_rank_trial_says_its_series_are_summed_and_shows_each_ranks_peak
     assert "torch allocated (CUDA allocator) (rank 0 only)" in legend
     assert "rank 0 peak 150 MiB (per rank, as in the table)" in legend
     assert "rank 1 peak 151 MiB (per rank, as in the table)" in legend
-    levels = [line.get_ydata()[0] for line in fig.axes[0].lines if line.get_linestyle() == "--"]
-    assert levels == pytest.approx([150 / 1024, 151 / 1024])
+    ranks = [line for line in fig.axes[0].lines if line.get_gid() == "rank-peak"]
+    assert [line.get_ydata()[0] for line in ranks] == pytest.approx([150 / 1024, 151 / 1024])
     (note,) = texts(fig, "ranks-note")
     assert "add up all 2 ranks' processes" in note.get_text()
 

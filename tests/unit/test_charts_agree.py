@@ -11,7 +11,9 @@ from bot import commands
 from bot.app.runtime import context
 from bot.fits import chart as sweep_chart
 from bot.store import Store
-from test_charts import finished_sweep
+from bot.trials import chart as memory_chart
+from test_charts import SHORT, finished_sweep, timeline_report
+from worker.api import size
 from worker.i18n import using
 
 MiB = 2**20
@@ -134,3 +136,45 @@ def test_lines_that_coincide_stay_apart(ctx):
     widths = [a.get_linewidth() for a in lines]
     assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3
     assert [a.get_zorder() for a in lines] == sorted(a.get_zorder() for a in lines)
+
+
+def split_report():
+    """A malloc=auto trial on a CPU: the timeline is the time pass's (host RSS to
+    300 MiB), the reported host RSS peak the memory pass's 290 MiB."""
+    r = timeline_report(SHORT)
+    r["memory"] = {"host_rss_peak": 290 * MiB}
+    r["passes"] = [{"pass": "memory", "malloc": "live", "status": "ok",
+                    "supplied": ["host_rss_peak", "host_rss_peak_kernel"]},
+                   {"pass": "time", "malloc": "glibc", "status": "ok",
+                    "supplied": ["phases", "seconds"]}]
+    return r
+
+
+def test_the_memory_timeline_says_its_pass_and_writes_the_reports_own_peak():
+    ax = memory_chart.figure(split_report()).axes[0]
+    assert "the time pass (malloc=glibc)" in ax.get_title()
+    assert "host RSS peak is the memory pass's (malloc=live)" in ax.get_title()
+    (peak,) = [t for t in ax.texts if t.get_gid() == "peak"]
+    assert peak.get_text().startswith(f"peak {size(290 * MiB)} as reported (host RSS, child "
+                                      "tree, memory pass, malloc=live)")
+    assert "this run's highest sample: 300 MiB at 2.00 s" in peak.get_text()
+    (line,) = gids(ax, "reported-peak")
+    assert line.get_ydata()[0] == pytest.approx(290 / 1024)
+    one = memory_chart.figure(timeline_report(SHORT)).axes[0]
+    assert "one pass" in one.get_title() and gids(one, "reported-peak") == []
+
+
+def test_two_ranks_with_one_peak_both_show():
+    r = timeline_report(SHORT, world=2)
+    for rank in r["training"]["ranks"]:
+        rank["host_rss_peak"] = 150 * MiB  # the same figure: the same height
+    fig = memory_chart.figure(r)
+    fig.canvas.draw()
+    a, b = gids(fig.axes[0], "rank-peak")
+    assert (a.get_linestyle(), a.get_marker()) != (b.get_linestyle(), b.get_marker())
+    ax = fig.axes[0]
+    marks = [ax.get_yaxis_transform().transform((line.get_xdata()[1], line.get_ydata()[1]))
+             for line in (a, b)]
+    assert abs(marks[0][0] - marks[1][0]) > 10  # pixels apart on the one line
+    assert {"rank 0 peak 150 MiB (per rank, as in the table)",
+            "rank 1 peak 150 MiB (per rank, as in the table)"} <= set(legend(ax))

@@ -3,16 +3,21 @@ fit's answer calls it unusable, nothing below zero, whole-number axes for whole
 parameters, the memory timeline's pass and the report's own peak, series that
 coincide still told apart, and no blank margin. Read back from the figure (and
 one PNG's pixels) as test_charts.py does; in-process, no worker runs."""
+import datetime as dt
+import io
 import re
 
 import pytest
+from PIL import Image
 
 from bot import commands
 from bot.app.runtime import context
+from bot.digest import build as digest
+from bot.digest import chart as digest_chart
 from bot.fits import chart as sweep_chart
 from bot.store import Store
 from bot.trials import chart as memory_chart
-from test_charts import SHORT, finished_sweep, timeline_report
+from test_charts import SHORT, digest_figure, finished_sweep, plan, timeline_report
 from worker.api import size
 from worker.i18n import using
 
@@ -178,3 +183,39 @@ def test_two_ranks_with_one_peak_both_show():
     assert abs(marks[0][0] - marks[1][0]) > 10  # pixels apart on the one line
     assert {"rank 0 peak 150 MiB (per rank, as in the table)",
             "rank 1 peak 150 MiB (per rank, as in the table)"} <= set(legend(ax))
+
+
+def blank_margins(png: bytes) -> list[int]:
+    """Pixels of white on the left, top, right and bottom of a PNG."""
+    image = Image.open(io.BytesIO(png)).convert("L")
+    box = image.point(lambda v: 255 if v < 250 else 0).getbbox()
+    return [box[0], box[1], image.width - box[2], image.height - box[3]]
+
+
+def test_every_chart_kind_is_saved_without_a_blank_margin(ctx):
+    fit = falling_sweep(ctx)
+    week = digest.measure([], [], dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc),
+                          dt.timezone.utc)
+    figures = {"fit": sweep_chart.png(fit, 1, {"batch": 5}),
+               "timeline": memory_chart.png(split_report()),
+               "digest": digest_chart.png(week, [plan("big", "H100", [("train", 4.0, 5.0)])],
+                                          "#c digest")}
+    for kind, png in figures.items():
+        assert max(blank_margins(png)) <= 15, (kind, blank_margins(png))
+
+
+def test_the_digests_panels_sit_close_to_their_labels():
+    fig = digest_figure([plan("big", "H100", [("train", 40.0, 52.5)])])
+    renderer = fig.canvas.get_renderer()
+    left, right = fig.axes
+    labels = [t.get_window_extent(renderer).x0 for t in right.get_yticklabels()]
+    assert min(labels) - left.get_window_extent(renderer).x1 < 60
+    assert fig.get_tightbbox(renderer).height * fig.dpi >= 0.95 * fig.bbox.height
+
+
+def test_an_empty_week_says_it_has_no_hours():
+    fig = digest_figure([])
+    left, right = fig.axes
+    assert [t.get_text() for t in left.texts if t.get_gid() == "no-hours"] == [
+        "no hours this week"]
+    assert right.get_xlabel() == "hours"  # no plan: neither GPU nor CPU hours claimed

@@ -102,7 +102,7 @@ def test_a_users_week(tmp_path):
     assert "*adkv* (H100-80GB): estimate n/a GPU-h" in out  # the digest's plan line
     # The history holds who changed what, with the old value.
     history = section(out, "*Plan adkv*: its changes", "Exporting plan")
-    assert "deleted actual baseline: id=1, hours=1" in history
+    assert "deleted actual baseline #1: hours=1" in history
     assert "set fact inputs: (not set) → batch 8, prompt 4096" in history
     assert "CPU cores" in out and "? CPU cores" not in out
     assert "*T1*" in section(out, "/trial status", "") or "T1 llm-infer ok" in out

@@ -107,13 +107,17 @@ def test_a_correction_names_its_actual_and_refuses_what_it_cannot_do(ctx):
             ("repro actual verify correct #1 hours=", "an actual keeps its hours"),
             ("repro actual verify correct #1 #2 runs=3", "one at a time"),
             ("repro actual verify correct #1 colour=red", "has no `colour`"),
-            ("repro actual verify correct #1 runs=0", "runs must be from 1")):
+            ("repro actual verify correct #1 runs=0", "runs must be from 1"),
+            ("repro actual verify correct #1 hours=1000", "× the verify block's estimate"),
+            ("repro actual verify correct #1 hours=1000", "add `confirm` if it really took "
+             "that long: `/plan repro actual verify correct #1 hours=1000 confirm`")):
         assert says in say(ctx, text), text
     assert (counts(ctx), ctx.store.actuals("repro")) == before
+    assert "hours 1 → 1000" in say(ctx, "repro actual verify correct #1 hours=1000 confirm")
     out = say(ctx, "repro actual verify correct #2 runs=25")
     assert "Corrected verify actual #2 of *repro*: runs 20 → 25." in out
     assert [(a["id"], a["hours"], a["runs"]) for a in ctx.store.actuals("repro")] == [
-        (1, 1.0, 10), (2, 2.0, 25)]
+        (1, 1000.0, 10), (2, 2.0, 25)]
 
 
 def test_a_slurm_actuals_hours_stay_slurms_but_its_runs_and_note_correct(ctx):

@@ -126,9 +126,12 @@ def actual_line(a: dict) -> str:
     """One recorded actual with its number, hours and source."""
     source = (_("Slurm jobs {jobs}", jobs=", ".join(a["slurm"])) if a.get("slurm") else
               _("manual: {note}", note=a["note"]) if a.get("note") else _("manual"))
-    return _("#{id} {hours} GPU-h ({source}; by {user} on {day})", id=a["id"],
-             hours=f"{a['hours']:g}", source=source, user=f"<@{a['user']}>",
-             day=day(a.get("recorded")))
+    values = dict(id=a["id"], hours=f"{a['hours']:g}", source=source, user=f"<@{a['user']}>",
+                  day=day(a.get("recorded")))
+    if a.get("runs"):
+        return _("#{id} {hours} GPU-h, {runs} runs ({source}; by {user} on {day})",
+                 runs=a["runs"], **values)
+    return _("#{id} {hours} GPU-h ({source}; by {user} on {day})", **values)
 
 
 def actuals_now(plan: dict, kind: str, rows: list[dict], counted: list[dict],
@@ -150,15 +153,31 @@ def actuals_now(plan: dict, kind: str, rows: list[dict], counted: list[dict],
     return text
 
 
-def actual_recorded(plan: dict, kind: str, hours: float, replaced: int | None,
-                    now: str) -> dict:
+def actual_recorded(plan: dict, kind: str, hours: float, now: str) -> dict:
     values = dict(plan=plan["name"], kind=kind, hours=f"{hours:g}")
-    head = (_("Recorded for *{plan}* {kind}: {hours} GPU-h actual, replacing {n} earlier "
-              "one(s).", n=replaced, **values) if replaced else
-            _("Recorded for *{plan}* {kind}: {hours} GPU-h actual.", **values))
+    head = _("Recorded for *{plan}* {kind}: {hours} GPU-h actual.", **values)
     return reply(f"{head} {now}\n"
                  + _("`/plan {plan} review` compares it with the estimate; `/plan {plan} actual "
                      "{kind} delete #N` removes one.", **values))
+
+
+def actual_values(a: dict) -> dict:
+    """An actual's fields as a correction names them: hours, its parts, runs, note."""
+    return {"hours": a.get("hours"), **(a.get("parts") or {}), "runs": a.get("runs"),
+            "note": a.get("note")}
+
+
+def actual_corrected(plan: dict, kind: str, old: dict, new: dict, now: str) -> dict:
+    """What changed, old → new, and what the correction kept."""
+    was, now_values = actual_values(old), actual_values(new)
+    kept = {k: v for k, v in now_values.items() if k != "hours" and v is not None
+            and was.get(k) == v}
+    head = _("Corrected {kind} actual #{id} of *{plan}*: {fields}.", kind=kind, id=old["id"],
+             plan=plan["name"], fields=changed_fields(was, now_values))
+    if kept:
+        head += " " + _("Kept: {fields}.", fields=value_text(kept))
+    return reply(f"{head} {now}\n" + _("`/plan {plan} history` keeps what it was.",
+                                         plan=plan["name"]))
 
 
 def actuals_deleted(plan: dict, kind: str, gone: int, now: str) -> dict:

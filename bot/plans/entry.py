@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bot.blocks import about
 from bot.context import HiddenPlan, PlanUnreachable, Postable, unwritable_text
-from bot.plans import estimate, parse, views
+from bot.plans import estimate, helpview, parse, views
 from bot.plans.grammar import PlanCommand, PlanError
 from bot.store import Unwritable
 from worker.i18n import _, did_you_mean, sentences
@@ -116,11 +116,11 @@ def help_reply(table: Sequence[Entry], topic: str, **values) -> dict:
     lines = help_lines(table, **values)
     topics = list(dict.fromkeys(e.word for e in table if e.word != "help"))
     if topic in ("", "help"):
-        return views.help_text(lines, topics)
+        return helpview.help_text(lines, topics)
     if topic not in topics and topic != "checklist":
         raise PlanError(sentences(
             _("`/plan help {topic}`: there is no such topic.", topic=topic),
             did_you_mean(topic, [*topics, "checklist"], "/plan help "),
             _("Topics: {topics}", topics=", ".join(topics))))
-    return views.topic_help(about(lines, "/plan", "set" if topic == "checklist" else topic),
+    return helpview.topic_help(about(lines, "/plan", "set" if topic == "checklist" else topic),
                             topic)

@@ -6,13 +6,13 @@ import datetime as dt
 from decimal import Decimal
 
 from bot import figures
-from bot.blocks import chunks, clip, context, help_reply, reply, section, table_text
+from bot.blocks import chunks, clip, context, reply, section, table_text
 from bot.fits import gpus, usable
 from bot.plans import changes, estimate, footing, kept_apart, parse, prices
 from bot.trials.views import status_word
 from worker import i18n
 from worker.api import LIVE_TIME_NOTE, summary
-from worker.i18n import N_, _, pgettext
+from worker.i18n import _, pgettext
 
 
 def error(message: str) -> dict:
@@ -36,47 +36,6 @@ def channel_settings(chosen: str | None, speaking: str, currency: str | None = N
              _("No currency set: a price typed here without one keeps none; `/plan settings "
                "currency=USD` (or KRW, EUR...) sets one."))
     return reply(f"{line}\n{money}")
-
-
-HELP_MORE = N_("(continued in this message's blocks)")
-# What `/plan help prices` adds to the table's lines: how a figure is read
-# (bot/plans/money.py) and the limits it is checked against.
-PRICE_RULES = N_("*How a price is read*: a figure with the currency you wrote, or none: "
-                 "`$2.49/h`, `2,49/h`, `€2.10/h`, `₩3500/h`, `3500원/h`, `KRW 3,500/h` (`¥` is "
-                 "refused: write JPY or CNY); nothing is ever converted. Limits, an order of "
-                 "magnitude above anything real, scaled by the currency (KRW 1000×, JPY 100×): "
-                 "rent 1,000 per GPU-hour, buy and resale 1,000,000 per GPU, electricity 10 per "
-                 "kWh, power 10 kW per GPU. A price more than 3× off the one it replaces, or in "
-                 "another currency, waits for the same command with `confirm` at the end.")
-
-
-def help_text(lines: list[str], topics: list[str]) -> dict:
-    """`/plan help`: the command table's lines (bot/plans/command.py, and the
-    digest's), what `/plan` is, the checklist and settings by name, and the topics
-    `/plan help TOPIC` shows."""
-    return help_reply("\n".join([
-        _("*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
-          "confirmed prices) and rent/buy guidance."),
-        *lines,
-        parse.keys_help(),
-        _("A run is one repetition of the trial's measured unit: one request for llm-infer, "
-          "one run phase of a recipe's program."),
-        _("*More*: {topics}", topics=" · ".join(f"`/plan help {t}`" for t in topics))]),
-        _(HELP_MORE))
-
-
-def topic_help(lines: list[str], topic: str) -> dict:
-    """`/plan help TOPIC`: the table's lines that use the word, and for `set` the
-    checklist and settings, for prices how a figure is read."""
-    extra = []
-    if topic in ("set", "checklist"):
-        extra = [_("*Checklist*: {items}",
-                   items="; ".join(f"`{k}` {_(v)}" for k, v in parse.CHECKLIST.items())),
-                 _("*Settings*: {items}",
-                   items="; ".join(f"`{k}` {_(v)}" for k, v in parse.SETTINGS.items()))]
-    elif topic in ("price", "prices"):
-        extra = [_(PRICE_RULES)]
-    return help_reply("\n".join([*lines, *extra]), _(HELP_MORE))
 
 
 def open_items(plan: dict) -> list[str]:
@@ -413,15 +372,42 @@ def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     actual = tagged_lines(plan, tagged or [])
     text += ("\n" + _("*Actual trials*:") + "\n" + "\n".join(actual) if actual else "")
     text += f"\n{fits}" if fits else ""
-    text += ("\n" + _("*Open checklist items*: {items}",
-                       items=", ".join(left) if left else _("none"))
-             + ("\n" + _("*Open variables*:") + "\n" + "\n".join(notes) if notes else "")
-             + ("\n" + _("*Warnings*:") + "\n" + "\n".join(warn) if warn else ""))
-    blocks = [section(part) for part in chunks(text)]
+    kept, kept_blocks = record(plan)
+    rest = (_("*Open checklist items*: {items}", items=", ".join(left) if left else _("none"))
+            + ("\n" + _("*Open variables*:") + "\n" + "\n".join(notes) if notes else "")
+            + ("\n" + _("*Warnings*:") + "\n" + "\n".join(warn) if warn else ""))
+    blocks = ([section(part) for part in chunks(text)] + kept_blocks
+              + [section(part) for part in chunks(rest)])
     blocks.append(context(_("GPU-hours = measured wall time × GPUs; each component names its "
                             "trial and phase. Interval: runs' spread only (prep and data are "
                             "single measurements).")))
-    return {"response_type": "in_channel", "text": text, "blocks": blocks}
+    return {"response_type": "in_channel", "text": f"{text}\n{kept}\n{rest}", "blocks": blocks}
+
+
+RECORD_SHOWN = 150  # characters of a checklist value in `show`; the export has all of it
+FIELDS = 10  # Slack's most fields in one section
+
+
+def record(plan: dict) -> tuple[str, list[dict]]:
+    """The checklist's filled items with their values, the plan's record, as
+    text and as sections of two-column fields (10 at most each)."""
+    filled = [(k, changes.fact_value(k, v)) for k, v in
+              ((k, plan["facts"].get(k)) for k in parse.CHECKLIST) if v]
+    if not filled:
+        head = _("*Record*: no checklist item is filled yet (`/plan {plan} set paper=... "
+                 "repo=...`)", plan=plan["name"])
+        return head, [section(head)]
+    shown = [(k, clip(v, RECORD_SHOWN)) for k, v in filled]
+    values = dict(n=len(filled), total=len(parse.CHECKLIST), plan=plan["name"])
+    head = (_("*Record* ({n} of {total} checklist items filled; a value cut short here is "
+              "whole in `/plan {plan} export`):", **values) if shown != filled else
+            _("*Record* ({n} of {total} checklist items filled):", **values))
+    fields = [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in shown]
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": head},
+               "fields": fields[:FIELDS]}]
+    blocks += [{"type": "section", "fields": fields[i:i + FIELDS]}
+               for i in range(FIELDS, len(fields), FIELDS)]
+    return head + "\n" + "\n".join(f"• {k}: {v}" for k, v in shown), blocks
 
 
 NOTE_SHOWN = 1500  # characters of a block's note in `show`; the export has all of it

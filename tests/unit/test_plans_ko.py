@@ -38,6 +38,9 @@ def test_a_plan_started_and_shown_in_korean_keeps_names_and_commands(tmp_path):
     assert shown.startswith("*계획 adkv* — 대상 H100-80GB(플랫폼 설정 안 됨), 임대 per-block")
     assert "아직 블록이 없습니다: `/plan adkv block baseline runs=N trial=T12`." in shown
     assert "*남은 체크리스트 항목*: paper, baseline" in shown
+    assert "*기록* (체크리스트 항목 15개 중 1개 채움):\n• gpu: H100-80GB\n" in shown
+    _plan(ctx, 'adkv set scope="표 3: 128K 문맥"')
+    assert "• scope: 표 3: 128K 문맥" in _plan(ctx, "adkv show")  # user's text, unchanged
     review = _plan(ctx, "adkv review")
     assert review.startswith("*계획 adkv*: 추정치 대 실측치(GPU-시간)")
     assert "`/plan adkv actual baseline hours=H`" in review

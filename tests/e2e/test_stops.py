@@ -68,7 +68,7 @@ def test_sigterm_mid_trial_hands_the_trial_back_and_another_worker_runs_it(
     monkeypatch.setenv("TRIALBOT_STOP_GRACE", "60")
     w1 = start_worker(served_bot.url, "w1", "wtoken", "--recipes", recipes)
     monkeypatch.delenv("TRIALBOT_STOP_GRACE")
-    wait_for(lambda: "recipe gate" in post_help(served_bot.url), 30, "w1 did not register")
+    wait_for(lambda: "no such topic" not in post_help(served_bot.url), 30, "w1 did not register")
     slash(served_bot.url, "recipe gate")
     assert "started on *w1*" in fake_slack.wait_posts(1)[0]["text"]
     wait_for(running.exists, 30, "the recipe did not start")  # mid-trial
@@ -97,7 +97,8 @@ def test_sigterm_mid_trial_hands_the_trial_back_and_another_worker_runs_it(
 
 
 def post_help(url: str) -> str:
-    body = slash_body("help")
+    """`/trial help recipe gate`: "no such topic" until a worker registers it."""
+    body = slash_body("help recipe gate")
     return post(url + "/slack/events", body, signed_headers("s3cret", body))[1]["text"]
 
 

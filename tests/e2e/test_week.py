@@ -116,7 +116,7 @@ def test_a_users_week(tmp_path):
     ko_show = section(ko, "*계획 adkv*(", "*계획 adkv*: 추정치 대 실측치")
     assert re.search(r"^compare\s+20×1\s+대상 밖\s", ko_show, re.M)
     assert re.search(r"^합계\s+해당 없음: H100-80GB에서 측정한 블록이 없음\s", ko_show, re.M)
-    assert "비용 기준: H100-80GB rent $2.49 GPU-시간당 (P1, 출처: https://example.com/q" in ko_show
+    assert "비용 기준: H100-80GB 임대 GPU-시간당 $2.49 (P1, 출처: https://example.com/q" in ko_show
     assert "T2 (compare): 완료 — 대상 외" in ko_show
     assert "*남은 체크리스트 항목*" in ko_show and "*경고*" in ko_show
     assert "*기록* (체크리스트 항목 15개 중 5개 채움):" in ko_show

@@ -9,6 +9,7 @@ import io
 import math
 
 from bot.fits import depth, ols, scaling
+from bot.states import Json
 
 LEVEL = 0.90  # as in the sweep messages
 MAX_LINES = 4  # a sweep of batch and length: one line per length, the smallest few
@@ -16,7 +17,7 @@ MAX_LINES = 4  # a sweep of batch and length: one line per length, the smallest 
 # here (a missing glyph draws as a box), and the message beside the chart is translated.
 
 
-def png(fit: dict, sweep: int, params: dict | None = None) -> bytes:
+def png(fit: Json, sweep: int, params: Json | None = None) -> bytes:
     from matplotlib import pyplot as plt
     fig = figure(fit, sweep, params)
     out = io.BytesIO()
@@ -25,13 +26,13 @@ def png(fit: dict, sweep: int, params: dict | None = None) -> bytes:
     return out.getvalue()
 
 
-def memory_method(fit: dict) -> str | None:
+def memory_method(fit: Json) -> str | None:
     """The memory figure the chart shows: the GPU one the answers use, else the first fitted."""
     good = [m for m, model in (fit.get("memory") or {}).items() if not model.get("error")]
     return scaling.gpu_method(fit) or (good[0] if good else None)
 
 
-def figure(fit: dict, sweep: int, params: dict | None = None):
+def figure(fit: Json, sweep: int, params: Json | None = None):
     """The chart as a matplotlib figure (png() renders it; tests inspect it)."""
     import matplotlib  # imported when the first chart is drawn, not at bot start-up
     matplotlib.use("Agg")
@@ -55,7 +56,7 @@ def figure(fit: dict, sweep: int, params: dict | None = None):
     return fig
 
 
-def _axis(fit: dict) -> dict:
+def _axis(fit: Json) -> Json:
     """What the x axis is: layers for a depth sweep, else the batch when it
     varied, else the summed length; `other` is the coordinate held per line."""
     if fit.get("kind") == "depth":
@@ -69,12 +70,12 @@ def _axis(fit: dict) -> dict:
     return {"x": 1, "label": f"length ({length})", "name": length}
 
 
-def _coords(fit: dict, point: dict) -> tuple[float, float]:
+def _coords(fit: Json, point: Json) -> tuple[float, float]:
     """A measured point as the model's (b, s)."""
     return (point["layers"], 1) if fit.get("kind") == "depth" else (point["b"], point["s"])
 
 
-def _asked(fit: dict, params: dict | None) -> tuple[tuple | None, str | None]:
+def _asked(fit: Json, params: Json | None) -> tuple[tuple | None, str | None]:
     """The question's (b, s), or why there is none to draw."""
     if not params or fit.get("error"):
         return None, None
@@ -92,7 +93,7 @@ def _scale(unit: str, top: float) -> tuple[float, str]:
     return (1.0, "s") if top >= 1 else (1e-3, "ms")
 
 
-def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
+def _panel(ax, fit: Json, axis: Json, title: str, model: Json | None, unit: str,
            asked: tuple | None) -> None:
     ax.set_xlabel(axis["label"])
     if not model or model.get("error"):
@@ -141,14 +142,14 @@ def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
     ax.legend(fontsize=7)
 
 
-def _group_label(fit: dict, axis: dict, g: float, count: int) -> str:
+def _group_label(fit: Json, axis: Json, g: float, count: int) -> str:
     if count == 1 or fit.get("kind") == "depth":
         return "fit"
     held = "length" if axis["x"] == 0 else "batch"
     return f"fit at {held} {g:g}"
 
 
-def _line(ax, model: dict, where: tuple, lo: float, hi: float, top: float,
+def _line(ax, model: Json, where: tuple, lo: float, hi: float, top: float,
           scale: float, color: str, label: str, first: bool = True) -> None:
     """The fitted line from the smallest point to the largest asked x: solid
     over what was measured, dashed past it (an extrapolation), banded by the PI.
@@ -178,7 +179,7 @@ def _line(ax, model: dict, where: tuple, lo: float, hi: float, top: float,
                         alpha=0.12, lw=0)
 
 
-def _prediction(ax, model: dict, asked: tuple, where: tuple, scale: float, axis: dict) -> None:
+def _prediction(ax, model: Json, asked: tuple, where: tuple, scale: float, axis: Json) -> None:
     x, form = where
     band = ols.band(model, *asked, level=LEVEL, form=form)
     value, at = band.value, asked[x]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bot.states import Json
 from worker.i18n import _
 
 RICHER_FACTOR = 0.8  # a richer model must cut the leave-one-out error by 20%...
@@ -94,7 +95,7 @@ def _left_out(features, rows) -> list[tuple] | None:
     return out
 
 
-def _loo(features, rows) -> dict | None:
+def _loo(features, rows) -> Json | None:
     """Leave-one-out's relative errors, each trial against its config's prediction."""
     errors = [predicted / r[2] - 1 for config, predicted, _rest in _left_out(features, rows) or []
               for r in rows if (r[0], r[1]) == config and r[2]]
@@ -109,7 +110,7 @@ def _reach(u: float, us: list[float]) -> float:
     return abs(u - min(us)) * abs(u - max(us))
 
 
-def _form(features, rows) -> tuple[dict | None, str | None]:
+def _form(features, rows) -> tuple[Json | None, str | None]:
     """The form's error from leave-one-out (module doc): {curvature, count,
     points, u}, or None and why there is none."""
     configs = _configs(rows)
@@ -133,7 +134,7 @@ def _form(features, rows) -> tuple[dict | None, str | None]:
             "u": [configs[0][0] * configs[0][1], configs[-1][0] * configs[-1][1]]}, None
 
 
-def _held_out(features, rows) -> tuple[dict | None, str | None]:
+def _held_out(features, rows) -> tuple[Json | None, str | None]:
     configs = _configs(rows)
     if len(configs) < 3:
         return None, _("needs 3 distinct configs, the sweep has {n}: a line through 2 points "
@@ -154,7 +155,7 @@ def _held_out(features, rows) -> tuple[dict | None, str | None]:
             "relative_error": predicted / measured - 1 if measured else None}, None
 
 def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str,
-               what: str) -> dict:
+               what: str) -> Json:
     """Fit one target. rows: [(b, s, y, trial)]; kind: "memory" | "time";
     varied: "b" | "s" | "bs". Returns a model dict, or {"error": ...}."""
     configs = _configs(rows)
@@ -212,7 +213,7 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
                      "measured": float(np.mean([r[2] for r in rows if (r[0], r[1]) == small]))},
     }
 
-def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
+def predict_model(model: Json, b: float, s: float) -> tuple[float, float, int]:
     """(value, standard error of a new observation, dof) at batch b, length s.
     A model without a batch (length) term only holds at the batch (length) the
     sweep measured: asking elsewhere raises ValueError."""
@@ -261,7 +262,7 @@ class Band:
         return None if self.half is None else self.value + self.half
 
 
-def band(model: dict, b: float, s: float, level: float = 0.90, form: bool = True) -> Band:
+def band(model: Json, b: float, s: float, level: float = 0.90, form: bool = True) -> Band:
     """The prediction at (b, s) with an interval holding the points' spread and
     the fitted form's error (module doc); none with too few points for either.
     `form=False`: the residuals' interval alone (a depth fit's, for now)."""
@@ -279,7 +280,7 @@ def band(model: dict, b: float, s: float, level: float = 0.90, form: bool = True
                 points=loo["points"])
 
 
-def leverage(model: dict, b: float, s: float) -> float | None:
+def leverage(model: Json, b: float, s: float) -> float | None:
     """x'(X'X)⁻¹x at (b, s): how far the config is from the points in the fit's
     own terms (about p/n inside them, growing with the square of the distance
     outside); None for a model without one."""

@@ -8,6 +8,7 @@ import datetime as dt
 from bot.fits import depth, gpus
 from bot.plans import estimate, prices
 from bot.plans import money as codes
+from bot.states import Json
 from worker.i18n import N_, _
 
 RULES = {  # shown translated: views.advice
@@ -19,8 +20,8 @@ RULES = {  # shown translated: views.advice
 }
 
 
-def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hours: float,
-             prep_hours: float, missing: list[str] | None = None) -> dict:
+def facts_of(plan: Json, reports: list[Json], price_list: list[Json], total_hours: float,
+             prep_hours: float, missing: list[str] | None = None) -> Json:
     """The facts the rules read. `missing`: per block measured off the target,
     the trial on the target it still lacks (bot/plans/footing.missing_trial)."""
     f = plan["facts"]
@@ -50,7 +51,7 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
             "missing_trials": list(missing or [])}
 
 
-def advise(fx: dict, today: dt.date) -> dict:
+def advise(fx: Json, today: dt.date) -> Json:
     answer = None
     also = []
     for n, check in ((1, _rule1), (2, _rule2), (3, _rule3), (4, _rule4), (5, _rule5)):
@@ -74,7 +75,7 @@ def advise(fx: dict, today: dt.date) -> dict:
     return answer
 
 
-def _summary(fx: dict) -> list[str]:
+def _summary(fx: Json) -> list[str]:
     return [_("target {gpu}", gpu=fx["target"]),
             _("trials on target: {trials}", trials=", ".join(fx["on_target"]) or _("none")),
             _("plan locked") if fx["fixed"] else _("plan not locked")]

@@ -28,6 +28,7 @@ from bot.plans import (
 )
 from bot.plans.entry import Asked, Entry, PlanHidden, plan_of
 from bot.plans.parse import PlanError
+from bot.states import Json
 from bot.store import DuplicateRequest
 from bot.trials import workers
 from bot.words import normalize
@@ -37,7 +38,7 @@ from worker.i18n import N_, _
 
 def handle(ctx, text: str, user: str, channel: str, today: dt.date,
            now: dt.datetime | None = None, request: str | None = None,
-           response_url: str | None = None, table: Sequence[Entry] | None = None) -> dict:
+           response_url: str | None = None, table: Sequence[Entry] | None = None) -> Json:
     """`/plan` through `table` (this module's TABLE unless given: bot/commands.py
     gives it with the digest's entries). `request` is Slack's trigger_id: a
     retried `actual ... slurm=` asks once. `response_url` reaches the requester
@@ -73,7 +74,7 @@ def _new(ctx, cmd, asked: Asked):
     return views.created(ctx.store.plan(cmd.plan))
 
 
-def _locked_refusal(plan: dict, what: str) -> PlanError:
+def _locked_refusal(plan: Json, what: str) -> PlanError:
     return PlanError(_("{what} is fixed while plan {plan} is locked (since {at}); `/plan {plan} "
                        "unlock` first (its estimates then need re-checking)",
                        what=what, plan=plan["name"], at=plan["locked"]["at"]))
@@ -273,7 +274,7 @@ def _actual(ctx, cmd, asked: Asked):
 IMPLAUSIBLE = 1000  # an actual this many times its estimate is asked to be confirmed
 
 
-def _plausible(ctx, plan: dict, kind: str, hours: float) -> None:
+def _plausible(ctx, plan: Json, kind: str, hours: float) -> None:
     """A figure a thousand times the block's estimate is more likely a slip (minutes
     typed as hours, a digit too many) than a run: it is refused until confirmed."""
     try:
@@ -289,7 +290,7 @@ def _plausible(ctx, plan: dict, kind: str, hours: float) -> None:
                           estimate=figures.gpu_hours(est["hours"]), plan=plan["name"]))
 
 
-def _actuals_now(ctx, plan: dict, kind: str) -> str:
+def _actuals_now(ctx, plan: Json, kind: str) -> str:
     rows = [a for a in ctx.store.actuals(plan["name"]) if a["block"] == kind]
     tagged = [j["trial"] for j in ctx.store.plan_jobs(plan["name"]) if j["block"] == kind]
     return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
@@ -372,7 +373,7 @@ def _price(ctx, cmd, asked: Asked):
     return changes.price_recorded(price, pid, asked.today, assumed)
 
 
-def _known_price(ctx, pid: int) -> dict:
+def _known_price(ctx, pid: int) -> Json:
     old = ctx.store.price(pid)
     if old is None:
         raise PlanError(_("There is no price P{id}; `/plan prices all` lists every recorded "
@@ -380,7 +381,7 @@ def _known_price(ctx, pid: int) -> dict:
     return old
 
 
-def _applies(ctx, old: dict) -> dict | None:
+def _applies(ctx, old: Json) -> Json | None:
     return next((p for p in ctx.store.prices() if p["kind"] == old["kind"]
                  and p["item"].lower() == old["item"].lower()), None)
 
@@ -418,7 +419,7 @@ def _history(ctx, cmd, asked: Asked):
     return changes.history(plan, rows, total)
 
 
-def _price_items(plan: dict) -> tuple[str, ...]:
+def _price_items(plan: Json) -> tuple[str, ...]:
     """The prices a plan reads: its target GPU's and electricity."""
     return tuple(x for x in (plan["facts"].get("gpu"), "electricity") if x)
 

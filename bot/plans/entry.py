@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from bot.context import HiddenPlan, PlanUnreachable, Postable, unwritable_text
 from bot.plans import estimate, parse, views
 from bot.plans.grammar import PlanCommand, PlanError
+from bot.states import Json
 from bot.store import Unwritable
 from worker.i18n import _
 
@@ -37,7 +38,7 @@ class Entry:
     name: str
     word: str
     parse: Callable[[str | None, str, list[str], dt.date], PlanCommand]
-    handle: Callable[..., dict]  # (ctx, cmd, Asked) -> the reply
+    handle: Callable[..., Json]  # (ctx, cmd, Asked) -> the reply
     help: tuple[str, ...] = ()  # its lines in `/plan help`
     needs: tuple[str, str] | None = None
     posts: bool = False  # its messages are posted in the channel later
@@ -48,7 +49,7 @@ class PlanHidden(PlanError):
     """The plan lives in another channel (perhaps a private one)."""
 
 
-def plan_of(ctx, name: str, asked: Asked) -> dict:
+def plan_of(ctx, name: str, asked: Asked) -> Json:
     """The plan, if the asker may reach it from their channel (as `/trial
     status`: a plan may live in a private channel); its name is all a refusal
     tells."""
@@ -77,7 +78,7 @@ def route(text: str, today: dt.date, table: Sequence[Entry]) -> tuple[Entry, Pla
     return next(e for e in table if e.name == cmd.action), cmd
 
 
-def run(ctx, text: str, asked: Asked) -> dict:
+def run(ctx, text: str, asked: Asked) -> Json:
     """Parse, check the right, confirm the channel, act; refusals and bad
     input answered (anything else is the adapters' catch-all's)."""
     entry = None

@@ -13,6 +13,7 @@ from bot.plans import money
 from bot.plans.digestparse import parse_digest
 from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
 from bot.plans.priceparse import parse_price, parse_price_change
+from bot.states import Json
 from bot.trials.parse import split
 from worker import i18n
 from worker.i18n import N_, _
@@ -154,11 +155,11 @@ def not_an_action(action: str) -> PlanError:
                        action=action, usage=USAGE))
 
 
-def parse_settings(words: list[str]) -> dict:
+def parse_settings(words: list[str]) -> Json:
     """`/plan settings [lang=ko] [currency=KRW]`: this channel's own settings
     (`lang=`, `currency=` clear them)."""
     pairs = key_values(words, ("lang", "currency"), _("a channel setting"), empty=True)
-    out: dict = {}
+    out: Json = {}
     if pairs.get("currency"):
         try:
             out["currency"] = money.currency(pairs["currency"])
@@ -190,7 +191,7 @@ def keys_help() -> str:
              checklist=", ".join(CHECKLIST), settings=", ".join(SETTINGS))
 
 
-def parse_facts(words: list[str], unset: bool = False) -> dict:
+def parse_facts(words: list[str], unset: bool = False) -> Json:
     """Checklist items and settings, each value checked; with `unset`, `key=`
     (nothing after =) is None: the item is open again."""
     pairs = key_values(words, (*CHECKLIST, *SETTINGS), _("a plan"), empty=unset)
@@ -297,7 +298,7 @@ PREDICT_KEYS = ("batch", "prompt", "gen", "layers")
 SWEPT_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
-def split_swept(words: list[str]) -> tuple[list[str], dict]:
+def split_swept(words: list[str]) -> tuple[list[str], Json]:
     """A block's words apart from `name=N` pairs for a recipe's own parameters."""
     mine, swept = [], {}
     for word in words:
@@ -315,7 +316,7 @@ def split_swept(words: list[str]) -> tuple[list[str], dict]:
     return mine, swept
 
 
-def parse_block(words: list[str]) -> dict:
+def parse_block(words: list[str]) -> Json:
     if not words or words[0] not in BLOCK_KINDS:
         kinds = ", ".join(BLOCK_KINDS)
         raise PlanError(
@@ -362,7 +363,7 @@ SLURM_JOB = re.compile(r"\d{1,12}(_\d{1,9})?")  # a job id, or an array task (12
 MAX_SLURM_JOBS = 100
 
 
-def parse_actual(words: list[str]) -> dict:
+def parse_actual(words: list[str]) -> Json:
     if not words or words[0] not in BLOCK_KINDS:
         usage = ("`/plan NAME actual KIND [correct] hours=H [prep=H] [data=H] [retries=H] "
                  "[idle=H] [runs=N] [note=...] [confirm]`, `/plan NAME actual KIND "
@@ -438,7 +439,7 @@ def parse_block_change(name: str, words: list[str]) -> PlanCommand:
     return PlanCommand("block-correct", name, {"kind": kind, "pairs": pairs})
 
 
-def block_words(block: dict, changes: dict) -> list[str]:
+def block_words(block: Json, changes: Json) -> list[str]:
     """A stored block as the words that make it, with `changes` (key=value
     pairs) applied: a correction is checked exactly as a new block is.
     trial= replaces a sweep and its predicted config, sweep= the trials."""
@@ -464,7 +465,7 @@ def block_words(block: dict, changes: dict) -> list[str]:
                              for k, v in pairs.items())]
 
 
-def parse_slurm_actual(kind: str, pairs: dict) -> dict:
+def parse_slurm_actual(kind: str, pairs: Json) -> Json:
     """`slurm=123,124`: the hours come from Slurm's accounting, so hours= and the
     parts (prep, data, retries, idle) cannot be given beside it."""
     given = [k for k in ("hours", "prep", "data", "retries", "idle") if k in pairs]

@@ -15,11 +15,12 @@ from bot.plans.measured import (
     unit_label,
     unit_problem,
 )
+from bot.states import Json
 from worker.api import PROCESSES
 from worker.i18n import _
 
 
-def _window_means(r: dict) -> list[float]:
+def _window_means(r: Json) -> list[float]:
     """The run phase's window means (worker/windows.py), [] on a report from
     before windows existed."""
     rows = (r.get("windows") or {}).get("rows") or []
@@ -31,7 +32,7 @@ def _var(xs: list[float]) -> float:
     return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
-def per_run(trials: list[dict]) -> dict:
+def per_run(trials: list[Json]) -> Json:
     """One run's time: the run phase over the requests it measured (so the
     time between requests is counted too), with the variance components of
     that figure (docs/plans-and-advice.md): request-to-request spread, drift
@@ -73,7 +74,7 @@ def per_run(trials: list[dict]) -> dict:
     return {**out, **extra}
 
 
-def _views(reports: list[dict]) -> list[dict]:
+def _views(reports: list[Json]) -> list[Json]:
     """What the spread is built from: each fresh process of each trial (a
     report's `processes`, worker/launcher/processes.py), or the whole trial
     where it ran in one process or predates `processes`."""
@@ -95,7 +96,7 @@ def _views(reports: list[dict]) -> list[dict]:
     return out
 
 
-def _processes(reports: list[dict], views: list[dict]) -> dict:
+def _processes(reports: list[Json], views: list[Json]) -> Json:
     """Prep's variance for a future run's one process (its spread between the
     trials' fresh processes, plus its mean's uncertainty), and what the interval
     leaves out when a trial ran in one process by request."""
@@ -115,7 +116,7 @@ def _processes(reports: list[dict], views: list[dict]) -> dict:
     return out
 
 
-def _per_request(trials: list[dict], views: list[dict], kind: str | None) -> dict:
+def _per_request(trials: list[Json], views: list[Json], kind: str | None) -> Json:
     """Runs timed one by one (requests, a recipe's generate or model calls or
     marked spans), pooled over the trials' processes (`views`)."""
     reports = [t["report"] for t in trials]
@@ -152,7 +153,7 @@ def _per_request(trials: list[dict], views: list[dict], kind: str | None) -> dic
             "sd": sd * scale if sd is not None else None, "source": source, "names": names}
 
 
-def _within(r: dict) -> tuple[float, int]:
+def _within(r: Json) -> tuple[float, int]:
     """The sum of squares and degrees of freedom of one trial's run-to-run
     spread: for a recipe, per model (a draft's and a target's calls are two
     distributions; their difference is not noise)."""
@@ -163,7 +164,7 @@ def _within(r: dict) -> tuple[float, int]:
             sum(c - 1 for c, _sd in groups))
 
 
-def _models_text(reports: list[dict]) -> str:
+def _models_text(reports: list[Json]) -> str:
     """Each model's calls apart, from the first trial: `LlamaForCausalLM#2
     (1.1M params) 96 × 12.3 ms`."""
     parts = []
@@ -175,7 +176,7 @@ def _models_text(reports: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _per_sample(trials: list[dict], views: list[dict], unit: str, source) -> dict:
+def _per_sample(trials: list[Json], views: list[Json], unit: str, source) -> Json:
     """One sample a process (a trial that ran in one): a recipe's run phase,
     or its whole program."""
     reports = [t["report"] for t in trials]
@@ -190,21 +191,21 @@ def _per_sample(trials: list[dict], views: list[dict], unit: str, source) -> dic
                 views, trials)}
 
 
-def _in_processes(views: list[dict], trials: list[dict]) -> str:
+def _in_processes(views: list[Json], trials: list[Json]) -> str:
     """Where the trials ran in several fresh processes, how many in all."""
     if len(views) <= len(trials):
         return ""
     return "; " + _("{n} fresh processes, one value each", n=len(views))
 
 
-def _phase_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+def _phase_source(names: str, k: int, mean: float, sd: float | None, first: Json) -> str:
     return (_("{trials}: run phase of {k} trial(s), mean {mean} s, sd {sd} s", trials=names,
               k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}") if sd is not None else
             _("{trials}: run phase of {k} trial(s), mean {mean} s", trials=names, k=k,
               mean=f"{mean:.4g}"))
 
 
-def _program_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+def _program_source(names: str, k: int, mean: float, sd: float | None, first: Json) -> str:
     inside = _models_text([first])
     values = dict(trials=names, k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}" if sd else "",
                   inside=inside)
@@ -215,7 +216,7 @@ def _program_source(names: str, k: int, mean: float, sd: float | None, first: di
     return text + ("; " + _("inside it: {inside}", inside=inside) if inside else "")
 
 
-def spread(pr: dict, trials: int, level_name: str | None = None) -> dict:
+def spread(pr: Json, trials: int, level_name: str | None = None) -> Json:
     """The variance of a future block's mean time per run, by component, and
     its degrees of freedom. A long block sits at some level of the machine's
     speed; the trial saw that level wander between its windows and, with

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from bot.states import Json
 from worker.api import duration, size
 
 # The chart's labels stay English in every language: no Korean font is installed for
@@ -32,7 +33,7 @@ def has_timeline(report: Mapping[str, Any]) -> bool:
     return any(tl.get(part, {}).get("rows") for part in ("sampled", "allocator"))
 
 
-def png(report: dict) -> bytes:
+def png(report: Json) -> bytes:
     from matplotlib import pyplot as plt
     fig = figure(report)
     out = io.BytesIO()
@@ -45,11 +46,11 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def ranks(report: dict) -> int:
+def ranks(report: Json) -> int:
     return int((report.get("training") or {}).get("world") or 1)
 
 
-def figure(report: dict):
+def figure(report: Json):
     """The chart as a matplotlib figure (png() renders it; tests inspect it)."""
     import matplotlib  # imported when the first chart is drawn, not at bot start-up
     matplotlib.use("Agg")  # no display on a server
@@ -83,7 +84,7 @@ def figure(report: dict):
     return fig
 
 
-def _phase_bands(ax, report: dict, t0: float) -> list[dict]:
+def _phase_bands(ax, report: Json, t0: float) -> list[Json]:
     """A shaded band per phase and a hatched one per gap between phases; the phases drawn."""
     # A row or phase without finite times (stored before the bot refused them) is not drawn
     phases = sorted((p for p in report.get("phases", []) if _finite(p.get("start"))
@@ -100,7 +101,7 @@ def _phase_bands(ax, report: dict, t0: float) -> list[dict]:
     return phases
 
 
-def _series(ax, tl: dict, t0: float, world: int) -> tuple | None:
+def _series(ax, tl: Json, t0: float, world: int) -> tuple | None:
     """A line per memory series the timeline has; the highest point: (GiB, seconds, label)."""
     peak = None
     for part, column, label in SERIES:
@@ -132,7 +133,7 @@ def _mark_peak(ax, peak: tuple) -> None:
                 ha="right" if right else "left", gid="peak")
 
 
-def _rank_peaks(ax, report: dict) -> None:
+def _rank_peaks(ax, report: Json) -> None:
     """A multi-rank trial's table gives each rank's peak: dashed lines at the
     same figures, so the summed series and the table can be read together."""
     for i, r in enumerate((report.get("training") or {}).get("ranks") or []):
@@ -142,7 +143,7 @@ def _rank_peaks(ax, report: dict) -> None:
                        label=f"rank {r['rank']} peak {size(value)} (per rank, as in the table)")
 
 
-def _phase_labels(fig, ax, phases: list[dict], t0: float) -> None:
+def _phase_labels(fig, ax, phases: list[Json], t0: float) -> None:
     """Each phase's name at its middle, on the highest row where it overlaps no
     other label; names that fit no row are listed in a key under the axes."""
     renderer = fig.canvas.get_renderer()

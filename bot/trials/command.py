@@ -13,7 +13,7 @@ from typing import TypedDict
 from bot.blocks import reply
 from bot.context import Postable, unwritable_text
 from bot.fits import gpus
-from bot.states import WAITING, JobStatus
+from bot.states import WAITING, JobStatus, Json
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, fitask, ladder, parse, routing, tags, views, workerlist, workers
 from bot.trials.parse import Command
@@ -31,20 +31,20 @@ class Asked:
     channel: str
     request: str | None  # Slack's trigger_id: a retried request queues nothing twice
     response_url: str | None  # reaches the requester if the channel refuses the trial's messages
-    registered: list[dict]  # the workers, read once: /trial must ack within Slack's 3 s
-    tagged: dict | None = None  # plan= block=
-    route: dict = field(default_factory=dict)  # gpu= min_mem= label=
+    registered: list[Json]  # the workers, read once: /trial must ack within Slack's 3 s
+    tagged: Json | None = None  # plan= block=
+    route: Json = field(default_factory=dict)  # gpu= min_mem= label=
 
 
 @dataclass(frozen=True)
 class Answer:
     """The ephemeral reply and the queued job (a group's last) or None; for a
     tagged trial, what the plan's notes are read from (bot/commands.py)."""
-    reply: dict
-    job: dict | None = None
-    tagged: dict | None = None
-    specs: tuple[dict, ...] = ()
-    route: dict | None = None
+    reply: Json
+    job: Json | None = None
+    tagged: Json | None = None
+    specs: tuple[Json, ...] = ()
+    route: Json | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Entry:
 
 def handle(ctx, text: str, user: str, channel: str,
            request: str | None = None, response_url: str | None = None
-           ) -> tuple[dict, dict | None]:
+           ) -> tuple[Json, Json | None]:
     """Returns (ephemeral reply, the queued job or None), without a tagged
     trial's plan notes (bot/commands.py adds them)."""
     out = answer(ctx, text, user, channel, request, response_url)
@@ -115,7 +115,7 @@ def _answer(ctx, text: str, user: str, channel: str,
                                         registered, tagged, route))
 
 
-def _plan_target(ctx, tagged: dict | None, route: dict) -> dict:
+def _plan_target(ctx, tagged: Json | None, route: Json) -> Json:
     """A tagged trial runs on its plan's target GPU unless `gpu=` says otherwise;
     a target that names no GPU (`gpu=cpu`, a typo) routes nowhere."""
     if not tagged or "gpu" in route or route.get("anywhere"):
@@ -128,7 +128,7 @@ def _plan_target(ctx, tagged: dict | None, route: dict) -> dict:
     return {**route, "gpu": gpu} if gpu else route
 
 
-def route_words(words: list[str], recipes: dict | None = None) -> tuple[Entry, Command]:
+def route_words(words: list[str], recipes: Json | None = None) -> tuple[Entry, Command]:
     """The table's entry for the first word (a workload or `recipe NAME`: run;
     nothing: help), and the words parsed by it. Keywords in any case."""
     words = list(words)
@@ -138,12 +138,12 @@ def route_words(words: list[str], recipes: dict | None = None) -> tuple[Entry, C
     return entry, entry.parse(words, recipes)
 
 
-def parse_trial(text: str | list[str], recipes: dict | None = None) -> Command:
+def parse_trial(text: str | list[str], recipes: Json | None = None) -> Command:
     """`/trial`'s text (or its words) as a command, through the table."""
     return route_words(parse.split(text) if isinstance(text, str) else text, recipes)[1]
 
 
-def help_text(recipes: dict | None = None) -> str:
+def help_text(recipes: Json | None = None) -> str:
     """`/trial help`: what runs, where it runs, what else there is; then the workloads."""
     running = [p for e in TABLE if e.runs for p in e.help]
     others = [p for e in TABLE if not e.runs for p in e.help]
@@ -255,13 +255,13 @@ def _unrunnable(every: tuple, asked: Asked) -> str | None:
     return None
 
 
-def _no_match(route: dict, registered: list[dict], plan_target: bool) -> str:
+def _no_match(route: Json, registered: list[Json], plan_target: bool) -> str:
     """No registered worker matches the route (`plan_target`: the plan's GPU, not a gpu=)."""
     note = gpus.unlisted_note(route.get("gpu"))
     return _no_match_text(route, registered, plan_target) + (f"\n{note}." if note else "")
 
 
-def _no_match_text(route: dict, registered: list[dict], plan_target: bool) -> str:
+def _no_match_text(route: Json, registered: list[Json], plan_target: bool) -> str:
     have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
     if plan_target:
         return _(":x: No worker matches `{route}` (the plan's target GPU; give "
@@ -288,7 +288,7 @@ def settle(ctx, channel: str, refusal: str | None) -> int:
         return ctx.queue.refuse_held(held, refusal)
 
 
-def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[dict, dict]:
+def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[Json, Json]:
     if cmd.name == "ladder":
         jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tagged, **where)
@@ -309,13 +309,13 @@ def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[d
                         _waiting(registered, job)), job
 
 
-def _waiting(registered: list[dict], job: dict) -> str:
+def _waiting(registered: list[Json], job: Json) -> str:
     """For a routed trial whose workers are all offline, the line naming them."""
     offline = workers.offline_for(registered, job["spec"])
     return views.waiting_for(job["spec"]["route"], offline, time.time()) if offline else ""
 
 
-def also(answer: dict, line: str) -> dict:
+def also(answer: Json, line: str) -> Json:
     """The reply with `line` added at its end (none when empty)."""
     return {**answer, **reply(answer["text"] + "\n" + line)} if line else answer
 
@@ -343,7 +343,7 @@ CLICK_SECONDS = 30  # a user's clicks on one card within this are one click
 
 
 def rerun(ctx, job_id: int, user: str, request: str | None = None,
-          response_url: str | None = None, card: str | None = None) -> dict:
+          response_url: str | None = None, card: str | None = None) -> Json:
     """The "Re-run" button: the same trial again, by whoever clicked, in its
     channel. `request` is the click's trigger_id (Slack's retries repeat it);
     `card` names the message clicked on: each click has a trigger_id of its own,
@@ -357,8 +357,8 @@ def rerun(ctx, job_id: int, user: str, request: str | None = None,
             return reply(_(":x: Nothing was queued: {why}.", why=unwritable_text(exc)))
 
 
-def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
-           response_url: str | None, card: str | None) -> dict:
+def _rerun(ctx, job_id: int, old: Json | None, user: str, request: str | None,
+           response_url: str | None, card: str | None) -> Json:
     if old is None:
         return reply(_(":x: There is no trial T{id} any more; nothing was queued.", id=job_id))
     refused = ctx.allows("run", user, old["channel"])

@@ -5,12 +5,13 @@ from __future__ import annotations
 from bot.blocks import reply, section
 from bot.fits import scaling, sweepview
 from bot.fits.sweep import fit_sweep
+from bot.states import Json
 from bot.trials import parse, views
 from bot.trials.job import ENDED
 from worker.i18n import _
 
 
-def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
+def fit(ctx, cmd: parse.Command, user: str, channel: str) -> Json:
     """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep, in its own channel."""
     jobs = ctx.store.sweep_jobs(cmd.sweep_id)
     if not jobs:
@@ -62,7 +63,7 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
 
 
 
-def _held_fixed(cmd: parse.Command, jobs: list[dict], result: dict) -> dict | None:
+def _held_fixed(cmd: parse.Command, jobs: list[Json], result: Json) -> Json | None:
     """A recipe sweep answers only on what it varied (as /plan's sweep blocks do)."""
     if not result.get("recipe"):
         return None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from bot.blocks import message
 from bot.ports import QueueStore
-from bot.states import WAITING, JobStatus
+from bot.states import WAITING, JobStatus, Json
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
 from worker.api import Report, reports
@@ -25,12 +25,12 @@ MAX_LEASES = 2          # leases lost to a silent worker before the trial fails 
 MAX_LEFT = 1000  # long polls left by stopping workers, remembered (each is over in 30 s)
 
 
-def _dicts(specs: list, route: dict | None) -> list[dict]:
+def _dicts(specs: list, route: Json | None) -> list[Json]:
     """Specs as stored: the route (where it may run) travels with the spec."""
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
 
-def unrun_report(job: dict, why: str) -> Report:
+def unrun_report(job: Json, why: str) -> Report:
     """The report of a held trial that will not run: cancelled, with why."""
     report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
                           "cancelled", _("not run: {why}", why=why), None)
@@ -38,7 +38,7 @@ def unrun_report(job: dict, why: str) -> Report:
     return report
 
 
-def _needs(specs: list[dict]) -> list[str]:
+def _needs(specs: list[Json]) -> list[str]:
     """Each spec's needs class, as the store keeps it for leasing."""
     return [workers.needs_key(s) for s in specs]
 
@@ -63,9 +63,9 @@ class JobQueue:
         # workers ending a sweep's last two jobs at once post its fit exactly once.
         self.sweep_lock = threading.Lock()
 
-    def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None,
-               request: str | list | None = None, route: dict | None = None,
-               response_url: str | None = None, held: bool = False) -> dict:
+    def submit(self, spec, words: str, user: str, channel: str, tags: Json | None = None,
+               request: str | list | None = None, route: Json | None = None,
+               response_url: str | None = None, held: bool = False) -> Json:
         """Queue one trial; `held`, it waits for release_held (bot/trials/command.settle)."""
         specs = _dicts([spec], route)
         job = self.store.add_jobs(specs, [words], user, channel, tags=tags, request=request,
@@ -74,9 +74,9 @@ class JobQueue:
         return job
 
     def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
-                     tags: dict | None = None, request: str | None = None,
-                     route: dict | None = None, response_url: str | None = None,
-                     held: bool = False) -> list[dict]:
+                     tags: Json | None = None, request: str | None = None,
+                     route: Json | None = None, response_url: str | None = None,
+                     held: bool = False) -> list[Json]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
         specs = _dicts(specs, route)
         jobs = self.store.add_jobs(specs, list(words), user, channel, sweep=True, tags=tags,
@@ -86,9 +86,9 @@ class JobQueue:
         return jobs
 
     def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
-                     budget: int | None = None, tags: dict | None = None,
-                     request: str | None = None, route: dict | None = None,
-                     response_url: str | None = None, held: bool = False) -> list[dict]:
+                     budget: int | None = None, tags: Json | None = None,
+                     request: str | None = None, route: Json | None = None,
+                     response_url: str | None = None, held: bool = False) -> list[Json]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
         specs = _dicts(specs, route)
         jobs = self.store.add_jobs(specs, list(words), user, channel, group=kind, budget=budget,
@@ -104,7 +104,7 @@ class JobQueue:
             self._wake()
         return released
 
-    def refuse_held(self, jobs: list[dict], refusal: str) -> int:
+    def refuse_held(self, jobs: list[Json], refusal: str) -> int:
         """The bot may not post in their channel: held trials end unrun, and each
         command's requester is told why (its response_url, else a direct message)."""
         reports: dict[int, Report] = {}
@@ -123,7 +123,7 @@ class JobQueue:
             self.on_message()
         return ended
 
-    def submit_slurm_actual(self, row: dict, request: str | None = None) -> dict:
+    def submit_slurm_actual(self, row: Json, request: str | None = None) -> Json:
         req = self.store.add_slurm_actual(row, request)
         self._wake()
         return req
@@ -137,13 +137,13 @@ class JobQueue:
         """What is written for a trial speaks its channel's language."""
         return i18n.using(self.store.channel_lang(channel))
 
-    def lease(self, worker: str, wait: float, key: str | None = None) -> dict | None:
+    def lease(self, worker: str, wait: float, key: str | None = None) -> Json | None:
         """A trial job for `worker`; for a Slurm worker, first any Slurm accounting
         request (seconds of sacct), as a dict with kind "slurm-accounting". The
         lease is kept with the request's `key` (see held)."""
         deadline = time.monotonic() + wait
         self.store.seen_worker(worker)
-        info: dict = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
+        info: Json = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
 
         while True:
             if self.stopped(worker, key) is not None:  # its worker left: answer nothing now
@@ -180,7 +180,7 @@ class JobQueue:
         with self.left_lock:
             return self.left.get((worker, key))
 
-    def runnable(self, info: dict) -> list[int]:
+    def runnable(self, info: Json) -> list[int]:
         """The needs classes with queued trials that a worker with `info` can
         run: can_run asked once per class (and cached), not once per trial."""
         while unclassified := self.store.unclassified():
@@ -202,7 +202,7 @@ class JobQueue:
         return True
 
     def release(self, job_id: int, worker: str, lease: str, reason: str,
-                key: str | None = None) -> dict | None:
+                key: str | None = None) -> Json | None:
         """A worker that stops (SIGTERM, docker stop) hands back the trial it ran:
         queued again at once, as an unsent lease is, with no attempt counted, and
         its card says why. A trial cancelled meanwhile ends cancelled instead of
@@ -213,8 +213,8 @@ class JobQueue:
         return self._give_back(job, worker, lease, reason,
                                lambda j, w: card.returned(j, w, reason), key)
 
-    def _give_back(self, job: dict, worker: str, lease: str, reason: str, drawn,
-                   key: str | None = None) -> dict | None:
+    def _give_back(self, job: Json, worker: str, lease: str, reason: str, drawn,
+                   key: str | None = None) -> Json | None:
         """Queue again a trial its worker did not run to the end, its card edited
         with `drawn(job, worker)`; or end it cancelled when someone cancelled it,
         before or while it is handed back (the store refuses to queue a cancelled
@@ -239,7 +239,7 @@ class JobQueue:
                               "cancelled", said, None)
         return self.finish(job["id"], worker, lease, report, key)
 
-    def held(self, worker: str, key: str) -> dict | None:
+    def held(self, worker: str, key: str) -> Json | None:
         """The lease a lease request with this key got, while `worker` still
         holds it: the request came again because its answer was lost, and the
         same lease is given again (renewed) rather than left to expire."""
@@ -280,7 +280,7 @@ class JobQueue:
             with self.speaking(job["channel"]):
                 self._fail_expired(job)
 
-    def _fail_slurm(self, req: dict) -> None:
+    def _fail_slurm(self, req: Json) -> None:
         why = _("lease expired {n} times: the Slurm workers asked ({worker} last) stopped "
                 "answering", n=req["attempts"], worker=req["worker"])
         text = _(":x: Slurm accounting for *{plan}* {block} (jobs {jobs}): {why}. Nothing was "
@@ -293,7 +293,7 @@ class JobQueue:
                                           expired=True):
             self.on_message()
 
-    def _fail_expired(self, job: dict) -> None:
+    def _fail_expired(self, job: Json) -> None:
         report = reports.new_report(job["workload"], job["spec"]["params"])
         if job["cancel"]:  # cancelled, then its worker went silent: never run again
             reports.fail(report, "cancelled", _("cancelled by <@{user}>; {worker} stopped "
@@ -315,7 +315,7 @@ class JobQueue:
                 self.store.add_messages(group)
         self.on_message()
 
-    def heartbeat(self, job_id: int, worker: str, lease: str, progress: dict | None = None) -> bool:
+    def heartbeat(self, job_id: int, worker: str, lease: str, progress: Json | None = None) -> bool:
         """Extend the lease; show new progress on the trial's card. True when the
         trial was cancelled: the worker then kills it."""
         if not self.store.extend_lease(job_id, worker, lease, self.lease_seconds):
@@ -341,7 +341,7 @@ class JobQueue:
         with self.speaking(job["channel"] if job else None):
             return self._cancel(job_id, job, user)
 
-    def _cancel(self, job_id: int, job: dict | None, user: str) -> str:
+    def _cancel(self, job_id: int, job: Json | None, user: str) -> str:
         if job is None:
             raise ValueError(_("there is no trial T{id}; `/trial list` shows recent ones",
                                id=job_id))
@@ -378,7 +378,7 @@ class JobQueue:
                  "and the report will say cancelled", trial=job["trial"], worker=job["worker"])
 
     def finish(self, job_id: int, worker: str, lease: str, report: Report,
-               key: str | None = None) -> dict | None:
+               key: str | None = None) -> Json | None:
         job = self.store.job(job_id)
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")

@@ -4,6 +4,7 @@ is never tagged to nothing, nor to a plan its user cannot reach from here."""
 from __future__ import annotations
 
 from bot.context import PlanUnreachable, plan_name_problem
+from bot.states import Json
 from worker.i18n import N_, _
 
 
@@ -13,7 +14,7 @@ class TagError(ValueError):
         self.message = message
 
 
-def take(ctx, words: list[str], user: str, channel: str) -> tuple[list[str], dict | None]:
+def take(ctx, words: list[str], user: str, channel: str) -> tuple[list[str], Json | None]:
     """The words without `plan=` and `block=` (they are not workload
     parameters), and the tags {plan, block} or None."""
     tagged = [w.partition("=") for w in words if w.startswith(("plan=", "block="))]

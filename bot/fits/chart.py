@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import io
 import math
+from typing import TYPE_CHECKING
 
 from bot.fits import depth, ols, scaling
 from bot.states import Json
+
+if TYPE_CHECKING:  # matplotlib is imported when the first chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 LEVEL = 0.90  # as in the sweep messages
 MAX_LINES = 4  # a sweep of batch and length: one line per length, the smallest few
@@ -32,7 +37,7 @@ def memory_method(fit: Json) -> str | None:
     return scaling.gpu_method(fit) or (good[0] if good else None)
 
 
-def figure(fit: Json, sweep: int, params: Json | None = None):
+def figure(fit: Json, sweep: int, params: Json | None = None) -> Figure:
     """The chart as a matplotlib figure (png() renders it; tests inspect it)."""
     import matplotlib  # imported when the first chart is drawn, not at bot start-up
     matplotlib.use("Agg")
@@ -75,7 +80,7 @@ def _coords(fit: Json, point: Json) -> tuple[float, float]:
     return (point["layers"], 1) if fit.get("kind") == "depth" else (point["b"], point["s"])
 
 
-def _asked(fit: Json, params: Json | None) -> tuple[tuple | None, str | None]:
+def _asked(fit: Json, params: Json | None) -> tuple[tuple[float, float] | None, str | None]:
     """The question's (b, s), or why there is none to draw."""
     if not params or fit.get("error"):
         return None, None
@@ -93,8 +98,8 @@ def _scale(unit: str, top: float) -> tuple[float, str]:
     return (1.0, "s") if top >= 1 else (1e-3, "ms")
 
 
-def _panel(ax, fit: Json, axis: Json, title: str, model: Json | None, unit: str,
-           asked: tuple | None) -> None:
+def _panel(ax: Axes, fit: Json, axis: Json, title: str, model: Json | None, unit: str,
+           asked: tuple[float, float] | None) -> None:
     ax.set_xlabel(axis["label"])
     if not model or model.get("error"):
         ax.set_title(title, fontsize=9)
@@ -135,7 +140,7 @@ def _panel(ax, fit: Json, axis: Json, title: str, model: Json | None, unit: str,
     v = model.get("verdict") or {}
     ax.set_title(title + (f" — not usable ({v['cause']})" if v and not v["usable"] else ""),
                  fontsize=9)
-    ax.yaxis.get_major_formatter().set_useOffset(False)  # no "1e-11+1e1" over the axis
+    ax.ticklabel_format(axis="y", useOffset=False)  # no "1e-11+1e1" over the axis
     if max(values) - min(values) <= 1e-6 * max(values):  # a flat fit: show it from zero
         ax.set_ylim(0, max(values) / scale * 1.25)
     ax.grid(alpha=0.3)
@@ -149,7 +154,7 @@ def _group_label(fit: Json, axis: Json, g: float, count: int) -> str:
     return f"fit at {held} {g:g}"
 
 
-def _line(ax, model: Json, where: tuple, lo: float, hi: float, top: float,
+def _line(ax: Axes, model: Json, where: tuple[int, float, bool], lo: float, hi: float, top: float,
           scale: float, color: str, label: str, first: bool = True) -> None:
     """The fitted line from the smallest point to the largest asked x: solid
     over what was measured, dashed past it (an extrapolation), banded by the PI.
@@ -166,7 +171,8 @@ def _line(ax, model: Json, where: tuple, lo: float, hi: float, top: float,
         except ValueError:  # the model holds at the measured lengths only
             return
         ys.append(band.value / scale)
-        bands.append((band.low / scale, band.high / scale) if band.half is not None else None)
+        bands.append((band.low / scale, band.high / scale)
+                     if band.low is not None and band.high is not None else None)
     inside = [i for i, at in enumerate(grid) if at <= top]
     past = [i for i, at in enumerate(grid) if at >= top]
     ax.plot([grid[i] for i in inside], [ys[i] for i in inside], color=color, lw=1.4,
@@ -174,12 +180,14 @@ def _line(ax, model: Json, where: tuple, lo: float, hi: float, top: float,
     if len(past) > 1:
         ax.plot([grid[i] for i in past], [ys[i] for i in past], color=color, lw=1.4, ls="--",
                 label="extrapolated (dashed)" if first else None, gid="fit-extrapolated")
-    if all(bands):
-        ax.fill_between(grid, [b[0] for b in bands], [b[1] for b in bands], color=color,
+    shown = [b for b in bands if b is not None]
+    if len(shown) == len(bands):
+        ax.fill_between(grid, [b[0] for b in shown], [b[1] for b in shown], color=color,
                         alpha=0.12, lw=0)
 
 
-def _prediction(ax, model: Json, asked: tuple, where: tuple, scale: float, axis: Json) -> None:
+def _prediction(ax: Axes, model: Json, asked: tuple[float, float], where: tuple[int, bool],
+                scale: float, axis: Json) -> None:
     x, form = where
     band = ols.band(model, *asked, level=LEVEL, form=form)
     value, at = band.value, asked[x]

@@ -71,7 +71,7 @@ def trial_time(r: Json) -> Json:
     notes (marks to carry)}."""
     name = r.get("trial") or _("a trial")
     # `why` is what excluded it (failed, contended, busy): what to advise, in any language
-    out = {"trial": name, "mean": None, "samples": None, "sd": None, "count": 0,
+    out: Json = {"trial": name, "mean": None, "samples": None, "sd": None, "count": 0,
            "excluded": None, "why": None, "notes": []}
     if not r or r.get("status") != Outcome.OK or not (r.get("latency") or {}).get("mean"):
         out["excluded"], out["why"] = _("{name} did not succeed", name=name), "failed"
@@ -144,7 +144,7 @@ def compare(a: list[Json | None], b: list[Json | None], level: float = LEVEL,
     marks (UNSTABLE, contended, not measured: to carry into the message)}.
     `names` are what the words call A and B."""
     A, B = _arm(a), _arm(b)
-    out = {"level": level, "names": names, "a": A, "b": B, "ratio": None, "low": None,
+    out: Json = {"level": level, "names": names, "a": A, "b": B, "ratio": None, "low": None,
            "high": None, "test": None,
            "dof": None, "verdict": None, "why": None,
            "marks": [*A["excluded"], *B["excluded"], *A["notes"], *B["notes"]]}
@@ -182,7 +182,7 @@ def compare(a: list[Json | None], b: list[Json | None], level: float = LEVEL,
 def _pair(ra: Json | None, rb: Json | None) -> Json:
     """One round's A and B: {a, b (trial_time), diff (log B − log A, or None), why}."""
     ta, tb = trial_time(ra or {}), trial_time(rb or {})
-    out = {"a": ta, "b": tb, "diff": None, "why": None}
+    out: Json = {"a": ta, "b": tb, "diff": None, "why": None}
     wa, wb = (ra or {}).get("worker"), (rb or {}).get("worker")
     if ta["excluded"] or tb["excluded"]:
         out["why"] = "; ".join(t["excluded"] for t in (ta, tb) if t["excluded"])
@@ -245,7 +245,7 @@ def over(c: Json) -> str:
                             "the drift between trials")}
         return within[a["method"]]
 
-    def said(arm):
+    def said(arm: Json) -> str:
         return {"between": lambda: _("{n} trials", n=arm["n"]),
                 "windows": lambda: _("windows in 1 trial"),
                 "runs": lambda: _("runs in 1 trial")}[arm["method"]]()

@@ -29,12 +29,13 @@ datasheet's peak bandwidth.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any, cast
 
 from bot.fits import gpus, ols, scaling, usable
 from bot.states import Json
-from worker.api import LIVE_TIME_NOTE, arithmetic, presets, summary
+from worker.api import LIVE_TIME_NOTE, Report, arithmetic, presets, summary
 from worker.i18n import N_, _, ngettext
 
 SCHEMA = "trialbot.depth/1"
@@ -54,15 +55,13 @@ INFER = ("llm-infer", "hf-infer")  # what a partial-depth prediction is of
 DEPTHED = (*INFER, "llm-train", "hf-train")
 
 
-def sizing_of(r: Json) -> Json | None:
+def sizing_of(r: Mapping[str, Any]) -> Json | None:
     """The full-depth sizing (worker/arithmetic.py) behind a report or a fit:
     an hf-* trial's is counted by transformers and travels in its report; a
     preset's comes from the decoder's arithmetic. None for neither."""
-    if r.get("sizing"):  # a fit carries its trials'
-        return r["sizing"]
-    fd = r.get("full_depth") or {}
-    if fd.get("sizing"):
-        return fd["sizing"]
+    sizing: Json | None = r.get("sizing") or (r.get("full_depth") or {}).get("sizing")
+    if sizing:  # a fit carries its trials'; an hf-* trial's report its own
+        return sizing
     full = full_params(r.get("params") or r.get("defaults") or {})
     return arithmetic.decoder_sizing(full) if full else None
 
@@ -75,18 +74,20 @@ def full_params(p: Json) -> Json | None:
 
 def name_of(p: Json) -> str | None:
     """The model a trial is of: its preset, or an hf-* trial's model=."""
-    if p.get("preset") not in (None, "none"):
-        return p["preset"]
-    return p.get("model") if p.get("model") not in (None, "none") else None
+    name: str | None = (p["preset"] if p.get("preset") not in (None, "none") else
+                        p.get("model") if p.get("model") not in (None, "none") else None)
+    return name
 
 
 def layers_of(p: Json, s: Json) -> int:
     """The trial's depth (hf-*'s layers=0 is the config's own)."""
-    return p.get("layers") or s["layers"]
+    layers: int = p.get("layers") or s["layers"]
+    return layers
 
 
 def _positions(p: Json) -> int:
-    return p.get("prompt", p.get("seq", 0)) + p.get("gen", 0)
+    positions: int = p.get("prompt", p.get("seq", 0)) + p.get("gen", 0)
+    return positions
 
 
 def layer_bytes(p: Json, s: Json | None = None) -> Json:
@@ -102,7 +103,7 @@ def layer_bytes(p: Json, s: Json | None = None) -> Json:
 def bytes_at(p: Json, s: Json, layers: int) -> float:
     """Weights and KV cache of the first `layers` layers at p."""
     n = arithmetic.DTYPE_BYTES[p["dtype"]]
-    return (arithmetic.sized_params(s, layers)["layers"] * n
+    return float(arithmetic.sized_params(s, layers)["layers"] * n
             + arithmetic.sized_kv(s, _positions(p), n, layers) * p["batch"])
 
 
@@ -188,11 +189,13 @@ def time_factor(p: Json, s: Json | None = None) -> Json:
     lookup). Decode reads them and prefill multiplies by them, so time scales
     with them to first order; attention over the context is not in it."""
     s = s or sizing_of({"params": p})
+    assert s is not None  # callers pass a preset's or an hf-* trial's parameters
 
-    def through(layers):
+    def through(layers: int) -> float:
         w = arithmetic.sized_params(s, layers)
         head = w["embedding"] if s.get("tied_embeddings") else w["lm_head"]
-        return w["layers"] + w["other"] + head
+        passed: float = w["layers"] + w["other"] + head
+        return passed
     depth = layers_of(p, s)
     k = through(s["layers"]) / through(depth)
     # Building random weights takes time in proportion to all of them.
@@ -218,7 +221,7 @@ def fit_depth(reports: list[Json]) -> Json:
     fixed + per_layer·L, fitted on the sweep's ok trials."""
     reports = [r for r in reports if r]
     ok = [r for r in reports if r.get("status") == "ok"]
-    out = {"schema": SCHEMA, "kind": "depth", "source": "sweep",
+    out: Json = {"schema": SCHEMA, "kind": "depth", "source": "sweep",
            "workload": reports[0].get("workload") if reports else "llm-infer", "sizing": None,
            "preset": None, "defaults": {}, "points": [], "failed": [], "memory": {},
            "time": None, "decode": None, "per_layer": None, "workers": [], "notes": [],
@@ -262,7 +265,8 @@ def _depth_notes(out: Json, ok: list[Json]) -> None:
         out["notes"].append(_("the trials ran on {n} workers/devices: their times are fitted "
                               "together; rerun on one worker for a clean fit", n=len(workers)))
     out["allocators"] = scaling.allocators(ok)
-    live = [r.get("trial") or "?" for r in ok if summary.timed_live_on_cpu(r)]
+    # a stored report: worker/report.py's schema, checked when it arrived
+    live = [r.get("trial") or "?" for r in ok if summary.timed_live_on_cpu(cast(Report, r))]
     if live:
         out["notes"].append(_("{trials} timed on the CPU under malloc=live: {note}, and so does "
                               "the time fit; re-run the sweep with malloc=auto (or without "
@@ -300,10 +304,11 @@ def question_layers(fit: Json, params: Json) -> int:
                                measured=fit["defaults"][k], v=v))
     if "layers" not in params:
         raise ValueError(_("a depth sweep predicts a depth: give layers=N"))
-    return params["layers"]
+    layers: int = params["layers"]
+    return layers
 
 
-def predict(model: Json, layers: int, level: float = 0.90, points: list = ()) -> Json:
+def predict(model: Json, layers: int, level: float = 0.90, points: Sequence[Json] = ()) -> Json:
     """A depth model's value at `layers`, with its interval when the fit has
     residual degrees of freedom."""
     value, se, dof = ols.predict_model(model, layers, 1)
@@ -315,7 +320,8 @@ def predict(model: Json, layers: int, level: float = 0.90, points: list = ()) ->
 
 def slope(model: Json) -> float:
     """The fitted per-layer part (the coefficient of L)."""
-    return model["coef"][model["features"].index("b")]
+    per_layer: float = model["coef"][model["features"].index("b")]
+    return per_layer
 
 
 def from_sweep(fit: Json, layers: int | None = None) -> Json:
@@ -364,8 +370,8 @@ def largest_batch(capacity: int, weights: float, kv_seq: float, rest: float, b0:
     return min(MAX_BATCH, max(b0, above))
 
 
-def fits_on(p: Json, peaks: Json, measured: bool = False, bounded: set = frozenset(),
-            s: Json | None = None) -> Json:
+def fits_on(p: Json, peaks: Json, measured: bool = False,
+            bounded: AbstractSet[str] = frozenset(), s: Json | None = None) -> Json:
     """Each GPU of the table against a predicted peak at p (full depth, the
     trial's batch b0): margin at b0 and the largest batch. From a measured GPU
     figure when there is one; otherwise from the arithmetic alone, labelled a
@@ -422,7 +428,8 @@ def decode_bytes(p: Json, s: Json | None = None) -> float:
     looked_up = 0 if s.get("tied_embeddings") else w["embedding"]
     weights = (w["total"] - looked_up + p["batch"] * s["hidden"]) * n
     filled = p["prompt"] + p["gen"] / 2
-    return weights + arithmetic.sized_kv(s, filled, n, depth) * p["batch"]
+    read: float = weights + arithmetic.sized_kv(s, filled, n, depth) * p["batch"]
+    return read
 
 
 def decode_estimate(p: Json, s: Json | None = None) -> Json:

@@ -190,7 +190,7 @@ def fit_sweep(reports: list[Json]) -> Json:
     (see the module's doc; bot/fits/sweep.py sends a depth sweep to depth.py)."""
     reports = [r for r in reports if r]
     ok = [r for r in reports if r.get("status") == "ok"]
-    out = {"schema": SCHEMA, "workload": None, "recipe": None, "variables": None,
+    out: Json = {"schema": SCHEMA, "workload": None, "recipe": None, "variables": None,
            "defaults": {}, "points": [], "failed": [], "oom": None, "memory": {}, "time": None,
            "arithmetic": None, "workers": [], "measured_gpu": None, "notes": [],
            "allocators": {}, "error": None}
@@ -303,7 +303,7 @@ def device_of(r: Json) -> str:
         return f"{e.get('gpu_name')}"
     return str(e.get("device") or "?")
 
-def _varied(bs_set) -> str | None:
+def _varied(bs_set: set[tuple[float, float]]) -> str | None:
     bs = {b for b, _s in bs_set}
     ss = {s for _b, s in bs_set}
     if len(bs) > 1 and len(ss) > 1:
@@ -318,7 +318,7 @@ def _axis_params(vars_: Json, r: Json) -> Json:
     p = r.get("params") or {}
     return {k: p.get(k) for k in [vars_["batch"], *vars_["length"]] if k}
 
-def _oom_summary(out, reports, ok, vars_) -> None:
+def _oom_summary(out: Json, reports: list[Json], ok: list[Json], vars_: Json) -> None:
     batch = vars_["batch"]
     ooms = sorted({b for r in reports for b in _oom_batches(r, batch)})
     if not ooms:
@@ -399,17 +399,17 @@ def gpu_method(fit: Json) -> str | None:
     return None
 
 def largest_batch(fit: Json, gpu_bytes: int, method: str | None = None, level: float = 0.90,
-                  **params) -> Json:
+                  **params: int) -> Json:
     """The largest integer batch whose predicted peak memory ≤ `gpu_bytes`, at
     the given length params (the sweep's defaults otherwise). Only from a GPU
     memory method: a host-RSS sweep is refused with what to run instead."""
     vars_ = fit.get("variables") or {}
-    out = {"ok": False, "gpu_bytes": gpu_bytes, "method": None, "batch": None,
+    out: Json = {"ok": False, "gpu_bytes": gpu_bytes, "method": None, "batch": None,
            "predicted": None, "margin_bytes": None, "margin_fraction": None,
            "batch_upper": None, "level": level, "caveat": None, "reason": None}
     method = None if fit.get("error") else method or gpu_method(fit)
     out["reason"] = _method_refusal(fit, method)
-    if out["reason"]:
+    if out["reason"] or method is None:  # no method: refused above
         return out
     model = fit["memory"][method]
     caveat = GPU_CAVEAT[method]
@@ -446,8 +446,9 @@ def largest_batch(fit: Json, gpu_bytes: int, method: str | None = None, level: f
 
 def _method_refusal(fit: Json, method: str | None) -> str | None:
     """Why `method`'s fit cannot say what batch fits a GPU, or None when it can."""
-    if fit.get("error"):
-        return fit["error"]
+    error: str | None = fit.get("error")
+    if error:
+        return error
     if method is None or method not in fit["memory"]:
         if "host_rss_peak" in fit["memory"]:
             return _("this sweep measured host RSS only (a CPU run): CPU memory does "
@@ -459,8 +460,9 @@ def _method_refusal(fit: Json, method: str | None) -> str | None:
     if method == "host_rss_peak":
         return _("host RSS is CPU memory: it cannot answer what fits a GPU")
     model = fit["memory"][method]
-    if model.get("error"):
-        return model["error"]
+    error = model.get("error")
+    if error:
+        return error
     if not (model.get("verdict") or {}).get("usable", True):
         return _("the {method} fit is {verdict}", method=method,
                  verdict=usable.text(model["verdict"]))
@@ -470,8 +472,10 @@ def _method_refusal(fit: Json, method: str | None) -> str | None:
 def _upper_batch(model: Json, b: int, s: int, level: float, gpu_bytes: int) -> int:
     """The conservative answer: the largest batch up to `b` whose upper bound
     (the form's error included) still fits."""
-    def upper(n):
-        return ols.band(model, n, s, level).high
+    def upper(n: int) -> float:
+        high = ols.band(model, n, s, level).high
+        assert high is not None  # as at `b`, which the caller checked: n changes no dof
+        return high
     lo, hi = 0, b
     while lo < hi:
         mid = (lo + hi + 1) // 2

@@ -23,6 +23,7 @@ A fit with as many configs as terms is usable but unchecked (no residual).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from bot.fits import ols
@@ -55,10 +56,11 @@ def marks(r: Json) -> Json:
             "contention": c.get("summary") if isinstance(c, dict) else None}
 
 
-def marked(model: Json, points: list[Json], which=("unstable", "contended")) -> list[str]:
+def marked(model: Json, points: list[Json],
+           which: tuple[str, ...] = ("unstable", "contended")) -> list[str]:
     """"T14 UNSTABLE (IQR/median 40.0%)", "T15 contended (busy machine: …)" for
     the model's own points."""
-    out = []
+    out: list[str] = []
     for p in _own(model, points):
         m = p.get("marks") or {}
         if m.get("unstable") and "unstable" in which:
@@ -82,7 +84,7 @@ def _own(model: Json, points: list[Json]) -> list[Json]:
     return [p for p in points if p.get("trial") in trials]
 
 
-def verdict(model: Json, points: list[Json], at: tuple | None = None,
+def verdict(model: Json, points: list[Json], at: tuple[float, float, float] | None = None,
             axis: str | None = None) -> Json:
     """The fit's verdict, or its prediction's at `at` = (b, s, value). `axis`
     names the b axis's parameter (batch, layers) for what to run instead."""
@@ -136,7 +138,7 @@ def _cause_held(out: Json, model: Json, axis: str | None) -> None:
                    instead=_("sweep closer: {configs}", configs=_between(model, axis)))
 
 
-def _judge_at(out: Json, model: Json, at: tuple, axis: str | None) -> None:
+def _judge_at(out: Json, model: Json, at: tuple[float, float, float], axis: str | None) -> None:
     b, s, value = at
     small = model["smallest"]  # the least config: a larger one holds at least its memory
     if model["unit"] == "s":
@@ -203,7 +205,7 @@ def _values(model: Json) -> list[float]:
     return sorted({c[0] for c in model.get("configs") or []})
 
 
-def _fmt(axis: str | None, values) -> str:
+def _fmt(axis: str | None, values: Iterable[float]) -> str:
     shown = ",".join(f"{v:g}" for v in values)
     return f"`{axis}={shown}`" if axis else _("configs at b = {values}", values=shown)
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot import figures
+from bot.context import Context
 from bot.plans import (
     advice,
     calibration,
@@ -36,7 +37,7 @@ from worker import i18n
 from worker.i18n import N_, _
 
 
-def handle(ctx, text: str, user: str, channel: str, today: dt.date,
+def handle(ctx: Context, text: str, user: str, channel: str, today: dt.date,
            now: dt.datetime | None = None, request: str | None = None,
            response_url: str | None = None, table: Sequence[Entry] | None = None) -> Json:
     """`/plan` through `table` (this module's TABLE unless given: bot/commands.py
@@ -56,15 +57,15 @@ def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None):
     return entry.route(normalize(text), today, TABLE if table is None else table)[1]
 
 
-def _help(ctx, cmd, asked: Asked):
+def _help(ctx: Context, cmd, asked: Asked):
     return views.help_text(entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS)))
 
 
-def _list(ctx, cmd, asked: Asked):
+def _list(ctx: Context, cmd, asked: Asked):
     return views.plan_list(*ctx.visible_plans(asked.user, asked.channel))
 
 
-def _new(ctx, cmd, asked: Asked):
+def _new(ctx: Context, cmd, asked: Asked):
     if not ctx.store.add_plan(cmd.plan, asked.channel, asked.user, cmd.args["facts"]):
         if ctx.store.plan(cmd.plan)["channel"] != asked.channel:  # names are shared by all
             raise PlanError(_("A plan `{plan}` exists already in another channel; choose "
@@ -80,7 +81,7 @@ def _locked_refusal(plan: Json, what: str) -> PlanError:
                        what=what, plan=plan["name"], at=plan["locked"]["at"]))
 
 
-def _set(ctx, cmd, asked: Asked):
+def _set(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     facts = cmd.args["facts"]
     fixed = [k for k in facts if k in parse.LOCKED_ITEMS]
@@ -95,13 +96,13 @@ def _set(ctx, cmd, asked: Asked):
     return changes.facts_set(plan, facts, old, views.open_items(plan))
 
 
-def _block(ctx, cmd, asked: Asked):
+def _block(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     return _put_block(ctx, plan, dict(cmd.args, plan=cmd.plan, user=asked.user), asked.user,
                       asked.channel)
 
 
-def _block_correct(ctx, cmd, asked: Asked):
+def _block_correct(ctx: Context, cmd, asked: Asked):
     """The given fields change; the block is then checked and estimated as a new one."""
     plan = plan_of(ctx, cmd.plan, asked)
     old = ctx.store.block(cmd.plan, cmd.args["kind"])
@@ -114,7 +115,7 @@ def _block_correct(ctx, cmd, asked: Asked):
                       asked.channel, old)
 
 
-def _block_delete(ctx, cmd, asked: Asked):
+def _block_delete(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["kind"]
     if kind in (plan["locked"] or {}):
@@ -127,7 +128,7 @@ def _block_delete(ctx, cmd, asked: Asked):
     return changes.block_deleted(plan, old, len(actuals), len(tagged))
 
 
-def _put_block(ctx, plan, block, user, channel, old=None):
+def _put_block(ctx: Context, plan, block, user, channel, old=None):
     # A block reads its trials' reports: they may come from a private channel.
     homes = ([(f"S{block['sweep']}", j["channel"]) for j in ctx.store.sweep_jobs(
         block["sweep"])[:1]] if block["sweep"] else
@@ -160,7 +161,7 @@ def _put_block(ctx, plan, block, user, channel, old=None):
 BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
 
 
-def _show(ctx, cmd, asked: Asked):
+def _show(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return views.show(plan, ests, ctx.store.prices(), asked.today,
@@ -168,7 +169,7 @@ def _show(ctx, cmd, asked: Asked):
                       service.calibrations(ctx, plan, ests, asked.user, asked.channel))
 
 
-def _export(ctx, cmd, asked: Asked):
+def _export(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
@@ -189,7 +190,7 @@ def _export(ctx, cmd, asked: Asked):
                          "this channel.", plan=plan["name"], files=names))
 
 
-def _lock(ctx, cmd, asked: Asked):
+def _lock(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     if plan["locked"]:
         raise PlanError(_("Plan {plan} is locked since {at}; to lock it to its current "
@@ -207,7 +208,7 @@ def _lock(ctx, cmd, asked: Asked):
     return views.locked(ctx.store.plan(cmd.plan))
 
 
-def _unlock(ctx, cmd, asked: Asked):
+def _unlock(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     if not plan["locked"]:
         raise PlanError(_("Plan {plan} is not locked", plan=cmd.plan))
@@ -217,7 +218,7 @@ def _unlock(ctx, cmd, asked: Asked):
                          plan=cmd.plan))
 
 
-def _advise(ctx, cmd, asked: Asked):
+def _advise(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     reports = [dict(t["report"], trial=t["trial"]) for _block, _est, ts in ests for t in ts]
@@ -232,7 +233,7 @@ def _advise(ctx, cmd, asked: Asked):
     return views.advice(plan, advice.advise(fx, asked.today))
 
 
-def _actual(ctx, cmd, asked: Asked):
+def _actual(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["block"]
     if kind not in {b["kind"] for b in ctx.store.blocks(cmd.plan)}:
@@ -274,7 +275,7 @@ def _actual(ctx, cmd, asked: Asked):
 IMPLAUSIBLE = 1000  # an actual this many times its estimate is asked to be confirmed
 
 
-def _plausible(ctx, plan: Json, kind: str, hours: float) -> None:
+def _plausible(ctx: Context, plan: Json, kind: str, hours: float) -> None:
     """A figure a thousand times the block's estimate is more likely a slip (minutes
     typed as hours, a digit too many) than a run: it is refused until confirmed."""
     try:
@@ -290,13 +291,13 @@ def _plausible(ctx, plan: Json, kind: str, hours: float) -> None:
                           estimate=figures.gpu_hours(est["hours"]), plan=plan["name"]))
 
 
-def _actuals_now(ctx, plan: Json, kind: str) -> str:
+def _actuals_now(ctx: Context, plan: Json, kind: str) -> str:
     rows = [a for a in ctx.store.actuals(plan["name"]) if a["block"] == kind]
     tagged = [j["trial"] for j in ctx.store.plan_jobs(plan["name"]) if j["block"] == kind]
     return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
 
 
-def _slurm_actual(ctx, cmd, plan, asked: Asked):
+def _slurm_actual(ctx: Context, cmd, plan, asked: Asked):
     """The bot is not on the cluster: a Slurm worker runs sacct for it. The
     request is stored and leased like a trial; the actual is recorded, and
     posted in the plan's channel, when the worker's answer arrives."""
@@ -320,7 +321,7 @@ def _slurm_actual(ctx, cmd, plan, asked: Asked):
                                 [w["name"] for w in slurm if w["name"] in online])
 
 
-def _review(ctx, cmd, asked: Asked):
+def _review(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return reviewview.review(plan, service.review_rows(ctx, plan, ests), ests,
@@ -328,7 +329,7 @@ def _review(ctx, cmd, asked: Asked):
                         ctx.store.prices(), asked.today)
 
 
-def _settings(ctx, cmd, asked: Asked):
+def _settings(ctx: Context, cmd, asked: Asked):
     """`/plan settings [lang=ko] [currency=KRW]`: the channel's language and
     currency (anyone reads them; a change needs the right to change plans)."""
     if cmd.args:
@@ -346,7 +347,7 @@ def _settings(ctx, cmd, asked: Asked):
                                       ctx.store.channel_currency(asked.channel))
 
 
-def _calibration(ctx, cmd, asked: Asked):
+def _calibration(ctx: Context, cmd, asked: Asked):
     """The team's record per scope, from the plans `user` may see here."""
     across: list[str] = []
     pairs = service.calibration_pairs(ctx, asked.user, asked.channel, across)
@@ -358,7 +359,7 @@ def _calibration(ctx, cmd, asked: Asked):
                                          across)
 
 
-def _price(ctx, cmd, asked: Asked):
+def _price(ctx: Context, cmd, asked: Asked):
     price = {k: v for k, v in cmd.args.items() if k != "confirm"}
     assumed = price["kind"] != "power" and not price["currency"]
     if assumed:  # none written: the channel's, said in the reply
@@ -373,7 +374,7 @@ def _price(ctx, cmd, asked: Asked):
     return changes.price_recorded(price, pid, asked.today, assumed)
 
 
-def _known_price(ctx, pid: int) -> Json:
+def _known_price(ctx: Context, pid: int) -> Json:
     old = ctx.store.price(pid)
     if old is None:
         raise PlanError(_("There is no price P{id}; `/plan prices all` lists every recorded "
@@ -381,12 +382,12 @@ def _known_price(ctx, pid: int) -> Json:
     return old
 
 
-def _applies(ctx, old: Json) -> Json | None:
+def _applies(ctx: Context, old: Json) -> Json | None:
     return next((p for p in ctx.store.prices() if p["kind"] == old["kind"]
                  and p["item"].lower() == old["item"].lower()), None)
 
 
-def _price_correct(ctx, cmd, asked: Asked):
+def _price_correct(ctx: Context, cmd, asked: Asked):
     old = _known_price(ctx, cmd.args["id"])
     fields = priceparse.parse_price_correction(old, cmd.args["words"], asked.today)
     if not fields:
@@ -401,19 +402,19 @@ def _price_correct(ctx, cmd, asked: Asked):
     return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), asked.today)
 
 
-def _price_delete(ctx, cmd, asked: Asked):
+def _price_delete(ctx: Context, cmd, asked: Asked):
     old = _known_price(ctx, cmd.args["id"])
     ctx.store.delete_price(old["id"], asked.user)
     return changes.price_changed(old, None, _applies(ctx, old), asked.today)
 
 
-def _prices(ctx, cmd, asked: Asked):
+def _prices(ctx: Context, cmd, asked: Asked):
     every = cmd.args.get("all")
     return changes.price_list(ctx.store.all_prices() if every else ctx.store.prices(), asked.today,
                               every)
 
 
-def _history(ctx, cmd, asked: Asked):
+def _history(ctx: Context, cmd, asked: Asked):
     plan = plan_of(ctx, cmd.plan, asked)
     rows, total = ctx.store.history(cmd.plan, _price_items(plan), changes.HISTORY_SHOWN)
     return changes.history(plan, rows, total)

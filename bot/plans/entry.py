@@ -9,7 +9,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bot.context import HiddenPlan, PlanUnreachable, Postable, unwritable_text
+from bot.context import Context, HiddenPlan, PlanUnreachable, Postable, unwritable_text
 from bot.plans import estimate, parse, views
 from bot.plans.grammar import PlanCommand, PlanError
 from bot.states import Json
@@ -49,7 +49,7 @@ class PlanHidden(PlanError):
     """The plan lives in another channel (perhaps a private one)."""
 
 
-def plan_of(ctx, name: str, asked: Asked) -> Json:
+def plan_of(ctx: Context, name: str, asked: Asked) -> Json:
     """The plan, if the asker may reach it from their channel (as `/trial
     status`: a plan may live in a private channel); its name is all a refusal
     tells."""
@@ -78,7 +78,7 @@ def route(text: str, today: dt.date, table: Sequence[Entry]) -> tuple[Entry, Pla
     return next(e for e in table if e.name == cmd.action), cmd
 
 
-def run(ctx, text: str, asked: Asked) -> Json:
+def run(ctx: Context, text: str, asked: Asked) -> Json:
     """Parse, check the right, confirm the channel, act; refusals and bad
     input answered (anything else is the adapters' catch-all's)."""
     entry = None

@@ -5,6 +5,7 @@ evidence and shown apart, not pooled into the block's actual. Pure but for
 `queue_notes`, which reads the plan from the store."""
 from __future__ import annotations
 
+from bot.context import Context
 from bot.fits import gpus
 from bot.plans import estimate, footing
 from bot.states import Json
@@ -59,7 +60,7 @@ def spec_differences(lock: Json, spec: Json) -> list[str]:
                                 {k: want[k] for k in common})
 
 
-def queue_notes(ctx, tags: Json, specs: list[Json], route: Json) -> list[str]:
+def queue_notes(ctx: Context, tags: Json, specs: list[Json], route: Json) -> list[str]:
     """What the queue reply says of a tagged trial that will not count as the
     block's on-target, comparable actual."""
     plan = ctx.store.plan(tags["plan"])

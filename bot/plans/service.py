@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from bot.blocks import message
+from bot.context import Context
 from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
@@ -18,7 +19,7 @@ from worker import i18n
 from worker.i18n import _
 
 
-def _trials(ctx, ids: list[int]) -> list[Json]:
+def _trials(ctx: Context, ids: list[int]) -> list[Json]:
     jobs = []
     for i in ids:
         job = ctx.store.job(i)
@@ -29,7 +30,7 @@ def _trials(ctx, ids: list[int]) -> list[Json]:
     return jobs
 
 
-def _sweep_prediction(ctx, block: Json) -> tuple[list[Json], Json]:
+def _sweep_prediction(ctx: Context, block: Json) -> tuple[list[Json], Json]:
     ok = _sweep_trials(ctx, block)
     params = {**ok[0]["report"]["params"], **block["predict"]}
     fit, (seconds, se, dof), verdict = _predict_from(block, ok, params)
@@ -58,7 +59,7 @@ def _sweep_prediction(ctx, block: Json) -> tuple[list[Json], Json]:
     return ok, out
 
 
-def _sweep_trials(ctx, block: Json) -> list[Json]:
+def _sweep_trials(ctx: Context, block: Json) -> list[Json]:
     """The block's sweep's successful trials, refused while it runs or when
     they are too few or have no time per run."""
     jobs = ctx.store.sweep_jobs(block["sweep"])
@@ -197,7 +198,7 @@ def _partial_prediction(trials: list[Json]) -> Json | None:
             "config": {"layers": depth.full_layers(first)}}
 
 
-def estimates(ctx, plan: Json, blocks: list[Json] | None = None
+def estimates(ctx: Context, plan: Json, blocks: list[Json] | None = None
               ) -> list[tuple[Json, Json, list[Json]]]:
     """(block, estimate, its trials) for every block, in the order they were added."""
     out = []
@@ -224,7 +225,7 @@ def estimates(ctx, plan: Json, blocks: list[Json] | None = None
     return out
 
 
-def review_rows(ctx, plan: Json, ests: list) -> list[Json]:
+def review_rows(ctx: Context, plan: Json, ests: list) -> list[Json]:
     """Estimate against actual for each block (the review, and the digest's)."""
     # A trial cancelled while it ran held its GPUs too (one cancelled before it
     # started cost nothing).
@@ -260,7 +261,7 @@ def review_rows(ctx, plan: Json, ests: list) -> list[Json]:
     return rows
 
 
-def calibration_pairs(ctx, user: str, channel: str,
+def calibration_pairs(ctx: Context, user: str, channel: str,
                       across: list[str] | None = None) -> list[Json]:
     """One pair per block with an actual, across the plans `user` may see from
     `channel` (bot/context.py: another channel's plans do not leak in). The
@@ -284,7 +285,7 @@ def calibration_pairs(ctx, user: str, channel: str,
     return pairs
 
 
-def calibrations(ctx, plan: Json, ests: list, user: str, channel: str,
+def calibrations(ctx: Context, plan: Json, ests: list, user: str, channel: str,
                  pairs: list[Json] | None = None) -> list[Json]:
     """Each block's calibration: from the pairs of its scope, less its own."""
     pairs = calibration_pairs(ctx, user, channel) if pairs is None else pairs
@@ -296,7 +297,7 @@ def calibrations(ctx, plan: Json, ests: list, user: str, channel: str,
     return out
 
 
-def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: Json,
+def answer_slurm(ctx: Context, req_id: int, worker: str, lease: str, result: Json,
                  key: str | None = None) -> Json:
     """A Slurm worker's sacct answer: the actual recorded (or why not) and
     posted in the plan's channel, in one transaction. Raises LeaseLost when the

@@ -5,12 +5,15 @@ method only) and quality. Pure."""
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 from bot.blocks import reply, section
 from bot.fits import compare as test
 from bot.states import Json, Outcome
 from worker.api import specs, units
 from worker.i18n import _
+
+T = TypeVar("T")  # a job or a report
 
 USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
          "/trial ab llm-train precision=fp32,bf16")
@@ -81,7 +84,7 @@ def _peak(r: Json) -> tuple[int | None, str | None]:
 def compare(a: Json, b: Json) -> Json:
     """One trial of B against one of A: memory by the same method, and the
     quality check (time is the arms' test: bot/fits/compare.py)."""
-    out = {}
+    out: Json = {}
     (ma, fa), (mb, fb) = _peak(a), _peak(b)
     out["memory"] = (mb - ma) / ma if ma and mb and fa == fb else None
     out["memory_method"] = fa if fa == fb else None
@@ -114,14 +117,14 @@ def compare(a: Json, b: Json) -> Json:
 
 # the posted comparison --------------------------------------------------------
 
-def arms(items: list) -> tuple[list, list]:
+def arms(items: list[T]) -> tuple[list[T], list[T]]:
     """Jobs (or reports) in queued order (ABBA, order()) → (A's, B's)."""
     said = order(len(items) // 2)
     return ([x for x, arm in zip(items, said) if arm == "A"],
             [x for x, arm in zip(items, said) if arm == "B"])
 
 
-def pairs(items: list) -> list[tuple]:
+def pairs(items: list[T]) -> list[tuple[T, T]]:
     """Jobs (or reports) in queued order → each round's (A, B)."""
     rounds = [items[i:i + 2] for i in range(0, len(items) - 1, 2)]
     return [(x, y) if i % 2 == 0 else (y, x) for i, (x, y) in enumerate(rounds)]
@@ -215,7 +218,7 @@ def message(jobs: list[Json], reports: list[Json | None]) -> Json:
             "blocks": [section(text)]}
 
 
-def _finite_probe(probe: Json | None) -> bool:
+def _finite_probe(probe: Json) -> bool:
     """A quality probe whose logits can be compared (null: an fp16 overflow)."""
     return probe.get("logits_sd") is not None and bool(probe.get("logits_head")) and all(
         x is not None for x in probe["logits_head"])

@@ -37,7 +37,7 @@ def progress_line(progress: Json | None) -> str:
     return " · ".join(parts)
 
 
-def failed_tries(job: Json, before: list | None, progress: Json) -> list[Json]:
+def failed_tries(job: Json, before: list[Json] | None, progress: Json) -> list[Json]:
     """A thread reply for each try that failed since the last heartbeat."""
     known, failed = len(before or []), progress.get("failed") or []
     return [{"channel": job["channel"], "kind": "attempt", "thread_of": job["started_msg"],
@@ -96,7 +96,7 @@ def final(job: Json, r: Report) -> Json:
             _("*{trial}* cancelled by <@{user}>: `{words}`", user=job["cancelled_by"], **values)
             if job.get("cancelled_by") else _("*{trial}* cancelled: `{words}`", **values))
     else:
-        icon = ":white_check_mark:" if r["status"] == Outcome.OK else ":x:"
+        icon = ":white_check_mark:" if r["status"] == Outcome.OK.value else ":x:"
         line = f"{summary.headline(r)}: `{job['words']}`"
         if summary.retry_line(r):
             line += f"\n:warning: {summary.retry_line(r)}"

@@ -6,10 +6,15 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.states import Json
 from worker.api import duration, size
+
+if TYPE_CHECKING:  # matplotlib is imported when the first chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import Bbox
 
 # The chart's labels stay English in every language: no Korean font is installed for
 # matplotlib, which would draw Hangul as empty boxes. The message that carries the
@@ -42,7 +47,7 @@ def png(report: Json) -> bytes:
     return out.getvalue()
 
 
-def _finite(x) -> bool:
+def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
@@ -50,7 +55,7 @@ def ranks(report: Json) -> int:
     return int((report.get("training") or {}).get("world") or 1)
 
 
-def figure(report: Json):
+def figure(report: Json) -> Figure:
     """The chart as a matplotlib figure (png() renders it; tests inspect it)."""
     import matplotlib  # imported when the first chart is drawn, not at bot start-up
     matplotlib.use("Agg")  # no display on a server
@@ -84,7 +89,7 @@ def figure(report: Json):
     return fig
 
 
-def _phase_bands(ax, report: Json, t0: float) -> list[Json]:
+def _phase_bands(ax: Axes, report: Json, t0: float) -> list[Json]:
     """A shaded band per phase and a hatched one per gap between phases; the phases drawn."""
     # A row or phase without finite times (stored before the bot refused them) is not drawn
     phases = sorted((p for p in report.get("phases", []) if _finite(p.get("start"))
@@ -101,9 +106,9 @@ def _phase_bands(ax, report: Json, t0: float) -> list[Json]:
     return phases
 
 
-def _series(ax, tl: Json, t0: float, world: int) -> tuple | None:
+def _series(ax: Axes, tl: Json, t0: float, world: int) -> tuple[float, float, str] | None:
     """A line per memory series the timeline has; the highest point: (GiB, seconds, label)."""
-    peak = None
+    peak: tuple[float, float, str] | None = None
     for part, column, label in SERIES:
         block = tl.get(part) or {}
         if not block.get("rows") or column not in block.get("columns", ()):
@@ -124,7 +129,7 @@ def _series(ax, tl: Json, t0: float, world: int) -> tuple | None:
     return peak
 
 
-def _mark_peak(ax, peak: tuple) -> None:
+def _mark_peak(ax: Axes, peak: tuple[float, float, str]) -> None:
     value, at, label = peak
     ax.plot([at], [value], marker="v", color="black", ms=7, ls="none")
     right = at > (ax.get_xlim()[0] + ax.get_xlim()[1]) / 2  # write it towards the middle
@@ -133,7 +138,7 @@ def _mark_peak(ax, peak: tuple) -> None:
                 ha="right" if right else "left", gid="peak")
 
 
-def _rank_peaks(ax, report: Json) -> None:
+def _rank_peaks(ax: Axes, report: Json) -> None:
     """A multi-rank trial's table gives each rank's peak: dashed lines at the
     same figures, so the summed series and the table can be read together."""
     for i, r in enumerate((report.get("training") or {}).get("ranks") or []):
@@ -143,11 +148,10 @@ def _rank_peaks(ax, report: Json) -> None:
                        label=f"rank {r['rank']} peak {size(value)} (per rank, as in the table)")
 
 
-def _phase_labels(fig, ax, phases: list[Json], t0: float) -> None:
+def _phase_labels(fig: Figure, ax: Axes, phases: list[Json], t0: float) -> None:
     """Each phase's name at its middle, on the highest row where it overlaps no
     other label; names that fit no row are listed in a key under the axes."""
-    renderer = fig.canvas.get_renderer()
-    placed: list[list] = [[] for _ in range(LEVELS)]  # per row: display-space boxes
+    placed: list[list[Bbox]] = [[] for _ in range(LEVELS)]  # per row: display-space boxes
     keyed = []
     for phase in phases:
         mid = (phase["start"] + phase["end"]) / 2 - t0
@@ -156,7 +160,7 @@ def _phase_labels(fig, ax, phases: list[Json], t0: float) -> None:
             y = 0.98 - 0.07 * level
             text = ax.text(mid, y, phase["name"], transform=ax.get_xaxis_transform(),
                            ha="center", va="top", fontsize=8, gid="phase-label")
-            box = text.get_window_extent(renderer).expanded(1.05, 1.0)
+            box = text.get_window_extent().expanded(1.05, 1.0)
             if not any(box.overlaps(b) for b in placed[level]):
                 placed[level].append(box)
                 break

@@ -51,7 +51,7 @@ def group_messages(store: QueueStore, job: Json, report: Report) -> list[Json]:
     jobs = store.sweep_jobs(job["sweep"])
     if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
         return []
-    jobs = [dict(j, report=report, status=JobStatus.DONE if report["status"] == Outcome.OK
+    jobs = [dict(j, report=report, status=JobStatus.DONE if report["status"] == Outcome.OK.value
                  else JobStatus.FAILED)
             if j["id"] == job["id"] else j for j in jobs]
     try:

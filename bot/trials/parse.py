@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from bot.fits import gpus
 from bot.states import Json
 from bot.trials import ab, ladder
-from worker.api import specs
+from worker.api import Workload, specs
 from worker.i18n import _
 
 USAGE = specs.general_usage()
@@ -29,8 +29,8 @@ class Command:
     name: str  # help status list run sweep fit ladder ab cancel workers
     job_id: int | None = None
     spec: specs.TrialSpec | None = None
-    specs: tuple = ()           # sweep: one TrialSpec per config
-    words: tuple = ()           # sweep: the words of each config
+    specs: tuple[specs.TrialSpec, ...] = ()  # sweep: one TrialSpec per config
+    words: tuple[str, ...] = ()  # sweep: the words of each config
     sweep_id: int | None = None  # fit
     params: Json = field(default_factory=dict)  # fit: the config to predict
     gpu: gpus.Gpu | None = None  # fit: the GPU to answer "largest batch" for
@@ -129,7 +129,8 @@ def parse_sweep(words: list[str], recipes: Json | None = None) -> Command:
                 else specs.WORKLOADS.get(words[0]))
     if workload is None:
         specs.parse(head, recipes)  # raises the single trial's error (unknown workload/recipe)
-    lists: dict[str, list[int]] = {}
+    assert workload is not None  # specs.parse raised for an unknown one
+    lists: dict[str, list[object]] = {}
     for word in rest:
         key, eq, raw = word.partition("=")
         if not eq or "," not in raw:
@@ -150,7 +151,7 @@ def parse_sweep(words: list[str], recipes: Json | None = None) -> Command:
     return Command("sweep", specs=tuple(configs), words=tuple(all_words))
 
 
-def _sweep_param(word: str, key: str, workload):
+def _sweep_param(word: str, key: str, workload: Workload) -> specs.Param:
     """The parameter a sweep's list `word` names, if a sweep may vary it."""
     param = workload.param(key)
     if param is None:
@@ -174,10 +175,10 @@ def _sweep_param(word: str, key: str, workload):
     return param
 
 
-def _sweep_values(word: str, key: str, raw: str, param) -> list:
+def _sweep_values(word: str, key: str, raw: str, param: specs.Param) -> list[object]:
     """The values of one comma list, each parsed as the parameter's one value."""
     usage = SWEEP_USAGE
-    values: list = []
+    values: list[object] = []
     for item in raw.split(","):
         if not item:
             raise specs.SpecError(word, _("`{word}`: an empty item in the list; write "
@@ -195,7 +196,7 @@ def _sweep_values(word: str, key: str, raw: str, param) -> list:
     return values
 
 
-def _check_lists(words: list[str], lists: dict[str, list], workload) -> None:
+def _check_lists(words: list[str], lists: dict[str, list[object]], workload: Workload) -> None:
     """Refuse lists a sweep's fit cannot model, or too many configs."""
     usage = SWEEP_USAGE
     if not lists:

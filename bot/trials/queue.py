@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 from bot.blocks import message
 from bot.ports import QueueStore
 from bot.states import WAITING, JobStatus, Json
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
-from worker.api import Report, reports
+from worker.api import Report, TrialSpec, reports
 from worker.i18n import _
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
@@ -25,7 +26,7 @@ MAX_LEASES = 2          # leases lost to a silent worker before the trial fails 
 MAX_LEFT = 1000  # long polls left by stopping workers, remembered (each is over in 30 s)
 
 
-def _dicts(specs: list, route: Json | None) -> list[Json]:
+def _dicts(specs: Sequence[TrialSpec], route: Json | None) -> list[Json]:
     """Specs as stored: the route (where it may run) travels with the spec."""
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
@@ -63,8 +64,10 @@ class JobQueue:
         # workers ending a sweep's last two jobs at once post its fit exactly once.
         self.sweep_lock = threading.Lock()
 
-    def submit(self, spec, words: str, user: str, channel: str, tags: Json | None = None,
-               request: str | list | None = None, route: Json | None = None,
+    def submit(self, spec: TrialSpec, words: str, user: str, channel: str,
+               tags: Json | None = None,
+               request: str | list[tuple[str | None, float | None]] | None = None,
+               route: Json | None = None,
                response_url: str | None = None, held: bool = False) -> Json:
         """Queue one trial; `held`, it waits for release_held (bot/trials/command.settle)."""
         specs = _dicts([spec], route)
@@ -73,8 +76,8 @@ class JobQueue:
         self._wake()
         return job
 
-    def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
-                     tags: Json | None = None, request: str | None = None,
+    def submit_sweep(self, specs: Sequence[TrialSpec], words: Sequence[str], user: str,
+                     channel: str, tags: Json | None = None, request: str | None = None,
                      route: Json | None = None, response_url: str | None = None,
                      held: bool = False) -> list[Json]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
@@ -85,7 +88,8 @@ class JobQueue:
         self._wake()
         return jobs
 
-    def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
+    def submit_group(self, kind: str, specs: Sequence[TrialSpec], words: Sequence[str], user: str,
+                     channel: str,
                      budget: int | None = None, tags: Json | None = None,
                      request: str | None = None, route: Json | None = None,
                      response_url: str | None = None, held: bool = False) -> list[Json]:
@@ -133,7 +137,7 @@ class JobQueue:
         with self.changed:
             self.changed.notify_all()
 
-    def speaking(self, channel: str | None):
+    def speaking(self, channel: str | None) -> AbstractContextManager[None]:
         """What is written for a trial speaks its channel's language."""
         return i18n.using(self.store.channel_lang(channel))
 
@@ -213,7 +217,8 @@ class JobQueue:
         return self._give_back(job, worker, lease, reason,
                                lambda j, w: card.returned(j, w, reason), key)
 
-    def _give_back(self, job: Json, worker: str, lease: str, reason: str, drawn,
+    def _give_back(self, job: Json, worker: str, lease: str, reason: str,
+                   drawn: Callable[[Json, str], Json],
                    key: str | None = None) -> Json | None:
         """Queue again a trial its worker did not run to the end, its card edited
         with `drawn(job, worker)`; or end it cancelled when someone cancelled it,

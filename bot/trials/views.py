@@ -118,7 +118,7 @@ def job_list(jobs: list[Json], which: str | None = None) -> Json:
     for j in jobs:
         r = j.get("report")
         headline = ""
-        if r and r["status"] == Outcome.OK and r.get("latency"):
+        if r and r["status"] == Outcome.OK.value and r.get("latency"):
             headline = f" · p90 {duration(r['latency']['p90'], measured=True)}"
         elif r and r.get("error"):
             headline = f" · {r['error']['class']}"
@@ -149,14 +149,14 @@ def chart(job: Json, r: Report) -> Json:
 def report_blocks(r: Report, pred: Json | None = None) -> list[Json]:
     """`pred`: the report's partial-depth prediction (bot/depth.from_trial), worked
     out here when the caller has not (a report without one returns at once)."""
-    icon = ":white_check_mark:" if r["status"] == Outcome.OK else ":x:"
+    icon = ":white_check_mark:" if r["status"] == Outcome.OK.value else ":x:"
     blocks = [section(f"{icon} {summary.headline(r)}")]
     if summary.retry_line(r):
         blocks.append(section(f":warning: {summary.retry_line(r)}"))
     if summary.busy_line(r):
         blocks.append(section(f":warning: {summary.busy_line(r)}"))
     err = r.get("error")
-    if r["status"] == Outcome.FAILED and err:  # a failed report names its error (validated)
+    if r["status"] == Outcome.FAILED.value and err:  # a failed report names its error (validated)
         lines = err["message"].strip().splitlines()
         # An environment error leads with what to change and the resolver's lines.
         tail = "\n".join(lines[:12] if err["class"] == "environment" else lines[-6:])

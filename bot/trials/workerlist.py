@@ -23,7 +23,7 @@ STATES = {"offline": (N_("offline"), N_("offline since {stamp} ({ago} ago)")),
           "idle": (N_("idle"), N_("idle since {stamp} ({ago} ago)"))}
 
 
-def _state(kind: str, t: float | None, now: float, **values) -> str:
+def _state(kind: str, t: float | None, now: float, **values: object) -> str:
     bare, since = STATES[kind]
     if not t:
         return _(bare, **values)

@@ -103,7 +103,7 @@ def hf_lacks(info: Json, params: Json) -> str | None:
     return _("has no config named `model={model}` (--models DIR)", model=model)
 
 
-def _attn_lacks(info: Json, model: str, attn: str | None, works: list | None) -> str | None:
+def _attn_lacks(info: Json, model: str, attn: str | None, works: list[str] | None) -> str | None:
     """Why `attn` cannot build `model` (its class, as transformers says, does
     not support it), naming what can on this worker; None when it can or the
     worker did not say (an older worker)."""
@@ -141,7 +141,7 @@ def hf_refusal(params: Json, workload: str, registered: list[Json]) -> str | Non
 
 
 def fits_ranks(info: Json, params: Json) -> bool:
-    world = params.get("world", 1)
+    world: int = params.get("world", 1)
     if world <= 1:
         return True
     gpus, cpus = len(info.get("gpus") or []), info.get("cpus")

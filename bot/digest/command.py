@@ -16,7 +16,8 @@ from bot.digest import build as digest
 from bot.digest import chart
 from bot.plans import estimate, service, views
 from bot.plans.entry import Asked, Entry
-from bot.plans.parse import PlanError, parse_digest_words
+from bot.plans.grammar import PlanError
+from bot.plans.parse import parse_digest_words
 from worker import i18n
 from worker.i18n import N_, _
 

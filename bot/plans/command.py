@@ -28,7 +28,7 @@ from bot.plans import (
     views,
 )
 from bot.plans.entry import Asked, Entry, PlanHidden, plan_of
-from bot.plans.parse import PlanError
+from bot.plans.grammar import PlanCommand, PlanError
 from bot.states import Json
 from bot.store import DuplicateRequest
 from bot.trials import workers
@@ -52,20 +52,22 @@ def handle(ctx: Context, text: str, user: str, channel: str, today: dt.date,
         return entry.run(ctx, normalize(text), asked)
 
 
-def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None):
+def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None
+               ) -> PlanCommand:
     """`/plan`'s text as a command, through the table (tests read it)."""
     return entry.route(normalize(text), today, TABLE if table is None else table)[1]
 
 
-def _help(ctx: Context, cmd, asked: Asked):
+def _help(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     return views.help_text(entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS)))
 
 
-def _list(ctx: Context, cmd, asked: Asked):
+def _list(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     return views.plan_list(*ctx.visible_plans(asked.user, asked.channel))
 
 
-def _new(ctx: Context, cmd, asked: Asked):
+def _new(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     if not ctx.store.add_plan(cmd.plan, asked.channel, asked.user, cmd.args["facts"]):
         if ctx.store.plan(cmd.plan)["channel"] != asked.channel:  # names are shared by all
             raise PlanError(_("A plan `{plan}` exists already in another channel; choose "
@@ -81,7 +83,8 @@ def _locked_refusal(plan: Json, what: str) -> PlanError:
                        what=what, plan=plan["name"], at=plan["locked"]["at"]))
 
 
-def _set(ctx: Context, cmd, asked: Asked):
+def _set(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     facts = cmd.args["facts"]
     fixed = [k for k in facts if k in parse.LOCKED_ITEMS]
@@ -96,14 +99,16 @@ def _set(ctx: Context, cmd, asked: Asked):
     return changes.facts_set(plan, facts, old, views.open_items(plan))
 
 
-def _block(ctx: Context, cmd, asked: Asked):
+def _block(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     return _put_block(ctx, plan, dict(cmd.args, plan=cmd.plan, user=asked.user), asked.user,
                       asked.channel)
 
 
-def _block_correct(ctx: Context, cmd, asked: Asked):
+def _block_correct(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     """The given fields change; the block is then checked and estimated as a new one."""
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     old = ctx.store.block(cmd.plan, cmd.args["kind"])
     if old is None:
@@ -115,7 +120,8 @@ def _block_correct(ctx: Context, cmd, asked: Asked):
                       asked.channel, old)
 
 
-def _block_delete(ctx: Context, cmd, asked: Asked):
+def _block_delete(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["kind"]
     if kind in (plan["locked"] or {}):
@@ -161,7 +167,8 @@ def _put_block(ctx: Context, plan, block, user, channel, old=None):
 BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
 
 
-def _show(ctx: Context, cmd, asked: Asked):
+def _show(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return views.show(plan, ests, ctx.store.prices(), asked.today,
@@ -169,7 +176,8 @@ def _show(ctx: Context, cmd, asked: Asked):
                       service.calibrations(ctx, plan, ests, asked.user, asked.channel))
 
 
-def _export(ctx: Context, cmd, asked: Asked):
+def _export(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
@@ -190,7 +198,8 @@ def _export(ctx: Context, cmd, asked: Asked):
                          "this channel.", plan=plan["name"], files=names))
 
 
-def _lock(ctx: Context, cmd, asked: Asked):
+def _lock(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     if plan["locked"]:
         raise PlanError(_("Plan {plan} is locked since {at}; to lock it to its current "
@@ -208,7 +217,8 @@ def _lock(ctx: Context, cmd, asked: Asked):
     return views.locked(ctx.store.plan(cmd.plan))
 
 
-def _unlock(ctx: Context, cmd, asked: Asked):
+def _unlock(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     if not plan["locked"]:
         raise PlanError(_("Plan {plan} is not locked", plan=cmd.plan))
@@ -218,7 +228,8 @@ def _unlock(ctx: Context, cmd, asked: Asked):
                          plan=cmd.plan))
 
 
-def _advise(ctx: Context, cmd, asked: Asked):
+def _advise(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     reports = [dict(t["report"], trial=t["trial"]) for _block, _est, ts in ests for t in ts]
@@ -233,7 +244,8 @@ def _advise(ctx: Context, cmd, asked: Asked):
     return views.advice(plan, advice.advise(fx, asked.today))
 
 
-def _actual(ctx: Context, cmd, asked: Asked):
+def _actual(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["block"]
     if kind not in {b["kind"] for b in ctx.store.blocks(cmd.plan)}:
@@ -321,7 +333,8 @@ def _slurm_actual(ctx: Context, cmd, plan, asked: Asked):
                                 [w["name"] for w in slurm if w["name"] in online])
 
 
-def _review(ctx: Context, cmd, asked: Asked):
+def _review(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return reviewview.review(plan, service.review_rows(ctx, plan, ests), ests,
@@ -329,7 +342,7 @@ def _review(ctx: Context, cmd, asked: Asked):
                         ctx.store.prices(), asked.today)
 
 
-def _settings(ctx: Context, cmd, asked: Asked):
+def _settings(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     """`/plan settings [lang=ko] [currency=KRW]`: the channel's language and
     currency (anyone reads them; a change needs the right to change plans)."""
     if cmd.args:
@@ -347,7 +360,7 @@ def _settings(ctx: Context, cmd, asked: Asked):
                                       ctx.store.channel_currency(asked.channel))
 
 
-def _calibration(ctx: Context, cmd, asked: Asked):
+def _calibration(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     """The team's record per scope, from the plans `user` may see here."""
     across: list[str] = []
     pairs = service.calibration_pairs(ctx, asked.user, asked.channel, across)
@@ -359,7 +372,7 @@ def _calibration(ctx: Context, cmd, asked: Asked):
                                          across)
 
 
-def _price(ctx: Context, cmd, asked: Asked):
+def _price(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     price = {k: v for k, v in cmd.args.items() if k != "confirm"}
     assumed = price["kind"] != "power" and not price["currency"]
     if assumed:  # none written: the channel's, said in the reply
@@ -387,7 +400,7 @@ def _applies(ctx: Context, old: Json) -> Json | None:
                  and p["item"].lower() == old["item"].lower()), None)
 
 
-def _price_correct(ctx: Context, cmd, asked: Asked):
+def _price_correct(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     old = _known_price(ctx, cmd.args["id"])
     fields = priceparse.parse_price_correction(old, cmd.args["words"], asked.today)
     if not fields:
@@ -402,19 +415,20 @@ def _price_correct(ctx: Context, cmd, asked: Asked):
     return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), asked.today)
 
 
-def _price_delete(ctx: Context, cmd, asked: Asked):
+def _price_delete(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     old = _known_price(ctx, cmd.args["id"])
     ctx.store.delete_price(old["id"], asked.user)
     return changes.price_changed(old, None, _applies(ctx, old), asked.today)
 
 
-def _prices(ctx: Context, cmd, asked: Asked):
+def _prices(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     every = cmd.args.get("all")
     return changes.price_list(ctx.store.all_prices() if every else ctx.store.prices(), asked.today,
                               every)
 
 
-def _history(ctx: Context, cmd, asked: Asked):
+def _history(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     rows, total = ctx.store.history(cmd.plan, _price_items(plan), changes.HISTORY_SHOWN)
     return changes.history(plan, rows, total)

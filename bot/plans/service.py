@@ -12,7 +12,7 @@ from bot.context import Context
 from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
-from bot.plans.parse import PlanError
+from bot.plans.grammar import PlanError
 from bot.states import WAITING, JobStatus, Json, Outcome
 from bot.trials.queue import LeaseLost
 from worker import i18n

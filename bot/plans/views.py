@@ -6,7 +6,8 @@ import datetime as dt
 from decimal import Decimal
 
 from bot import figures
-from bot.blocks import chunks, clip, context, reply, section, table_text
+from bot.blocks import chunks, clip, context, section, table_text
+from bot.blocks import reply as reply  # bot/plans/command.py answers with views.reply
 from bot.fits import gpus, usable
 from bot.plans import changes, estimate, footing, kept_apart, parse, prices
 from bot.states import Json

@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, cast
+from typing import Any
 
 from bot.fits import gpus, ols, scaling, usable
 from bot.states import Json
-from worker.api import LIVE_TIME_NOTE, Report, arithmetic, presets, summary
+from worker.api import LIVE_TIME_NOTE, arithmetic, presets, summary
 from worker.i18n import N_, _, ngettext
 
 SCHEMA = "trialbot.depth/1"
@@ -265,8 +265,7 @@ def _depth_notes(out: Json, ok: list[Json]) -> None:
         out["notes"].append(_("the trials ran on {n} workers/devices: their times are fitted "
                               "together; rerun on one worker for a clean fit", n=len(workers)))
     out["allocators"] = scaling.allocators(ok)
-    # a stored report: worker/report.py's schema, checked when it arrived
-    live = [r.get("trial") or "?" for r in ok if summary.timed_live_on_cpu(cast(Report, r))]
+    live = [r.get("trial") or "?" for r in ok if summary.timed_live_on_cpu(r)]
     if live:
         out["notes"].append(_("{trials} timed on the CPU under malloc=live: {note}, and so does "
                               "the time fit; re-run the sweep with malloc=auto (or without "

@@ -81,7 +81,7 @@ def _summary(fx: Json) -> list[str]:
             _("plan locked") if fx["fixed"] else _("plan not locked")]
 
 
-def _rule1(fx, today):
+def _rule1(fx: Json, today: dt.date) -> Json:
     if not fx["target"]:
         return {"missing": [_("the target GPU kind: `/plan NAME set gpu=H100` (or gpu=cpu)")]}
     missing = fx.get("missing_trials") or []
@@ -105,7 +105,7 @@ def _rule1(fx, today):
             + "".join(f"\n• {m}" for m in missing)}
 
 
-def _rule2(fx, today):
+def _rule2(fx: Json, today: dt.date) -> Json:
     missing = []
     if not fx["pattern"]:
         missing.append(_("whether the work is bunched in one period or steady: "
@@ -128,7 +128,7 @@ def _rule2(fx, today):
     return {"fires": False}
 
 
-def _rule3(fx, today):
+def _rule3(fx: Json, today: dt.date) -> Json:
     # A buy decision is long-term: not while rule 4 or 5 stands in its way.
     blocked = (not fx["peak_on_target"]
                or (fx["needs_cuda"] == "yes" and fx["platform"] not in (None, "cuda")))
@@ -184,7 +184,7 @@ def _rule3(fx, today):
                         "power per h), days = H / (24 · utilisation).") + " " + verdict}
 
 
-def _rule4(fx, today):
+def _rule4(fx: Json, today: dt.date) -> Json:
     if fx["needs_cuda"] is None:
         return {"missing": [_("whether the code needs CUDA (its support matrix): "
                               "`set needs_cuda=yes` or `set needs_cuda=no`")]}
@@ -202,7 +202,7 @@ def _rule4(fx, today):
                         "box).")}
 
 
-def _rule5(fx, today):
+def _rule5(fx: Json, today: dt.date) -> Json:
     reasons = []
     if not fx["fixed"]:
         reasons.append(_("the plan is not locked (environment and workload may still change): "

@@ -177,7 +177,8 @@ def inside(pair: Json, multipliers: tuple[float, float] | None) -> bool | None:
     if multipliers is None or not pair["estimate"] > 0:
         return None
     lo, hi = multipliers
-    return pair["estimate"] * lo <= pair["actual"] <= pair["estimate"] * hi
+    held: bool = pair["estimate"] * lo <= pair["actual"] <= pair["estimate"] * hi
+    return held
 
 
 def cause(pair: Json) -> str:
@@ -228,6 +229,7 @@ def record(pairs: list[Json], level: float = LEVEL) -> Json:
 
 
 def _name(p: Json) -> str:
-    if p.get("name"):
-        return p["name"]
+    name: str | None = p.get("name")
+    if name:
+        return name
     return f"{p.get('plan') or '?'} {p.get('block') or '?'}"

@@ -20,7 +20,7 @@ def day(stamp: float | None) -> str:
             if stamp else "?")
 
 
-def value_text(value) -> str:
+def value_text(value: object) -> str:
     """A stored value as one short phrase."""
     if value is None:
         return _("(not set)")
@@ -46,7 +46,7 @@ def _period_text(n: int, unit: str, days: str) -> str:
     return ngettext("{n} week ({days} days)", "{n} weeks ({days} days)", n, days=days)
 
 
-def fact_value(key: str, value) -> str:
+def fact_value(key: str, value: object) -> str:
     """A stored fact as people read it: `period` in days with the unit it was
     likely typed in ("3 weeks (21 days)"), `handoff` in hours, `utilization` a share."""
     if value is None or not isinstance(value, (int, float)):
@@ -65,7 +65,7 @@ def fact_value(key: str, value) -> str:
     return value_text(value)
 
 
-def field_text(key: str, value) -> str:
+def field_text(key: str, value: object) -> str:
     """A block's trials are named as users name them (T12)."""
     if key == "trials" and isinstance(value, list):
         return ",".join(f"T{i}" for i in value) or _("(none)")

@@ -27,7 +27,7 @@ from bot.plans import (
     service,
     views,
 )
-from bot.plans.entry import Asked, Entry, PlanHidden, plan_of
+from bot.plans.entry import Asked, Entry, PlanHidden, plan_of, stored_plan
 from bot.plans.grammar import PlanCommand, PlanError
 from bot.states import Json
 from bot.store import DuplicateRequest
@@ -69,12 +69,12 @@ def _list(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
 def _new(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     assert cmd.plan is not None  # the table routes a plan's actions only with its name
     if not ctx.store.add_plan(cmd.plan, asked.channel, asked.user, cmd.args["facts"]):
-        if ctx.store.plan(cmd.plan)["channel"] != asked.channel:  # names are shared by all
+        if stored_plan(ctx, cmd.plan)["channel"] != asked.channel:  # names are shared by all
             raise PlanError(_("A plan `{plan}` exists already in another channel; choose "
                               "another name", plan=cmd.plan))
         raise PlanError(_("A plan `{plan}` exists already; `/plan {plan} show` shows it, "
                           "or choose another name", plan=cmd.plan))
-    return views.created(ctx.store.plan(cmd.plan))
+    return views.created(stored_plan(ctx, cmd.plan))
 
 
 def _locked_refusal(plan: Json, what: str) -> PlanError:
@@ -95,12 +95,11 @@ def _set(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
         raise PlanError(_("`{key}=`: plan {plan} has no {key} set, so there is nothing to "
                           "unset (`{key}=VALUE` sets it)", key=absent[0], plan=cmd.plan))
     old = ctx.store.change_facts(cmd.plan, facts, asked.user)
-    plan = ctx.store.plan(cmd.plan)
+    plan = stored_plan(ctx, cmd.plan)
     return changes.facts_set(plan, facts, old, views.open_items(plan))
 
 
 def _block(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     return _put_block(ctx, plan, dict(cmd.args, plan=cmd.plan, user=asked.user), asked.user,
                       asked.channel)
@@ -108,9 +107,8 @@ def _block(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
 
 def _block_correct(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     """The given fields change; the block is then checked and estimated as a new one."""
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
-    old = ctx.store.block(cmd.plan, cmd.args["kind"])
+    old = ctx.store.block(plan["name"], cmd.args["kind"])
     if old is None:
         raise PlanError(_("Plan {plan} has no {kind} block to correct; add it with "
                           "`/plan {plan} block {kind} runs=N trial=T12`",
@@ -134,7 +132,8 @@ def _block_delete(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     return changes.block_deleted(plan, old, len(actuals), len(tagged))
 
 
-def _put_block(ctx: Context, plan, block, user, channel, old=None):
+def _put_block(ctx: Context, plan: Json, block: Json, user: str, channel: str,
+               old: Json | None = None) -> Json:
     # A block reads its trials' reports: they may come from a private channel.
     homes = ([(f"S{block['sweep']}", j["channel"]) for j in ctx.store.sweep_jobs(
         block["sweep"])[:1]] if block["sweep"] else
@@ -168,7 +167,6 @@ BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handof
 
 
 def _show(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return views.show(plan, ests, ctx.store.prices(), asked.today,
@@ -177,7 +175,6 @@ def _show(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
 
 
 def _export(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
@@ -214,22 +211,20 @@ def _lock(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
         for b, e, _trials in ests}
     locked["at"] = asked.today.isoformat()
     ctx.store.set_plan_lock(cmd.plan, locked, asked.user)
-    return views.locked(ctx.store.plan(cmd.plan))
+    return views.locked(stored_plan(ctx, cmd.plan))
 
 
 def _unlock(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     if not plan["locked"]:
         raise PlanError(_("Plan {plan} is not locked", plan=cmd.plan))
-    ctx.store.set_plan_lock(cmd.plan, None, asked.user)
+    ctx.store.set_plan_lock(plan["name"], None, asked.user)
     return views.reply(_("Plan *{plan}* is unlocked: its input conditions and code "
                          "version may change again; `/plan NAME lock` fixes them anew.",
                          plan=cmd.plan))
 
 
 def _advise(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     reports = [dict(t["report"], trial=t["trial"]) for _block, _est, ts in ests for t in ts]
@@ -309,7 +304,7 @@ def _actuals_now(ctx: Context, plan: Json, kind: str) -> str:
     return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
 
 
-def _slurm_actual(ctx: Context, cmd, plan, asked: Asked):
+def _slurm_actual(ctx: Context, cmd: PlanCommand, plan: Json, asked: Asked) -> Json:
     """The bot is not on the cluster: a Slurm worker runs sacct for it. The
     request is stored and leased like a trial; the actual is recorded, and
     posted in the plan's channel, when the worker's answer arrives."""
@@ -334,7 +329,6 @@ def _slurm_actual(ctx: Context, cmd, plan, asked: Asked):
 
 
 def _review(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return reviewview.review(plan, service.review_rows(ctx, plan, ests), ests,
@@ -422,15 +416,14 @@ def _price_delete(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
 
 
 def _prices(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    every = cmd.args.get("all")
+    every = bool(cmd.args.get("all"))
     return changes.price_list(ctx.store.all_prices() if every else ctx.store.prices(), asked.today,
                               every)
 
 
 def _history(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
-    rows, total = ctx.store.history(cmd.plan, _price_items(plan), changes.HISTORY_SHOWN)
+    rows, total = ctx.store.history(plan["name"], _price_items(plan), changes.HISTORY_SHOWN)
     return changes.history(plan, rows, total)
 
 

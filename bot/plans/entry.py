@@ -49,10 +49,11 @@ class PlanHidden(PlanError):
     """The plan lives in another channel (perhaps a private one)."""
 
 
-def plan_of(ctx: Context, name: str, asked: Asked) -> Json:
+def plan_of(ctx: Context, name: str | None, asked: Asked) -> Json:
     """The plan, if the asker may reach it from their channel (as `/trial
     status`: a plan may live in a private channel); its name is all a refusal
     tells."""
+    assert name is not None  # a plan's action: the table routes it only with the name
     try:
         return ctx.plan(name, asked.user, asked.channel)
     except HiddenPlan as exc:
@@ -106,6 +107,13 @@ def run(ctx: Context, text: str, asked: Asked) -> Json:
         return views.reply(":x: " + _("Nothing was stored: {why}.", why=unwritable_text(exc)))
 
 
-def help_lines(table: Sequence[Entry], **values) -> list[str]:
+def stored_plan(ctx: Context, name: str) -> Json:
+    """A plan this command found or wrote (no command deletes a plan)."""
+    plan = ctx.store.plan(name)
+    assert plan is not None  # found or written above
+    return plan
+
+
+def help_lines(table: Sequence[Entry], **values: object) -> list[str]:
     """Each entry's lines in `/plan help`, in the table's order, in the language in use."""
     return [_(line, **values) for e in table for line in e.help]

@@ -16,6 +16,7 @@ never counted as 0 GPU-h. Every component carries where it came from.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from decimal import Decimal
 
 from bot.fits.ols import t_quantile
@@ -50,6 +51,9 @@ __all__ = [
     "env_kind", "lock_differences", "phase_seconds", "prep_seconds", "program_seconds",
     "reused_build_seconds", "run_seconds", "teardown_seconds", "unit_kind", "unit_label",
     "unit_problem", "per_run", "spread"]
+
+# A block, its estimate and the trials it rests on (bot/plans/service.py's estimates).
+Estimated = tuple[Json, Json, list[Json]]
 
 LEVEL = 0.90  # the prediction interval shown
 
@@ -127,7 +131,7 @@ def check_trials(trials: list[Json]) -> None:
 def unmeasured(report: Json) -> list[str]:
     """The times an estimate reads that the report holds no number for (a null,
     as a NaN stored before #29 reads back)."""
-    def bad(v) -> bool:
+    def bad(v: object) -> bool:
         return not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
     missing = ["seconds"] if bad(report.get("seconds")) else []
     missing += [f"phases.{p.get('name')}.seconds" for p in report.get("phases") or []
@@ -248,7 +252,7 @@ def _idle(handoff: float | None, facts: Json, usage: Json | None,
 
 
 def _block_estimate(block: Json, trials: list[Json], facts: Json, predicted: Json | None,
-                    run: Json, parts: list[tuple], declared_idle: float) -> Json:
+                    run: Json, parts: list[tuple[str, float, str]], declared_idle: float) -> Json:
     """The block's estimate from its parts (seconds on one GPU, with their sources)."""
     gpus = block["gpus"]
     reports = [t["report"] for t in trials]
@@ -276,7 +280,7 @@ def _block_estimate(block: Json, trials: list[Json], facts: Json, predicted: Jso
             "partial": (predicted or {}).get("partial")}
 
 
-def _mean_of(reports: list[Json], f) -> float:
+def _mean_of(reports: list[Json], f: Callable[[Json], float]) -> float:
     return sum(f(r) for r in reports) / len(reports)
 
 

@@ -10,6 +10,7 @@ import datetime as dt
 import io
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 
 from bot import figures
 from bot.plans import changes, estimate, parse, prices
@@ -31,12 +32,12 @@ FIGURES = N_("GPU-hours to {digits} significant digits as shown (`shown`) and un
 PRICE_FIELDS = ("item", "kind", "value", "currency", "unit", "source", "date")
 
 
-def _figure(x) -> Json | None:
+def _figure(x: Decimal | float | None) -> Json | None:
     """A GPU-hour figure as shown (3 significant digits) and unrounded."""
     return None if x is None else {"shown": figures.gpu_hours(x), "exact": float(x)}
 
 
-def _pair(iv) -> Json | None:
+def _pair(iv: tuple[Decimal, Decimal] | None) -> Json | None:
     return None if not iv else {"low": _figure(iv[0]), "high": _figure(iv[1]),
                                 "shown": figures.interval(*iv)}
 
@@ -62,7 +63,7 @@ def _recorded(a: Json) -> Json:
             .strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def data(plan: Json, ests: list, reviewed: list[Json], price_list: list[Json],
+def data(plan: Json, ests: list[estimate.Estimated], reviewed: list[Json], price_list: list[Json],
          today: dt.date, calib: list[Json] | None = None,
          held: Sequence[str | None] | None = None, history: list[Json] | None = None,
          recorded: list[Json] | None = None) -> Json:
@@ -197,7 +198,7 @@ def _recorded_lines(d: Json) -> list[str]:
     return out
 
 
-def markdown(d: Json, rows: list[list]) -> str:
+def markdown(d: Json, rows: list[list[str]]) -> str:
     """`rows`: the plan's table as `show` prints it (views.table_rows)."""
     lines = ["# " + _("Plan {plan}", plan=d["plan"]), "",
              _("Exported {day}. Target {gpu}. {prices}. Figures: {figures}.", day=d["exported"],
@@ -258,7 +259,7 @@ def markdown(d: Json, rows: list[list]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def files(plan: Json, ests: list, reviewed: list[Json], price_list: list[Json],
+def files(plan: Json, ests: list[estimate.Estimated], reviewed: list[Json], price_list: list[Json],
           today: dt.date, calib: list[Json] | None = None,
           held: Sequence[str | None] | None = None, history: list[Json] | None = None,
           recorded: list[Json] | None = None) -> list[tuple[str, str]]:

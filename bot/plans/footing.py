@@ -40,7 +40,7 @@ def trial_words(config: Json, target: str) -> str:
     return " ".join(words)
 
 
-def _value(v) -> str:
+def _value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
@@ -55,7 +55,7 @@ def missing_trial(plan: str, est: Json, target: str) -> str:
              runs=est["runs"])
 
 
-def apart_text(est: Json, target: str) -> str:
+def apart_text(est: Json, target: str | None) -> str:
     """How an off-target block's time is shown: measured, but not a target time."""
     return _("measured on {env}: not a time on {target}, left out of the total and the cost",
              env=est["off_target"], target=target)

@@ -18,7 +18,8 @@ PREP_PHASES = ("setup", "launch", "weights", "warmup")
 RUN_CONTROL = {"repeats", "stability", "run_cap", "warmup", "seed", "timeout", "on_oom",
                "attempts", "processes"}
 def phase_seconds(report: Json, name: str) -> float:
-    return sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
+    seconds: float = sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
+    return seconds
 
 
 def unit_kind(report: Json) -> str | None:
@@ -71,8 +72,9 @@ def unit_problem(trial: Json) -> str | None:
 def teardown_seconds(report: Json) -> float:
     """Wall time of the trial outside its phases: the child's exit, memory being
     freed, the gaps between phases. A rented GPU is paid for it too."""
-    inside = sum(p["seconds"] for p in report.get("phases") or [])
-    return max(0.0, (report.get("seconds") or 0.0) - inside)
+    inside: float = sum(p["seconds"] for p in report.get("phases") or [])
+    wall: float = report.get("seconds") or 0.0
+    return max(0.0, wall - inside)
 
 
 def prep_seconds(report: Json) -> float:
@@ -83,8 +85,10 @@ def prep_seconds(report: Json) -> float:
 
 def reused_build_seconds(report: Json) -> float:
     """What a reused recipe environment's build took beyond its reuse."""
-    return sum(max(0.0, p["build_seconds"] - p["seconds"]) for p in report.get("phases") or []
-               if p.get("cached") and p.get("build_seconds") is not None)
+    saved: float = sum(max(0.0, p["build_seconds"] - p["seconds"])
+                       for p in report.get("phases") or []
+                       if p.get("cached") and p.get("build_seconds") is not None)
+    return saved
 
 
 def _prep_measured(report: Json) -> float:

@@ -181,8 +181,9 @@ def plan_name(word: str) -> str:
     if name in PLAN_WORDS:
         raise PlanError(_("`{word}` needs more words here; usage: `{usage}`", word=name,
                           usage=USAGE))
-    if plan_name_problem(name):
-        raise PlanError(plan_name_problem(word))  # naming the word as typed
+    problem = plan_name_problem(name) and plan_name_problem(word)
+    if problem:
+        raise PlanError(problem)  # naming the word as typed
     return name
 
 
@@ -195,7 +196,7 @@ def parse_facts(words: list[str], unset: bool = False) -> Json:
     """Checklist items and settings, each value checked; with `unset`, `key=`
     (nothing after =) is None: the item is open again."""
     pairs = key_values(words, (*CHECKLIST, *SETTINGS), _("a plan"), empty=unset)
-    out = {}
+    out: Json = {}
     for key, raw in pairs.items():
         if len(raw) > 500:
             raise PlanError(_("`{key}`: at most 500 characters", key=key))
@@ -336,7 +337,7 @@ def parse_block(words: list[str]) -> Json:
         raise PlanError(_("a {kind} block is estimated from measured trials: give trial=T12 "
                           "(or trial=T12,T13), or sweep=S12 with the config to predict",
                           kind=kind))
-    block = {"kind": kind, "runs": count(pairs["runs"], "runs"),
+    block: Json = {"kind": kind, "runs": count(pairs["runs"], "runs"),
              "configs": count(pairs.get("configs", "1"), "configs", 10000),
              "gpus": count(pairs.get("gpus", "1"), "gpus", 4096),
              "note": pairs.get("note"), "trials": [], "sweep": None, "predict": {},
@@ -417,7 +418,7 @@ def actual_ids(kind: str, words: list[str]) -> list[int] | None:
     return ids or None
 
 
-def parse_block_change(name: str, words: list[str]) -> PlanCommand:
+def parse_block_change(name: str | None, words: list[str]) -> PlanCommand:
     """`block KIND correct k=v ...` (the given fields change, the rest stay) and
     `block KIND delete`."""
     kind, verb, rest = words[0], words[1], words[2:]

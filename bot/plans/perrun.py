@@ -6,6 +6,7 @@ which turns it into a block's hours and interval."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from bot.plans.measured import (
     EstimateError,
@@ -176,7 +177,8 @@ def _models_text(reports: list[Json]) -> str:
     return "; ".join(parts)
 
 
-def _per_sample(trials: list[Json], views: list[Json], unit: str, source) -> Json:
+def _per_sample(trials: list[Json], views: list[Json], unit: str,
+                source: Callable[[str, int, float, float | None, Json], str]) -> Json:
     """One sample a process (a trial that ran in one): a recipe's run phase,
     or its whole program."""
     reports = [t["report"] for t in trials]

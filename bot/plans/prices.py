@@ -68,7 +68,7 @@ def cited(price: Json, today: dt.date) -> str:
         date=price["date"], stale=stale)
 
 
-def breakeven(buy: Json, resale: Json | None, rent: Json, power: Json, electricity: dict,
+def breakeven(buy: Json, resale: Json | None, rent: Json, power: Json, electricity: Json,
               utilization: float) -> Json:
     """docs/design.md §4, rule 3: H = (hardware − resale) / (rent per h − power per h),
     days = H / (24 · utilization). Power per h = kW × electricity rate."""

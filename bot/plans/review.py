@@ -39,7 +39,7 @@ def review_block(estimate: Json, jobs: list[Json], attempts: dict[int, list[Json
                  manual: list[Json], locked: Json | None) -> Json:
     """Estimate against actual for one block, and why they differ (GPU-seconds
     inside; hours out)."""
-    acc = {"parts": {k: 0.0 for k in ("prep", "data", "runs", "retries")}, "idle": None,
+    acc: Json = {"parts": {k: 0.0 for k in ("prep", "data", "runs", "retries")}, "idle": None,
            "run_count": 0, "counted": True, "sources": [], "config_changes": [],
            "not_comparable": []}
     _add_jobs(acc, estimate, jobs, attempts, (locked or {}).get(estimate["kind"]))
@@ -106,7 +106,7 @@ def _add_manual(acc: Json, manual: list[Json]) -> None:
                                   if m.get("note") else _("manual #{id}", id=m["id"]))
 
 
-def _why(estimate: Json, est: Json, acc: Json) -> list[tuple]:
+def _why(estimate: Json, est: Json, acc: Json) -> list[tuple[str, float, str]]:
     """The causes of the difference, in GPU-seconds: (name, seconds, note)."""
     parts, idle, run_count = acc["parts"], acc["idle"], acc["run_count"]
     why = []

@@ -54,7 +54,7 @@ def review_cost(plan: Json, row: Json, est_trials: list[Json], rent: Json | None
              actual=prices.money(act, rent["currency"]))
 
 
-def review(plan: Json, rows: list[Json], ests: list | None = None,
+def review(plan: Json, rows: list[Json], ests: list[estimate.Estimated] | None = None,
            calib: list[Json] | None = None, price_list: list[Json] | None = None,
            today: dt.date | None = None) -> Json:
     """With `price_list`, each block's cost at the rent that applies, and which."""

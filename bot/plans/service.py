@@ -82,7 +82,8 @@ def _sweep_trials(ctx: Context, block: Json) -> list[Json]:
     return ok
 
 
-def _predict_from(block: Json, ok: list[Json], params: Json) -> tuple[Json, tuple, dict]:
+def _predict_from(block: Json, ok: list[Json], params: Json
+                  ) -> tuple[Json, tuple[float, float, int], Json]:
     """The sweep's fit, its (seconds, se, dof) at `params`, and its verdict there."""
     try:
         fit = fit_sweep([j["report"] for j in ok])
@@ -136,7 +137,7 @@ def _to_full_depth(out: Json, block: Json, ok: list[Json], fit: Json) -> None:
                    config={"layers": depth.full_layers(first)})
 
 
-def _with_form(band, se: float) -> float:
+def _with_form(band: ols.Band, se: float) -> float:
     """The standard error that gives the sweep's own interval (the points' spread
     and the fitted form's leave-one-out error), so the block's interval is the one
     `/trial fit` shows; the residuals' alone where the form's error has no points."""
@@ -225,7 +226,7 @@ def estimates(ctx: Context, plan: Json, blocks: list[Json] | None = None
     return out
 
 
-def review_rows(ctx: Context, plan: Json, ests: list) -> list[Json]:
+def review_rows(ctx: Context, plan: Json, ests: list[estimate.Estimated]) -> list[Json]:
     """Estimate against actual for each block (the review, and the digest's)."""
     # A trial cancelled while it ran held its GPUs too (one cancelled before it
     # started cost nothing).
@@ -285,7 +286,7 @@ def calibration_pairs(ctx: Context, user: str, channel: str,
     return pairs
 
 
-def calibrations(ctx: Context, plan: Json, ests: list, user: str, channel: str,
+def calibrations(ctx: Context, plan: Json, ests: list[estimate.Estimated], user: str, channel: str,
                  pairs: list[Json] | None = None) -> list[Json]:
     """Each block's calibration: from the pairs of its scope, less its own."""
     pairs = calibration_pairs(ctx, user, channel) if pairs is None else pairs
@@ -314,4 +315,6 @@ def answer_slurm(ctx: Context, req_id: int, worker: str, lease: str, result: Jso
                                                        user=req["user"])], key=key):
         raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
     ctx.notify()
-    return ctx.store.slurm_actual(req_id)
+    answered = ctx.store.slurm_actual(req_id)
+    assert answered is not None  # read above, and a request is never deleted
+    return answered

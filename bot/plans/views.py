@@ -218,7 +218,7 @@ def block_added(plan: Json, est: Json, warnings: list[str], replaced: bool) -> J
     return reply(text)
 
 
-def cost_view(plan: Json, price_list: list[Json], today: dt.date):
+def cost_view(plan: Json, price_list: list[Json], today: dt.date) -> tuple[Json | None, str]:
     """(rent price or None, the line that says which)."""
     target = plan["facts"].get("gpu")
     if not target:
@@ -230,7 +230,8 @@ def cost_view(plan: Json, price_list: list[Json], today: dt.date):
     return rent, _("cost at {price}", price=prices.cited(rent, today))
 
 
-def costs(plan: Json, ests: list, price_list: list[Json], today: dt.date) -> list[str]:
+def costs(plan: Json, ests: list[estimate.Estimated], price_list: list[Json],
+          today: dt.date) -> list[str]:
     """The cost cell of each block, then of the total. Money only from a confirmed
     rate, only for hours measured on the target GPU; the total is the sum of the
     blocks' costs as shown, so the column adds up."""
@@ -270,15 +271,17 @@ def calibrated_interval(est: Json, cal: Json | None) -> tuple[Decimal, Decimal] 
                  for m in (cal["low"], cal["high"]))
 
 
-def calibrated_total(ests: list, calib: list[Json]) -> tuple[Decimal, Decimal] | None:
+def calibrated_total(ests: list[estimate.Estimated], calib: list[Json]
+                     ) -> tuple[Decimal, Decimal] | None:
     """The sums of the blocks' calibrated bounds; None unless every block is
     calibrated."""
     shown = [calibrated_interval(e, c) for (_block, e, _trials), c in zip(ests, calib)
              if not e.get("off_target")]  # left out of the total as their hours are
-    if not shown or not all(shown):
+    bounds = [b for b in shown if b is not None]
+    if not shown or len(bounds) < len(shown):
         return None
-    return (sum((lo for lo, _hi in shown), Decimal(0)),
-            sum((hi for _lo, hi in shown), Decimal(0)))
+    return (sum((lo for lo, _hi in bounds), Decimal(0)),
+            sum((hi for _lo, hi in bounds), Decimal(0)))
 
 
 def _calibrated_cell(est: Json, cal: Json) -> str:
@@ -288,8 +291,8 @@ def _calibrated_cell(est: Json, cal: Json) -> str:
     return figures.interval(*iv)
 
 
-def table_rows(plan: Json, ests: list, price_list: list[Json], today: dt.date,
-               calib: list[Json] | None = None) -> list[list]:
+def table_rows(plan: Json, ests: list[estimate.Estimated], price_list: list[Json], today: dt.date,
+               calib: list[Json] | None = None) -> list[list[str]]:
     """The plan's table; with `calib` (one calibration per block) a column of
     the calibrated 90% intervals beside the uncalibrated ones."""
     cost = costs(plan, ests, price_list, today)
@@ -319,16 +322,16 @@ def table_rows(plan: Json, ests: list, price_list: list[Json], today: dt.date,
     return rows
 
 
-def calibration_lines(ests: list, calib: list[Json]) -> list[str]:
+def calibration_lines(ests: list[estimate.Estimated], calib: list[Json]) -> list[str]:
     """Per block, the calibration's sentence and the pairs it used."""
     out = []
     for (_block, e, _trials), c in zip(ests, calib):
         if e.get("off_target"):  # no target time to calibrate
             continue
         line = f"• {e['kind']}: {c['text']}"
-        if c["calibrated"]:
-            lo, hi = calibrated_interval(e, c)
-            line += f" → {figures.interval(lo, hi)} GPU-h"
+        bounds = calibrated_interval(e, c)  # None unless calibrated
+        if bounds is not None:
+            line += f" → {figures.interval(*bounds)} GPU-h"
         if c["used"]:
             names = ", ".join(c["used"][:12])
             line += "; " + (_("pairs: {names} and {more} more", names=names,
@@ -352,7 +355,7 @@ def tagged_lines(plan: Json, jobs: list[Json]) -> list[str]:
     return out
 
 
-def show(plan: Json, ests: list, price_list: list[Json], today: dt.date,
+def show(plan: Json, ests: list[estimate.Estimated], price_list: list[Json], today: dt.date,
          tagged: list[Json] | None = None, calib: list[Json] | None = None) -> Json:
     _rent, cost_line = cost_view(plan, price_list, today)
     f = plan["facts"]
@@ -407,7 +410,7 @@ def note_shown(plan: Json, note: str) -> str:
                                             plan=plan["name"])
 
 
-def grouped_warnings(plan: Json, ests: list) -> list[str]:
+def grouped_warnings(plan: Json, ests: list[estimate.Estimated]) -> list[str]:
     """Each warning once, with the blocks it applies to (the same "no target GPU"
     on every block is one line, not one per block)."""
     seen: dict[str, list[str]] = {}

@@ -18,7 +18,7 @@ from bot.ports import QueueStore
 from bot.states import WAITING, JobStatus, Json
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
-from worker.api import Report, TrialSpec, reports
+from worker.api import Report, reports, specs
 from worker.i18n import _
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
@@ -26,7 +26,7 @@ MAX_LEASES = 2          # leases lost to a silent worker before the trial fails 
 MAX_LEFT = 1000  # long polls left by stopping workers, remembered (each is over in 30 s)
 
 
-def _dicts(specs: Sequence[TrialSpec], route: Json | None) -> list[Json]:
+def _dicts(specs: Sequence[specs.TrialSpec], route: Json | None) -> list[Json]:
     """Specs as stored: the route (where it may run) travels with the spec."""
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
@@ -64,7 +64,7 @@ class JobQueue:
         # workers ending a sweep's last two jobs at once post its fit exactly once.
         self.sweep_lock = threading.Lock()
 
-    def submit(self, spec: TrialSpec, words: str, user: str, channel: str,
+    def submit(self, spec: specs.TrialSpec, words: str, user: str, channel: str,
                tags: Json | None = None,
                request: str | list[tuple[str | None, float | None]] | None = None,
                route: Json | None = None,
@@ -76,28 +76,28 @@ class JobQueue:
         self._wake()
         return job
 
-    def submit_sweep(self, specs: Sequence[TrialSpec], words: Sequence[str], user: str,
+    def submit_sweep(self, specs: Sequence[specs.TrialSpec], words: Sequence[str], user: str,
                      channel: str, tags: Json | None = None, request: str | None = None,
                      route: Json | None = None, response_url: str | None = None,
                      held: bool = False) -> list[Json]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
-        specs = _dicts(specs, route)
-        jobs = self.store.add_jobs(specs, list(words), user, channel, sweep=True, tags=tags,
+        rows = _dicts(specs, route)
+        jobs = self.store.add_jobs(rows, list(words), user, channel, sweep=True, tags=tags,
                                    request=request, response_url=response_url,
-                                   needs=_needs(specs), held=held)
+                                   needs=_needs(rows), held=held)
         self._wake()
         return jobs
 
-    def submit_group(self, kind: str, specs: Sequence[TrialSpec], words: Sequence[str], user: str,
-                     channel: str,
+    def submit_group(self, kind: str, specs: Sequence[specs.TrialSpec], words: Sequence[str],
+                     user: str, channel: str,
                      budget: int | None = None, tags: Json | None = None,
                      request: str | None = None, route: Json | None = None,
                      response_url: str | None = None, held: bool = False) -> list[Json]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
-        specs = _dicts(specs, route)
-        jobs = self.store.add_jobs(specs, list(words), user, channel, group=kind, budget=budget,
+        rows = _dicts(specs, route)
+        jobs = self.store.add_jobs(rows, list(words), user, channel, group=kind, budget=budget,
                                    tags=tags, request=request, response_url=response_url,
-                                   needs=_needs(specs), held=held)
+                                   needs=_needs(rows), held=held)
         self._wake()
         return jobs
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from bot.states import Postable
+from bot.states import ActualStatus, Postable
 from bot.store.base import Posted, Row, Unwritable, WriteHealth
 from bot.store.leasing import NeedsClass
 from worker.api import Report, specs
@@ -100,7 +100,7 @@ class QueueStore(Protocol):
     def finish_slurm_actual(
         self,
         req: Row,
-        status: str,
+        status: ActualStatus,
         result: Row,
         text: str,
         actual: Row | None,
@@ -182,7 +182,7 @@ class PlanStore(Protocol):
     def finish_slurm_actual(
         self,
         req: Row,
-        status: str,
+        status: ActualStatus,
         result: Row,
         text: str,
         actual: Row | None,

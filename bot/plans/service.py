@@ -13,7 +13,7 @@ from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
 from bot.plans.grammar import PlanError
-from bot.states import WAITING, JobStatus, Json, Outcome
+from bot.states import WAITING, ActualStatus, JobStatus, Json, Outcome
 from bot.trials.queue import LeaseLost
 from worker import i18n
 from worker.i18n import _
@@ -310,7 +310,8 @@ def answer_slurm(ctx: Context, req_id: int, worker: str, lease: str, result: Jso
         raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
     with i18n.using(ctx.store.channel_lang(req["channel"])):  # posted in the plan's channel
         actual, text = slurm.outcome(req, result)
-    if not ctx.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
+    done = ActualStatus.DONE if actual else ActualStatus.FAILED
+    if not ctx.store.finish_slurm_actual(req, done, result, text,
                                          actual, [dict(message(req["channel"], text),
                                                        user=req["user"])], key=key):
         raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")

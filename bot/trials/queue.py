@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 
 from bot.blocks import message
 from bot.ports import QueueStore
-from bot.states import WAITING, JobStatus, Json
+from bot.states import WAITING, ActualStatus, JobStatus, Json
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
 from worker.api import Report, reports, specs
@@ -292,7 +292,7 @@ class JobQueue:
                  "recorded (asked by <@{user}>); ask again when a Slurm worker runs.",
                  plan=req["plan"], block=req["block"], jobs=", ".join(req["jobs"]), why=why,
                  user=req["user"])
-        if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
+        if self.store.finish_slurm_actual(req, ActualStatus.FAILED, {"error": why}, text, None,
                                           [dict(message(req["channel"], text),
                                                 user=req["user"])],
                                           expired=True):

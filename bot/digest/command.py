@@ -122,7 +122,7 @@ def _weekly(ctx: Context, cmd, asked: Asked) -> dict:
 
 def _off(ctx: Context, cmd, asked: Asked) -> dict:
     current = ctx.store.digest(asked.channel)
-    if not ctx.store.delete_digest(asked.channel):
+    if current is None or not ctx.store.delete_digest(asked.channel):
         raise PlanError(_("No digest is scheduled in this channel; nothing to stop"))
     _resync(ctx)
     return reply(_("Budget digest stopped in this channel (it was {schedule}).",

@@ -88,6 +88,7 @@ class Param:
                 raise bad(N_("`{token}`: {name} must be {allowed} (and not contain `..` or "
                              "start with `/` or `-`)"), allowed=self.allowed())
             return raw
+        assert self.low is not None and self.high is not None  # a number's range is declared
         if self.kind == "float":
             try:
                 value = float(raw)

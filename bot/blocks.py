@@ -2,9 +2,11 @@
 `--json`. Pure."""
 from __future__ import annotations
 
+import re
 import unicodedata
 
 LIMIT = 3000  # characters of one section's or context element's text (Slack's limit)
+FALLBACK = 3900  # characters of a message's `text`: Slack recommends under 4,000
 
 
 def clip(text: str, limit: int = LIMIT) -> str:
@@ -73,6 +75,26 @@ def reply(text: str) -> dict:
     sections: one holds 3,000 characters, and `/trial help` is longer)."""
     return {"response_type": "ephemeral", "text": text,
             "blocks": [section(part) for part in chunks(text)]}
+
+
+def help_reply(text: str, more: str) -> dict:
+    """A help reply: all of `text` in the blocks, and a fallback `text` (notifications,
+    clients without blocks) under Slack's 4,000 characters, cut at a line and ended
+    with `more` (where the rest is) when `text` is longer."""
+    out = reply(text)
+    if len(text) <= FALLBACK:
+        return out
+    cut = text[:FALLBACK - len(more) - 1]
+    cut = cut[:cut.rfind("\n")] if "\n" in cut else cut
+    return {**out, "text": f"{cut}\n{more}"}
+
+
+def about(lines: list[str], command: str, word: str) -> list[str]:
+    """The help lines whose backticked commands use `word` (`/trial help sweep`: each
+    line with a `/trial sweep ...` in backticks, or a backticked word that starts
+    with it: `unlock` beside `/plan NAME lock`)."""
+    used = re.compile(rf"`(?:{re.escape(command)}\b[^`]*)?(?<![\w=-]){re.escape(word)}\b[^`]*`")
+    return [line for line in lines if used.search(line)]
 
 
 def message(channel: str, text: str) -> dict:

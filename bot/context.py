@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from bot import access
 from bot.states import Postable
-from worker.i18n import _
+from worker.i18n import _, did_you_mean, sentences
 
 if TYPE_CHECKING:  # types only: views read Context, and must not import the store
     from bot.ports import AppStore, Channels, Queue, Schedule
@@ -153,11 +153,14 @@ class Context:
         if plan is None:
             seen, admin = self.visible_plans(user, channel)
             known = ", ".join(p["name"] for p in seen) or _("none yet")
-            raise PlanUnreachable(
-                _("There is no plan `{plan}`. Plans: {known}. Start one with `/plan new {plan}`",
-                  plan=name, known=known) if admin else
-                _("There is no plan `{plan}`. Plans here: {known}. Start one with "
-                  "`/plan new {plan}`", plan=name, known=known))
+            # `/plan lsit` or `/plan adkvv show`: a slip of a word or of a plan's name
+            hint = did_you_mean(name, [*PLAN_WORDS, *(p["name"] for p in seen)], "/plan ")
+            raise PlanUnreachable(sentences(
+                _("There is no plan `{plan}`.", plan=name), hint,
+                _("Plans: {known}. Start one with `/plan new {plan}`", plan=name, known=known)
+                if admin else
+                _("Plans here: {known}. Start one with `/plan new {plan}`", plan=name,
+                  known=known)))
         if self.hides(plan["channel"], user, channel):
             raise HiddenPlan(_("Plan `{plan}` belongs to another channel; ask there (or an "
                                "admin can ask anywhere).", plan=name))

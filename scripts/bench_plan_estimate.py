@@ -18,8 +18,16 @@ compares. It reports:
 
 The short trial runs at the worker's default `processes=` (--processes to
 change it); the reference is one user run, so one process (processes=1).
+Each round's estimate also reads the earlier rounds' trials (short and
+reference), as the planner reads the worker's earlier trials of the config from its store
+(bot/plans/perrun.history); --no-history estimates from the round's trial alone.
 
     python scripts/bench_plan_estimate.py [--rounds 20] [--quiet] [--seed 17] [--processes N]
+        [--no-history] [--save FILE.jsonl] [--replay FILE.jsonl]
+
+--save writes each round's two reports; --replay estimates again from saved
+rounds with the current code, running nothing (the figures to quote come from
+a live run: a replay is for seeing what a change of the estimate does).
 
 --quiet runs the same rounds without the load generator. Runs real child
 processes through the worker CLI, as a worker would.
@@ -40,7 +48,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 from loadgen import LoadGenerator  # noqa: E402
 
-from bot.plans import calibration, estimate  # noqa: E402
+from bot.plans import calibration, estimate, perrun  # noqa: E402
 
 # malloc=glibc: one pass per trial. A default (auto) CPU trial adds a memory pass
 # whose seconds no plan counts; the bench measures time, so it skips that pass.
@@ -60,14 +68,15 @@ def trial(words: list[str]) -> dict:
     return report
 
 
-def block_estimate(short: dict, runs: int) -> dict:
+def block_estimate(short: dict, runs: int, earlier: list[dict]) -> dict:
     job = {"id": 1, "trial": "short", "status": "done", "report": short}
     block = {"kind": "baseline", "runs": runs, "configs": 1, "gpus": 1, "handoff": None,
              "note": None, "sweep": None}
-    return estimate.estimate_block(block, [job], {1: short["attempts"]}, {}, pays_prep=True)
+    return estimate.estimate_block(block, [job], {1: short["attempts"]}, {}, pays_prep=True,
+                                   earlier=earlier[::-1][:perrun.HISTORY])
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=40, help="runs (requests) in the reference")
     ap.add_argument("--rounds", type=int, default=20)
@@ -76,8 +85,23 @@ def main() -> int:
     ap.add_argument("--quiet", action="store_true", help="no load generator")
     ap.add_argument("--processes", type=int, default=None,
                     help="the short trial's processes= (default: the worker's default)")
-    args = ap.parse_args()
-    load = contextlib.nullcontext() if args.quiet else LoadGenerator(seed=args.seed)
+    ap.add_argument("--no-history", action="store_true",
+                    help="estimate from the round's short trial alone")
+    ap.add_argument("--save", help="write each round's reports to this JSON-lines file")
+    ap.add_argument("--replay", help="estimate again from a --save file; run nothing")
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _args()
+    if args.replay:
+        with open(args.replay) as f:
+            saved = [json.loads(line) for line in f]
+        args.quiet = saved[0]["quiet"]
+        args.rounds = len(saved)
+    load = (contextlib.nullcontext() if args.quiet or args.replay
+            else LoadGenerator(seed=args.seed))
+    save = open(args.save, "w") if args.save else None
     short_words = CONFIG + [f"repeats={args.short}"] + (
         [f"processes={args.processes}"] if args.processes else [])
     print(f"config: {' '.join(CONFIG)}; short trial repeats={args.short}, processes="
@@ -85,14 +109,19 @@ def main() -> int:
           f"runs={args.runs}; load generator: "
           + ("off (--quiet)" if args.quiet else f"seed {args.seed}, on 1-6 s, off 4-20 s, "
                                                 f"{os.cpu_count()} spinners"))
-    rounds, pairs = [], []
+    rounds, pairs, earlier = [], [], []
     with load as gen:
         for i in range(args.rounds):
-            short = trial(short_words)
-            est = block_estimate(short, args.runs)
+            if args.replay:
+                short, ref = saved[i]["short"], saved[i]["ref"]
+            else:
+                short = trial(short_words)
+            est = block_estimate(short, args.runs, [] if args.no_history else earlier)
             total = sum(c["seconds"] for c in est["components"])
             lo, hi = total - est["half"], total + est["half"]
-            ref = trial(CONFIG + [f"repeats={args.runs}", "run_cap=3600", "processes=1"])
+            if not args.replay:
+                ref = trial(CONFIG + [f"repeats={args.runs}", "run_cap=3600", "processes=1"])
+            earlier += [short, ref]  # the worker's store holds both
             actual = ref["seconds"]
             cal = calibration.calibrate(pairs) if i >= CALIBRATE_FROM else None
             row = {"est": total, "lo": lo, "hi": hi, "actual": actual, "half": est["half"] / total,
@@ -101,25 +130,38 @@ def main() -> int:
                    "ref_flagged": ref["contention"]["flagged"],
                    "overlap": gen.overlap(short["started"], short["finished"]) if gen else 0.0,
                    "ref_overlap": gen.overlap(ref["started"], ref["finished"]) if gen else 0.0}
+            if args.replay:
+                row.update(overlap=saved[i]["overlap"], ref_overlap=saved[i]["ref_overlap"])
+            if save:
+                save.write(json.dumps({"quiet": args.quiet, "short": short, "ref": ref,
+                                       "overlap": row["overlap"],
+                                       "ref_overlap": row["ref_overlap"]}) + "\n")
+                save.flush()
             if cal and cal.get("calibrated"):
                 row["cal"] = (total * cal["low"], total * cal["high"])
                 row["cal_inside"] = row["cal"][0] <= actual <= row["cal"][1]
             rounds.append(row)
             pairs.append({"estimate": total, "actual": actual, "scope": "bench",
                           "name": f"round {i + 1}", "contended": row["flagged"]})
-            cal_text = (f"; calibrated [{row['cal'][0]:.2f}..{row['cal'][1]:.2f}] "
-                        f"{'inside' if row['cal_inside'] else 'OUTSIDE'}" if "cal" in row else "")
-            print(f"round {i + 1}: estimate {total:.2f} s [90% {lo:.2f}..{hi:.2f}], reference "
-                  f"{actual:.2f} s, error {row['err']:+.1%}, "
-                  f"{'inside' if row['inside'] else 'OUTSIDE'} (±{row['half']:.1%}); short "
-                  f"trial {short['seconds']:.1f} s one run, "
-                  f"{(short.get('processes') or {}).get('seconds', short['seconds']):.1f} s "
-                  f"in all; load overlap "
-                  f"{row['overlap']:.1f} s -> {'FLAGGED' if row['flagged'] else 'not flagged'}; "
-                  f"reference overlap {row['ref_overlap']:.1f} s"
-                  f"{' (flagged)' if row['ref_flagged'] else ''}{cal_text}", flush=True)
+            show(i, row, short)
         duty = gen.duty() if gen else 0.0
+    if save:
+        save.close()
     return report(rounds, args, duty)
+
+
+def show(i: int, row: dict, short: dict) -> None:
+    cal_text = (f"; calibrated [{row['cal'][0]:.2f}..{row['cal'][1]:.2f}] "
+                f"{'inside' if row['cal_inside'] else 'OUTSIDE'}" if "cal" in row else "")
+    print(f"round {i + 1}: estimate {row['est']:.2f} s [90% {row['lo']:.2f}.."
+          f"{row['hi']:.2f}], reference {row['actual']:.2f} s, error {row['err']:+.1%}, "
+          f"{'inside' if row['inside'] else 'OUTSIDE'} (±{row['half']:.1%}); short "
+          f"trial {short['seconds']:.1f} s one run, "
+          f"{(short.get('processes') or {}).get('seconds', short['seconds']):.1f} s "
+          f"in all; load overlap "
+          f"{row['overlap']:.1f} s -> {'FLAGGED' if row['flagged'] else 'not flagged'}; "
+          f"reference overlap {row['ref_overlap']:.1f} s"
+          f"{' (flagged)' if row['ref_flagged'] else ''}{cal_text}", flush=True)
 
 
 def report(rounds: list[dict], args, duty: float) -> int:

@@ -88,23 +88,36 @@ class Param:
                 raise bad(N_("`{token}`: {name} must be {allowed} (and not contain `..` or "
                              "start with `/` or `-`)"), allowed=self.allowed())
             return raw
+        return self._number(raw, bad)
+
+    def _number(self, raw: str, bad) -> object:
+        """An int or float parameter's value. A refusal names the rule broken (the sign,
+        the range with its limits, whole numbers) with the default as an example."""
+        try:
+            value = float(raw)
+        except ValueError:
+            raise bad(N_("`{token}`: {name} must be a whole number from {low} to {high}, e.g. "
+                         "{name}={example}") if self.kind == "int" else
+                      N_("`{token}`: {name} must be a number from {low} to {high}, e.g. "
+                         "{name}={example}"), example=self.default) from None
         assert self.low is not None and self.high is not None  # a number's range is declared
+        if not math.isfinite(value):
+            raise bad(N_("`{token}`: {name} must be a finite number from {low} to {high}, e.g. "
+                         "{name}={example}"), example=self.default)
+        if value < 0 <= self.low:
+            raise bad(N_("`{token}`: {name} cannot be negative; it is from {low} to {high}, "
+                         "e.g. {name}={example}"), example=self.default)
+        if not self.low <= value <= self.high:
+            raise bad(N_("`{token}`: {name} must be from {low} to {high}, e.g. "
+                         "{name}={example}"), example=self.default)
         if self.kind == "float":
-            try:
-                value = float(raw)
-            except ValueError:
-                raise bad(N_("`{token}`: {name} must be a number from {low} to {high}")) from None
-            if not math.isfinite(value) or not self.low <= value <= self.high:
-                raise bad(N_("`{token}`: {name} must be from {low} to {high}"))
             return value
         try:
-            value = int(raw, 10)
-        except ValueError:
-            raise bad(N_("`{token}`: {name} must be a whole number from {low} to {high}")
-                      ) from None
-        if not self.low <= value <= self.high:
-            raise bad(N_("`{token}`: {name} must be from {low} to {high}"))
-        return value
+            return int(raw, 10)
+        except ValueError:  # 2.5, or 1e3 (a whole number, but not as a program writes one)
+            raise bad(N_("`{token}`: {name} must be a whole number written in digits, from "
+                         "{low} to {high}, e.g. {name}={example}"),
+                      example=self.default) from None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v not in (None, (), "")}

@@ -25,8 +25,9 @@ import threading
 from collections.abc import Callable
 from typing import cast
 
+from worker import i18n, summary
 from worker import spec as specs
-from worker import summary
+from worker.i18n import _
 from worker.report import Report
 
 
@@ -36,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     # process group is killed on the way out instead of left running. A worker
     # serving a bot replaces this once it runs (_stop_on_signals).
     signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        i18n.set_default(os.environ.get("TRIALBOT_LANG") or i18n.DEFAULT)
+    except i18n.LanguageError as exc:
+        print(f"trialbot-worker: TRIALBOT_LANG: {exc.message}", file=sys.stderr)
+        return 2
     try:
         if argv[:1] == ["doctor"]:  # checks this box; runs no trial
             from worker import doctor
@@ -66,7 +72,7 @@ def _load_recipes(path: str | None):
 def trial_command(options: list[str], words: list[str]) -> int:
     from worker import offer
     parser = argparse.ArgumentParser(prog="trialbot-worker [--recipes FILE] trial")
-    offer.add_options(parser, "recipe file (TOML) of allowed commands")
+    offer.add_options(parser, _("recipe file (TOML) of allowed commands"))
     opts = parser.parse_args(options)
     recipes = _load_recipes(opts.recipes)
     as_json = "--json" in words
@@ -90,7 +96,7 @@ def trial_command(options: list[str], words: list[str]) -> int:
 
 
 def help_text(recipes: dict | None = None) -> str:
-    lines = ["Workloads and parameters (key=value; defaults shown):"]
+    lines = [_("Workloads and parameters (key=value; defaults shown):")]
     workloads = list(specs.WORKLOADS.values()) + [r.workload() for r in (recipes or {}).values()]
     for w in workloads:
         lines.append(f"  {'recipe ' if w.recipe else ''}{w.name}: {w.summary}")
@@ -151,49 +157,52 @@ def _serve_parser() -> argparse.ArgumentParser:
     from worker import offer
     from worker.signals import GRACE
     parser = argparse.ArgumentParser(prog="trialbot-worker",
-                                     description="Run trials for a trialbot server.")
+                                     description=_("Run trials for a trialbot server."))
     parser.add_argument("--server", default=os.environ.get("TRIALBOT_SERVER"),
-                        help="the bot's URL, e.g. http://bot.example:3000 (env TRIALBOT_SERVER)")
+                        help=_("the bot's URL, e.g. http://bot.example:3000 "
+                               "(env TRIALBOT_SERVER)"))
     parser.add_argument("--token-file", metavar="FILE",
-                        help="read the worker token from FILE (mode 600; e.g. systemd "
-                             "LoadCredential=); or set env TRIALBOT_WORKER_TOKEN")
-    parser.add_argument("--token", help="the worker token itself: every user's `ps` shows it, "
-                                        "prefer --token-file or the environment")
+                        help=_("read the worker token from FILE (mode 600; e.g. systemd "
+                             "LoadCredential=); or set env TRIALBOT_WORKER_TOKEN"))
+    parser.add_argument("--token", help=_("the worker token itself: every user's `ps` shows it, "
+                                        "prefer --token-file or the environment"))
     parser.add_argument("--ca-file", metavar="FILE", default=os.environ.get("TRIALBOT_CA_FILE"),
-                        help="for an https:// server: the CA bundle (PEM) that signed the "
+                        help=_("for an https:// server: the CA bundle (PEM) that signed the "
                              "bot's certificate, if not a public CA (env TRIALBOT_CA_FILE); "
-                             "certificates are always verified")
+                             "certificates are always verified"))
     parser.add_argument("--trial-user", metavar="USER",
-                        help="run trials as USER (the worker runs as root), so they cannot "
-                             "read the worker's token, memory or files")
-    parser.add_argument("--name", default=socket.gethostname(), help="worker name shown in Slack")
+                        help=_("run trials as USER (the worker runs as root), so they cannot "
+                             "read the worker's token, memory or files"))
+    parser.add_argument("--name", default=socket.gethostname(),
+                        help=_("worker name shown in Slack"))
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                        help="a label trials can ask for with label=KEY=VALUE (repeatable)")
+                        help=_("a label trials can ask for with label=KEY=VALUE (repeatable)"))
     parser.add_argument("--stop-grace", metavar="SECONDS",
                         default=os.environ.get("TRIALBOT_STOP_GRACE", str(GRACE)),
-                        help="on SIGTERM or Ctrl-C, how long the running trial may still "
-                             f"end and report (default {GRACE:g}, env TRIALBOT_STOP_GRACE); "
-                             "then it is killed and handed back to the queue. docker stop "
-                             "kills at 10 s: raise both together")
-    offer.add_options(parser, "recipe file (TOML) of commands this worker may run")
+                        help=_("on SIGTERM or Ctrl-C, how long the running trial may still "
+                               "end and report (default {grace}, env TRIALBOT_STOP_GRACE); "
+                               "then it is killed and handed back to the queue. docker stop "
+                               "kills at 10 s: raise both together", grace=f"{GRACE:g}"))
+    offer.add_options(parser, _("recipe file (TOML) of commands this worker may run"))
     _slurm_options(parser)
     return parser
 
 
 def _slurm_options(parser: argparse.ArgumentParser) -> None:
-    slurm = parser.add_argument_group("Slurm (run each trial as a batch job; see docs/slurm.md)")
+    slurm = parser.add_argument_group(
+        _("Slurm (run each trial as a batch job; see docs/slurm.md)"))
     slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
-                       help="local: a child process here (default); slurm: sbatch from this "
-                            "login node")
-    slurm.add_argument("--partition", help="Slurm partition (required with --executor slurm)")
-    slurm.add_argument("--account", help="Slurm account to charge")
-    slurm.add_argument("--shared-dir", help="job directories, on a filesystem the compute "
-                       "nodes share (default ~/trialbot-slurm)")
-    slurm.add_argument("--mem", default="16G", help="sbatch --mem per trial (default 16G)")
-    slurm.add_argument("--gpus", default="auto", help="GPUs per trial: auto (none for "
-                       "device=cpu, one per rank for llm-train, else 1) or a number")
+                       help=_("local: a child process here (default); slurm: sbatch from this "
+                            "login node"))
+    slurm.add_argument("--partition", help=_("Slurm partition (required with --executor slurm)"))
+    slurm.add_argument("--account", help=_("Slurm account to charge"))
+    slurm.add_argument("--shared-dir", help=_("job directories, on a filesystem the compute "
+                       "nodes share (default ~/trialbot-slurm)"))
+    slurm.add_argument("--mem", default="16G", help=_("sbatch --mem per trial (default 16G)"))
+    slurm.add_argument("--gpus", default="auto", help=_("GPUs per trial: auto (none for "
+                       "device=cpu, one per rank for llm-train, else 1) or a number"))
     slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                       help="extra sbatch argument, repeatable (e.g. --sbatch-arg=--qos=low)")
+                       help=_("extra sbatch argument, repeatable (e.g. --sbatch-arg=--qos=low)"))
 
 
 def _labels(raws: list[str]) -> dict | None:
@@ -333,7 +342,6 @@ def _seconds(text: str) -> float | None:
 def _server_ok(server: str, ca_file: str | None) -> bool:
     """--server is an http(s) URL and --ca-file a CA bundle; else False, said."""
     from worker.client import ca_problem, server_problem
-    from worker.i18n import _
     problem = server_problem(server)
     if not problem and ca_file and not server.startswith("https://"):
         print("trialbot-worker: warning: " + _(

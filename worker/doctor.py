@@ -26,20 +26,20 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str]) -> int:
     parser = _Parser(prog="trialbot-worker doctor",
-                     description="Check this box for a trialbot worker: torch, GPUs, the bot, "
-                                 "the token, the clock, recipes, disk. Runs no trial.")
+                     description=_("Check this box for a trialbot worker: torch, GPUs, the "
+                                   "bot, the token, the clock, recipes, disk. Runs no trial."))
     parser.add_argument("--server", default=os.environ.get("TRIALBOT_SERVER"),
-                        help="the bot's URL (env TRIALBOT_SERVER)")
-    parser.add_argument("--token-file", metavar="FILE", help="the worker token's file")
-    parser.add_argument("--token", help="the worker token (or env TRIALBOT_WORKER_TOKEN)")
+                        help=_("the bot's URL (env TRIALBOT_SERVER)"))
+    parser.add_argument("--token-file", metavar="FILE", help=_("the worker token's file"))
+    parser.add_argument("--token", help=_("the worker token (or env TRIALBOT_WORKER_TOKEN)"))
     parser.add_argument("--ca-file", metavar="FILE", default=os.environ.get("TRIALBOT_CA_FILE"),
-                        help="for an https:// bot: the CA bundle that signed its certificate "
-                             "(env TRIALBOT_CA_FILE), as for the worker")
+                        help=_("for an https:// bot: the CA bundle that signed its certificate "
+                             "(env TRIALBOT_CA_FILE), as for the worker"))
     parser.add_argument("--name", default=socket.gethostname(),
-                        help="the worker's name (a per-worker token is checked against it)")
-    parser.add_argument("--recipes", help="the recipe file (TOML) the worker would load")
+                        help=_("the worker's name (a per-worker token is checked against it)"))
+    parser.add_argument("--recipes", help=_("the recipe file (TOML) the worker would load"))
     parser.add_argument("--workdir", default=tempfile.gettempdir(),
-                        help="where to check free disk (default: TMPDIR, trials' scratch)")
+                        help=_("where to check free disk (default: TMPDIR, trials' scratch)"))
     # The worker's other options (--label, --executor ...) may follow: not checked here.
     args, rest = parser.parse_known_args(argv)
     lines = run(args)

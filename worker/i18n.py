@@ -1,9 +1,9 @@
 """Messages in the reader's language: gettext catalogs, read with Babel.
 
 It lives beside worker/spec.py for the same reason: the bot shows the
-worker's parameter checks to users, so both mark messages with this `_`. Only
-the bot ever speaks anything but English (a worker's console is English), so
-Babel is needed only where a catalog is read: the bot.
+worker's parameter checks to users, so both mark messages with this `_`. The
+worker's console and doctor speak TRIALBOT_LANG too, so Babel is a dependency
+of the worker's own install (docs/i18n.md).
 
 A message is written once, in English, as one sentence with named
 placeholders: `_("Trial {id} queued", id=12)`. `_` looks the sentence up in
@@ -27,7 +27,7 @@ import contextvars
 import functools
 import gettext
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 LANGS = {"en": "English", "ko": "한국어"}
@@ -119,3 +119,39 @@ def pgettext(context: str, message: str, /, **values) -> str:
 def N_(message: str, /) -> str:
     """Marks a message kept in a constant; `_(CONSTANT)` translates it where it is shown."""
     return message
+
+
+def close(word: str, known: Iterable[str]) -> str | None:
+    """The one of `known` that `word` is most likely a slip of (difflib's ratio at
+    least 0.75, case aside: `bacth` is `batch`, `shwo` is `show`), as `known`
+    spells it; None when none is that close."""
+    import difflib  # only when a word is wrong
+
+    names = {k.lower(): k for k in known}
+    found = difflib.get_close_matches(word.lower(), list(names), n=1, cutoff=0.75)
+    return names[found[0]] if found else None
+
+
+def sentences(*parts: str) -> str:
+    """Whole sentences, each translated on its own, as one message (empty ones left out)."""
+    return " ".join(p for p in parts if p)
+
+
+def did_you_mean(word: str, known: Iterable[str], before: str = "", after: str = "") -> str:
+    """"Did you mean `batch=2`?" for a slip of one of `known` (the one sentence every
+    refusal of a misspelt key, word or sub-command adds), in the language in use;
+    "" when none is close. The suggestion is backticked between `before` and `after`
+    (`/trial ` before a sub-command, `=2` after a key)."""
+    found = close(word, known)
+    return _("Did you mean {word}?", word=f"`{before}{found}{after}`") if found else ""
+
+
+# strftime's %a is the C locale's English whatever the reader's language: these are read
+WEEKDAYS = (N_("Mon"), N_("Tue"), N_("Wed"), N_("Thu"), N_("Fri"), N_("Sat"), N_("Sun"))
+
+
+def stamp(when, pattern: str = "") -> str:
+    """`when` (a date or datetime) as its weekday in the language in use, then
+    `pattern` (strftime's, without %a): stamp(d, "%H:%M") → "Mon 09:00", "월 09:00"."""
+    day = _(WEEKDAYS[when.weekday()])
+    return f"{day} {format(when, pattern)}" if pattern else day

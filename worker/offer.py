@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from worker import models
+from worker.i18n import _
 
 
 class StartError(ValueError):
@@ -20,12 +21,12 @@ def add_options(parser, recipes_help: str) -> None:
     """--recipes, --models and --hub, as every worker takes them."""
     parser.add_argument("--recipes", metavar="FILE", help=recipes_help)
     parser.add_argument("--models", action="append", default=[], metavar="DIR",
-                        help="a directory of Hugging Face configs (NAME/config.json or "
+                        help=_("a directory of Hugging Face configs (NAME/config.json or "
                              "NAME.json) that hf-infer/hf-train may build as model=NAME "
-                             "(repeatable); weights are random, never read")
+                             "(repeatable); weights are random, never read"))
     parser.add_argument("--hub", action="store_true",
-                        help="let hf-* trials fetch a model's config.json (config only) from "
-                             "the Hugging Face hub by id: model=org/name")
+                        help=_("let hf-* trials fetch a model's config.json (config only) from "
+                             "the Hugging Face hub by id: model=org/name"))
 
 
 def recipes(path: str | None) -> dict:

@@ -27,8 +27,8 @@ from worker.catalog import (  # the workloads' table: read through this module t
 __all__ = [
     "COMMON", "HF", "LIVE_TIME_NOTE", "LLM_INFER", "LLM_TRAIN", "MAX_PROCESSES", "Param",
     "SpecError", "TrialSpec", "WORKLOADS", "Workload", "check_params", "general_usage",
-    "live_time_note", "parse", "resolve"]
-from worker.i18n import _
+    "live_time_note", "no_parameter", "parse", "resolve"]
+from worker.i18n import _, did_you_mean, sentences
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,10 @@ def parse(words: list[str], recipes: dict[str, Workload] | None = None) -> Trial
     name, rest = words[0], words[1:]
     workload = WORKLOADS.get(name)
     if workload is None:
-        raise SpecError(name, _("`{name}` is not a workload; known workloads: {known} (or "
-                                "`recipe NAME`)", name=name, known=", ".join(WORKLOADS)),
-                        general_usage())
+        raise SpecError(name, sentences(
+            _("`{name}` is not a workload.", name=name), did_you_mean(name, WORKLOADS),
+            _("Known workloads: {known} (or `recipe NAME`)", known=", ".join(WORKLOADS))),
+            general_usage())
     params, given = _parse_given(workload, rest)
     if workload.name in HF:
         _check_hf(params, given, workload)
@@ -170,15 +171,24 @@ def _parse_given(workload: Workload, rest: list[str]) -> tuple[dict, dict]:
                                     "batch=4", word=word), usage)
         param = workload.param(key)
         if param is None:
-            raise SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it takes "
-                                    "{names}", word=word, workload=workload.name, key=key,
-                                    names=", ".join(p.name for p in workload.params)), usage)
+            raise no_parameter(word, workload, usage)
         if key in values:
             raise SpecError(word, _("`{word}`: {key} is given twice", word=word, key=key),
                             usage)
         values[key] = param.parse(raw, usage)
         words[key] = word
     return {p.name: values.get(p.name, p.default) for p in workload.params}, words
+
+
+def no_parameter(word: str, workload: Workload, usage: str) -> SpecError:
+    """`bacth=2`: the workload has no such parameter; the one it is a slip of, and all."""
+    key, _eq, raw = word.partition("=")
+    names = [p.name for p in workload.params]
+    return SpecError(word, sentences(
+        _("`{word}`: {workload} has no parameter `{key}`.", word=word, workload=workload.name,
+          key=key),
+        did_you_mean(key, names, after=f"={raw}"),
+        _("It takes {names}", names=", ".join(names))), usage)
 
 
 def _apply_preset(p: dict, given: dict, usage: str) -> None:

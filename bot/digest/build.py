@@ -18,6 +18,7 @@ from bot.fits import gpus
 from bot.plans import estimate, prices, review, views
 from bot.plans.digestparse import WEEKDAYS
 from bot.states import JobStatus, Json, Outcome
+from worker import i18n
 from worker.i18n import N_, _
 
 COMPONENTS = ("runs", "prep", "data", "retries", "idle")
@@ -156,7 +157,7 @@ def plan_summary(plan: dict, ests: list, reviewed: list[dict], costs: list[str])
 # the text ----------------------------------------------------------------
 
 def _hm(d: dt.datetime) -> str:
-    return d.strftime("%a %Y-%m-%d %H:%M")
+    return i18n.stamp(d, "%Y-%m-%d %H:%M")
 
 
 def _split(seconds: dict, unit: str) -> tuple[str, Decimal]:
@@ -332,5 +333,6 @@ def chart_message(channel: str, label: str, png: bytes) -> dict:
 
 def schedule_text(s: dict) -> str:
     time = f"{s['hour']:02d}:{s['minute']:02d}"
-    return _("every {weekday} at {time} {zone}", weekday=s["weekday"].capitalize(), time=time,
+    # "mon" → "Mon", one of i18n.WEEKDAYS: the reader's weekday
+    return _("every {weekday} at {time} {zone}", weekday=_(s["weekday"].capitalize()), time=time,
              zone=s["tz"])

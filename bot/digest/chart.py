@@ -17,7 +17,7 @@ def png(m: dict, plans: list[dict], title: str) -> bytes:
     from matplotlib import pyplot as plt
     fig = figure(m, plans, title)
     out = io.BytesIO()
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="png", bbox_inches="tight", pad_inches=0.1)  # no blank margin
     plt.close(fig)
     return out.getvalue()
 
@@ -46,11 +46,15 @@ def figure(m: dict, plans: list[dict], title: str):
     left.tick_params(axis="x", labelsize=7, rotation=30)
     left.legend(fontsize=7)
     left.grid(alpha=0.3, axis="y")
+    if not any(bottom):
+        left.text(0.5, 0.5, "no hours this week", ha="center", va="center",
+                  transform=left.transAxes, gid="no-hours")
 
     _blocks(right, plans)
     fig.suptitle(title, fontsize=10)
-    # Fixed margins: tight_layout draws the figure twice, a third of the chart's time.
-    fig.subplots_adjust(left=0.06, right=0.97, bottom=0.22, top=0.86, wspace=0.45)
+    # Margins and the gap between the panels fitted to the labels (the block names
+    # vary in length); measured at about 0.1 s of the chart's time.
+    fig.tight_layout(pad=0.6, w_pad=1.5)
     return fig
 
 
@@ -62,7 +66,7 @@ def is_cpu(plan: dict) -> bool:
 def unit_of(plans: list[dict]) -> str:
     kinds = {is_cpu(p) for p in plans}
     return ("CPU hours" if kinds == {True} else "GPU-hours" if kinds == {False}
-            else "hours (GPU-hours; CPU hours for a gpu=cpu plan)")
+            else "hours (GPU-hours; CPU hours for a gpu=cpu plan)" if kinds else "hours")
 
 
 def _blocks(ax, plans: list[dict]) -> None:

@@ -86,7 +86,7 @@ def post_scheduled(ctx: Context, schedule: dict, now: dt.datetime) -> bool:
         late = None
         if now - fire > LATE:
             late = _("Posted {when}, late: the bot was not running at the scheduled "
-                     "{schedule}.", when=format(now.astimezone(fire.tzinfo), "%a %H:%M"),
+                     "{schedule}.", when=i18n.stamp(now.astimezone(fire.tzinfo), "%H:%M"),
                      schedule=digest.schedule_text(schedule))
         messages = build(ctx, schedule["channel"], fire, week, late, schedule.get("user"))
     posted = ctx.store.post_digest(schedule["channel"], week, messages)
@@ -112,7 +112,7 @@ def _weekly(ctx: Context, cmd, asked: Asked) -> dict:
     _resync(ctx)
     nxt = digest.trigger(schedule).get_next_fire_time(None, asked.now)
     values = dict(schedule=digest.schedule_text(schedule),
-                  next=format(nxt, "%a %Y-%m-%d %H:%M %Z"))
+                  next=i18n.stamp(nxt, "%Y-%m-%d %H:%M %Z"))
     return reply(_("Budget digest scheduled in this channel {schedule}; next {next}. It "
                    "replaces {old}. `/plan digest now` posts one now; `/plan digest off` stops "
                    "it.", old=digest.schedule_text(old), **values) if old else
@@ -150,7 +150,7 @@ def _show(ctx: Context, cmd, asked: Asked) -> dict:
     nxt = digest.trigger(current).get_next_fire_time(None, asked.now)
     return reply(_("Budget digest in this channel {schedule}; next {next}. `/plan digest off` "
                    "stops it.", schedule=digest.schedule_text(current),
-                   next=format(nxt, "%a %Y-%m-%d %H:%M %Z")))
+                   next=i18n.stamp(nxt, "%Y-%m-%d %H:%M %Z")))
 
 
 def _resync(ctx: Context) -> None:

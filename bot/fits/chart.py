@@ -2,15 +2,23 @@
 time) the measured points, the fitted line with its prediction band, the
 held-out point, and the asked prediction with its interval. Batch and length
 sweeps plot against the varied axis, depth sweeps against layers. Pure: the
-fit in, PNG bytes out."""
+fit in, PNG bytes out.
+
+The chart draws what the fit's text says: a prediction the text calls
+unusable gets no star (a dotted line marks where it was asked, and why), and
+nothing is drawn below zero, where no time or size lies (a band cut there says
+so)."""
 from __future__ import annotations
 
 import io
 import math
-from typing import TYPE_CHECKING
+import textwrap
+from typing import TYPE_CHECKING, TypedDict
 
-from bot.fits import depth, ols, scaling
+from bot.fits import depth, ols, scaling, usable
 from bot.states import Json
+from worker.api import duration, size
+from worker.i18n import using
 
 if TYPE_CHECKING:  # matplotlib is imported when the first chart is drawn
     from matplotlib.axes import Axes
@@ -26,7 +34,7 @@ def png(fit: Json, sweep: int, params: Json | None = None) -> bytes:
     from matplotlib import pyplot as plt
     fig = figure(fit, sweep, params)
     out = io.BytesIO()
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="png", bbox_inches="tight", pad_inches=0.1)  # no blank margin
     plt.close(fig)
     return out.getvalue()
 
@@ -43,36 +51,49 @@ def figure(fit: Json, sweep: int, params: Json | None = None) -> Figure:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=100)
-    method = memory_method(fit)
-    panels = [(f"peak memory — {method}", (fit.get("memory") or {}).get(method), "bytes"),
-              ("time per request" if fit.get("workload") in ("llm-infer", "hf-infer")
-               else "time of the run phase", fit.get("time"), "s")]
-    axis = _axis(fit)
-    asked, why_not = _asked(fit, params)
-    for ax, (title, model, unit) in zip(axes, panels):
-        _panel(ax, fit, axis, title, model, unit, asked)
-    what = f"recipe {fit['recipe']}" if fit.get("recipe") else (fit.get("workload") or "?")
-    fig.suptitle(f"Sweep S{sweep} — {what}: measured points and least-squares fit "
-                 f"(band: {LEVEL:.0%} prediction interval)", fontsize=10)
-    if why_not:
-        fig.text(0.06, 0.02, f"No prediction drawn: {why_not}.", fontsize=7, gid="no-prediction")
+    with using("en"):  # the fits' own words (a verdict, a refusal) in the chart's language
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=100)
+        method = memory_method(fit)
+        time = ("time per request" if fit.get("workload") in ("llm-infer", "hf-infer")
+                else "time of the run phase")
+        panels = [(f"peak memory — {method}" + _pass(fit, method),
+                   (fit.get("memory") or {}).get(method), "bytes"),
+                  (time + _pass(fit, "time"), fit.get("time"), "s")]
+        axis = _axis(fit)
+        asked, why_not = _asked(fit, params)
+        for ax, (title, model, unit) in zip(axes, panels):
+            _panel(ax, fit, axis, title, model, unit, asked)
+        what = f"recipe {fit['recipe']}" if fit.get("recipe") else (fit.get("workload") or "?")
+        fig.suptitle(f"Sweep S{sweep} — {what}: measured points and least-squares fit "
+                     f"(band: {LEVEL:.0%} prediction interval)", fontsize=10)
+        if why_not:
+            fig.text(0.06, 0.02, f"No prediction drawn: {why_not}.", fontsize=7,
+                     gid="no-prediction")
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.2, top=0.86, wspace=0.25)
     return fig
 
 
+def _pass(fit: Json, figure: str | None) -> str:
+    """" (malloc=live, memory pass)": which run of the trials a host figure or
+    the time came from (a CPU trial under malloc=auto measures them in two)."""
+    used = (fit.get("allocators") or {}).get(figure or "")
+    return f" ({' and '.join(used)})" if used else ""
+
+
 def _axis(fit: Json) -> Json:
     """What the x axis is: layers for a depth sweep, else the batch when it
-    varied, else the summed length; `other` is the coordinate held per line."""
+    varied, else the summed length; `other` is the coordinate held per line;
+    `param` the name a verdict's advice uses (as the fit's text does)."""
     if fit.get("kind") == "depth":
-        return {"x": 0, "label": "layers", "name": "layers"}
+        return {"x": 0, "label": "layers", "name": "layers", "param": "layers"}
     vars_ = fit.get("variables") or {}
     points = fit.get("points") or []
     if vars_.get("batch") and len({p["b"] for p in points}) > 1:
         name = vars_["batch"]
-        return {"x": 0, "label": name if name == "batch" else f"batch ({name})", "name": name}
+        return {"x": 0, "label": name if name == "batch" else f"batch ({name})", "name": name,
+                "param": name}
     length = "+".join(vars_.get("length") or []) or "length"
-    return {"x": 1, "label": f"length ({length})", "name": length}
+    return {"x": 1, "label": f"length ({length})", "name": length, "param": vars_.get("batch")}
 
 
 def _coords(fit: Json, point: Json) -> tuple[float, float]:
@@ -98,9 +119,23 @@ def _scale(unit: str, top: float) -> tuple[float, str]:
     return (1.0, "s") if top >= 1 else (1e-3, "ms")
 
 
+def _judged(fit: Json, model: Json, axis: Json, asked: tuple[float, float]
+            ) -> tuple[float | None, Json]:
+    """The prediction at the asked config and its verdict, as the fit's text judges it
+    (a model that cannot say: None, and why)."""
+    try:
+        value = ols.predict_model(model, *asked)[0]
+    except ValueError as exc:  # a model without a batch (length) term, asked at another
+        return None, {"usable": False, "problem": str(exc).rstrip("."), "cause": None}
+    return value, usable.verdict(model, fit.get("points") or [], (*asked, value), axis["param"])
+
+
 def _panel(ax: Axes, fit: Json, axis: Json, title: str, model: Json | None, unit: str,
            asked: tuple[float, float] | None) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_xlabel(axis["label"])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # batch, length, layers: whole
     if not model or model.get("error"):
         ax.set_title(title, fontsize=9)
         ax.text(0.5, 0.5, f"no fit: {(model or {}).get('error') or 'not measured'}",
@@ -111,40 +146,58 @@ def _panel(ax: Axes, fit: Json, axis: Json, title: str, model: Json | None, unit
               for p in fit.get("points") or []]
     points = [(c, y) for c, y in points if y is not None]
     x, other = axis["x"], 1 - axis["x"]
-    values = [y for _, y in points] + ([ols.predict_model(model, *asked)[0]] if asked else [])
+    value, verdict = _judged(fit, model, axis, asked) if asked else (None, None)
+    drawn = asked if verdict and verdict["usable"] else None  # the text's usable prediction
+    values = [y for _, y in points] + ([value] if drawn else [])
     scale, label = _scale(unit, max(values))
     ax.set_ylabel(label)
     groups = sorted({c[other] for c, _ in points})[:MAX_LINES]
-    if asked and asked[other] not in groups:
-        groups.append(asked[other])
+    if drawn and drawn[other] not in groups:
+        groups.append(drawn[other])
     xs_measured = [c[x] for c, _ in points]
-    lo, hi = min(xs_measured), max(xs_measured + ([asked[x]] if asked else []))
+    lo, hi = min(xs_measured), max(xs_measured + ([drawn[x]] if drawn else []))
     form = fit.get("kind") != "depth"  # a depth fit's text has no form error yet
+    cut = False
     for i, g in enumerate(groups):
-        _line(ax, model, (x, g, form), lo, hi, max(xs_measured), scale,
-              f"C{i}", _group_label(fit, axis, g, len(groups)), first=i == 0)
+        cut |= _line(ax, model, (x, g, form), (lo, hi, max(xs_measured)), scale,
+                     (i, len(groups)), _group_label(fit, axis, g, len(groups)))
     ax.scatter(xs_measured, [y / scale for _, y in points], color="black", s=18, zorder=3,
                label="measured", gid="measured")
-    held = model.get("held_out")
-    if held:
-        hx = held["b"] if x == 0 else held["s"]
-        err = held["relative_error"]
-        ax.scatter([hx], [held["measured"] / scale], marker="D", s=60, facecolors="none",
-                   edgecolors="red", zorder=4, gid="held-out",
-                   label=f"held out {held['trial']} (× = the refit without it"
-                         + (f", error {err:+.1%})" if err is not None else ")"))
-        ax.scatter([hx], [held["predicted"] / scale], marker="x", color="red", zorder=4,
-                   gid="held-out-predicted")
-    if asked:
-        _prediction(ax, model, asked, (x, form), scale, axis)
+    _held_out(ax, model, x, scale)
+    if drawn:
+        _prediction(ax, model, drawn, (x, form), scale, axis)
+    elif asked and verdict:
+        _not_predicted(ax, asked[x], axis, verdict, value, unit)
+    if cut:  # a band or line that fell below zero is cut there, and says so
+        ax.plot([], [], color="none", label="cut at 0: no time or size is below it",
+                gid="cut-at-zero")
     v = model.get("verdict") or {}
     ax.set_title(title + (f" — not usable ({v['cause']})" if v and not v["usable"] else ""),
                  fontsize=9)
     ax.ticklabel_format(axis="y", useOffset=False)  # no "1e-11+1e1" over the axis
     if max(values) - min(values) <= 1e-6 * max(values):  # a flat fit: show it from zero
         ax.set_ylim(0, max(values) / scale * 1.25)
+    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]))  # the autoscale's margin not below 0 either
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+
+
+def _held_out(ax: Axes, model: Json, x: int, scale: float) -> None:
+    held = model.get("held_out")
+    if not held:
+        return
+    hx = held["b"] if x == 0 else held["s"]
+    err = held["relative_error"]
+    below = held["predicted"] < 0  # not drawn, as nothing below zero is
+    ax.scatter([hx], [held["measured"] / scale], marker="D", s=60, facecolors="none",
+               edgecolors="red", zorder=4, gid="held-out",
+               label=f"held out {held['trial']} ("
+                     + ("the refit without it predicts below 0" if below
+                        else "× = the refit without it")
+                     + (f", error {err:+.1%})" if err is not None else ")"))
+    if not below:
+        ax.scatter([hx], [held["predicted"] / scale], marker="x", color="red", zorder=4,
+                   gid="held-out-predicted")
 
 
 def _group_label(fit: Json, axis: Json, g: float, count: int) -> str:
@@ -154,53 +207,84 @@ def _group_label(fit: Json, axis: Json, g: float, count: int) -> str:
     return f"fit at {held} {g:g}"
 
 
-def _line(ax: Axes, model: Json, where: tuple[int, float, bool], lo: float, hi: float, top: float,
-          scale: float, color: str, label: str, first: bool = True) -> None:
+class _Style(TypedDict):  # a fitted line's, passed to matplotlib as keywords
+    color: str
+    lw: float
+    zorder: float
+
+
+def _line(ax: Axes, model: Json, where: tuple[int, float, bool],
+          span: tuple[float, float, float], scale: float, nth: tuple[int, int],
+          label: str) -> bool:
     """The fitted line from the smallest point to the largest asked x: solid
     over what was measured, dashed past it (an extrapolation), banded by the PI.
     `where`: (the x axis, the other axis's value, whether the band holds the
-    form's error)."""
+    form's error); `span`: (first x, last x, the largest measured x); `nth`:
+    (this line, of how many). Nothing below zero is drawn: True when the line
+    or its band was cut there."""
     x, g, form = where
+    lo, hi, top = span
     n = 60
     grid = [lo + (hi - lo) * i / (n - 1) for i in range(n)] if hi > lo else [lo]
-    ys, bands = [], []
+    ys, bands, cut = [], [], False
     for at in grid:
         b, s = (at, g) if x == 0 else (g, at)
         try:
             band = ols.band(model, b, s, LEVEL, form)
         except ValueError:  # the model holds at the measured lengths only
-            return
-        ys.append(band.value / scale)
-        bands.append((band.low / scale, band.high / scale)
+            return False
+        cut |= band.value < 0 or (band.low is not None and band.low < 0)
+        ys.append(band.value / scale if band.value >= 0 else math.nan)
+        bands.append((max(band.low, 0) / scale, max(band.high, 0) / scale)
                      if band.low is not None and band.high is not None else None)
+    # Lines that coincide (a time that does not change with length) stay apart:
+    # each earlier line wider and under the next, so every colour shows.
+    nth_line, count = nth
+    style: _Style = {"color": f"C{nth_line}", "lw": 1.4 + 1.0 * (count - 1 - nth_line),
+                     "zorder": 2 + nth_line / 10}
     inside = [i for i, at in enumerate(grid) if at <= top]
     past = [i for i, at in enumerate(grid) if at >= top]
-    ax.plot([grid[i] for i in inside], [ys[i] for i in inside], color=color, lw=1.4,
-            label=label, gid="fit-line")
+    ax.plot([grid[i] for i in inside], [ys[i] for i in inside], label=label, gid="fit-line",
+            **style)
     if len(past) > 1:
-        ax.plot([grid[i] for i in past], [ys[i] for i in past], color=color, lw=1.4, ls="--",
-                label="extrapolated (dashed)" if first else None, gid="fit-extrapolated")
+        ax.plot([grid[i] for i in past], [ys[i] for i in past], ls="--",
+                label="extrapolated (dashed)" if nth_line == 0 else None,
+                gid="fit-extrapolated", **style)
     shown = [b for b in bands if b is not None]
     if len(shown) == len(bands):
-        ax.fill_between(grid, [b[0] for b in shown], [b[1] for b in shown], color=color,
-                        alpha=0.12, lw=0)
+        ax.fill_between(grid, [b[0] for b in shown], [b[1] for b in shown], color=style["color"],
+                        alpha=0.12, lw=0, gid="band")
+    return cut
 
 
 def _prediction(ax: Axes, model: Json, asked: tuple[float, float], where: tuple[int, bool],
                 scale: float, axis: Json) -> None:
+    """The asked config's prediction (one the text calls usable, so above zero):
+    a star, its interval as an error bar (cut at 0); the figures in the legend,
+    where no label runs off the panel or under the legend."""
     x, form = where
     band = ols.band(model, *asked, level=LEVEL, form=form)
     value, at = band.value, asked[x]
+    fmt = duration if model["unit"] == "s" else size
     if band.half is not None:
-        yerr = [[band.half / scale], [band.half / scale]]
-        label = (f"predicted at {axis['name']}={at:g} ({LEVEL:.0%} PI, dof {band.dof}"
+        yerr = [[min(band.half, value) / scale], [band.half / scale]]  # the bar stops at 0
+        label = (f"predicted at {axis['name']}={at:g}: {fmt(value)} ± {fmt(band.half)} "
+                 f"({LEVEL:.0%} PI, dof {band.dof}"
                  + (", with the form's leave-one-out error)" if form else ")"))
     else:
         yerr = None
-        label = f"predicted at {axis['name']}={at:g} (no interval)"
+        label = f"predicted at {axis['name']}={at:g}: {fmt(value)} (no interval)"
     bars = ax.errorbar([at], [value / scale], yerr=yerr, fmt="*", ms=11, color="purple",
-                       capsize=5, zorder=5, label=label)
+                       capsize=5, zorder=5, label=textwrap.fill(label, 64))
     bars.lines[0].set_gid("prediction")
-    if not math.isnan(value):
-        ax.annotate(f"{value / scale:.3g}", (at, value / scale), xytext=(8, -3),
-                    textcoords="offset points", fontsize=8, color="purple")
+
+
+def _not_predicted(ax: Axes, at: float, axis: Json, verdict: Json, value: float | None,
+                   unit: str) -> None:
+    """Where the question was asked, and why the fit gives no prediction there."""
+    said = "" if value is None else duration(value) if unit == "s" else size(value)
+    why = verdict.get("problem") or f"cause: {verdict['cause']}"
+    if verdict.get("cause"):  # a verdict's, not a model that cannot say
+        why = f"the fit there is unusable: {why}" + ("" if said in why else f" (it says {said})")
+    label = textwrap.fill(f"asked {axis['name']}={at:g}: no prediction drawn, as {why}", 64)
+    ax.axvline(at, color="purple", ls=":", lw=1.2, label=label, gid="not-predicted")

@@ -148,6 +148,29 @@ def parse_size(text: str) -> int | None:
     return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
 
 
+def size_of(raw: str, key: str) -> int:
+    """Bytes of a `key=` size (`budget=24GB`, `min_mem=80GiB`); a ValueError names the
+    rule broken (the form, the sign, the unit, the range) with an example."""
+    values = dict(word=f"{key}={raw}", key=key)
+    m = re.fullmatch(r"([+-]?\d+(?:\.\d+)?)\s*([a-z]*)", raw.strip().lower())
+    if not m:
+        raise ValueError(_("`{word}`: {key} is a size, a number and its unit (GB, GiB, MB, MiB, "
+                           "TB or TiB), e.g. {key}=24GB or {key}=80GiB", **values))
+    if float(m.group(1)) < 0:
+        raise ValueError(_("`{word}`: {key} cannot be negative, e.g. {key}=24GB", **values))
+    if not m.group(2):
+        raise ValueError(_("`{word}`: {key} needs a unit (GB, GiB, MB, MiB, TB or TiB), e.g. "
+                           "{key}={figure}GB", figure=m.group(1), **values))
+    if m.group(2) not in _UNITS:
+        raise ValueError(_("`{word}`: `{unit}` is not a unit of size; write GB, GiB, MB, MiB, TB "
+                           "or TiB, e.g. {key}=24GB", unit=m.group(2), **values))
+    size = int(float(m.group(1)) * _UNITS[m.group(2)])
+    if not 2**20 <= size <= 100 * 2**40:
+        raise ValueError(_("`{word}`: {key} must be from 1 MiB to 100 TiB, e.g. {key}=24GB",
+                           **values))
+    return size
+
+
 class GpuNameError(ValueError):
     def __init__(self, why: str, message: str):
         super().__init__(message)

@@ -8,7 +8,7 @@ import datetime as dt
 from bot import figures
 from bot.blocks import reply
 from bot.fits import gpus
-from bot.plans import prices
+from bot.plans import fitson, prices
 from bot.states import Json
 from worker.i18n import N_, _, ngettext
 
@@ -95,8 +95,20 @@ def facts_set(plan: Json, facts: Json, old: Json, left: list[str]) -> Json:
     items = ", ".join(left) if left else _("none — the checklist is complete")
     note = gpus.unlisted_note(facts.get("gpu"))
     return reply(_("Plan *{plan}*: {changes}.", plan=plan["name"], changes="; ".join(done))
-                 + (f"\n{note}." if note else "")
+                 + (f"\n{note}." if note else "") + _inputs_note(plan["name"], facts)
                  + "\n" + _("Open checklist items: {items}.", items=items))
+
+
+def _inputs_note(plan: str, facts: Json) -> str:
+    """How `show` will read the inputs just set: where fits on is evaluated."""
+    if not facts.get("inputs"):
+        return ""
+    read = fitson.read_inputs(facts["inputs"])
+    if read["problem"]:
+        return "\n" + _("{problem}. Until then `/plan {plan} show` gives fits on at each "
+                         "block's own shape.", problem=read["problem"], plan=plan)
+    return "\n" + _("Inputs read as {shape}: `/plan {plan} show` gives fits on there, beside "
+                     "each block's own shape.", shape=fitson.shape_text(read["given"]), plan=plan)
 
 
 def block_deleted(plan: Json, old: Json, actuals: int, tagged: int) -> Json:
@@ -115,9 +127,12 @@ def actual_line(a: Json) -> str:
     """One recorded actual with its number, hours and source."""
     source = (_("Slurm jobs {jobs}", jobs=", ".join(a["slurm"])) if a.get("slurm") else
               _("manual: {note}", note=a["note"]) if a.get("note") else _("manual"))
-    return _("#{id} {hours} GPU-h ({source}; by {user} on {day})", id=a["id"],
-             hours=f"{a['hours']:g}", source=source, user=f"<@{a['user']}>",
-             day=day(a.get("recorded")))
+    values = dict(id=a["id"], hours=f"{a['hours']:g}", source=source, user=f"<@{a['user']}>",
+                  day=day(a.get("recorded")))
+    if a.get("runs"):
+        return _("#{id} {hours} GPU-h, {runs} runs ({source}; by {user} on {day})",
+                 runs=a["runs"], **values)
+    return _("#{id} {hours} GPU-h ({source}; by {user} on {day})", **values)
 
 
 def actuals_now(plan: Json, kind: str, rows: list[Json], counted: list[Json],
@@ -139,15 +154,31 @@ def actuals_now(plan: Json, kind: str, rows: list[Json], counted: list[Json],
     return text
 
 
-def actual_recorded(plan: Json, kind: str, hours: float, replaced: int | None,
-                    now: str) -> Json:
+def actual_recorded(plan: Json, kind: str, hours: float, now: str) -> Json:
     values = dict(plan=plan["name"], kind=kind, hours=f"{hours:g}")
-    head = (_("Recorded for *{plan}* {kind}: {hours} GPU-h actual, replacing {n} earlier "
-              "one(s).", n=replaced, **values) if replaced else
-            _("Recorded for *{plan}* {kind}: {hours} GPU-h actual.", **values))
+    head = _("Recorded for *{plan}* {kind}: {hours} GPU-h actual.", **values)
     return reply(f"{head} {now}\n"
                  + _("`/plan {plan} review` compares it with the estimate; `/plan {plan} actual "
                      "{kind} delete #N` removes one.", **values))
+
+
+def actual_values(a: Json) -> Json:
+    """An actual's fields as a correction names them: hours, its parts, runs, note."""
+    return {"hours": a.get("hours"), **(a.get("parts") or {}), "runs": a.get("runs"),
+            "note": a.get("note")}
+
+
+def actual_corrected(plan: Json, kind: str, old: Json, new: Json, now: str) -> Json:
+    """What changed, old → new, and what the correction kept."""
+    was, now_values = actual_values(old), actual_values(new)
+    kept = {k: v for k, v in now_values.items() if k != "hours" and v is not None
+            and was.get(k) == v}
+    head = _("Corrected {kind} actual #{id} of *{plan}*: {fields}.", kind=kind, id=old["id"],
+             plan=plan["name"], fields=changed_fields(was, now_values))
+    if kept:
+        head += " " + _("Kept: {fields}.", fields=value_text(kept))
+    return reply(f"{head} {now}\n" + _("`/plan {plan} history` keeps what it was.",
+                                         plan=plan["name"]))
 
 
 def actuals_deleted(plan: Json, kind: str, gone: int, now: str) -> Json:
@@ -180,7 +211,8 @@ def price_changed(old: Json, new: Json | None, applies: Json | None, today: dt.d
     what = (_("P{id} corrected: {price} (was {old}).", id=old["id"],
               price=prices.cited(new, today), old=prices.cited(old, today)) if new else
             _("P{id} deleted (it was {old}).", id=old["id"], old=prices.cited(old, today)))
-    item = "electricity" if old["kind"] == "electricity" else f"{old['item']} {old['kind']}"
+    item = (prices.kind_name("electricity") if old["kind"] == "electricity"
+            else f"{old['item']} {prices.kind_name(old['kind'])}")
     now = (_("The {item} figure that applies now: P{id}, {price}.", item=item, id=applies["id"],
              price=prices.cited(applies, today)) if applies else
            _("No {item} figure is confirmed now.", item=item))
@@ -206,10 +238,21 @@ ACTIONS = {"new": N_("started"), "set": N_("set"), "unset": N_("unset"), "add": 
            "lock": N_("locked"), "unlock": N_("unlocked")}
 
 
+# A history row's subject, stored in English ("fact period", "block verify", "price P7",
+# "actual baseline #3", "plan"), read in the reader's language.
+SUBJECTS = {"plan": N_("plan"), "fact": N_("fact {rest}"), "block": N_("block {rest}"),
+            "price": N_("price {rest}"), "actual": N_("actual {rest}")}
+
+
+def subject(what: str) -> str:
+    head, _sep, rest = what.partition(" ")
+    return _(SUBJECTS[head], rest=rest) if head in SUBJECTS else what
+
+
 def history_line(row: Json) -> str:
     when = dt.datetime.fromtimestamp(row["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    what = (_("{what} (shared price list)", what=row["what"]) if row["plan"] is None
-            else row["what"])
+    what = (_("{what} (shared price list)", what=subject(row["what"])) if row["plan"] is None
+            else subject(row["what"]))
     verb = _(ACTIONS[row["action"]]) if row["action"] in ACTIONS else row["action"]
     if row["action"] in ("lock", "unlock", "new"):
         change = ""

@@ -9,20 +9,21 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from bot import figures
 from bot.context import Context
 from bot.plans import (
+    actualparse,
+    actuals,
     advice,
     calibration,
     changes,
     entry,
     estimate,
     export,
+    fitson,
     footing,
     parse,
     priceparse,
     prices,
-    review,
     reviewview,
     service,
     views,
@@ -30,8 +31,6 @@ from bot.plans import (
 from bot.plans.entry import Asked, Entry, PlanHidden, plan_of, stored_plan
 from bot.plans.grammar import PlanCommand, PlanError
 from bot.states import Json
-from bot.store import DuplicateRequest
-from bot.trials import workers
 from bot.words import normalize
 from worker import i18n
 from worker.i18n import N_, _
@@ -59,7 +58,8 @@ def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None
 
 
 def _help(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    return views.help_text(entry.help_lines(asked.table, kinds=", ".join(parse.BLOCK_KINDS)))
+    return entry.help_reply(asked.table, cmd.args.get("topic", ""),
+                            kinds=", ".join(parse.BLOCK_KINDS))
 
 
 def _list(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
@@ -171,7 +171,8 @@ def _show(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     ests = service.estimates(ctx, plan)
     return views.show(plan, ests, ctx.store.prices(), asked.today,
                       ctx.store.plan_jobs(plan["name"]),
-                      service.calibrations(ctx, plan, ests, asked.user, asked.channel))
+                      service.calibrations(ctx, plan, ests, asked.user, asked.channel),
+                      fitson.section(plan, ests))
 
 
 def _export(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
@@ -237,95 +238,6 @@ def _advise(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep,
                          missing=missing)
     return views.advice(plan, advice.advise(fx, asked.today))
-
-
-def _actual(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
-    assert cmd.plan is not None  # the table routes a plan's actions only with its name
-    plan = plan_of(ctx, cmd.plan, asked)
-    kind = cmd.args["block"]
-    if kind not in {b["kind"] for b in ctx.store.blocks(cmd.plan)}:
-        raise PlanError(_("Plan {plan} has no {kind} block; add it first with "
-                          "`/plan {plan} block {kind} runs=N trial=T12`", plan=cmd.plan,
-                          kind=kind))
-    if cmd.args.get("slurm"):
-        return _slurm_actual(ctx, cmd, plan, asked)
-    if cmd.args.get("delete"):
-        ids = cmd.args.get("ids")
-        mine = {a["id"] for a in ctx.store.actuals(cmd.plan) if a["block"] == kind}
-        unknown = [i for i in ids or [] if i not in mine]
-        if unknown:
-            raise PlanError(
-                _("Plan {plan}'s {kind} block has no recorded actual #{id}; its actuals: "
-                  "{actuals}", plan=cmd.plan, kind=kind, id=unknown[0],
-                  actuals=", ".join(f"#{i}" for i in sorted(mine)) or _("none")))
-        gone = ctx.store.delete_actuals(cmd.plan, kind, asked.user, ids)
-        if not gone:
-            raise PlanError(_("Plan {plan} has no recorded {kind} actual to delete (a tagged "
-                              "trial is a trial, not a recorded actual)", plan=cmd.plan,
-                              kind=kind))
-        return changes.actuals_deleted(plan, kind, gone, _actuals_now(ctx, plan, kind))
-    if not cmd.args.get("confirm"):
-        _plausible(ctx, plan, kind, cmd.args["hours"])
-    try:
-        replaced = ctx.store.add_actual(
-            {"plan": cmd.plan, "block": kind, "hours": cmd.args["hours"],
-             "parts": cmd.args["parts"], "runs": cmd.args["runs"], "note": cmd.args["note"],
-             "user": asked.user}, asked.request, replace=cmd.args.get("correct", False))
-    except DuplicateRequest:
-        return views.reply(_("Already recorded: this {kind} actual arrived twice (Slack "
-                             "retried); it is counted once.", kind=kind))
-    return changes.actual_recorded(plan, kind, cmd.args["hours"],
-                                   replaced if cmd.args.get("correct") else None,
-                                   _actuals_now(ctx, plan, kind))
-
-
-IMPLAUSIBLE = 1000  # an actual this many times its estimate is asked to be confirmed
-
-
-def _plausible(ctx: Context, plan: Json, kind: str, hours: float) -> None:
-    """A figure a thousand times the block's estimate is more likely a slip (minutes
-    typed as hours, a digit too many) than a run: it is refused until confirmed."""
-    try:
-        est = next(e for b, e, _t in service.estimates(ctx, plan) if b["kind"] == kind)
-    except (StopIteration, PlanError, estimate.EstimateError):
-        return  # no estimate to compare with: nothing to judge it by
-    if est["hours"] > 0 and hours > IMPLAUSIBLE * float(est["hours"]):
-        raise PlanError(_("hours={hours} is {times}× the {kind} block's estimate of {estimate} "
-                          "GPU-h; check the digits and the unit (GPU-hours, not minutes), or "
-                          "add `confirm` if it really took that long: `/plan {plan} actual "
-                          "{kind} hours={hours} confirm`", hours=f"{hours:g}",
-                          times=f"{hours / float(est['hours']):,.0f}", kind=kind,
-                          estimate=figures.gpu_hours(est["hours"]), plan=plan["name"]))
-
-
-def _actuals_now(ctx: Context, plan: Json, kind: str) -> str:
-    rows = [a for a in ctx.store.actuals(plan["name"]) if a["block"] == kind]
-    tagged = [j["trial"] for j in ctx.store.plan_jobs(plan["name"]) if j["block"] == kind]
-    return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
-
-
-def _slurm_actual(ctx: Context, cmd: PlanCommand, plan: Json, asked: Asked) -> Json:
-    """The bot is not on the cluster: a Slurm worker runs sacct for it. The
-    request is stored and leased like a trial; the actual is recorded, and
-    posted in the plan's channel, when the worker's answer arrives."""
-    slurm = workers.slurm(ctx.store)
-    if not slurm:
-        raise PlanError(_("No Slurm worker is registered, and the bot cannot read Slurm's "
-                          "accounting itself: start one on the cluster's login node: "
-                          "`trialbot-worker --server http://BOT-HOST:3000 --name hpc --executor "
-                          "slurm --partition P` (docs/slurm.md), then ask again"))
-    row = {"plan": plan["name"], "block": cmd.args["block"], "jobs": cmd.args["slurm"],
-           "runs": cmd.args["runs"], "note": cmd.args["note"], "user": asked.user,
-           "channel": plan["channel"]}
-    try:
-        req = ctx.queue.submit_slurm_actual(row, asked.request)
-    except DuplicateRequest as dup:
-        return views.reply(_("Already received: Slurm accounting request A{id} is asked for; "
-                             "its answer will be posted in the plan's channel.",
-                             id=dup.jobs[0]))
-    online = set(workers.online(ctx.store))
-    return reviewview.slurm_asked(plan, req, [w["name"] for w in slurm],
-                                [w["name"] for w in slurm if w["name"] in online])
 
 
 def _review(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
@@ -459,14 +371,15 @@ TABLE: tuple[Entry, ...] = (
     Entry("unlock", "unlock", parse.parse_alone, _unlock, needs=CHANGE, of_plan=True),
     Entry("advise", "advise", parse.parse_alone, _advise, of_plan=True),
     Entry("review", "review", parse.parse_alone, _review, of_plan=True),
-    Entry("actual", "actual", parse.parse_actual_words, _actual, needs=CHANGE, of_plan=True,
+    Entry("actual", "actual", actualparse.parse_actual_words, actuals.handle, needs=CHANGE,
+          of_plan=True,
           help=(N_("• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the "
                    "actual from Slurm's accounting, read by a Slurm worker with sacct: GPU-h = "
                    "Σ Elapsed × allocated GPUs (jobs that did not complete count as retries; "
                    "no GPU allocated: node-hours), with MaxRSS and GPU TRES usage in its note"),
-                N_("• `/plan NAME actual KIND correct hours=H ...` replaces the block's "
-                   "recorded actuals · `/plan NAME actual KIND delete [#N]` removes them (or "
-                   "actual #N)"),
+                N_("• `/plan NAME actual KIND correct [#N] hours=H|runs=N|note=...` changes "
+                   "only the fields given of the block's actual (#N when it has several) · "
+                   "`/plan NAME actual KIND delete [#N]` removes them (or actual #N)"),
                 N_("• Tag a trial as an actual: `/trial llm-infer ... plan=NAME block=KIND` (on "
                    "the plan's target GPU; `gpu=any` runs it anywhere, kept apart as "
                    "off-target)"))),

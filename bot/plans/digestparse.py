@@ -7,7 +7,7 @@ import zoneinfo
 
 from bot.plans.grammar import PlanCommand, PlanError, no_more
 from bot.states import Json
-from worker.i18n import N_, _
+from worker.i18n import N_, _, close, did_you_mean, sentences
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
@@ -25,8 +25,9 @@ def parse_digest(words: list[str]) -> PlanCommand:
         no_more(words[1:], f"/plan digest {words[0]}")
         return PlanCommand("digest-" + words[0])
     if words[0] != "weekly":
-        raise PlanError(_("`{word}`: the digest takes weekly, now or off.", word=words[0]) + " "
-                        + _(DIGEST_USAGE))
+        raise PlanError(sentences(
+            _("`{word}`: the digest takes weekly, now or off.", word=words[0]),
+            did_you_mean(words[0], ("weekly", "now", "off"), "/plan digest "), _(DIGEST_USAGE)))
     if len(words) != 4:
         raise PlanError(_("A weekly digest needs a weekday, a time and a timezone, e.g. "
                           "`/plan digest weekly mon 09:00 Asia/Seoul`"))
@@ -73,14 +74,13 @@ def timezone(raw: str) -> str:
         return raw
     except (ValueError, zoneinfo.ZoneInfoNotFoundError, OSError):
         pass
-    import difflib  # only when a name is wrong
     names = {n.lower(): n for n in zoneinfo.available_timezones()}
     if raw.lower() in names:
         return names[raw.lower()]  # asia/seoul is Asia/Seoul
-    close = difflib.get_close_matches(raw.lower(), list(names), n=1, cutoff=0.75)
-    if close:
+    zone = close(raw, names.values())
+    if zone:
         raise PlanError(_("`{word}` is not an IANA timezone: did you mean {zone}? write "
                           "Area/City as in the tz database, e.g. Asia/Seoul, Europe/Berlin, "
-                          "America/New_York, or UTC", word=raw, zone=names[close[0]]))
+                          "America/New_York, or UTC", word=raw, zone=zone))
     raise PlanError(_("`{word}` is not an IANA timezone: write Area/City as in the tz database, "
                       "e.g. Asia/Seoul, Europe/Berlin, America/New_York, or UTC", word=raw))

@@ -9,12 +9,13 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bot.blocks import about
 from bot.context import Context, HiddenPlan, PlanUnreachable, Postable, unwritable_text
-from bot.plans import estimate, parse, views
+from bot.plans import estimate, helpview, parse, views
 from bot.plans.grammar import PlanCommand, PlanError
 from bot.states import Json
 from bot.store import Unwritable
-from worker.i18n import _
+from worker.i18n import _, did_you_mean, sentences
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def route(text: str, today: dt.date, table: Sequence[Entry]) -> tuple[Entry, Pla
         action, rest = (rest[0], rest[1:]) if rest else ("show", [])
         after = {e.word: e for e in reversed(table) if e.of_plan}
         if action not in after:
-            raise parse.not_an_action(action)
+            raise parse.not_an_action(action, name, after)
         cmd = after[action].parse(name, action, rest, today)
     return next(e for e in table if e.name == cmd.action), cmd
 
@@ -117,3 +118,18 @@ def stored_plan(ctx: Context, name: str) -> Json:
 def help_lines(table: Sequence[Entry], **values: object) -> list[str]:
     """Each entry's lines in `/plan help`, in the table's order, in the language in use."""
     return [_(line, **values) for e in table for line in e.help]
+
+
+def help_reply(table: Sequence[Entry], topic: str, **values: object) -> Json:
+    """`/plan help`, or `/plan help WORD`: the table's lines that use one of its words."""
+    lines = help_lines(table, **values)
+    topics = list(dict.fromkeys(e.word for e in table if e.word != "help"))
+    if topic in ("", "help"):
+        return helpview.help_text(lines, topics)
+    if topic not in topics and topic != "checklist":
+        raise PlanError(sentences(
+            _("`/plan help {topic}`: there is no such topic.", topic=topic),
+            did_you_mean(topic, [*topics, "checklist"], "/plan help "),
+            _("Topics: {topics}", topics=", ".join(topics))))
+    return helpview.topic_help(about(lines, "/plan", "set" if topic == "checklist" else topic),
+                            topic)

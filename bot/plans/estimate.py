@@ -42,7 +42,7 @@ from bot.plans.measured import (  # noqa: F401 - re-exported: callers read them 
 )
 from bot.plans.perrun import per_run, spread  # noqa: F401 - re-exported
 from bot.states import WAITING, JobStatus, Json, Outcome
-from worker.i18n import _
+from worker.i18n import _, pgettext
 
 # The names callers read here from measured.py and perrun.py: strict mypy re-exports an
 # import only when __all__ names it (this module's own names are public as always).
@@ -146,17 +146,18 @@ def unmeasured(report: Json) -> list[str]:
 
 def estimate_block(block: Json, trials: list[Json], attempts: dict[int, list[Json]],
                    facts: Json, pays_prep: bool, usage: Json | None = None,
-                   predicted: Json | None = None) -> Json:
+                   predicted: Json | None = None, earlier: list[Json] | None = None) -> Json:
     """One block's estimate. `trials` are the jobs it rests on (for a sweep block,
     the sweep's successful trials); `predicted` is a sweep fit's prediction for
-    the block's config: {"seconds", "se", "dof", "source"}."""
+    the block's config: {"seconds", "se", "dof", "source"}; `earlier` the reports
+    of the worker's earlier trials (bot/plans/perrun.history)."""
     reports = [t["report"] for t in trials]
     names = ", ".join(t["trial"] for t in trials)
     runs = block["runs"] * block["configs"]
     times = (_("{runs} runs × {configs} configs", runs=block["runs"], configs=block["configs"])
              if block["configs"] > 1 else _("{runs} runs", runs=block["runs"]))
     run = (_runs_predicted(block, runs, times, predicted) if predicted
-           else _runs_measured(trials, runs, times, pays_prep))
+           else _runs_measured(trials, runs, times, pays_prep, earlier))
     run_s = runs * run["x"]
     retry_s, retry_source = _retries(trials, attempts, run_s)
     if pays_prep:
@@ -188,15 +189,20 @@ def _runs_predicted(block: Json, runs: int, times: str, predicted: Json) -> Json
         h = max(0.0, (predicted["se"] / predicted["sd"]) ** 2 - 1)
         half = (t_quantile(predicted["dof"], LEVEL) * predicted["sd"]
                 * math.sqrt(runs + runs ** 2 * h))
-    return {"x": x, "source": f"{times} × {x:.4g} s {predicted['source']}", "half": half,
+    # "3 × 116.3 s per request…" in English, "3 × 요청당 116.3 s…" in Korean (docs/i18n.md)
+    source = pgettext("a predicted time", "{times} × {seconds} s {per}{source}", times=times,
+                      seconds=f"{x:.4g}", per=predicted["per"], source=predicted["source"])
+    return {"x": x, "source": source, "half": half,
             "why": predicted.get("no_interval")
             or _("the fit has no residual degrees of freedom"),
             "prep_var": 0.0, "pr": None}
 
 
-def _runs_measured(trials: list[Json], runs: int, times: str, pays_prep: bool) -> Json:
-    """The runs' time per run and interval from the trials' own measurements."""
-    pr = per_run(trials)
+def _runs_measured(trials: list[Json], runs: int, times: str, pays_prep: bool,
+                   earlier: list[Json] | None) -> Json:
+    """The runs' time per run and interval from the trials' own measurements
+    (and the spread the worker's earlier trials measured)."""
+    pr = per_run(trials, earlier)
     x = pr["mean"]
     half = None
     prep_var = pr["prep_var"] if pays_prep else 0.0  # from the trials' processes

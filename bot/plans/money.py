@@ -67,6 +67,9 @@ def parse(raw: str, what: str) -> tuple[float, str]:
     currency = ""
     if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         raise MoneyError(_("`{raw}`: {what} must be a finite number", raw=raw, what=what))
+    if re.fullmatch(r"-\s*\S.*|([$€£₩¥]|[A-Za-z]{3})\s*-.*", text):  # -2.49, $-2.49
+        raise MoneyError(_("`{raw}`: {what} cannot be negative, e.g. 2.49, $2.49 or ₩3500",
+                           raw=raw, what=what))
     m = re.fullmatch(r"([$€£₩¥]|[A-Za-z]{3})?\s*([0-9][0-9.,]*)\s*([A-Za-z]{3}|원)?", text)
     if not m or (m.group(1) and m.group(3)):
         raise MoneyError(_("`{raw}`: {what} must be a number, with at most one currency, e.g. "

@@ -1,26 +1,38 @@
 """Parsing of `/plan` text into a command, and checking of every value a plan
-stores: facts, blocks, actuals. Prices are priceparse.py's and digest
-schedules digestparse.py's; the checks they all share (pairs, numbers, GPU
-names, the error and the command) are grammar.py's. Pure: no Slack, no SQL,
+stores: facts and blocks. Actuals are actualparse.py's, prices priceparse.py's
+and digest schedules digestparse.py's; the checks they all share (pairs,
+numbers, GPU names, the error and the command) are grammar.py's. Pure: no Slack, no SQL,
 no clock (today's date is passed in)."""
 from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable
 
 from bot.context import PLAN_WORDS, plan_name_problem
 from bot.plans import money
 from bot.plans.digestparse import parse_digest
-from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
+from bot.plans.grammar import (
+    PlanCommand,
+    PlanError,
+    count,
+    gpu_item,
+    hours,
+    key_values,
+    no_more,
+    period_days,
+    utilization,
+)
 from bot.plans.priceparse import parse_price, parse_price_change
 from bot.states import Json
 from bot.trials.parse import split
 from worker import i18n
-from worker.i18n import N_, _
+from worker.i18n import N_, _, did_you_mean, sentences
 
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
          "trial=T12 ...|block KIND correct k=v ...|block KIND delete|lock|unlock|advise|"
-         "actual KIND hours=H|slurm=JOBID|actual KIND delete [#ID]|review|history|export] | "
+         "actual KIND hours=H|slurm=JOBID|actual KIND correct [#ID] k=v ...|"
+         "actual KIND delete [#ID]|review|history|export] | "
          "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan price correct P7 ... | "
          "/plan price delete P7 | /plan prices [all] | "
          "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan settings [lang=ko] | "
@@ -92,7 +104,8 @@ def words_of(text: str) -> list[str]:
 # after it and today.
 
 def parse_help(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
-    return PlanCommand("help")
+    """`/plan help [TOPIC]`; the topic is checked against the table (command.py)."""
+    return PlanCommand("help", args={"topic": " ".join(rest).lower()})
 
 
 def parse_alone(plan: str | None, word: str, rest: list[str], today: dt.date) -> PlanCommand:
@@ -144,15 +157,13 @@ def parse_block_words(plan: str | None, word: str, rest: list[str],
     return PlanCommand("block", plan, parse_block(rest))
 
 
-def parse_actual_words(plan: str | None, word: str, rest: list[str],
-                       today: dt.date) -> PlanCommand:
-    return PlanCommand("actual", plan, parse_actual(rest))
-
-
-def not_an_action(action: str) -> PlanError:
-    return PlanError(_("`{action}` is not something a plan does; use one of show, set, block, "
-                       "lock, unlock, advise, actual, review, history, export. Usage: `{usage}`",
-                       action=action, usage=USAGE))
+def not_an_action(action: str, plan: str = "NAME", known: Iterable[str] = ()) -> PlanError:
+    """`/plan adkv shwo`: what a plan does, and the word `action` is a slip of."""
+    return PlanError(sentences(
+        _("`{action}` is not something a plan does.", action=action),
+        did_you_mean(action, known, f"/plan {plan} "),
+        _("Use one of show, set, block, lock, unlock, advise, actual, review, history, export. "
+          "Usage: `{usage}`", usage=USAGE)))
 
 
 def parse_settings(words: list[str]) -> Json:
@@ -188,7 +199,7 @@ def plan_name(word: str) -> str:
 
 
 def keys_help() -> str:
-    return _("Checklist: {checklist}. Settings: {settings}. `/plan help` explains each.",
+    return _("Checklist: {checklist}. Settings: {settings}. `/plan help set` explains each.",
              checklist=", ".join(CHECKLIST), settings=", ".join(SETTINGS))
 
 
@@ -229,43 +240,6 @@ def target_gpu(raw: str) -> str:
     return gpu_item(raw, "gpu=")
 
 
-MAX_HOURS = 1_000_000  # GPU-hours in one figure: 114 GPU-years, beyond any one block
-
-
-def hours(raw: str, what: str, positive: bool = False) -> float:
-    """`2`, `2h`, `1.5hr`, `90m` or `90min` as hours: every figure in hours reads the
-    same (hours=, handoff=, prep=...)."""
-    m = re.fullmatch(r"([0-9.]+)\s*(h|hr|hrs|hours?|m|min|mins|minutes?)?", raw.strip().lower())
-    if not m:
-        raise PlanError(_("`{key}={raw}`: {key} is hours, e.g. {key}=2, {key}=2h or {key}=90m",
-                          key=what, raw=raw))
-    value = number(m.group(1), what, positive=positive)
-    value = value / 60 if (m.group(2) or "h").startswith("m") else value
-    if value > MAX_HOURS:
-        raise PlanError(_("`{key}={raw}`: {hours} hours is more than {most}, the most one "
-                          "figure in hours may be; check the digits and the unit", key=what,
-                          raw=raw, hours=f"{value:,.10g}", most=f"{MAX_HOURS:,}"))
-    return value
-
-
-def period_days(raw: str) -> float:
-    m = re.fullmatch(r"([0-9.]+)\s*(d|w|mo|y)", raw.strip().lower())
-    if not m:
-        raise PlanError(_("`period={raw}`: write a length with a unit: 10d, 6w, 3mo or 1y",
-                          raw=raw))
-    return number(m.group(1), "period", positive=True) * {"d": 1, "w": 7, "mo": 30.44,
-                                                          "y": 365.25}[m.group(2)]
-
-
-def utilization(raw: str) -> float:
-    pct = raw.endswith("%")
-    value = number(raw.rstrip("%"), "utilization", positive=True)
-    value = value / 100 if pct else value
-    if value > 1:
-        raise PlanError(_("`utilization={raw}`: a share from 0 to 1 (or 0% to 100%)", raw=raw))
-    return value
-
-
 def trial_ids(raw: str) -> list[int]:
     ids = []
     for word in raw.split(","):
@@ -277,18 +251,6 @@ def trial_ids(raw: str) -> list[int]:
             raise PlanError(_("`trial={raw}`: T{id} is given twice", raw=raw, id=m.group(1)))
         ids.append(int(m.group(1)))
     return ids
-
-
-def count(raw: str, what: str, high: int = 10**7) -> int:
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise PlanError(_("`{key}={raw}`: {key} must be a whole number from 1 to {high}",
-                          key=what, raw=raw, high=high)) from None
-    if not 1 <= value <= high:
-        raise PlanError(_("`{key}={raw}`: {key} must be from 1 to {high}", key=what, raw=raw,
-                          high=high))
-    return value
 
 
 BLOCK_KEYS = ("runs", "configs", "gpus", "trial", "sweep", "note", "handoff", "batch",
@@ -360,64 +322,6 @@ def parse_block(words: list[str]) -> Json:
     return block
 
 
-SLURM_JOB = re.compile(r"\d{1,12}(_\d{1,9})?")  # a job id, or an array task (123_4)
-MAX_SLURM_JOBS = 100
-
-
-def parse_actual(words: list[str]) -> Json:
-    if not words or words[0] not in BLOCK_KINDS:
-        usage = ("`/plan NAME actual KIND [correct] hours=H [prep=H] [data=H] [retries=H] "
-                 "[idle=H] [runs=N] [note=...] [confirm]`, `/plan NAME actual KIND "
-                 "slurm=JOBID[,JOBID...] [runs=N] [note=...]`, or `/plan NAME actual KIND "
-                 "delete`")
-        kinds = ", ".join(BLOCK_KINDS)
-        raise PlanError(_("`{word}` is not a block kind: one of {kinds}. Usage: {usage}",
-                          word=words[0], kinds=kinds, usage=usage) if words else
-                        _("Name the block: one of {kinds}. Usage: {usage}", kinds=kinds,
-                          usage=usage))
-    if words[1:2] == ["delete"]:
-        return {"block": words[0], "delete": True, "ids": actual_ids(words[0], words[2:])}
-    correct = words[1:2] == ["correct"]  # replaces the block's earlier recorded actuals
-    rest = words[2:] if correct else words[1:]
-    confirm = "confirm" in [w.lower() for w in rest]  # an actual far above its estimate
-    rest = [w for w in rest if w.lower() != "confirm"]
-    pairs = key_values(rest, ("hours", "slurm", "prep", "data", "retries", "idle", "runs",
-                              "note"), _("an actual"))
-    if "slurm" in pairs:
-        if correct:
-            raise PlanError(_("`correct` with `slurm=`: Slurm's answer arrives later; delete the "
-                              "earlier one first (`/plan NAME actual {kind} delete`), then ask "
-                              "again", kind=words[0]))
-        return parse_slurm_actual(words[0], pairs)
-    if "hours" not in pairs:
-        raise PlanError(_("an actual needs hours=H (the GPU-hours the block really took) or "
-                          "slurm=JOBID (read them from Slurm's accounting)"))
-    total = hours(pairs["hours"], "hours", positive=True)
-    parts = {k: hours(pairs[k], k) for k in ("prep", "data", "retries", "idle") if k in pairs}
-    if sum(parts.values()) > total:
-        raise PlanError(_("prep, data, retries and idle add up to {parts} h, more than "
-                          "hours={total}", parts=f"{sum(parts.values()):g}", total=f"{total:g}"))
-    return {"block": words[0], "hours": total, "parts": parts, "note": pairs.get("note"),
-            "runs": count(pairs["runs"], "runs") if "runs" in pairs else None,
-            "correct": correct, "confirm": confirm}
-
-
-def actual_ids(kind: str, words: list[str]) -> list[int] | None:
-    """`#4 #5` (or `4,5`): the recorded actuals to delete; None: all of the block's."""
-    ids = []
-    for word in ",".join(words).split(","):
-        if not word.strip():
-            continue
-        m = re.fullmatch(r"#?(\d{1,12})", word.strip())
-        if not m:
-            raise PlanError(_("`{word}`: `/plan NAME actual {kind} delete` takes nothing more "
-                              "than the numbers of the actuals to delete, e.g. `delete #4` "
-                              "(the reply that recorded one shows its number), or none to "
-                              "delete them all", word=word, kind=kind))
-        ids.append(int(m.group(1)))
-    return ids or None
-
-
 def parse_block_change(name: str | None, words: list[str]) -> PlanCommand:
     """`block KIND correct k=v ...` (the given fields change, the rest stay) and
     `block KIND delete`."""
@@ -464,30 +368,3 @@ def block_words(block: Json, changes: Json) -> list[str]:
     pairs.update(changes)
     return [block["kind"], *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                              for k, v in pairs.items())]
-
-
-def parse_slurm_actual(kind: str, pairs: Json) -> Json:
-    """`slurm=123,124`: the hours come from Slurm's accounting, so hours= and the
-    parts (prep, data, retries, idle) cannot be given beside it."""
-    given = [k for k in ("hours", "prep", "data", "retries", "idle") if k in pairs]
-    if given:
-        raise PlanError(_("`{key}=` and `slurm=` together: slurm= reads the hours from "
-                          "Slurm's accounting (jobs that did not complete count as retries); "
-                          "give hours=H or slurm=JOBID, not both", key=given[0]))
-    ids = []
-    for word in pairs["slurm"].split(","):
-        word = word.strip()
-        if not SLURM_JOB.fullmatch(word):
-            raise PlanError(_("`slurm={raw}`: `{word}` is not a Slurm job id; write the numbers "
-                              "sbatch printed, e.g. slurm=123456 or slurm=123456,123457 (an "
-                              "array task: 123456_7)", raw=pairs["slurm"], word=word))
-        if word in ids:
-            raise PlanError(_("`slurm={raw}`: job {job} is given twice", raw=pairs["slurm"],
-                              job=word))
-        ids.append(word)
-    if len(ids) > MAX_SLURM_JOBS:
-        raise PlanError(_("`slurm=`: at most {most} job ids at once (an array job's id counts "
-                          "once for all its tasks)", most=MAX_SLURM_JOBS))
-    return {"block": kind, "slurm": ids, "hours": None, "parts": {}, "note": pairs.get("note"),
-            "runs": count(pairs["runs"], "runs") if "runs" in pairs else None}
-

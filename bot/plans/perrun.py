@@ -10,6 +10,10 @@ from collections.abc import Callable
 
 from bot.plans.measured import (
     EstimateError,
+    code_version,
+    config,
+    differences,
+    env_kind,
     program_seconds,
     run_seconds,
     unit_kind,
@@ -33,13 +37,15 @@ def _var(xs: list[float]) -> float:
     return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
-def per_run(trials: list[Json]) -> Json:
+def per_run(trials: list[Json], earlier: list[Json] | None = None) -> Json:
     """One run's time: the run phase over the requests it measured (so the
     time between requests is counted too), with the variance components of
     that figure (docs/plans-and-advice.md): request-to-request spread, drift
     between the run phase's windows, and the spread between trials; for a
     recipe, its declared unit's (a whole program: one per trial). A trial
-    without such a run, or a time of zero, is refused (EstimateError)."""
+    without such a run, or a time of zero, is refused (EstimateError).
+    `earlier`: reports of the worker's earlier trials; those of the same config
+    on the same device lend their spread between processes (see `history`)."""
     reports = [t["report"] for t in trials]
     for t in trials:
         problem = unit_problem(t)
@@ -68,11 +74,57 @@ def per_run(trials: list[Json]) -> Json:
                                     "count whole invocations") if reports[0].get("recipe")
                               else _("run it again")))
     several = len(views) > len(reports)  # fresh processes: the level below trials
+    past = history(earlier or [], trials) if several else None
     out.update(spread(out, len(views), _("the spread between {n} processes of {t} trial(s)",
-                                         n=len(views), t=len(reports)) if several else None))
-    extra = _processes(reports, views)
+                                         n=len(views), t=len(reports)) if several else None,
+                      past))
+    extra = _processes(reports, views, past)
     out["missing"] += extra.pop("missing", [])
     return {**out, **extra}
+
+
+HISTORY = 30  # earlier trials a worker lends at most: its box's recent state, not its life
+LONG_FROM = 2  # earlier trials it takes to measure drift over longer than a trial
+
+
+def history(earlier: list[Json], trials: list[Json]) -> Json | None:
+    """What the worker's earlier trials of the same config, code and device
+    measured above one trial (docs/plans-and-advice.md): the spread between
+    each one's fresh processes relative to its mean, pooled ({"rel", "dof"}),
+    and each one's mean and process count ({"means"}), against which the
+    block's trials show drift over longer than one trial. A trial flagged busy
+    lends nothing: its spread is the neighbour's. None when none qualifies."""
+    basis = trials[0]["report"]
+    ss, dof, means = 0.0, 0, []
+    for r in earlier:
+        if (r.get("status") != "ok" or (r.get("contention") or {}).get("flagged")
+                or differences(config(basis), config(r)) or env_kind(r) != env_kind(basis)
+                or code_version(r) != code_version(basis)):
+            continue
+        try:
+            xs = per_run([{"trial": "earlier", "report": r}])["trial_means"]
+        except EstimateError:
+            continue
+        m = sum(xs) / len(xs)
+        if not m > 0:
+            continue
+        if len(xs) >= 2:
+            ss += (len(xs) - 1) * _var(xs) / m ** 2
+            dof += len(xs) - 1
+        means.append((m, len(xs)))
+    return {"rel": ss / dof if dof else 0.0, "dof": dof, "means": means} if means else None
+
+
+def _long_drift(past: Json, means: list[float], rel: float) -> tuple[float, int]:
+    """Drift between trials at other times, relative to the mean (its variance
+    beyond what the spread between processes puts into a trial's mean), with its
+    degrees of freedom; (0, 0) until LONG_FROM earlier trials measure it."""
+    if len(past["means"]) < LONG_FROM:
+        return 0.0, 0
+    rows = [*past["means"], (sum(means) / len(means), len(means))]
+    grand = sum(m for m, _n in rows) / len(rows)
+    noise = rel * sum(1 / n for _m, n in rows) / len(rows)
+    return max(0.0, _var([m / grand for m, _n in rows]) - noise), len(rows) - 1
 
 
 def _views(reports: list[Json]) -> list[Json]:
@@ -97,7 +149,7 @@ def _views(reports: list[Json]) -> list[Json]:
     return out
 
 
-def _processes(reports: list[Json], views: list[Json]) -> Json:
+def _processes(reports: list[Json], views: list[Json], past: Json | None) -> Json:
     """Prep's variance for a future run's one process (its spread between the
     trials' fresh processes, plus its mean's uncertainty), and what the interval
     leaves out when a trial ran in one process by request."""
@@ -108,7 +160,7 @@ def _processes(reports: list[Json], views: list[Json]) -> Json:
         out["missing"] = [_(
             "drift between processes (processes=1: the trial ran in one process; "
             "processes={n} measures it)", n=PROCESSES)]
-    elif len(reports) == 1 and len(views) >= 2:
+    elif len(reports) == 1 and len(views) >= 2 and len((past or {}).get("means", [])) < LONG_FROM:
         # Back-to-back processes agree more with each other than with a run
         # at another time: on the quiet box such intervals held 46 of 60.
         out["missing"] = [_(
@@ -218,7 +270,30 @@ def _program_source(names: str, k: int, mean: float, sd: float | None, first: Js
     return text + ("; " + _("inside it: {inside}", inside=inside) if inside else "")
 
 
-def spread(pr: Json, trials: int, level_name: str | None = None) -> Json:
+def _pooled(mean: float, between: float, dof: int, past: Json | None,
+            parts: list[str]) -> tuple[float, int]:
+    """The spread between processes pooled, relative to the mean, with the
+    worker's earlier trials' (`history`): three degrees of freedom alone read
+    it anywhere from nearly 0 to twice its size."""
+    if not past or not past["dof"]:
+        return between, dof
+    rel = (dof * between / mean ** 2 + past["dof"] * past["rel"]) / (dof + past["dof"])
+    parts.append(_("pooled with the spread between processes of {n} earlier trial(s) of this "
+                   "config on this worker ({dof} degrees of freedom in all)",
+                   n=sum(n > 1 for _m, n in past["means"]), dof=dof + past["dof"]))
+    return rel * mean ** 2, dof + past["dof"]
+
+
+def _satterthwaite(parts: list[tuple[float, int]]) -> int:
+    """The degrees of freedom of a sum of variance components (Welch-Satterthwaite),
+    rounded down: never more than their sum."""
+    total = sum(v for v, _d in parts)
+    denom = sum(v * v / d for v, d in parts if d)
+    return max(1, min(sum(d for _v, d in parts), int(total * total / denom))) if denom else 1
+
+
+def spread(pr: Json, trials: int, level_name: str | None = None,
+           past: Json | None = None) -> Json:
     """The variance of a future block's mean time per run, by component, and
     its degrees of freedom. A long block sits at some level of the machine's
     speed; the trial saw that level wander between its windows and, with
@@ -227,7 +302,9 @@ def spread(pr: Json, trials: int, level_name: str | None = None) -> Json:
     mean measured. Returns {"level": variance per run², "dof", "parts",
     "missing"}; `within` (per run²) is added per block as within/runs. With
     fresh processes, `trials` counts the processes (`level_name` names them):
-    a process is the level a one-process run of the block sits at."""
+    a process is the level a one-process run of the block sits at; `past`
+    (`history`) pools the worker's earlier spread between processes with
+    theirs and adds the drift between trials at other times."""
     parts, missing = [], []
     win = [w for w in pr["windows"] if len(w) >= 2]
     drift = 0.0
@@ -246,14 +323,22 @@ def spread(pr: Json, trials: int, level_name: str | None = None) -> Json:
         missing.append(_("drift inside the run phase (a report from before windows)"))
     means = pr["trial_means"]
     if trials >= 2:
-        between = _var(means)
+        between, dof = _var(means), trials - 1
+        parts.append(level_name or _("the spread between {n} trials", n=trials))
+        between, dof = _pooled(pr["mean"], between, dof, past, parts)
         # A trial mean already holds a share of the noise below it (window drift,
         # or the requests' spread); the rest is drift between trials.
         below = pooled / len(win[0]) if win else pr["within"] * trials / max(1, pr["k"])
-        drift_t = max(0.0, between - below)
-        parts.append(level_name or _("the spread between {n} trials", n=trials))
-        level = drift + drift_t + between / trials
-        dof = trials - 1
+        level = drift + max(0.0, between - below) + between / trials
+        long_rel, long_dof = _long_drift(past, means, between / pr["mean"] ** 2) if past else (
+            0.0, 0)
+        if long_dof:
+            # The block runs at a level of its own and the trial ran at one: two draws.
+            extra = 2 * long_rel * pr["mean"] ** 2
+            dof = _satterthwaite([(level, dof), (extra, long_dof)])
+            level += extra
+            parts.append(_("drift between {n} trials of this config at other times",
+                           n=long_dof + 1))
     else:
         missing.append(_("drift over longer than the trial's run phase (trials at other times, "
                          "trial=T12,T13, measure it)"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from bot.plans import money
+from bot.plans import money, prices
 from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
 from bot.states import Json
 from worker.i18n import _
@@ -47,7 +47,8 @@ def parse_price_correction(old: Json, words: list[str], today: dt.date) -> Json:
     if new["kind"] != old["kind"]:
         raise PlanError(_("P{id} is a {kind} price; a correction keeps its kind. Record a "
                           "{new} figure as a new price (`/plan price {item} ...`)", id=old["id"],
-                          kind=old["kind"], new=new["kind"], item=item))
+                          kind=prices.kind_name(old["kind"]), new=prices.kind_name(new["kind"]),
+                          item=item))
     return {k: new[k] for k in ("value", "unit", "currency", "source", "date")
             if new[k] != old.get(k)}
 
@@ -117,7 +118,8 @@ def _figure(item: str, word: str, usage: str) -> tuple[str, str, float, str]:
             kind, unit = "rent", "per GPU-hour"
             value, currency = money.parse(m.group(1), "rate")
         if kind in ("buy", "rent", "electricity") and value <= 0:  # resale may be 0
-            raise PlanError(_("`{word}`: {kind} must be greater than 0", word=word, kind=kind))
+            raise PlanError(_("`{word}`: {kind} must be greater than 0", word=word,
+                              kind=prices.kind_name(kind)))
         money.check_limit(value, currency, kind, word)
     except money.MoneyError as exc:
         raise PlanError(exc.message) from None
@@ -135,6 +137,9 @@ def _gpu_figure(word: str, usage: str) -> tuple[str, str, float, str]:
         value, currency = money.parse(raw, kind)
         return kind, "per GPU", value, currency
     m = re.fullmatch(r"([0-9.]+)\s*(kW|W)", raw, re.IGNORECASE)
+    if raw.strip().startswith("-"):
+        raise PlanError(_("`{word}`: power cannot be negative; it is a draw per GPU, e.g. "
+                          "power=0.7kW or power=700W", word=word))
     if not m:
         raise PlanError(_("`{word}`: power is a draw per GPU with its unit, e.g. "
                           "power=0.7kW or power=700W", word=word))

@@ -9,10 +9,17 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from bot.fits import gpus
 from bot.plans import money as codes
 from bot.states import Json
-from worker.i18n import N_, _
+from worker.i18n import N_, _, pgettext
 
 # How a stored unit reads (parse_price writes these words).
 UNITS = (N_("per GPU-hour"), N_("per GPU"), N_("per kWh"))
+# How a stored kind reads: the words are stored in English and shown in the reader's.
+KINDS = {"rent": N_("rent"), "buy": N_("buy"), "resale": N_("resale"), "power": N_("power"),
+         "electricity": N_("electricity")}
+
+
+def kind_name(kind: str) -> str:
+    return _(KINDS[kind]) if kind in KINDS else kind
 
 STALE_DAYS = 30
 
@@ -60,10 +67,12 @@ def cited(price: Json, today: dt.date) -> str:
     stale = (", " + _("STALE: {days} days old, reconfirm with `/plan price`",
                       days=age_days(price, today)) if is_stale(price, today) else "")
     item = "" if price["kind"] == "electricity" else f"{price['item']} "
-    value = (f"{price['value']:g} {unit}" if price["kind"] == "power"
-             else f"{codes.shown(price['currency'])}{price['value']:g} {unit}")
+    figure = (f"{price['value']:g}" if price["kind"] == "power"
+              else f"{codes.shown(price['currency'])}{price['value']:g}")
+    # "$2.49 per GPU-hour" in English, "GPU-시간당 $2.49" in Korean (docs/i18n.md)
+    value = pgettext("a price's figure", "{figure} {unit}", figure=figure, unit=unit)
     pid = f"P{price['id']}, " if price.get("id") else ""  # which recorded price: `/plan prices`
-    return f"{item}{price['kind']} {value} (" + _(
+    return f"{item}{kind_name(price['kind'])} {value} (" + _(
         "{id}source: {source}, confirmed {date}{stale})", id=pid, source=price["source"],
         date=price["date"], stale=stale)
 
@@ -136,7 +145,7 @@ def needs_confirm(new: Json, current: list[Json]) -> str | None:
     return _("Not recorded yet: {item} {kind} {new} differs from P{id}, {old}, the figure "
              "that applies now; {why}. If {new} is right, send the same command again with "
              "`confirm` at the end.",
-             item=new["item"], kind=new["kind"], new=_figure(new), id=old.get("id"),
+             item=new["item"], kind=kind_name(new["kind"]), new=_figure(new), id=old.get("id"),
              old=_figure(old), why=why)
 
 
@@ -160,5 +169,5 @@ def _outside_band(new: Json, current: list[Json]) -> str | None:
     return _("Not recorded yet: {item} {kind} {new} is more than {most}× outside the {kind} "
              "figures recorded here for other GPUs ({low} to {high}). If {new} is right, send "
              "the same command again with `confirm` at the end.", item=new["item"],
-             kind=new["kind"], new=_figure(new), most=BAND_FACTOR,
+             kind=kind_name(new["kind"]), new=_figure(new), most=BAND_FACTOR,
              low=_figure({**new, "value": low}), high=_figure({**new, "value": high}))

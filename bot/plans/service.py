@@ -11,7 +11,7 @@ from bot.blocks import message
 from bot.context import Context
 from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
-from bot.plans import calibration, estimate, footing, kept_apart, review, slurm
+from bot.plans import calibration, estimate, footing, kept_apart, perrun, review, slurm
 from bot.plans.grammar import PlanError
 from bot.states import WAITING, ActualStatus, JobStatus, Json, Outcome
 from bot.trials.queue import LeaseLost
@@ -39,9 +39,9 @@ def _sweep_prediction(ctx: Context, block: Json) -> tuple[list[Json], Json]:
         raise PlanError(_("Sweep S{id}'s time fit is {verdict}. `/trial fit S{id} {config}` shows "
                           "the fit; nothing was added", id=block["sweep"],
                           verdict=usable.text(verdict), config=shown))
-    source = _sweep_source(block, ok, params, shown)
+    per, source = _sweep_source(block, ok, params, shown)
     out = {"seconds": seconds, "se": se, "dof": dof, "sd": fit["time"]["residual_sd"],
-           "source": source, "partial": None,
+           "per": per, "source": source, "partial": None,
            # The points' own marks travel into the block's warnings.
            # (a busy trial is warned of per trial already: bot/plans/views.block_warnings)
            "marks": {"marked": usable.marked(fit["time"], fit.get("points") or [],
@@ -103,8 +103,9 @@ def _predict_from(block: Json, ok: list[Json], params: Json
     return fit, (seconds, se, dof), verdict
 
 
-def _sweep_source(block: Json, ok: list[Json], params: Json, shown: str) -> str:
-    """Where a predicted time per run came from: the unit, the config, the sweep."""
+def _sweep_source(block: Json, ok: list[Json], params: Json, shown: str) -> tuple[str, str]:
+    """Where a predicted time per run came from: its unit ("per request"), then the
+    config and the sweep."""
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
     first = ok[0]["report"]
     units = first.get("units") or {}  # a recipe's timed run units (worker/launcher)
@@ -112,13 +113,14 @@ def _sweep_source(block: Json, ok: list[Json], params: Json, shown: str) -> str:
     unit = (_("per request") if not first.get("recipe") else
             _("per {unit}", unit=estimate.unit_label(kind)) if kind else
             _("per {unit}", unit=units["unit"]) if units.get("run") else _("per run phase"))
-    values = dict(unit=unit, config=shown, id=block["sweep"], n=len(ok),
+    values = dict(config=shown, id=block["sweep"], n=len(ok),
                   held=", ".join(f"{k}={params[k]}" for k in held))
-    return (_("{unit}, predicted for {config} (at the sweep's {held}) by the time fit of sweep "
-              "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
-            if held else
-            _("{unit}, predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
-              "model estimate, not measured at this config)", **values))
+    return unit, ", " + (
+        _("predicted for {config} (at the sweep's {held}) by the time fit of sweep "
+          "S{id} ({n} trials; a model estimate, not measured at this config)", **values)
+        if held else
+        _("predicted for {config} by the time fit of sweep S{id} ({n} trials; a "
+          "model estimate, not measured at this config)", **values))
 
 
 def _to_full_depth(out: Json, block: Json, ok: list[Json], fit: Json) -> None:
@@ -192,9 +194,9 @@ def _partial_prediction(trials: list[Json]) -> Json | None:
     pr = estimate.per_run(trials)
     k = depth.time_factor(first["params"], depth.sizing_of(first))
     return {"seconds": pr["mean"] * k["factor"], "se": math.nan, "dof": 0, "sd": None,
-            "source": _("per {unit} ({source}), {what}", unit=pr["unit"], source=pr["source"],
-                        what=k["what"]), "partial": part,
-            "no_interval": "a model-scaled time has no measured spread at the full depth",
+            "per": _("per {unit}", unit=pr["unit"]),
+            "source": f" ({pr['source']}), {k['what']}", "partial": part,
+            "no_interval": _("a model-scaled time has no measured spread at the full depth"),
             "weights_factor": k["weights_factor"],
             "config": {"layers": depth.full_layers(first)}}
 
@@ -220,10 +222,23 @@ def estimates(ctx: Context, plan: Json, blocks: list[Json] | None = None
                          worker=trials[0]["worker"])
         est = estimate.estimate_block(block, trials, attempts, facts,
                                      pays_prep=not single or i == 0, usage=usage,
-                                     predicted=predicted)
+                                     predicted=predicted, earlier=_earlier(ctx, trials))
         out.append((block, est, trials))
     estimate.in_hours([e for _block, e, _trials in out])
     return out
+
+
+def _earlier(ctx: Context, trials: list[Json]) -> list[Json]:
+    """The reports of the worker's latest other trials of the block's workload:
+    its box's spread between processes (bot/plans/perrun.history picks those of
+    the same config and device)."""
+    first = trials[0]
+    if not first.get("worker"):
+        return []
+    mine = {t["id"] for t in trials}
+    return [j["report"] for j in ctx.store.worker_trials(first["worker"], first["workload"],
+                                                         perrun.HISTORY + len(mine))
+            if j["id"] not in mine and j.get("report")][:perrun.HISTORY]
 
 
 def review_rows(ctx: Context, plan: Json, ests: list[estimate.Estimated]) -> list[Json]:

@@ -40,21 +40,6 @@ def channel_settings(chosen: str | None, speaking: str, currency: str | None = N
     return reply(f"{line}\n{money}")
 
 
-def help_text(lines: list[str]) -> Json:
-    """`/plan help`: the command table's lines (bot/plans/command.py, and the
-    digest's), between what `/plan` is and what its checklist and settings hold."""
-    return reply("\n".join([
-        _("*`/plan`* turns measured trials into GPU-hour estimates, cost (only from "
-          "confirmed prices) and rent/buy guidance."),
-        *lines,
-        _("*Checklist*: {items}",
-          items="; ".join(f"`{k}` {_(v)}" for k, v in parse.CHECKLIST.items())),
-        _("*Settings*: {items}",
-          items="; ".join(f"`{k}` {_(v)}" for k, v in parse.SETTINGS.items())),
-        _("A run is one repetition of the trial's measured unit: one request for llm-infer, "
-          "one run phase of a recipe's program.")]))
-
-
 def open_items(plan: Json) -> list[str]:
     return [k for k in parse.CHECKLIST if not plan["facts"].get(k)]
 
@@ -356,7 +341,10 @@ def tagged_lines(plan: Json, jobs: list[Json]) -> list[str]:
 
 
 def show(plan: Json, ests: list[estimate.Estimated], price_list: list[Json], today: dt.date,
-         tagged: list[Json] | None = None, calib: list[Json] | None = None) -> Json:
+         tagged: list[Json] | None = None, calib: list[Json] | None = None,
+         fits: str = "") -> Json:
+    """The plan's table and its paragraphs; `fits`: the *Fits on* paragraph
+    (bot/plans/fitson.section), computed by the caller."""
     _rent, cost_line = cost_view(plan, price_list, today)
     f = plan["facts"]
     values = dict(plan=plan["name"], gpu=f.get("gpu") or _("not set"),
@@ -388,15 +376,43 @@ def show(plan: Json, ests: list[estimate.Estimated], price_list: list[Json], tod
     left = open_items(plan)
     actual = tagged_lines(plan, tagged or [])
     text += ("\n" + _("*Actual trials*:") + "\n" + "\n".join(actual) if actual else "")
-    text += ("\n" + _("*Open checklist items*: {items}",
-                       items=", ".join(left) if left else _("none"))
-             + ("\n" + _("*Open variables*:") + "\n" + "\n".join(notes) if notes else "")
-             + ("\n" + _("*Warnings*:") + "\n" + "\n".join(warn) if warn else ""))
-    blocks = [section(part) for part in chunks(text)]
+    text += f"\n{fits}" if fits else ""
+    kept, kept_blocks = record(plan)
+    rest = (_("*Open checklist items*: {items}", items=", ".join(left) if left else _("none"))
+            + ("\n" + _("*Open variables*:") + "\n" + "\n".join(notes) if notes else "")
+            + ("\n" + _("*Warnings*:") + "\n" + "\n".join(warn) if warn else ""))
+    blocks = ([section(part) for part in chunks(text)] + kept_blocks
+              + [section(part) for part in chunks(rest)])
     blocks.append(context(_("GPU-hours = measured wall time × GPUs; each component names its "
                             "trial and phase. Interval: runs' spread only (prep and data are "
                             "single measurements).")))
-    return {"response_type": "in_channel", "text": text, "blocks": blocks}
+    return {"response_type": "in_channel", "text": f"{text}\n{kept}\n{rest}", "blocks": blocks}
+
+
+RECORD_SHOWN = 150  # characters of a checklist value in `show`; the export has all of it
+FIELDS = 10  # Slack's most fields in one section
+
+
+def record(plan: Json) -> tuple[str, list[Json]]:
+    """The checklist's filled items with their values, the plan's record, as
+    text and as sections of two-column fields (10 at most each)."""
+    filled = [(k, changes.fact_value(k, v)) for k, v in
+              ((k, plan["facts"].get(k)) for k in parse.CHECKLIST) if v]
+    if not filled:
+        head = _("*Record*: no checklist item is filled yet (`/plan {plan} set paper=... "
+                 "repo=...`)", plan=plan["name"])
+        return head, [section(head)]
+    shown = [(k, clip(v, RECORD_SHOWN)) for k, v in filled]
+    values = dict(n=len(filled), total=len(parse.CHECKLIST), plan=plan["name"])
+    head = (_("*Record* ({n} of {total} checklist items filled; a value cut short here is "
+              "whole in `/plan {plan} export`):", **values) if shown != filled else
+            _("*Record* ({n} of {total} checklist items filled):", **values))
+    fields = [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in shown]
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": head},
+               "fields": fields[:FIELDS]}]
+    blocks += [{"type": "section", "fields": fields[i:i + FIELDS]}
+               for i in range(FIELDS, len(fields), FIELDS)]
+    return head + "\n" + "\n".join(f"• {k}: {v}" for k, v in shown), blocks
 
 
 NOTE_SHOWN = 1500  # characters of a block's note in `show`; the export has all of it

@@ -126,6 +126,13 @@ class Jobs(Outbox, Workers):
             " and ".join(clauses) or None, args or None, order_by="id desc", limit=limit,
             select=JOB_COLUMNS)]
 
+    def worker_trials(self, worker: str, workload: str, limit: int) -> list[Row]:
+        """A worker's latest finished trials of one workload, newest first: its
+        box's own history (bot/plans/perrun.history)."""
+        return [_job(r) for r in self.rows(
+            f"select {JOB_COLUMNS} from jobs where worker = ? and workload = ? and status = ? "
+            "order by id desc limit ?", [worker, workload, JobStatus.DONE, limit])]
+
     def expired_jobs(self, max_leases: int) -> list[Row]:
         """Running jobs whose lease expired after their last allowed lease, or
         that were cancelled before their worker went silent (never re-leased;

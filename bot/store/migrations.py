@@ -102,6 +102,23 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("channel currency", [
         "alter table channel_settings add column currency text",
     ]),
+    # An actual's number (#3) is never handed out again (#33): a plain rowid
+    # reuses the largest after it is deleted, AUTOINCREMENT does not. The
+    # sequence starts past every number a file has shown: its rows, its Slurm
+    # requests', and those its history names ("actual compare #3").
+    ("actual numbers never reused", [
+        "create table actuals_numbered (id integer primary key autoincrement, plan text, "
+        "block text, hours real, parts text, runs integer, note text, user text, recorded real)",
+        "insert into actuals_numbered (id, plan, block, hours, parts, runs, note, user, "
+        "recorded) select id, plan, block, hours, parts, runs, note, user, recorded from actuals",
+        "drop table actuals",
+        "alter table actuals_numbered rename to actuals",
+        "delete from sqlite_sequence where name in ('actuals', 'actuals_numbered')",
+        "insert into sqlite_sequence (name, seq) select 'actuals', coalesce(max(n), 0) from ("
+        "select max(id) as n from actuals union all select max(actual) from slurm_actuals "
+        "union all select max(cast(substr(what, instr(what, '#') + 1) as integer)) "
+        "from plan_history where plan is not null and what like 'actual % #%')",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

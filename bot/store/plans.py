@@ -169,55 +169,66 @@ class Plans(Base):
             f"select p.*, p.id = {self._LATEST} as applies from prices p "
             "order by lower(p.item), p.kind, p.date desc, p.id desc")]
 
-    def add_actual(self, actual: Row, request: str | None = None,
-                   replace: bool = False) -> int:
-        """Record a manual actual; a Slack retry of the same command (same
-        `request` key) raises DuplicateRequest and records nothing. `replace`
-        (a correction) deletes the block's earlier recorded actuals in the same
-        transaction; returns how many it deleted."""
+    def add_actual(self, actual: Row, request: str | None = None) -> int:
+        """Record a manual actual; its number (never one handed out before). A
+        Slack retry of the same command (same `request` key) raises
+        DuplicateRequest and records nothing."""
         with self.tx():
             self._claim(request)
-            gone = (self._delete_actuals(actual["plan"], actual["block"], None, actual["user"],
-                                         "correct") if replace else [])
             aid = self.db.table("actuals").insert(dict(
                 actual, parts=json.dumps(actual.get("parts") or {}),
                 recorded=time.time())).last_pk
-            self._history(actual["plan"], f"actual {actual['block']} #{aid}",
-                          "correct" if replace else "add", [_actual_fields(a) for a in gone]
-                          or None, _actual_fields(actual), actual["user"])
-        return len(gone)
+            self._history(actual["plan"], f"actual {actual['block']} #{aid}", "add", None,
+                          _actual_fields(actual), actual["user"])
+        assert isinstance(aid, int)  # sqlite-utils types last_pk loosely: a rowid here
+        return aid
+
+    def correct_actual(self, aid: int, fields: Row, user: str,
+                       request: str | None = None) -> Row | None:
+        """Change the given fields of recorded actual `aid` (hours, parts, runs,
+        note), keeping its number and the rest; the old row, or None."""
+        with self.tx():
+            self._claim(request)
+            old = next(iter(self._actuals("a.id = ?", [aid])), None)
+            if old is None:
+                return None
+            new = {**old, **fields}
+            self.db.table("actuals").update(aid, dict(fields, **(
+                {"parts": json.dumps(fields["parts"])} if "parts" in fields else {})))
+            self._history(old["plan"], f"actual {old['block']} #{aid}", "correct",
+                          _actual_fields(old), _actual_fields(new), user)
+        return old
 
     def delete_actuals(self, plan: str, block: str, user: str | None = None,
                        ids: list[int] | None = None) -> int:
         """Delete the block's recorded actuals (by hand or from Slurm), or only
-        those of `ids`; how many."""
+        those of `ids`, each with its history row; how many."""
         with self.tx():
-            return len(self._delete_actuals(plan, block, ids, user, "delete"))
-
-    def _delete_actuals(self, plan: str, block: str, only: list[int] | None,
-                        user: str | None, action: str) -> list[Row]:
-        rows = [a for a in self.actuals(plan) if a["block"] == block
-                and (only is None or a["id"] in only)]
-        ids = [a["id"] for a in rows]
-        if ids:
-            if action == "delete":
-                self._history(plan, f"actual {block}", "delete",
-                              [_actual_fields(a) for a in rows], None, user)
-            marks = ", ".join("?" * len(ids))
-            # The Slurm request stays (its answer was posted); it no longer records an actual.
-            self.db.execute(f"update slurm_actuals set actual = null where actual in ({marks})",
-                            ids)
-            self.db.execute(f"delete from actuals where id in ({marks})", ids)
-        return rows
+            rows = [a for a in self.actuals(plan) if a["block"] == block
+                    and (ids is None or a["id"] in ids)]
+            gone = [a["id"] for a in rows]
+            for a in rows:
+                self._history(plan, f"actual {block} #{a['id']}", "delete",
+                              _actual_fields(a), None, user)
+            if gone:
+                marks = ", ".join("?" * len(gone))
+                # The Slurm request stays (its answer was posted); it no longer records one.
+                self.db.execute(f"update slurm_actuals set actual = null where actual in "
+                                f"({marks})", gone)
+                self.db.execute(f"delete from actuals where id in ({marks})", gone)
+        return len(gone)
 
     def actuals(self, plan: str) -> list[Row]:
         """The plan's recorded actuals; `slurm` lists the job ids of one read from
         Slurm accounting (None for hours given by hand)."""
+        return self._actuals("a.plan = ?", [plan])
+
+    def _actuals(self, where: str, args: list[object]) -> list[Row]:
         return [dict(a, parts=json.loads(a["parts"] or "{}"),
                      slurm=json.loads(a["slurm"]) if a["slurm"] else None)
                 for a in self.db.query(
                     "select a.*, s.jobs as slurm from actuals a left join slurm_actuals s "
-                    "on s.actual = a.id where a.plan = ? order by a.id", [plan])]
+                    f"on s.actual = a.id where {where} order by a.id", args)]
 
 
 def _block_fields(block: Row | None) -> Row | None:
@@ -230,7 +241,10 @@ def _price_fields(price: Row) -> Row:
 
 
 def _actual_fields(actual: Row) -> Row:
-    out = {k: actual.get(k) for k in ("id", "hours", "parts", "runs", "note")}
+    """An actual's values as its history shows them, the parts beside the hours
+    (its number is in the history row's `what`)."""
+    out = {"hours": actual.get("hours"), **(actual.get("parts") or {}),
+           "runs": actual.get("runs"), "note": actual.get("note")}
     if actual.get("slurm"):
         out["slurm"] = actual["slurm"]
     return {k: v for k, v in out.items() if v not in (None, {}, [])}

@@ -46,7 +46,7 @@ def rounds(words: list[str]) -> tuple[list[str], int]:
         raise specs.SpecError(" ".join(given), _("`{words}`: rounds= is one whole number from "
                                                  "1 to {most} (rounds of one A and one B; 2 or "
                                                  "more let the paired test see the drift between "
-                                                 "trials)",
+                                                 "trials), e.g. rounds=4",
                                                  words=" ".join(given), most=MAX_ROUNDS), USAGE)
     return rest, int(raw)
 

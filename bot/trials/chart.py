@@ -1,6 +1,11 @@
 """The memory timeline of a trial as a PNG (matplotlib, Agg backend): every
 sampled series, labelled with how it was measured, phases shaded, the gaps
-between them hatched, the peak marked. Pure: a report in, PNG bytes out."""
+between them hatched, the peak marked. Pure: a report in, PNG bytes out.
+
+The chart says which run of the trial it shows (a CPU trial under malloc=auto
+runs a memory pass and a time pass, and its timeline is the time pass's), and
+the peak it writes is the report's own figure: where the report's comes from
+another pass, or fell between samples, both are shown and told apart."""
 from __future__ import annotations
 
 import io
@@ -27,10 +32,18 @@ SERIES = (  # (timeline part, column, label)
     ("sampled", "process_used", "NVML trial processes"),
     ("sampled", "host_rss", "host RSS, child tree"),
 )
+# Each series' peak as the report states it (worker/summary.py shows these)
+REPORTED = {"allocated": "peak_allocated", "reserved": "peak_reserved",
+            "device_used": "device_used_peak", "process_used": "process_used_peak",
+            "host_rss": "host_rss_peak"}
 SUMMED = {"process_used", "host_rss"}  # the columns that add up every rank's processes
 RANK0 = {"allocated", "reserved"}  # sampled inside the trial's process, which is rank 0
 LEVELS = 5  # rows of phase labels; a label that fits none goes to the key below the axes
 GAP = 1e-3  # seconds: a smaller space between two phases is no gap
+# Each rank's peak line its own dashes and marker, the markers at staggered
+# places: two ranks with the same peak draw one line, and both still show.
+RANK_DASHES = ("--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)))
+RANK_MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def has_timeline(report: Mapping[str, Any]) -> bool:
@@ -42,7 +55,7 @@ def png(report: Json) -> bytes:
     from matplotlib import pyplot as plt
     fig = figure(report)
     out = io.BytesIO()
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="png", bbox_inches="tight", pad_inches=0.1)  # no blank margin
     plt.close(fig)
     return out.getvalue()
 
@@ -71,20 +84,20 @@ def figure(report: Json) -> Figure:
     if world > 1:
         _rank_peaks(ax, report)
         fig.text(0.08, 0.065, f"NVML trial processes and host RSS add up all {world} ranks' "
-                 "processes; the report's table gives each rank's own peak (the dashed lines).",
-                 fontsize=7, gid="ranks-note")
-    if peak:
-        _mark_peak(ax, peak)
+                 "processes; the report's table gives each rank's own peak (the lines with "
+                 "markers).", fontsize=7, gid="ranks-note")
+    top = _mark_peak(ax, peak, report) if peak else 0.0
     title = report.get("trial") or "trial"
     what = f"recipe {report['recipe']}" if report.get("recipe") else report.get("workload")
-    ax.set_title(f"{title} {what}: memory over time (sampled ~100 Hz)", fontsize=10)
+    ax.set_title(f"{title} {what}: memory over time (sampled ~100 Hz)\n{which_run(report)}",
+                 fontsize=10)
     ax.set_xlabel("seconds since the trial started")
     ax.set_ylabel("GiB")
     # Headroom: the rows of phase labels sit above the peak.
-    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], (peak[0] if peak else 0) * 1.6))
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], top * 1.6))
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.2)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.88, bottom=0.2)
     _phase_labels(fig, ax, phases, t0)
     return fig
 
@@ -106,9 +119,11 @@ def _phase_bands(ax: Axes, report: Json, t0: float) -> list[Json]:
     return phases
 
 
-def _series(ax: Axes, tl: Json, t0: float, world: int) -> tuple[float, float, str] | None:
-    """A line per memory series the timeline has; the highest point: (GiB, seconds, label)."""
-    peak: tuple[float, float, str] | None = None
+def _series(ax: Axes, tl: Json, t0: float, world: int
+            ) -> tuple[float, float, str, str] | None:
+    """A line per memory series the timeline has; the highest point:
+    (GiB, seconds, label, column)."""
+    peak: tuple[float, float, str, str] | None = None
     for part, column, label in SERIES:
         block = tl.get(part) or {}
         if not block.get("rows") or column not in block.get("columns", ()):
@@ -125,27 +140,76 @@ def _series(ax: Axes, tl: Json, t0: float, world: int) -> tuple[float, float, st
             ax.plot(xs, ys, label=label, lw=1.2)
             top = max(points, key=lambda p: p[1])
             if peak is None or top[1] > peak[0]:
-                peak = (top[1], top[0], label)
+                peak = (top[1], top[0], label, column)
     return peak
 
 
-def _mark_peak(ax: Axes, peak: tuple[float, float, str]) -> None:
-    value, at, label = peak
-    ax.plot([at], [value], marker="v", color="black", ms=7, ls="none")
+def which_run(report: Json) -> str:
+    """Which run of the trial the timeline is: a malloc=auto trial on a CPU runs
+    a memory pass and then a time pass (worker/launcher/passes.py)."""
+    passes = report.get("passes") or []
+    ran = {p.get("pass"): p for p in passes if p.get("status") != "not run"}
+    if "time" in ran:
+        memory = ran.get("memory") or {}
+        return (f"the time pass (malloc={ran['time'].get('malloc')}); the report's host RSS "
+                f"peak is the memory pass's (malloc={memory.get('malloc', 'live')})")
+    if "memory" in ran:
+        return (f"the memory pass (malloc={ran['memory'].get('malloc')}); the time pass "
+                "did not run")
+    malloc = (passes[0].get("malloc") if passes
+              else (report.get("params") or {}).get("malloc"))
+    return ("one pass" + (f" (malloc={malloc})" if malloc else "")
+            + ": the report's figures are this run's")
+
+
+def _reported(report: Json, column: str) -> tuple[float | None, str]:
+    """The report's own peak for a series' column, and which pass supplied it."""
+    key = REPORTED[column]
+    value = (report.get("memory") or {}).get(key)
+    source = next((p for p in report.get("passes") or []
+                   if p.get("pass") == "memory" and key in (p.get("supplied") or [])), None)
+    where = f", memory pass, malloc={source.get('malloc')}" if source else ""
+    if not isinstance(value, (int, float)) or not _finite(value) or value < 0:
+        return None, where  # a figure stored before the bot refused such ones
+    return float(value), where
+
+
+def _mark_peak(ax: Axes, peak: tuple[float, float, str, str], report: Json) -> float:
+    """The highest sample marked, and the peak written as the report states it.
+    Returns the highest figure drawn, in GiB."""
+    value, at, label, column = peak
+    reported, where = _reported(report, column)
+    ax.plot([at], [value], marker="v", color="black", ms=7, ls="none", gid="highest-sample")
     right = at > (ax.get_xlim()[0] + ax.get_xlim()[1]) / 2  # write it towards the middle
-    ax.annotate(f"peak {size(value * 2**30)}, {label}, at {at:.2f} s", (at, value),
-                xytext=(-6 if right else 6, 5), textcoords="offset points", fontsize=8,
-                ha="right" if right else "left", gid="peak")
+    if reported is None:
+        text = (f"peak {size(value * 2**30)}, {label}, at {at:.2f} s\n"
+                "(the highest sample: the report states no peak for it)")
+    elif size(reported) == size(value * 2**30):
+        text = f"peak {size(reported)}, {label}, at {at:.2f} s"
+    else:  # another pass's figure, or a peak that fell between samples
+        ax.axhline(reported / 2**30, color="black", ls=(0, (1, 3)), lw=1, gid="reported-peak",
+                   label=f"{label}: peak {size(reported)} as reported{where}")
+        text = (f"peak {size(reported)} as reported ({label}{where})\n"
+                f"this run's highest sample: {size(value * 2**30)} at {at:.2f} s")
+    ax.annotate(text, (at, value), xytext=(-6 if right else 6, 5), textcoords="offset points",
+                fontsize=8, ha="right" if right else "left", gid="peak")
+    top: float = max(value, (reported or 0) / 2**30)
+    return top
 
 
 def _rank_peaks(ax: Axes, report: Json) -> None:
-    """A multi-rank trial's table gives each rank's peak: dashed lines at the
-    same figures, so the summed series and the table can be read together."""
+    """A multi-rank trial's table gives each rank's peak: a line at each figure,
+    so the summed series and the table can be read together."""
     for i, r in enumerate((report.get("training") or {}).get("ranks") or []):
         value = r.get("peak_allocated") or r.get("host_rss_peak")
         if _finite(value) and value > 0:
-            ax.axhline(value / 2**30, ls="--", lw=0.8, color=f"C{(i + 5) % 10}",
-                       label=f"rank {r['rank']} peak {size(value)} (per rank, as in the table)")
+            # x in axes fractions: the line spans the axes, its marker at its own
+            # place on the left (the legend sits at the lower right)
+            ax.plot([0, 0.02 + 0.04 * (i % 10), 1], [value / 2**30] * 3,
+                    transform=ax.get_yaxis_transform(), ls=RANK_DASHES[i % len(RANK_DASHES)],
+                    marker=RANK_MARKERS[i % len(RANK_MARKERS)], markevery=[1], ms=5, lw=1,
+                    color=f"C{(i + 5) % 10}", gid="rank-peak",
+                    label=f"rank {r['rank']} peak {size(value)} (per rank, as in the table)")
 
 
 def _phase_labels(fig: Figure, ax: Axes, phases: list[Json], t0: float) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from bot.blocks import reply
+from bot.blocks import about, help_reply, reply
 from bot.context import Context, Postable, unwritable_text
 from bot.fits import gpus
 from bot.states import WAITING, JobStatus, Json
@@ -20,7 +20,7 @@ from bot.trials.parse import Command
 from bot.words import normalize
 from worker import i18n
 from worker.api import specs
-from worker.i18n import N_, _
+from worker.i18n import N_, _, did_you_mean, sentences
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Entry:
     handle: Callable[..., Answer]
     help: tuple[str, ...] = ()
     runs: bool = False  # queues trials: needs the right to run; takes plan= and gpu=
+    usage: str = ""  # its usage in `/trial help NAME` (else the general one)
 
 
 def handle(ctx: Context, text: str, user: str, channel: str,
@@ -134,6 +135,12 @@ def route_words(words: list[str], recipes: Json | None = None) -> tuple[Entry, C
     words = list(words)
     if words and words[0].lower() in _KEYWORDS:
         words[0] = words[0].lower()  # `/trial STATUS t5`
+    elif words:
+        hint = did_you_mean(words[0], _KEYWORDS, before="/trial ")
+        if hint:  # `/trial statsu T5`: a slip of a sub-command or a workload
+            raise specs.SpecError(words[0], sentences(_(
+                "`{word}` is not a `/trial` sub-command or workload.", word=words[0]), hint),
+                specs.general_usage())
     entry = _NAMED.get(words[0], RUN) if words else _NAMED["help"]
     return entry, entry.parse(words, recipes)
 
@@ -143,16 +150,41 @@ def parse_trial(text: str | list[str], recipes: Json | None = None) -> Command:
     return route_words(parse.split(text) if isinstance(text, str) else text, recipes)[1]
 
 
-def help_text(recipes: Json | None = None) -> str:
-    """`/trial help`: what runs, where it runs, what else there is; then the workloads."""
+def help_text(recipes: Json | None = None, topic: str = "") -> str:
+    """`/trial help`: what runs, where, what else there is, the workloads and the
+    topics; `/trial help TOPIC`: a workload's or recipe's parameters, or the table's
+    paragraphs that use a sub-command. A topic there is none of raises SpecError."""
     running = [p for e in TABLE if e.runs for p in e.help]
     others = [p for e in TABLE if not e.runs for p in e.help]
-    paragraphs = [*HELP_HEAD, *running, HELP_WHERE, *others]
-    return views.help_text([_(p, usage=specs.general_usage()) for p in paragraphs], recipes)
+    paragraphs = [_(p, usage=specs.general_usage())
+                  for p in [*HELP_HEAD, *running, HELP_WHERE, *others]]
+    if topic in ("", "help"):
+        return views.help_text(paragraphs, recipes, TOPICS)
+    name = topic.removeprefix("recipe ")
+    workload = ((recipes or {}).get(name) if topic.startswith("recipe ")
+                else specs.WORKLOADS.get(topic))
+    if workload is not None:
+        return views.workload_help(workload)
+    if topic == "where":
+        return views.topic_help([_(HELP_WHERE)], specs.general_usage())
+    if topic in _NAMED:
+        return views.topic_help(about(paragraphs[len(HELP_HEAD):], "/trial", topic),
+                                _NAMED[topic].usage or specs.general_usage())
+    known = [*TOPICS, *specs.WORKLOADS, *(f"recipe {r}" for r in recipes or {})]
+    raise specs.SpecError(topic, sentences(
+        _("`/trial help {topic}`: there is no such topic.", topic=topic),
+        did_you_mean(topic, known, "/trial help "),
+        _("Topics: {topics}, a workload ({workloads}) or `recipe NAME`.",
+          topics=", ".join(TOPICS), workloads=", ".join(specs.WORKLOADS))),
+        specs.general_usage())
 
 
 def _help(ctx: Context, cmd: Command, asked: Asked) -> Answer:
-    return Answer(reply(help_text(workers.recipes_of(asked.registered))))
+    try:
+        text = help_text(workers.recipes_of(asked.registered), cmd.topic)
+    except specs.SpecError as exc:
+        return Answer(views.error(exc))
+    return Answer(help_reply(text, _("(continued in this message's blocks)")))
 
 
 class _Narrow(TypedDict, total=False):  # Store.jobs's filters
@@ -403,13 +435,13 @@ HELP_WHERE = N_("*Where*: add `gpu=H100`, `min_mem=80GB` or `label=team=nlp` to 
 
 TABLE: tuple[Entry, ...] = (
     Entry("help", parse.parse_help, _help),
-    Entry("sweep", parse.parse_sweep_words, _queue, runs=True, help=(N_(
+    Entry("sweep", parse.parse_sweep_words, _queue, runs=True, usage=parse.SWEEP_USAGE, help=(N_(
         "*Sweeps*: `/trial sweep llm-infer batch=1,2,4,8 prompt=512` (or `/trial sweep "
         "recipe NAME batch=1,2,4`) runs one trial per config (comma lists on whole-number "
         "parameters, at most 16) and posts a scaling fit of peak memory and time; "
         "`/trial fit S12 batch=32 prompt=2048 gpu=H100` predicts a config and the largest "
         "batch that fits a GPU."),)),
-    Entry("fit", parse.parse_fit_words, _fit),
+    Entry("fit", parse.parse_fit_words, _fit, usage=parse.FIT_USAGE),
     Entry("run", parse.parse_run, _queue, runs=True, help=(N_(
         "*A model you cannot run yet*: `/trial llm-infer preset=llama-3-8b layers=2 "
         "batch=8 prompt=4096 gen=256 dtype=bf16` runs 2 of its 32 layers; the report "
@@ -421,14 +453,14 @@ TABLE: tuple[Entry, ...] = (
         "downloaded) and predicts the full depth the same way; `model=` also takes a "
         "config in a worker's `--models` directory. `hf-train` trains it, and `/trial "
         "ladder hf-train model=NAME ...` climbs the ladder."))),
-    Entry("ladder", parse.parse_ladder, _queue, runs=True, help=(N_(
+    Entry("ladder", parse.parse_ladder, _queue, runs=True, usage=ladder.USAGE, help=(N_(
         "*Ladder*: `/trial ladder llm-train batch=8 seq=512 [precision=bf16] [world=2] "
         "[budget=24GB]` runs the baseline, then lower precision, then activation "
         "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
         "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16 "
         "[rounds=3]` runs A, B, A, B, A, B and compares time (a verdict only beyond the "
         "noise), memory and quality (logits, or the loss)."),)),
-    Entry("ab", parse.parse_ab, _queue, runs=True),  # in ladder's paragraph
+    Entry("ab", parse.parse_ab, _queue, runs=True, usage=ab.USAGE),  # in ladder's paragraph
     Entry("cancel", parse.parse_cancel, _cancel, help=(N_(
         "*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
         "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
@@ -441,3 +473,5 @@ TABLE: tuple[Entry, ...] = (
 _NAMED = {e.name: e for e in TABLE if e.name != "run"}  # run: a workload's name comes first
 RUN = next(e for e in TABLE if e.name == "run")
 _KEYWORDS = {*_NAMED, "recipe", *specs.WORKLOADS}
+# `/trial help TOPIC`: each sub-command (its paragraphs) and where; workloads besides
+TOPICS = (*(e.name for e in TABLE if e.name not in ("help", "run")), "where")

@@ -9,7 +9,7 @@ from bot.fits.sweep import fit_sweep
 from bot.states import Json
 from bot.trials import parse, views
 from bot.trials.job import ENDED
-from worker.i18n import _
+from worker.i18n import _, did_you_mean, sentences
 
 
 def fit(ctx: Context, cmd: parse.Command, user: str, channel: str) -> Json:
@@ -37,10 +37,11 @@ def fit(ctx: Context, cmd: parse.Command, user: str, channel: str) -> Json:
             if key not in known:
                 axes = [k for k in (result["variables"]["batch"], *result["variables"]["length"])
                         if k] or ["batch"]
-                return reply(_(":x: `{key}={value}`: sweep S{id} has no parameter `{key}`; "
-                               "ask with {axes} (e.g. `/trial fit S{id} {axis}=32 gpu=H100`).",
-                               key=key, value=value, id=cmd.sweep_id, axes=", ".join(axes),
-                               axis=axes[0]))
+                return reply(sentences(
+                    _(":x: `{key}={value}`: sweep S{id} has no parameter `{key}`; ask with "
+                      "{axes} (e.g. `/trial fit S{id} {axis}=32 gpu=H100`).", key=key,
+                      value=value, id=cmd.sweep_id, axes=", ".join(axes), axis=axes[0]),
+                    did_you_mean(key, [k for k in known if k], after=f"={value}")))
         held = _held_fixed(cmd, jobs, result)
         if held:
             return held

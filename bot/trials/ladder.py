@@ -37,11 +37,10 @@ TRAINING = ("llm-train", "hf-train")
 
 
 def size(raw: str) -> int:
-    value = gpus.parse_size(raw)
-    if not value:
-        raise specs.SpecError(f"budget={raw}", _("`budget={raw}` is not a size; write e.g. "
-                                                 "budget=24GB or budget=80GiB", raw=raw), USAGE)
-    return value
+    try:
+        return gpus.size_of(raw, "budget")
+    except ValueError as exc:
+        raise specs.SpecError(f"budget={raw}", str(exc), USAGE) from None
 
 
 def parse(words: list[str]) -> tuple[list[tuple[str, specs.TrialSpec, str]], int | None]:

@@ -10,7 +10,7 @@ from bot.fits import gpus
 from bot.states import Json
 from bot.trials import ab, ladder
 from worker.api import Workload, specs
-from worker.i18n import _
+from worker.i18n import _, did_you_mean, sentences
 
 USAGE = specs.general_usage()
 SWEEP_USAGE = ("/trial sweep llm-infer batch=1,2,4,8 prompt=512  |  "
@@ -36,6 +36,7 @@ class Command:
     gpu: gpus.Gpu | None = None  # fit: the GPU to answer "largest batch" for
     budget: int | None = None    # ladder: the memory budget in bytes
     which: str | None = None     # list: mine | running | failed (None: all recent)
+    topic: str = ""              # help: a sub-command, a workload or `recipe NAME` ("": all)
 
 
 _PLAIN = re.compile(r"[^'\"\\]*")  # no quote or backslash: shlex would only split on spaces
@@ -57,7 +58,11 @@ def split(text: str) -> list[str]:
 # first); bot/trials/command.py's table routes to them.
 
 def parse_help(words: list[str], recipes: Json | None = None) -> Command:
-    return Command("help")
+    """`/trial help [TOPIC]`; the topic is checked where the table is (command.py)."""
+    topic = words[1:]
+    if topic[:1] and topic[0].lower() != "recipe":
+        topic = [w.lower() for w in topic]  # `/trial help Sweep`; a recipe's name as written
+    return Command("help", topic=" ".join(topic))
 
 
 def parse_status(words: list[str], recipes: Json | None = None) -> Command:
@@ -84,9 +89,11 @@ def parse_workers(words: list[str], recipes: Json | None = None) -> Command:
 def parse_list(words: list[str], recipes: Json | None = None) -> Command:
     rest = [w.lower() for w in words[1:]] if len(words) == 2 else words[1:]
     if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
-        raise specs.SpecError(" ".join(rest), _("`{words}`: `/trial list` takes one of "
-                                                "{filters} or nothing", words=" ".join(rest),
-                                                filters=", ".join(LIST_FILTERS)), USAGE)
+        raise specs.SpecError(" ".join(rest), sentences(
+            _("`{words}`: `/trial list` takes one of {filters} or nothing.", words=" ".join(rest),
+              filters=", ".join(LIST_FILTERS)),
+            did_you_mean(rest[0], LIST_FILTERS, "/trial list ") if len(rest) == 1 else ""),
+            USAGE)
     return Command("list", which=rest[0] if rest else None)
 
 
@@ -155,11 +162,7 @@ def _sweep_param(word: str, key: str, workload: Workload) -> specs.Param:
     """The parameter a sweep's list `word` names, if a sweep may vary it."""
     param = workload.param(key)
     if param is None:
-        raise specs.SpecError(word, _("`{word}`: {workload} has no parameter `{key}`; it "
-                                      "takes {names}", word=word, workload=workload.name,
-                                      key=key,
-                                      names=", ".join(p.name for p in workload.params)),
-                              SWEEP_USAGE)
+        raise specs.no_parameter(word, workload, SWEEP_USAGE)
     if param.kind != "int":
         raise specs.SpecError(word, _("`{word}`: only whole-number parameters take a list "
                                       "in a sweep; {key} is a {kind}", word=word, key=key,
@@ -272,9 +275,9 @@ def parse_fit(words: list[str]) -> Command:
                 raise specs.SpecError(word, f"`{word}`: {exc}", FIT_USAGE) from None
             continue
         if not re.fullmatch(r"\d{1,9}", raw) or int(raw) < 1:
-            raise specs.SpecError(word, _("`{word}`: {key} must be a whole number ≥ 1 (a fit "
-                                          "answers one config at a time)", word=word, key=key),
-                                  FIT_USAGE)
+            raise specs.SpecError(word, _("`{word}`: {key} must be a whole number from 1 to "
+                                          "999999999 in digits (a fit answers one config at a "
+                                          "time), e.g. {key}=32", word=word, key=key), FIT_USAGE)
         params[key] = int(raw)
     return Command("fit", sweep_id=sweep_id, params=params, gpu=gpu)
 

@@ -43,11 +43,10 @@ def take(words: list[str]) -> tuple[list[str], Json]:
         elif key == "gpu":
             route["gpu"] = gpu_name(value)
         elif key == "min_mem":
-            size = gpus.parse_size(value)
-            if not size:
-                raise RouteError(_("`{word}`: min_mem is a size, e.g. `min_mem=80GB` or "
-                                   "`min_mem=40GiB`", word=w))
-            route["min_mem"] = size
+            try:
+                route["min_mem"] = gpus.size_of(value, "min_mem")
+            except ValueError as exc:
+                raise RouteError(str(exc)) from None
         else:
             k, eq, v = value.partition("=")
             if not (eq and LABEL.fullmatch(k) and LABEL.fullmatch(v)):

@@ -7,7 +7,7 @@ from bot.fits import depth, depthview
 from bot.states import JobStatus, Json, Outcome
 from bot.trials import routing, workerlist
 from bot.trials.job import ENDED
-from worker.api import Report, duration, specs, summary
+from worker.api import Report, Workload, duration, specs, summary
 from worker.i18n import N_, _
 
 # A job's status as shown; the stored word stays English (`/trial list running` takes it).
@@ -22,25 +22,43 @@ def status_word(status: str) -> str:
 
 
 def error(exc: specs.SpecError) -> Json:
-    return reply(_(":x: {message}\nUsage: `{usage}` (`/trial help` lists every parameter)\n"
-                   "Nothing was queued.", message=exc.message, usage=exc.usage))
+    return reply(_(":x: {message}\nUsage: `{usage}` (`/trial help llm-infer` lists a workload's "
+                   "parameters)\nNothing was queued.", message=exc.message, usage=exc.usage))
 
 
-def help_text(paragraphs: list[str], recipes: Json | None = None) -> str:
-    """`/trial help`: the command table's paragraphs (bot/trials/command.py),
-    then every workload and recipe with its parameters."""
-    lines = [*paragraphs, ""]
-    for w in [*specs.WORKLOADS.values(), *(recipes or {}).values()]:
-        name = f"recipe {w.name}" if w.recipe else w.name  # `recipe` is the command's word
-        summary = w.summary_text()
-        lines.append(_("*{name}*: {summary} (needs CUDA)", name=name, summary=summary)
-                     if w.requires == "cuda" else f"*{name}*: {summary}")
-        lines += [f"• `{p.name}={p.default}` {p.help_text()} ({p.allowed()})"
-                  for p in w.params]
-    if not recipes:
+def help_text(paragraphs: list[str], recipes: Json | None, topics: tuple[str, ...]) -> str:
+    """`/trial help`: the command table's paragraphs (bot/trials/command.py), each
+    workload in a line, the recipes by name, and the topics `/trial help TOPIC` shows."""
+    lines = [*paragraphs, "", _("*Workloads*: `/trial help WORKLOAD` lists one's parameters "
+                                "with their defaults and ranges")]
+    lines += [f"• {_workload_line(w)}" for w in specs.WORKLOADS.values()]
+    if recipes:
+        lines.append(_("• *recipe NAME*: {names} (`/trial help recipe NAME` lists one's "
+                       "parameters)", names=", ".join(f"`{r}`" for r in sorted(recipes))))
+    else:
         lines.append(_("_No recipes: a worker started with `--recipes FILE` adds its own._"))
+    lines.append(_("*More*: {topics}", topics=" · ".join(f"`/trial help {t}`" for t in topics)))
     lines.append(_("Example: `/trial llm-infer batch=4 prompt=512 gen=64 dtype=bf16`"))
     return "\n".join(lines)
+
+
+def _workload_line(w: Workload) -> str:
+    name = f"recipe {w.name}" if w.recipe else w.name  # `recipe` is the command's word
+    return (_("*{name}*: {summary} (needs CUDA)", name=name, summary=w.summary_text())
+            if w.requires == "cuda" else f"*{name}*: {w.summary_text()}")
+
+
+def workload_help(w: Workload) -> str:
+    """`/trial help llm-infer` (or `recipe NAME`): every parameter with its default and range."""
+    lines = [_workload_line(w)]
+    lines += [f"• `{p.name}={p.default}` {p.help_text()} ({p.allowed()})" for p in w.params]
+    lines.append(_("Usage: `{usage}`", usage=w.usage()))
+    return "\n".join(lines)
+
+
+def topic_help(paragraphs: list[str], usage: str) -> str:
+    """`/trial help sweep`: the paragraphs that use the sub-command, and its usage."""
+    return "\n".join([*paragraphs, _("Usage: `{usage}`", usage=usage)])
 
 
 def held_note(channel: str) -> str:

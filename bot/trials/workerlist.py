@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 from bot.states import Json
+from worker import i18n
 from worker.api import duration
 from worker.i18n import N_, _, ngettext
 
@@ -27,7 +28,7 @@ def _state(kind: str, t: float | None, now: float, **values: object) -> str:
     bare, since = STATES[kind]
     if not t:
         return _(bare, **values)
-    stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%a %H:%M UTC")
+    stamp = i18n.stamp(dt.datetime.fromtimestamp(t, dt.timezone.utc), "%H:%M UTC")
     return _(since, stamp=stamp, ago=duration(max(0.0, now - t)), **values)
 
 

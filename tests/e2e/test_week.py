@@ -79,6 +79,9 @@ def test_a_users_week(tmp_path):
     show = section(out, "*Plan adkv* (locked", "*Plan adkv*: estimate against actual")
     assert "cost at H100-80GB rent $2.49 per GPU-hour (P1, source: https://example.com/q" in show
     assert "T2 (compare): done — off target" in show and "kept out of the actual" in show
+    assert ("*Record* (4 of 15 checklist items filled):\n• paper: AdaKV: adaptive KV eviction\n"
+            "• inputs: batch 8, prompt 4096\n• gpu: H100-80GB\n• platform: cuda\n"
+            "*Open checklist items*: baseline,") in show
     # The console's worker is a CPU box: every block's time is off the H100 target,
     # shown apart and out of the total, and an H100 actual is not compared with it.
     assert re.search(r"^compare\s+20×1\s+off target\s", show, re.M)
@@ -102,7 +105,7 @@ def test_a_users_week(tmp_path):
     assert "*adkv* (H100-80GB): estimate n/a GPU-h" in out  # the digest's plan line
     # The history holds who changed what, with the old value.
     history = section(out, "*Plan adkv*: its changes", "Exporting plan")
-    assert "deleted actual baseline: id=1, hours=1" in history
+    assert "deleted actual baseline #1: hours=1" in history
     assert "set fact inputs: (not set) → batch 8, prompt 4096" in history
     assert "CPU cores" in out and "? CPU cores" not in out
     assert "*T1*" in section(out, "/trial status", "") or "T1 llm-infer ok" in out
@@ -116,6 +119,8 @@ def test_a_users_week(tmp_path):
     assert "비용 기준: H100-80GB rent $2.49 GPU-시간당 (P1, 출처: https://example.com/q" in ko_show
     assert "T2 (compare): 완료 — 대상 외" in ko_show
     assert "*남은 체크리스트 항목*" in ko_show and "*경고*" in ko_show
+    assert "*기록* (체크리스트 항목 15개 중 5개 채움):" in ko_show
+    assert "• scope: 한국어 범위: 128K 문맥" in ko_show
     assert "H100-80GB에서의 실제 1.50 GPU-h(" in ko and "비교하지 않았습니다" in ko
     assert "따로 보관됨, T2: 대상 외" in ko
     assert "`batch=0`: batch은(는) 1부터 4096까지여야 합니다" in ko

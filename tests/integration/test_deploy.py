@@ -29,8 +29,9 @@ BIN = Path(sys.executable).parent
 DEPLOY = ROOT / "docs" / "deploy.md"
 WORKER_IMAGE = ROOT / "docker" / "worker.Dockerfile"
 BOT_IMAGE = ROOT / "docker" / "bot.Dockerfile"
+# Babel is the worker's too: its console speaks TRIALBOT_LANG (docs/i18n.md)
 SLACK_SIDE = {"slack-bolt", "slack-sdk", "sqlite-utils", "apscheduler", "matplotlib", "scipy",
-              "babel", "prometheus-client"}
+              "prometheus-client"}
 
 
 def project() -> dict:

@@ -17,7 +17,8 @@ def command(bot, text, name="/trial"):
 
 def test_trial_help_lists_workloads_and_parameters(bot):
     reply = command(bot, "help")
-    assert "llm-infer" in reply["text"] and "`kv_heads=2`" in reply["text"]
+    assert "llm-infer" in reply["text"] and "`/trial help sweep`" in reply["text"]
+    assert "`kv_heads=2`" in command(bot, "help llm-infer")["text"]
     assert reply["response_type"] == "ephemeral"
 
 

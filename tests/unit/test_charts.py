@@ -33,7 +33,8 @@ def timeline_report(phases, world=1):
                       "allocator": {"columns": ["t", "allocated", "reserved"],
                                     "rows": [[100 + i / 10, 50 * MiB, 64 * MiB]
                                              for i in range(30)]}},
-         "phases": [{"name": n, "start": 100 + a, "end": 100 + b} for n, a, b in phases]}
+         "phases": [{"name": n, "start": 100 + a, "end": 100 + b} for n, a, b in phases],
+         "memory": {"host_rss_peak": 300 * MiB}}
     if world > 1:
         r["training"] = {"world": world, "ranks": [
             {"rank": k, "host_rss_peak": (150 + k) * MiB} for k in range(world)]}
@@ -90,8 +91,8 @@ def test_a_multi_rank_trial_says_its_series_are_summed_and_shows_each_ranks_peak
     assert "torch allocated (CUDA allocator) (rank 0 only)" in legend
     assert "rank 0 peak 150 MiB (per rank, as in the table)" in legend
     assert "rank 1 peak 151 MiB (per rank, as in the table)" in legend
-    levels = [line.get_ydata()[0] for line in fig.axes[0].lines if line.get_linestyle() == "--"]
-    assert levels == pytest.approx([150 / 1024, 151 / 1024])
+    ranks = [line for line in fig.axes[0].lines if line.get_gid() == "rank-peak"]
+    assert [line.get_ydata()[0] for line in ranks] == pytest.approx([150 / 1024, 151 / 1024])
     (note,) = texts(fig, "ranks-note")
     assert "add up all 2 ranks' processes" in note.get_text()
 
@@ -122,15 +123,27 @@ def test_digest_labels_every_block_and_names_a_cpu_plans_hours():
     assert "repro/baseline (CPU)" in [t.get_text() for t in mixed.get_yticklabels()]
 
 
+@pytest.fixture(autouse=True)
+def closed_figures():
+    """The figures a test read are closed after it (pyplot keeps every one open)."""
+    yield
+    from matplotlib import pyplot as plt
+    plt.close("all")
+
+
 @pytest.fixture
 def ctx(tmp_path):
     return context(Store(str(tmp_path / "s.db")))
 
 
-def finished_sweep(ctx, words, rss):
+def finished_sweep(ctx, words, rss, seconds=None):
+    """The sweep run and fitted; `seconds`: each config's mean latency (else 10 ms per batch)."""
     commands.trial(ctx, words, "U1", "C1")
     while job := ctx.queue.lease("w1", 0):
-        ctx.queue.finish(job["id"], "w1", job["lease"], ok_report(job, rss(job["spec"]["params"])))
+        report = ok_report(job, rss(job["spec"]["params"]))
+        if seconds:
+            report["latency"] = {"mean": seconds(job["spec"]["params"])}
+        ctx.queue.finish(job["id"], "w1", job["lease"], report)
     return fit_sweep([j["report"] for j in ctx.store.sweep_jobs(1)])
 
 
@@ -161,7 +174,7 @@ def test_a_batch_sweep_chart_has_its_points_the_held_out_one_and_the_prediction(
     ((_, (y0, y1)),) = [seg.T for seg in bar.lines[2][0].get_segments()]
     assert (y0, y1) == pytest.approx((low / MiB, high / MiB))
     assert [line.get_gid() for line in time.lines].count("fit-extrapolated") == 1
-    assert time.get_title() == "time per request" and time.get_ylabel() == "ms"
+    assert time.get_title() == "time per request (malloc=auto)" and time.get_ylabel() == "ms"
     assert sweep_chart.png(fit, 1)[:8] == PNG
 
 

@@ -42,9 +42,10 @@ def test_a_sweep_fit_reads_in_korean_with_its_figures_ids_and_commands_kept():
     assert "`/trial fit S12 batch=N gpu=H100`으로 물어보십시오" in ko
     assert "*측정한 GPU에서* (NVIDIA H200, 워커가 보고한 전체 140 GiB)" in ko
     # the same figures in both languages: only the words around them change
-    for figure in ("≈ 954 MiB + 191 MiB·b", "1.68 GiB", "T4 (b=4, s=80)", "*744*", "dof 1",
+    for figure in ("≈ 954 MiB + 191 MiB·b", "1.68 GiB", "T4 (b=4, s=80)", "*744*",
                    "`/trial fit S12 gpu=H100`", "(90% "):
         assert figure in en and figure in ko
+    assert "자유도 1" in ko and "dof 1" in en
     assert "*Sweep S12*" in en and "*Measured points*" in en and "스윕" not in en
 
 
@@ -64,7 +65,7 @@ def test_gpu_name_errors_in_korean_keep_the_name_and_the_sizes():
     with i18n.using("ko"), pytest.raises(gpus.GpuNameError) as typo:
         gpus.named("h1000")
     assert "`h1000`은(는) 알 수 없는 GPU입니다" in str(typo.value)
-    assert "H100-80GB을(를) 말씀하신 건가요?" in str(typo.value)
+    assert "H100-80GB을(를) 말씀하신 것입니까?" in str(typo.value)
     assert "`80GiB`" in str(typo.value) and "`81559MiB`" in str(typo.value)
     with i18n.using("ko"), pytest.raises(gpus.GpuNameError) as ambiguous:
         gpus.named("A100")
@@ -112,7 +113,7 @@ def test_the_digest_in_a_korean_channel(tmp_path):
     assert none.startswith("이 채널에 예약된 요약이 없습니다.")
     assert "`/plan digest weekly mon 09:00 Asia/Seoul`" in none and "`/plan digest now`" in none
     out = say("digest weekly mon 09:00 Asia/Seoul", "CKO")
-    assert "이 채널에 예산 요약을 예약했습니다: 매주 Mon 09:00 Asia/Seoul; 다음 Mon 2026-12-07 " \
+    assert "이 채널에 예산 요약을 예약했습니다: 매주 월 09:00 Asia/Seoul; 다음 월 2026-12-07 " \
            "09:00 KST." in out
     assert say("digest", "CEN").startswith("No digest is scheduled in this channel.")
     with i18n.using("ko"):
@@ -137,12 +138,13 @@ def test_a_late_scheduled_digest_speaks_its_channels_language(tmp_path):
     posted = {r["channel"]: r for r in ctx.store.db["outbox"].rows if r["kind"] == "digest"}
     ko, en = posted["CKO"]["text"], posted["CEN"]["text"]
     week = digest_build.week_key(fire)
-    assert ko.startswith(f"*주간 예산 요약* {week} — Mon 2026-11-30 09:00 → Mon 2026-12-07 09:00 "
-                         "Asia/Seoul\n_Mon 12:00에 늦게 게시했습니다: 예약된 시각(매주 Mon 09:00 "
+    assert ko.startswith(f"*주간 예산 요약* {week} — 월 2026-11-30 09:00 → 월 2026-12-07 09:00 "
+                         "Asia/Seoul\n_월 12:00에 늦게 게시했습니다: 예약된 시각(매주 월 09:00 "
                          "Asia/Seoul)에 봇이 실행 중이 아니었습니다._")
     assert "*측정된 GPU-시간*: 0 GPU-h = 실행 0 + 준비 0" in ko and "• 이번 주 GPU-시간 없음" in ko
     assert "• 없음: `/plan new NAME`으로 시작합니다" in ko
-    assert en.startswith(f"*Weekly budget digest* {week} — ") and "late: the bot was not" in en
+    assert en.startswith(f"*Weekly budget digest* {week} — Mon 2026-11-30 09:00 → ")
+    assert "late: the bot was not" in en and "every Mon at 09:00" in en
     assert "주간" not in en
 
 

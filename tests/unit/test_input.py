@@ -124,7 +124,7 @@ def test_absurd_hours_are_refused_naming_the_limit(ctx):
     from bot.plans.command import parse_plan
     with pytest.raises(parse.PlanError, match="more than 1,000,000, the most one figure in hours"):
         parse_plan("adkv actual baseline hours=1000000000", TODAY)
-    with pytest.raises(parse.PlanError, match="hours is hours, e.g. hours=2, hours=2h"):
+    with pytest.raises(parse.PlanError, match="not `days`; 2days is 48 h, so write hours=48h"):
         parse_plan("adkv actual baseline hours=2days", TODAY)
 
 

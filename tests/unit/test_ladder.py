@@ -21,8 +21,8 @@ def test_each_step_is_on_top_of_the_previous():
 
 
 @pytest.mark.parametrize("extra, says", [
-    (["budget=lots"], "is not a size"),
-    (["budget=0GB"], "is not a size"),
+    (["budget=lots"], "budget is a size, a number and its unit"),
+    (["budget=0GB"], "budget must be from 1 MiB to 100 TiB"),
     (["zero=1"], "the ladder sets it itself"),
     (["precision=fp32"], "give bf16 or fp16"),
     (["world=3"], "must divide evenly"),

@@ -72,7 +72,7 @@ def test_a_corrected_actual_replaces_and_a_deleted_one_leaves_the_calibration(ct
     assert f"{float(shown) * want['low']:.4f}–{float(shown) * want['high']:.4f}" in out
 
     fixed = say(ctx, f"past1 actual baseline correct hours={3.0 * EST_H:.6f}")
-    assert "replacing 1 earlier one(s)" in fixed
+    assert "Corrected baseline actual #" in fixed and "hours " in fixed
     assert ctx.store.db["actuals"].count == 9
     want = expected([3.0 if i == 1 else r for i, r in enumerate(RATIOS[:9])])
     assert multipliers(say(ctx, "target show")) == (round(want["low"], 2), round(want["high"], 2))

@@ -6,7 +6,7 @@ import pytest
 
 from bot import commands
 from bot.app.runtime import context
-from bot.plans import service
+from bot.plans import service, views
 from bot.store import Store
 from bot.trials import command as trial_command
 from bot.trials import tags
@@ -50,6 +50,50 @@ def test_a_plan_from_new_to_show(ctx):
     assert "which prompts?" in out and "Open checklist items" in out and "paper" in out
 
 
+def test_show_gives_the_filled_checklist_as_the_record_beside_the_open_items(ctx):
+    """Issue #33 item 6: the values a team records (paper, repo, inputs...) are
+    shown by `show`, not only by the export; in Block Kit as fields, at most 10
+    a section, each value cut to RECORD_SHOWN characters."""
+    t = finish(ctx, report())
+    say(ctx, 'new repro gpu=H100 platform=cuda paper="AdaKV, arXiv 2405.01234v2"')
+    say(ctx, f"repro block baseline runs=20 trial={t}")
+    say(ctx, 'repro set repo="github.com/x/adakv@abc123" inputs="batch 8, prompt 4096"')
+    reply = commands.plan(ctx, "repro show", "U1", "C1", TODAY)
+    out = reply["text"]
+    record = ("*Record* (5 of 15 checklist items filled):\n• paper: AdaKV, arXiv 2405.01234v2\n"
+              "• repo: github.com/x/adakv@abc123\n• inputs: batch 8, prompt 4096\n"
+              "• gpu: H100-80GB\n• platform: cuda\n*Open checklist items*: baseline, configs, "
+              "command, framework, model, access, licence, data, scope, excluded")
+    assert record in out
+    [kept] = [b for b in reply["blocks"] if b.get("fields")]
+    assert kept["text"]["text"] == "*Record* (5 of 15 checklist items filled):"
+    assert [f["text"] for f in kept["fields"]][:2] == [
+        "*paper*\nAdaKV, arXiv 2405.01234v2", "*repo*\ngithub.com/x/adakv@abc123"]
+    # every item filled, one of 500 characters: two sections of fields, the long value cut
+    long = "x" * 300 + " " + "y" * 199
+    say(ctx, "repro set " + " ".join(f'{k}="{k} value"' for k in (
+        "baseline", "configs", "command", "framework", "model", "access", "licence", "data",
+        "excluded")) + f' scope="{long}"')
+    reply = commands.plan(ctx, "repro show", "U1", "C1", TODAY)
+    assert "*Open checklist items*: none" in reply["text"]
+    assert ("*Record* (15 of 15 checklist items filled; a value cut short here is whole in "
+            "`/plan repro export`):") in reply["text"]
+    assert "• scope: " + "x" * 300 not in reply["text"] and "• scope: …" not in reply["text"]
+    sections = [b for b in reply["blocks"] if b.get("fields")]
+    assert [len(b["fields"]) for b in sections] == [10, 5]
+    texts = [f["text"] for b in sections for f in b["fields"]]
+    assert all(len(x) <= views.RECORD_SHOWN + 20 for x in texts) and "*scope*\nx" in texts[11]
+    assert all(len(b["text"]["text"]) <= 3000 for b in reply["blocks"] if b.get("text"))
+    assert len(reply["blocks"]) <= 50
+
+
+def test_a_plan_with_nothing_filled_says_how_to_record(ctx):
+    say(ctx, "new bare")
+    out = say(ctx, "bare show")
+    assert "*Record*: no checklist item is filled yet (`/plan bare set paper=... repo=...`)" \
+        in out and "*Open checklist items*: paper, baseline" in out
+
+
 def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(ctx):
     t = finish(ctx, report())
     say(ctx, "new repro gpu=H100")
@@ -69,7 +113,7 @@ def test_cost_only_from_a_confirmed_price_and_stale_prices_are_flagged(ctx):
     ("repro block warmup runs=3 trial=T1", "`warmup` is not a block kind"),
     ("repro block baseline runs=3 trial=T99", "There is no trial T99"),
     ("repro block baseline runs=0 trial=T1", "runs must be from 1"),
-    ("repro block baseline runs=-2 trial=T1", "runs must be"),
+    ("repro block baseline runs=-2 trial=T1", "runs cannot be negative; it is a count from 1"),
     ("repro block baseline trial=T1", "needs runs=N"),
     ("repro block baseline runs=3", "give trial=T12"),
     ("repro block baseline runs=3 trial=T2", "T2 failed"),

@@ -38,6 +38,9 @@ def test_a_plan_started_and_shown_in_korean_keeps_names_and_commands(tmp_path):
     assert shown.startswith("*계획 adkv* — 대상 H100-80GB(플랫폼 설정 안 됨), 임대 per-block")
     assert "아직 블록이 없습니다: `/plan adkv block baseline runs=N trial=T12`." in shown
     assert "*남은 체크리스트 항목*: paper, baseline" in shown
+    assert "*기록* (체크리스트 항목 15개 중 1개 채움):\n• gpu: H100-80GB\n" in shown
+    _plan(ctx, 'adkv set scope="표 3: 128K 문맥"')
+    assert "• scope: 표 3: 128K 문맥" in _plan(ctx, "adkv show")  # user's text, unchanged
     review = _plan(ctx, "adkv review")
     assert review.startswith("*계획 adkv*: 추정치 대 실측치(GPU-시간)")
     assert "`/plan adkv actual baseline hours=H`" in review
@@ -57,12 +60,15 @@ def test_bad_input_is_refused_in_korean_naming_the_word_and_the_fix(tmp_path):
     _korean(ctx)
     _plan(ctx, "new adkv")
     out = _plan(ctx, "adkv block compare runs=abc trial=T1")
-    assert out.startswith(":x: `runs=abc`: runs은(는) 1 ~ 10000000 범위의 정수여야 합니다")
+    assert out.startswith(":x: `runs=abc`: runs은(는) 1부터 10,000,000까지의 정수여야 합니다. "
+                          "예: runs=10")
     assert out.endswith("아무것도 저장하지 않았습니다. `/plan help`에 명령 목록이 있습니다.")
     out = _plan(ctx, "adkv set period=3")
-    assert "`period=3`: 단위를 붙여 기간을 쓰세요: 10d, 6w, 3mo 또는 1y" in out
+    assert "`period=3`: period는 단위(d, w, mo, y)를 붙인 기간입니다. 예: 10d, 6w, 3mo 또는 1y" \
+        in out
     out = _plan(ctx, "nope show")
     assert "`nope` 계획이 없습니다. 이 채널의 계획: adkv. `/plan new nope`으로" in out
+    assert "`/plan adkv`을(를) 뜻했습니까?" in _plan(ctx, "adkvv show")
     assert "`Bad!`은(는) 계획 이름이 될 수 없습니다" in _plan(ctx, "new Bad!")
     out = _plan(ctx, "digest weekly mon 25:00 Asia/Seoul")
     assert "`25:00`: 시는 00 ~ 23 범위입니다(자정은 00:00). 예: 09:00" in out
@@ -105,7 +111,8 @@ def test_help_in_korean_keeps_every_command(tmp_path):
     out = _plan(ctx, "help")
     assert out.startswith("*`/plan`*은 측정한 트라이얼을 GPU-시간 추정치")
     assert "`/plan NAME set key=value ...`는 체크리스트" in out
-    assert "*체크리스트*: `paper` 논문과 버전(예: arXiv 2405.01234v2)" in out
+    assert "*체크리스트*" not in out  # each item's meaning is `/plan help set`'s
+    assert "*체크리스트*: `paper` 논문과 버전(예: arXiv 2405.01234v2)" in _plan(ctx, "help set")
     assert "`/plan digest weekly mon 09:00 Asia/Seoul`" in out
 
 
@@ -125,7 +132,7 @@ def test_a_slurm_answer_speaks_korean_and_keeps_job_ids():
     with i18n.using("ko"):
         actual, text = slurm.outcome(req, {"error": "sacct: command not found"})
     assert actual is None
-    assert text == (":x: *adkv* baseline의 Slurm accounting(작업 123456): Slurm 워커가 읽지 "
+    assert text == (":x: *adkv* baseline의 Slurm 사용 기록(작업 123456): Slurm 워커가 읽지 "
                     "못했습니다: sacct: command not found. 아무것도 기록하지 않았습니다"
                     "(요청자 <@U1>).")
     assert slurm.outcome(req, {"error": "x"})[1].startswith(
@@ -161,10 +168,15 @@ def test_a_block_priced_and_shown_in_korean(tmp_path):
     assert out.startswith("계획 *repro*: baseline 블록을 추가했습니다 — ")
     assert f"에서 실행한 {t} 기반." in out and "GPU-h" in out
     out = _plan(ctx, "price H100 ₩3500/h source=견적 date=2026-11-30")
-    assert out.startswith("P1을(를) 기록했습니다: H100-80GB rent ₩3500 GPU-시간당 (출처: 견적, "
+    assert out.startswith("P1을(를) 기록했습니다: H100-80GB 임대 GPU-시간당 ₩3500 (출처: 견적, "
                           "2026-11-30 확인).")
     shown = _plan(ctx, "repro show")
-    assert "비용 기준: H100-80GB rent ₩3500 GPU-시간당 (P1, 출처: 견적, 2026-11-30 확인)" in shown
+    assert "비용 기준: H100-80GB 임대 GPU-시간당 ₩3500 (P1, 출처: 견적, 2026-11-30 확인)" in shown
+    assert "전기 요금 kWh당 ₩150 (" in _plan(ctx, "price electricity ₩150/kWh source=견적 "
+                                                "date=2026-11-30")
+    history = _plan(ctx, "repro history")
+    assert "baseline 블록" in history and "block baseline" not in history
+    assert "가격 P1(공유 가격표)" in history
     assert "블록" in shown and "합계" in shown and "• baseline: 어떤 프롬프트?" in shown
     assert "GPU-시간 = 측정한 경과 시간 × GPU 수" in commands.plan(
         ctx, "repro show", "U1", "CKO", TODAY)["blocks"][-1]["elements"][0]["text"]

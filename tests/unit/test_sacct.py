@@ -10,7 +10,7 @@ import pytest
 from bot import commands
 from bot.app.runtime import context
 from bot.http.workerapi import WorkerApi
-from bot.plans import parse as plancmd
+from bot.plans import actualparse as plancmd
 from bot.plans import service
 from bot.plans import slurm as slurmactual
 from bot.plans.parse import PlanError

@@ -68,9 +68,9 @@ def test_bad_input_is_refused_in_korean_naming_the_word(ctx):
     assert "사용법: `/trial sweep llm-infer batch=1,2,4,8 prompt=512" in text
     assert text.endswith("아무것도 대기열에 추가하지 않았습니다.")
     assert "트라이얼 T99이(가) 없습니다. `/trial list`" in trial(ctx, "status T99")[0]["text"]
-    assert "`/trial fit`은 스윕 id를 받습니다" in trial(ctx, "fit")[0]["text"]
+    assert "`/trial fit`은 스윕 ID를 받습니다" in trial(ctx, "fit")[0]["text"]
     route = trial(ctx, f"{QUICK} min_mem=lots")[0]["text"]
-    assert "`min_mem=lots`: min_mem은 크기입니다. 예: `min_mem=80GB`" in route
+    assert "`min_mem=lots`: min_mem은(는) 크기입니다." in route and "예: min_mem=24GB" in route
     english = trial(ctx, "sweep llm-infer batch=1,,4", channel="CEN")[0]["text"]
     assert "`batch=1,,4`: an empty item in the list" in english and "사용법" not in english
 
@@ -122,7 +122,7 @@ def test_workers_ab_and_ladder_replies_in_korean():
     assert "래더 *L4*을(를) 예산 24 GiB으로" in queued_ladder
     assert "• T4 baseline: `llm-infer dtype=fp32`" in queued_ladder
     assert advice == ["기준선이 실행되지 않아 어떤 단계도 판정할 수 없습니다. "
-                      "먼저 기준선을 고치세요."]
+                      "먼저 기준선을 고치십시오."]
     assert ab.queued(jobs[:2])["text"].startswith("Queued an A/B of 1 round: A ")
 
 

@@ -52,13 +52,14 @@ def test_a_parameter_check_speaks_korean_and_keeps_the_words(words, korean, engl
 
 
 def test_trial_help_in_a_korean_channel_translates_the_parameters_only(ctx):
-    ko = commands.trial(ctx, "help", "U1", "CKO")[0]["text"]
-    en = commands.trial(ctx, "help", "U1", "CEN")[0]["text"]
+    def ask(topic, channel):
+        return commands.trial(ctx, f"help {topic}", "U1", channel)[0]["text"]
+    ko, en = ask("llm-infer", "CKO"), ask("llm-infer", "CEN")
     assert "• `gen=16` 시퀀스당 생성 토큰 수(decode) (1..65536)" in ko
     assert "*llm-infer*: 디코더 전용 트랜스포머, 무작위 가중치, KV 캐시" in ko
-    assert "`model=none` 프리셋(llama-2-7b, " in ko  # the filled-in preset list kept
+    assert "`model=none` 프리셋(llama-2-7b, " in ask("hf-infer", "CKO")  # the preset list kept
     assert "• `gen=16` tokens generated per sequence (decode) (1..65536)" in en
-    assert "`model=none` a preset (llama-2-7b, " in en and "시퀀스" not in en
+    assert "`model=none` a preset (llama-2-7b, " in ask("hf-infer", "CEN") and "시퀀스" not in en
     # The worker's own CLI prints the same help in English whatever the bot speaks.
     assert spec.LLM_INFER.param("gen").describe() == ("gen=16 (1..65536) tokens generated per "
                                                       "sequence (decode)")
@@ -99,7 +100,7 @@ def test_stability_retries_and_the_machine_read_in_korean():
         assert summary.stability(dict(unstable, count=3), "step").startswith(
             "불안정: 3 스텝 후")
         assert summary.machine(quiet) == ("조용함: run 단계 동안 다른 프로세스가 CPU 16개의 "
-                                          "4%를 사용했습니다(steal 0%; 20% 초과 시 표시)")
+                                          "4%를 사용했습니다(스틸 시간 0%; 20% 초과 시 표시)")
     assert summary.stability(unstable) == ("UNSTABLE: IQR/median 12.3% ≥ 5% after 7 requests "
                                            "(run_cap); treat these figures with care")
     assert summary.stability(dict(unstable, count=1, stable=True)) == (
@@ -165,9 +166,9 @@ def test_a_busy_machine_s_warning_written_by_the_worker_reads_in_korean():
         ko = summary.busy_line(r)
         assert summary.machine(r["contention"]) == ko
     assert ko == ("다른 작업으로 바쁜 머신: run 단계 동안 다른 프로세스가 CPU의 41%를 사용했고"
-                  "(0.5 s 구간에서 최대 90%), 하이퍼바이저가 20%를 가져갔습니다(steal); GPU 0에서 "
-                  "다른 프로세스 2개가 1.50 GiB를 점유; GPU 0 클럭 저하(thermal). 이 시간은 머신 "
-                  "본래의 속도가 아니니 조용한 머신에서 다시 실행하십시오")
+                  "(0.5 s 구간에서 최대 90%), 하이퍼바이저가 20%를 가져갔습니다(스틸 시간); "
+                  "GPU 0에서 다른 프로세스 2개가 1.50 GiB를 점유; GPU 0 클럭 저하(thermal). "
+                  "이 시간은 머신 본래의 속도가 아니니 조용한 머신에서 다시 실행하십시오")
 
 
 @pytest.mark.parametrize("note", [
@@ -209,8 +210,8 @@ def test_a_model_s_source_and_the_optimizer_theory_read_in_korean():
     with i18n.using("ko"):
         assert summary.model_line(m) == (
             "mistral-7b: MistralForCausalLM, 레이어 32개 중 2개, attn=sdpa, transformers 4.57.1, "
-            "무작위(config로 생성; 아무것도 내려받지 않음); config 출처: trialbot에 들어 있는 "
-            "mistralai/Mistral-7B-v0.1의 config.json 사본")
+            "무작위(설정 파일로 생성; 아무것도 내려받지 않음); 설정 파일 출처: trialbot에 "
+            "들어 있는 mistralai/Mistral-7B-v0.1의 config.json 사본")
         assert summary.training(tr).endswith(
             "(이론값 랭크당 4.00 MiB: AdamW는 exp_avg와 exp_avg_sq를 fp32로 보관합니다: "
             "8 bytes/param, ZeRO-1 방식으로 랭크 2개에 나눔)")

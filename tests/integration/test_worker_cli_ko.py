@@ -1,0 +1,42 @@
+"""`trialbot-worker` speaks TRIALBOT_LANG (docs/i18n.md): its help, the trial
+help and the doctor, as a child process run from a shell."""
+import os
+import subprocess
+
+from conftest import BIN, ROOT
+
+
+def worker(*args, lang: str | None):
+    env = {k: v for k, v in os.environ.items() if k != "TRIALBOT_LANG"}
+    if lang is not None:
+        env["TRIALBOT_LANG"] = lang
+    return subprocess.run([str(BIN / "trialbot-worker"), *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120, env=env)
+
+
+def test_help_is_korean_under_trialbot_lang_ko():
+    ko = worker("--help", lang="ko")
+    assert ko.returncode == 0, ko.stderr
+    assert "trialbot 서버의 트라이얼을 실행합니다." in ko.stdout
+    assert "Slack에 보이는 워커 이름" in ko.stdout and "--stop-grace SECONDS" in ko.stdout
+    assert "이 워커가 실행할 수 있는 명령의 레시피 파일(TOML)" in ko.stdout
+    en = worker("--help", lang=None)
+    assert "Run trials for a trialbot server." in en.stdout and "워커" not in en.stdout
+
+
+def test_trial_help_and_doctor_are_korean(tmp_path):
+    assert "워크로드와 파라미터" in worker("trial", "help", lang="ko").stdout
+    done = worker("doctor", "--server", "http://127.0.0.1:9", "--workdir", str(tmp_path),
+                  lang="ko")
+    assert done.returncode & 2, done.stdout  # the bot is unreachable: its bit is set
+    assert "의 trialbot-worker doctor:" in done.stdout
+    assert "http://127.0.0.1:9의 봇이 응답하지 않습니다" in done.stdout
+    assert "남음." in done.stdout and "Fix:" not in done.stdout
+    help_ko = worker("doctor", "--help", lang="ko").stdout
+    assert "이 머신이 trialbot 워커로 준비되었는지 점검합니다" in help_ko
+
+
+def test_an_unknown_language_stops_the_worker_naming_the_choices():
+    done = worker("--help", lang="fr")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "TRIALBOT_LANG: `fr` is not a language" in done.stderr and "`ko`" in done.stderr

@@ -189,7 +189,7 @@ def test_recipe_from_slack_runs_on_the_worker_that_has_it(served_bot, start_work
         return post(served_bot.url + "/slack/events", body, signed_headers("s3cret", body))[1]
 
     deadline = time.monotonic() + 30
-    while "recipe paper-infer" not in slash("help")["text"]:  # until "papers" registered
+    while "`paper-infer`" not in slash("help")["text"]:  # until "papers" registered
         assert time.monotonic() < deadline
         time.sleep(0.2)
     refused = slash("recipe rm-rf")

@@ -114,7 +114,7 @@ def run_hunt(url: str, fake_slack, worker: Proc) -> None:
         return post(url + "/slack/events", body, signed_headers("s3cret", body))[1]
 
     deadline = time.monotonic() + 60
-    while "recipe hunt" not in slash("help")["text"]:  # until the worker registered
+    while "`hunt`" not in slash("help")["text"]:  # until the worker registered
         assert worker.p.poll() is None and time.monotonic() < deadline, worker.stop()
         time.sleep(0.2)
     assert "Queued as *T1*" in slash("recipe hunt")["text"]

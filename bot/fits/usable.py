@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 from bot.fits import ols
 from bot.states import Json
-from worker.api import FIXED_BOUND, Report, duration, size, summary
+from worker.api import FIXED_BOUND, duration, size, summary
 from worker.i18n import N_, _
 
 # A verdict's `cause` is one of these codes; shown as _(cause).
@@ -54,7 +54,7 @@ def marks(r: Json) -> Json:
     return {"unstable": None if stable is None else not stable, "spread": ratio,
             "contended": bool(c.get("flagged")) if isinstance(c, dict) else None,
             # the worker's note in the reader's language, its English where it has none
-            "contention": summary.busy_line(cast(Report, r)) if isinstance(c, dict) else None}
+            "contention": summary.busy_line(r) if isinstance(c, dict) else None}
 
 
 def marked(model: Json, points: list[Json],

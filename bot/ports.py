@@ -7,11 +7,11 @@ Imports no module above bot/store (pyproject.toml's layers)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from bot.states import Postable
+from bot.states import ActualStatus, Postable
 from bot.store.base import Posted, Row, Unwritable, WriteHealth
 from bot.store.leasing import NeedsClass
 from worker.api import Report, specs
@@ -100,7 +100,7 @@ class QueueStore(Protocol):
     def finish_slurm_actual(
         self,
         req: Row,
-        status: str,
+        status: ActualStatus,
         result: Row,
         text: str,
         actual: Row | None,
@@ -183,7 +183,7 @@ class PlanStore(Protocol):
     def finish_slurm_actual(
         self,
         req: Row,
-        status: str,
+        status: ActualStatus,
         result: Row,
         text: str,
         actual: Row | None,
@@ -292,12 +292,14 @@ class TrialQueue(Protocol):
                route: Row | None = None, response_url: str | None = None,
                held: bool = False) -> Row: ...
 
-    def submit_sweep(self, specs: list[specs.TrialSpec], words: list[str], user: str, channel: str,
+    def submit_sweep(self, specs: Sequence[specs.TrialSpec], words: Sequence[str], user: str,
+                     channel: str,
                      tags: Row | None = None, request: str | None = None,
                      route: Row | None = None, response_url: str | None = None,
                      held: bool = False) -> list[Row]: ...
 
-    def submit_group(self, kind: str, specs: list[specs.TrialSpec], words: list[str], user: str,
+    def submit_group(self, kind: str, specs: Sequence[specs.TrialSpec], words: Sequence[str],
+                     user: str,
                      channel: str, budget: int | None = None, tags: Row | None = None,
                      request: str | None = None, route: Row | None = None,
                      response_url: str | None = None, held: bool = False) -> list[Row]: ...

@@ -1,8 +1,9 @@
-"""The words for a job's life and a try's outcome, as enums whose values are
-the text SQLite, the JSON API and the reports hold: a member equals its text
-("done" == JobStatus.DONE), so rows read back as plain strings compare as
-before; and whether the bot may post in a channel (Postable). The lowest
-layer: the store sets these, the domains, views and seams read them."""
+"""The words for a job's life, a try's outcome and a Slurm accounting
+request's, as enums whose values are the text SQLite, the JSON API and the
+reports hold: a member equals its text ("done" == JobStatus.DONE), so rows
+read back as plain strings compare as before; and whether the bot may post
+in a channel (Postable). The lowest layer: the store sets these, the
+domains, views and seams read them."""
 from __future__ import annotations
 
 import enum
@@ -38,6 +39,16 @@ class Outcome(TextEnum):
     """A try's status (an `attempts` row, a report's `status` once it ended;
     worker/report.py types it as the Literal of these values)."""
     OK = "ok"
+    FAILED = "failed"
+
+
+class ActualStatus(TextEnum):
+    """A Slurm accounting request's `status` (a `slurm_actuals` row): queued
+    until a Slurm worker leases it, running while its sacct runs, then done
+    (an actual recorded) or failed (why in its message)."""
+    QUEUED = "queued"
+    RUNNING = "running"        # leased to a Slurm worker
+    DONE = "done"
     FAILED = "failed"
 
 

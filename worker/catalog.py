@@ -100,6 +100,7 @@ class Param:
                          "{name}={example}") if self.kind == "int" else
                       N_("`{token}`: {name} must be a number from {low} to {high}, e.g. "
                          "{name}={example}"), example=self.default) from None
+        assert self.low is not None and self.high is not None  # a number's range is declared
         if not math.isfinite(value):
             raise bad(N_("`{token}`: {name} must be a finite number from {low} to {high}, e.g. "
                          "{name}={example}"), example=self.default)

@@ -61,7 +61,7 @@ class EnvSpec:
 
     @property
     def local(self) -> bool:
-        return bool(self.repo) and is_local(self.repo)
+        return bool(self.repo and is_local(self.repo))
 
 
 def is_local(repo: str) -> bool:
@@ -132,6 +132,7 @@ def check_spec(spec: EnvSpec, cwd_base: str) -> None:
     if spec.commit and not spec.repo:
         raise EnvironmentProblem("`commit` needs `repo` (the repository it is a commit of)")
     if spec.local:
+        assert spec.repo and spec.commit  # local: a repo, whose commit is checked above
         if not os.path.isdir(spec.repo):
             raise EnvironmentProblem(f"repo `{spec.repo}` is not a directory on this worker; "
                                      "give a git URL or the path of a checkout")
@@ -221,9 +222,9 @@ def interpreter(version: str) -> str:
                                env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
         if found.returncode == 0 and found.stdout.strip():
             return found.stdout.strip()
-    found = shutil.which("python" + ".".join(version.split(".")[:2]))
-    if found:
-        return found
+    path = shutil.which("python" + ".".join(version.split(".")[:2]))
+    if path:
+        return path
     raise EnvironmentProblem(f"python {version} is not installed on this worker (the worker "
                              f"never downloads one); install it (e.g. `uv python install "
                              f"{version}`) or remove `python` to use this worker's "

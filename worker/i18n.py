@@ -27,7 +27,7 @@ import contextvars
 import functools
 import gettext
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 LANGS = {"en": "English", "ko": "한국어"}
@@ -71,7 +71,7 @@ def set_default(lang: str) -> None:
 
 
 @contextlib.contextmanager
-def using(lang: str | None):
+def using(lang: str | None) -> Iterator[None]:
     """Messages made inside speak `lang` (None: keep the language in use)."""
     token = _current.set(language(lang)) if lang else None
     try:

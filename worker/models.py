@@ -57,10 +57,12 @@ def resolve(name: str, dirs: list[str] | None = None, hub: bool | None = None) -
     the hub: fetched by transformers), "source"}; ModelError when not allowed."""
     dirs = allowed_dirs() if dirs is None else dirs
     hub = hub_allowed() if hub is None else hub
-    if presets.get(name):
-        path = PRESET_DIR / f"{name}.json"
-        return _source({"name": name, "kind": "preset", "path": str(path), "config": read(path)},
-                       notes.message(notes.SOURCE_PRESET, source=presets.get(name).source))
+    preset = presets.get(name)
+    if preset:
+        preset_file = PRESET_DIR / f"{name}.json"
+        return _source({"name": name, "kind": "preset", "path": str(preset_file),
+                        "config": read(preset_file)},
+                       notes.message(notes.SOURCE_PRESET, source=preset.source))
     for d in dirs:
         path = find(d, name)
         if path:
@@ -116,7 +118,7 @@ def read(path: str | Path) -> dict:
 
 def depth(config: dict) -> int | None:
     """The config's number of layers, as transformers reads it."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = config["text_config"] if isinstance(config.get("text_config"), dict) else config
     value = text.get("num_hidden_layers", text.get("n_layer", text.get("num_layers")))
     return value if isinstance(value, int) else None
 
@@ -162,18 +164,19 @@ def capabilities(dirs: list[str], hub: bool) -> dict:
     (by version), the hub switch, and its configs. Each config is built on the
     meta device in a child first, so one transformers cannot build, or an
     attn= its class does not support, is refused by the bot before a job exists."""
+    models = listing(dirs)
     out = {"transformers": installed("transformers"), "flash_attn": installed("flash_attn")
-           or installed("flash-attn"), "hub": hub, "models": listing(dirs)}
-    names = [n for n, m in out["models"].items() if "error" not in m]
+           or installed("flash-attn"), "hub": hub, "models": models}
+    names = [n for n, m in models.items() if "error" not in m]
     if out["transformers"] and names:
         for name, built in buildable(names, dirs).items():
             if built.get("error"):
-                out["models"][name] = {"error": built["error"]}
+                models[name] = {"error": built["error"]}
             elif built.get("attn"):
-                out["models"][name]["attn"] = built["attn"]
+                models[name]["attn"] = built["attn"]
     elif names:
         for name in names:
-            out["models"][name]["unchecked"] = "transformers is not installed on this worker"
+            models[name]["unchecked"] = "transformers is not installed on this worker"
     return out
 
 

@@ -18,7 +18,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, TypeGuard, Union
 
 MAX_PROBLEMS = 10  # a report wrong in 3000 places is named by its first few
 MAX_DEPTH = 32  # objects in objects: the report's own go 5 deep
@@ -100,7 +100,8 @@ def loose(value: object, path: str = "") -> list[str]:
     """Problems anywhere, annotated or not: a NaN or infinite number, one over
     MAX_MAGNITUDE in size, nesting deeper than MAX_DEPTH. A stack, not
     recursion: a body nested hundreds deep must not exhaust Python's."""
-    found, stack = [], [(path, value, 0)]
+    found: list[str] = []
+    stack = [(path, value, 0)]
     while stack and len(found) < MAX_PROBLEMS:
         where, v, depth = stack.pop()
         if isinstance(v, float) and not math.isfinite(v):
@@ -136,7 +137,7 @@ def _unwrap(hint) -> tuple[object, tuple]:
     return hint, ()
 
 
-def number(v) -> bool:
+def number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -145,7 +146,8 @@ class _Option:
     """One type a union allows, worked out once: a report has thousands of values."""
     hint: object
     marks: tuple
-    json: object   # the Python type a value must be, "number", "null", or Literal's choices
+    # the Python type a value must be, "number", "null", or Literal's choices
+    json: type | str | tuple[object, ...]
     origin: object
     args: tuple
     name: str
@@ -163,6 +165,7 @@ def _option(hint) -> _Option:
     base, marks = _unwrap(hint)
     origin, args = typing.get_origin(base), typing.get_args(base)
     kind = origin or base
+    json_type: type | str | tuple[object, ...]
     if base is type(None):
         json_type, name = "null", "null"
     elif kind is Literal:
@@ -187,6 +190,7 @@ def _fits(value, option: _Option) -> bool:
         return value is None
     if isinstance(kind, tuple):
         return value in kind
+    assert isinstance(kind, type)  # "number" and "null" are answered above
     return isinstance(value, kind)
 
 
@@ -195,9 +199,9 @@ def _check(value, hint, path: str, out: list[str]) -> None:
     match = next((o for o in options if _fits(value, o)), None)
     if match is None:
         names = list(dict.fromkeys(o.name for o in options))
-        names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        said = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
         shown = "" if isinstance(value, (dict, list)) else f" (got {_shown(value)})"
-        out.append(f"`{path}` must be {names}{shown}")
+        out.append(f"`{path}` must be {said}{shown}")
         return
     if value is None:
         return

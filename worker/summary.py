@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from worker import notes, timeline, units
 from worker.i18n import N_, _, ngettext
@@ -230,7 +232,7 @@ def _latency_label(unit: str) -> str:
     return _("latency per {unit}", unit=unit)
 
 
-def timed_live_on_cpu(r: Report) -> bool:
+def timed_live_on_cpu(r: Mapping[str, Any]) -> bool:  # a Report, or the bot's stored one
     """One pass under malloc=live on the CPU: its times carry the page faults
     of the pinned mmap threshold (malloc=auto times a separate glibc pass)."""
     env = r.get("env") or {}
@@ -381,7 +383,7 @@ def _runs(count: int, unit: str) -> str:
     return f"{count} {unit}{'s' * (count != 1)}"
 
 
-def busy_line(r: Report) -> str | None:
+def busy_line(r: Mapping[str, Any]) -> str | None:  # a Report, or the bot's stored one
     """The warning a contended trial carries wherever it is shown."""
     c = r.get("contention") or {}
     return notes.said(c.get("summary_note"), c.get("summary")) if c.get("flagged") else None

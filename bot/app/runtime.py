@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from bot import access
 from bot.context import Context
@@ -23,6 +24,9 @@ from bot.slack.later import ACK_WRITE_SECONDS
 from bot.store import Store
 from bot.trials import workers
 from bot.trials.queue import LEASE_SECONDS, JobQueue
+
+if TYPE_CHECKING:
+    from worker.api import Agent
 
 # Seconds the embedded worker has to kill its trial and hand it back (worker/agent.py
 # TELL, and the child's death) before the bot stops without it.
@@ -45,6 +49,8 @@ HEALTH_WRITE_SECONDS = 1.0  # /healthz's probe write waits at most this for the 
 
 
 class Runtime:
+    ctx: Context  # set in __init__, after the courier that forgets a refused channel through it
+
     def __init__(self, db: str, worker_token: str, transport, host: str = "127.0.0.1",
                  port: int = 0, lease_seconds: float = LEASE_SECONDS,
                  policy: access.Policy | None = None, metrics_token: str | None = None,
@@ -69,7 +75,8 @@ class Runtime:
                                                             ACK_WRITE_SECONDS),
                              watch=Watch(self.store, worker_token, metrics_token,
                                          self.slack_errors))
-        self.agent = self.agent_thread = None
+        self.agent: Agent | None = None
+        self.agent_thread: threading.Thread | None = None
 
     def slack_errors(self) -> dict[str, int]:
         """Failed Slack calls by class: the outbox's and the Bolt app's, added."""
@@ -116,7 +123,7 @@ class Runtime:
                 "tokens, worker token and database; give --trial-user USER, run the bot as "
                 "an unprivileged user, or run trials on a trialbot-worker with --trial-user")
         host, port = self.server.server_address[:2]
-        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else str(host)  # AF_INET: a str
         # Registered like trialbot-worker's: its GPUs and CPU cores, transformers and
         # its configs, its recipes (`/trial workers`).
         self.agent = Agent(Client(f"http://{host}:{port}", self.worker_token),
@@ -137,7 +144,7 @@ class Runtime:
         hands its trial back (`reason`, e.g. SIGTERM, on the card) over the
         API, so before the server stops accepting; the outbox starts no more
         Slack calls and completes the ones it is making (marked sent)."""
-        if self.agent:
+        if self.agent and self.agent_thread:  # started together
             self.agent.stop(reason)
             self.agent_thread.join(timeout=AGENT_STOP)
         self.outbox.stop()

@@ -17,7 +17,7 @@ from bot.blocks import chunks, context, section
 from bot.fits import gpus
 from bot.plans import estimate, prices, review, views
 from bot.plans.digestparse import WEEKDAYS
-from bot.states import JobStatus, Outcome
+from bot.states import JobStatus, Json, Outcome
 from worker import i18n
 from worker.i18n import N_, _
 
@@ -88,7 +88,7 @@ def measure(trials: list[dict], idle: list[dict], start: dt.datetime, tz) -> dic
     # Local dates the week touches: 8 when it starts mid-day (first and last partly).
     last = (start + dt.timedelta(days=7) - dt.timedelta(microseconds=1)).date()
     days = [start.date() + dt.timedelta(days=i) for i in range((last - start.date()).days + 1)]
-    out = {"trials": len(trials), "ok": 0, "failed": 0, "cancelled": 0, "retried": 0,
+    out: Json = {"trials": len(trials), "ok": 0, "failed": 0, "cancelled": 0, "retried": 0,
            "failed_tries": 0,
            "days": days, "idle_workers": {}, "by_gpu": {},
            **{kind: {"seconds": dict.fromkeys(COMPONENTS, 0.0),

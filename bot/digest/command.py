@@ -11,11 +11,13 @@ import logging
 from zoneinfo import ZoneInfo
 
 from bot.blocks import reply
+from bot.context import Context
 from bot.digest import build as digest
 from bot.digest import chart
 from bot.plans import estimate, service, views
 from bot.plans.entry import Asked, Entry
-from bot.plans.parse import PlanError, parse_digest_words
+from bot.plans.grammar import PlanError
+from bot.plans.parse import parse_digest_words
 from worker import i18n
 from worker.i18n import N_, _
 
@@ -24,7 +26,7 @@ log = logging.getLogger("trialbot.digest")
 LATE = dt.timedelta(minutes=10)  # posted later than this after its time: the digest says so
 
 
-def collect(ctx, channel: str, start: dt.datetime, end: dt.datetime,
+def collect(ctx: Context, channel: str, start: dt.datetime, end: dt.datetime,
             today: dt.date) -> tuple[dict, list[dict], list[dict]]:
     """The store's rows for one digest: the week's measured figures, each plan
     of the channel summarised, and the confirmed prices."""
@@ -52,7 +54,7 @@ def collect(ctx, channel: str, start: dt.datetime, end: dt.datetime,
     return m, summaries, price_list
 
 
-def build(ctx, channel: str, end: dt.datetime, week: str | None,
+def build(ctx: Context, channel: str, end: dt.datetime, week: str | None,
           late: str | None = None, user: str | None = None,
           response_url: str | None = None) -> list[dict]:
     """The digest message, then its chart and the replies that continue its
@@ -72,7 +74,7 @@ def build(ctx, channel: str, end: dt.datetime, week: str | None,
         *(digest.thread_message(channel, part) for part in more))]
 
 
-def post_scheduled(ctx, schedule: dict, now: dt.datetime) -> bool:
+def post_scheduled(ctx: Context, schedule: dict, now: dt.datetime) -> bool:
     """Post the digest of the most recent scheduled time, unless that week was
     posted already. True when posted."""
     fire = digest.last_fire(schedule, now)
@@ -93,7 +95,7 @@ def post_scheduled(ctx, schedule: dict, now: dt.datetime) -> bool:
     return posted
 
 
-def catch_up(ctx, now: dt.datetime) -> list[str]:
+def catch_up(ctx: Context, now: dt.datetime) -> list[str]:
     """At start: a week whose time passed while the bot was down (after the
     schedule was made) and was not posted is posted now. The channels posted."""
     out = []
@@ -104,7 +106,7 @@ def catch_up(ctx, now: dt.datetime) -> list[str]:
     return out
 
 
-def _weekly(ctx, cmd, asked: Asked) -> dict:
+def _weekly(ctx: Context, cmd, asked: Asked) -> dict:
     schedule = dict(cmd.args, channel=asked.channel, user=asked.user)
     old = ctx.store.set_digest(schedule)
     _resync(ctx)
@@ -118,16 +120,16 @@ def _weekly(ctx, cmd, asked: Asked) -> dict:
                    "`/plan digest now` posts one now; `/plan digest off` stops it.", **values))
 
 
-def _off(ctx, cmd, asked: Asked) -> dict:
+def _off(ctx: Context, cmd, asked: Asked) -> dict:
     current = ctx.store.digest(asked.channel)
-    if not ctx.store.delete_digest(asked.channel):
+    if current is None or not ctx.store.delete_digest(asked.channel):
         raise PlanError(_("No digest is scheduled in this channel; nothing to stop"))
     _resync(ctx)
     return reply(_("Budget digest stopped in this channel (it was {schedule}).",
                    schedule=digest.schedule_text(current)))
 
 
-def _now(ctx, cmd, asked: Asked) -> dict:
+def _now(ctx: Context, cmd, asked: Asked) -> dict:
     current = ctx.store.digest(asked.channel)
     tz = ZoneInfo(current["tz"]) if current else dt.timezone.utc
     end = asked.now.astimezone(tz)
@@ -139,7 +141,7 @@ def _now(ctx, cmd, asked: Asked) -> dict:
                    "chart follows in its thread)."))
 
 
-def _show(ctx, cmd, asked: Asked) -> dict:
+def _show(ctx: Context, cmd, asked: Asked) -> dict:
     current = ctx.store.digest(asked.channel)
     if current is None:
         return reply(_("No digest is scheduled in this channel. `/plan digest weekly mon 09:00 "
@@ -151,7 +153,7 @@ def _show(ctx, cmd, asked: Asked) -> dict:
                    next=i18n.stamp(nxt, "%Y-%m-%d %H:%M %Z")))
 
 
-def _resync(ctx) -> None:
+def _resync(ctx: Context) -> None:
     if ctx.digests is not None:  # the running schedule, when one runs
         ctx.digests.sync()
 

@@ -13,10 +13,16 @@ from __future__ import annotations
 import io
 import math
 import textwrap
+from typing import TYPE_CHECKING, TypedDict
 
 from bot.fits import depth, ols, scaling, usable
+from bot.states import Json
 from worker.api import duration, size
 from worker.i18n import using
+
+if TYPE_CHECKING:  # matplotlib is imported when the first chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 LEVEL = 0.90  # as in the sweep messages
 MAX_LINES = 4  # a sweep of batch and length: one line per length, the smallest few
@@ -24,7 +30,7 @@ MAX_LINES = 4  # a sweep of batch and length: one line per length, the smallest 
 # here (a missing glyph draws as a box), and the message beside the chart is translated.
 
 
-def png(fit: dict, sweep: int, params: dict | None = None) -> bytes:
+def png(fit: Json, sweep: int, params: Json | None = None) -> bytes:
     from matplotlib import pyplot as plt
     fig = figure(fit, sweep, params)
     out = io.BytesIO()
@@ -33,13 +39,13 @@ def png(fit: dict, sweep: int, params: dict | None = None) -> bytes:
     return out.getvalue()
 
 
-def memory_method(fit: dict) -> str | None:
+def memory_method(fit: Json) -> str | None:
     """The memory figure the chart shows: the GPU one the answers use, else the first fitted."""
     good = [m for m, model in (fit.get("memory") or {}).items() if not model.get("error")]
     return scaling.gpu_method(fit) or (good[0] if good else None)
 
 
-def figure(fit: dict, sweep: int, params: dict | None = None):
+def figure(fit: Json, sweep: int, params: Json | None = None) -> Figure:
     """The chart as a matplotlib figure (png() renders it; tests inspect it)."""
     import matplotlib  # imported when the first chart is drawn, not at bot start-up
     matplotlib.use("Agg")
@@ -67,14 +73,14 @@ def figure(fit: dict, sweep: int, params: dict | None = None):
     return fig
 
 
-def _pass(fit: dict, figure: str | None) -> str:
+def _pass(fit: Json, figure: str | None) -> str:
     """" (malloc=live, memory pass)": which run of the trials a host figure or
     the time came from (a CPU trial under malloc=auto measures them in two)."""
     used = (fit.get("allocators") or {}).get(figure or "")
     return f" ({' and '.join(used)})" if used else ""
 
 
-def _axis(fit: dict) -> dict:
+def _axis(fit: Json) -> Json:
     """What the x axis is: layers for a depth sweep, else the batch when it
     varied, else the summed length; `other` is the coordinate held per line;
     `param` the name a verdict's advice uses (as the fit's text does)."""
@@ -90,12 +96,12 @@ def _axis(fit: dict) -> dict:
     return {"x": 1, "label": f"length ({length})", "name": length, "param": vars_.get("batch")}
 
 
-def _coords(fit: dict, point: dict) -> tuple[float, float]:
+def _coords(fit: Json, point: Json) -> tuple[float, float]:
     """A measured point as the model's (b, s)."""
     return (point["layers"], 1) if fit.get("kind") == "depth" else (point["b"], point["s"])
 
 
-def _asked(fit: dict, params: dict | None) -> tuple[tuple | None, str | None]:
+def _asked(fit: Json, params: Json | None) -> tuple[tuple[float, float] | None, str | None]:
     """The question's (b, s), or why there is none to draw."""
     if not params or fit.get("error"):
         return None, None
@@ -113,7 +119,8 @@ def _scale(unit: str, top: float) -> tuple[float, str]:
     return (1.0, "s") if top >= 1 else (1e-3, "ms")
 
 
-def _judged(fit: dict, model: dict, axis: dict, asked: tuple) -> tuple[float | None, dict]:
+def _judged(fit: Json, model: Json, axis: Json, asked: tuple[float, float]
+            ) -> tuple[float | None, Json]:
     """The prediction at the asked config and its verdict, as the fit's text judges it
     (a model that cannot say: None, and why)."""
     try:
@@ -123,8 +130,8 @@ def _judged(fit: dict, model: dict, axis: dict, asked: tuple) -> tuple[float | N
     return value, usable.verdict(model, fit.get("points") or [], (*asked, value), axis["param"])
 
 
-def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
-           asked: tuple | None) -> None:
+def _panel(ax: Axes, fit: Json, axis: Json, title: str, model: Json | None, unit: str,
+           asked: tuple[float, float] | None) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.set_xlabel(axis["label"])
@@ -167,7 +174,7 @@ def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
     v = model.get("verdict") or {}
     ax.set_title(title + (f" — not usable ({v['cause']})" if v and not v["usable"] else ""),
                  fontsize=9)
-    ax.yaxis.get_major_formatter().set_useOffset(False)  # no "1e-11+1e1" over the axis
+    ax.ticklabel_format(axis="y", useOffset=False)  # no "1e-11+1e1" over the axis
     if max(values) - min(values) <= 1e-6 * max(values):  # a flat fit: show it from zero
         ax.set_ylim(0, max(values) / scale * 1.25)
     ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]))  # the autoscale's margin not below 0 either
@@ -175,7 +182,7 @@ def _panel(ax, fit: dict, axis: dict, title: str, model: dict | None, unit: str,
     ax.legend(fontsize=7)
 
 
-def _held_out(ax, model: dict, x: int, scale: float) -> None:
+def _held_out(ax: Axes, model: Json, x: int, scale: float) -> None:
     held = model.get("held_out")
     if not held:
         return
@@ -193,14 +200,21 @@ def _held_out(ax, model: dict, x: int, scale: float) -> None:
                    gid="held-out-predicted")
 
 
-def _group_label(fit: dict, axis: dict, g: float, count: int) -> str:
+def _group_label(fit: Json, axis: Json, g: float, count: int) -> str:
     if count == 1 or fit.get("kind") == "depth":
         return "fit"
     held = "length" if axis["x"] == 0 else "batch"
     return f"fit at {held} {g:g}"
 
 
-def _line(ax, model: dict, where: tuple, span: tuple, scale: float, nth: tuple,
+class _Style(TypedDict):  # a fitted line's, passed to matplotlib as keywords
+    color: str
+    lw: float
+    zorder: float
+
+
+def _line(ax: Axes, model: Json, where: tuple[int, float, bool],
+          span: tuple[float, float, float], scale: float, nth: tuple[int, int],
           label: str) -> bool:
     """The fitted line from the smallest point to the largest asked x: solid
     over what was measured, dashed past it (an extrapolation), banded by the PI.
@@ -226,8 +240,8 @@ def _line(ax, model: dict, where: tuple, span: tuple, scale: float, nth: tuple,
     # Lines that coincide (a time that does not change with length) stay apart:
     # each earlier line wider and under the next, so every colour shows.
     nth_line, count = nth
-    style = {"color": f"C{nth_line}", "lw": 1.4 + 1.0 * (count - 1 - nth_line),
-             "zorder": 2 + nth_line / 10}
+    style: _Style = {"color": f"C{nth_line}", "lw": 1.4 + 1.0 * (count - 1 - nth_line),
+                     "zorder": 2 + nth_line / 10}
     inside = [i for i, at in enumerate(grid) if at <= top]
     past = [i for i, at in enumerate(grid) if at >= top]
     ax.plot([grid[i] for i in inside], [ys[i] for i in inside], label=label, gid="fit-line",
@@ -236,13 +250,15 @@ def _line(ax, model: dict, where: tuple, span: tuple, scale: float, nth: tuple,
         ax.plot([grid[i] for i in past], [ys[i] for i in past], ls="--",
                 label="extrapolated (dashed)" if nth_line == 0 else None,
                 gid="fit-extrapolated", **style)
-    if all(bands):
-        ax.fill_between(grid, [b[0] for b in bands], [b[1] for b in bands], color=style["color"],
+    shown = [b for b in bands if b is not None]
+    if len(shown) == len(bands):
+        ax.fill_between(grid, [b[0] for b in shown], [b[1] for b in shown], color=style["color"],
                         alpha=0.12, lw=0, gid="band")
     return cut
 
 
-def _prediction(ax, model: dict, asked: tuple, where: tuple, scale: float, axis: dict) -> None:
+def _prediction(ax: Axes, model: Json, asked: tuple[float, float], where: tuple[int, bool],
+                scale: float, axis: Json) -> None:
     """The asked config's prediction (one the text calls usable, so above zero):
     a star, its interval as an error bar (cut at 0); the figures in the legend,
     where no label runs off the panel or under the legend."""
@@ -263,7 +279,7 @@ def _prediction(ax, model: dict, asked: tuple, where: tuple, scale: float, axis:
     bars.lines[0].set_gid("prediction")
 
 
-def _not_predicted(ax, at: float, axis: dict, verdict: dict, value: float | None,
+def _not_predicted(ax: Axes, at: float, axis: Json, verdict: Json, value: float | None,
                    unit: str) -> None:
     """Where the question was asked, and why the fit gives no prediction there."""
     said = "" if value is None else duration(value) if unit == "s" else size(value)

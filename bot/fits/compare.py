@@ -38,14 +38,14 @@ import math
 import numpy as np
 
 from bot.fits.ols import t_quantile
-from bot.states import Outcome
+from bot.states import Json, Outcome
 from worker.i18n import N_, _
 
 LEVEL = 0.95
 NO_DIFFERENCE = N_("no measurable difference")  # shown as _(NO_DIFFERENCE)
 
 
-def _busy(contention: dict) -> str:
+def _busy(contention: Json) -> str:
     """The busy warning's first clause, "busy machine: others used 61% of the CPU in
     the run phase", from the note's values (the channel's language) where the
     report has them, else cut from the English summary (older reports)."""
@@ -56,7 +56,7 @@ def _busy(contention: dict) -> str:
     return (contention.get("summary") or _("busy machine")).split(" (")[0].split(": these")[0]
 
 
-def _unstable(r: dict) -> str | None:
+def _unstable(r: Json) -> str | None:
     st = r.get("stability") or {}
     if st.get("stable") is False:
         ratio = st.get("iqr_over_median")
@@ -65,13 +65,13 @@ def _unstable(r: dict) -> str | None:
     return None
 
 
-def trial_time(r: dict) -> dict:
+def trial_time(r: Json) -> Json:
     """One trial's time per run outside contention: {mean, samples (window
     means, or None), sd, count, excluded (why it cannot be used, or None),
     notes (marks to carry)}."""
     name = r.get("trial") or _("a trial")
     # `why` is what excluded it (failed, contended, busy): what to advise, in any language
-    out = {"trial": name, "mean": None, "samples": None, "sd": None, "count": 0,
+    out: Json = {"trial": name, "mean": None, "samples": None, "sd": None, "count": 0,
            "excluded": None, "why": None, "notes": []}
     if not r or r.get("status") != Outcome.OK or not (r.get("latency") or {}).get("mean"):
         out["excluded"], out["why"] = _("{name} did not succeed", name=name), "failed"
@@ -108,7 +108,7 @@ def trial_time(r: dict) -> dict:
     return out
 
 
-def _arm(reports: list[dict | None]) -> dict:
+def _arm(reports: list[Json | None]) -> Json:
     """An arm's log-mean estimate: {m, v (its variance), dof, n, method, ...}."""
     times = [trial_time(r or {}) for r in reports]
     usable = [t for t in times if not t["excluded"]]
@@ -137,14 +137,14 @@ def _arm(reports: list[dict | None]) -> dict:
     return arm
 
 
-def compare(a: list[dict | None], b: list[dict | None], level: float = LEVEL,
-            names: tuple[str, str] = ("A", "B")) -> dict:
+def compare(a: list[Json | None], b: list[Json | None], level: float = LEVEL,
+            names: tuple[str, str] = ("A", "B")) -> Json:
     """B's time per run against A's: {ratio, low, high, level, dof, verdict
     ("faster", "slower", "same", or None), why (when None), a, b (the arms),
     marks (UNSTABLE, contended, not measured: to carry into the message)}.
     `names` are what the words call A and B."""
     A, B = _arm(a), _arm(b)
-    out = {"level": level, "names": names, "a": A, "b": B, "ratio": None, "low": None,
+    out: Json = {"level": level, "names": names, "a": A, "b": B, "ratio": None, "low": None,
            "high": None, "test": None,
            "dof": None, "verdict": None, "why": None,
            "marks": [*A["excluded"], *B["excluded"], *A["notes"], *B["notes"]]}
@@ -179,10 +179,10 @@ def compare(a: list[dict | None], b: list[dict | None], level: float = LEVEL,
     return out
 
 
-def _pair(ra: dict | None, rb: dict | None) -> dict:
+def _pair(ra: Json | None, rb: Json | None) -> Json:
     """One round's A and B: {a, b (trial_time), diff (log B − log A, or None), why}."""
     ta, tb = trial_time(ra or {}), trial_time(rb or {})
-    out = {"a": ta, "b": tb, "diff": None, "why": None}
+    out: Json = {"a": ta, "b": tb, "diff": None, "why": None}
     wa, wb = (ra or {}).get("worker"), (rb or {}).get("worker")
     if ta["excluded"] or tb["excluded"]:
         out["why"] = "; ".join(t["excluded"] for t in (ta, tb) if t["excluded"])
@@ -194,8 +194,8 @@ def _pair(ra: dict | None, rb: dict | None) -> dict:
     return out
 
 
-def paired(pairs: list[tuple[dict | None, dict | None]], level: float = LEVEL,
-           names: tuple[str, str] = ("A", "B")) -> dict:
+def paired(pairs: list[tuple[Json | None, Json | None]], level: float = LEVEL,
+           names: tuple[str, str] = ("A", "B")) -> Json:
     """B's time per run against A's from each round's (A, B) reports: compare()'s
     dict with test "paired", dof = usable pairs − 1, and `pairs` (each round's
     diff, or why it is left out). Under 2 usable pairs: the unpaired compare()
@@ -231,7 +231,7 @@ def _advice(why: list[str]) -> str:
     return _("fix the failed trial and run it again")
 
 
-def over(c: dict) -> str:
+def over(c: Json) -> str:
     """What the interval's spread came from: "over 2+2 trials"."""
     a, b = c["a"], c["b"]
     if c["test"] == "paired":
@@ -245,7 +245,7 @@ def over(c: dict) -> str:
                             "the drift between trials")}
         return within[a["method"]]
 
-    def said(arm):
+    def said(arm: Json) -> str:
         return {"between": lambda: _("{n} trials", n=arm["n"]),
                 "windows": lambda: _("windows in 1 trial"),
                 "runs": lambda: _("runs in 1 trial")}[arm["method"]]()
@@ -254,7 +254,7 @@ def over(c: dict) -> str:
              "trials", na=na, a=said(a), nb=nb, b=said(b))
 
 
-def phrase(c: dict) -> str:
+def phrase(c: Json) -> str:
     """"B/A ×1.02 (95% Welch interval ×0.97–×1.07 over 2+2 trials): no measurable
     difference", or why no verdict is given."""
     na, nb = c["names"]

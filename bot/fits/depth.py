@@ -29,10 +29,12 @@ datasheet's peak bandwidth.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from bot.fits import gpus, ols, scaling, usable
+from bot.states import Json
 from worker.api import LIVE_TIME_NOTE, arithmetic, presets, summary
 from worker.i18n import N_, _, ngettext
 
@@ -53,42 +55,42 @@ INFER = ("llm-infer", "hf-infer")  # what a partial-depth prediction is of
 DEPTHED = (*INFER, "llm-train", "hf-train")
 
 
-def sizing_of(r: dict) -> dict | None:
+def sizing_of(r: Mapping[str, Any]) -> Json | None:
     """The full-depth sizing (worker/arithmetic.py) behind a report or a fit:
     an hf-* trial's is counted by transformers and travels in its report; a
     preset's comes from the decoder's arithmetic. None for neither."""
-    if r.get("sizing"):  # a fit carries its trials'
-        return r["sizing"]
-    fd = r.get("full_depth") or {}
-    if fd.get("sizing"):
-        return fd["sizing"]
+    sizing: Json | None = r.get("sizing") or (r.get("full_depth") or {}).get("sizing")
+    if sizing:  # a fit carries its trials'; an hf-* trial's report its own
+        return sizing
     full = full_params(r.get("params") or r.get("defaults") or {})
     return arithmetic.decoder_sizing(full) if full else None
 
 
-def full_params(p: dict) -> dict | None:
+def full_params(p: Json) -> Json | None:
     """p at the preset's full depth; None without a preset."""
     preset = presets.get(p.get("preset") or "none")
     return {**p, **presets.full_shape(preset.name)} if preset else None
 
 
-def name_of(p: dict) -> str | None:
+def name_of(p: Json) -> str | None:
     """The model a trial is of: its preset, or an hf-* trial's model=."""
-    if p.get("preset") not in (None, "none"):
-        return p["preset"]
-    return p.get("model") if p.get("model") not in (None, "none") else None
+    name: str | None = (p["preset"] if p.get("preset") not in (None, "none") else
+                        p.get("model") if p.get("model") not in (None, "none") else None)
+    return name
 
 
-def layers_of(p: dict, s: dict) -> int:
+def layers_of(p: Json, s: Json) -> int:
     """The trial's depth (hf-*'s layers=0 is the config's own)."""
-    return p.get("layers") or s["layers"]
+    layers: int = p.get("layers") or s["layers"]
+    return layers
 
 
-def _positions(p: dict) -> int:
-    return p.get("prompt", p.get("seq", 0)) + p.get("gen", 0)
+def _positions(p: Json) -> int:
+    positions: int = p.get("prompt", p.get("seq", 0)) + p.get("gen", 0)
+    return positions
 
 
-def layer_bytes(p: dict, s: dict | None = None) -> dict:
+def layer_bytes(p: Json, s: Json | None = None) -> Json:
     """One layer's weights and KV cache at p's batch and lengths (the mean layer
     of the sizing s; the built-in decoder's layers are all alike)."""
     s = s or arithmetic.decoder_sizing(p)
@@ -98,14 +100,14 @@ def layer_bytes(p: dict, s: dict | None = None) -> dict:
     return {"weights": weights, "kv": kv, "total": weights + kv}
 
 
-def bytes_at(p: dict, s: dict, layers: int) -> float:
+def bytes_at(p: Json, s: Json, layers: int) -> float:
     """Weights and KV cache of the first `layers` layers at p."""
     n = arithmetic.DTYPE_BYTES[p["dtype"]]
-    return (arithmetic.sized_params(s, layers)["layers"] * n
+    return float(arithmetic.sized_params(s, layers)["layers"] * n
             + arithmetic.sized_kv(s, _positions(p), n, layers) * p["batch"])
 
 
-def arithmetic_at(p: dict, s: dict | None = None) -> dict:
+def arithmetic_at(p: Json, s: Json | None = None) -> Json:
     """Weights and KV cache of p (at its depth) by arithmetic: the parts that do
     not depend on how the runtime is built."""
     s = s or arithmetic.decoder_sizing(p)
@@ -117,7 +119,7 @@ def arithmetic_at(p: dict, s: dict | None = None) -> dict:
 
 # --- one trial ----------------------------------------------------------------
 
-def from_trial(r: Mapping[str, Any]) -> dict | None:
+def from_trial(r: Mapping[str, Any]) -> Json | None:
     """A full-depth prediction from one ok llm-infer trial with `preset=` or
     hf-infer trial; None for any other report."""
     if (r or {}).get("workload") not in INFER or r.get("status") != "ok":
@@ -163,7 +165,7 @@ def from_trial(r: Mapping[str, Any]) -> dict | None:
     return out
 
 
-def partial(r: dict) -> str | None:
+def partial(r: Json) -> str | None:
     """"T12: 2 of 32 layers of llama-3-8b" for a partial-depth trial's report."""
     p = (r or {}).get("params") or {}
     s = sizing_of(r) if r.get("workload") in DEPTHED else None
@@ -174,24 +176,26 @@ def partial(r: dict) -> str | None:
              layers=layers_of(p, s), deep=s["layers"], model=name_of(p))
 
 
-def full_layers(r: dict) -> int | None:
+def full_layers(r: Json) -> int | None:
     """The full depth behind a report or a fit, if it has one."""
     s = sizing_of(r)
     return s["layers"] if s else None
 
 
-def time_factor(p: dict, s: dict | None = None) -> dict:
+def time_factor(p: Json, s: Json | None = None) -> Json:
     """A model for a partial-depth trial's time at full depth: the ratio of the
     parameters every token passes through (layers, the rest outside them and
     the lm head, which is the embedding when tied; the embedding itself is a
     lookup). Decode reads them and prefill multiplies by them, so time scales
     with them to first order; attention over the context is not in it."""
     s = s or sizing_of({"params": p})
+    assert s is not None  # callers pass a preset's or an hf-* trial's parameters
 
-    def through(layers):
+    def through(layers: int) -> float:
         w = arithmetic.sized_params(s, layers)
         head = w["embedding"] if s.get("tied_embeddings") else w["lm_head"]
-        return w["layers"] + w["other"] + head
+        passed: float = w["layers"] + w["other"] + head
+        return passed
     depth = layers_of(p, s)
     k = through(s["layers"]) / through(depth)
     # Building random weights takes time in proportion to all of them.
@@ -205,19 +209,19 @@ def time_factor(p: dict, s: dict | None = None) -> dict:
 
 # --- a depth sweep --------------------------------------------------------------
 
-def is_depth_sweep(reports: list[dict]) -> bool:
+def is_depth_sweep(reports: list[Json]) -> bool:
     """Depths asked for, failed trials included: one ok depth is still a depth sweep."""
     reports = [r for r in reports if r]
     return (bool(reports) and reports[0].get("workload") in INFER
             and len({(r.get("params") or {}).get("layers") for r in reports}) > 1)
 
 
-def fit_depth(reports: list[dict]) -> dict:
+def fit_depth(reports: list[Json]) -> Json:
     """Peak memory (each method) and time per request against depth:
     fixed + per_layer·L, fitted on the sweep's ok trials."""
     reports = [r for r in reports if r]
     ok = [r for r in reports if r.get("status") == "ok"]
-    out = {"schema": SCHEMA, "kind": "depth", "source": "sweep",
+    out: Json = {"schema": SCHEMA, "kind": "depth", "source": "sweep",
            "workload": reports[0].get("workload") if reports else "llm-infer", "sizing": None,
            "preset": None, "defaults": {}, "points": [], "failed": [], "memory": {},
            "time": None, "decode": None, "per_layer": None, "workers": [], "notes": [],
@@ -253,7 +257,7 @@ def fit_depth(reports: list[dict]) -> dict:
     return out
 
 
-def _depth_notes(out: dict, ok: list[dict]) -> None:
+def _depth_notes(out: Json, ok: list[Json]) -> None:
     """The workers, the allocators, and notes on what mixes into the times."""
     workers = sorted({(r.get("worker") or "?", scaling.device_of(r)) for r in ok})
     out["workers"] = [{"worker": w, "device": d} for w, d in workers]
@@ -269,7 +273,7 @@ def _depth_notes(out: dict, ok: list[dict]) -> None:
                               note=_(LIVE_TIME_NOTE)))
 
 
-def _fit_depth_models(out: dict) -> None:
+def _fit_depth_models(out: Json) -> None:
     """Each memory method, the time and the decode step against depth, with verdicts."""
     for m in METHODS:
         rows = [(p["layers"], 1, p["memory"][m], p["trial"]) for p in out["points"]
@@ -288,7 +292,7 @@ def _fit_depth_models(out: dict) -> None:
             model["verdict"] = usable.verdict(model, out["points"], axis="layers")
 
 
-def question_layers(fit: dict, params: dict) -> int:
+def question_layers(fit: Json, params: Json) -> int:
     """The depth a question asks about; the sweep held everything else, so any
     other parameter must be the value it held."""
     for k, v in params.items():
@@ -299,10 +303,11 @@ def question_layers(fit: dict, params: dict) -> int:
                                measured=fit["defaults"][k], v=v))
     if "layers" not in params:
         raise ValueError(_("a depth sweep predicts a depth: give layers=N"))
-    return params["layers"]
+    layers: int = params["layers"]
+    return layers
 
 
-def predict(model: dict, layers: int, level: float = 0.90, points: list = ()) -> dict:
+def predict(model: Json, layers: int, level: float = 0.90, points: Sequence[Json] = ()) -> Json:
     """A depth model's value at `layers`, with its interval when the fit has
     residual degrees of freedom."""
     value, se, dof = ols.predict_model(model, layers, 1)
@@ -312,12 +317,13 @@ def predict(model: dict, layers: int, level: float = 0.90, points: list = ()) ->
             if model.get("trials") is not None else None}
 
 
-def slope(model: dict) -> float:
+def slope(model: Json) -> float:
     """The fitted per-layer part (the coefficient of L)."""
-    return model["coef"][model["features"].index("b")]
+    per_layer: float = model["coef"][model["features"].index("b")]
+    return per_layer
 
 
-def from_sweep(fit: dict, layers: int | None = None) -> dict:
+def from_sweep(fit: Json, layers: int | None = None) -> Json:
     """The depth sweep's prediction at `layers` (the preset's full depth by
     default): memory per method, time, and the fits-on list."""
     d = fit["defaults"]
@@ -363,8 +369,8 @@ def largest_batch(capacity: int, weights: float, kv_seq: float, rest: float, b0:
     return min(MAX_BATCH, max(b0, above))
 
 
-def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozenset(),
-            s: dict | None = None) -> dict:
+def fits_on(p: Json, peaks: Json, measured: bool = False,
+            bounded: AbstractSet[str] = frozenset(), s: Json | None = None) -> Json:
     """Each GPU of the table against a predicted peak at p (full depth, the
     trial's batch b0): margin at b0 and the largest batch. From a measured GPU
     figure when there is one; otherwise from the arithmetic alone, labelled a
@@ -398,7 +404,7 @@ def fits_on(p: dict, peaks: dict, measured: bool = False, bounded: set = frozens
     return out
 
 
-def fit_row(fits: dict, gpu: gpus.Gpu) -> dict:
+def fit_row(fits: Json, gpu: gpus.Gpu) -> Json:
     """One GPU against a fits-on answer: margin at its batch, the largest batch."""
     # Memory is not all: a bf16 model on a GPU without bf16 (V100, T4) does not "fit" there.
     no_dtype = fits.get("dtype") == "bf16" and gpu.bf16 is False
@@ -410,7 +416,7 @@ def fit_row(fits: dict, gpu: gpus.Gpu) -> dict:
                                            fits["rest"], fits["batch"])}
 
 
-def decode_bytes(p: dict, s: dict | None = None) -> float:
+def decode_bytes(p: Json, s: Json | None = None) -> float:
     """Bytes one decode step reads at p: every layer's, the rest's and the lm
     head's weights once, one embedding row per sequence (a lookup, not the
     whole table, unless it is the tied lm head), and the KV cache as filled on
@@ -421,10 +427,11 @@ def decode_bytes(p: dict, s: dict | None = None) -> float:
     looked_up = 0 if s.get("tied_embeddings") else w["embedding"]
     weights = (w["total"] - looked_up + p["batch"] * s["hidden"]) * n
     filled = p["prompt"] + p["gen"] / 2
-    return weights + arithmetic.sized_kv(s, filled, n, depth) * p["batch"]
+    read: float = weights + arithmetic.sized_kv(s, filled, n, depth) * p["batch"]
+    return read
 
 
-def decode_estimate(p: dict, s: dict | None = None) -> dict:
+def decode_estimate(p: Json, s: Json | None = None) -> Json:
     """Model estimate of one decode step at p on each GPU with a datasheet
     bandwidth: a floor, not a measurement (for a mixture of experts, only
     where every expert is routed to)."""
@@ -443,7 +450,7 @@ def decode_estimate(p: dict, s: dict | None = None) -> dict:
             "experts": _experts_note((s or {}).get("experts"), p["batch"])}
 
 
-def _experts_note(experts: dict | None, batch: int) -> str | None:
+def _experts_note(experts: Json | None, batch: int) -> str | None:
     """A MoE step reads only the experts its tokens are routed to."""
     if not experts:
         return None

@@ -29,17 +29,19 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from bot.states import Json
 from worker.i18n import _
 
 RICHER_FACTOR = 0.8  # a richer model must cut the leave-one-out error by 20%...
 
 NEGLIGIBLE = 1e-6    # ...of a default whose error is not already negligible (rounding)
 
-FEATURES = {
+FEATURES: dict[str, Callable[[float, float], float]] = {
     "1": lambda b, s: 1.0,
     "b": lambda b, s: float(b),
     "s": lambda b, s: float(s),
@@ -57,10 +59,16 @@ CANDIDATES = {
              "bs": [["1", "b", "b*s"], ["1", "b*s"], ["1", "b", "b*s", "b*s^2"]]},
 }
 
+# One measured point: batch, length, the measured value, its trial ("T12").
+Point = tuple[float, float, float, str | None]
+Config = tuple[float, float]  # batch, length
+
+
 def design(features: list[str], bs: list[tuple[float, float]]) -> np.ndarray:
     return np.array([[FEATURES[f](b, s) for f in features] for b, s in bs], dtype=float)
 
-def _lstsq(X: np.ndarray, y: np.ndarray):
+def _lstsq(X: np.ndarray, y: np.ndarray
+           ) -> tuple[np.ndarray | None, np.ndarray | None, int]:
     """Least squares on column-scaled X (b·s² can be 1e10 next to 1); returns
     (coef, (X'X)⁻¹, rank)."""
     scale = np.linalg.norm(X, axis=0)
@@ -72,16 +80,17 @@ def _lstsq(X: np.ndarray, y: np.ndarray):
     cov = np.linalg.pinv(Z.T @ Z) / np.outer(scale, scale)
     return coef / scale, cov, rank
 
-def _fit_rows(features, rows):
+def _fit_rows(features: list[str], rows: Sequence[Point]) -> tuple[np.ndarray, np.ndarray] | None:
     """rows: [(b, s, y, trial)] → (coef, cov) or None when rank-deficient."""
     X = design(features, [(r[0], r[1]) for r in rows])
     coef, cov, _rank = _lstsq(X, np.array([r[2] for r in rows], dtype=float))
-    return None if coef is None else (coef, cov)
+    return None if coef is None or cov is None else (coef, cov)
 
-def _configs(rows) -> list[tuple]:
+def _configs(rows: Sequence[Point]) -> list[Config]:
     return sorted({(r[0], r[1]) for r in rows}, key=lambda c: (c[0] * c[1], c[0], c[1]))
 
-def _left_out(features, rows) -> list[tuple] | None:
+def _left_out(features: list[str], rows: Sequence[Point]
+              ) -> list[tuple[Config, float, list[Config]]] | None:
     """Leave each distinct config out, refit, predict it: [(config, predicted,
     the other configs)], or None when some refit cannot determine the form."""
     out = []
@@ -94,7 +103,7 @@ def _left_out(features, rows) -> list[tuple] | None:
     return out
 
 
-def _loo(features, rows) -> dict | None:
+def _loo(features: list[str], rows: Sequence[Point]) -> Json | None:
     """Leave-one-out's relative errors, each trial against its config's prediction."""
     errors = [predicted / r[2] - 1 for config, predicted, _rest in _left_out(features, rows) or []
               for r in rows if (r[0], r[1]) == config and r[2]]
@@ -109,7 +118,7 @@ def _reach(u: float, us: list[float]) -> float:
     return abs(u - min(us)) * abs(u - max(us))
 
 
-def _form(features, rows) -> tuple[dict | None, str | None]:
+def _form(features: list[str], rows: Sequence[Point]) -> tuple[Json | None, str | None]:
     """The form's error from leave-one-out (module doc): {curvature, count,
     points, u}, or None and why there is none."""
     configs = _configs(rows)
@@ -133,7 +142,7 @@ def _form(features, rows) -> tuple[dict | None, str | None]:
             "u": [configs[0][0] * configs[0][1], configs[-1][0] * configs[-1][1]]}, None
 
 
-def _held_out(features, rows) -> tuple[dict | None, str | None]:
+def _held_out(features: list[str], rows: Sequence[Point]) -> tuple[Json | None, str | None]:
     configs = _configs(rows)
     if len(configs) < 3:
         return None, _("needs 3 distinct configs, the sweep has {n}: a line through 2 points "
@@ -153,15 +162,15 @@ def _held_out(features, rows) -> tuple[dict | None, str | None]:
             "measured": measured,
             "relative_error": predicted / measured - 1 if measured else None}, None
 
-def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str,
-               what: str) -> dict:
+def fit_target(rows: Sequence[Point], kind: str, varied: str, target: str, unit: str,
+               what: str) -> Json:
     """Fit one target. rows: [(b, s, y, trial)]; kind: "memory" | "time";
     varied: "b" | "s" | "bs". Returns a model dict, or {"error": ...}."""
     configs = _configs(rows)
     if len(configs) < 2:
         return {"target": target, "error": _("{n} distinct config measured: at least 2 are "
                                              "needed to fit anything", n=len(configs))}
-    tried = []
+    tried: list[Json] = []
     for features in CANDIDATES[kind][varied]:
         if len(configs) < len(features):
             continue
@@ -184,7 +193,9 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
                                   error=format(err, ".1%"), base=format(base, ".1%"))
             base = err
     features = chosen["features"]
-    coef, cov = _fit_rows(features, rows)
+    fitted = _fit_rows(features, rows)
+    assert fitted is not None  # the same rows fitted as a candidate above
+    coef, cov = fitted
     X = design(features, [(r[0], r[1]) for r in rows])
     y = np.array([r[2] for r in rows], dtype=float)
     resid = y - X @ coef
@@ -212,7 +223,7 @@ def fit_target(rows: list[tuple], kind: str, varied: str, target: str, unit: str
                      "measured": float(np.mean([r[2] for r in rows if (r[0], r[1]) == small]))},
     }
 
-def predict_model(model: dict, b: float, s: float) -> tuple[float, float, int]:
+def predict_model(model: Json, b: float, s: float) -> tuple[float, float, int]:
     """(value, standard error of a new observation, dof) at batch b, length s.
     A model without a batch (length) term only holds at the batch (length) the
     sweep measured: asking elsewhere raises ValueError."""
@@ -261,7 +272,7 @@ class Band:
         return None if self.half is None else self.value + self.half
 
 
-def band(model: dict, b: float, s: float, level: float = 0.90, form: bool = True) -> Band:
+def band(model: Json, b: float, s: float, level: float = 0.90, form: bool = True) -> Band:
     """The prediction at (b, s) with an interval holding the points' spread and
     the fitted form's error (module doc); none with too few points for either.
     `form=False`: the residuals' interval alone (a depth fit's, for now)."""
@@ -279,7 +290,7 @@ def band(model: dict, b: float, s: float, level: float = 0.90, form: bool = True
                 points=loo["points"])
 
 
-def leverage(model: dict, b: float, s: float) -> float | None:
+def leverage(model: Json, b: float, s: float) -> float | None:
     """x'(X'X)⁻¹x at (b, s): how far the config is from the points in the fit's
     own terms (about p/n inside them, growing with the square of the distance
     outside); None for a model without one."""

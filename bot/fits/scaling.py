@@ -77,6 +77,7 @@ import math
 
 from bot.fits import ols, usable
 from bot.fits.sweeparith import add_arithmetic
+from bot.states import Json
 from worker.api import arithmetic
 from worker.i18n import N_, _
 
@@ -116,7 +117,7 @@ LENGTH_WORDS = ("seq", "len", "length", "prompt", "gen", "token", "context", "ct
 
 DTYPE_BYTES = arithmetic.DTYPE_BYTES
 
-def variables(workload: str, params_list: list[dict]) -> dict:
+def variables(workload: str, params_list: list[Json]) -> Json:
     """Which parameter is the batch and which make up the length `s`."""
     if workload in ("llm-infer", "hf-infer"):
         return {"batch": "batch", "length": list(LLM_LENGTH)}
@@ -129,12 +130,12 @@ def variables(workload: str, params_list: list[dict]) -> dict:
         varied = [k for k in ints if k != batch and any(w in k.lower() for w in LENGTH_WORDS)][:1]
     return {"batch": batch, "length": varied}
 
-def _bs(vars_: dict, p: dict) -> tuple[int, int]:
+def _bs(vars_: Json, p: Json) -> tuple[int, int]:
     b = p[vars_["batch"]] if vars_["batch"] else 1
     s = sum(p[k] for k in vars_["length"]) if vars_["length"] else 1
     return b, s
 
-def seconds_of(r: dict) -> tuple[float | None, str]:
+def seconds_of(r: Json) -> tuple[float | None, str]:
     units = r.get("units") or {}
     if r.get("recipe") and units.get("kind") == "program":  # one run: the whole program
         return ((units.get("program") or {}).get("seconds") or None,
@@ -150,7 +151,7 @@ def seconds_of(r: dict) -> tuple[float | None, str]:
         return sum(run), _("seconds of the run phase (one run of the program)")
     return None, ""
 
-def allocator_of(r: dict, figure: str) -> str:
+def allocator_of(r: Json, figure: str) -> str:
     """The C allocator setting `figure` (a memory method, or "time") was
     measured under: a malloc=auto trial's pass (worker/launcher/passes.py), or
     the one run's malloc (a report from before malloc= existed ran glibc's)."""
@@ -164,13 +165,13 @@ def allocator_of(r: dict, figure: str) -> str:
     return f"malloc={(r.get('params') or {}).get('malloc', 'glibc')}"
 
 
-def allocators(ok: list[dict]) -> dict:
+def allocators(ok: list[Json]) -> Json:
     """Per host-memory figure and time: the allocator settings its points came from."""
     return {f: sorted({allocator_of(r, f) for r in ok})
             for f in ("host_rss_peak", "host_rss_peak_kernel", "time")}
 
 
-def _oom_batches(r: dict, batch: str | None) -> list[int]:
+def _oom_batches(r: Json, batch: str | None) -> list[int]:
     """Batches that ran out of memory in this report: the failed trial's own,
     and any try a halve-batch retry left behind."""
     if batch is None:
@@ -184,12 +185,12 @@ def _oom_batches(r: dict, batch: str | None) -> list[int]:
         out.append(r["params"].get(batch))
     return sorted({b for b in out if isinstance(b, int)})
 
-def fit_sweep(reports: list[dict]) -> dict:
+def fit_sweep(reports: list[Json]) -> Json:
     """Fit every memory method and the time of one batch/length sweep's reports
     (see the module's doc; bot/fits/sweep.py sends a depth sweep to depth.py)."""
     reports = [r for r in reports if r]
     ok = [r for r in reports if r.get("status") == "ok"]
-    out = {"schema": SCHEMA, "workload": None, "recipe": None, "variables": None,
+    out: Json = {"schema": SCHEMA, "workload": None, "recipe": None, "variables": None,
            "defaults": {}, "points": [], "failed": [], "oom": None, "memory": {}, "time": None,
            "arithmetic": None, "workers": [], "measured_gpu": None, "notes": [],
            "allocators": {}, "error": None}
@@ -222,7 +223,7 @@ def fit_sweep(reports: list[dict]) -> dict:
     return out
 
 
-def _failure(vars_: dict, r: dict) -> dict:
+def _failure(vars_: Json, r: Json) -> Json:
     """A failed trial as the fit lists it: its axis params and its last error line."""
     err = r.get("error") or {}
     last = (err.get("message") or "").strip().splitlines()
@@ -230,7 +231,7 @@ def _failure(vars_: dict, r: dict) -> dict:
             "error_class": err.get("class"), "message": last[-1][:300] if last else ""}
 
 
-def _defaults(out: dict, ok: list[dict], vars_: dict) -> str | None:
+def _defaults(out: Json, ok: list[Json], vars_: Json) -> str | None:
     """Set the params every ok trial shares; the error when the trials differ
     in a param the fit does not model, else None."""
     keys = set(ok[0]["params"])
@@ -245,7 +246,7 @@ def _defaults(out: dict, ok: list[dict], vars_: dict) -> str | None:
     return None
 
 
-def _fit_point(vars_: dict, r: dict) -> dict:
+def _fit_point(vars_: Json, r: Json) -> Json:
     b, s = _bs(vars_, r["params"])
     mem = r.get("memory") or {}
     return {"trial": r.get("trial"), "worker": r.get("worker"),
@@ -256,7 +257,7 @@ def _fit_point(vars_: dict, r: dict) -> dict:
                 r["requested"].get(k) != v for k, v in r["params"].items())}
 
 
-def _machines(out: dict, ok: list[dict]) -> None:
+def _machines(out: Json, ok: list[Json]) -> None:
     """The GPU the trials measured (when one), the workers, and a note when
     they ran on more than one."""
     gpus = {((r.get("env") or {}).get("gpu_name"), (r.get("env") or {}).get("gpu_memory"))
@@ -274,7 +275,7 @@ def _machines(out: dict, ok: list[dict]) -> None:
                               workers=", ".join(f"{w}: {d}" for w, d in workers)))
 
 
-def _fit_models(out: dict, varied: str, time_what: str) -> None:
+def _fit_models(out: Json, varied: str, time_what: str) -> None:
     """Fit each memory method the points measured, and the time, each with its verdict."""
     for m in METHODS:
         rows = [(p["b"], p["s"], p["memory"][m], p["trial"]) for p in out["points"]
@@ -296,13 +297,13 @@ def _fit_models(out: dict, varied: str, time_what: str) -> None:
             model["verdict"] = usable.verdict(model, out["points"], axis=out["variables"]["batch"])
 
 
-def device_of(r: dict) -> str:
+def device_of(r: Json) -> str:
     e = r.get("env") or {}
     if e.get("gpu_count") and str(e.get("device", "")).startswith("cuda"):
         return f"{e.get('gpu_name')}"
     return str(e.get("device") or "?")
 
-def _varied(bs_set) -> str | None:
+def _varied(bs_set: set[tuple[float, float]]) -> str | None:
     bs = {b for b, _s in bs_set}
     ss = {s for _b, s in bs_set}
     if len(bs) > 1 and len(ss) > 1:
@@ -313,11 +314,11 @@ def _varied(bs_set) -> str | None:
         return "s"
     return None
 
-def _axis_params(vars_: dict, r: dict) -> dict:
+def _axis_params(vars_: Json, r: Json) -> Json:
     p = r.get("params") or {}
     return {k: p.get(k) for k in [vars_["batch"], *vars_["length"]] if k}
 
-def _oom_summary(out, reports, ok, vars_) -> None:
+def _oom_summary(out: Json, reports: list[Json], ok: list[Json], vars_: Json) -> None:
     batch = vars_["batch"]
     ooms = sorted({b for r in reports for b in _oom_batches(r, batch)})
     if not ooms:
@@ -326,7 +327,7 @@ def _oom_summary(out, reports, ok, vars_) -> None:
     out["oom"] = {"largest_ok_batch": max(oks) if oks else None,
                   "smallest_oom_batch": min(ooms), "oom_batches": ooms}
 
-def _point(fit: dict, params: dict) -> tuple[int, int]:
+def _point(fit: Json, params: Json) -> tuple[int, int]:
     """(b, s) for a question's params, the sweep's defaults filling the rest."""
     if fit.get("error"):
         raise ValueError(fit["error"])
@@ -345,17 +346,17 @@ def _point(fit: dict, params: dict) -> tuple[int, int]:
                            words=" ".join(f"{k}=N" for k in missing)))
     return _bs(vars_, merged)
 
-def swept(fit: dict) -> list[str]:
+def swept(fit: Json) -> list[str]:
     """The parameters the sweep's points took more than one value of."""
     vars_ = fit.get("variables") or {}
     names = [k for k in [vars_.get("batch"), *(vars_.get("length") or [])] if k]
     return [k for k in names if len({p["params"].get(k) for p in fit.get("points") or []}) > 1]
 
-def point(fit: dict, params: dict) -> tuple[int, int]:
+def point(fit: Json, params: Json) -> tuple[int, int]:
     """(b, s) of a question (ValueError when the sweep cannot answer it)."""
     return _point(fit, params)
 
-def predict_memory(fit: dict, method: str, params: dict) -> tuple[float, float, int]:
+def predict_memory(fit: Json, method: str, params: Json) -> tuple[float, float, int]:
     """(predicted bytes, standard error of a new observation, dof) for `method`."""
     if fit.get("error"):
         raise ValueError(fit["error"])
@@ -367,7 +368,7 @@ def predict_memory(fit: dict, method: str, params: dict) -> tuple[float, float, 
                            methods=", ".join(fit["memory"]) or _("no memory")))
     return ols.predict_model(model, *_point(fit, params))
 
-def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
+def predict_seconds(fit: Json, params: Json) -> tuple[float, float, int]:
     """(predicted seconds per request, standard error of a new observation, dof).
     For a recipe, seconds of one run phase."""
     if fit.get("error"):
@@ -378,7 +379,7 @@ def predict_seconds(fit: dict, params: dict) -> tuple[float, float, int]:
                          else _("the sweep has no time fit"))
     return ols.predict_model(model, *_point(fit, params))
 
-def band(fit: dict, name: str, params: dict, level: float = 0.90) -> ols.Band:
+def band(fit: Json, name: str, params: Json, level: float = 0.90) -> ols.Band:
     """A memory method's (or, for "time", the time's) prediction at `params` with
     its interval: the residuals' spread and the form's leave-one-out error."""
     if name == "time":
@@ -389,7 +390,7 @@ def band(fit: dict, name: str, params: dict, level: float = 0.90) -> ols.Band:
         model = fit["memory"][name]
     return ols.band(model, *_point(fit, params), level)
 
-def gpu_method(fit: dict) -> str | None:
+def gpu_method(fit: Json) -> str | None:
     """The memory method to answer GPU questions from, or None."""
     for m in GPU_METHODS:
         model = fit["memory"].get(m)
@@ -397,18 +398,18 @@ def gpu_method(fit: dict) -> str | None:
             return m
     return None
 
-def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: float = 0.90,
-                  **params) -> dict:
+def largest_batch(fit: Json, gpu_bytes: int, method: str | None = None, level: float = 0.90,
+                  **params: int) -> Json:
     """The largest integer batch whose predicted peak memory ≤ `gpu_bytes`, at
     the given length params (the sweep's defaults otherwise). Only from a GPU
     memory method: a host-RSS sweep is refused with what to run instead."""
     vars_ = fit.get("variables") or {}
-    out = {"ok": False, "gpu_bytes": gpu_bytes, "method": None, "batch": None,
+    out: Json = {"ok": False, "gpu_bytes": gpu_bytes, "method": None, "batch": None,
            "predicted": None, "margin_bytes": None, "margin_fraction": None,
            "batch_upper": None, "level": level, "caveat": None, "reason": None}
     method = None if fit.get("error") else method or gpu_method(fit)
     out["reason"] = _method_refusal(fit, method)
-    if out["reason"]:
+    if out["reason"] or method is None:  # no method: refused above
         return out
     model = fit["memory"][method]
     caveat = GPU_CAVEAT[method]
@@ -443,10 +444,11 @@ def largest_batch(fit: dict, gpu_bytes: int, method: str | None = None, level: f
     return out
 
 
-def _method_refusal(fit: dict, method: str | None) -> str | None:
+def _method_refusal(fit: Json, method: str | None) -> str | None:
     """Why `method`'s fit cannot say what batch fits a GPU, or None when it can."""
-    if fit.get("error"):
-        return fit["error"]
+    error: str | None = fit.get("error")
+    if error:
+        return error
     if method is None or method not in fit["memory"]:
         if "host_rss_peak" in fit["memory"]:
             return _("this sweep measured host RSS only (a CPU run): CPU memory does "
@@ -458,19 +460,22 @@ def _method_refusal(fit: dict, method: str | None) -> str | None:
     if method == "host_rss_peak":
         return _("host RSS is CPU memory: it cannot answer what fits a GPU")
     model = fit["memory"][method]
-    if model.get("error"):
-        return model["error"]
+    error = model.get("error")
+    if error:
+        return error
     if not (model.get("verdict") or {}).get("usable", True):
         return _("the {method} fit is {verdict}", method=method,
                  verdict=usable.text(model["verdict"]))
     return None
 
 
-def _upper_batch(model: dict, b: int, s: int, level: float, gpu_bytes: int) -> int:
+def _upper_batch(model: Json, b: int, s: int, level: float, gpu_bytes: int) -> int:
     """The conservative answer: the largest batch up to `b` whose upper bound
     (the form's error included) still fits."""
-    def upper(n):
-        return ols.band(model, n, s, level).high
+    def upper(n: int) -> float:
+        high = ols.band(model, n, s, level).high
+        assert high is not None  # as at `b`, which the caller checked: n changes no dof
+        return high
     lo, hi = 0, b
     while lo < hi:
         mid = (lo + hi + 1) // 2

@@ -3,13 +3,14 @@ imply (llm-infer from its shape, hf-infer from transformers' count in the
 reports), shown beside the fitted memory. Pure."""
 from __future__ import annotations
 
+from bot.states import Json
 from worker.api import arithmetic
 from worker.i18n import _
 
 DTYPE_BYTES = arithmetic.DTYPE_BYTES
 
 
-def add_arithmetic(out: dict, first: dict) -> None:
+def add_arithmetic(out: Json, first: Json) -> None:
     """Set `out`'s `arithmetic` (and an hf-infer sweep's `sizing`) from its
     defaults and its first ok report, where they say enough."""
     sizing = (first.get("full_depth") or {}).get("sizing")
@@ -22,7 +23,7 @@ def add_arithmetic(out: dict, first: dict) -> None:
             out["arithmetic"] = llm_arithmetic(d)
 
 
-def llm_arithmetic(d: dict) -> dict:
+def llm_arithmetic(d: Json) -> Json:
     """An llm-infer sweep's `arithmetic`, from the built-in decoder's shape."""
     wp = arithmetic.weight_params(d)
     return {
@@ -37,7 +38,7 @@ def llm_arithmetic(d: dict) -> dict:
     }
 
 
-def sized_arithmetic(d: dict, s: dict) -> dict:
+def sized_arithmetic(d: Json, s: Json) -> Json:
     """An hf-infer sweep's `arithmetic`, from transformers' count in its reports."""
     depth, n = d.get("layers") or s["layers"], DTYPE_BYTES[d["dtype"]]
     w = arithmetic.sized_params(s, depth)
@@ -50,7 +51,7 @@ def sized_arithmetic(d: dict, s: dict) -> dict:
             "kv_formula": _sized_formula(s, n)}
 
 
-def _sized_formula(s: dict, n: int) -> str:
+def _sized_formula(s: Json, n: int) -> str:
     """The cache's formula as the reports' sizing states it (worker/kvcache.py)."""
     if s.get("kv_how"):
         return _("transformers' cache at the full {layers} layers: {how}; × {bytes} B an "

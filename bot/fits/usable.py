@@ -23,10 +23,12 @@ A fit with as many configs as terms is usable but unchecked (no residual).
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from collections.abc import Iterable
+from typing import Any
 
 from bot.fits import ols
-from worker.api import FIXED_BOUND, Report, duration, size, summary
+from bot.states import Json
+from worker.api import FIXED_BOUND, duration, size, summary
 from worker.i18n import N_, _
 
 # A verdict's `cause` is one of these codes; shown as _(cause).
@@ -40,7 +42,7 @@ HELD_OUT_BOUND = 0.25
 FAR_LEVERAGE = 1.0  # h > 1: the fit's error at the config exceeds a point's own scatter
 
 
-def marks(r: dict) -> dict:
+def marks(r: Json) -> Json:
     """What a report says about its own time figures. `unstable` and `contended`
     are None when not measured (contention: reports before the probe)."""
     st = r.get("stability") or {}
@@ -52,13 +54,14 @@ def marks(r: dict) -> dict:
     return {"unstable": None if stable is None else not stable, "spread": ratio,
             "contended": bool(c.get("flagged")) if isinstance(c, dict) else None,
             # the worker's note in the reader's language, its English where it has none
-            "contention": summary.busy_line(cast(Report, r)) if isinstance(c, dict) else None}
+            "contention": summary.busy_line(r) if isinstance(c, dict) else None}
 
 
-def marked(model: dict, points: list[dict], which=("unstable", "contended")) -> list[str]:
+def marked(model: Json, points: list[Json],
+           which: tuple[str, ...] = ("unstable", "contended")) -> list[str]:
     """"T14 UNSTABLE (IQR/median 40.0%)", "T15 contended (busy machine: …)" for
     the model's own points."""
-    out = []
+    out: list[str] = []
     for p in _own(model, points):
         m = p.get("marks") or {}
         if m.get("unstable") and "unstable" in which:
@@ -71,19 +74,19 @@ def marked(model: dict, points: list[dict], which=("unstable", "contended")) -> 
     return out
 
 
-def unmeasured(model: dict, points: list[dict]) -> list[str]:
+def unmeasured(model: Json, points: list[Json]) -> list[str]:
     """The model's trials whose reports measured no contention."""
     return [p["trial"] for p in _own(model, points) if (p.get("marks") or {}).get(
         "contended") is None]
 
 
-def _own(model: dict, points: list[dict]) -> list[dict]:
+def _own(model: Json, points: list[Json]) -> list[Json]:
     trials = set(model.get("trials") or [])
     return [p for p in points if p.get("trial") in trials]
 
 
-def verdict(model: dict, points: list[dict], at: tuple | None = None,
-            axis: str | None = None) -> dict:
+def verdict(model: Json, points: list[Json], at: tuple[float, float, float] | None = None,
+            axis: str | None = None) -> Json:
     """The fit's verdict, or its prediction's at `at` = (b, s, value). `axis`
     names the b axis's parameter (batch, layers) for what to run instead."""
     out: dict[str, Any] = {
@@ -116,7 +119,7 @@ def verdict(model: dict, points: list[dict], at: tuple | None = None,
     return out
 
 
-def _cause_held(out: dict, model: dict, axis: str | None) -> None:
+def _cause_held(out: Json, model: Json, axis: str | None) -> None:
     if out["marked"]:
         _noise(out)
     elif model["distinct"] <= len(model["features"]) + 1:
@@ -136,7 +139,7 @@ def _cause_held(out: dict, model: dict, axis: str | None) -> None:
                    instead=_("sweep closer: {configs}", configs=_between(model, axis)))
 
 
-def _judge_at(out: dict, model: dict, at: tuple, axis: str | None) -> None:
+def _judge_at(out: Json, model: Json, at: tuple[float, float, float], axis: str | None) -> None:
     b, s, value = at
     small = model["smallest"]  # the least config: a larger one holds at least its memory
     if model["unit"] == "s":
@@ -188,7 +191,7 @@ def _judge_at(out: dict, model: dict, at: tuple, axis: str | None) -> None:
                    instead=_("re-run the sweep on a quiet machine, with more repeats"))
 
 
-def _noise(out: dict) -> None:
+def _noise(out: Json) -> None:
     names = sorted(set(out["marked_trials"]), key=_num)
     out.update(cause="noise", why=_("noisy points: {points}", points=", ".join(out["marked"])),
                instead=_("re-run {trials} on a quiet machine (the sweep again, or with more "
@@ -199,20 +202,20 @@ def _num(trial: str) -> int:
     return int(trial[1:]) if trial and trial[1:].isdigit() else 0
 
 
-def _values(model: dict) -> list[float]:
+def _values(model: Json) -> list[float]:
     return sorted({c[0] for c in model.get("configs") or []})
 
 
-def _fmt(axis: str | None, values) -> str:
+def _fmt(axis: str | None, values: Iterable[float]) -> str:
     shown = ",".join(f"{v:g}" for v in values)
     return f"`{axis}={shown}`" if axis else _("configs at b = {values}", values=shown)
 
 
-def _add(model: dict, axis: str | None) -> str:
+def _add(model: Json, axis: str | None) -> str:
     return _("add points: {configs}", configs=_more(model, axis))
 
 
-def _more(model: dict, axis: str | None) -> str:
+def _more(model: Json, axis: str | None) -> str:
     """A third point (or more) for a fit with none to spare."""
     vals = _values(model)
     if not vals or (model.get("range") or {}).get("b", [0, 0])[0] == model["range"]["b"][1]:
@@ -222,7 +225,7 @@ def _more(model: dict, axis: str | None) -> str:
     return _fmt(axis, sorted({*gaps[-2:]})) if gaps else _fmt(axis, [vals[-1] * 2])
 
 
-def _between(model: dict, axis: str | None) -> str:
+def _between(model: Json, axis: str | None) -> str:
     """Points between the largest config and the next: where the check failed."""
     vals = _values(model)
     if len(vals) < 2:
@@ -232,7 +235,7 @@ def _between(model: dict, axis: str | None) -> str:
     return _fmt(axis, sorted({mid, hi} - {lo})) if mid not in (lo, hi) else _more(model, axis)
 
 
-def _toward(model: dict, b: float, axis: str | None) -> str:
+def _toward(model: Json, b: float, axis: str | None) -> str:
     """Points from the largest measured config toward the one asked about."""
     top = model["range"]["b"][1]
     if b <= top or top <= 0:
@@ -241,7 +244,7 @@ def _toward(model: dict, b: float, axis: str | None) -> str:
     return _fmt(axis, sorted({v for v in (mid, round(b)) if v > top}))
 
 
-def text(v: dict) -> str:
+def text(v: Json) -> str:
     """"unusable: …; cause: …; instead: …" (or the unchecked note)."""
     if v["usable"]:
         return (_("unchecked: {why}; {instead}", why=v["why"], instead=v["instead"])
@@ -256,7 +259,7 @@ def names(trials: list[str]) -> str:
         _("{first}–{last} ({n} trials)", first=trials[0], last=trials[-1], n=len(trials))
 
 
-def marks_text(v: dict, unmeasured_only: bool = False) -> str:
+def marks_text(v: Json, unmeasured_only: bool = False) -> str:
     """The marked and unmeasured points, for a usable fit too."""
     bits = []
     if v["marked"] and not unmeasured_only:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from bot.plans.grammar import PlanCommand, PlanError, key_values
-from bot.plans.parse import BLOCK_KINDS, count, hours
+from bot.plans.grammar import PlanCommand, PlanError, count, hours, key_values
+from bot.plans.parse import BLOCK_KINDS
+from bot.states import Json
 from worker.i18n import _
 
 SLURM_JOB = re.compile(r"\d{1,12}(_\d{1,9})?")  # a job id, or an array task (123_4)
@@ -22,7 +23,7 @@ def parse_actual_words(plan: str | None, word: str, rest: list[str],
     return PlanCommand("actual", plan, parse_actual(rest))
 
 
-def parse_actual(words: list[str]) -> dict:
+def parse_actual(words: list[str]) -> Json:
     if not words or words[0] not in BLOCK_KINDS:
         usage = ("`/plan NAME actual KIND hours=H [prep=H] [data=H] [retries=H] "
                  "[idle=H] [runs=N] [note=...] [confirm]`, `/plan NAME actual KIND "
@@ -54,13 +55,13 @@ def parse_actual(words: list[str]) -> dict:
             "correct": False, "confirm": confirm}
 
 
-def check_parts(parts: dict, total: float) -> None:
+def check_parts(parts: Json, total: float) -> None:
     if sum(parts.values()) > total:
         raise PlanError(_("prep, data, retries and idle add up to {parts} h, more than "
                           "hours={total}", parts=f"{sum(parts.values()):g}", total=f"{total:g}"))
 
 
-def parse_correction(kind: str, words: list[str]) -> dict:
+def parse_correction(kind: str, words: list[str]) -> Json:
     """`correct [#N] key=value ...`: the fields named, each checked; `key=` with
     nothing after it unsets one (not hours=). Which actual is the handler's to
     find: #N, or the block's only one."""
@@ -84,7 +85,7 @@ def parse_correction(kind: str, words: list[str]) -> dict:
         raise PlanError(_("`hours=`: an actual keeps its hours; give the corrected figure, "
                           "e.g. hours=0.3, or delete it (`/plan NAME actual {kind} delete`)",
                           kind=kind))
-    changes: dict = {}
+    changes: Json = {}
     for key, raw in pairs.items():
         if not raw:
             changes[key] = None
@@ -98,7 +99,7 @@ def parse_correction(kind: str, words: list[str]) -> dict:
             "id": int(ids[0][1:]) if ids else None}
 
 
-def corrected(old: dict, changes: dict) -> dict:
+def corrected(old: Json, changes: Json) -> Json:
     """The stored fields a correction changes (hours, parts, runs, note), the
     rest of `old` kept; refused when the parts would exceed the hours, when a
     Slurm actual's figures are changed by hand, or when nothing changes."""
@@ -116,7 +117,7 @@ def corrected(old: dict, changes: dict) -> dict:
                 parts.pop(key, None)
             else:
                 parts[key] = changes[key]
-    new = {"hours": changes.get("hours", old["hours"]), "parts": parts,
+    new: Json = {"hours": changes.get("hours", old["hours"]), "parts": parts,
            "runs": changes.get("runs", old.get("runs")),
            "note": changes.get("note", old.get("note"))}
     check_parts(parts, new["hours"])
@@ -144,7 +145,7 @@ def actual_ids(kind: str, words: list[str]) -> list[int] | None:
     return ids or None
 
 
-def parse_slurm_actual(kind: str, pairs: dict) -> dict:
+def parse_slurm_actual(kind: str, pairs: Json) -> Json:
     """`slurm=123,124`: the hours come from Slurm's accounting, so hours= and the
     parts (prep, data, retries, idle) cannot be given beside it."""
     given = [k for k in ("hours", *PARTS) if k in pairs]

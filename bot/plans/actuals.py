@@ -6,9 +6,11 @@ it in place, and a deleted number is never handed out again
 from __future__ import annotations
 
 from bot import figures
+from bot.context import Context
 from bot.plans import actualparse, changes, estimate, review, reviewview, service, views
 from bot.plans.entry import Asked, plan_of
-from bot.plans.parse import PlanError
+from bot.plans.grammar import PlanCommand, PlanError
+from bot.states import Json
 from bot.store import DuplicateRequest
 from bot.trials import workers
 from worker.i18n import _
@@ -16,10 +18,10 @@ from worker.i18n import _
 IMPLAUSIBLE = 1000  # an actual this many times its estimate is asked to be confirmed
 
 
-def handle(ctx, cmd, asked: Asked):
+def handle(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["block"]
-    if kind not in {b["kind"] for b in ctx.store.blocks(cmd.plan)}:
+    if kind not in {b["kind"] for b in ctx.store.blocks(plan["name"])}:
         raise PlanError(_("Plan {plan} has no {kind} block; add it first with "
                           "`/plan {plan} block {kind} runs=N trial=T12`", plan=cmd.plan,
                           kind=kind))
@@ -43,14 +45,14 @@ def handle(ctx, cmd, asked: Asked):
     return changes.actual_recorded(plan, kind, cmd.args["hours"], _actuals_now(ctx, plan, kind))
 
 
-def _no_such(plan: dict, kind: str, aid: int, mine: list[dict]) -> PlanError:
+def _no_such(plan: Json, kind: str, aid: int, mine: list[Json]) -> PlanError:
     return PlanError(
         _("Plan {plan}'s {kind} block has no recorded actual #{id}; its actuals: "
           "{actuals}", plan=plan["name"], kind=kind, id=aid,
           actuals=", ".join(f"#{a['id']}" for a in mine) or _("none")))
 
 
-def _delete(ctx, plan: dict, kind: str, ids: list[int] | None, asked: Asked):
+def _delete(ctx: Context, plan: Json, kind: str, ids: list[int] | None, asked: Asked) -> Json:
     mine = [a for a in ctx.store.actuals(plan["name"]) if a["block"] == kind]
     unknown = [i for i in ids or [] if i not in {a["id"] for a in mine}]
     if unknown:
@@ -63,7 +65,7 @@ def _delete(ctx, plan: dict, kind: str, ids: list[int] | None, asked: Asked):
     return changes.actuals_deleted(plan, kind, gone, _actuals_now(ctx, plan, kind))
 
 
-def _correct(ctx, plan: dict, kind: str, args: dict, asked: Asked):
+def _correct(ctx: Context, plan: Json, kind: str, args: Json, asked: Asked) -> Json:
     """The fields named change on one actual, in place; the rest stay."""
     mine = [a for a in ctx.store.actuals(plan["name"]) if a["block"] == kind]
     values = dict(plan=plan["name"], kind=kind)
@@ -96,7 +98,7 @@ def _correct(ctx, plan: dict, kind: str, args: dict, asked: Asked):
                                     _actuals_now(ctx, plan, kind))
 
 
-def _plausible(ctx, plan: dict, kind: str, hours: float, again: str) -> None:
+def _plausible(ctx: Context, plan: Json, kind: str, hours: float, again: str) -> None:
     """A figure a thousand times the block's estimate is more likely a slip (minutes
     typed as hours, a digit too many) than a run: it is refused until confirmed."""
     try:
@@ -111,13 +113,13 @@ def _plausible(ctx, plan: dict, kind: str, hours: float, again: str) -> None:
                           kind=kind, estimate=figures.gpu_hours(est["hours"]), again=again))
 
 
-def _actuals_now(ctx, plan: dict, kind: str) -> str:
+def _actuals_now(ctx: Context, plan: Json, kind: str) -> str:
     rows = [a for a in ctx.store.actuals(plan["name"]) if a["block"] == kind]
     tagged = [j["trial"] for j in ctx.store.plan_jobs(plan["name"]) if j["block"] == kind]
     return changes.actuals_now(plan, kind, rows, review.latest_per_source(rows), tagged)
 
 
-def _slurm_actual(ctx, cmd, plan, asked: Asked):
+def _slurm_actual(ctx: Context, cmd: PlanCommand, plan: Json, asked: Asked) -> Json:
     """The bot is not on the cluster: a Slurm worker runs sacct for it. The
     request is stored and leased like a trial; the actual is recorded, and
     posted in the plan's channel, when the worker's answer arrives."""

@@ -8,6 +8,7 @@ import datetime as dt
 from bot.fits import depth, gpus
 from bot.plans import estimate, prices
 from bot.plans import money as codes
+from bot.states import Json
 from worker.i18n import N_, _
 
 RULES = {  # shown translated: views.advice
@@ -19,8 +20,8 @@ RULES = {  # shown translated: views.advice
 }
 
 
-def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hours: float,
-             prep_hours: float, missing: list[str] | None = None) -> dict:
+def facts_of(plan: Json, reports: list[Json], price_list: list[Json], total_hours: float,
+             prep_hours: float, missing: list[str] | None = None) -> Json:
     """The facts the rules read. `missing`: per block measured off the target,
     the trial on the target it still lacks (bot/plans/footing.missing_trial)."""
     f = plan["facts"]
@@ -50,7 +51,7 @@ def facts_of(plan: dict, reports: list[dict], price_list: list[dict], total_hour
             "missing_trials": list(missing or [])}
 
 
-def advise(fx: dict, today: dt.date) -> dict:
+def advise(fx: Json, today: dt.date) -> Json:
     answer = None
     also = []
     for n, check in ((1, _rule1), (2, _rule2), (3, _rule3), (4, _rule4), (5, _rule5)):
@@ -74,13 +75,13 @@ def advise(fx: dict, today: dt.date) -> dict:
     return answer
 
 
-def _summary(fx: dict) -> list[str]:
+def _summary(fx: Json) -> list[str]:
     return [_("target {gpu}", gpu=fx["target"]),
             _("trials on target: {trials}", trials=", ".join(fx["on_target"]) or _("none")),
             _("plan locked") if fx["fixed"] else _("plan not locked")]
 
 
-def _rule1(fx, today):
+def _rule1(fx: Json, today: dt.date) -> Json:
     if not fx["target"]:
         return {"missing": [_("the target GPU kind: `/plan NAME set gpu=H100` (or gpu=cpu)")]}
     missing = fx.get("missing_trials") or []
@@ -104,7 +105,7 @@ def _rule1(fx, today):
             + "".join(f"\n• {m}" for m in missing)}
 
 
-def _rule2(fx, today):
+def _rule2(fx: Json, today: dt.date) -> Json:
     missing = []
     if not fx["pattern"]:
         missing.append(_("whether the work is bunched in one period or steady: "
@@ -127,7 +128,7 @@ def _rule2(fx, today):
     return {"fires": False}
 
 
-def _rule3(fx, today):
+def _rule3(fx: Json, today: dt.date) -> Json:
     # A buy decision is long-term: not while rule 4 or 5 stands in its way.
     blocked = (not fx["peak_on_target"]
                or (fx["needs_cuda"] == "yes" and fx["platform"] not in (None, "cuda")))
@@ -183,7 +184,7 @@ def _rule3(fx, today):
                         "power per h), days = H / (24 · utilisation).") + " " + verdict}
 
 
-def _rule4(fx, today):
+def _rule4(fx: Json, today: dt.date) -> Json:
     if fx["needs_cuda"] is None:
         return {"missing": [_("whether the code needs CUDA (its support matrix): "
                               "`set needs_cuda=yes` or `set needs_cuda=no`")]}
@@ -201,7 +202,7 @@ def _rule4(fx, today):
                         "box).")}
 
 
-def _rule5(fx, today):
+def _rule5(fx: Json, today: dt.date) -> Json:
     reasons = []
     if not fx["fixed"]:
         reasons.append(_("the plan is not locked (environment and workload may still change): "

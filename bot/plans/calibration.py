@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 
+from bot.states import Json
 from worker.i18n import N_, _
 
 LEVEL = 0.90
@@ -52,14 +53,14 @@ CAUSES = {"runs": (N_("slower runs"), N_("faster runs")),
           "idle": (N_("more idle"), N_("less idle"))}
 
 
-def scope_of(est: dict) -> str:
+def scope_of(est: Json) -> str:
     """The scope a block is calibrated in: its environment kind (GPU count and
     name, or the CPU) and its workload (a recipe by its name)."""
     cfg = est.get("config") or {}
     return f"{est['env']} · {cfg.get('recipe') or cfg.get('workload')}"
 
 
-def pair_of(plan: str, est: dict, row: dict) -> dict | None:
+def pair_of(plan: str, est: Json, row: Json) -> Json | None:
     """A block's pair from its estimate (bot/plans/estimate.py, in hours) and its
     review row (bot/plans/review.py); None without an actual."""
     if row.get("actual") is None:
@@ -76,7 +77,7 @@ def pair_of(plan: str, est: dict, row: dict) -> dict | None:
             "interval": interval, "recorded": row.get("recorded")}
 
 
-def own_interval(est: dict, compared: float) -> tuple[float, float] | None:
+def own_interval(est: Json, compared: float) -> tuple[float, float] | None:
     """The block's own 90% interval, in GPU-hours, around `compared`: the
     estimate as review compares it with the actual (idle left out when the
     actual does not give it). The interval is the runs' spread, so it keeps its
@@ -112,7 +113,7 @@ def _rank(n: int, level: float) -> int:
     return math.ceil(round((n + 1) * level, 9))
 
 
-def ratios(pair: dict) -> dict:
+def ratios(pair: Json) -> Json:
     """actual / estimate for the block and for each component both sides have
     (None where the estimate of a component is 0: no ratio to speak of)."""
     out = {"block": pair["actual"] / pair["estimate"] if pair["estimate"] > 0 else None}
@@ -123,7 +124,7 @@ def ratios(pair: dict) -> dict:
     return out
 
 
-def usable(pairs: list[dict]) -> tuple[list[dict], list[str]]:
+def usable(pairs: list[Json]) -> tuple[list[Json], list[str]]:
     """Pairs with a ratio, and why the others were left out."""
     good, left = [], []
     for p in pairs:
@@ -137,7 +138,7 @@ def usable(pairs: list[dict]) -> tuple[list[dict], list[str]]:
     return good, left
 
 
-def calibrate(pairs: list[dict], level: float = LEVEL, scope: str | None = None) -> dict:
+def calibrate(pairs: list[Json], level: float = LEVEL, scope: str | None = None) -> Json:
     """The calibrated multipliers for a new estimate from one scope's pairs, or
     why there are none. `low`/`high` multiply the new block's point estimate."""
     good, left = usable(pairs)
@@ -163,23 +164,24 @@ def calibrate(pairs: list[dict], level: float = LEVEL, scope: str | None = None)
     return out
 
 
-def scoped(pairs: list[dict], scope: str | None,
-           exclude: tuple[str, str] | None = None) -> list[dict]:
+def scoped(pairs: list[Json], scope: str | None,
+           exclude: tuple[str, str] | None = None) -> list[Json]:
     """The pairs of one scope only (another GPU kind or workload is never mixed
     in), less `exclude` (plan, block): a block is not calibrated on itself."""
     return [p for p in pairs if p.get("scope") == scope
             and (exclude is None or (p.get("plan"), p.get("block")) != exclude)]
 
 
-def inside(pair: dict, multipliers: tuple[float, float] | None) -> bool | None:
+def inside(pair: Json, multipliers: tuple[float, float] | None) -> bool | None:
     """Did the actual fall inside estimate × [lo, hi]? None without an interval."""
     if multipliers is None or not pair["estimate"] > 0:
         return None
     lo, hi = multipliers
-    return pair["estimate"] * lo <= pair["actual"] <= pair["estimate"] * hi
+    held: bool = pair["estimate"] * lo <= pair["actual"] <= pair["estimate"] * hi
+    return held
 
 
-def cause(pair: dict) -> str:
+def cause(pair: Json) -> str:
     """Why an actual differs from its estimate: contention when a trial on
     either side flagged it, else the component whose actual − estimate is the
     largest in the direction of the miss."""
@@ -202,7 +204,7 @@ def cause(pair: dict) -> str:
     return text
 
 
-def record(pairs: list[dict], level: float = LEVEL) -> dict:
+def record(pairs: list[Json], level: float = LEVEL) -> Json:
     """How the bot's intervals did: each pair, in the order its actual was
     recorded, against the interval the bot would have shown for it then (the
     calibrated one from the earlier pairs of its scope once there were enough,
@@ -226,7 +228,8 @@ def record(pairs: list[dict], level: float = LEVEL) -> dict:
             "worst": dict(worst, cause=cause(worst["pair"])) if worst else None}
 
 
-def _name(p: dict) -> str:
-    if p.get("name"):
-        return p["name"]
+def _name(p: Json) -> str:
+    name: str | None = p.get("name")
+    if name:
+        return name
     return f"{p.get('plan') or '?'} {p.get('block') or '?'}"

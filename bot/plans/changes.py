@@ -9,6 +9,7 @@ from bot import figures
 from bot.blocks import reply
 from bot.fits import gpus
 from bot.plans import fitson, prices
+from bot.states import Json
 from worker.i18n import N_, _, ngettext
 
 HISTORY_SHOWN = 20
@@ -19,7 +20,7 @@ def day(stamp: float | None) -> str:
             if stamp else "?")
 
 
-def value_text(value) -> str:
+def value_text(value: object) -> str:
     """A stored value as one short phrase."""
     if value is None:
         return _("(not set)")
@@ -45,7 +46,7 @@ def _period_text(n: int, unit: str, days: str) -> str:
     return ngettext("{n} week ({days} days)", "{n} weeks ({days} days)", n, days=days)
 
 
-def fact_value(key: str, value) -> str:
+def fact_value(key: str, value: object) -> str:
     """A stored fact as people read it: `period` in days with the unit it was
     likely typed in ("3 weeks (21 days)"), `handoff` in hours, `utilization` a share."""
     if value is None or not isinstance(value, (int, float)):
@@ -64,7 +65,7 @@ def fact_value(key: str, value) -> str:
     return value_text(value)
 
 
-def field_text(key: str, value) -> str:
+def field_text(key: str, value: object) -> str:
     """A block's trials are named as users name them (T12)."""
     if key == "trials" and isinstance(value, list):
         return ",".join(f"T{i}" for i in value) or _("(none)")
@@ -73,7 +74,7 @@ def field_text(key: str, value) -> str:
     return value_text(value)
 
 
-def changed_fields(old: dict | None, new: dict | None) -> str:
+def changed_fields(old: Json | None, new: Json | None) -> str:
     """`runs 10 → 30, note (not set) → x`: the fields that differ."""
     old, new = old or {}, new or {}
     keys = [k for k in {**old, **new} if old.get(k) != new.get(k)]
@@ -81,7 +82,7 @@ def changed_fields(old: dict | None, new: dict | None) -> str:
                      for k in keys)
 
 
-def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
+def facts_set(plan: Json, facts: Json, old: Json, left: list[str]) -> Json:
     done = []
     for key, value in facts.items():
         if value is None:
@@ -98,7 +99,7 @@ def facts_set(plan: dict, facts: dict, old: dict, left: list[str]) -> dict:
                  + "\n" + _("Open checklist items: {items}.", items=items))
 
 
-def _inputs_note(plan: str, facts: dict) -> str:
+def _inputs_note(plan: str, facts: Json) -> str:
     """How `show` will read the inputs just set: where fits on is evaluated."""
     if not facts.get("inputs"):
         return ""
@@ -110,7 +111,7 @@ def _inputs_note(plan: str, facts: dict) -> str:
                      "each block's own shape.", shape=fitson.shape_text(read["given"]), plan=plan)
 
 
-def block_deleted(plan: dict, old: dict, actuals: int, tagged: int) -> dict:
+def block_deleted(plan: Json, old: Json, actuals: int, tagged: int) -> Json:
     kept = ""
     if actuals or tagged:
         kept = " " + _("Its {actuals} recorded actual(s) and {tagged} tagged trial(s) are kept: "
@@ -122,7 +123,7 @@ def block_deleted(plan: dict, old: dict, actuals: int, tagged: int) -> dict:
                  + _("`/plan {plan} history` keeps what it was.", plan=plan["name"]))
 
 
-def actual_line(a: dict) -> str:
+def actual_line(a: Json) -> str:
     """One recorded actual with its number, hours and source."""
     source = (_("Slurm jobs {jobs}", jobs=", ".join(a["slurm"])) if a.get("slurm") else
               _("manual: {note}", note=a["note"]) if a.get("note") else _("manual"))
@@ -134,7 +135,7 @@ def actual_line(a: dict) -> str:
     return _("#{id} {hours} GPU-h ({source}; by {user} on {day})", **values)
 
 
-def actuals_now(plan: dict, kind: str, rows: list[dict], counted: list[dict],
+def actuals_now(plan: Json, kind: str, rows: list[Json], counted: list[Json],
                 tagged: list[str]) -> str:
     """The block's running total: each recorded actual, and its tagged trials."""
     if not rows:
@@ -153,7 +154,7 @@ def actuals_now(plan: dict, kind: str, rows: list[dict], counted: list[dict],
     return text
 
 
-def actual_recorded(plan: dict, kind: str, hours: float, now: str) -> dict:
+def actual_recorded(plan: Json, kind: str, hours: float, now: str) -> Json:
     values = dict(plan=plan["name"], kind=kind, hours=f"{hours:g}")
     head = _("Recorded for *{plan}* {kind}: {hours} GPU-h actual.", **values)
     return reply(f"{head} {now}\n"
@@ -161,13 +162,13 @@ def actual_recorded(plan: dict, kind: str, hours: float, now: str) -> dict:
                      "{kind} delete #N` removes one.", **values))
 
 
-def actual_values(a: dict) -> dict:
+def actual_values(a: Json) -> Json:
     """An actual's fields as a correction names them: hours, its parts, runs, note."""
     return {"hours": a.get("hours"), **(a.get("parts") or {}), "runs": a.get("runs"),
             "note": a.get("note")}
 
 
-def actual_corrected(plan: dict, kind: str, old: dict, new: dict, now: str) -> dict:
+def actual_corrected(plan: Json, kind: str, old: Json, new: Json, now: str) -> Json:
     """What changed, old → new, and what the correction kept."""
     was, now_values = actual_values(old), actual_values(new)
     kept = {k: v for k, v in now_values.items() if k != "hours" and v is not None
@@ -180,7 +181,7 @@ def actual_corrected(plan: dict, kind: str, old: dict, new: dict, now: str) -> d
                                          plan=plan["name"]))
 
 
-def actuals_deleted(plan: dict, kind: str, gone: int, now: str) -> dict:
+def actuals_deleted(plan: Json, kind: str, gone: int, now: str) -> Json:
     return reply(_("Deleted {n} recorded {kind} actual(s) of *{plan}*: the review and the "
                    "calibration no longer count them.", n=gone, kind=kind, plan=plan["name"])
                  + f" {now}")
@@ -191,7 +192,7 @@ def read_as(currency: str) -> str:
              "(`/plan settings currency=`).", code=currency)
 
 
-def price_recorded(price: dict, pid: int, today: dt.date, assumed: bool = False) -> dict:
+def price_recorded(price: Json, pid: int, today: dt.date, assumed: bool = False) -> Json:
     """`assumed`: no currency was written, so the channel's (or none) was used."""
     note = "" if price["kind"] == "electricity" else gpus.unlisted_note(price["item"])
     said = _("Recorded P{id}: {price}. Plans use it where every price they need is "
@@ -206,7 +207,7 @@ def price_recorded(price: dict, pid: int, today: dt.date, assumed: bool = False)
     return reply(said + (f"\n{note}." if note else ""))
 
 
-def price_changed(old: dict, new: dict | None, applies: dict | None, today: dt.date) -> dict:
+def price_changed(old: Json, new: Json | None, applies: Json | None, today: dt.date) -> Json:
     what = (_("P{id} corrected: {price} (was {old}).", id=old["id"],
               price=prices.cited(new, today), old=prices.cited(old, today)) if new else
             _("P{id} deleted (it was {old}).", id=old["id"], old=prices.cited(old, today)))
@@ -218,7 +219,7 @@ def price_changed(old: dict, new: dict | None, applies: dict | None, today: dt.d
     return reply(f"{what} {now}")
 
 
-def price_list(rows: list[dict], today: dt.date, every: bool) -> dict:
+def price_list(rows: list[Json], today: dt.date, every: bool) -> Json:
     """`/plan prices` (the figure that applies per item) or `prices all`."""
     if not rows:
         return reply(_("No confirmed prices. trialbot has no built-in price list: record one "
@@ -248,7 +249,7 @@ def subject(what: str) -> str:
     return _(SUBJECTS[head], rest=rest) if head in SUBJECTS else what
 
 
-def history_line(row: dict) -> str:
+def history_line(row: Json) -> str:
     when = dt.datetime.fromtimestamp(row["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
     what = (_("{what} (shared price list)", what=subject(row["what"])) if row["plan"] is None
             else subject(row["what"]))
@@ -268,7 +269,7 @@ def history_line(row: dict) -> str:
              verb=verb, what=what, change=change)
 
 
-def history(plan: dict, rows: list[dict], total: int) -> dict:
+def history(plan: Json, rows: list[Json], total: int) -> Json:
     """`/plan NAME history`: newest first, at most HISTORY_SHOWN lines."""
     if not rows:
         return reply(_("Plan *{plan}* has no recorded changes (changes are recorded since "

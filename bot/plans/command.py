@@ -9,6 +9,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from bot.context import Context
 from bot.plans import (
     actualparse,
     actuals,
@@ -27,16 +28,17 @@ from bot.plans import (
     service,
     views,
 )
-from bot.plans.entry import Asked, Entry, PlanHidden, plan_of
-from bot.plans.parse import PlanError
+from bot.plans.entry import Asked, Entry, PlanHidden, plan_of, stored_plan
+from bot.plans.grammar import PlanCommand, PlanError
+from bot.states import Json
 from bot.words import normalize
 from worker import i18n
 from worker.i18n import N_, _
 
 
-def handle(ctx, text: str, user: str, channel: str, today: dt.date,
+def handle(ctx: Context, text: str, user: str, channel: str, today: dt.date,
            now: dt.datetime | None = None, request: str | None = None,
-           response_url: str | None = None, table: Sequence[Entry] | None = None) -> dict:
+           response_url: str | None = None, table: Sequence[Entry] | None = None) -> Json:
     """`/plan` through `table` (this module's TABLE unless given: bot/commands.py
     gives it with the digest's entries). `request` is Slack's trigger_id: a
     retried `actual ... slurm=` asks once. `response_url` reaches the requester
@@ -49,37 +51,40 @@ def handle(ctx, text: str, user: str, channel: str, today: dt.date,
         return entry.run(ctx, normalize(text), asked)
 
 
-def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None):
+def parse_plan(text: str, today: dt.date, table: Sequence[Entry] | None = None
+               ) -> PlanCommand:
     """`/plan`'s text as a command, through the table (tests read it)."""
     return entry.route(normalize(text), today, TABLE if table is None else table)[1]
 
 
-def _help(ctx, cmd, asked: Asked):
+def _help(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     return entry.help_reply(asked.table, cmd.args.get("topic", ""),
                             kinds=", ".join(parse.BLOCK_KINDS))
 
 
-def _list(ctx, cmd, asked: Asked):
+def _list(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     return views.plan_list(*ctx.visible_plans(asked.user, asked.channel))
 
 
-def _new(ctx, cmd, asked: Asked):
+def _new(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     if not ctx.store.add_plan(cmd.plan, asked.channel, asked.user, cmd.args["facts"]):
-        if ctx.store.plan(cmd.plan)["channel"] != asked.channel:  # names are shared by all
+        if stored_plan(ctx, cmd.plan)["channel"] != asked.channel:  # names are shared by all
             raise PlanError(_("A plan `{plan}` exists already in another channel; choose "
                               "another name", plan=cmd.plan))
         raise PlanError(_("A plan `{plan}` exists already; `/plan {plan} show` shows it, "
                           "or choose another name", plan=cmd.plan))
-    return views.created(ctx.store.plan(cmd.plan))
+    return views.created(stored_plan(ctx, cmd.plan))
 
 
-def _locked_refusal(plan: dict, what: str) -> PlanError:
+def _locked_refusal(plan: Json, what: str) -> PlanError:
     return PlanError(_("{what} is fixed while plan {plan} is locked (since {at}); `/plan {plan} "
                        "unlock` first (its estimates then need re-checking)",
                        what=what, plan=plan["name"], at=plan["locked"]["at"]))
 
 
-def _set(ctx, cmd, asked: Asked):
+def _set(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     facts = cmd.args["facts"]
     fixed = [k for k in facts if k in parse.LOCKED_ITEMS]
@@ -90,20 +95,20 @@ def _set(ctx, cmd, asked: Asked):
         raise PlanError(_("`{key}=`: plan {plan} has no {key} set, so there is nothing to "
                           "unset (`{key}=VALUE` sets it)", key=absent[0], plan=cmd.plan))
     old = ctx.store.change_facts(cmd.plan, facts, asked.user)
-    plan = ctx.store.plan(cmd.plan)
+    plan = stored_plan(ctx, cmd.plan)
     return changes.facts_set(plan, facts, old, views.open_items(plan))
 
 
-def _block(ctx, cmd, asked: Asked):
+def _block(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     return _put_block(ctx, plan, dict(cmd.args, plan=cmd.plan, user=asked.user), asked.user,
                       asked.channel)
 
 
-def _block_correct(ctx, cmd, asked: Asked):
+def _block_correct(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     """The given fields change; the block is then checked and estimated as a new one."""
     plan = plan_of(ctx, cmd.plan, asked)
-    old = ctx.store.block(cmd.plan, cmd.args["kind"])
+    old = ctx.store.block(plan["name"], cmd.args["kind"])
     if old is None:
         raise PlanError(_("Plan {plan} has no {kind} block to correct; add it with "
                           "`/plan {plan} block {kind} runs=N trial=T12`",
@@ -113,7 +118,8 @@ def _block_correct(ctx, cmd, asked: Asked):
                       asked.channel, old)
 
 
-def _block_delete(ctx, cmd, asked: Asked):
+def _block_delete(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     kind = cmd.args["kind"]
     if kind in (plan["locked"] or {}):
@@ -126,7 +132,8 @@ def _block_delete(ctx, cmd, asked: Asked):
     return changes.block_deleted(plan, old, len(actuals), len(tagged))
 
 
-def _put_block(ctx, plan, block, user, channel, old=None):
+def _put_block(ctx: Context, plan: Json, block: Json, user: str, channel: str,
+               old: Json | None = None) -> Json:
     # A block reads its trials' reports: they may come from a private channel.
     homes = ([(f"S{block['sweep']}", j["channel"]) for j in ctx.store.sweep_jobs(
         block["sweep"])[:1]] if block["sweep"] else
@@ -159,7 +166,7 @@ def _put_block(ctx, plan, block, user, channel, old=None):
 BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handoff", "note")
 
 
-def _show(ctx, cmd, asked: Asked):
+def _show(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return views.show(plan, ests, ctx.store.prices(), asked.today,
@@ -168,7 +175,7 @@ def _show(ctx, cmd, asked: Asked):
                       fitson.section(plan, ests))
 
 
-def _export(ctx, cmd, asked: Asked):
+def _export(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     price_list = ctx.store.prices()
@@ -189,7 +196,8 @@ def _export(ctx, cmd, asked: Asked):
                          "this channel.", plan=plan["name"], files=names))
 
 
-def _lock(ctx, cmd, asked: Asked):
+def _lock(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    assert cmd.plan is not None  # the table routes a plan's actions only with its name
     plan = plan_of(ctx, cmd.plan, asked)
     if plan["locked"]:
         raise PlanError(_("Plan {plan} is locked since {at}; to lock it to its current "
@@ -204,20 +212,20 @@ def _lock(ctx, cmd, asked: Asked):
         for b, e, _trials in ests}
     locked["at"] = asked.today.isoformat()
     ctx.store.set_plan_lock(cmd.plan, locked, asked.user)
-    return views.locked(ctx.store.plan(cmd.plan))
+    return views.locked(stored_plan(ctx, cmd.plan))
 
 
-def _unlock(ctx, cmd, asked: Asked):
+def _unlock(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     if not plan["locked"]:
         raise PlanError(_("Plan {plan} is not locked", plan=cmd.plan))
-    ctx.store.set_plan_lock(cmd.plan, None, asked.user)
+    ctx.store.set_plan_lock(plan["name"], None, asked.user)
     return views.reply(_("Plan *{plan}* is unlocked: its input conditions and code "
                          "version may change again; `/plan NAME lock` fixes them anew.",
                          plan=cmd.plan))
 
 
-def _advise(ctx, cmd, asked: Asked):
+def _advise(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     reports = [dict(t["report"], trial=t["trial"]) for _block, _est, ts in ests for t in ts]
@@ -232,7 +240,7 @@ def _advise(ctx, cmd, asked: Asked):
     return views.advice(plan, advice.advise(fx, asked.today))
 
 
-def _review(ctx, cmd, asked: Asked):
+def _review(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
     return reviewview.review(plan, service.review_rows(ctx, plan, ests), ests,
@@ -240,7 +248,7 @@ def _review(ctx, cmd, asked: Asked):
                         ctx.store.prices(), asked.today)
 
 
-def _settings(ctx, cmd, asked: Asked):
+def _settings(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     """`/plan settings [lang=ko] [currency=KRW]`: the channel's language and
     currency (anyone reads them; a change needs the right to change plans)."""
     if cmd.args:
@@ -258,7 +266,7 @@ def _settings(ctx, cmd, asked: Asked):
                                       ctx.store.channel_currency(asked.channel))
 
 
-def _calibration(ctx, cmd, asked: Asked):
+def _calibration(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     """The team's record per scope, from the plans `user` may see here."""
     across: list[str] = []
     pairs = service.calibration_pairs(ctx, asked.user, asked.channel, across)
@@ -270,7 +278,7 @@ def _calibration(ctx, cmd, asked: Asked):
                                          across)
 
 
-def _price(ctx, cmd, asked: Asked):
+def _price(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     price = {k: v for k, v in cmd.args.items() if k != "confirm"}
     assumed = price["kind"] != "power" and not price["currency"]
     if assumed:  # none written: the channel's, said in the reply
@@ -285,7 +293,7 @@ def _price(ctx, cmd, asked: Asked):
     return changes.price_recorded(price, pid, asked.today, assumed)
 
 
-def _known_price(ctx, pid: int) -> dict:
+def _known_price(ctx: Context, pid: int) -> Json:
     old = ctx.store.price(pid)
     if old is None:
         raise PlanError(_("There is no price P{id}; `/plan prices all` lists every recorded "
@@ -293,12 +301,12 @@ def _known_price(ctx, pid: int) -> dict:
     return old
 
 
-def _applies(ctx, old: dict) -> dict | None:
+def _applies(ctx: Context, old: Json) -> Json | None:
     return next((p for p in ctx.store.prices() if p["kind"] == old["kind"]
                  and p["item"].lower() == old["item"].lower()), None)
 
 
-def _price_correct(ctx, cmd, asked: Asked):
+def _price_correct(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     old = _known_price(ctx, cmd.args["id"])
     fields = priceparse.parse_price_correction(old, cmd.args["words"], asked.today)
     if not fields:
@@ -313,25 +321,25 @@ def _price_correct(ctx, cmd, asked: Asked):
     return changes.price_changed(old, {**old, **fields}, _applies(ctx, old), asked.today)
 
 
-def _price_delete(ctx, cmd, asked: Asked):
+def _price_delete(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     old = _known_price(ctx, cmd.args["id"])
     ctx.store.delete_price(old["id"], asked.user)
     return changes.price_changed(old, None, _applies(ctx, old), asked.today)
 
 
-def _prices(ctx, cmd, asked: Asked):
-    every = cmd.args.get("all")
+def _prices(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
+    every = bool(cmd.args.get("all"))
     return changes.price_list(ctx.store.all_prices() if every else ctx.store.prices(), asked.today,
                               every)
 
 
-def _history(ctx, cmd, asked: Asked):
+def _history(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
-    rows, total = ctx.store.history(cmd.plan, _price_items(plan), changes.HISTORY_SHOWN)
+    rows, total = ctx.store.history(plan["name"], _price_items(plan), changes.HISTORY_SHOWN)
     return changes.history(plan, rows, total)
 
 
-def _price_items(plan: dict) -> tuple[str, ...]:
+def _price_items(plan: Json) -> tuple[str, ...]:
     """The prices a plan reads: its target GPU's and electricity."""
     return tuple(x for x in (plan["facts"].get("gpu"), "electricity") if x)
 

@@ -6,6 +6,7 @@ import re
 import zoneinfo
 
 from bot.plans.grammar import PlanCommand, PlanError, no_more
+from bot.states import Json
 from worker.i18n import N_, _, close, did_you_mean, sentences
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -50,7 +51,7 @@ _FULL_DAYS = {"mon": ("monday",), "tue": ("tuesday", "tues"), "wed": ("wednesday
               "sun": ("sunday",)}
 
 
-def time_of_day(raw: str) -> dict:
+def time_of_day(raw: str) -> Json:
     m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw)
     if not m:
         raise PlanError(_("`{word}` is not a time of day: write 24-hour HH:MM, e.g. 09:00 or "

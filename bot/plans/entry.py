@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bot.blocks import about
-from bot.context import HiddenPlan, PlanUnreachable, Postable, unwritable_text
+from bot.context import Context, HiddenPlan, PlanUnreachable, Postable, unwritable_text
 from bot.plans import estimate, helpview, parse, views
 from bot.plans.grammar import PlanCommand, PlanError
+from bot.states import Json
 from bot.store import Unwritable
 from worker.i18n import _, did_you_mean, sentences
 
@@ -38,7 +39,7 @@ class Entry:
     name: str
     word: str
     parse: Callable[[str | None, str, list[str], dt.date], PlanCommand]
-    handle: Callable[..., dict]  # (ctx, cmd, Asked) -> the reply
+    handle: Callable[..., Json]  # (ctx, cmd, Asked) -> the reply
     help: tuple[str, ...] = ()  # its lines in `/plan help`
     needs: tuple[str, str] | None = None
     posts: bool = False  # its messages are posted in the channel later
@@ -49,10 +50,11 @@ class PlanHidden(PlanError):
     """The plan lives in another channel (perhaps a private one)."""
 
 
-def plan_of(ctx, name: str, asked: Asked) -> dict:
+def plan_of(ctx: Context, name: str | None, asked: Asked) -> Json:
     """The plan, if the asker may reach it from their channel (as `/trial
     status`: a plan may live in a private channel); its name is all a refusal
     tells."""
+    assert name is not None  # a plan's action: the table routes it only with the name
     try:
         return ctx.plan(name, asked.user, asked.channel)
     except HiddenPlan as exc:
@@ -78,7 +80,7 @@ def route(text: str, today: dt.date, table: Sequence[Entry]) -> tuple[Entry, Pla
     return next(e for e in table if e.name == cmd.action), cmd
 
 
-def run(ctx, text: str, asked: Asked) -> dict:
+def run(ctx: Context, text: str, asked: Asked) -> Json:
     """Parse, check the right, confirm the channel, act; refusals and bad
     input answered (anything else is the adapters' catch-all's)."""
     entry = None
@@ -106,12 +108,19 @@ def run(ctx, text: str, asked: Asked) -> dict:
         return views.reply(":x: " + _("Nothing was stored: {why}.", why=unwritable_text(exc)))
 
 
-def help_lines(table: Sequence[Entry], **values) -> list[str]:
+def stored_plan(ctx: Context, name: str) -> Json:
+    """A plan this command found or wrote (no command deletes a plan)."""
+    plan = ctx.store.plan(name)
+    assert plan is not None  # found or written above
+    return plan
+
+
+def help_lines(table: Sequence[Entry], **values: object) -> list[str]:
     """Each entry's lines in `/plan help`, in the table's order, in the language in use."""
     return [_(line, **values) for e in table for line in e.help]
 
 
-def help_reply(table: Sequence[Entry], topic: str, **values) -> dict:
+def help_reply(table: Sequence[Entry], topic: str, **values: object) -> Json:
     """`/plan help`, or `/plan help WORD`: the table's lines that use one of its words."""
     lines = help_lines(table, **values)
     topics = list(dict.fromkeys(e.word for e in table if e.word != "help"))

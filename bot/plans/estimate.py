@@ -16,6 +16,7 @@ never counted as 0 GPU-h. Every component carries where it came from.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from decimal import Decimal
 
 from bot.fits.ols import t_quantile
@@ -40,8 +41,19 @@ from bot.plans.measured import (  # noqa: F401 - re-exported: callers read them 
     unit_problem,
 )
 from bot.plans.perrun import per_run, spread  # noqa: F401 - re-exported
-from bot.states import WAITING, JobStatus, Outcome
+from bot.states import WAITING, JobStatus, Json, Outcome
 from worker.i18n import _, pgettext
+
+# The names callers read here from measured.py and perrun.py: strict mypy re-exports an
+# import only when __all__ names it (this module's own names are public as always).
+__all__ = [
+    "PREP_PHASES", "EstimateError", "code_version", "config", "data_seconds", "differences",
+    "env_kind", "lock_differences", "phase_seconds", "prep_seconds", "program_seconds",
+    "reused_build_seconds", "run_seconds", "teardown_seconds", "unit_kind", "unit_label",
+    "unit_problem", "per_run", "spread"]
+
+# A block, its estimate and the trials it rests on (bot/plans/service.py's estimates).
+Estimated = tuple[Json, Json, list[Json]]
 
 LEVEL = 0.90  # the prediction interval shown
 
@@ -51,7 +63,7 @@ def hours(seconds: float) -> Decimal:
     return Decimal(repr(float(seconds))) / 3600
 
 
-def in_hours(estimates: list[dict]) -> list[dict]:
+def in_hours(estimates: list[Json]) -> list[Json]:
     """Every component, block total and interval in GPU-hours, unrounded: a
     total is the exact sum of its parts, and each figure is rounded once, where
     it is shown, so `show`, `review`, `export` and the digest print the same."""
@@ -66,7 +78,7 @@ def in_hours(estimates: list[dict]) -> list[dict]:
     return estimates
 
 
-def failure_rate(trials: list[dict], attempts: dict[int, list[dict]]) -> dict:
+def failure_rate(trials: list[Json], attempts: dict[int, list[Json]]) -> Json:
     """Failed attempts over all attempts, counting only attempts at the config
     the trial finally measured (a halve-batch retry's OOMs at the larger batch
     are not failures of the smaller one)."""
@@ -81,7 +93,7 @@ def failure_rate(trials: list[dict], attempts: dict[int, list[dict]]) -> dict:
     return {"n": n, "failed": len(failed), "p": len(failed) / n, "causes": causes}
 
 
-def check_trials(trials: list[dict]) -> None:
+def check_trials(trials: list[Json]) -> None:
     """Refuse trials a block cannot rest on: missing, unfinished, failed, or
     of different configs or environments."""
     for t in trials:
@@ -116,10 +128,10 @@ def check_trials(trials: list[dict]) -> None:
                                   other=t["trial"], other_env=env_kind(t["report"])))
 
 
-def unmeasured(report: dict) -> list[str]:
+def unmeasured(report: Json) -> list[str]:
     """The times an estimate reads that the report holds no number for (a null,
     as a NaN stored before #29 reads back)."""
-    def bad(v) -> bool:
+    def bad(v: object) -> bool:
         return not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
     missing = ["seconds"] if bad(report.get("seconds")) else []
     missing += [f"phases.{p.get('name')}.seconds" for p in report.get("phases") or []
@@ -132,9 +144,9 @@ def unmeasured(report: dict) -> list[str]:
     return missing
 
 
-def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dict]],
-                   facts: dict, pays_prep: bool, usage: dict | None = None,
-                   predicted: dict | None = None, earlier: list[dict] | None = None) -> dict:
+def estimate_block(block: Json, trials: list[Json], attempts: dict[int, list[Json]],
+                   facts: Json, pays_prep: bool, usage: Json | None = None,
+                   predicted: Json | None = None, earlier: list[Json] | None = None) -> Json:
     """One block's estimate. `trials` are the jobs it rests on (for a sweep block,
     the sweep's successful trials); `predicted` is a sweep fit's prediction for
     the block's config: {"seconds", "se", "dof", "source"}; `earlier` the reports
@@ -163,7 +175,7 @@ def estimate_block(block: dict, trials: list[dict], attempts: dict[int, list[dic
                            idle_s if handoff is not None else 0.0)
 
 
-def _runs_predicted(block: dict, runs: int, times: str, predicted: dict) -> dict:
+def _runs_predicted(block: Json, runs: int, times: str, predicted: Json) -> Json:
     """The runs' time per run and interval from a sweep fit's prediction."""
     x = predicted["seconds"]
     if x <= 0:  # bot/fits/usable.py names the cause before this; a last guard
@@ -186,8 +198,8 @@ def _runs_predicted(block: dict, runs: int, times: str, predicted: dict) -> dict
             "prep_var": 0.0, "pr": None}
 
 
-def _runs_measured(trials: list[dict], runs: int, times: str, pays_prep: bool,
-                   earlier: list[dict] | None) -> dict:
+def _runs_measured(trials: list[Json], runs: int, times: str, pays_prep: bool,
+                   earlier: list[Json] | None) -> Json:
     """The runs' time per run and interval from the trials' own measurements
     (and the spread the worker's earlier trials measured)."""
     pr = per_run(trials, earlier)
@@ -207,7 +219,7 @@ def _runs_measured(trials: list[dict], runs: int, times: str, pays_prep: bool,
                      "(trial=T12,T13) or with more repeats")}
 
 
-def _retries(trials: list[dict], attempts: dict[int, list[dict]],
+def _retries(trials: list[Json], attempts: dict[int, list[Json]],
              run_s: float) -> tuple[float, str]:
     """Time redoing failed runs, at the trials' failure rate, and where it came from."""
     fr = failure_rate(trials, attempts)
@@ -221,7 +233,7 @@ def _retries(trials: list[dict], attempts: dict[int, list[dict]],
                   rate=f"{min(1.0, 3 / fr['n']):.0%}")
 
 
-def _idle(handoff: float | None, facts: dict, usage: dict | None,
+def _idle(handoff: float | None, facts: Json, usage: Json | None,
           busy: float) -> tuple[float, str]:
     """Idle wait: a declared hand-off gap, or the worker's measured idle share
     of `busy` seconds; and where it came from."""
@@ -245,8 +257,8 @@ def _idle(handoff: float | None, facts: dict, usage: dict | None,
                   "`set idle=measured` (the workers' measured idle share)")
 
 
-def _block_estimate(block: dict, trials: list[dict], facts: dict, predicted: dict | None,
-                    run: dict, parts: list[tuple], declared_idle: float) -> dict:
+def _block_estimate(block: Json, trials: list[Json], facts: Json, predicted: Json | None,
+                    run: Json, parts: list[tuple[str, float, str]], declared_idle: float) -> Json:
     """The block's estimate from its parts (seconds on one GPU, with their sources)."""
     gpus = block["gpus"]
     reports = [t["report"] for t in trials]
@@ -274,11 +286,11 @@ def _block_estimate(block: dict, trials: list[dict], facts: dict, predicted: dic
             "partial": (predicted or {}).get("partial")}
 
 
-def _mean_of(reports: list[dict], f) -> float:
+def _mean_of(reports: list[Json], f: Callable[[Json], float]) -> float:
     return sum(f(r) for r in reports) / len(reports)
 
 
-def _prep(reports: list[dict], names: str, predicted: dict | None) -> tuple[float, str]:
+def _prep(reports: list[Json], names: str, predicted: Json | None) -> tuple[float, str]:
     """Prep once for the block's rental session, and where it came from."""
     prep_s = _mean_of(reports, prep_seconds)
     if unit_kind(reports[0]) == "program":  # the program's loads are in each of its runs
@@ -312,7 +324,7 @@ def _prep(reports: list[dict], names: str, predicted: dict | None) -> tuple[floa
     return prep_s, prep_source
 
 
-def _data(reports: list[dict], names: str, configs: int) -> tuple[float, str]:
+def _data(reports: list[Json], names: str, configs: int) -> tuple[float, str]:
     if unit_kind(reports[0]) == "program":
         return 0.0, _("0: each program run loads its own data (in the runs)")
     data_each = _mean_of(reports, data_seconds)
@@ -322,7 +334,7 @@ def _data(reports: list[dict], names: str, configs: int) -> tuple[float, str]:
         if configs > 1 else _("{trials}: data phase {seconds} s (mean)", **values))
 
 
-def interval_note(pr: dict | None, trials: int, prep: bool = False) -> str:
+def interval_note(pr: Json | None, trials: int, prep: bool = False) -> str:
     """What the interval contains and what it does not, by name; `prep`: its
     spread between the trials' processes is in it."""
     if pr is None:
@@ -346,7 +358,7 @@ def interval_note(pr: dict | None, trials: int, prep: bool = False) -> str:
              missing="; ".join(missing))
 
 
-def total(estimates: list[dict]) -> dict:
+def total(estimates: list[Json]) -> Json:
     """The plan's total: the sum of the blocks as shown. The interval adds the
     blocks' half-widths (blocks may rest on the same trial, so their errors are
     not assumed independent). A block measured off the target GPU is left out

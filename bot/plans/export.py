@@ -10,6 +10,7 @@ import datetime as dt
 import io
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 
 from bot import figures
 from bot.plans import changes, estimate, parse, prices
@@ -22,6 +23,7 @@ from bot.plans.views import (
     grouped_warnings,
     table_rows,
 )
+from bot.states import Json
 from worker.i18n import N_, _
 
 SCHEMA = 1
@@ -30,17 +32,17 @@ FIGURES = N_("GPU-hours to {digits} significant digits as shown (`shown`) and un
 PRICE_FIELDS = ("item", "kind", "value", "currency", "unit", "source", "date")
 
 
-def _figure(x) -> dict | None:
+def _figure(x: Decimal | float | None) -> Json | None:
     """A GPU-hour figure as shown (3 significant digits) and unrounded."""
     return None if x is None else {"shown": figures.gpu_hours(x), "exact": float(x)}
 
 
-def _pair(iv) -> dict | None:
+def _pair(iv: tuple[Decimal, Decimal] | None) -> Json | None:
     return None if not iv else {"low": _figure(iv[0]), "high": _figure(iv[1]),
                                 "shown": figures.interval(*iv)}
 
 
-def _actual(row: dict | None, calib_used: str | None) -> dict | None:
+def _actual(row: Json | None, calib_used: str | None) -> Json | None:
     if not row or row.get("actual") is None:
         return None
     return {"gpu_hours": _figure(row["actual"]), "estimate_compared": _figure(row["estimate"]),
@@ -53,7 +55,7 @@ def _actual(row: dict | None, calib_used: str | None) -> dict | None:
             "held": calib_used}
 
 
-def _recorded(a: dict) -> dict:
+def _recorded(a: Json) -> Json:
     """One actual as it was recorded: by hand or from Slurm, by whom and when."""
     return {"id": a["id"], "gpu_hours": a["hours"], "parts": a["parts"], "runs": a["runs"],
             "note": a["note"], "slurm_jobs": a["slurm"], "by": a["user"],
@@ -61,10 +63,10 @@ def _recorded(a: dict) -> dict:
             .strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
-         today: dt.date, calib: list[dict] | None = None,
-         held: Sequence[str | None] | None = None, history: list[dict] | None = None,
-         recorded: list[dict] | None = None) -> dict:
+def data(plan: Json, ests: list[estimate.Estimated], reviewed: list[Json], price_list: list[Json],
+         today: dt.date, calib: list[Json] | None = None,
+         held: Sequence[str | None] | None = None, history: list[Json] | None = None,
+         recorded: list[Json] | None = None) -> Json:
     """Everything the export says, as one dict. `reviewed` is the review's row
     per block (bot/plans/service.review_rows); `held`, per block, whether its
     actual fell inside the interval shown (reviewview.held_text); `history`, the
@@ -74,9 +76,9 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
     cost = costs(plan, ests, price_list, today)
     # A None per block where a list is not given
     none: list[None] = [None] * len(ests)
-    calibs: Sequence[dict | None] = calib or none
+    calibs: Sequence[Json | None] = calib or none
     helds: Sequence[str | None] = held or none
-    rows: Sequence[dict | None] = reviewed or none
+    rows: Sequence[Json | None] = reviewed or none
     warnings = grouped_warnings(plan, ests)
     blocks = []
     for (_block, e, _trials), c, k, row, h in zip(ests, cost, calibs, rows, helds):
@@ -121,15 +123,15 @@ def data(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
     }
 
 
-def json_text(d: dict) -> str:
+def json_text(d: Json) -> str:
     return json.dumps(d, indent=2, ensure_ascii=False, default=str) + "\n"
 
 
-def _shown(f: dict | None) -> str:
+def _shown(f: Json | None) -> str:
     return "" if f is None else f["shown"].replace(",", "")
 
 
-def csv_text(d: dict) -> str:
+def csv_text(d: Json) -> str:
     """One row per component, then each block's total (with its actual), then the plan's."""
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -159,7 +161,7 @@ def csv_text(d: dict) -> str:
     return buf.getvalue()
 
 
-def _review_lines(d: dict) -> list[str]:
+def _review_lines(d: Json) -> list[str]:
     out = []
     for b in d["blocks"]:
         a = b["actual"]
@@ -182,7 +184,7 @@ def _review_lines(d: dict) -> list[str]:
     return out
 
 
-def _recorded_lines(d: dict) -> list[str]:
+def _recorded_lines(d: Json) -> list[str]:
     """Every recorded actual, as it was given: the figures behind the review."""
     out = []
     for b in d["blocks"]:
@@ -196,7 +198,7 @@ def _recorded_lines(d: dict) -> list[str]:
     return out
 
 
-def markdown(d: dict, rows: list[list]) -> str:
+def markdown(d: Json, rows: list[list[str]]) -> str:
     """`rows`: the plan's table as `show` prints it (views.table_rows)."""
     lines = ["# " + _("Plan {plan}", plan=d["plan"]), "",
              _("Exported {day}. Target {gpu}. {prices}. Figures: {figures}.", day=d["exported"],
@@ -257,17 +259,17 @@ def markdown(d: dict, rows: list[list]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def files(plan: dict, ests: list, reviewed: list[dict], price_list: list[dict],
-          today: dt.date, calib: list[dict] | None = None,
-          held: Sequence[str | None] | None = None, history: list[dict] | None = None,
-          recorded: list[dict] | None = None) -> list[tuple[str, str]]:
+def files(plan: Json, ests: list[estimate.Estimated], reviewed: list[Json], price_list: list[Json],
+          today: dt.date, calib: list[Json] | None = None,
+          held: Sequence[str | None] | None = None, history: list[Json] | None = None,
+          recorded: list[Json] | None = None) -> list[tuple[str, str]]:
     """(extension, content) of each file the export uploads."""
     d = data(plan, ests, reviewed, price_list, today, calib, held, history, recorded)
     rows = table_rows(plan, ests, price_list, today, calib)
     return [("csv", csv_text(d)), ("md", markdown(d, rows)), ("json", json_text(d))]
 
 
-def file(plan: dict, channel: str, ext: str, content: str) -> dict:
+def file(plan: Json, channel: str, ext: str, content: str) -> Json:
     return {"channel": channel, "kind": "export", "file": f"{plan['name']}-plan.{ext}",
             "content": content, "text": _("Plan {plan} ({format} export)", plan=plan["name"],
                                           format=ext.upper())}

@@ -14,17 +14,18 @@ from __future__ import annotations
 from bot import figures
 from bot.fits import gpus
 from bot.plans.measured import env_kind
+from bot.states import Json
 from worker.i18n import _
 
 
-def off_target(target: str | None, reports: list[dict]) -> str | None:
+def off_target(target: str | None, reports: list[Json]) -> str | None:
     """The device the block's trials ran on (env_kind) when it is not the plan's
     target; None on the target or with no target set."""
     off = [r for r in reports if gpus.matches_gpu(r, target) is False]
     return env_kind(off[0]) if off else None
 
 
-def trial_words(config: dict, target: str) -> str:
+def trial_words(config: Json, target: str) -> str:
     """`/trial …` words that measure the block's config on the target: the
     config the block is for (a partial-depth or swept block's full config),
     routed to the target. A CPU target takes no gpu= (`gpu=any` may still land
@@ -39,13 +40,13 @@ def trial_words(config: dict, target: str) -> str:
     return " ".join(words)
 
 
-def _value(v) -> str:
+def _value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
 
 
-def missing_trial(plan: str, est: dict, target: str) -> str:
+def missing_trial(plan: str, est: Json, target: str) -> str:
     """What the plan still lacks for a block measured off the target: a short
     trial on it, as words to paste, and how to re-add the block."""
     return _("still missing: a short trial on {target}, `{words}`, then `/plan {plan} block "
@@ -54,13 +55,13 @@ def missing_trial(plan: str, est: dict, target: str) -> str:
              runs=est["runs"])
 
 
-def apart_text(est: dict, target: str) -> str:
+def apart_text(est: Json, target: str | None) -> str:
     """How an off-target block's time is shown: measured, but not a target time."""
     return _("measured on {env}: not a time on {target}, left out of the total and the cost",
              env=est["off_target"], target=target)
 
 
-def same_device(a: dict, b: dict) -> bool:
+def same_device(a: Json, b: Json) -> bool:
     """Did two trials run on the same kind of device: both on the CPU (the same
     model), or both on GPUs that the GPU table (or their reported names) call
     one kind, in the same count."""
@@ -77,7 +78,7 @@ def same_device(a: dict, b: dict) -> bool:
     return ea.get("gpu_name") == eb.get("gpu_name")
 
 
-def across(est: dict, target: str | None, row: dict) -> str | None:
+def across(est: Json, target: str | None, row: Json) -> str | None:
     """Why a block's actual is not compared with its estimate, or None: with a
     target set, recorded actuals and counted tagged trials are hours on the
     target, and an estimate measured on another device is not such an hour."""
@@ -92,7 +93,7 @@ def across(est: dict, target: str | None, row: dict) -> str | None:
              trials=", ".join(est["trials"]))
 
 
-def other_device(job: dict, basis: dict) -> str | None:
+def other_device(job: Json, basis: Json) -> str | None:
     """Why a tagged trial is not the block's actual when the plan has no target:
     it ran on another device than the block's estimate (`basis`, one of its trials)."""
     r = job.get("report")

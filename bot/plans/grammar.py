@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from bot.fits import gpus
+from bot.states import Json
 from worker.i18n import _, did_you_mean, sentences
 
 
@@ -20,7 +21,7 @@ class PlanError(ValueError):
 class PlanCommand:
     action: str
     plan: str | None = None
-    args: dict = field(default_factory=dict)
+    args: Json = field(default_factory=dict)
 
 
 def no_more(rest: list[str], what: str) -> None:
@@ -28,7 +29,7 @@ def no_more(rest: list[str], what: str) -> None:
         raise PlanError(_("`{word}`: `{command}` takes nothing more", word=rest[0], command=what))
 
 
-def key_values(words: list[str], allowed: tuple[str, ...], what: str, empty: bool = False) -> dict:
+def key_values(words: list[str], allowed: tuple[str, ...], what: str, empty: bool = False) -> Json:
     """key=value pairs; with `empty`, `key=` is kept as "" (an item unset)."""
     out = {}
     for word in _units_joined(words):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.blocks import help_reply
 from bot.plans import parse
+from bot.states import Json
 from worker.i18n import N_, _
 
 HELP_MORE = N_("(continued in this message's blocks)")
@@ -18,7 +19,7 @@ PRICE_RULES = N_("*How a price is read*: a figure with the currency you wrote, o
                  "another currency, waits for the same command with `confirm` at the end.")
 
 
-def help_text(lines: list[str], topics: list[str]) -> dict:
+def help_text(lines: list[str], topics: list[str]) -> Json:
     """`/plan help`: the command table's lines (bot/plans/command.py, and the
     digest's), what `/plan` is, the checklist and settings by name, and the topics
     `/plan help TOPIC` shows."""
@@ -33,7 +34,7 @@ def help_text(lines: list[str], topics: list[str]) -> dict:
         _(HELP_MORE))
 
 
-def topic_help(lines: list[str], topic: str) -> dict:
+def topic_help(lines: list[str], topic: str) -> Json:
     """`/plan help TOPIC`: the table's lines that use the word, and for `set` the
     checklist and settings, for prices how a figure is read."""
     extra = []

@@ -5,12 +5,14 @@ evidence and shown apart, not pooled into the block's actual. Pure but for
 `queue_notes`, which reads the plan from the store."""
 from __future__ import annotations
 
+from bot.context import Context
 from bot.fits import gpus
 from bot.plans import estimate, footing
+from bot.states import Json
 from worker.i18n import _
 
 
-def why(plan: dict, job: dict, basis: dict | None = None) -> str | None:
+def why(plan: Json, job: Json, basis: Json | None = None) -> str | None:
     """Why a tagged trial is kept out of its block's actual, or None. `basis`,
     a report the block's estimate rests on: with no target set, a trial on
     another device than it is kept out too."""
@@ -34,8 +36,8 @@ def why(plan: dict, job: dict, basis: dict | None = None) -> str | None:
     return None
 
 
-def split(plan: dict, jobs: list[dict], basis: dict | None = None
-          ) -> tuple[list[dict], list[str]]:
+def split(plan: Json, jobs: list[Json], basis: Json | None = None
+          ) -> tuple[list[Json], list[str]]:
     """(the trials that count, a line per trial kept apart)."""
     counted, kept = [], []
     for j in jobs:
@@ -47,7 +49,7 @@ def split(plan: dict, jobs: list[dict], basis: dict | None = None
     return counted, kept
 
 
-def spec_differences(lock: dict, spec: dict) -> list[str]:
+def spec_differences(lock: Json, spec: Json) -> list[str]:
     """How a queued spec differs from the lock's config, on the keys both name
     (a report adds the defaults a spec may leave out; its code version is
     known only when it has run)."""
@@ -58,7 +60,7 @@ def spec_differences(lock: dict, spec: dict) -> list[str]:
                                 {k: want[k] for k in common})
 
 
-def queue_notes(ctx, tags: dict, specs: list[dict], route: dict) -> list[str]:
+def queue_notes(ctx: Context, tags: Json, specs: list[Json], route: Json) -> list[str]:
     """What the queue reply says of a tagged trial that will not count as the
     block's on-target, comparable actual."""
     plan = ctx.store.plan(tags["plan"])

@@ -4,6 +4,7 @@ and what it ran (config, environment, code), which a plan's lock compares.
 Pure functions of a stored report; bot/plans/estimate.py builds on them."""
 from __future__ import annotations
 
+from bot.states import Json
 from worker.i18n import N_, _
 
 
@@ -16,17 +17,18 @@ PREP_PHASES = ("setup", "launch", "weights", "warmup")
 # Parameters that change how a trial measures, not what it runs.
 RUN_CONTROL = {"repeats", "stability", "run_cap", "warmup", "seed", "timeout", "on_oom",
                "attempts", "processes"}
-def phase_seconds(report: dict, name: str) -> float:
-    return sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
+def phase_seconds(report: Json, name: str) -> float:
+    seconds: float = sum(p["seconds"] for p in report.get("phases") or [] if p["name"] == name)
+    return seconds
 
 
-def unit_kind(report: dict) -> str | None:
+def unit_kind(report: Json) -> str | None:
     """A recipe's declared unit (program, generate, forward, mark:NAME); None
     for a built-in workload and a recipe report from before `unit`."""
     return (report.get("units") or {}).get("kind") if report.get("recipe") else None
 
 
-def program_seconds(report: dict) -> float:
+def program_seconds(report: Json) -> float:
     return ((report.get("units") or {}).get("program") or {}).get("seconds") or 0.0
 
 
@@ -42,7 +44,7 @@ UNIT_LABELS = {"program": N_("program run"), "generate": N_("generate call"),
                "forward": N_("model call")}
 
 
-def unit_problem(trial: dict) -> str | None:
+def unit_problem(trial: Json) -> str | None:
     """Why a recipe trial has no run of its declared unit, or None."""
     r, name = trial["report"], trial["trial"]
     kind = unit_kind(r)
@@ -67,37 +69,40 @@ def unit_problem(trial: dict) -> str | None:
              trial=name, n=made, unit=unit_label(kind), kind=kind)
 
 
-def teardown_seconds(report: dict) -> float:
+def teardown_seconds(report: Json) -> float:
     """Wall time of the trial outside its phases: the child's exit, memory being
     freed, the gaps between phases. A rented GPU is paid for it too."""
-    inside = sum(p["seconds"] for p in report.get("phases") or [])
-    return max(0.0, (report.get("seconds") or 0.0) - inside)
+    inside: float = sum(p["seconds"] for p in report.get("phases") or [])
+    wall: float = report.get("seconds") or 0.0
+    return max(0.0, wall - inside)
 
 
-def prep_seconds(report: dict) -> float:
+def prep_seconds(report: Json) -> float:
     """One-time time of a rental session: a reused recipe environment counts as
     the build it saved, measured when it was built (a fresh box builds it once)."""
     return _prep_measured(report) + reused_build_seconds(report)
 
 
-def reused_build_seconds(report: dict) -> float:
+def reused_build_seconds(report: Json) -> float:
     """What a reused recipe environment's build took beyond its reuse."""
-    return sum(max(0.0, p["build_seconds"] - p["seconds"]) for p in report.get("phases") or []
-               if p.get("cached") and p.get("build_seconds") is not None)
+    saved: float = sum(max(0.0, p["build_seconds"] - p["seconds"])
+                       for p in report.get("phases") or []
+                       if p.get("cached") and p.get("build_seconds") is not None)
+    return saved
 
 
-def _prep_measured(report: dict) -> float:
+def _prep_measured(report: Json) -> float:
     if unit_kind(report) == "program":  # all the program does is in its runs
         return max(0.0, (report.get("seconds") or 0.0) - program_seconds(report))
     return sum(phase_seconds(report, p) for p in PREP_PHASES) + teardown_seconds(report)
 
 
-def data_seconds(report: dict) -> float:
+def data_seconds(report: Json) -> float:
     """The data phases, unless each program run loads its own data."""
     return 0.0 if unit_kind(report) == "program" else phase_seconds(report, "data")
 
 
-def config(report: dict) -> dict:
+def config(report: Json) -> Json:
     """What a trial ran, without the knobs that only change how it measured."""
     what = {k: v for k, v in (report.get("params") or {}).items() if k not in RUN_CONTROL}
     if report.get("recipe"):
@@ -105,21 +110,21 @@ def config(report: dict) -> dict:
     return {"workload": report["workload"], **what}
 
 
-def env_kind(report: dict) -> str:
+def env_kind(report: Json) -> str:
     e = report.get("env") or {}
     if e.get("gpu_count"):
         return f"{e['gpu_count']}× {e['gpu_name']}"
     return f"CPU ({e.get('cpu') or 'unknown'})"
 
 
-def code_version(report: dict) -> str:
+def code_version(report: Json) -> str:
     e = report.get("env") or {}
     if report.get("recipe"):
         return e.get("code_version") or "unrecorded"
     return f"built-in {report['workload']}, torch {e.get('torch')}"
 
 
-def lock_differences(lock: dict, report_config: dict, code: str) -> list[str]:
+def lock_differences(lock: Json, report_config: Json, code: str) -> list[str]:
     """How a trial differs from what the plan's lock fixed; empty when comparable."""
     diff = differences(lock["config"], report_config)
     if code != lock["code"]:
@@ -127,7 +132,7 @@ def lock_differences(lock: dict, report_config: dict, code: str) -> list[str]:
     return diff
 
 
-def differences(a: dict, b: dict) -> list[str]:
+def differences(a: Json, b: Json) -> list[str]:
     a, b = _with_defaults(a), _with_defaults(b)
     keys = sorted(set(a) | set(b))
     return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
@@ -136,7 +141,7 @@ def differences(a: dict, b: dict) -> list[str]:
 BUILT_IN = ("llm-infer", "llm-train", "hf-infer", "hf-train")
 
 
-def _with_defaults(c: dict) -> dict:
+def _with_defaults(c: Json) -> Json:
     """A built-in workload's config from before `malloc=` existed ran with
     glibc's default, and malloc=auto times its run under glibc too (its live
     pass gives only host memory): both are the same config as malloc=glibc."""
@@ -145,7 +150,7 @@ def _with_defaults(c: dict) -> dict:
     return c
 
 
-def run_seconds(report: dict) -> float:
+def run_seconds(report: Json) -> float:
     """The trial's wall time minus prep and data: its run phase(s), or its
     program for a recipe whose run is the program."""
     return max(0.0, (report.get("seconds") or 0.0) - _prep_measured(report)

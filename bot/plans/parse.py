@@ -24,6 +24,7 @@ from bot.plans.grammar import (
     utilization,
 )
 from bot.plans.priceparse import parse_price, parse_price_change
+from bot.states import Json
 from bot.trials.parse import split
 from worker import i18n
 from worker.i18n import N_, _, did_you_mean, sentences
@@ -165,11 +166,11 @@ def not_an_action(action: str, plan: str = "NAME", known: Iterable[str] = ()) ->
           "Usage: `{usage}`", usage=USAGE)))
 
 
-def parse_settings(words: list[str]) -> dict:
+def parse_settings(words: list[str]) -> Json:
     """`/plan settings [lang=ko] [currency=KRW]`: this channel's own settings
     (`lang=`, `currency=` clear them)."""
     pairs = key_values(words, ("lang", "currency"), _("a channel setting"), empty=True)
-    out: dict = {}
+    out: Json = {}
     if pairs.get("currency"):
         try:
             out["currency"] = money.currency(pairs["currency"])
@@ -191,8 +192,9 @@ def plan_name(word: str) -> str:
     if name in PLAN_WORDS:
         raise PlanError(_("`{word}` needs more words here; usage: `{usage}`", word=name,
                           usage=USAGE))
-    if plan_name_problem(name):
-        raise PlanError(plan_name_problem(word))  # naming the word as typed
+    problem = plan_name_problem(name) and plan_name_problem(word)
+    if problem:
+        raise PlanError(problem)  # naming the word as typed
     return name
 
 
@@ -201,11 +203,11 @@ def keys_help() -> str:
              checklist=", ".join(CHECKLIST), settings=", ".join(SETTINGS))
 
 
-def parse_facts(words: list[str], unset: bool = False) -> dict:
+def parse_facts(words: list[str], unset: bool = False) -> Json:
     """Checklist items and settings, each value checked; with `unset`, `key=`
     (nothing after =) is None: the item is open again."""
     pairs = key_values(words, (*CHECKLIST, *SETTINGS), _("a plan"), empty=unset)
-    out = {}
+    out: Json = {}
     for key, raw in pairs.items():
         if len(raw) > 500:
             raise PlanError(_("`{key}`: at most 500 characters", key=key))
@@ -259,7 +261,7 @@ PREDICT_KEYS = ("batch", "prompt", "gen", "layers")
 SWEPT_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
-def split_swept(words: list[str]) -> tuple[list[str], dict]:
+def split_swept(words: list[str]) -> tuple[list[str], Json]:
     """A block's words apart from `name=N` pairs for a recipe's own parameters."""
     mine, swept = [], {}
     for word in words:
@@ -277,7 +279,7 @@ def split_swept(words: list[str]) -> tuple[list[str], dict]:
     return mine, swept
 
 
-def parse_block(words: list[str]) -> dict:
+def parse_block(words: list[str]) -> Json:
     if not words or words[0] not in BLOCK_KINDS:
         kinds = ", ".join(BLOCK_KINDS)
         raise PlanError(
@@ -297,7 +299,7 @@ def parse_block(words: list[str]) -> dict:
         raise PlanError(_("a {kind} block is estimated from measured trials: give trial=T12 "
                           "(or trial=T12,T13), or sweep=S12 with the config to predict",
                           kind=kind))
-    block = {"kind": kind, "runs": count(pairs["runs"], "runs"),
+    block: Json = {"kind": kind, "runs": count(pairs["runs"], "runs"),
              "configs": count(pairs.get("configs", "1"), "configs", 10000),
              "gpus": count(pairs.get("gpus", "1"), "gpus", 4096),
              "note": pairs.get("note"), "trials": [], "sweep": None, "predict": {},
@@ -320,7 +322,7 @@ def parse_block(words: list[str]) -> dict:
     return block
 
 
-def parse_block_change(name: str, words: list[str]) -> PlanCommand:
+def parse_block_change(name: str | None, words: list[str]) -> PlanCommand:
     """`block KIND correct k=v ...` (the given fields change, the rest stay) and
     `block KIND delete`."""
     kind, verb, rest = words[0], words[1], words[2:]
@@ -342,7 +344,7 @@ def parse_block_change(name: str, words: list[str]) -> PlanCommand:
     return PlanCommand("block-correct", name, {"kind": kind, "pairs": pairs})
 
 
-def block_words(block: dict, changes: dict) -> list[str]:
+def block_words(block: Json, changes: Json) -> list[str]:
     """A stored block as the words that make it, with `changes` (key=value
     pairs) applied: a correction is checked exactly as a new block is.
     trial= replaces a sweep and its predicted config, sweep= the trials."""

@@ -6,6 +6,7 @@ which turns it into a block's hours and interval."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from bot.plans.measured import (
     EstimateError,
@@ -19,11 +20,12 @@ from bot.plans.measured import (
     unit_label,
     unit_problem,
 )
+from bot.states import Json
 from worker.api import PROCESSES
 from worker.i18n import _
 
 
-def _window_means(r: dict) -> list[float]:
+def _window_means(r: Json) -> list[float]:
     """The run phase's window means (worker/windows.py), [] on a report from
     before windows existed."""
     rows = (r.get("windows") or {}).get("rows") or []
@@ -35,7 +37,7 @@ def _var(xs: list[float]) -> float:
     return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
-def per_run(trials: list[dict], earlier: list[dict] | None = None) -> dict:
+def per_run(trials: list[Json], earlier: list[Json] | None = None) -> Json:
     """One run's time: the run phase over the requests it measured (so the
     time between requests is counted too), with the variance components of
     that figure (docs/plans-and-advice.md): request-to-request spread, drift
@@ -85,7 +87,7 @@ HISTORY = 30  # earlier trials a worker lends at most: its box's recent state, n
 LONG_FROM = 2  # earlier trials it takes to measure drift over longer than a trial
 
 
-def history(earlier: list[dict], trials: list[dict]) -> dict | None:
+def history(earlier: list[Json], trials: list[Json]) -> Json | None:
     """What the worker's earlier trials of the same config, code and device
     measured above one trial (docs/plans-and-advice.md): the spread between
     each one's fresh processes relative to its mean, pooled ({"rel", "dof"}),
@@ -113,7 +115,7 @@ def history(earlier: list[dict], trials: list[dict]) -> dict | None:
     return {"rel": ss / dof if dof else 0.0, "dof": dof, "means": means} if means else None
 
 
-def _long_drift(past: dict, means: list[float], rel: float) -> tuple[float, int]:
+def _long_drift(past: Json, means: list[float], rel: float) -> tuple[float, int]:
     """Drift between trials at other times, relative to the mean (its variance
     beyond what the spread between processes puts into a trial's mean), with its
     degrees of freedom; (0, 0) until LONG_FROM earlier trials measure it."""
@@ -125,7 +127,7 @@ def _long_drift(past: dict, means: list[float], rel: float) -> tuple[float, int]
     return max(0.0, _var([m / grand for m, _n in rows]) - noise), len(rows) - 1
 
 
-def _views(reports: list[dict]) -> list[dict]:
+def _views(reports: list[Json]) -> list[Json]:
     """What the spread is built from: each fresh process of each trial (a
     report's `processes`, worker/launcher/processes.py), or the whole trial
     where it ran in one process or predates `processes`."""
@@ -147,7 +149,7 @@ def _views(reports: list[dict]) -> list[dict]:
     return out
 
 
-def _processes(reports: list[dict], views: list[dict], past: dict | None) -> dict:
+def _processes(reports: list[Json], views: list[Json], past: Json | None) -> Json:
     """Prep's variance for a future run's one process (its spread between the
     trials' fresh processes, plus its mean's uncertainty), and what the interval
     leaves out when a trial ran in one process by request."""
@@ -167,7 +169,7 @@ def _processes(reports: list[dict], views: list[dict], past: dict | None) -> dic
     return out
 
 
-def _per_request(trials: list[dict], views: list[dict], kind: str | None) -> dict:
+def _per_request(trials: list[Json], views: list[Json], kind: str | None) -> Json:
     """Runs timed one by one (requests, a recipe's generate or model calls or
     marked spans), pooled over the trials' processes (`views`)."""
     reports = [t["report"] for t in trials]
@@ -204,7 +206,7 @@ def _per_request(trials: list[dict], views: list[dict], kind: str | None) -> dic
             "sd": sd * scale if sd is not None else None, "source": source, "names": names}
 
 
-def _within(r: dict) -> tuple[float, int]:
+def _within(r: Json) -> tuple[float, int]:
     """The sum of squares and degrees of freedom of one trial's run-to-run
     spread: for a recipe, per model (a draft's and a target's calls are two
     distributions; their difference is not noise)."""
@@ -215,7 +217,7 @@ def _within(r: dict) -> tuple[float, int]:
             sum(c - 1 for c, _sd in groups))
 
 
-def _models_text(reports: list[dict]) -> str:
+def _models_text(reports: list[Json]) -> str:
     """Each model's calls apart, from the first trial: `LlamaForCausalLM#2
     (1.1M params) 96 × 12.3 ms`."""
     parts = []
@@ -227,7 +229,8 @@ def _models_text(reports: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _per_sample(trials: list[dict], views: list[dict], unit: str, source) -> dict:
+def _per_sample(trials: list[Json], views: list[Json], unit: str,
+                source: Callable[[str, int, float, float | None, Json], str]) -> Json:
     """One sample a process (a trial that ran in one): a recipe's run phase,
     or its whole program."""
     reports = [t["report"] for t in trials]
@@ -242,21 +245,21 @@ def _per_sample(trials: list[dict], views: list[dict], unit: str, source) -> dic
                 views, trials)}
 
 
-def _in_processes(views: list[dict], trials: list[dict]) -> str:
+def _in_processes(views: list[Json], trials: list[Json]) -> str:
     """Where the trials ran in several fresh processes, how many in all."""
     if len(views) <= len(trials):
         return ""
     return "; " + _("{n} fresh processes, one value each", n=len(views))
 
 
-def _phase_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+def _phase_source(names: str, k: int, mean: float, sd: float | None, first: Json) -> str:
     return (_("{trials}: run phase of {k} trial(s), mean {mean} s, sd {sd} s", trials=names,
               k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}") if sd is not None else
             _("{trials}: run phase of {k} trial(s), mean {mean} s", trials=names, k=k,
               mean=f"{mean:.4g}"))
 
 
-def _program_source(names: str, k: int, mean: float, sd: float | None, first: dict) -> str:
+def _program_source(names: str, k: int, mean: float, sd: float | None, first: Json) -> str:
     inside = _models_text([first])
     values = dict(trials=names, k=k, mean=f"{mean:.4g}", sd=f"{sd:.3g}" if sd else "",
                   inside=inside)
@@ -267,7 +270,7 @@ def _program_source(names: str, k: int, mean: float, sd: float | None, first: di
     return text + ("; " + _("inside it: {inside}", inside=inside) if inside else "")
 
 
-def _pooled(mean: float, between: float, dof: int, past: dict | None,
+def _pooled(mean: float, between: float, dof: int, past: Json | None,
             parts: list[str]) -> tuple[float, int]:
     """The spread between processes pooled, relative to the mean, with the
     worker's earlier trials' (`history`): three degrees of freedom alone read
@@ -289,8 +292,8 @@ def _satterthwaite(parts: list[tuple[float, int]]) -> int:
     return max(1, min(sum(d for _v, d in parts), int(total * total / denom))) if denom else 1
 
 
-def spread(pr: dict, trials: int, level_name: str | None = None,
-           past: dict | None = None) -> dict:
+def spread(pr: Json, trials: int, level_name: str | None = None,
+           past: Json | None = None) -> Json:
     """The variance of a future block's mean time per run, by component, and
     its degrees of freedom. A long block sits at some level of the machine's
     speed; the trial saw that level wander between its windows and, with

@@ -8,6 +8,7 @@ import re
 
 from bot.plans import money, prices
 from bot.plans.grammar import PlanCommand, PlanError, gpu_item, key_values, no_more, number
+from bot.states import Json
 from worker.i18n import _
 
 PRICE_ID = re.compile(r"[Pp]?(\d{1,12})")
@@ -33,7 +34,7 @@ def parse_price_change(verb: str, words: list[str]) -> PlanCommand:
     return PlanCommand("price-correct", args={"id": pid, "words": words[1:]})
 
 
-def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
+def parse_price_correction(old: Json, words: list[str], today: dt.date) -> Json:
     """The fields of price `old` that `words` change, checked as a new price's
     are; its item and kind stay."""
     figure = [w for w in words if not w.startswith(("source=", "date="))]
@@ -52,13 +53,13 @@ def parse_price_correction(old: dict, words: list[str], today: dt.date) -> dict:
             if new[k] != old.get(k)}
 
 
-def _kept(old: dict, words: list[str]) -> list[str]:
+def _kept(old: Json, words: list[str]) -> list[str]:
     """source= and date= from the old price where the correction gives none."""
     return [f"{k}={old[k]}" for k in ("source", "date")
             if not any(w.startswith(f"{k}=") for w in words)]
 
 
-def _figure_word(price: dict) -> str:
+def _figure_word(price: Json) -> str:
     """The word that records this figure again (for a correction of its source or date)."""
     value = f"{price['currency'] or ''}{price['value']!r}"
     return {"rent": f"{value}/h", "electricity": f"{value}/kWh",
@@ -69,7 +70,7 @@ def _figure_word(price: dict) -> str:
 MAX_POWER_KW = 10  # one GPU: a B200 draws about 1 kW
 
 
-def parse_price(words: list[str], today: dt.date) -> dict:
+def parse_price(words: list[str], today: dt.date) -> Json:
     """`H100 2.49/h`, `H100 buy=30000`, `H100 resale=9000`, `H100 power=0.7kW`,
     `electricity 0.12/kWh`, each with source= and date=."""
     usage = _("Usage: `/plan price H100 2.49/h source=URL-or-quote date=YYYY-MM-DD` "
@@ -152,7 +153,7 @@ def _gpu_figure(word: str, usage: str) -> tuple[str, str, float, str]:
     return kind, "kW", value, ""
 
 
-def _price_date(pairs: dict, today: dt.date, usage: str) -> dt.date:
+def _price_date(pairs: Json, today: dt.date, usage: str) -> dt.date:
     """The price's source= is given and its date= is a past or present day."""
     if "source" not in pairs:
         raise PlanError(_("A price needs source=: the URL or quote it comes from, so others "

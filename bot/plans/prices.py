@@ -8,6 +8,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from bot.fits import gpus
 from bot.plans import money as codes
+from bot.states import Json
 from worker.i18n import N_, _, pgettext
 
 # How a stored unit reads (parse_price writes these words).
@@ -23,7 +24,7 @@ def kind_name(kind: str) -> str:
 STALE_DAYS = 30
 
 
-def find(prices: list[dict], item: str | None, kind: str) -> dict | None:
+def find(prices: list[Json], item: str | None, kind: str) -> Json | None:
     """The price of `kind` that applies for `item` (GPU names compare by the one
     table's name: an H100 price is H100-80GB's; others case-insensitively);
     `prices` holds one per item and kind, the one confirmed latest (Store.prices)."""
@@ -37,11 +38,11 @@ def find(prices: list[dict], item: str | None, kind: str) -> dict | None:
                key=lambda p: (p["date"], p.get("id") or 0), default=None)
 
 
-def age_days(price: dict, today: dt.date) -> int:
+def age_days(price: Json, today: dt.date) -> int:
     return (today - dt.date.fromisoformat(price["date"])).days
 
 
-def is_stale(price: dict, today: dt.date) -> bool:
+def is_stale(price: Json, today: dt.date) -> bool:
     return age_days(price, today) > STALE_DAYS
 
 
@@ -54,13 +55,13 @@ def money(value: Decimal | float, currency: str = "") -> str:
     return f"{codes.shown(currency)}{q:,}"
 
 
-def cost(hours: Decimal, rent: dict) -> Decimal:
+def cost(hours: Decimal, rent: Json) -> Decimal:
     """GPU-hours × the confirmed rate, to the cent (to the won or yen)."""
     return (hours * Decimal(str(rent["value"]))).quantize(_step(rent["currency"]),
                                                           ROUND_HALF_EVEN)
 
 
-def cited(price: dict, today: dt.date) -> str:
+def cited(price: Json, today: dt.date) -> str:
     """A price with where it came from and how old it is."""
     unit = _(price["unit"]) if price["unit"] in UNITS else price["unit"]
     stale = (", " + _("STALE: {days} days old, reconfirm with `/plan price`",
@@ -76,8 +77,8 @@ def cited(price: dict, today: dt.date) -> str:
         date=price["date"], stale=stale)
 
 
-def breakeven(buy: dict, resale: dict | None, rent: dict, power: dict, electricity: dict,
-              utilization: float) -> dict:
+def breakeven(buy: Json, resale: Json | None, rent: Json, power: Json, electricity: Json,
+              utilization: float) -> Json:
     """docs/design.md §4, rule 3: H = (hardware − resale) / (rent per h − power per h),
     days = H / (24 · utilization). Power per h = kW × electricity rate."""
     power_per_h = power["value"] * electricity["value"]
@@ -103,7 +104,7 @@ CONFIRM_FACTOR = 3
 BAND_FACTOR = 10
 
 
-def resale_above_buy(new: dict, current: list[dict]) -> str | None:
+def resale_above_buy(new: Json, current: list[Json]) -> str | None:
     """Why `new` is refused: a resale value above the purchase price (or a
     purchase below the resale value) of the same GPU, in one currency."""
     if new["kind"] not in ("buy", "resale"):
@@ -120,7 +121,7 @@ def resale_above_buy(new: dict, current: list[dict]) -> str | None:
              buy=money(buy["value"], buy["currency"]), id=other.get("id"))
 
 
-def needs_confirm(new: dict, current: list[dict]) -> str | None:
+def needs_confirm(new: Json, current: list[Json]) -> str | None:
     """Why `new` waits for `confirm`: the figure that applies now for its item and
     kind is in another currency, or more than CONFIRM_FACTOR times larger or
     smaller. Checked whatever `new`'s date: an older quote applies once the
@@ -148,12 +149,12 @@ def needs_confirm(new: dict, current: list[dict]) -> str | None:
              old=_figure(old), why=why)
 
 
-def _figure(price: dict) -> str:
+def _figure(price: Json) -> str:
     return (f"{price['value']:g} kW" if price["kind"] == "power"
             else f"{codes.shown(price['currency'])}{price['value']:g}")
 
 
-def _outside_band(new: dict, current: list[dict]) -> str | None:
+def _outside_band(new: Json, current: list[Json]) -> str | None:
     """Why a GPU's first `new` figure of its kind waits for `confirm`: it is more
     than BAND_FACTOR times outside the range of that kind's figures for other GPUs
     in its currency (a figure without one compared by size)."""

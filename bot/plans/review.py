@@ -14,10 +14,11 @@ from bot.plans.estimate import (
     run_seconds,
     unit_kind,
 )
+from bot.states import Json
 from worker.i18n import N_, _
 
 
-def actual_of_job(job: dict, attempts: list[dict], gpus: int) -> dict:
+def actual_of_job(job: Json, attempts: list[Json], gpus: int) -> Json:
     """A tagged trial's measured GPU-seconds, split like an estimate. A failed
     or cancelled trial ran no successful run: all its time is retries."""
     r = job["report"] or {}
@@ -34,11 +35,11 @@ def _label(delta: float, more: str, fewer: str, same: str) -> str:
     return _(more if delta > 0 else fewer if delta < 0 else same)
 
 
-def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict]],
-                 manual: list[dict], locked: dict | None) -> dict:
+def review_block(estimate: Json, jobs: list[Json], attempts: dict[int, list[Json]],
+                 manual: list[Json], locked: Json | None) -> Json:
     """Estimate against actual for one block, and why they differ (GPU-seconds
     inside; hours out)."""
-    acc = {"parts": {k: 0.0 for k in ("prep", "data", "runs", "retries")}, "idle": None,
+    acc: Json = {"parts": {k: 0.0 for k in ("prep", "data", "runs", "retries")}, "idle": None,
            "run_count": 0, "counted": True, "sources": [], "config_changes": [],
            "not_comparable": []}
     _add_jobs(acc, estimate, jobs, attempts, (locked or {}).get(estimate["kind"]))
@@ -66,8 +67,8 @@ def review_block(estimate: dict, jobs: list[dict], attempts: dict[int, list[dict
             "actual_parts": act_parts}
 
 
-def _add_jobs(acc: dict, estimate: dict, jobs: list[dict], attempts: dict[int, list[dict]],
-              lock: dict | None) -> None:
+def _add_jobs(acc: Json, estimate: Json, jobs: list[Json], attempts: dict[int, list[Json]],
+              lock: Json | None) -> None:
     """The tagged trials' time, runs and config changes into `acc`."""
     for job in jobs:
         a = actual_of_job(job, attempts.get(job["id"], []), estimate["gpus"])
@@ -84,7 +85,7 @@ def _add_jobs(acc: dict, estimate: dict, jobs: list[dict], attempts: dict[int, l
                 acc["not_comparable"].append(job["trial"])
 
 
-def _add_manual(acc: dict, manual: list[dict]) -> None:
+def _add_manual(acc: Json, manual: list[Json]) -> None:
     """The recorded actuals (manual or Slurm's accounting) into `acc`."""
     parts = acc["parts"]
     for m in manual:
@@ -105,7 +106,7 @@ def _add_manual(acc: dict, manual: list[dict]) -> None:
                                   if m.get("note") else _("manual #{id}", id=m["id"]))
 
 
-def _why(estimate: dict, est: dict, acc: dict) -> list[tuple]:
+def _why(estimate: Json, est: Json, acc: Json) -> list[tuple[str, float, str]]:
     """The causes of the difference, in GPU-seconds: (name, seconds, note)."""
     parts, idle, run_count = acc["parts"], acc["idle"], acc["run_count"]
     why = []
@@ -145,7 +146,7 @@ MEMORY_METHODS = (("peak_allocated", N_("torch allocator peak allocated")),
                   ("host_rss_peak", N_("host RSS peak of the child tree")))
 
 
-def memory_compare(estimate_reports: list[dict], actual_reports: list[dict]) -> list[str]:
+def memory_compare(estimate_reports: list[Json], actual_reports: list[Json]) -> list[str]:
     """Peak memory, estimate trial against actual, only where both sides were
     measured by the same method."""
     out = []
@@ -160,7 +161,7 @@ def memory_compare(estimate_reports: list[dict], actual_reports: list[dict]) -> 
     return out
 
 
-def latest_per_source(manual: list[dict]) -> list[dict]:
+def latest_per_source(manual: list[Json]) -> list[Json]:
     """The block's recorded actuals, a Slurm actual of the same jobs asked again
     counted once (the latest): the jobs ran once."""
     seen, out = set(), []

@@ -11,10 +11,11 @@ from bot import figures
 from bot.blocks import reply
 from bot.fits import gpus
 from bot.plans import calibration, estimate, prices
+from bot.states import Json
 from worker.i18n import _
 
 
-def held_text(row: dict, est: dict, cal: dict | None) -> str:
+def held_text(row: Json, est: Json, cal: Json | None) -> str:
     """Did the block's actual fall inside the interval shown for it: the
     calibrated one (from the other blocks of its scope) or else its own? A
     declared hand-off is added once: never scaled, never narrowing the interval."""
@@ -41,7 +42,7 @@ def held_text(row: dict, est: dict, cal: dict | None) -> str:
             _("OUTSIDE its uncalibrated 90% interval ({interval} GPU-h)", interval=shown))
 
 
-def review_cost(plan: dict, row: dict, est_trials: list[dict], rent: dict | None) -> str | None:
+def review_cost(plan: Json, row: Json, est_trials: list[Json], rent: Json | None) -> str | None:
     """The block's estimated and actual cost at the rent that applies, or None
     (no confirmed rent, or the estimate's trials ran off the target)."""
     target = plan["facts"].get("gpu")
@@ -53,9 +54,9 @@ def review_cost(plan: dict, row: dict, est_trials: list[dict], rent: dict | None
              actual=prices.money(act, rent["currency"]))
 
 
-def review(plan: dict, rows: list[dict], ests: list | None = None,
-           calib: list[dict] | None = None, price_list: list[dict] | None = None,
-           today: dt.date | None = None) -> dict:
+def review(plan: Json, rows: list[Json], ests: list[estimate.Estimated] | None = None,
+           calib: list[Json] | None = None, price_list: list[Json] | None = None,
+           today: dt.date | None = None) -> Json:
     """With `price_list`, each block's cost at the rent that applies, and which."""
     lines = [_("*Plan {plan}*: estimate against actual (GPU-hours)", plan=plan["name"])]
     if not rows:
@@ -102,7 +103,7 @@ def review(plan: dict, rows: list[dict], ests: list | None = None,
     return reply("\n".join(lines))
 
 
-def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str]) -> dict:
+def slurm_asked(plan: Json, req: Json, registered: list[str], online: list[str]) -> Json:
     """The ephemeral answer to `actual KIND slurm=...`: asked, and where the result goes."""
     values = dict(jobs=", ".join(req["jobs"]), id=req["id"], plan=plan["name"],
                   block=req["block"], channel=f"<#{plan['channel']}>")
@@ -118,8 +119,8 @@ def slurm_asked(plan: dict, req: dict, registered: list[str], online: list[str])
                                  "job that is unknown or still running.", **values))
 
 
-def calibration_record(groups: list[tuple[str, dict, dict]], everywhere: bool,
-                       across: Sequence[str] = ()) -> dict:
+def calibration_record(groups: list[tuple[str, Json, Json]], everywhere: bool,
+                       across: Sequence[str] = ()) -> Json:
     """`/plan calibration`: per scope (scope, its record, its calibration now);
     `across`: the blocks ("PLAN KIND") whose actual is on another device than
     their estimate, kept out."""

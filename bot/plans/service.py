@@ -8,17 +8,18 @@ import math
 import numpy as np
 
 from bot.blocks import message
+from bot.context import Context
 from bot.fits import depth, ols, scaling, usable
 from bot.fits.sweep import fit_sweep, judge_seconds, predict_seconds
 from bot.plans import calibration, estimate, footing, kept_apart, perrun, review, slurm
-from bot.plans.parse import PlanError
-from bot.states import WAITING, JobStatus, Outcome
+from bot.plans.grammar import PlanError
+from bot.states import WAITING, ActualStatus, JobStatus, Json, Outcome
 from bot.trials.queue import LeaseLost
 from worker import i18n
 from worker.i18n import _
 
 
-def _trials(ctx, ids: list[int]) -> list[dict]:
+def _trials(ctx: Context, ids: list[int]) -> list[Json]:
     jobs = []
     for i in ids:
         job = ctx.store.job(i)
@@ -29,7 +30,7 @@ def _trials(ctx, ids: list[int]) -> list[dict]:
     return jobs
 
 
-def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
+def _sweep_prediction(ctx: Context, block: Json) -> tuple[list[Json], Json]:
     ok = _sweep_trials(ctx, block)
     params = {**ok[0]["report"]["params"], **block["predict"]}
     fit, (seconds, se, dof), verdict = _predict_from(block, ok, params)
@@ -58,7 +59,7 @@ def _sweep_prediction(ctx, block: dict) -> tuple[list[dict], dict]:
     return ok, out
 
 
-def _sweep_trials(ctx, block: dict) -> list[dict]:
+def _sweep_trials(ctx: Context, block: Json) -> list[Json]:
     """The block's sweep's successful trials, refused while it runs or when
     they are too few or have no time per run."""
     jobs = ctx.store.sweep_jobs(block["sweep"])
@@ -81,7 +82,8 @@ def _sweep_trials(ctx, block: dict) -> list[dict]:
     return ok
 
 
-def _predict_from(block: dict, ok: list[dict], params: dict) -> tuple[dict, tuple, dict]:
+def _predict_from(block: Json, ok: list[Json], params: Json
+                  ) -> tuple[Json, tuple[float, float, int], Json]:
     """The sweep's fit, its (seconds, se, dof) at `params`, and its verdict there."""
     try:
         fit = fit_sweep([j["report"] for j in ok])
@@ -101,7 +103,7 @@ def _predict_from(block: dict, ok: list[dict], params: dict) -> tuple[dict, tupl
     return fit, (seconds, se, dof), verdict
 
 
-def _sweep_source(block: dict, ok: list[dict], params: dict, shown: str) -> tuple[str, str]:
+def _sweep_source(block: Json, ok: list[Json], params: Json, shown: str) -> tuple[str, str]:
     """Where a predicted time per run came from: its unit ("per request"), then the
     config and the sweep."""
     held = [k for k in ("batch", "prompt", "gen") if k in params and k not in block["predict"]]
@@ -121,7 +123,7 @@ def _sweep_source(block: dict, ok: list[dict], params: dict, shown: str) -> tupl
           "model estimate, not measured at this config)", **values))
 
 
-def _to_full_depth(out: dict, block: dict, ok: list[dict], fit: dict) -> None:
+def _to_full_depth(out: Json, block: Json, ok: list[Json], fit: Json) -> None:
     """A batch sweep of a partial-depth model: its fit is the partial model's
     time, scaled here to the full depth by a stated model."""
     first = {"workload": ok[0]["report"]["workload"], "params": fit["defaults"],
@@ -137,7 +139,7 @@ def _to_full_depth(out: dict, block: dict, ok: list[dict], fit: dict) -> None:
                    config={"layers": depth.full_layers(first)})
 
 
-def _with_form(band, se: float) -> float:
+def _with_form(band: ols.Band, se: float) -> float:
     """The standard error that gives the sweep's own interval (the points' spread
     and the fitted form's leave-one-out error), so the block's interval is the one
     `/trial fit` shows; the residuals' alone where the form's error has no points."""
@@ -146,7 +148,7 @@ def _with_form(band, se: float) -> float:
     return band.half / ols.t_quantile(band.dof)
 
 
-def _check_swept(block: dict, fit: dict, measured: dict) -> None:
+def _check_swept(block: Json, fit: Json, measured: Json) -> None:
     """A sweep predicts only on what it measured: a recipe sweep on the
     parameters it varied, any sweep on its own parameters."""
     if fit.get("error"):
@@ -166,7 +168,7 @@ def _check_swept(block: dict, fit: dict, measured: dict) -> None:
                               value=value, words=words))
 
 
-def _check_depth_block(block: dict, params: dict, fit: dict) -> None:
+def _check_depth_block(block: Json, params: Json, fit: Json) -> None:
     """A block from a depth sweep names the depth it is for (the sweep ran several)."""
     full = depth.full_layers(fit) if fit.get("preset") else None
     name = fit.get("preset")
@@ -181,7 +183,7 @@ def _check_depth_block(block: dict, params: dict, fit: dict) -> None:
                           full=full))
 
 
-def _partial_prediction(trials: list[dict]) -> dict | None:
+def _partial_prediction(trials: list[Json]) -> Json | None:
     """A block from a partial-depth trial: its time at the full depth, by a
     stated model (bot/depth.time_factor), marked until a full-depth trial
     replaces it."""
@@ -199,15 +201,15 @@ def _partial_prediction(trials: list[dict]) -> dict | None:
             "config": {"layers": depth.full_layers(first)}}
 
 
-def estimates(ctx, plan: dict, blocks: list[dict] | None = None
-              ) -> list[tuple[dict, dict, list[dict]]]:
+def estimates(ctx: Context, plan: Json, blocks: list[Json] | None = None
+              ) -> list[tuple[Json, Json, list[Json]]]:
     """(block, estimate, its trials) for every block, in the order they were added."""
     out = []
     facts = plan["facts"]
     single = facts.get("rental") == "single"
     blocks = ctx.store.blocks(plan["name"]) if blocks is None else blocks
     for i, block in enumerate(blocks):
-        predicted: dict | None  # a sweep's always; a partial-depth trial's, if any
+        predicted: Json | None  # a sweep's always; a partial-depth trial's, if any
         if block["sweep"]:
             trials, predicted = _sweep_prediction(ctx, block)
         else:
@@ -226,7 +228,7 @@ def estimates(ctx, plan: dict, blocks: list[dict] | None = None
     return out
 
 
-def _earlier(ctx, trials: list[dict]) -> list[dict]:
+def _earlier(ctx: Context, trials: list[Json]) -> list[Json]:
     """The reports of the worker's latest other trials of the block's workload:
     its box's spread between processes (bot/plans/perrun.history picks those of
     the same config and device)."""
@@ -239,7 +241,7 @@ def _earlier(ctx, trials: list[dict]) -> list[dict]:
             if j["id"] not in mine and j.get("report")][:perrun.HISTORY]
 
 
-def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
+def review_rows(ctx: Context, plan: Json, ests: list[estimate.Estimated]) -> list[Json]:
     """Estimate against actual for each block (the review, and the digest's)."""
     # A trial cancelled while it ran held its GPUs too (one cancelled before it
     # started cost nothing).
@@ -275,8 +277,8 @@ def review_rows(ctx, plan: dict, ests: list) -> list[dict]:
     return rows
 
 
-def calibration_pairs(ctx, user: str, channel: str,
-                      across: list[str] | None = None) -> list[dict]:
+def calibration_pairs(ctx: Context, user: str, channel: str,
+                      across: list[str] | None = None) -> list[Json]:
     """One pair per block with an actual, across the plans `user` may see from
     `channel` (bot/context.py: another channel's plans do not leak in). The
     estimate is recomputed from the block's trials, never calibrated, so the
@@ -299,8 +301,8 @@ def calibration_pairs(ctx, user: str, channel: str,
     return pairs
 
 
-def calibrations(ctx, plan: dict, ests: list, user: str, channel: str,
-                 pairs: list[dict] | None = None) -> list[dict]:
+def calibrations(ctx: Context, plan: Json, ests: list[estimate.Estimated], user: str, channel: str,
+                 pairs: list[Json] | None = None) -> list[Json]:
     """Each block's calibration: from the pairs of its scope, less its own."""
     pairs = calibration_pairs(ctx, user, channel) if pairs is None else pairs
     out = []
@@ -311,8 +313,8 @@ def calibrations(ctx, plan: dict, ests: list, user: str, channel: str,
     return out
 
 
-def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: dict,
-                 key: str | None = None) -> dict:
+def answer_slurm(ctx: Context, req_id: int, worker: str, lease: str, result: Json,
+                 key: str | None = None) -> Json:
     """A Slurm worker's sacct answer: the actual recorded (or why not) and
     posted in the plan's channel, in one transaction. Raises LeaseLost when the
     request is not leased to `worker` under `lease`."""
@@ -323,9 +325,12 @@ def answer_slurm(ctx, req_id: int, worker: str, lease: str, result: dict,
         raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
     with i18n.using(ctx.store.channel_lang(req["channel"])):  # posted in the plan's channel
         actual, text = slurm.outcome(req, result)
-    if not ctx.store.finish_slurm_actual(req, "done" if actual else "failed", result, text,
+    done = ActualStatus.DONE if actual else ActualStatus.FAILED
+    if not ctx.store.finish_slurm_actual(req, done, result, text,
                                          actual, [dict(message(req["channel"], text),
                                                        user=req["user"])], key=key):
         raise LeaseLost(f"A{req_id} is not leased to {worker} under this lease")
     ctx.notify()
-    return ctx.store.slurm_actual(req_id)
+    answered = ctx.store.slurm_actual(req_id)
+    assert answered is not None  # read above, and a request is never deleted
+    return answered

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, TypedDict
 
+from bot.states import Json
 from worker.api import NOT_ENDED, REQUIRED, Most, Range, reports, shape, size
 from worker.i18n import _
 
@@ -57,13 +58,13 @@ def check(result: object) -> str | None:
     return None
 
 
-def mine(records: list[dict], job_id: str) -> list[dict]:
+def mine(records: list[Json], job_id: str) -> list[Json]:
     """The records of one asked-for id: the job, or every task of an array job."""
     return [r for r in records if r["job_id"] == job_id
             or ("_" not in job_id and r["job_id"].startswith(job_id + "_"))]
 
 
-def outcome(req: dict, result: dict) -> tuple[dict | None, str]:
+def outcome(req: Json, result: Json) -> tuple[Json | None, str]:
     """(the actual to record or None, the channel's message) for a request
     {plan, block, jobs, runs, note, user} and a worker's result."""
     values = dict(plan=req["plan"], block=req["block"], jobs=", ".join(req["jobs"]),
@@ -113,7 +114,7 @@ def outcome(req: dict, result: dict) -> tuple[dict | None, str]:
     return actual, text
 
 
-def summary_text(jobs: list[dict], gpu: bool) -> str:
+def summary_text(jobs: list[Json], gpu: bool) -> str:
     """What the actual rests on, kept as its note: "Slurm accounting: jobs …,
     Elapsed …, MaxRSS max …, GPU TRES …"."""
     each = ", ".join(f"{r['job_id']} {r['state']} {_elapsed(r['elapsed_s'])} × "
@@ -140,7 +141,7 @@ def summary_text(jobs: list[dict], gpu: bool) -> str:
     return out
 
 
-def _states(jobs: list[dict]) -> str:
+def _states(jobs: list[Json]) -> str:
     return ", ".join(f"{r['job_id']} {r['state']}" for r in jobs)
 
 

@@ -6,20 +6,22 @@ import datetime as dt
 from decimal import Decimal
 
 from bot import figures
-from bot.blocks import chunks, clip, context, reply, section, table_text
+from bot.blocks import chunks, clip, context, section, table_text
+from bot.blocks import reply as reply  # bot/plans/command.py answers with views.reply
 from bot.fits import gpus, usable
 from bot.plans import changes, estimate, footing, kept_apart, parse, prices
+from bot.states import Json
 from bot.trials.views import status_word
 from worker import i18n
 from worker.api import LIVE_TIME_NOTE, summary
 from worker.i18n import _, pgettext
 
 
-def error(message: str) -> dict:
+def error(message: str) -> Json:
     return reply(f":x: {message}\n" + _("Nothing was stored. `/plan help` lists the commands."))
 
 
-def channel_settings(chosen: str | None, speaking: str, currency: str | None = None) -> dict:
+def channel_settings(chosen: str | None, speaking: str, currency: str | None = None) -> Json:
     """This channel's settings: the language it chose, or the bot's default, and
     the currency a price typed here without one is read in."""
     name = i18n.LANGS[speaking]
@@ -38,11 +40,11 @@ def channel_settings(chosen: str | None, speaking: str, currency: str | None = N
     return reply(f"{line}\n{money}")
 
 
-def open_items(plan: dict) -> list[str]:
+def open_items(plan: Json) -> list[str]:
     return [k for k in parse.CHECKLIST if not plan["facts"].get(k)]
 
 
-def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
+def plan_list(plans: list[Json], everywhere: bool = False) -> Json:
     """This channel's plans; `everywhere` (an admin's list): every plan, with its channel."""
     if not plans:
         return reply(_("No plans yet. Start one with `/plan new NAME`.") if everywhere else
@@ -54,7 +56,7 @@ def plan_list(plans: list[dict], everywhere: bool = False) -> dict:
     return reply(head + "\n" + "\n".join(lines))
 
 
-def _plan_named(p: dict, everywhere: bool) -> str:
+def _plan_named(p: Json, everywhere: bool) -> str:
     name = f"*{p['name']}*"
     if everywhere:
         name = _("{plan} in {channel}", plan=name, channel=f"<#{p['channel']}>")
@@ -63,7 +65,7 @@ def _plan_named(p: dict, everywhere: bool) -> str:
 
 # What `created` suggests for the first items still open, in this order.
 FIRST_FACTS = (("gpu", "H100"), ("platform", "cuda"), ("paper", "..."))
-def created(plan: dict) -> dict:
+def created(plan: Json) -> Json:
     name, facts = plan["name"], plan["facts"]
     given = ", ".join(f"{k}={changes.fact_value(k, v)}" for k, v in facts.items())
     missing = " ".join(f"{k}={example}" for k, example in FIRST_FACTS if not facts.get(k))
@@ -78,7 +80,7 @@ def created(plan: dict) -> dict:
     return reply(f"{head}\n" + (f"{note}.\n" if note else "") + next_)
 
 
-def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
+def block_warnings(plan: Json, est: Json, reports: list[Json]) -> list[str]:
     """What `show` warns of for one block: each of its trials' own marks (busy,
     unstable, malloc=live, another config), whatever the plan has or lacks, then
     the plan's (target, lock) and the block's (prediction)."""
@@ -130,7 +132,7 @@ def block_warnings(plan: dict, est: dict, reports: list[dict]) -> list[str]:
     return out
 
 
-def _trial_marks(r: dict, name: str) -> list[str]:
+def _trial_marks(r: Json, name: str) -> list[str]:
     """The warnings one trial's report carries about its own time figures."""
     out = []
     if (r.get("contention") or {}).get("flagged"):
@@ -157,18 +159,18 @@ def hours_text(x: Decimal | None) -> str:
     return figures.gpu_hours(x)
 
 
-def _interval(est: dict) -> str:
+def _interval(est: Json) -> str:
     if not est["interval"]:
         return _("no interval")
     return figures.interval(*est["interval"])
 
 
-def components_text(est: dict, unit: str = "GPU-h") -> str:
+def components_text(est: Json, unit: str = "GPU-h") -> str:
     return "\n".join(f"  {c['name']:<8} {hours_text(c['hours'])} {unit}  ← {c['source']}"
                      for c in est["components"])
 
 
-def _detail(est: dict, target: str | None) -> str:
+def _detail(est: Json, target: str | None) -> str:
     """A block's components under its heading; a block measured off the target
     is headed so, in hours of its own device."""
     values = dict(kind=est["kind"], trials=", ".join(est["trials"]), env=est["env"])
@@ -178,7 +180,7 @@ def _detail(est: dict, target: str | None) -> str:
     return _("{kind} (from {trials} on {env}):", **values) + "\n" + components_text(est)
 
 
-def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> dict:
+def block_added(plan: Json, est: Json, warnings: list[str], replaced: bool) -> Json:
     spread = (f"{_interval(est)}; {est['interval_note']}" if est["interval"]
               else est["interval_note"])
     values = dict(plan=plan["name"], kind=est["kind"], hours=hours_text(est["hours"]),
@@ -201,7 +203,7 @@ def block_added(plan: dict, est: dict, warnings: list[str], replaced: bool) -> d
     return reply(text)
 
 
-def cost_view(plan: dict, price_list: list[dict], today: dt.date):
+def cost_view(plan: Json, price_list: list[Json], today: dt.date) -> tuple[Json | None, str]:
     """(rent price or None, the line that says which)."""
     target = plan["facts"].get("gpu")
     if not target:
@@ -213,7 +215,8 @@ def cost_view(plan: dict, price_list: list[dict], today: dt.date):
     return rent, _("cost at {price}", price=prices.cited(rent, today))
 
 
-def costs(plan: dict, ests: list, price_list: list[dict], today: dt.date) -> list[str]:
+def costs(plan: Json, ests: list[estimate.Estimated], price_list: list[Json],
+          today: dt.date) -> list[str]:
     """The cost cell of each block, then of the total. Money only from a confirmed
     rate, only for hours measured on the target GPU; the total is the sum of the
     blocks' costs as shown, so the column adds up."""
@@ -243,7 +246,7 @@ def _stale(money: str, stale: bool) -> str:
     return _("{money} (stale)", money=money) if stale else money
 
 
-def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] | None:
+def calibrated_interval(est: Json, cal: Json | None) -> tuple[Decimal, Decimal] | None:
     """The block's GPU-hours × the calibrated multipliers, unrounded; a declared
     hand-off in them is added once, unscaled."""
     if not cal or not cal["calibrated"]:
@@ -253,26 +256,28 @@ def calibrated_interval(est: dict, cal: dict | None) -> tuple[Decimal, Decimal] 
                  for m in (cal["low"], cal["high"]))
 
 
-def calibrated_total(ests: list, calib: list[dict]) -> tuple[Decimal, Decimal] | None:
+def calibrated_total(ests: list[estimate.Estimated], calib: list[Json]
+                     ) -> tuple[Decimal, Decimal] | None:
     """The sums of the blocks' calibrated bounds; None unless every block is
     calibrated."""
     shown = [calibrated_interval(e, c) for (_block, e, _trials), c in zip(ests, calib)
              if not e.get("off_target")]  # left out of the total as their hours are
-    if not shown or not all(shown):
+    bounds = [b for b in shown if b is not None]
+    if not shown or len(bounds) < len(shown):
         return None
-    return (sum((lo for lo, _hi in shown), Decimal(0)),
-            sum((hi for _lo, hi in shown), Decimal(0)))
+    return (sum((lo for lo, _hi in bounds), Decimal(0)),
+            sum((hi for _lo, hi in bounds), Decimal(0)))
 
 
-def _calibrated_cell(est: dict, cal: dict) -> str:
+def _calibrated_cell(est: Json, cal: Json) -> str:
     iv = calibrated_interval(est, cal)
     if iv is None:
         return _("uncalibrated ({n}/{needed})", n=cal["n"], needed=cal["needed"])
     return figures.interval(*iv)
 
 
-def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
-               calib: list[dict] | None = None) -> list[list]:
+def table_rows(plan: Json, ests: list[estimate.Estimated], price_list: list[Json], today: dt.date,
+               calib: list[Json] | None = None) -> list[list[str]]:
     """The plan's table; with `calib` (one calibration per block) a column of
     the calibrated 90% intervals beside the uncalibrated ones."""
     cost = costs(plan, ests, price_list, today)
@@ -302,16 +307,16 @@ def table_rows(plan: dict, ests: list, price_list: list[dict], today: dt.date,
     return rows
 
 
-def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
+def calibration_lines(ests: list[estimate.Estimated], calib: list[Json]) -> list[str]:
     """Per block, the calibration's sentence and the pairs it used."""
     out = []
     for (_block, e, _trials), c in zip(ests, calib):
         if e.get("off_target"):  # no target time to calibrate
             continue
         line = f"• {e['kind']}: {c['text']}"
-        if c["calibrated"]:
-            lo, hi = calibrated_interval(e, c)
-            line += f" → {figures.interval(lo, hi)} GPU-h"
+        bounds = calibrated_interval(e, c)  # None unless calibrated
+        if bounds is not None:
+            line += f" → {figures.interval(*bounds)} GPU-h"
         if c["used"]:
             names = ", ".join(c["used"][:12])
             line += "; " + (_("pairs: {names} and {more} more", names=names,
@@ -321,7 +326,7 @@ def calibration_lines(ests: list, calib: list[dict]) -> list[str]:
     return out
 
 
-def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
+def tagged_lines(plan: Json, jobs: list[Json]) -> list[str]:
     """Trials tagged with the plan (its actuals), each checked against the
     target GPU and the lock: one that fails either is kept apart."""
     out = []
@@ -335,9 +340,9 @@ def tagged_lines(plan: dict, jobs: list[dict]) -> list[str]:
     return out
 
 
-def show(plan: dict, ests: list, price_list: list[dict], today: dt.date,
-         tagged: list[dict] | None = None, calib: list[dict] | None = None,
-         fits: str = "") -> dict:
+def show(plan: Json, ests: list[estimate.Estimated], price_list: list[Json], today: dt.date,
+         tagged: list[Json] | None = None, calib: list[Json] | None = None,
+         fits: str = "") -> Json:
     """The plan's table and its paragraphs; `fits`: the *Fits on* paragraph
     (bot/plans/fitson.section), computed by the caller."""
     _rent, cost_line = cost_view(plan, price_list, today)
@@ -388,7 +393,7 @@ RECORD_SHOWN = 150  # characters of a checklist value in `show`; the export has 
 FIELDS = 10  # Slack's most fields in one section
 
 
-def record(plan: dict) -> tuple[str, list[dict]]:
+def record(plan: Json) -> tuple[str, list[Json]]:
     """The checklist's filled items with their values, the plan's record, as
     text and as sections of two-column fields (10 at most each)."""
     filled = [(k, changes.fact_value(k, v)) for k, v in
@@ -413,7 +418,7 @@ def record(plan: dict) -> tuple[str, list[dict]]:
 NOTE_SHOWN = 1500  # characters of a block's note in `show`; the export has all of it
 
 
-def note_shown(plan: dict, note: str) -> str:
+def note_shown(plan: Json, note: str) -> str:
     if len(note) <= NOTE_SHOWN:
         return note
     return clip(note, NOTE_SHOWN) + " " + _("(the whole note, {n} characters, is in "
@@ -421,7 +426,7 @@ def note_shown(plan: dict, note: str) -> str:
                                             plan=plan["name"])
 
 
-def grouped_warnings(plan: dict, ests: list) -> list[str]:
+def grouped_warnings(plan: Json, ests: list[estimate.Estimated]) -> list[str]:
     """Each warning once, with the blocks it applies to (the same "no target GPU"
     on every block is one line, not one per block)."""
     seen: dict[str, list[str]] = {}
@@ -433,7 +438,7 @@ def grouped_warnings(plan: dict, ests: list) -> list[str]:
     return [f"• {', '.join(kinds)}: {w}" for w, kinds in seen.items()]
 
 
-def locked(plan: dict) -> dict:
+def locked(plan: Json) -> Json:
     lock = plan["locked"]
     lines = [_("Plan *{plan}* locked on {at}: later trials of a block with a different "
                "config or code version are marked *not comparable*, and the input conditions "
@@ -447,7 +452,7 @@ def locked(plan: dict) -> dict:
     return reply("\n".join(lines))
 
 
-def advice(plan: dict, a: dict) -> dict:
+def advice(plan: Json, a: Json) -> Json:
     if a["rule"] is None and a.get("undecided"):
         text = (_("*Plan {plan}*: rule {rule} ({title}) cannot be decided without these facts "
                   "— I won't guess:", plan=plan["name"], rule=a["undecided"],

@@ -6,10 +6,13 @@ import json
 import time
 import uuid
 
+from bot.states import ActualStatus
 from bot.store.base import Row, inserted
 from bot.store.outbox import Outbox
 from bot.store.plans import Plans
 from bot.store.workers import Workers
+
+QUEUED, RUNNING = ActualStatus.QUEUED, ActualStatus.RUNNING
 
 
 class SlurmActuals(Plans, Outbox, Workers):
@@ -44,15 +47,15 @@ class SlurmActuals(Plans, Outbox, Workers):
         `max_leases` times; the conditional UPDATE lets one racing worker win."""
         now = time.time()
         for (req_id,) in self.db.execute(
-                "select id from slurm_actuals where status = 'queued' or (status = 'running' "
+                f"select id from slurm_actuals where status = '{QUEUED}' or (status = '{RUNNING}' "
                 "and lease_expires < ? and attempts < ?) order by id limit 20",
                 [now, max_leases]).fetchall():
             lease = uuid.uuid4().hex
             with self.tx():
                 cur = self.db.execute(
-                    "update slurm_actuals set status = 'running', worker = ?, lease = ?, "
+                    f"update slurm_actuals set status = '{RUNNING}', worker = ?, lease = ?, "
                     "lease_expires = ?, attempts = attempts + 1 where id = ? and "
-                    "(status = 'queued' or (status = 'running' and lease_expires < ?))",
+                    f"(status = '{QUEUED}' or (status = '{RUNNING}' and lease_expires < ?))",
                     [worker, lease, now + seconds, req_id, now])
                 if cur.rowcount != 1:
                     continue
@@ -64,11 +67,11 @@ class SlurmActuals(Plans, Outbox, Workers):
     def expired_slurm_actuals(self, max_leases: int) -> list[Row]:
         """Requests whose last allowed lease expired: their workers went silent."""
         return [req for r in self.db.execute(
-            "select id from slurm_actuals where status = 'running' and lease_expires < ? and "
+            f"select id from slurm_actuals where status = '{RUNNING}' and lease_expires < ? and "
             "attempts >= ? order by id", [time.time(), max_leases]).fetchall()
             if (req := self.slurm_actual(r[0]))]
 
-    def finish_slurm_actual(self, req: Row, status: str, result: Row, text: str,
+    def finish_slurm_actual(self, req: Row, status: ActualStatus, result: Row, text: str,
                             actual: Row | None, messages: list[Row],
                             expired: bool = False, key: str | None = None) -> bool:
         """End a request held by `req`'s worker and lease: the actual (if any),
@@ -81,7 +84,7 @@ class SlurmActuals(Plans, Outbox, Workers):
             cur = self.db.execute(
                 "update slurm_actuals set status = ?, result = ?, message = ?, finished = ?, "
                 "lease = null, lease_expires = null where id = ? and worker = ? and lease = ? "
-                "and status = 'running'" + (" and lease_expires < ?" if expired else ""),
+                f"and status = '{RUNNING}'" + (" and lease_expires < ?" if expired else ""),
                 [status, json.dumps(result), text, now, req["id"], req["worker"], req["lease"]]
                 + ([now] if expired else []))
             if cur.rowcount != 1:

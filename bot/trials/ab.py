@@ -5,12 +5,15 @@ method only) and quality. Pure."""
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 from bot.blocks import reply, section
 from bot.fits import compare as test
-from bot.states import Outcome
+from bot.states import Json, Outcome
 from worker.api import specs, units
 from worker.i18n import _
+
+T = TypeVar("T")  # a job or a report
 
 USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
          "/trial ab llm-train precision=fp32,bf16")
@@ -70,7 +73,7 @@ def parse(words: list[str]) -> tuple[list[specs.TrialSpec], list[str], str]:
     return [arm[x][0] for x in queued], [arm[x][1] for x in queued], key
 
 
-def _peak(r: dict) -> tuple[int | None, str | None]:
+def _peak(r: Json) -> tuple[int | None, str | None]:
     m = r["memory"]
     for field in ("peak_allocated", "process_used_peak", "host_rss_peak"):
         if m.get(field):
@@ -78,10 +81,10 @@ def _peak(r: dict) -> tuple[int | None, str | None]:
     return None, None
 
 
-def compare(a: dict, b: dict) -> dict:
+def compare(a: Json, b: Json) -> Json:
     """One trial of B against one of A: memory by the same method, and the
     quality check (time is the arms' test: bot/fits/compare.py)."""
-    out = {}
+    out: Json = {}
     (ma, fa), (mb, fb) = _peak(a), _peak(b)
     out["memory"] = (mb - ma) / ma if ma and mb and fa == fb else None
     out["memory_method"] = fa if fa == fb else None
@@ -114,25 +117,25 @@ def compare(a: dict, b: dict) -> dict:
 
 # the posted comparison --------------------------------------------------------
 
-def arms(items: list) -> tuple[list, list]:
+def arms(items: list[T]) -> tuple[list[T], list[T]]:
     """Jobs (or reports) in queued order (ABBA, order()) → (A's, B's)."""
     said = order(len(items) // 2)
     return ([x for x, arm in zip(items, said) if arm == "A"],
             [x for x, arm in zip(items, said) if arm == "B"])
 
 
-def pairs(items: list) -> list[tuple]:
+def pairs(items: list[T]) -> list[tuple[T, T]]:
     """Jobs (or reports) in queued order → each round's (A, B)."""
     rounds = [items[i:i + 2] for i in range(0, len(items) - 1, 2)]
     return [(x, y) if i % 2 == 0 else (y, x) for i, (x, y) in enumerate(rounds)]
 
 
-def ran_order(jobs: list[dict]) -> str:
+def ran_order(jobs: list[Json]) -> str:
     """"A T1, B T2, B T3, A T4": the arms in the order queued."""
     return ", ".join(f"{arm} {j['trial']}" for j, arm in zip(jobs, order(len(jobs) // 2)))
 
 
-def time_test(jobs: list[dict], reports: list[dict | None]) -> dict:
+def time_test(jobs: list[Json], reports: list[Json | None]) -> Json:
     """The paired time test on each round's (A, B) (bot/fits/compare.py), each
     report carrying the worker that ran it (the job's, for an older report)."""
     worked = [dict(r, worker=r.get("worker") or j.get("worker")) if r else r
@@ -140,7 +143,7 @@ def time_test(jobs: list[dict], reports: list[dict | None]) -> dict:
     return test.paired(pairs(worked))
 
 
-def queued(jobs: list[dict]) -> dict:
+def queued(jobs: list[Json]) -> Json:
     a, b = arms(jobs)
     values = dict(n=len(a), a=a[0]["words"], trials_a=", ".join(j["trial"] for j in a),
                   b=b[0]["words"], trials_b=", ".join(j["trial"] for j in b),
@@ -156,7 +159,7 @@ def queued(jobs: list[dict]) -> dict:
                    **values))
 
 
-def _when(jobs: list[dict]) -> str:
+def _when(jobs: list[Json]) -> str:
     """What ran when: "A T1 on cpu-a at +0 s, B T2 on cpu-a at +41 s, …", by start."""
     said = dict(zip((j["trial"] for j in jobs), order(len(jobs) // 2)))
     started = sorted((j for j in jobs if j.get("started")), key=lambda j: j["started"])
@@ -168,7 +171,7 @@ def _when(jobs: list[dict]) -> str:
                        at=format(j["started"] - first, ".0f")) for j in started)
 
 
-def message(jobs: list[dict], reports: list[dict | None]) -> dict:
+def message(jobs: list[Json], reports: list[Json | None]) -> Json:
     (ja, jb), (ra, rb) = arms(jobs), arms(reports)
     head = _("*A/B*: A {trials_a} `{a}` vs B {trials_b} `{b}`",
              trials_a=", ".join(j["trial"] for j in ja), a=ja[0]["words"],
@@ -215,7 +218,7 @@ def message(jobs: list[dict], reports: list[dict | None]) -> dict:
             "blocks": [section(text)]}
 
 
-def _finite_probe(probe: dict | None) -> bool:
+def _finite_probe(probe: Json) -> bool:
     """A quality probe whose logits can be compared (null: an fp16 overflow)."""
     return probe.get("logits_sd") is not None and bool(probe.get("logits_head")) and all(
         x is not None for x in probe["logits_head"])

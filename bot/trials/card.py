@@ -3,7 +3,7 @@ to its final summary, edited in place (chat.update) as phases pass and tries
 fail. Details, the chart and each failed try go into its thread. Pure."""
 from __future__ import annotations
 
-from bot.states import Outcome
+from bot.states import Json, Outcome
 from worker.api import Report, summary
 from worker.i18n import _
 
@@ -11,21 +11,21 @@ from worker.i18n import _
 CANCEL, RERUN, ADD_TO_PLAN = "trial_cancel", "trial_rerun", "trial_add_to_plan"
 
 
-def _button(text: str, action: str, job: dict, style: str | None = None) -> dict:
+def _button(text: str, action: str, job: Json, style: str | None = None) -> Json:
     b = {"type": "button", "text": {"type": "plain_text", "text": text},
          "action_id": action, "value": str(job["id"])}
     return dict(b, style=style) if style else b
 
 
-def _card(job: dict, text: str, buttons: list[dict], kind: str) -> dict:
-    blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]
+def _card(job: Json, text: str, buttons: list[Json], kind: str) -> Json:
+    blocks: list[Json] = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]
     if buttons:
         blocks.append({"type": "actions", "block_id": f"trial_{job['id']}",
                        "elements": buttons})
     return {"channel": job["channel"], "kind": kind, "text": text, "blocks": blocks}
 
 
-def progress_line(progress: dict | None) -> str:
+def progress_line(progress: Json | None) -> str:
     """`phase warmup · try 2 (try 1: oom)` from a worker's heartbeat."""
     p = progress or {}
     parts = [_("phase `{phase}`", phase=p["phase"])] if p.get("phase") else []
@@ -37,7 +37,7 @@ def progress_line(progress: dict | None) -> str:
     return " · ".join(parts)
 
 
-def failed_tries(job: dict, before: list | None, progress: dict) -> list[dict]:
+def failed_tries(job: Json, before: list[Json] | None, progress: Json) -> list[Json]:
     """A thread reply for each try that failed since the last heartbeat."""
     known, failed = len(before or []), progress.get("failed") or []
     return [{"channel": job["channel"], "kind": "attempt", "thread_of": job["started_msg"],
@@ -49,7 +49,7 @@ def failed_tries(job: dict, before: list | None, progress: dict) -> list[dict]:
             for n, cls in enumerate(failed[known:], start=known + 1)]
 
 
-def started(job: dict, worker: str, progress: dict | None = None) -> dict:
+def started(job: Json, worker: str, progress: Json | None = None) -> Json:
     """While the trial runs: who, where, what, and its progress; a Cancel button."""
     line = progress_line(progress)
     cancelling = " · " + _("*cancelling…*") if job.get("cancel") else ""
@@ -61,7 +61,7 @@ def started(job: dict, worker: str, progress: dict | None = None) -> dict:
     return _card(job, text, buttons, "progress" if progress or job.get("cancel") else "started")
 
 
-def requeued(job: dict, worker: str) -> dict:
+def requeued(job: Json, worker: str) -> Json:
     """A lease its worker never received (it hung up): the trial waits again."""
     text = _(":hourglass: *{trial}* is queued again: *{worker}* hung up before it received "
              "the trial, so it did not run there: `{words}` (by <@{user}>)",
@@ -69,7 +69,7 @@ def requeued(job: dict, worker: str) -> dict:
     return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
 
 
-def lapsed(job: dict, worker: str) -> dict:
+def lapsed(job: Json, worker: str) -> Json:
     """A lease whose worker stopped heartbeating: the trial waits again."""
     text = _(":hourglass: *{trial}* is queued again: *{worker}* stopped heartbeating (it "
              "died, was killed, or lost its network), so the trial runs again on the next "
@@ -78,7 +78,7 @@ def lapsed(job: dict, worker: str) -> dict:
     return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
 
 
-def returned(job: dict, worker: str, reason: str) -> dict:
+def returned(job: Json, worker: str, reason: str) -> Json:
     """A worker that stopped (SIGTERM) handed the trial back before it ended."""
     text = _(":hourglass: *{trial}* returned to the queue: worker *{worker}* stopped "
              "({reason}) before the trial ended; it runs again on the next free worker: "
@@ -87,7 +87,7 @@ def returned(job: dict, worker: str, reason: str) -> dict:
     return _card(job, text, [_button(_("Cancel"), CANCEL, job, "danger")], "progress")
 
 
-def final(job: dict, r: Report) -> dict:
+def final(job: Json, r: Report) -> Json:
     """The card once the trial ended: its one-line summary; the report is in the thread."""
     error = r.get("error")
     if error and error.get("class") == "cancelled":
@@ -96,7 +96,7 @@ def final(job: dict, r: Report) -> dict:
             _("*{trial}* cancelled by <@{user}>: `{words}`", user=job["cancelled_by"], **values)
             if job.get("cancelled_by") else _("*{trial}* cancelled: `{words}`", **values))
     else:
-        icon = ":white_check_mark:" if r["status"] == Outcome.OK else ":x:"
+        icon = ":white_check_mark:" if r["status"] == Outcome.OK.value else ":x:"
         line = f"{summary.headline(r)}: `{job['words']}`"
         if summary.retry_line(r):
             line += f"\n:warning: {summary.retry_line(r)}"
@@ -110,7 +110,7 @@ def final(job: dict, r: Report) -> dict:
 PLAN_MODAL = "trial_add_to_plan_modal"  # callback_id of the "Add to plan…" modal
 
 
-def plan_modal(job: dict, choices: list[tuple[str, str]]) -> dict:
+def plan_modal(job: Json, choices: list[tuple[str, str]]) -> Json:
     """The modal that asks which plan and block the trial counts for."""
     options = [{"text": {"type": "plain_text", "text": f"{plan} · {kind}"[:75]},
                 "value": f"{plan}|{kind}"} for plan, kind in choices[:100]]

@@ -11,9 +11,15 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bot.states import Json
 from worker.api import duration, size
+
+if TYPE_CHECKING:  # matplotlib is imported when the first chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import Bbox
 
 # The chart's labels stay English in every language: no Korean font is installed for
 # matplotlib, which would draw Hangul as empty boxes. The message that carries the
@@ -45,7 +51,7 @@ def has_timeline(report: Mapping[str, Any]) -> bool:
     return any(tl.get(part, {}).get("rows") for part in ("sampled", "allocator"))
 
 
-def png(report: dict) -> bytes:
+def png(report: Json) -> bytes:
     from matplotlib import pyplot as plt
     fig = figure(report)
     out = io.BytesIO()
@@ -54,15 +60,15 @@ def png(report: dict) -> bytes:
     return out.getvalue()
 
 
-def _finite(x) -> bool:
+def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def ranks(report: dict) -> int:
+def ranks(report: Json) -> int:
     return int((report.get("training") or {}).get("world") or 1)
 
 
-def figure(report: dict):
+def figure(report: Json) -> Figure:
     """The chart as a matplotlib figure (png() renders it; tests inspect it)."""
     import matplotlib  # imported when the first chart is drawn, not at bot start-up
     matplotlib.use("Agg")  # no display on a server
@@ -96,7 +102,7 @@ def figure(report: dict):
     return fig
 
 
-def _phase_bands(ax, report: dict, t0: float) -> list[dict]:
+def _phase_bands(ax: Axes, report: Json, t0: float) -> list[Json]:
     """A shaded band per phase and a hatched one per gap between phases; the phases drawn."""
     # A row or phase without finite times (stored before the bot refused them) is not drawn
     phases = sorted((p for p in report.get("phases", []) if _finite(p.get("start"))
@@ -113,10 +119,11 @@ def _phase_bands(ax, report: dict, t0: float) -> list[dict]:
     return phases
 
 
-def _series(ax, tl: dict, t0: float, world: int) -> tuple | None:
+def _series(ax: Axes, tl: Json, t0: float, world: int
+            ) -> tuple[float, float, str, str] | None:
     """A line per memory series the timeline has; the highest point:
     (GiB, seconds, label, column)."""
-    peak = None
+    peak: tuple[float, float, str, str] | None = None
     for part, column, label in SERIES:
         block = tl.get(part) or {}
         if not block.get("rows") or column not in block.get("columns", ()):
@@ -137,7 +144,7 @@ def _series(ax, tl: dict, t0: float, world: int) -> tuple | None:
     return peak
 
 
-def which_run(report: dict) -> str:
+def which_run(report: Json) -> str:
     """Which run of the trial the timeline is: a malloc=auto trial on a CPU runs
     a memory pass and then a time pass (worker/launcher/passes.py)."""
     passes = report.get("passes") or []
@@ -155,7 +162,7 @@ def which_run(report: dict) -> str:
             + ": the report's figures are this run's")
 
 
-def _reported(report: dict, column: str) -> tuple[float | None, str]:
+def _reported(report: Json, column: str) -> tuple[float | None, str]:
     """The report's own peak for a series' column, and which pass supplied it."""
     key = REPORTED[column]
     value = (report.get("memory") or {}).get(key)
@@ -167,7 +174,7 @@ def _reported(report: dict, column: str) -> tuple[float | None, str]:
     return float(value), where
 
 
-def _mark_peak(ax, peak: tuple, report: dict) -> float:
+def _mark_peak(ax: Axes, peak: tuple[float, float, str, str], report: Json) -> float:
     """The highest sample marked, and the peak written as the report states it.
     Returns the highest figure drawn, in GiB."""
     value, at, label, column = peak
@@ -186,10 +193,11 @@ def _mark_peak(ax, peak: tuple, report: dict) -> float:
                 f"this run's highest sample: {size(value * 2**30)} at {at:.2f} s")
     ax.annotate(text, (at, value), xytext=(-6 if right else 6, 5), textcoords="offset points",
                 fontsize=8, ha="right" if right else "left", gid="peak")
-    return max(value, (reported or 0) / 2**30)
+    top: float = max(value, (reported or 0) / 2**30)
+    return top
 
 
-def _rank_peaks(ax, report: dict) -> None:
+def _rank_peaks(ax: Axes, report: Json) -> None:
     """A multi-rank trial's table gives each rank's peak: a line at each figure,
     so the summed series and the table can be read together."""
     for i, r in enumerate((report.get("training") or {}).get("ranks") or []):
@@ -204,11 +212,10 @@ def _rank_peaks(ax, report: dict) -> None:
                     label=f"rank {r['rank']} peak {size(value)} (per rank, as in the table)")
 
 
-def _phase_labels(fig, ax, phases: list[dict], t0: float) -> None:
+def _phase_labels(fig: Figure, ax: Axes, phases: list[Json], t0: float) -> None:
     """Each phase's name at its middle, on the highest row where it overlaps no
     other label; names that fit no row are listed in a key under the axes."""
-    renderer = fig.canvas.get_renderer()
-    placed: list[list] = [[] for _ in range(LEVELS)]  # per row: display-space boxes
+    placed: list[list[Bbox]] = [[] for _ in range(LEVELS)]  # per row: display-space boxes
     keyed = []
     for phase in phases:
         mid = (phase["start"] + phase["end"]) / 2 - t0
@@ -217,7 +224,7 @@ def _phase_labels(fig, ax, phases: list[dict], t0: float) -> None:
             y = 0.98 - 0.07 * level
             text = ax.text(mid, y, phase["name"], transform=ax.get_xaxis_transform(),
                            ha="center", va="top", fontsize=8, gid="phase-label")
-            box = text.get_window_extent(renderer).expanded(1.05, 1.0)
+            box = text.get_window_extent().expanded(1.05, 1.0)
             if not any(box.overlaps(b) for b in placed[level]):
                 placed[level].append(box)
                 break

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from bot.blocks import about, help_reply, reply
-from bot.context import Postable, unwritable_text
+from bot.context import Context, Postable, unwritable_text
 from bot.fits import gpus
-from bot.states import WAITING, JobStatus
+from bot.states import WAITING, JobStatus, Json
 from bot.store import DuplicateRequest, Unwritable
 from bot.trials import ab, fitask, ladder, parse, routing, tags, views, workerlist, workers
 from bot.trials.parse import Command
@@ -31,20 +31,20 @@ class Asked:
     channel: str
     request: str | None  # Slack's trigger_id: a retried request queues nothing twice
     response_url: str | None  # reaches the requester if the channel refuses the trial's messages
-    registered: list[dict]  # the workers, read once: /trial must ack within Slack's 3 s
-    tagged: dict | None = None  # plan= block=
-    route: dict = field(default_factory=dict)  # gpu= min_mem= label=
+    registered: list[Json]  # the workers, read once: /trial must ack within Slack's 3 s
+    tagged: Json | None = None  # plan= block=
+    route: Json = field(default_factory=dict)  # gpu= min_mem= label=
 
 
 @dataclass(frozen=True)
 class Answer:
     """The ephemeral reply and the queued job (a group's last) or None; for a
     tagged trial, what the plan's notes are read from (bot/commands.py)."""
-    reply: dict
-    job: dict | None = None
-    tagged: dict | None = None
-    specs: tuple[dict, ...] = ()
-    route: dict | None = None
+    reply: Json
+    job: Json | None = None
+    tagged: Json | None = None
+    specs: tuple[Json, ...] = ()
+    route: Json | None = None
 
 
 @dataclass(frozen=True)
@@ -59,16 +59,16 @@ class Entry:
     usage: str = ""  # its usage in `/trial help NAME` (else the general one)
 
 
-def handle(ctx, text: str, user: str, channel: str,
+def handle(ctx: Context, text: str, user: str, channel: str,
            request: str | None = None, response_url: str | None = None
-           ) -> tuple[dict, dict | None]:
+           ) -> tuple[Json, Json | None]:
     """Returns (ephemeral reply, the queued job or None), without a tagged
     trial's plan notes (bot/commands.py adds them)."""
     out = answer(ctx, text, user, channel, request, response_url)
     return out.reply, out.job
 
 
-def answer(ctx, text: str, user: str, channel: str,
+def answer(ctx: Context, text: str, user: str, channel: str,
            request: str | None = None, response_url: str | None = None) -> Answer:
     with i18n.using(ctx.store.channel_lang(channel)):  # the channel's language
         try:  # once, here: every parser and every echo then sees the plain words
@@ -87,7 +87,7 @@ def answer(ctx, text: str, user: str, channel: str,
                                   trials=trials)))
 
 
-def _answer(ctx, text: str, user: str, channel: str,
+def _answer(ctx: Context, text: str, user: str, channel: str,
             request: str | None, response_url: str | None) -> Answer:
     registered = ctx.store.workers()  # read once: /trial must ack within Slack's 3 s
     try:
@@ -116,7 +116,7 @@ def _answer(ctx, text: str, user: str, channel: str,
                                         registered, tagged, route))
 
 
-def _plan_target(ctx, tagged: dict | None, route: dict) -> dict:
+def _plan_target(ctx: Context, tagged: Json | None, route: Json) -> Json:
     """A tagged trial runs on its plan's target GPU unless `gpu=` says otherwise;
     a target that names no GPU (`gpu=cpu`, a typo) routes nowhere."""
     if not tagged or "gpu" in route or route.get("anywhere"):
@@ -129,7 +129,7 @@ def _plan_target(ctx, tagged: dict | None, route: dict) -> dict:
     return {**route, "gpu": gpu} if gpu else route
 
 
-def route_words(words: list[str], recipes: dict | None = None) -> tuple[Entry, Command]:
+def route_words(words: list[str], recipes: Json | None = None) -> tuple[Entry, Command]:
     """The table's entry for the first word (a workload or `recipe NAME`: run;
     nothing: help), and the words parsed by it. Keywords in any case."""
     words = list(words)
@@ -145,12 +145,12 @@ def route_words(words: list[str], recipes: dict | None = None) -> tuple[Entry, C
     return entry, entry.parse(words, recipes)
 
 
-def parse_trial(text: str | list[str], recipes: dict | None = None) -> Command:
+def parse_trial(text: str | list[str], recipes: Json | None = None) -> Command:
     """`/trial`'s text (or its words) as a command, through the table."""
     return route_words(parse.split(text) if isinstance(text, str) else text, recipes)[1]
 
 
-def help_text(recipes: dict | None = None, topic: str = "") -> str:
+def help_text(recipes: Json | None = None, topic: str = "") -> str:
     """`/trial help`: what runs, where, what else there is, the workloads and the
     topics; `/trial help TOPIC`: a workload's or recipe's parameters, or the table's
     paragraphs that use a sub-command. A topic there is none of raises SpecError."""
@@ -179,7 +179,7 @@ def help_text(recipes: dict | None = None, topic: str = "") -> str:
         specs.general_usage())
 
 
-def _help(ctx, cmd, asked: Asked) -> Answer:
+def _help(ctx: Context, cmd: Command, asked: Asked) -> Answer:
     try:
         text = help_text(workers.recipes_of(asked.registered), cmd.topic)
     except specs.SpecError as exc:
@@ -192,16 +192,16 @@ class _Narrow(TypedDict, total=False):  # Store.jobs's filters
     status: tuple[str, ...]
 
 
-def _list(ctx, cmd, asked: Asked) -> Answer:
+def _list(ctx: Context, cmd: Command, asked: Asked) -> Answer:
     narrow: dict[str, _Narrow] = {
         "mine": {"user": asked.user}, "running": {"status": WAITING},
         "failed": {"status": (JobStatus.FAILED, JobStatus.CANCELLED)}}
     return Answer(views.job_list(ctx.store.jobs(limit=15, channel=asked.channel,
-                                                **narrow.get(cmd.which, {})),
+                                                **narrow.get(cmd.which or "", _Narrow())),
                                  cmd.which))
 
 
-def _workers(ctx, cmd, asked: Asked) -> Answer:
+def _workers(ctx: Context, cmd: Command, asked: Asked) -> Answer:
     now = time.time()
     out = workerlist.text(ctx.store.worker_states(workerlist.week_start(now)), now,
                           workers.ONLINE_SECONDS)
@@ -212,14 +212,16 @@ def _workers(ctx, cmd, asked: Asked) -> Answer:
     return Answer(reply(out))
 
 
-def _cancel(ctx, cmd, asked: Asked) -> Answer:
+def _cancel(ctx: Context, cmd: Command, asked: Asked) -> Answer:
+    assert cmd.job_id is not None  # parse_trial_id gave it or refused the words
     try:
         return Answer(reply(f":no_entry_sign: {cancel(ctx, cmd.job_id, asked.user)}."))
     except ValueError as exc:
         return Answer(reply(f":x: {exc}."))
 
 
-def _status(ctx, cmd, asked: Asked) -> Answer:
+def _status(ctx: Context, cmd: Command, asked: Asked) -> Answer:
+    assert cmd.job_id is not None  # parse_trial_id gave it or refused the words
     job = ctx.store.job(cmd.job_id)
     if job is None:
         return Answer(reply(_(":x: There is no trial T{id}. `/trial list` shows recent ones.",
@@ -230,13 +232,13 @@ def _status(ctx, cmd, asked: Asked) -> Answer:
     return Answer(views.status(job, ctx.store.attempts(job["id"])))
 
 
-def _fit(ctx, cmd, asked: Asked) -> Answer:
+def _fit(ctx: Context, cmd: Command, asked: Asked) -> Answer:
     return Answer(fitask.fit(ctx, cmd, asked.user, asked.channel))
 
 
-def _queue(ctx, cmd, asked: Asked) -> Answer:
+def _queue(ctx: Context, cmd: Command, asked: Asked) -> Answer:
     """run, sweep, ladder, ab: checked against the workers, then queued."""
-    every = cmd.specs or (cmd.spec,)
+    every = cmd.specs or ((cmd.spec,) if cmd.spec else ())
     refused = _unrunnable(every, asked)
     if refused:
         return Answer(reply(refused))
@@ -255,14 +257,14 @@ def _queue(ctx, cmd, asked: Asked) -> Answer:
     return Answer(out, job, asked.tagged, tuple(s.to_dict() for s in every), asked.route)
 
 
-def _unrunnable(every: tuple, asked: Asked) -> str | None:
+def _unrunnable(every: tuple[specs.TrialSpec, ...], asked: Asked) -> str | None:
     """Why no registered worker can run these trials (then nothing is queued), or None."""
     registered, route = asked.registered, asked.route
     if registered and route and not any(routing.matches(w["info"], route) for w in registered):
         return _no_match(route, registered, bool(asked.tagged and route.get("gpu")
                                                  and "gpu=" not in asked.text))
 
-    def runnable(spec) -> bool:
+    def runnable(spec: specs.TrialSpec) -> bool:
         return any(workers.can_run(w["info"], dict(spec.to_dict(),
                                                    route=route)) for w in registered)
 
@@ -287,13 +289,13 @@ def _unrunnable(every: tuple, asked: Asked) -> str | None:
     return None
 
 
-def _no_match(route: dict, registered: list[dict], plan_target: bool) -> str:
+def _no_match(route: Json, registered: list[Json], plan_target: bool) -> str:
     """No registered worker matches the route (`plan_target`: the plan's GPU, not a gpu=)."""
     note = gpus.unlisted_note(route.get("gpu"))
     return _no_match_text(route, registered, plan_target) + (f"\n{note}." if note else "")
 
 
-def _no_match_text(route: dict, registered: list[dict], plan_target: bool) -> str:
+def _no_match_text(route: Json, registered: list[Json], plan_target: bool) -> str:
     have = "\n".join(f"• {routing.worker_line(w)}" for w in registered)
     if plan_target:
         return _(":x: No worker matches `{route}` (the plan's target GPU; give "
@@ -307,7 +309,7 @@ def _no_match_text(route: dict, registered: list[dict], plan_target: bool) -> st
              "KEY=VALUE`). Nothing was queued.", route=routing.describe(route), have=have)
 
 
-def settle(ctx, channel: str, refusal: str | None) -> int:
+def settle(ctx: Context, channel: str, refusal: str | None) -> int:
     """Slack answered whether the bot may post in `channel` (None: it may): its
     held trials join the queue, or end unrun with the refusal sent to each
     command's requester. How many were settled."""
@@ -320,7 +322,8 @@ def settle(ctx, channel: str, refusal: str | None) -> int:
         return ctx.queue.refuse_held(held, refusal)
 
 
-def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[dict, dict]:
+def _submit(ctx: Context, cmd: Command, text: str, user: str, channel: str, tagged: Json | None,
+            where: Json, registered: list[Json]) -> tuple[Json, Json]:
     if cmd.name == "ladder":
         jobs = ctx.queue.submit_group("ladder", cmd.specs, cmd.words, user, channel, cmd.budget,
                                   tagged, **where)
@@ -335,28 +338,29 @@ def _submit(ctx, cmd, text, user, channel, tagged, where, registered) -> tuple[d
         # them in order; with several, whichever ends last posts it).
         return views.sweep_queued(jobs, workers.online_for(registered, jobs[0]["spec"]),
                                   _waiting(registered, jobs[0])), jobs[-1]
+    assert cmd.spec is not None  # run's parse gave its spec
     job = ctx.queue.submit(cmd.spec, parse.canonical(text.split(), cmd.spec), user, channel,
                            tagged, **where)
     return views.queued(job, workers.online_for(registered, job["spec"]),
                         _waiting(registered, job)), job
 
 
-def _waiting(registered: list[dict], job: dict) -> str:
+def _waiting(registered: list[Json], job: Json) -> str:
     """For a routed trial whose workers are all offline, the line naming them."""
     offline = workers.offline_for(registered, job["spec"])
     return views.waiting_for(job["spec"]["route"], offline, time.time()) if offline else ""
 
 
-def also(answer: dict, line: str) -> dict:
+def also(answer: Json, line: str) -> Json:
     """The reply with `line` added at its end (none when empty)."""
     return {**answer, **reply(answer["text"] + "\n" + line)} if line else answer
 
 
-def cancel(ctx, job_id: int, user: str) -> str:
+def cancel(ctx: Context, job_id: int, user: str) -> str:
     """`/trial cancel T12` and the card's Cancel button: the trial's owner, or an
     admin. Returns what happened; raises ValueError naming why it cannot."""
     job = ctx.store.job(job_id)
-    with ctx.queue.speaking(job and job["channel"]):  # a click has no command around it
+    with ctx.queue.speaking(job["channel"] if job else None):  # a click has no command around it
         if job is not None and job["user"] != user and job["status"] in WAITING:
             refused = ctx.allows("admin", user, job["channel"],
                                  i18n.N_("cancel someone else's trial"))
@@ -374,23 +378,23 @@ def cancel(ctx, job_id: int, user: str) -> str:
 CLICK_SECONDS = 30  # a user's clicks on one card within this are one click
 
 
-def rerun(ctx, job_id: int, user: str, request: str | None = None,
-          response_url: str | None = None, card: str | None = None) -> dict:
+def rerun(ctx: Context, job_id: int, user: str, request: str | None = None,
+          response_url: str | None = None, card: str | None = None) -> Json:
     """The "Re-run" button: the same trial again, by whoever clicked, in its
     channel. `request` is the click's trigger_id (Slack's retries repeat it);
     `card` names the message clicked on: each click has a trigger_id of its own,
     so a double click is caught by card and user. Called after the click's ack
     (bot/slack/listeners/actions.py): it may wait for Slack's word on the channel."""
     old = ctx.store.job(job_id)
-    with ctx.queue.speaking(old and old["channel"]):  # the card's channel's language
+    with ctx.queue.speaking(old["channel"] if old else None):  # the card's channel's language
         try:
             return _rerun(ctx, job_id, old, user, request, response_url, card)
         except Unwritable as exc:
             return reply(_(":x: Nothing was queued: {why}.", why=unwritable_text(exc)))
 
 
-def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
-           response_url: str | None, card: str | None) -> dict:
+def _rerun(ctx: Context, job_id: int, old: Json | None, user: str, request: str | None,
+           response_url: str | None, card: str | None) -> Json:
     if old is None:
         return reply(_(":x: There is no trial T{id} any more; nothing was queued.", id=job_id))
     refused = ctx.allows("run", user, old["channel"])
@@ -411,7 +415,8 @@ def _rerun(ctx, job_id: int, old: dict | None, user: str, request: str | None,
         return reply(_(":x: {refusal}; then click again. Nothing was queued.",
                        refusal=unpostable))
     try:
-        keys = [(request, None), (card and f"rerun:{card}:{user}", CLICK_SECONDS)]
+        keys: list[tuple[str | None, float | None]] = [
+            (request, None), (card and f"rerun:{card}:{user}", CLICK_SECONDS)]
         job = ctx.queue.submit(spec, old["words"], user, old["channel"], request=keys,
                            route=old["spec"].get("route"), response_url=response_url)
     except DuplicateRequest as exc:

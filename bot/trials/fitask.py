@@ -3,15 +3,18 @@ its own channel (or by an admin anywhere), answered from its fit."""
 from __future__ import annotations
 
 from bot.blocks import reply, section
+from bot.context import Context
 from bot.fits import scaling, sweepview
 from bot.fits.sweep import fit_sweep
+from bot.states import Json
 from bot.trials import parse, views
 from bot.trials.job import ENDED
 from worker.i18n import _, did_you_mean, sentences
 
 
-def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
+def fit(ctx: Context, cmd: parse.Command, user: str, channel: str) -> Json:
     """`/trial fit S12 batch=32 gpu=H100`: ask a finished sweep, in its own channel."""
+    assert cmd.sweep_id is not None  # parse gives `fit` its sweep
     jobs = ctx.store.sweep_jobs(cmd.sweep_id)
     if not jobs:
         return views.sweep_not_found(cmd.sweep_id)
@@ -63,12 +66,12 @@ def fit(ctx, cmd: parse.Command, user: str, channel: str) -> dict:
 
 
 
-def _held_fixed(cmd: parse.Command, jobs: list[dict], result: dict) -> dict | None:
+def _held_fixed(cmd: parse.Command, jobs: list[Json], result: Json) -> Json | None:
     """A recipe sweep answers only on what it varied (as /plan's sweep blocks do)."""
     if not result.get("recipe"):
         return None
     varied = scaling.swept(result)
-    measured = next((j["report"]["params"] for j in jobs if j.get("report")), {})
+    measured: Json = next((j["report"]["params"] for j in jobs if j.get("report")), {})
     for key, value in cmd.params.items():
         if key not in varied:
             return reply(_(":x: `{key}={value}`: sweep S{id} varied {swept}; {key} was "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot.blocks import chunks, reply, section, table_text
 from bot.fits import compare, gpus
-from bot.states import Outcome
+from bot.states import Json, Outcome
 from bot.trials.ladderfit import AND, counts, joined, per_sequence, redefine
 from worker.api import specs, units
 from worker.i18n import N_, _, ngettext
@@ -81,7 +81,7 @@ def parse(words: list[str]) -> tuple[list[tuple[str, specs.TrialSpec, str]], int
     return out, budget
 
 
-def peak(report: dict) -> tuple[int | None, str, int]:
+def peak(report: Json) -> tuple[int | None, str, int]:
     """The step's peak memory per rank (the largest rank), how it was measured,
     and the part of it that is the runtime's own (host RSS before the model)."""
     ranks = (report.get("training") or {}).get("ranks") or []
@@ -96,7 +96,7 @@ def peak(report: dict) -> tuple[int | None, str, int]:
     return None, N_("not measured"), 0
 
 
-def rows(names: list[str], reports: list[dict | None]) -> list[dict]:
+def rows(names: list[str], reports: list[Json | None]) -> list[Json]:
     base = reports[0] if reports and reports[0] and reports[0]["status"] == Outcome.OK else None
     base_loss = base["training"]["loss_final"] if base else None
     out, prev, prev_name = [], None, ""  # prev_name is read only with a prev
@@ -143,7 +143,7 @@ def memory_noise(method: str) -> float:
     return MEMORY_NOISE["host" if "host" in method else "allocator"]
 
 
-def judge(row: dict) -> dict:
+def judge(row: Json) -> Json:
     """A step that ran, against the step it was measured on top of: {saves,
     faster, slower (each beyond the noise), memory (words), time (words)}."""
     noise = memory_noise(row["method"])
@@ -163,7 +163,7 @@ def judge(row: dict) -> dict:
             "marks": t["marks"] if t else []}
 
 
-def config(row: dict) -> str:
+def config(row: Json) -> str:
     return " ".join(f"{k}={row['params'][k]}" for k in CONFIG_KEYS if k in row["params"])
 
 
@@ -181,7 +181,7 @@ ADOPT = {("memory", False): N_("{step}: adopt for memory — {memory}; {time}; q
                             "{time}; quality held.{marks}")}
 
 
-def recommend(table: list[dict], budget: int | None) -> list[str]:
+def recommend(table: list[Json], budget: int | None) -> list[str]:
     """Adopt a step when its gain is beyond the noise (time faster by the test,
     or memory saved beyond MEMORY_NOISE) and quality holds; go on while the run
     still exceeds the budget; when nothing fits, say what to change. Ends with
@@ -234,7 +234,7 @@ def recommend(table: list[dict], budget: int | None) -> list[str]:
     return lines + chain(table, adopted, current)
 
 
-def chain(table: list[dict], adopted: list[str], current: dict) -> list[str]:
+def chain(table: list[Json], adopted: list[str], current: Json) -> list[str]:
     """The steps are queued together, each on top of the previous, so a later
     step carries the changes of one that was not adopted: say so, and end with
     the configuration recommended (the last adopted step's, as measured)."""
@@ -269,7 +269,7 @@ def chain(table: list[dict], adopted: list[str], current: dict) -> list[str]:
 
 # the posted table -------------------------------------------------------------
 
-def queued(jobs: list[dict], budget: int | None) -> dict:
+def queued(jobs: list[Json], budget: int | None) -> Json:
     steps = "\n".join(f"• {j['trial']} {name}: `{j['words']}`" for j, name in zip(jobs, STEPS))
     head = (_("Queued ladder *L{id}* against a budget of {budget}: each step on top of the "
               "previous, judged by the loss after the same steps from the same seed.",
@@ -284,7 +284,7 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:+.0%}"
 
 
-def message(jobs: list[dict], reports: list[dict | None], budget: int | None) -> dict:
+def message(jobs: list[Json], reports: list[Json | None], budget: int | None) -> Json:
     table = rows(list(STEPS), reports)
     head = [_("step"), _("trial"), _("peak mem"), _("step time ±sd"), _("Δmem prev/base"),
             _("Δtime prev/base"), _("loss Δ vs fp32")]

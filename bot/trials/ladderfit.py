@@ -6,6 +6,7 @@ Pure: table rows in, numbers and the recommendation's lines out."""
 from __future__ import annotations
 
 from bot.fits import gpus
+from bot.states import Json
 from worker.api import arithmetic, units
 from worker.i18n import N_, _
 
@@ -23,7 +24,7 @@ def joined(items: list[str], both: str) -> str:
 AND, OR = N_("{first} and {second}"), N_("{first} or {second}")
 
 
-def counts(r: dict) -> dict:
+def counts(r: Json) -> Json:
     """The trained model's parameters: all of them as the trial counted them,
     one layer's by the decoder's arithmetic or (hf-train) transformers' sizing."""
     s = (r.get("full_depth") or {}).get("sizing")
@@ -32,7 +33,7 @@ def counts(r: dict) -> dict:
     return {"total": r["training"]["params"], "per_layer": sum(s["layer_params"]) / s["layers"]}
 
 
-def fixed_bytes(p: dict, world: int, count: dict | None = None) -> tuple[int, int]:
+def fixed_bytes(p: Json, world: int, count: Json | None = None) -> tuple[int, int]:
     """Bytes that do not grow with batch or sequence, by arithmetic: fp32 weights
     (4 B/param), fp32 gradients (4) and AdamW's two moments (8, ÷ world under
     ZeRO-1). Returns (all of them, one transformer layer's share). `count`:
@@ -42,7 +43,7 @@ def fixed_bytes(p: dict, world: int, count: dict | None = None) -> tuple[int, in
     return int(count["total"] * per_param), int(count["per_layer"] * per_param)
 
 
-def per_sequence(table: list[dict]) -> int | None:
+def per_sequence(table: list[Json]) -> int | None:
     """Activation bytes per sequence on a rank, measured: the checkpointing step
     (world 1, the whole batch) less the ZeRO-1 step (batch/world per rank), less
     the optimizer states ZeRO-1 moved off the rank by arithmetic. The runtime's
@@ -59,7 +60,7 @@ def per_sequence(table: list[dict]) -> int | None:
     return value if value > 0 else None
 
 
-def goal(row: dict, budget: int, per_seq: int | None = None) -> dict:
+def goal(row: Json, budget: int, per_seq: int | None = None) -> Json:
     """What would fit `budget` if the goal changed, predicted from the measured
     peak. Activations on the rank are `per_seq` × its sequences when measured
     (see per_sequence), else the peak less the runtime's own share (host RSS
@@ -93,7 +94,7 @@ def goal(row: dict, budget: int, per_seq: int | None = None) -> dict:
     return out
 
 
-def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
+def redefine(row: Json, budget: int, per_seq: int | None = None) -> list[str]:
     """`goal`'s numbers as the recommendation's lines, each with its basis."""
     p, mem, g = row["params"], row["memory"], goal(row, budget, per_seq)
     out = []
@@ -140,7 +141,7 @@ def redefine(row: dict, budget: int, per_seq: int | None = None) -> list[str]:
                                                  "ladder again with the change to confirm)")]
 
 
-def bigger_gpu(g: dict, mem: int, host: bool) -> str:
+def bigger_gpu(g: Json, mem: int, host: bool) -> str:
     """The smallest GPU of the datasheet table that holds `mem` (and does bf16 when
     the run is bf16); a host-memory peak is said to be one."""
     gpu = g["gpu"]

@@ -9,13 +9,13 @@ from bot.blocks import message
 from bot.fits import sweepview
 from bot.fits.sweep import fit_sweep
 from bot.ports import QueueStore
-from bot.states import ENDED, JobStatus, Outcome
+from bot.states import ENDED, JobStatus, Json, Outcome
 from bot.trials import ab, card, ladder, views
 from worker.api import Report
 from worker.i18n import _
 
 
-def ended(store: QueueStore, job: dict, report: Report) -> list[dict]:
+def ended(store: QueueStore, job: Json, report: Report) -> list[Json]:
     """The card's final state (an edit, when the trial has a card) and the report."""
     out = [views.report(job, report)]
     if job.get("started_msg"):
@@ -23,20 +23,20 @@ def ended(store: QueueStore, job: dict, report: Report) -> list[dict]:
     return card_edit(job, report) + out
 
 
-def card_edit(job: dict, report: Report) -> list[dict]:
+def card_edit(job: Json, report: Report) -> list[Json]:
     """The card's final state as an edit of it; none while the trial has no card."""
     return ([dict(card.final(job, report), update_of=job["started_msg"])]
             if job.get("started_msg") else [])
 
 
-def group_messages(store: QueueStore, job: dict, report: Report) -> list[dict]:
+def group_messages(store: QueueStore, job: Json, report: Report) -> list[Json]:
     """When `job` (ending now with `report`) is the last of its group to end:
     the sweep's fit and its chart, or the ladder's (A/B's) table; else none."""
     if job.get("ladder"):
         jobs = store.ladder_jobs(job["ladder"])
         if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
             return []
-        reports: list[dict | None] = [dict(report) if j["id"] == job["id"] else j["report"]
+        reports: list[Json | None] = [dict(report) if j["id"] == job["id"] else j["report"]
                                       for j in jobs]
         try:
             if job.get("group_kind") == "ab":
@@ -51,7 +51,7 @@ def group_messages(store: QueueStore, job: dict, report: Report) -> list[dict]:
     jobs = store.sweep_jobs(job["sweep"])
     if any(j["status"] not in ENDED for j in jobs if j["id"] != job["id"]):
         return []
-    jobs = [dict(j, report=report, status=JobStatus.DONE if report["status"] == Outcome.OK
+    jobs = [dict(j, report=report, status=JobStatus.DONE if report["status"] == Outcome.OK.value
                  else JobStatus.FAILED)
             if j["id"] == job["id"] else j for j in jobs]
     try:

@@ -7,8 +7,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from bot.fits import gpus
+from bot.states import Json
 from bot.trials import ab, ladder
-from worker.api import specs
+from worker.api import Workload, specs
 from worker.i18n import _, did_you_mean, sentences
 
 USAGE = specs.general_usage()
@@ -28,10 +29,10 @@ class Command:
     name: str  # help status list run sweep fit ladder ab cancel workers
     job_id: int | None = None
     spec: specs.TrialSpec | None = None
-    specs: tuple = ()           # sweep: one TrialSpec per config
-    words: tuple = ()           # sweep: the words of each config
+    specs: tuple[specs.TrialSpec, ...] = ()  # sweep: one TrialSpec per config
+    words: tuple[str, ...] = ()  # sweep: the words of each config
     sweep_id: int | None = None  # fit
-    params: dict = field(default_factory=dict)  # fit: the config to predict
+    params: Json = field(default_factory=dict)  # fit: the config to predict
     gpu: gpus.Gpu | None = None  # fit: the GPU to answer "largest batch" for
     budget: int | None = None    # ladder: the memory budget in bytes
     which: str | None = None     # list: mine | running | failed (None: all recent)
@@ -56,7 +57,7 @@ def split(text: str) -> list[str]:
 # One parser per `/trial` sub-command, each given all the words (its own name
 # first); bot/trials/command.py's table routes to them.
 
-def parse_help(words: list[str], recipes: dict | None = None) -> Command:
+def parse_help(words: list[str], recipes: Json | None = None) -> Command:
     """`/trial help [TOPIC]`; the topic is checked where the table is (command.py)."""
     topic = words[1:]
     if topic[:1] and topic[0].lower() != "recipe":
@@ -64,28 +65,28 @@ def parse_help(words: list[str], recipes: dict | None = None) -> Command:
     return Command("help", topic=" ".join(topic))
 
 
-def parse_status(words: list[str], recipes: dict | None = None) -> Command:
+def parse_status(words: list[str], recipes: Json | None = None) -> Command:
     if len(words) != 2:
         raise specs.SpecError(" ".join(words), _("`/trial status` takes one trial id, "
                                                  "e.g. `/trial status T12`"), USAGE)
     return Command("status", job_id=parse_trial_id(words[1]))
 
 
-def parse_cancel(words: list[str], recipes: dict | None = None) -> Command:
+def parse_cancel(words: list[str], recipes: Json | None = None) -> Command:
     if len(words) != 2:
         raise specs.SpecError(" ".join(words), _("`/trial cancel` takes one trial id, "
                                                  "e.g. `/trial cancel T12`"), USAGE)
     return Command("cancel", job_id=parse_trial_id(words[1]))
 
 
-def parse_workers(words: list[str], recipes: dict | None = None) -> Command:
+def parse_workers(words: list[str], recipes: Json | None = None) -> Command:
     if words[1:]:
         raise specs.SpecError(words[1], _("`{word}`: `/trial workers` takes no arguments",
                                           word=words[1]), USAGE)
     return Command("workers")
 
 
-def parse_list(words: list[str], recipes: dict | None = None) -> Command:
+def parse_list(words: list[str], recipes: Json | None = None) -> Command:
     rest = [w.lower() for w in words[1:]] if len(words) == 2 else words[1:]
     if len(rest) > 1 or (rest and rest[0] not in LIST_FILTERS):
         raise specs.SpecError(" ".join(rest), sentences(
@@ -96,31 +97,31 @@ def parse_list(words: list[str], recipes: dict | None = None) -> Command:
     return Command("list", which=rest[0] if rest else None)
 
 
-def parse_ab(words: list[str], recipes: dict | None = None) -> Command:
+def parse_ab(words: list[str], recipes: Json | None = None) -> Command:
     pair, lines, _key = ab.parse(words[1:])
     return Command("ab", specs=tuple(pair), words=tuple(lines))
 
 
-def parse_ladder(words: list[str], recipes: dict | None = None) -> Command:
+def parse_ladder(words: list[str], recipes: Json | None = None) -> Command:
     steps, budget = ladder.parse(words[1:])
     return Command("ladder", specs=tuple(s for _name, s, _words in steps),
                    words=tuple(w for _name, _spec, w in steps), budget=budget)
 
 
-def parse_sweep_words(words: list[str], recipes: dict | None = None) -> Command:
+def parse_sweep_words(words: list[str], recipes: Json | None = None) -> Command:
     return parse_sweep(words[1:], recipes)
 
 
-def parse_fit_words(words: list[str], recipes: dict | None = None) -> Command:
+def parse_fit_words(words: list[str], recipes: Json | None = None) -> Command:
     return parse_fit(words[1:])
 
 
-def parse_run(words: list[str], recipes: dict | None = None) -> Command:
+def parse_run(words: list[str], recipes: Json | None = None) -> Command:
     """A workload's name or `recipe NAME`, then its parameters."""
     return Command("run", spec=specs.parse(words, recipes))
 
 
-def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
+def parse_sweep(words: list[str], recipes: Json | None = None) -> Command:
     """`llm-infer batch=1,2,4 prompt=512` → one spec per config of the cartesian
     product of the comma lists, each parsed exactly as a single trial."""
     if not words or (words[0] == "recipe" and len(words) < 2):
@@ -135,7 +136,8 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
                 else specs.WORKLOADS.get(words[0]))
     if workload is None:
         specs.parse(head, recipes)  # raises the single trial's error (unknown workload/recipe)
-    lists: dict[str, list[int]] = {}
+    assert workload is not None  # specs.parse raised for an unknown one
+    lists: dict[str, list[object]] = {}
     for word in rest:
         key, eq, raw = word.partition("=")
         if not eq or "," not in raw:
@@ -156,7 +158,7 @@ def parse_sweep(words: list[str], recipes: dict | None = None) -> Command:
     return Command("sweep", specs=tuple(configs), words=tuple(all_words))
 
 
-def _sweep_param(word: str, key: str, workload):
+def _sweep_param(word: str, key: str, workload: Workload) -> specs.Param:
     """The parameter a sweep's list `word` names, if a sweep may vary it."""
     param = workload.param(key)
     if param is None:
@@ -176,10 +178,10 @@ def _sweep_param(word: str, key: str, workload):
     return param
 
 
-def _sweep_values(word: str, key: str, raw: str, param) -> list:
+def _sweep_values(word: str, key: str, raw: str, param: specs.Param) -> list[object]:
     """The values of one comma list, each parsed as the parameter's one value."""
     usage = SWEEP_USAGE
-    values: list = []
+    values: list[object] = []
     for item in raw.split(","):
         if not item:
             raise specs.SpecError(word, _("`{word}`: an empty item in the list; write "
@@ -197,7 +199,7 @@ def _sweep_values(word: str, key: str, raw: str, param) -> list:
     return values
 
 
-def _check_lists(words: list[str], lists: dict[str, list], workload) -> None:
+def _check_lists(words: list[str], lists: dict[str, list[object]], workload: Workload) -> None:
     """Refuse lists a sweep's fit cannot model, or too many configs."""
     usage = SWEEP_USAGE
     if not lists:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 from bot.blocks import message
 from bot.ports import QueueStore
-from bot.states import WAITING, JobStatus
+from bot.states import WAITING, ActualStatus, JobStatus, Json
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
-from worker.api import Report, reports
+from worker.api import Report, reports, specs
 from worker.i18n import _
 
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
@@ -25,12 +26,12 @@ MAX_LEASES = 2          # leases lost to a silent worker before the trial fails 
 MAX_LEFT = 1000  # long polls left by stopping workers, remembered (each is over in 30 s)
 
 
-def _dicts(specs: list, route: dict | None) -> list[dict]:
+def _dicts(specs: Sequence[specs.TrialSpec], route: Json | None) -> list[Json]:
     """Specs as stored: the route (where it may run) travels with the spec."""
     return [dict(s.to_dict(), route=route) if route else s.to_dict() for s in specs]
 
 
-def unrun_report(job: dict, why: str) -> Report:
+def unrun_report(job: Json, why: str) -> Report:
     """The report of a held trial that will not run: cancelled, with why."""
     report = reports.fail(reports.new_report(job["workload"], job["spec"]["params"]),
                           "cancelled", _("not run: {why}", why=why), None)
@@ -38,7 +39,7 @@ def unrun_report(job: dict, why: str) -> Report:
     return report
 
 
-def _needs(specs: list[dict]) -> list[str]:
+def _needs(specs: list[Json]) -> list[str]:
     """Each spec's needs class, as the store keeps it for leasing."""
     return [workers.needs_key(s) for s in specs]
 
@@ -63,9 +64,11 @@ class JobQueue:
         # workers ending a sweep's last two jobs at once post its fit exactly once.
         self.sweep_lock = threading.Lock()
 
-    def submit(self, spec, words: str, user: str, channel: str, tags: dict | None = None,
-               request: str | list | None = None, route: dict | None = None,
-               response_url: str | None = None, held: bool = False) -> dict:
+    def submit(self, spec: specs.TrialSpec, words: str, user: str, channel: str,
+               tags: Json | None = None,
+               request: str | list[tuple[str | None, float | None]] | None = None,
+               route: Json | None = None,
+               response_url: str | None = None, held: bool = False) -> Json:
         """Queue one trial; `held`, it waits for release_held (bot/trials/command.settle)."""
         specs = _dicts([spec], route)
         job = self.store.add_jobs(specs, [words], user, channel, tags=tags, request=request,
@@ -73,27 +76,28 @@ class JobQueue:
         self._wake()
         return job
 
-    def submit_sweep(self, specs: list, words: list[str], user: str, channel: str,
-                     tags: dict | None = None, request: str | None = None,
-                     route: dict | None = None, response_url: str | None = None,
-                     held: bool = False) -> list[dict]:
+    def submit_sweep(self, specs: Sequence[specs.TrialSpec], words: Sequence[str], user: str,
+                     channel: str, tags: Json | None = None, request: str | None = None,
+                     route: Json | None = None, response_url: str | None = None,
+                     held: bool = False) -> list[Json]:
         """Queue a sweep's trials in one transaction; they share the first one's id."""
-        specs = _dicts(specs, route)
-        jobs = self.store.add_jobs(specs, list(words), user, channel, sweep=True, tags=tags,
+        rows = _dicts(specs, route)
+        jobs = self.store.add_jobs(rows, list(words), user, channel, sweep=True, tags=tags,
                                    request=request, response_url=response_url,
-                                   needs=_needs(specs), held=held)
+                                   needs=_needs(rows), held=held)
         self._wake()
         return jobs
 
-    def submit_group(self, kind: str, specs: list, words: list[str], user: str, channel: str,
-                     budget: int | None = None, tags: dict | None = None,
-                     request: str | None = None, route: dict | None = None,
-                     response_url: str | None = None, held: bool = False) -> list[dict]:
+    def submit_group(self, kind: str, specs: Sequence[specs.TrialSpec], words: Sequence[str],
+                     user: str, channel: str,
+                     budget: int | None = None, tags: Json | None = None,
+                     request: str | None = None, route: Json | None = None,
+                     response_url: str | None = None, held: bool = False) -> list[Json]:
         """A ladder or an A/B: trials whose last to end posts one comparison."""
-        specs = _dicts(specs, route)
-        jobs = self.store.add_jobs(specs, list(words), user, channel, group=kind, budget=budget,
+        rows = _dicts(specs, route)
+        jobs = self.store.add_jobs(rows, list(words), user, channel, group=kind, budget=budget,
                                    tags=tags, request=request, response_url=response_url,
-                                   needs=_needs(specs), held=held)
+                                   needs=_needs(rows), held=held)
         self._wake()
         return jobs
 
@@ -104,7 +108,7 @@ class JobQueue:
             self._wake()
         return released
 
-    def refuse_held(self, jobs: list[dict], refusal: str) -> int:
+    def refuse_held(self, jobs: list[Json], refusal: str) -> int:
         """The bot may not post in their channel: held trials end unrun, and each
         command's requester is told why (its response_url, else a direct message)."""
         reports: dict[int, Report] = {}
@@ -123,7 +127,7 @@ class JobQueue:
             self.on_message()
         return ended
 
-    def submit_slurm_actual(self, row: dict, request: str | None = None) -> dict:
+    def submit_slurm_actual(self, row: Json, request: str | None = None) -> Json:
         req = self.store.add_slurm_actual(row, request)
         self._wake()
         return req
@@ -133,17 +137,17 @@ class JobQueue:
         with self.changed:
             self.changed.notify_all()
 
-    def speaking(self, channel: str | None):
+    def speaking(self, channel: str | None) -> AbstractContextManager[None]:
         """What is written for a trial speaks its channel's language."""
         return i18n.using(self.store.channel_lang(channel))
 
-    def lease(self, worker: str, wait: float, key: str | None = None) -> dict | None:
+    def lease(self, worker: str, wait: float, key: str | None = None) -> Json | None:
         """A trial job for `worker`; for a Slurm worker, first any Slurm accounting
         request (seconds of sacct), as a dict with kind "slurm-accounting". The
         lease is kept with the request's `key` (see held)."""
         deadline = time.monotonic() + wait
         self.store.seen_worker(worker)
-        info: dict = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
+        info: Json = next((w["info"] for w in self.store.workers() if w["name"] == worker), {})
 
         while True:
             if self.stopped(worker, key) is not None:  # its worker left: answer nothing now
@@ -180,7 +184,7 @@ class JobQueue:
         with self.left_lock:
             return self.left.get((worker, key))
 
-    def runnable(self, info: dict) -> list[int]:
+    def runnable(self, info: Json) -> list[int]:
         """The needs classes with queued trials that a worker with `info` can
         run: can_run asked once per class (and cached), not once per trial."""
         while unclassified := self.store.unclassified():
@@ -202,7 +206,7 @@ class JobQueue:
         return True
 
     def release(self, job_id: int, worker: str, lease: str, reason: str,
-                key: str | None = None) -> dict | None:
+                key: str | None = None) -> Json | None:
         """A worker that stops (SIGTERM, docker stop) hands back the trial it ran:
         queued again at once, as an unsent lease is, with no attempt counted, and
         its card says why. A trial cancelled meanwhile ends cancelled instead of
@@ -213,8 +217,9 @@ class JobQueue:
         return self._give_back(job, worker, lease, reason,
                                lambda j, w: card.returned(j, w, reason), key)
 
-    def _give_back(self, job: dict, worker: str, lease: str, reason: str, drawn,
-                   key: str | None = None) -> dict | None:
+    def _give_back(self, job: Json, worker: str, lease: str, reason: str,
+                   drawn: Callable[[Json, str], Json],
+                   key: str | None = None) -> Json | None:
         """Queue again a trial its worker did not run to the end, its card edited
         with `drawn(job, worker)`; or end it cancelled when someone cancelled it,
         before or while it is handed back (the store refuses to queue a cancelled
@@ -239,7 +244,7 @@ class JobQueue:
                               "cancelled", said, None)
         return self.finish(job["id"], worker, lease, report, key)
 
-    def held(self, worker: str, key: str) -> dict | None:
+    def held(self, worker: str, key: str) -> Json | None:
         """The lease a lease request with this key got, while `worker` still
         holds it: the request came again because its answer was lost, and the
         same lease is given again (renewed) rather than left to expire."""
@@ -280,20 +285,20 @@ class JobQueue:
             with self.speaking(job["channel"]):
                 self._fail_expired(job)
 
-    def _fail_slurm(self, req: dict) -> None:
+    def _fail_slurm(self, req: Json) -> None:
         why = _("lease expired {n} times: the Slurm workers asked ({worker} last) stopped "
                 "answering", n=req["attempts"], worker=req["worker"])
         text = _(":x: Slurm accounting for *{plan}* {block} (jobs {jobs}): {why}. Nothing was "
                  "recorded (asked by <@{user}>); ask again when a Slurm worker runs.",
                  plan=req["plan"], block=req["block"], jobs=", ".join(req["jobs"]), why=why,
                  user=req["user"])
-        if self.store.finish_slurm_actual(req, "failed", {"error": why}, text, None,
+        if self.store.finish_slurm_actual(req, ActualStatus.FAILED, {"error": why}, text, None,
                                           [dict(message(req["channel"], text),
                                                 user=req["user"])],
                                           expired=True):
             self.on_message()
 
-    def _fail_expired(self, job: dict) -> None:
+    def _fail_expired(self, job: Json) -> None:
         report = reports.new_report(job["workload"], job["spec"]["params"])
         if job["cancel"]:  # cancelled, then its worker went silent: never run again
             reports.fail(report, "cancelled", _("cancelled by <@{user}>; {worker} stopped "
@@ -315,7 +320,7 @@ class JobQueue:
                 self.store.add_messages(group)
         self.on_message()
 
-    def heartbeat(self, job_id: int, worker: str, lease: str, progress: dict | None = None) -> bool:
+    def heartbeat(self, job_id: int, worker: str, lease: str, progress: Json | None = None) -> bool:
         """Extend the lease; show new progress on the trial's card. True when the
         trial was cancelled: the worker then kills it."""
         if not self.store.extend_lease(job_id, worker, lease, self.lease_seconds):
@@ -341,7 +346,7 @@ class JobQueue:
         with self.speaking(job["channel"] if job else None):
             return self._cancel(job_id, job, user)
 
-    def _cancel(self, job_id: int, job: dict | None, user: str) -> str:
+    def _cancel(self, job_id: int, job: Json | None, user: str) -> str:
         if job is None:
             raise ValueError(_("there is no trial T{id}; `/trial list` shows recent ones",
                                id=job_id))
@@ -378,7 +383,7 @@ class JobQueue:
                  "and the report will say cancelled", trial=job["trial"], worker=job["worker"])
 
     def finish(self, job_id: int, worker: str, lease: str, report: Report,
-               key: str | None = None) -> dict | None:
+               key: str | None = None) -> Json | None:
         job = self.store.job(job_id)
         if job is None:
             raise LeaseLost(f"there is no job T{job_id}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from bot.fits import gpus
+from bot.states import Json
 from worker.i18n import _
 
 KEYS = ("gpu=", "min_mem=", "label=")
@@ -18,11 +19,11 @@ class RouteError(ValueError):
         self.message = message
 
 
-def take(words: list[str]) -> tuple[list[str], dict]:
+def take(words: list[str]) -> tuple[list[str], Json]:
     """Take the routing words out of `words` (they are not workload parameters):
     the rest, and the route {gpu, min_mem, labels} (empty when none). An unknown
     GPU name, a min_mem that is not a size or a malformed label raises."""
-    route: dict = {}
+    route: Json = {}
     rest = []
     for w in words:
         if not w.startswith(KEYS):
@@ -73,7 +74,7 @@ def gpu_name(name: str) -> str:
         raise RouteError(f"`gpu={name}`: {exc}") from None
 
 
-def matches(info: dict, route: dict | None) -> bool:
+def matches(info: Json, route: Json | None) -> bool:
     """Whether a worker with `info` satisfies `route`."""
     if not route:
         return True
@@ -86,12 +87,12 @@ def matches(info: dict, route: dict | None) -> bool:
     return all(labels.get(k) == v for k, v in (route.get("labels") or {}).items())
 
 
-def routed(route: dict | None) -> bool:
+def routed(route: Json | None) -> bool:
     """Whether `route` narrows where a trial runs (`gpu=any` does not)."""
     return any(k in (route or {}) for k in ("gpu", "min_mem", "labels"))
 
 
-def describe(route: dict) -> str:
+def describe(route: Json) -> str:
     parts = [f"gpu={route['gpu']}"] if "gpu" in route else (
         ["gpu=any"] if route.get("anywhere") else [])
     if "min_mem" in route:
@@ -100,7 +101,7 @@ def describe(route: dict) -> str:
     return " ".join(parts)
 
 
-def worker_line(w: dict) -> str:
+def worker_line(w: Json) -> str:
     """A worker and what it has, for answers that list them."""
     info = w["info"]
     names, memory = info.get("gpus") or [], info.get("gpu_memory") or []
@@ -115,5 +116,5 @@ def worker_line(w: dict) -> str:
     return f"{w['name']}: {device}, {hw}"
 
 
-def _env(gpu: str) -> dict:
+def _env(gpu: str) -> Json:
     return {"env": {"gpu_count": 1, "gpu_name": gpu}}

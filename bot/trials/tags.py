@@ -3,7 +3,8 @@ trial tagged as a plan block's actual. Checked against the store, so a trial
 is never tagged to nothing, nor to a plan its user cannot reach from here."""
 from __future__ import annotations
 
-from bot.context import PlanUnreachable, plan_name_problem
+from bot.context import Context, PlanUnreachable, plan_name_problem
+from bot.states import Json
 from worker.i18n import N_, _
 
 
@@ -13,7 +14,7 @@ class TagError(ValueError):
         self.message = message
 
 
-def take(ctx, words: list[str], user: str, channel: str) -> tuple[list[str], dict | None]:
+def take(ctx: Context, words: list[str], user: str, channel: str) -> tuple[list[str], Json | None]:
     """The words without `plan=` and `block=` (they are not workload
     parameters), and the tags {plan, block} or None."""
     tagged = [w.partition("=") for w in words if w.startswith(("plan=", "block="))]
@@ -45,14 +46,14 @@ def take(ctx, words: list[str], user: str, channel: str) -> tuple[list[str], dic
     return rest, tags
 
 
-def choices(ctx, user: str, channel: str) -> list[tuple[str, str]]:
+def choices(ctx: Context, user: str, channel: str) -> list[tuple[str, str]]:
     """(plan, block kind) pairs a trial of `channel` can be added to by `user`:
     that channel's plans (every plan for an admin)."""
     return [(p["name"], b["kind"]) for p in ctx.visible_plans(user, channel)[0]
             for b in ctx.store.blocks(p["name"])]
 
 
-def add(ctx, job_id: int, plan: str, block: str, user: str) -> str:
+def add(ctx: Context, job_id: int, plan: str, block: str, user: str) -> str:
     """The "Add to plan…" choice: the trial becomes an actual of the block.
     Raises TagError naming what is wrong."""
     job = ctx.store.job(job_id)

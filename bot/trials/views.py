@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.blocks import context, reply, section
 from bot.fits import depth, depthview
-from bot.states import JobStatus, Outcome
+from bot.states import JobStatus, Json, Outcome
 from bot.trials import routing, workerlist
 from bot.trials.job import ENDED
 from worker.api import Report, Workload, duration, specs, summary
@@ -21,12 +21,12 @@ def status_word(status: str) -> str:
     return _(STATUS[status]) if status in STATUS else status
 
 
-def error(exc: specs.SpecError) -> dict:
+def error(exc: specs.SpecError) -> Json:
     return reply(_(":x: {message}\nUsage: `{usage}` (`/trial help llm-infer` lists a workload's "
                    "parameters)\nNothing was queued.", message=exc.message, usage=exc.usage))
 
 
-def help_text(paragraphs: list[str], recipes: dict | None, topics: tuple[str, ...]) -> str:
+def help_text(paragraphs: list[str], recipes: Json | None, topics: tuple[str, ...]) -> str:
     """`/trial help`: the command table's paragraphs (bot/trials/command.py), each
     workload in a line, the recipes by name, and the topics `/trial help TOPIC` shows."""
     lines = [*paragraphs, "", _("*Workloads*: `/trial help WORKLOAD` lists one's parameters "
@@ -69,7 +69,7 @@ def held_note(channel: str) -> str:
              "nothing runs.", channel=channel)
 
 
-def waiting_for(route: dict, offline: list[dict], now: float) -> str:
+def waiting_for(route: Json, offline: list[Json], now: float) -> str:
     """A routed trial whose workers are all offline: which it waits for, and
     when each was last seen."""
     names = "; ".join(f"*{w['name']}*, {workerlist.offline(w['last_seen'], now)}"
@@ -79,7 +79,7 @@ def waiting_for(route: dict, offline: list[dict], now: float) -> str:
              "them).", route=routing.describe(route), workers=names)
 
 
-def queued(job: dict, workers: list[str], waiting: str = "") -> dict:
+def queued(job: Json, workers: list[str], waiting: str = "") -> Json:
     """The reply to a queued trial: the online workers that can run it, or
     `waiting` (waiting_for's line), or how to start a worker."""
     values = {"trial": job["trial"], "words": job["words"]}
@@ -104,7 +104,7 @@ def queued(job: dict, workers: list[str], waiting: str = "") -> dict:
     return reply(text)
 
 
-def status(job: dict, attempts: list[dict] | None = None) -> dict:
+def status(job: Json, attempts: list[Json] | None = None) -> Json:
     values = {"trial": job["trial"], "words": job["words"], "status": status_word(job["status"])}
     lines = [_("*{trial}* `{words}` — *{status}* on {worker}", worker=job["worker"], **values)
              if job.get("worker") else _("*{trial}* `{words}` — *{status}*", **values)]
@@ -129,14 +129,14 @@ LISTED = {None: N_("Recent trials:"), "mine": N_("Recent mine trials:"),
           "running": N_("Recent running trials:"), "failed": N_("Recent failed trials:")}
 
 
-def job_list(jobs: list[dict], which: str | None = None) -> dict:
+def job_list(jobs: list[Json], which: str | None = None) -> Json:
     if not jobs:
         return reply(_(NONE_LISTED[which]))
     lines = [_(LISTED[which])]
     for j in jobs:
         r = j.get("report")
         headline = ""
-        if r and r["status"] == Outcome.OK and r.get("latency"):
+        if r and r["status"] == Outcome.OK.value and r.get("latency"):
             headline = f" · p90 {duration(r['latency']['p90'], measured=True)}"
         elif r and r.get("error"):
             headline = f" · {r['error']['class']}"
@@ -147,7 +147,7 @@ def job_list(jobs: list[dict], which: str | None = None) -> dict:
     return reply("\n".join(lines))
 
 
-def report(job: dict, r: Report) -> dict:
+def report(job: Json, r: Report) -> Json:
     """The posted report, threaded under the job's "started" message."""
     pred = depth.from_trial(r)
     text = summary.text(r) + (f"\n{depthview.trial_plain(pred)}" if pred else "")
@@ -155,7 +155,7 @@ def report(job: dict, r: Report) -> dict:
             "text": text, "blocks": report_blocks(r, pred)}
 
 
-def chart(job: dict, r: Report) -> dict:
+def chart(job: Json, r: Report) -> Json:
     """The memory timeline PNG, uploaded into the trial's thread (drawn at send time
     from the stored report, so the outbox row holds no image)."""
     return {"channel": job["channel"], "kind": "chart", "thread_of": job.get("started_msg"),
@@ -164,17 +164,17 @@ def chart(job: dict, r: Report) -> dict:
             "file": f"{job['trial']}-memory.png"}
 
 
-def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
+def report_blocks(r: Report, pred: Json | None = None) -> list[Json]:
     """`pred`: the report's partial-depth prediction (bot/depth.from_trial), worked
     out here when the caller has not (a report without one returns at once)."""
-    icon = ":white_check_mark:" if r["status"] == Outcome.OK else ":x:"
+    icon = ":white_check_mark:" if r["status"] == Outcome.OK.value else ":x:"
     blocks = [section(f"{icon} {summary.headline(r)}")]
     if summary.retry_line(r):
         blocks.append(section(f":warning: {summary.retry_line(r)}"))
     if summary.busy_line(r):
         blocks.append(section(f":warning: {summary.busy_line(r)}"))
     err = r.get("error")
-    if r["status"] == Outcome.FAILED and err:  # a failed report names its error (validated)
+    if r["status"] == Outcome.FAILED.value and err:  # a failed report names its error (validated)
         lines = err["message"].strip().splitlines()
         # An environment error leads with what to change and the resolver's lines.
         tail = "\n".join(lines[:12] if err["class"] == "environment" else lines[-6:])
@@ -191,7 +191,7 @@ def report_blocks(r: Report, pred: dict | None = None) -> list[dict]:
     return blocks
 
 
-def sweep_queued(jobs: list[dict], workers: list[str], waiting: str = "") -> dict:
+def sweep_queued(jobs: list[Json], workers: list[str], waiting: str = "") -> Json:
     first, last = jobs[0], jobs[-1]
     values = {"id": first["sweep"], "first": first["trial"], "last": last["trial"],
               "n": len(jobs), "configs": ", ".join(f"`{j['words']}`" for j in jobs)}
@@ -218,13 +218,13 @@ def sweep_queued(jobs: list[dict], workers: list[str], waiting: str = "") -> dic
     return reply(f"{text}\n{then}")
 
 
-def sweep_not_found(sweep: int) -> dict:
+def sweep_not_found(sweep: int) -> Json:
     return reply(_(":x: There is no sweep S{id}. A sweep's id is in the reply to `/trial "
                    "sweep` (S and its first trial's number); `/trial list` shows recent "
                    "trials. Nothing was queued.", id=sweep))
 
 
-def sweep_unfinished(sweep: int, jobs: list[dict]) -> dict:
+def sweep_unfinished(sweep: int, jobs: list[Json]) -> Json:
     waiting = [j for j in jobs if j["status"] not in ENDED]
     names = ", ".join(f"{j['trial']} ({status_word(j['status'])})" for j in waiting)
     return reply(_(":x: Sweep S{id} is not finished: {left} of {n} trials still to end: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from bot.states import Json
 from worker import i18n
 from worker.api import duration
 from worker.i18n import N_, _, ngettext
@@ -23,7 +24,7 @@ STATES = {"offline": (N_("offline"), N_("offline since {stamp} ({ago} ago)")),
           "idle": (N_("idle"), N_("idle since {stamp} ({ago} ago)"))}
 
 
-def _state(kind: str, t: float | None, now: float, **values) -> str:
+def _state(kind: str, t: float | None, now: float, **values: object) -> str:
     bare, since = STATES[kind]
     if not t:
         return _(bare, **values)
@@ -36,7 +37,7 @@ def offline(last_seen: float | None, now: float) -> str:
     return _state("offline", last_seen, now)
 
 
-def state(w: dict, now: float, online_seconds: float) -> str:
+def state(w: Json, now: float, online_seconds: float) -> str:
     if now - (w["last_seen"] or 0) > online_seconds:
         return offline(w["last_seen"], now)
     if w["job"]:
@@ -44,7 +45,7 @@ def state(w: dict, now: float, online_seconds: float) -> str:
     return _state("idle", max(w["last_finished"] or 0, w["registered"] or 0), now)
 
 
-def text(workers: list[dict], now: float, online_seconds: float) -> str:
+def text(workers: list[Json], now: float, online_seconds: float) -> str:
     if not workers:
         return _("No worker has registered yet. Start one on a GPU box with "
                  "`trialbot-worker --server URL --token TOKEN`.")
@@ -63,13 +64,13 @@ def text(workers: list[dict], now: float, online_seconds: float) -> str:
     return "\n".join(lines)
 
 
-def gpu_kind(info: dict) -> str:
+def gpu_kind(info: Json) -> str:
     """A worker's GPUs in a few words: `2× NVIDIA H100`, or each named; "" for none."""
     gpus = info.get("gpus") or []
     return f"{len(gpus)}× {gpus[0]}" if len(set(gpus)) == 1 else ", ".join(gpus)
 
 
-def hf_text(hf: dict) -> str:
+def hf_text(hf: Json) -> str:
     """What hf-* trials may ask of a worker: its transformers and its configs."""
     if not hf.get("transformers"):
         return ""
@@ -111,7 +112,7 @@ def stuck_hint(error: str | None) -> str:
     return _(STUCK_HINTS[key])
 
 
-def stuck_text(stuck: list[dict], now: float, alert_minutes: float) -> str:
+def stuck_text(stuck: list[Json], now: float, alert_minutes: float) -> str:
     """The admin's warning in `/trial workers`: messages unsent for longer than
     `alert_minutes` or refused for the bot's token (the store's rows, oldest
     first), the oldest's channel and its last error, and what to check."""

@@ -7,6 +7,7 @@ import json
 import time
 
 from bot.ports import WorkerRoster
+from bot.states import Json
 from bot.trials import routing
 from worker.api import Workload, models, presets, specs
 from worker.i18n import _
@@ -14,7 +15,7 @@ from worker.i18n import _
 ONLINE_SECONDS = 90  # a worker seen within this is "online"
 
 
-def can_run(info: dict, spec: dict) -> bool:
+def can_run(info: Json, spec: Json) -> bool:
     """A recipe goes only to a worker whose file has it, and a CUDA recipe only
     to a worker with an NVIDIA GPU (a cloud Mac is not a CUDA box); a training
     run of `world` ranks only to a worker with a GPU per rank (or, on CPU,
@@ -35,13 +36,13 @@ RANK_PARAMS = ("world", "device")        # what fits_ranks reads
 HF_PARAMS = ("attn", "model", "layers")   # what hf_lacks reads
 
 
-def needs(spec: dict) -> dict:
+def needs(spec: Json) -> Json:
     """What of `spec` decides where it may run: exactly what can_run reads, so
     `can_run(info, needs(spec)) == can_run(info, spec)` for every worker, and
     trials that differ only in batch, length or steps share one class (the
     store leases by class, bot/store/leasing.py)."""
     params = spec.get("params") or {}
-    out: dict = {"route": spec["route"]} if spec.get("route") else {}
+    out: Json = {"route": spec["route"]} if spec.get("route") else {}
     kept = {}
     if spec.get("workload") in specs.HF:
         out["workload"] = spec["workload"]
@@ -53,7 +54,7 @@ def needs(spec: dict) -> dict:
     return dict(out, params=kept) if kept else out
 
 
-def needs_key(spec: dict) -> str:
+def needs_key(spec: Json) -> str:
     """needs(spec) as canonical JSON: equal needs, equal keys."""
     return json.dumps(needs(spec), sort_keys=True, separators=(",", ":"))
 
@@ -65,12 +66,12 @@ def runs(info_key: str, needs_key: str) -> bool:
     return can_run(json.loads(info_key), json.loads(needs_key))
 
 
-def info_key(info: dict) -> str:
+def info_key(info: Json) -> str:
     """A worker's info as canonical JSON, for runs()."""
     return json.dumps(info, sort_keys=True, separators=(",", ":"))
 
 
-def hf_lacks(info: dict, params: dict) -> str | None:
+def hf_lacks(info: Json, params: Json) -> str | None:
     """Why a worker with `info` cannot run an hf-* trial (None: it can): what
     it registered of transformers, flash-attn, its configs and the hub."""
     hf = info.get("hf") or {}
@@ -102,7 +103,7 @@ def hf_lacks(info: dict, params: dict) -> str | None:
     return _("has no config named `model={model}` (--models DIR)", model=model)
 
 
-def _attn_lacks(info: dict, model: str, attn: str | None, works: list | None) -> str | None:
+def _attn_lacks(info: Json, model: str, attn: str | None, works: list[str] | None) -> str | None:
     """Why `attn` cannot build `model` (its class, as transformers says, does
     not support it), naming what can on this worker; None when it can or the
     worker did not say (an older worker)."""
@@ -116,7 +117,7 @@ def _attn_lacks(info: dict, model: str, attn: str | None, works: list | None) ->
              works=", attn=".join(here))  # a list, not English "or": read in every language
 
 
-def hf_refusal(params: dict, workload: str, registered: list[dict]) -> str | None:
+def hf_refusal(params: Json, workload: str, registered: list[Json]) -> str | None:
     """Why no registered worker can run this hf-* trial, in words that say how
     to fix it; None when one can."""
     reasons = [(w["name"], hf_lacks(w["info"], params)) for w in registered]
@@ -139,8 +140,8 @@ def hf_refusal(params: dict, workload: str, registered: list[dict]) -> str | Non
              **values)
 
 
-def fits_ranks(info: dict, params: dict) -> bool:
-    world = params.get("world", 1)
+def fits_ranks(info: Json, params: Json) -> bool:
+    world: int = params.get("world", 1)
     if world <= 1:
         return True
     gpus, cpus = len(info.get("gpus") or []), info.get("cpus")
@@ -150,7 +151,7 @@ def fits_ranks(info: dict, params: dict) -> bool:
     return cpus is None or cpus >= world
 
 
-def recipes_of(workers: list[dict]) -> dict[str, Workload]:
+def recipes_of(workers: list[Json]) -> dict[str, Workload]:
     """The recipes these workers declared from their recipe files, by name."""
     out: dict[str, Workload] = {}
     for w in workers:
@@ -163,7 +164,7 @@ def online(store: WorkerRoster) -> list[str]:
     return [w["name"] for w in store.workers(seen_within=ONLINE_SECONDS)]
 
 
-def online_for(registered: list[dict], spec: dict, now: float | None = None) -> list[str]:
+def online_for(registered: list[Json], spec: Json, now: float | None = None) -> list[str]:
     """Of the registered workers (store.workers(), read once by the command),
     those online that could run `spec`."""
     since = (time.time() if now is None else now) - ONLINE_SECONDS
@@ -171,7 +172,7 @@ def online_for(registered: list[dict], spec: dict, now: float | None = None) -> 
             if (w["last_seen"] or 0) >= since and can_run(w["info"], spec)]
 
 
-def offline_for(registered: list[dict], spec: dict, now: float | None = None) -> list[dict]:
+def offline_for(registered: list[Json], spec: Json, now: float | None = None) -> list[Json]:
     """Of the registered workers (store.workers()), those that could run a
     routed `spec`, when all of them are offline: the trial waits for them. []
     when one is online, or when `spec` is not routed (any worker that comes
@@ -187,6 +188,6 @@ def known(store: WorkerRoster, worker: str) -> bool:
     return any(w["name"] == worker for w in store.workers())
 
 
-def slurm(store: WorkerRoster) -> list[dict]:
+def slurm(store: WorkerRoster) -> list[Json]:
     """Registered workers that submit to Slurm: they can run sacct for the bot."""
     return [w for w in store.workers() if w["info"].get("executor") == "slurm"]

@@ -14,6 +14,7 @@ from bot.plans import actualparse as plancmd
 from bot.plans import service
 from bot.plans import slurm as slurmactual
 from bot.plans.parse import PlanError
+from bot.states import ActualStatus
 from bot.store import Store
 from bot.trials.queue import JobQueue
 from test_planner import report
@@ -298,6 +299,20 @@ def test_a_silent_slurm_worker_loses_the_lease_and_the_request_fails_after_two(t
     result = json.loads(ctx.store.db.execute(
         "select result from slurm_actuals").fetchone()[0])
     assert "lease expired 2 times" in result["error"]
+
+
+def test_a_slurm_request_is_stored_queued_then_running_then_ended_as_actual_statuses(ctx):
+    # bot/states.py's ActualStatus names what a `slurm_actuals` row's status holds
+    a_plan(ctx)
+    ctx.store.upsert_worker("hpc", {"executor": "slurm"})
+    say(ctx, "repro actual baseline slurm=5")
+    [(req_id, queued)] = ctx.store.db.execute("select id, status from slurm_actuals").fetchall()
+    job = ctx.queue.lease("hpc", 0)
+    running = ctx.store.slurm_actual(req_id)["status"]
+    ended = service.answer_slurm(ctx, req_id, "hpc", job["lease"], {"error": "no sacct"})
+    assert [queued, running, ended["status"]] == [ActualStatus.QUEUED, ActualStatus.RUNNING,
+                                                  ActualStatus.FAILED]
+    assert "no sacct" in ended["message"]
 
 
 def test_a_usage_figure_sacct_prints_as_nan_or_inf_is_not_recorded():

@@ -116,6 +116,7 @@ def _run(argv, cwd, deadline, cancel, user, what: str, **extra) -> Run:
 
 def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
     """The repository at its commit, in the cache: (directory, report facts)."""
+    assert spec.commit is not None  # worker/recipes.py refuses a repo without its commit
     name = environment.key({"repo": spec.repo})[:16]
     repos, trees = _dirs(spec.cache, "repos", "trees")
     mirror = os.path.join(repos, name + ".git")
@@ -249,7 +250,7 @@ def _packages(lines: list[str]) -> dict[str, str]:
 
 
 def _digest(base: str, entry: str) -> str:
-    parts = []
+    parts: list[str | None] = []
     for n in environment.entry_files(entry):
         try:
             with open(os.path.join(base, n), "rb") as f:
@@ -308,7 +309,10 @@ def _worker_torch() -> dict | None:
         for req in dist.requires or []:
             if "extra ==" in req:
                 continue
-            dep = environment.REQUIREMENT.match(req).group(1)
+            named = environment.REQUIREMENT.match(req)
+            if named is None:  # not a requirement (PEP 508 names start alphanumeric)
+                continue
+            dep = named.group(1)
             try:
                 todo.append(metadata.distribution(dep))
             except metadata.PackageNotFoundError:

@@ -212,14 +212,14 @@ def _merge_times(out: dict, reports: list[dict], program: bool) -> None:
             units["kinds"] = {k: sum(c.get(k, 0) for c in kinds) for k in units["kinds"]}
         models = [(r.get("units") or {}).get("models") or [] for r in reports]
         if units.get("models") and all(len(m) == len(models[0]) for m in models):
-            units["models"] = [{**g, **pool([m[i] for m in models])}
+            units["models"] = [{**g, **(pool([m[i] for m in models]) or {})}
                                for i, g in enumerate(units["models"])]
         if (units.get("program") or {}).get("seconds") is not None:
             units["program"]["seconds"] = statistics.fmean(
                 r["units"]["program"]["seconds"] for r in reports)
 
 
-def pool(stats: list[dict | None]) -> dict:
+def pool(stats: list[dict | None]) -> dict | None:
     """Count, mean and stdev over all the processes' values (exact from each
     one's count, mean and sd); percentiles the count-weighted mean of theirs."""
     parts = [s for s in stats if s and s.get("count") and s.get("mean") is not None]
@@ -245,14 +245,15 @@ def _merge_rates(out: dict, reports: list[dict]) -> None:
     thr = out.get("throughput")
     counts = [(r.get("latency") or {}).get("count") or 0 for r in reports]
     rates = [(r.get("throughput") or {}).get("value") for r in reports]
-    if thr and all(rates) and sum(counts):
-        thr["value"] = sum(counts) / sum(c / v for c, v in zip(counts, rates))
+    known = [v for v in rates if v]
+    if thr and len(known) == len(rates) and sum(counts):
+        thr["value"] = sum(counts) / sum(c / v for c, v in zip(counts, known))
     h = out.get("headline")
     if h and h.get("metric") == "throughput" and thr:
         h["value"] = thr["value"]
     elif h and h.get("metric") == "p90 latency" and (out.get("latency") or {}).get("p90"):
         h["value"] = out["latency"]["p90"]
-    st = [r.get("stability") for r in reports if r.get("stability")]
+    st = [s for r in reports if (s := r.get("stability"))]
     if st:
         worst = max(st, key=lambda s: s.get("iqr_over_median") or 0.0)
         verdicts = [s.get("stable") for s in st]

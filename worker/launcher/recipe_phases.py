@@ -31,14 +31,15 @@ def phases(run, probed: list[dict]) -> list[dict]:
     hooked = [p for p in probed if str(p.get("found_by", "")).startswith("hook:")
               and p.get("start") is not None
               and (first_mark is None or p["start"] < first_mark)]
-    events = [(p["name"], p["start"], p["found_by"], p) for p in hooked]
+    events: list[tuple[str, float, str, dict | None]] = [
+        (p["name"], p["start"], p["found_by"], p) for p in hooked]
     events += [(name, t, "mark", None) for name, t in run.marks]
     if not events:
         events = [("run", run.started, "whole-program", None)]
     if events[0][1] - run.started > 0.001:
         events.insert(0, ("launch", run.started, "start", None))
     end = max(run.ended, events[-1][1])
-    out = []
+    out: list[dict] = []
     for i, (name, start, found_by, entry) in enumerate(events):
         stop = events[i + 1][1] if i + 1 < len(events) else (entry or {}).get("end") or end
         # Wall times of two processes: a clock stepped back must not give a negative phase
@@ -110,7 +111,7 @@ def _label(chosen: list[dict], kind: str) -> str:
 
 
 def _count(items) -> dict:
-    out = {}
+    out: dict = {}
     for item in items:
         out[item] = out.get(item, 0) + 1
     return out
@@ -128,7 +129,7 @@ def _marked_phases(phase_list: list[dict], kind: str) -> list[dict]:
 def _models(chosen: list[dict], known: dict) -> list[dict]:
     """The chosen units apart per (kind, model): a draft and a target model
     are two distributions, each with its own spread."""
-    groups = {}
+    groups: dict[tuple[str, str | None], list[float]] = {}
     for u in chosen:
         groups.setdefault((u["kind"], u.get("model")), []).append(u["latency"])
     out = []
@@ -144,7 +145,7 @@ def _models(chosen: list[dict], known: dict) -> list[dict]:
 def _stability(chosen: list[dict], run_seconds: float) -> dict:
     """Judged per model: the spread of a mix of a draft's and a target's calls
     is their difference, not noise. With several, the widest one's."""
-    groups = {}
+    groups: dict[tuple[str, str | None], list[float]] = {}
     for u in chosen:
         groups.setdefault((u["kind"], u.get("model")), []).append(u["latency"])
     judged = [stats.fixed_stability(lat, run_seconds) for lat in groups.values()]

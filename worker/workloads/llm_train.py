@@ -100,7 +100,7 @@ def train(rank: int, p: dict, device: str, phase, sync, make=make) -> dict:
         model, opt, params = _weights(rank, p, device, dev, make)
     with phase("data"):
         batch = _batch(rank, p, model, dev)
-    losses = []
+    losses: list[float] = []
     step = _stepper(p, device, model, opt, batch, sync, losses)
     with phase("warmup"):
         for _ in range(p["warmup"]):
@@ -129,8 +129,8 @@ def _weights(rank: int, p: dict, device: str, dev, make):
         model = DistributedDataParallel(model, device_ids=[rank] if device == "cuda" else None)
     if p["zero"]:  # the spec allows zero=1 only with world > 1
         from torch.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
-                                      lr=LR)
+        opt: torch.optim.Optimizer = ZeroRedundancyOptimizer(
+            model.parameters(), optimizer_class=torch.optim.AdamW, lr=LR)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=LR)
     return model, opt, params
@@ -241,7 +241,7 @@ def run(p: dict, trial, make=make) -> dict:
         try:
             _init(0, p, device, port)
             mine = train(0, p, device, trial.phase, trial.sync, make)
-            gathered = [None] * world
+            gathered: list[dict | None] = [None] * world
             dist.gather_object(mine, gathered, dst=0)
             dist.destroy_process_group()
         except Exception as exc:
@@ -256,7 +256,7 @@ def run(p: dict, trial, make=make) -> dict:
         done.set()
         for proc in procs:
             proc.join(30)
-        ranks = gathered
+        ranks = [r for r in gathered if r is not None]  # gather_object filled each
     return results(p, ranks)
 
 
@@ -273,7 +273,7 @@ def results(p: dict, ranks: list[dict]) -> dict:
         "headline": {"metric": "step time", "value": step["mean"], "unit": "s"},
         "latency": step,
         # A fixed count of steps: judged against the stated bound (worker/stats.py).
-        "stability": stats.fixed_stability(lead["latencies"], lead.get("run_seconds")),
+        "stability": stats.fixed_stability(lead["latencies"], lead["run_seconds"]),
         "windows": windows.split(lead.get("samples") or [], "step"),
         "throughput": {"value": tokens / step["mean"], "unit": "tokens/s",
                        "what": "training tokens per second: batch·seq / mean step time"}

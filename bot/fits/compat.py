@@ -235,7 +235,8 @@ def _hardcoded(report: compat.Report, t: Target) -> list[Reason]:
 
 
 def status_word(status: str) -> str:
-    return {RUNS: _("runs"), CHANGES: _("runs with changes"), CANNOT: _("cannot")}[status]
+    return {RUNS: _("runs as it is"), CHANGES: _("runs with changes"),
+            CANNOT: _("cannot run")}[status]
 
 
 def lines(found: tuple[Verdict, ...]) -> list[str]:

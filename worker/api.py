@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from worker import arithmetic, models, presets, redact, shape, summary, units
+from worker import arithmetic, compat, models, presets, redact, shape, summary, units
 from worker import report as reports
 from worker import spec as specs
 from worker.catalog import LIVE_TIME_NOTE, PROCESSES, Workload
@@ -41,6 +41,8 @@ __all__ = [
     "summary", "units", "size", "duration", "FIXED_BOUND",
     # Model arithmetic (parameters, weights, KV cache) and Slurm's unended states.
     "arithmetic", "NOT_ENDED",
+    # A repository read without running it: its pins and device needs (docs/compat.md).
+    "compat",
     # Secrets kept out of logs and messages.
     "redact", "redact_text",
     # The embedded worker, loaded on first use (_LATER).

@@ -8,6 +8,7 @@
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
     trialbot-worker trial hf-infer model=PATH/config.json layers=2 ...   (needs trialbot[hf])
     trialbot-worker doctor [--server URL ...] [--recipes FILE] [--workdir DIR]   (docs/doctor.md)
+    trialbot-worker check PATH [--json]   (a repository read without running it: docs/compat.md)
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["doctor"]:  # checks this box; runs no trial
             from worker import doctor
             return doctor.main(argv[1:])
+        if argv[:1] == ["check"]:  # reads a repository; runs nothing
+            return check_command(argv[1:])
         if "trial" in argv:
             at = argv.index("trial")
             return trial_command(argv[:at], argv[at + 1:])
@@ -93,6 +96,30 @@ def trial_command(options: list[str], words: list[str]) -> int:
     # attempts.run is typed dict, but launcher builds it from report.new_report
     print(json.dumps(report, indent=2) if as_json else summary.text(cast(Report, report)))
     return 0 if report["status"] == "ok" else 1
+
+
+def check_command(words: list[str]) -> int:
+    """`check PATH [--json]`: the static reader's report; 2 for a path it cannot read,
+    1 for a directory with no Python code or a file it could not read."""
+    from worker import compat
+    from worker.compat import show
+    from worker.i18n import _
+    as_json = "--json" in words
+    paths = [w for w in words if w != "--json"]
+    if len(paths) != 1:
+        print(_("usage: `trialbot-worker check PATH [--json]`, PATH a repository's checkout, "
+                "e.g. `trialbot-worker check ./Medusa`"), file=sys.stderr)
+        return 2
+    try:
+        report = compat.read(paths[0])
+    except compat.CheckError as exc:
+        print(_("`{path}` does not exist: give the folder of a repository's checkout, e.g. "
+                "`trialbot-worker check ./Medusa`", path=exc.path) if exc.why == "missing" else
+              _("`{path}` is a file, not a folder: give the repository's top folder, e.g. "
+                "`trialbot-worker check ./Medusa`", path=exc.path), file=sys.stderr)
+        return 2
+    print(json.dumps(report.as_json(), indent=2) if as_json else show.text(report))
+    return 0 if report.python_files and not report.unread else 1
 
 
 def help_text(recipes: dict | None = None) -> str:

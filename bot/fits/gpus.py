@@ -42,6 +42,13 @@ class Gpu:
     bandwidth_gbs: tuple[float, ...] = ()  # peak memory bandwidth, GB/s (10^9 B/s), as printed
     family: str = ""            # the words a reported name carries (nvidia-smi, torch)
     bf16: bool | None = None    # bfloat16 arithmetic; None: not known (a size the user gave)
+    # CUDA compute capability (major, minor) per NVIDIA's CUDA GPUs page (CC_SOURCE);
+    # None for AMD parts and sizes the user gave.
+    cc: tuple[int, int] | None = None
+
+    @property
+    def amd(self) -> bool:
+        return _ARCH.get(self.name, "").startswith("AMD")
 
     @property
     def bf16_source(self) -> str:
@@ -66,7 +73,17 @@ def _gpu(name: str, gb: float, memory: str, source: str, note: str = "",
     # bf16: Volta (V100) and Turing (T4) have none; Ampere and later do (their datasheets
     # and NVIDIA's architecture whitepapers list BF16 Tensor Core throughput).
     return Gpu(name, gb, int(round(gb * GB)), memory, source, note, tuple(bw),
-               family or name.split("-")[0], bf16)
+               family or name.split("-")[0], bf16, _CC.get(name))
+
+
+# Compute capability by part, as NVIDIA's CUDA GPUs page lists it; the Transformer
+# Engine support matrix (https://nvidia.github.io/TransformerEngine/support_matrix.html)
+# names the same: A100/A10 8.x, L4/L40S 8.9, H100/H200 9.0, B200 10.0.
+CC_SOURCE = "NVIDIA CUDA GPUs page (https://developer.nvidia.com/cuda-gpus)"
+_CC = {"H100-80GB": (9, 0), "H100-NVL": (9, 0), "H200": (9, 0), "A100-40GB": (8, 0),
+       "A100-80GB": (8, 0), "L40S": (8, 9), "L4": (8, 9), "A10": (8, 6), "A10G": (8, 6),
+       "RTX-4090": (8, 9), "V100-16GB": (7, 0), "V100-32GB": (7, 0), "T4": (7, 5),
+       "B200": (10, 0)}
 
 
 _ARCH = {"H100-80GB": "Hopper", "H100-NVL": "Hopper", "H200": "Hopper", "A100-40GB": "Ampere",

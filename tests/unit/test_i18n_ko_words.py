@@ -30,7 +30,10 @@ NAMES = {"Slack", "Slurm", "Python", "PyTorch", "torch", "NVIDIA", "Hugging", "F
          "systemd", "docker", "cron", "chrony", "sbatch", "sacct", "Elapsed", "MaxRSS",
          "getrusage", "pip", "uv", "flash-attn", "sdpa", "eager", "autocast", "Accelerate",
          "Megatron", "Megatron-LM", "Bridge", "arXiv", "Asia", "Seoul", "Europe", "UTC",
-         "localhost", "IANA", "tz", "PCIe", "Ctrl-C", "doctor", "x-oauth-scopes"}
+         "localhost", "IANA", "tz", "PCIe", "Ctrl-C", "doctor", "x-oauth-scopes", "ROCm",
+         "Apple", "FlashAttention-2", "FlashAttention-3",
+         # file names and extensions the compatibility check reads (docs/compat.md)
+         "requirements", "txt", "py", "cu", "cuh"}
 # The phases of a trial, named as its report, chart and recipes name them.
 PHASES = {"setup", "launch", "weights", "warmup", "data", "run", "prefill", "decode",
           "generate", "teardown"}

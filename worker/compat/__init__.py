@@ -1,0 +1,67 @@
+"""A repository read without running it: what it declares it depends on, and
+what its code needs from the device, each with file:line (docs/compat.md).
+
+Pure over a directory on disk: no network, no Slack, nothing executed.
+`read(path)` walks the tree once; `worker/compat/deps.py` reads the dependency
+files, `worker/compat/code.py` the Python, `worker/compat/tree.py` the rest
+(.cu sources, the docs' mentions of ROCm and Apple); `worker/compat/report.py`
+is the result. The verdict per GPU kind is the bot's (`bot/fits/compat.py`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from worker.compat import code, deps, tree
+from worker.compat import report as r
+from worker.compat.report import Evidence, Report, Unread
+
+
+class CheckError(ValueError):
+    """A path that cannot be read as a repository: `why` says which case."""
+
+    def __init__(self, why: str, path: str) -> None:
+        super().__init__(f"{why}: {path}")
+        self.why = why      # missing | not_directory
+        self.path = path
+
+
+def read(path: str | Path) -> Report:
+    root = Path(path)
+    if not root.exists():
+        raise CheckError("missing", str(path))
+    if not root.is_dir():
+        raise CheckError("not_directory", str(path))
+    files = tree.walk(root)
+    found: list[Evidence] = []
+    unread: list[Unread] = list(files.unread)
+    dep = deps.read(root, files.dependency)
+    unread += dep.unread
+    scans = []
+    for file in files.python:
+        text, problem = tree.text(root, file)
+        if problem:
+            unread.append(problem)
+            continue
+        scans.append(code.scan(file.relative_to(root).as_posix(), text))
+    for scan in scans:
+        found += scan.found
+        unread += scan.unread
+    found += _extension_imports(scans)
+    found += tree.sources(root, files.cuda)
+    found += tree.mentions(root, files.docs)
+    found += [Evidence(r.ROCM, f"package index {url}", "", 0) for url in dep.indexes
+              if "rocm" in url.lower()]
+    needs, counts = r.kept(found)
+    return Report(root=str(path), python_files=len(files.python), pins=tuple(dep.pins),
+                  needs=needs, unread=tuple(sorted(unread, key=lambda u: (u.file, u.line))),
+                  dependency_files=tuple(dep.files), requires_python=tuple(dep.requires_python),
+                  indexes=tuple(dep.indexes), counts=counts)
+
+
+def _extension_imports(scans: list[code.Scan]) -> list[Evidence]:
+    """Each import of a module the repository's own CUDA build makes, as an import of
+    that extension: guarded or not, as the import is (`try: import quant_cuda`)."""
+    built = {e.detail for s in scans for e in s.found if e.kind == r.EXTENSION and e.detail}
+    return [Evidence(r.IMPORT, f"extension:{i.module.split('.')[0]}", i.file, i.line, i.guarded)
+            for s in scans for i in s.imports
+            if i.module.split(".")[0] in built and "." not in i.module]

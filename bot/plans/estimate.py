@@ -158,7 +158,7 @@ def estimate_block(block: Json, trials: list[Json], attempts: dict[int, list[Jso
              if block["configs"] > 1 else _("{runs} runs", runs=block["runs"]))
     run = (_runs_predicted(block, runs, times, predicted) if predicted
            else _runs_measured(trials, runs, times, pays_prep, earlier))
-    run_s = runs * run["x"]
+    run_s = runs * run["x"] + run["once"]  # a fresh process's first run's extra, once
     retry_s, retry_source = _retries(trials, attempts, run_s)
     if pays_prep:
         prep_s, prep_source = _prep(reports, names, predicted)
@@ -195,7 +195,7 @@ def _runs_predicted(block: Json, runs: int, times: str, predicted: Json) -> Json
     return {"x": x, "source": source, "half": half,
             "why": predicted.get("no_interval")
             or _("the fit has no residual degrees of freedom"),
-            "prep_var": 0.0, "pr": None}
+            "prep_var": 0.0, "pr": None, "once": 0.0}
 
 
 def _runs_measured(trials: list[Json], runs: int, times: str, pays_prep: bool,
@@ -212,7 +212,7 @@ def _runs_measured(trials: list[Json], runs: int, times: str, pays_prep: bool,
         # and its one prep, whose spread the processes measured.
         half = t_quantile(pr["dof"], LEVEL) * math.sqrt(
             runs ** 2 * (pr["within"] / runs + pr["level"]) + prep_var)
-    return {"x": x, "half": half, "prep_var": prep_var, "pr": pr,
+    return {"x": x, "half": half, "prep_var": prep_var, "pr": pr, "once": pr.get("once", 0.0),
             "source": _("{times} × {seconds} s per {unit} ({source})", times=times,
                         seconds=f"{x:.4g}", unit=pr["unit"], source=pr["source"]),
             "why": _("one measurement has no spread; run the trial again "

@@ -101,3 +101,32 @@ def test_a_plan_block_reads_its_workers_earlier_trials_from_the_store(ctx):
     assert "pooled with the spread between processes of 3 earlier trial(s)" in out, out
     assert [j["trial"] for j in ctx.store.worker_trials("w1", "llm-infer", 2)] == ["T4", "T3"]
     assert ctx.store.worker_trials("w2", "llm-infer", 10) == []
+
+
+def _with_requests(per_process: list[list[float]]):
+    """A trial split into processes whose requests took these times, each in a
+    window of its own (the report's `windows` rows carry their process)."""
+    r = processes_report([sum(xs) / len(xs) for xs in per_process], count=len(per_process[0]))
+    r["windows"] = {"unit": "request", "what": "test", "rows": [
+        {"start": 0, "end": 1, "count": 1, "mean": x, "sd": None, "others_cpu": 0.0,
+         "contended": False, "process": p + 1}
+        for p, xs in enumerate(per_process) for x in xs]}
+    for row, xs in zip(r["processes"]["rows"], per_process):
+        row["windows"] = list(xs)
+    return r
+
+
+def test_a_fresh_processs_slow_first_request_is_counted_once_not_once_per_process():
+    # Each process's first request took 0.3 s longer: four processes of three
+    # requests paid it four times, a block of 100 runs in one process pays it once.
+    r = _with_requests([[2.3, 2.0, 2.0], [2.3, 2.0, 2.0], [2.4, 2.1, 2.1], [2.2, 1.9, 1.9]])
+    e = estimate(block(runs=100), [job(1, r)])
+    assert e["per_run"] == pytest.approx(2.0)
+    runs = next(c for c in e["components"] if c["name"] == "runs")
+    assert runs["seconds"] == pytest.approx(100 * 2.0 + 0.3)
+    assert "first request took 0.3 s longer than the rest (mean of 4)" in runs["source"]
+    # Without the request-by-request windows nothing is known of the first request.
+    plain = estimate(block(runs=100), [job(1, processes_report([2.1, 2.1, 2.2, 2.0]))])
+    assert plain["per_run"] == pytest.approx(2.1)
+    assert "first request" not in next(c for c in plain["components"]
+                                       if c["name"] == "runs")["source"]

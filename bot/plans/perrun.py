@@ -171,7 +171,7 @@ def _steady(views: list[Json]) -> tuple[list[Json], float]:
     runs in one process and pays it once, while a trial split into N processes
     of a few requests paid it N times, which put its estimate 5% high."""
     firsts = [float(v["first"]) for v in views if v.get("first") is not None]
-    if len(views) < 2 or len(firsts) < len(views):
+    if len(firsts) < len(views):
         return views, 0.0
     steady = [dict(v, m=v["m"] - f / v["n"], run=v["run"] - f,
                    windows=v["windows"][1:] if len(v["windows"]) >= 3 else [])

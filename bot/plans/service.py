@@ -208,6 +208,7 @@ def estimates(ctx: Context, plan: Json, blocks: list[Json] | None = None
     facts = plan["facts"]
     single = facts.get("rental") == "single"
     blocks = ctx.store.blocks(plan["name"]) if blocks is None else blocks
+    seen: dict[tuple[str, str, int], list[Json]] = {}  # one query per worker and workload
     for i, block in enumerate(blocks):
         predicted: Json | None  # a sweep's always; a partial-depth trial's, if any
         if block["sweep"]:
@@ -222,22 +223,28 @@ def estimates(ctx: Context, plan: Json, blocks: list[Json] | None = None
                          worker=trials[0]["worker"])
         est = estimate.estimate_block(block, trials, attempts, facts,
                                      pays_prep=not single or i == 0, usage=usage,
-                                     predicted=predicted, earlier=_earlier(ctx, trials))
+                                     predicted=predicted,
+                                     # a predicted time has no processes to pool with
+                                     earlier=None if predicted else _earlier(ctx, trials, seen))
         out.append((block, est, trials))
     estimate.in_hours([e for _block, e, _trials in out])
     return out
 
 
-def _earlier(ctx: Context, trials: list[Json]) -> list[Json]:
+def _earlier(ctx: Context, trials: list[Json],
+             seen: dict[tuple[str, str, int], list[Json]]) -> list[Json]:
     """The reports of the worker's latest other trials of the block's workload:
     its box's spread between processes (bot/plans/perrun.history picks those of
-    the same config and device)."""
+    the same config and device). `seen` keeps each query's rows for the plan's
+    other blocks."""
     first = trials[0]
     if not first.get("worker"):
         return []
     mine = {t["id"] for t in trials}
-    return [j["report"] for j in ctx.store.worker_trials(first["worker"], first["workload"],
-                                                         perrun.HISTORY + len(mine))
+    key = (first["worker"], first["workload"], perrun.HISTORY + len(mine))
+    if key not in seen:
+        seen[key] = ctx.store.worker_trials(*key)
+    return [j["report"] for j in seen[key]
             if j["id"] not in mine and j.get("report")][:perrun.HISTORY]
 
 

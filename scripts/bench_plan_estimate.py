@@ -8,7 +8,11 @@ short trial, estimates a block of N runs from it with the planner, then runs
 the reference experiment (the same config for N runs in one process) and
 compares. It reports:
 
-- detection: every short trial the load overlapped must be flagged contended;
+- detection: every short trial the load overlapped must be flagged contended.
+  The generator pins one spinner to each core, so while it is on, the cores the
+  worker pinned the trial to have a neighbour too; "overlapped" is at least
+  OVERLAPPED seconds of load inside the trial's span (a shorter graze is listed
+  apart: it may fall between its processes or in one 0.5 s span of the probe);
 - coverage: for the trials not flagged, how often the 90% interval held the
   reference's measured total, and the median absolute error;
 - calibration: from round 11 on, the interval calibrated on the rounds before
@@ -55,6 +59,7 @@ from bot.plans import calibration, estimate, perrun  # noqa: E402
 CONFIG = ["llm-infer", "layers=4", "hidden=512", "heads=8", "kv_heads=4", "batch=2",
           "prompt=128", "gen=32", "warmup=1", "stability=0", "malloc=glibc"]
 CALIBRATE_FROM = 10  # rounds recorded before the calibrated interval is judged
+OVERLAPPED = 1.0  # seconds of load inside a trial's span that must get it flagged
 
 
 def trial(words: list[str]) -> dict:
@@ -100,7 +105,7 @@ def main() -> int:
         args.quiet = saved[0]["quiet"]
         args.rounds = len(saved)
     load = (contextlib.nullcontext() if args.quiet or args.replay
-            else LoadGenerator(seed=args.seed))
+            else LoadGenerator(seed=args.seed, pin=True))
     save = open(args.save, "w") if args.save else None
     short_words = CONFIG + [f"repeats={args.short}"] + (
         [f"processes={args.processes}"] if args.processes else [])
@@ -108,7 +113,7 @@ def main() -> int:
           f"{args.processes or 'default'}; reference processes=1, "
           f"runs={args.runs}; load generator: "
           + ("off (--quiet)" if args.quiet else f"seed {args.seed}, on 1-6 s, off 4-20 s, "
-                                                f"{os.cpu_count()} spinners"))
+             f"{os.cpu_count()} spinners, one pinned to each core"))
     rounds, pairs, earlier = [], [], []
     with load as gen:
         for i in range(args.rounds):
@@ -165,8 +170,11 @@ def show(i: int, row: dict, short: dict) -> None:
 
 
 def report(rounds: list[dict], args, duty: float) -> int:
-    touched = [r for r in rounds if r["overlap"] > 0]
-    missed = [i + 1 for i, r in enumerate(rounds) if r["overlap"] > 0 and not r["flagged"]]
+    touched = [r for r in rounds if r["overlap"] >= OVERLAPPED]
+    missed = [i + 1 for i, r in enumerate(rounds)
+              if r["overlap"] >= OVERLAPPED and not r["flagged"]]
+    grazed = [(i + 1, r["flagged"]) for i, r in enumerate(rounds)
+              if 0 < r["overlap"] < OVERLAPPED]
     extra = [i + 1 for i, r in enumerate(rounds) if r["overlap"] == 0 and r["flagged"]]
     clean = [r for r in rounds if not r["flagged"]]
     held = sum(r["inside"] for r in clean)
@@ -175,8 +183,10 @@ def report(rounds: list[dict], args, duty: float) -> int:
     cal = [r for r in rounds if "cal" in r]
     print(f"load on {duty:.0%} of the time" if not args.quiet else "no load generator")
     print(f"RESULT detection: {len(touched) - len(missed)} of {len(touched)} short trials the "
-          f"load overlapped were flagged (missed rounds: {missed or 'none'}); flagged without "
-          f"the load (the machine's own neighbours): {extra or 'none'}")
+          f"load overlapped for {OVERLAPPED:g} s or more were flagged (missed rounds: "
+          f"{missed or 'none'}); grazed under {OVERLAPPED:g} s (round, flagged): "
+          f"{grazed or 'none'}; flagged without the load (the machine's own neighbours): "
+          f"{extra or 'none'}")
     print(f"RESULT coverage: for the {len(clean)} trials not flagged the 90% interval held the "
           f"reference in {held} of {len(clean)} (target >= 90%); median absolute error "
           f"{mae:.1%} (target <= 10%); of those, {len(quiet_ref)} references were themselves "

@@ -6,8 +6,14 @@ switched on and off at random moments drawn from a fixed seed.
         load.overlap(start, end)  # seconds the load was on inside [start, end]
 
 The spinners are started once and paused with SIGSTOP / resumed with SIGCONT,
-so switching costs no process start. Every on-window is logged in Unix time,
-the clock the trial reports use, so a bench can tell which trials it touched.
+so switching costs no process start. With `pin=True` spinner i is held to the
+i-th core this process may use, so while the load is on every core has a
+neighbour, the cores a pinned trial runs on included: "the load overlapped a
+trial" then means its own cores too. Each spinner starts a session of its own,
+as another user's program would: under autogroup scheduling a spinner in the
+bench's own session would share one group's slice with it and take less.
+Every on-window is logged in Unix time, the clock the trial reports use, so a
+bench can tell which trials it touched.
 """
 from __future__ import annotations
 
@@ -26,19 +32,25 @@ SPIN = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
 
 class LoadGenerator:
     def __init__(self, seed: int, on: tuple[float, float] = (1.0, 6.0),
-                 off: tuple[float, float] = (4.0, 20.0), cores: int | None = None):
+                 off: tuple[float, float] = (4.0, 20.0), cores: int | None = None,
+                 pin: bool = False):
         self.rng = random.Random(seed)
         self.on, self.off = on, off
         self.cores = cores or os.cpu_count() or 1
+        self.pin = pin
         self.windows: list[list[float]] = []  # [start, end]; end is None while on
         self.procs: list[subprocess.Popen] = []
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._switch, daemon=True, name="loadgen")
 
     def __enter__(self) -> LoadGenerator:
-        self.procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(self.cores)]
-        for p in self.procs:
+        allowed = sorted(os.sched_getaffinity(0))
+        self.procs = [subprocess.Popen([sys.executable, "-c", SPIN], start_new_session=self.pin)
+                      for _ in range(self.cores)]
+        for i, p in enumerate(self.procs):
             os.kill(p.pid, signal.SIGSTOP)
+            if self.pin:
+                os.sched_setaffinity(p.pid, {allowed[i % len(allowed)]})
         self.thread.start()
         return self
 

@@ -119,6 +119,24 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "union all select max(cast(substr(what, instr(what, '#') + 1) as integer)) "
         "from plan_history where plan is not null and what like 'actual % #%')",
     ]),
+    # A price's number (P7) likewise: a plan's advice and review cite it, so a
+    # deleted P7 must not come back as another figure. The sequence starts past
+    # every P-number its history names ("price P7").
+    ("price numbers never reused", [
+        "create table prices_numbered (id integer primary key autoincrement, item text, "
+        "kind text, value real, unit text, currency text, source text, date text, user text, "
+        "recorded real)",
+        "insert into prices_numbered (id, item, kind, value, unit, currency, source, date, "
+        "user, recorded) select id, item, kind, value, unit, currency, source, date, user, "
+        "recorded from prices",
+        "drop table prices",
+        "alter table prices_numbered rename to prices",
+        "delete from sqlite_sequence where name in ('prices', 'prices_numbered')",
+        "insert into sqlite_sequence (name, seq) select 'prices', coalesce(max(n), 0) from ("
+        "select max(id) as n from prices union all "
+        "select max(cast(substr(what, 8) as integer)) from plan_history "
+        "where what like 'price P%')",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

@@ -12,6 +12,7 @@ from bot import commands
 from bot.app.runtime import context
 from bot.store import Store, migrations
 from test_planner import report
+from test_price_checks import before
 from test_plans import counts, finish
 
 TODAY = dt.date(2026, 12, 1)
@@ -60,7 +61,7 @@ def test_a_file_from_before_keeps_its_actuals_and_never_reuses_a_number_it_showe
         "insert into plan_history (plan, what, action, old, new, user, at) values "
         "('repro', 'actual compare #3', 'add', null, '{\"hours\": 3}', 'U1', 3.0),"
         "('repro', 'actual compare', 'delete', '[{\"id\": 3, \"hours\": 3}]', null, 'U1', 4.0);"
-        f"pragma user_version = {migrations.LATEST - 1};")
+        f"pragma user_version = {before('actual numbers never reused')};")
     conn.close()
     ctx = context(Store(path), admins=frozenset({"U1"}))
     assert [(a["id"], a["runs"], a["note"]) for a in ctx.store.actuals("repro")] == [

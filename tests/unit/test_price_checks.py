@@ -1,11 +1,12 @@
 """#33: a price far from the one it replaces waits for `confirm`; resale above buy is refused."""
 import datetime as dt
+import sqlite3
 
 import pytest
 
 from bot import commands
 from bot.app.runtime import context
-from bot.store import Store
+from bot.store import Store, migrations
 
 TODAY = dt.date(2026, 12, 1)
 TAIL = "source=runpod date=2026-11-28"
@@ -18,6 +19,11 @@ def ctx(tmp_path):
 
 def say(ctx, text):
     return commands.plan(ctx, text, "U1", "C1", TODAY)["text"]
+
+
+def before(step):
+    """The schema version of a file the migration `step` has not reached yet."""
+    return migrations.BASELINE + [name for name, _ in migrations.MIGRATIONS].index(step)
 
 
 def rents(ctx):
@@ -135,3 +141,38 @@ def test_a_gpus_first_price_far_outside_the_others_waits_for_confirm(ctx):
     assert "Not recorded yet" in out and "$150" in out and "$0.8 to $2.49" in out
     assert "Recorded" in say(ctx, f"price A100-80GB $1.50/h {TAIL}")
     assert "Recorded" in say(ctx, f"price H200 $30/h {TAIL} confirm")
+
+
+def test_a_deleted_prices_number_is_not_handed_out_again(ctx):
+    """Advice and reviews cite P-numbers: a deleted P2 must not name another figure."""
+    say(ctx, f"price H100 $2.49/h {TAIL}")
+    assert "P2" in say(ctx, f"price H100 $2.59/h {TAIL}")
+    assert "P2 deleted" in say(ctx, "price delete P2")
+    out = say(ctx, f"price H100 $2.55/h {TAIL}")
+    assert "P3" in out and "P2" not in out
+    assert sorted(p["id"] for p in ctx.store.all_prices()) == [1, 3]
+
+
+def test_a_file_from_before_never_reuses_a_price_number_its_history_shows(tmp_path):
+    """A file made before the step: prices under a plain rowid, P2 recorded and
+    deleted (its history names it). Opened by this trialbot, P1 stays and the
+    next price is P3."""
+    path = str(tmp_path / "old.db")
+    Store(path)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "drop table prices; create table prices (id integer primary key, item text, kind "
+        "text, value real, unit text, currency text, source text, date text, user text, "
+        "recorded real);"
+        "insert into prices values (1, 'H100-80GB', 'rent', 2.49, 'h', 'USD', 'runpod', "
+        "'2026-11-28', 'U1', 1.0);"
+        "insert into plan_history (plan, item, what, action, old, new, user, at) values "
+        "(null, 'A100-80GB', 'price P2', 'add', null, '{}', 'U1', 2.0),"
+        "(null, 'A100-80GB', 'price P2', 'delete', '{}', null, 'U1', 3.0);"
+        f"pragma user_version = {before('price numbers never reused')};")
+    conn.close()
+    ctx = context(Store(path), admins=frozenset({"U1"}))
+    assert [(p["id"], p["value"]) for p in ctx.store.all_prices()] == [(1, 2.49)]
+    assert "P3" in say(ctx, f"price H100 $2.55/h {TAIL}")
+    assert "autoincrement" in ctx.store.db.execute(
+        "select sql from sqlite_master where name = 'prices'").fetchone()[0].lower()

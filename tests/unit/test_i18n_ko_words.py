@@ -156,3 +156,14 @@ def test_per_comes_before_the_figure(korean):
 ])
 def test_the_rules_find_english(text, words):
     assert english_words(text) == words
+
+
+# One Korean word for each of the bot's own terms (docs/i18n.md, "Glossary"):
+# the term, then the words a translator might reach for instead.
+GLOSSARY = {"트라이얼": ("시험", "시행"), "계획": ("플랜",), "워커": ("작업자",)}
+
+
+def test_each_term_has_one_korean_word(korean):
+    found = [f"{word} (write {term}): {text!r}" for _, text in korean
+             for term, others in GLOSSARY.items() for word in others if word in text]
+    assert found == [], f"{len(found)} messages:\n" + "\n".join(found)

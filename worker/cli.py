@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         i18n.set_default(os.environ.get("TRIALBOT_LANG") or i18n.DEFAULT)
     except i18n.LanguageError as exc:
-        print(f"trialbot-worker: TRIALBOT_LANG: {exc.message}", file=sys.stderr)
+        _say(f"TRIALBOT_LANG: {exc.message}")
         return 2
+    i18n.argparse_follows()
     try:
         if argv[:1] == ["doctor"]:  # checks this box; runs no trial
             from worker import doctor
@@ -54,8 +55,17 @@ def main(argv: list[str] | None = None) -> int:
             return trial_command(argv[:at], argv[at + 1:])
         return serve_command(argv)
     except KeyboardInterrupt:
-        print("trialbot-worker: stopped; the running trial (if any) was killed", file=sys.stderr)
+        _say(_("stopped; the running trial (if any) was killed"))
         return 130
+
+
+def _say(message: str) -> None:
+    """One line to the person at the console, on stderr, in their language."""
+    print(f"trialbot-worker: {message}", file=sys.stderr)
+
+
+def _warn(message: str) -> None:
+    _say(_("warning: {message}", message=message))
 
 
 def _interrupt(signum, frame):
@@ -68,7 +78,7 @@ def _load_recipes(path: str | None):
     try:
         return offer.recipes(path)
     except offer.StartError as exc:
-        print(f"trialbot-worker: refusing to start: {exc}", file=sys.stderr)
+        _say(_("refusing to start: {why}", why=exc))
         raise SystemExit(2) from None
 
 
@@ -87,8 +97,10 @@ def trial_command(options: list[str], words: list[str]) -> int:
     try:
         spec = specs.parse(words, {k: r.workload() for k, r in recipes.items()})
     except specs.SpecError as exc:
-        print(f"error: {exc.message}\nusage: trialbot-worker trial "
-              f"{exc.usage.removeprefix('/trial ')}", file=sys.stderr)
+        # the usage's first form: the rest (`/trial status T12` ...) are the bot's
+        usage = exc.usage.removeprefix("/trial ").split("  |  ")[0]
+        print(_("error: {message}", message=exc.message), file=sys.stderr)
+        print(_("usage: {usage}", usage=f"trialbot-worker trial {usage}"), file=sys.stderr)
         return 2
     from worker import attempts
     report = attempts.run(spec, recipes=recipes)
@@ -238,8 +250,8 @@ def _labels(raws: list[str]) -> dict | None:
     for raw in raws:
         key, eq, value = raw.partition("=")
         if not (eq and LABEL.fullmatch(key) and LABEL.fullmatch(value)):
-            print(f"trialbot-worker: --label {raw!r} must be KEY=VALUE, e.g. --label team=nlp "
-                  "(letters, digits, _.-)", file=sys.stderr)
+            _say(_("--label {label} must be KEY=VALUE (letters, digits, _.-), e.g. "
+                   "`--label team=nlp`", label=repr(raw)))
             return None
         labels[key] = value
     return labels
@@ -249,20 +261,21 @@ def _options_ok(args, token: str | None) -> bool:
     """The options fit together; else False, the first problem said."""
     missing = [f for f, v in (("--server", args.server), ("--token-file", token)) if not v]
     if missing:
-        print(f"trialbot-worker: missing {' and '.join(missing)} (or env TRIALBOT_SERVER / "
-              "TRIALBOT_WORKER_TOKEN); to run one trial locally: trialbot-worker trial "
-              "llm-infer", file=sys.stderr)
+        _say(_("missing {options} (or env TRIALBOT_SERVER / TRIALBOT_WORKER_TOKEN); to run "
+               "one trial locally: `trialbot-worker trial llm-infer`",
+               options=", ".join(missing)))
         return False
     if not _server_ok(args.server, args.ca_file):
         return False
     if not _slurm_ok(args):
         return False
     if _seconds(args.stop_grace) is None:
-        print(f"trialbot-worker: --stop-grace {args.stop_grace!r} (or TRIALBOT_STOP_GRACE) "
-              f"must be seconds from 0 to {MAX_GRACE}, e.g. --stop-grace 6", file=sys.stderr)
+        _say(_("--stop-grace {value} (or TRIALBOT_STOP_GRACE) must be seconds from 0 to "
+               "{most}, e.g. `--stop-grace 6`", value=repr(args.stop_grace), most=MAX_GRACE))
         return False
     if args.gpus != "auto" and not args.gpus.isdigit():
-        print(f"trialbot-worker: --gpus {args.gpus!r}: write auto or a number", file=sys.stderr)
+        _say(_("--gpus {value}: write `auto` or a number of GPUs, e.g. `--gpus 2`",
+               value=repr(args.gpus)))
         return False
     return True
 
@@ -270,16 +283,16 @@ def _options_ok(args, token: str | None) -> bool:
 def _slurm_ok(args) -> bool:
     """--executor slurm has what it needs; else False, said."""
     if args.executor == "slurm" and not args.partition:
-        print("trialbot-worker: --executor slurm needs --partition", file=sys.stderr)
+        _say(_("--executor slurm needs --partition, e.g. `--partition gpu`"))
         return False
     if args.trial_user and args.executor == "slurm":
-        print("trialbot-worker: --trial-user applies to trials run here; with --executor "
-              "slurm they run on compute nodes as the user who submits them (this worker's)",
-              file=sys.stderr)
+        _say(_("--trial-user applies to trials run here; with --executor slurm they run on "
+               "compute nodes as the user who submits them (this worker's): leave out "
+               "--trial-user"))
         return False
     if args.executor == "slurm" and not shutil.which("sbatch"):
-        print("trialbot-worker: --executor slurm: sbatch is not on PATH; run the worker on "
-              "the cluster's login node", file=sys.stderr)
+        _say(_("--executor slurm: sbatch is not on PATH; run the worker on the cluster's "
+               "login node"))
         return False
     return True
 
@@ -290,14 +303,14 @@ def _recipes_ok(args) -> dict | None:
     recipes = _load_recipes(args.recipes)
     own = sorted(n for n, r in recipes.items() if r.environment.repo or r.environment.declared)
     if args.trial_user and own:
-        print(f"trialbot-worker: --trial-user: recipe {', '.join(own)} has its own repository "
-              "or environment, which cannot run under --trial-user yet; start this worker "
-              "without --trial-user, or use a recipe file without them", file=sys.stderr)
+        _say(_("--trial-user: recipe {recipes} has its own repository or environment, which "
+               "cannot run under --trial-user yet; start this worker without --trial-user, or "
+               "use a recipe file without them", recipes=", ".join(own)))
         return None
     try:
         offer.check_models(args.models)
     except offer.StartError as exc:
-        print(f"trialbot-worker: {exc}", file=sys.stderr)
+        _say(str(exc))
         return None
     return recipes
 
@@ -323,12 +336,12 @@ def _serve(agent) -> int:
     try:
         agent.serve_forever()
     except CertError as exc:
-        print(f"trialbot-worker: {exc}", file=sys.stderr)
+        _say(str(exc))
         return 2
     except ApiError as exc:
-        print(f"trialbot-worker: the server refused us: {exc}"
-              + (" — check --token-file / --token / TRIALBOT_WORKER_TOKEN"
-                 if exc.status == 401 else ""), file=sys.stderr)
+        _say(_("the server refused this worker: {why}; check --token-file, --token or "
+               "TRIALBOT_WORKER_TOKEN", why=exc) if exc.status == 401 else
+             _("the server refused this worker: {why}", why=exc))
         return 2
     finally:
         agent.stop()
@@ -371,14 +384,13 @@ def _server_ok(server: str, ca_file: str | None) -> bool:
     from worker.client import ca_problem, server_problem
     problem = server_problem(server)
     if not problem and ca_file and not server.startswith("https://"):
-        print("trialbot-worker: warning: " + _(
-            "--ca-file is used only with an https:// server; {server} is plain HTTP, so the "
-            "connection is not encrypted (fine through an SSH tunnel to localhost)",
-            server=server), file=sys.stderr)
+        _warn(_("--ca-file is used only with an https:// server; {server} is plain HTTP, so "
+                "the connection is not encrypted (fine through an SSH tunnel to localhost)",
+                server=server))
     elif not problem and ca_file:
         problem = ca_problem(ca_file)
     if problem:
-        print(f"trialbot-worker: {problem}", file=sys.stderr)
+        _say(problem)
         return False
     return True
 
@@ -391,23 +403,21 @@ def _token(args) -> str | None:
     if handed:
         return handed
     if args.token_file and args.token:
-        print("trialbot-worker: give the token once: --token-file or --token, not both",
-              file=sys.stderr)
+        _say(_("give the token once: --token-file or --token, not both"))
         raise SystemExit(2)
     if args.token_file:
         try:
             token, warning = secrecy.read_file(args.token_file)
         except secrecy.TokenError as exc:
-            print(f"trialbot-worker: {exc}", file=sys.stderr)
+            _say(str(exc))
             raise SystemExit(2) from None
         if warning:
-            print(f"trialbot-worker: warning: {warning}", file=sys.stderr)
+            _warn(warning)
         return token
     if args.token:
-        print("trialbot-worker: warning: --token puts the token on the command line, where "
-              "every user of this machine may read it (ps) until the worker hides it, and in "
-              "shell history; use --token-file FILE or env TRIALBOT_WORKER_TOKEN",
-              file=sys.stderr)
+        _warn(_("--token puts the token on the command line, where every user of this machine "
+                "may read it (ps) until the worker hides it, and in shell history; use "
+                "--token-file FILE or env TRIALBOT_WORKER_TOKEN"))
         return args.token
     return os.environ.get("TRIALBOT_WORKER_TOKEN")
 
@@ -419,10 +429,10 @@ def _trial_user(args, hidden: bool):
     try:
         user = trialuser.lookup(args.trial_user) if args.trial_user else None
     except trialuser.TrialUserError as exc:
-        print(f"trialbot-worker: {exc}", file=sys.stderr)
+        _say(str(exc))
         raise SystemExit(2) from None
     for warning in trialuser.warnings(user, hidden, args.token_file, args.executor == "slurm"):
-        print(f"trialbot-worker: warning: {warning}", file=sys.stderr)
+        _warn(warning)
     return user
 
 

@@ -155,3 +155,28 @@ def stamp(when, pattern: str = "") -> str:
     `pattern` (strftime's, without %a): stamp(d, "%H:%M") → "Mon 09:00", "월 09:00"."""
     day = _(WEEKDAYS[when.weekday()])
     return f"{day} {format(when, pattern)}" if pattern else day
+
+
+# argparse's own words (Python 3.11's msgids), which it reads through gettext's
+# global `_` and `ngettext`: bound at its import, looked up at each call.
+ARGPARSE = (N_("usage: "), N_("options"), N_("positional arguments"),
+            N_("show this help message and exit"), N_("%(prog)s: error: %(message)s\n"),
+            N_("the following arguments are required: %s"), N_("unrecognized arguments: %s"),
+            N_("argument %(argument_name)s: %(message)s"),
+            N_("invalid choice: %(value)r (choose from %(choices)s)"),
+            N_("invalid %(type)s value: %(value)r"), N_("expected one argument"),
+            N_("expected at most one argument"), N_("expected at least one argument"),
+            N_("ambiguous option: %(option)s could match %(matches)s"),
+            N_("not allowed with argument %s"), N_("one of the arguments %s is required"),
+            N_("ignored explicit argument %r"))
+
+
+def argparse_follows() -> None:
+    """argparse's headings and errors ("usage:", "invalid choice") in the language
+    in use: it keeps no catalog of ours, so its two gettext names are pointed at
+    ours (a msgid we lack stays English)."""
+    import argparse
+
+    argparse._ = lambda message: catalog(current()).gettext(message)  # type: ignore[attr-defined]
+    argparse.ngettext = (  # type: ignore[attr-defined]
+        lambda singular, plural, n: catalog(current()).ngettext(singular, plural, n))

@@ -44,8 +44,8 @@ def recipes(path: str | None) -> dict:
 def check_models(dirs: list[str]) -> None:
     bad = [d for d in dirs if not os.path.isdir(d)]
     if bad:
-        raise StartError(f"--models {bad[0]!r} is not a directory; give a directory of "
-                         "config.json files")
+        raise StartError(_("--models {path} is not a directory; give a directory of "
+                           "config.json files", path=repr(bad[0])))
 
 
 def allow_models(dirs: list[str], hub: bool) -> None:

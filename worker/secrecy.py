@@ -17,6 +17,7 @@ import os
 import stat
 import sys
 
+from worker.i18n import _
 from worker.redact import ENV_SECRETS
 
 PR_SET_DUMPABLE = 4
@@ -44,24 +45,27 @@ def read_file(path: str) -> tuple[str, str | None]:
             info = os.fstat(f.fileno())
             raw = f.read(MAX_TOKEN + 1)
     except FileNotFoundError:
-        raise TokenError(f"--token-file {path}: no such file") from None
+        raise TokenError(_("--token-file {path}: no such file; give the file that holds "
+                           "the token", path=path)) from None
     except PermissionError:
-        raise TokenError(f"--token-file {path}: this user may not read it (chown it to the "
-                         "worker's user, mode 600)") from None
+        raise TokenError(_("--token-file {path}: this user may not read it (chown it to the "
+                           "worker's user, mode 600)", path=path)) from None
     except IsADirectoryError:
-        raise TokenError(f"--token-file {path} is a directory; name the file that holds "
-                         "the token") from None
+        raise TokenError(_("--token-file {path} is a directory; name the file that holds "
+                           "the token", path=path)) from None
     except OSError as exc:
-        raise TokenError(f"--token-file {path}: {exc.strerror}") from None
+        raise TokenError(_("--token-file {path}: {why}", path=path, why=exc.strerror)) from None
     token = raw.decode(errors="replace").strip()
     if not token:
-        raise TokenError(f"--token-file {path} is empty; write the worker's token into it")
+        raise TokenError(_("--token-file {path} is empty; write the worker's token into it",
+                           path=path))
     if len(raw) > MAX_TOKEN or any(c.isspace() for c in token):
-        raise TokenError(f"--token-file {path} holds more than one token; it must hold only "
-                         "the token (one line)")
+        raise TokenError(_("--token-file {path} holds more than one token; it must hold only "
+                           "the token (one line)", path=path))
     loose = stat.S_ISREG(info.st_mode) and info.st_mode & 0o077
-    warning = (f"--token-file {path} may be read by other users (mode "
-               f"{stat.S_IMODE(info.st_mode):03o}): chmod 600 {path}") if loose else None
+    warning = _("--token-file {path} may be read by other users (mode {mode}): "
+                "`chmod 600 {path}`", path=path,
+                mode=f"{stat.S_IMODE(info.st_mode):03o}") if loose else None
     return token, warning
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from worker.i18n import _
+
 
 class TrialUserError(Exception):
     """A --trial-user the worker refuses; the message says how to fix it."""
@@ -40,16 +42,17 @@ def lookup(name: str) -> TrialUser:
     try:
         user = pwd.getpwnam(name)
     except KeyError:
-        raise TrialUserError(f"--trial-user {name}: no such user on this machine; create one "
-                             "(e.g. `useradd --system --create-home trialbot-trial`) or name "
-                             "an existing one") from None
+        raise TrialUserError(_(
+            "--trial-user {name}: no such user on this machine; create one (e.g. `useradd "
+            "--system --create-home trialbot-trial`) or name an existing one", name=name)) from None
     if user.pw_uid == 0:
-        raise TrialUserError(f"--trial-user {name} is root (uid 0): trials would run as root; "
-                             "name an unprivileged user")
+        raise TrialUserError(_("--trial-user {name} is root (uid 0): trials would run as "
+                               "root; name an unprivileged user", name=name))
     if os.geteuid() != 0:
-        raise TrialUserError(f"--trial-user {name}: only a worker running as root can start "
-                             "trials as another user; run the worker as root with "
-                             "--trial-user, or as a dedicated user of its own without it")
+        raise TrialUserError(_(
+            "--trial-user {name}: only a worker running as root can start trials as another "
+            "user; run the worker as root with --trial-user, or as a dedicated user of its "
+            "own without it", name=name))
     return TrialUser(name, user.pw_uid, user.pw_gid, user.pw_dir)
 
 
@@ -61,19 +64,20 @@ def warnings(user: TrialUser | None, hidden: bool, token_file: str | None,
         return _cannot(user)
     me = pwd.getpwuid(os.geteuid()).pw_name
     if os.geteuid() == 0:
-        return ["trials run as root (no --trial-user): a recipe can read this worker's "
-                "token, memory and every file on the machine; run trials as another user "
-                "with --trial-user USER"]
+        return [_("trials run as root (no --trial-user): a recipe can read this worker's "
+                  "token, memory and every file on the machine; run trials as another user "
+                  "with --trial-user USER")]
     if not hidden:
-        return [f"this system cannot make the worker non-dumpable: trials run as {me} and "
-                "can read the token in its memory"]
+        return [_("this system cannot make the worker non-dumpable: trials run as {user} "
+                  "and can read the token in its memory", user=me)]
     if token_file and slurm:
-        return [f"Slurm jobs run as {me}, this worker's user: keep {token_file} on the login "
-                "node's own disk, not on a filesystem the compute nodes share"]
+        return [_("Slurm jobs run as {user}, this worker's user: keep {file} on the login "
+                  "node's own disk, not on a filesystem the compute nodes share",
+                  user=me, file=token_file)]
     if token_file:
-        return [f"trials run as {me}, this worker's user: they cannot read its memory, but "
-                f"can read {token_file}; run the worker as root with --trial-user USER to "
-                "keep the file from them"]
+        return [_("trials run as {user}, this worker's user: they cannot read its memory, "
+                  "but can read {file}; run the worker as root with --trial-user USER to keep "
+                  "the file from them", user=me, file=token_file)]
     return []
 
 
@@ -86,11 +90,12 @@ def _cannot(user: TrialUser) -> list[str]:
         env=child_env(PYTHONPATH=PACKAGE_ROOT))
     if check.returncode != 0:
         why = (check.stderr.strip().splitlines() or ["no output"])[-1]
-        out.append(f"{user.name} cannot run the worker's Python with this package ({why}): "
-                   f"built-in workloads will fail, recipes whose interpreter {user.name} may "
-                   f"run still work; make {sys.executable} and {PACKAGE_ROOT} readable by "
-                   f"{user.name} to run both")
+        out.append(_("{user} cannot run the worker's Python with this package ({why}): "
+                     "built-in workloads will fail, recipes whose interpreter {user} may run "
+                     "still work; make {python} and {package} readable by {user} to run both",
+                     user=user.name, why=why, python=sys.executable, package=PACKAGE_ROOT))
     if not os.path.isdir(user.home):
-        out.append(f"{user.name}'s home {user.home} does not exist: programs that cache "
-                   f"under ~ (pip, Hugging Face) will fail; give {user.name} a home")
+        out.append(_("the home {home} of {user} does not exist: programs that cache under ~ "
+                     "(pip, Hugging Face) will fail; give {user} a home",
+                     home=user.home, user=user.name))
     return out

@@ -50,7 +50,7 @@ def test_wrong_token_from_a_file_is_refused_and_a_loose_file_is_named(served_bot
     token.chmod(0o644)
     done = worker("--server", served_bot.url, "--token-file", str(token), "--name", "x")
     assert done.returncode == 2 and "check --token-file" in done.stderr
-    assert f"{token} may be read by other users (mode 644): chmod 600" in done.stderr
+    assert f"{token} may be read by other users (mode 644): `chmod 600 {token}`" in done.stderr
 
 
 def test_a_token_on_the_command_line_is_warned_about(served_bot):

@@ -2,6 +2,7 @@
 keep the placeholders, command words and numbers (docs/i18n.md)."""
 from __future__ import annotations
 
+import argparse
 import threading
 
 import pytest
@@ -117,3 +118,32 @@ def test_a_message_built_in_the_call_is_found(tmp_path, monkeypatch):
     found = catalogs.unextractable()
     assert [f.split(":")[1] for f in found] == ["2", "3"]
     assert "is not a plain string" in found[0]
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="trialbot-worker")
+    parser.add_argument("--executor", choices=("local", "slurm"), required=True)
+    return parser
+
+
+def test_argparse_s_own_words_follow_the_language_in_use(capsys):
+    """argparse reads "usage:", "options" and its errors through gettext: pointed
+    at our catalog, a Korean console reads them in Korean, an English one as before."""
+    i18n.argparse_follows()
+    with i18n.using("ko"):
+        parser = _parser()
+        text = parser.format_help()
+        assert "사용법: trialbot-worker" in text and "옵션:" in text
+        assert "이 도움말을 보이고 끝냅니다" in text and "usage:" not in text
+        for argv, says in ((["--executor", "nope"], "인자 --executor: 잘못된 선택: 'nope'"),
+                           ([], "다음 인자가 필요합니다: --executor"),
+                           (["--executor", "local", "x"], "알 수 없는 인자: x")):
+            with pytest.raises(SystemExit):
+                parser.parse_args(argv)
+            err = capsys.readouterr().err
+            assert f"trialbot-worker: 오류: {says}" in err and "error" not in err, err
+    with i18n.using("en"):
+        assert "usage: trialbot-worker" in _parser().format_help()
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["--executor", "nope"])
+        assert "error: argument --executor: invalid choice" in capsys.readouterr().err

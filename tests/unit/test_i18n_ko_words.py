@@ -31,7 +31,7 @@ NAMES = {"Slack", "Slurm", "Python", "PyTorch", "torch", "NVIDIA", "Hugging", "F
          "getrusage", "pip", "uv", "flash-attn", "sdpa", "eager", "autocast", "Accelerate",
          "Megatron", "Megatron-LM", "Bridge", "arXiv", "Asia", "Seoul", "Europe", "UTC",
          "localhost", "IANA", "tz", "PCIe", "Ctrl-C", "doctor", "x-oauth-scopes", "ROCm",
-         "Apple", "FlashAttention-2", "FlashAttention-3",
+         "Apple", "FlashAttention-2", "FlashAttention-3", "root", "uid", "ps", "chown",
          # file names and extensions the compatibility check reads (docs/compat.md)
          "requirements", "txt", "py", "cu", "cuh"}
 # The phases of a trial, named as its report, chart and recipes name them.
@@ -52,6 +52,7 @@ COMMAND_WORDS = ({e.name for e in TRIAL_TABLE} | {e.word for e in PLAN_TABLE}
 ALLOWED = UNITS | NAMES | PHASES | COMMAND_WORDS
 
 BACKTICKED = re.compile(r"`[^`]*`")
+PERCENT = re.compile(r"%(?:\([a-z_]+\))?[rsd]")  # argparse's own placeholders: %(prog)s, %s
 EMOJI = re.compile(r":[a-z0-9_+-]+:")  # Slack's :warning:
 SLACK_REF = re.compile(r"<[#@!][^>]*>|<https?://[^>]*>|https?://\S*")
 # Literal text named as it is written: a docs section ("Who may do what"), a recipe's
@@ -93,7 +94,8 @@ def _code(word: str) -> bool:
 
 
 def english_words(text: str) -> list[str]:
-    text = LITERAL.sub(" ", SLACK_REF.sub(" ", EMOJI.sub(" ", BACKTICKED.sub(" ", text))))
+    text = PERCENT.sub(" ", BACKTICKED.sub(" ", text))
+    text = LITERAL.sub(" ", SLACK_REF.sub(" ", EMOJI.sub(" ", text)))
     return [w for w in WORD.findall(text) if not _code(w)]
 
 

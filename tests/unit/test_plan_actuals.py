@@ -10,10 +10,10 @@ import pytest
 
 from bot import commands
 from bot.app.runtime import context
-from bot.store import Store, migrations
+from bot.store import Store
 from test_planner import report
-from test_price_checks import before
 from test_plans import counts, finish
+from test_price_checks import before
 
 TODAY = dt.date(2026, 12, 1)
 

@@ -43,7 +43,7 @@ def _refusal(words: list[str]) -> str:
      "250/3 is not whole"),
     (["llm-infer", "batch"], "`batch`: 파라미터는 key=value로 씁니다. 예: batch=4",
      "`batch`: parameters are written key=value, e.g. batch=4"),
-    (["llm-inferr"], "`llm-inferr`은(는) 워크로드가 아닙니다", "`llm-inferr` is not a workload"),
+    (["llm-inferr"], "워크로드가 아닙니다: `llm-inferr`", "`llm-inferr` is not a workload"),
 ])
 def test_a_parameter_check_speaks_korean_and_keeps_the_words(words, korean, english):
     with i18n.using("ko"):

@@ -15,7 +15,7 @@ from worker.i18n import _
 
 T = TypeVar("T")  # a job or a report
 
-USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=3]  |  "
+USAGE = ("/trial ab llm-infer dtype=fp32,bf16 [batch=8 ...] [rounds=4]  |  "
          "/trial ab llm-train precision=fp32,bf16")
 # Relative RMS difference of the probed logits, in units of their spread. bf16
 # keeps about 3 significant digits and its rounding adds up over the layers.

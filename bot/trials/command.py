@@ -165,10 +165,12 @@ def help_text(recipes: Json | None = None, topic: str = "") -> str:
                 else specs.WORKLOADS.get(topic))
     if workload is not None:
         return views.workload_help(workload)
+    own = _(views.TOPIC_HELP[topic], most=parse.MAX_SWEEP, rounds=ab.ROUNDS,
+            rounds_most=ab.MAX_ROUNDS) if topic in views.TOPIC_HELP else ""
     if topic == "where":
-        return views.topic_help([_(HELP_WHERE)], specs.general_usage())
+        return views.topic_help([own], specs.general_usage())
     if topic in _NAMED:
-        return views.topic_help(about(paragraphs[len(HELP_HEAD):], "/trial", topic),
+        return views.topic_help([own, *about(paragraphs[len(HELP_HEAD):], "/trial", topic)],
                                 _NAMED[topic].usage or specs.general_usage())
     known = [*TOPICS, *specs.WORKLOADS, *(f"recipe {r}" for r in recipes or {})]
     raise specs.SpecError(topic, sentences(
@@ -458,17 +460,18 @@ TABLE: tuple[Entry, ...] = (
         "[budget=24GB]` runs the baseline, then lower precision, then activation "
         "checkpointing, then ZeRO-1, each on top of the previous, and posts one table with "
         "the loss check and a recommendation. `/trial ab llm-infer dtype=fp32,bf16 "
-        "[rounds=3]` runs A, B, A, B, A, B and compares time (a verdict only beyond the "
+        "[rounds=4]` runs A, B, B, A, A, B, B, A and compares time (a verdict only beyond the "
         "noise), memory and quality (logits, or the loss)."),)),
     Entry("ab", parse.parse_ab, _queue, runs=True, usage=ab.USAGE),  # in ladder's paragraph
-    Entry("cancel", parse.parse_cancel, _cancel, help=(N_(
+    Entry("cancel", parse.parse_cancel, _cancel, usage="/trial cancel T12", help=(N_(
         "*Manage*: `/trial cancel T12` (yours, or anyone's for an admin) · "
         "`/trial list [mine|running|failed]` · `/trial workers` (GPUs, idle/busy/offline "
         "since, idle hours this week). The trial's message is edited in place as it runs "
         "and carries Cancel, Re-run and Add to plan… buttons."),)),
-    Entry("list", parse.parse_list, _list),  # in cancel's paragraph, as is workers
-    Entry("workers", parse.parse_workers, _workers),
-    Entry("status", parse.parse_status, _status),
+    # in cancel's paragraph, as are workers and status
+    Entry("list", parse.parse_list, _list, usage="/trial list [mine|running|failed]"),
+    Entry("workers", parse.parse_workers, _workers, usage="/trial workers"),
+    Entry("status", parse.parse_status, _status, usage="/trial status T12"),
 )
 _NAMED = {e.name: e for e in TABLE if e.name != "run"}  # run: a workload's name comes first
 RUN = next(e for e in TABLE if e.name == "run")

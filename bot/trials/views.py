@@ -56,6 +56,59 @@ def workload_help(w: Workload) -> str:
     return "\n".join(lines)
 
 
+# `/trial help TOPIC`'s own paragraph: what the sub-command does, its parameters,
+# an example; then the general help's paragraphs that use it, and its usage.
+TOPIC_HELP = {
+    "sweep": N_("*`/trial sweep`* queues one trial per config, the product of the comma lists "
+                "you give, and when the last one ends posts a scaling fit of peak memory and "
+                "time. Parameters: the workload's, as for one trial (`/trial help llm-infer`); "
+                "a comma list on a whole-number parameter (`batch`, `prompt`, `gen`; `layers` "
+                "alone makes a depth sweep), at most {most} trials in all; `gpu=`, `min_mem=` "
+                "and `label=` choose the worker (`/trial help where`). Example: `/trial sweep "
+                "llm-infer batch=1,2,4,8 prompt=512`."),
+    "fit": N_("*`/trial fit`* asks a finished sweep's fit about a config it did not run: the "
+              "predicted peak memory and time, and with `gpu=` whether it fits that GPU and the "
+              "largest batch that does. Parameters: the sweep's id (`S12`, in its messages), "
+              "the swept parameters at the values to predict (`batch=`, `prompt=`, `gen=`; "
+              "`layers=` for a depth sweep), `gpu=` a GPU name. Example: `/trial fit S12 "
+              "batch=32 prompt=2048 gpu=H100`."),
+    "ladder": N_("*`/trial ladder`* trains a model four times, each step on top of the one "
+                 "before: the fp32 baseline, lower precision, activation checkpointing, then "
+                 "ZeRO-1 over ranks, and posts one table with each step's memory and time, the "
+                 "loss check and a recommendation. Parameters: the training workload's (`/trial "
+                 "help llm-train`, `/trial help hf-train`); `precision=` the lower precision "
+                 "(default `bf16`), `world=` the ranks of the ZeRO-1 step (default `2`), "
+                 "`budget=` the memory a step must fit in. Example: `/trial ladder llm-train "
+                 "batch=8 seq=512 budget=24GB`."),
+    "ab": N_("*`/trial ab`* runs a workload as A and as B, two values of one parameter, in "
+             "rounds of one each (A B, then B A, so a drift cancels), and compares time (a "
+             "verdict only beyond the noise), memory and quality (the logits, or the loss). "
+             "Parameters: the workload's, one of them with two comma values; `rounds=` from 1 "
+             "to {rounds_most} (default {rounds}). Example: `/trial ab llm-infer "
+             "dtype=fp32,bf16 batch=8`."),
+    "cancel": N_("*`/trial cancel`* stops a trial that is queued or running: a queued one "
+                 "never starts, a running one is stopped by its worker; either ends as "
+                 "cancelled. Yours, or anyone's for an admin. Parameter: the trial's id (`T12`, "
+                 "in its message or `/trial list`). Example: `/trial cancel T12`."),
+    "list": N_("*`/trial list`* lists this channel's latest 15 trials, newest first, with "
+               "their state. Parameter, if any: a filter, `mine` (yours), `running` (queued "
+               "or running) or `failed` (failed or cancelled). Example: `/trial list "
+               "failed`."),
+    "workers": N_("*`/trial workers`* lists the workers that registered with this bot: each "
+                  "one's GPUs, whether it is idle, busy or offline and since when, and its "
+                  "idle hours this week. It takes no parameters. Example: `/trial workers`."),
+    "status": N_("*`/trial status`* shows one trial: its command, its state and worker, each "
+                 "try with its outcome and seconds, and its report once it has one; a trial of "
+                 "another channel only to an admin. Parameter: the trial's id (`T12`, in its "
+                 "message or `/trial list`). Example: `/trial status T12`."),
+    "where": N_("*Where a trial runs*: `gpu=NAME` only on a worker with that GPU, `min_mem=80GB` "
+                "on one with at least that much memory per GPU, `label=KEY=VALUE` on one "
+                "started with `--label KEY=VALUE`. They go with any command that runs trials "
+                "(one, `sweep`, `ladder`, `ab`); `/trial workers` lists what each worker has. "
+                "Example: `/trial llm-infer batch=8 gpu=H100`."),
+}
+
+
 def topic_help(paragraphs: list[str], usage: str) -> str:
     """`/trial help sweep`: the paragraphs that use the sub-command, and its usage."""
     return "\n".join([*paragraphs, _("Usage: `{usage}`", usage=usage)])

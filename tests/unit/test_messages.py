@@ -171,6 +171,24 @@ def test_help_detail_is_in_its_topic_and_the_overview_names_every_topic(ctx):
     assert "`/plan help set`" in plan(ctx, "help")
 
 
+@pytest.mark.parametrize("topic, usage", [
+    ("sweep", "/trial sweep llm-infer"), ("fit", "/trial fit S12"),
+    ("ladder", "/trial ladder llm-train"), ("ab", "/trial ab llm-infer"),
+    ("cancel", "/trial cancel T12"), ("list", "/trial list [mine|running|failed]"),
+    ("workers", "/trial workers"), ("status", "/trial status T12"), ("where", "/trial <")])
+def test_each_trial_help_topic_says_what_it_does_its_parameters_and_an_example(ctx, topic,
+                                                                               usage):
+    """`/trial help status` once showed only the general usage line (#33)."""
+    text = trial(ctx, f"help {topic}")
+    first = text.splitlines()[0]
+    assert first.startswith(("*`/trial ", "*Where")) and len(first) > 150, first
+    assert re.search(r"Parameters?(, if any)?: |takes no parameters|`gpu=NAME`", first), first
+    assert re.search(r"Example: `/trial [a-z]", first), first
+    assert f"Usage: `{usage}" in text
+    ko = trial(ctx, f"help {topic}", channel="CKO").splitlines()[0]
+    assert "예: `/trial " in ko and "Example" not in ko
+
+
 def test_a_help_longer_than_slack_recommends_keeps_all_of_it_in_blocks(ctx):
     ctx.store.upsert_worker("w1", {"recipes": [_recipe(60)], "gpus": [], "cpus": 4})
     reply = commands.trial(ctx, "help recipe big-paper", "U1", "C1")[0]

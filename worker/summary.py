@@ -20,15 +20,22 @@ size = functools.partial(units.size, measured=True)
 duration = functools.partial(units.duration, measured=True)
 
 
+# The built-in workloads' headline metrics, stored in English in the report and
+# translated where shown (a recipe's own metric is shown as it wrote it).
+METRICS = {"throughput": N_("throughput"), "p90 latency": N_("p90 latency"),
+           "step time": N_("step time")}
+
+
 def headline_figure(r: Report) -> str:
     h = r.get("headline")
     if not h:
         return ""
     value = (duration(h["value"]) if h["unit"] == "s"
              else number(h["value"], ".1f", unit=f" {h['unit']}"))
+    metric = _(METRICS[h["metric"]]) if h["metric"] in METRICS else h["metric"]
     if r.get("scenario"):
-        return f" — {r['scenario']}: {h['metric']} {value}"
-    return f" — {h['metric']} {value}"
+        return f" — {r['scenario']}: {metric} {value}"
+    return f" — {metric} {value}"
 
 
 def headline(r: Report) -> str:

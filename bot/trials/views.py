@@ -8,7 +8,7 @@ from bot.states import JobStatus, Json, Outcome
 from bot.trials import routing, workerlist
 from bot.trials.job import ENDED
 from worker.api import Report, Workload, duration, specs, summary
-from worker.i18n import N_, _
+from worker.i18n import N_, _, pgettext
 
 # A job's status as shown; the stored word stays English (`/trial list running` takes it).
 STATUS: dict[str, str] = {
@@ -162,7 +162,8 @@ def status(job: Json, attempts: list[Json] | None = None) -> Json:
     lines = [_("*{trial}* `{words}` — *{status}* on {worker}", worker=job["worker"], **values)
              if job.get("worker") else _("*{trial}* `{words}` — *{status}*", **values)]
     for a in attempts or []:
-        what = a["error_class"] or a["status"]
+        what = a["error_class"] or (pgettext("a try's outcome", "ok") if a["status"] == "ok"
+                                    else a["status"])
         lines.append(_("• try {n} on {worker}: {what}, {seconds}", n=a["n"], worker=a["worker"],
                        what=what, seconds=duration(a["seconds"], measured=True))
                      + (f" — {a['message'].strip().splitlines()[-1]}"

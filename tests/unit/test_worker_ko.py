@@ -89,6 +89,31 @@ def test_a_failed_report_reads_in_korean_with_its_figures_unchanged():
     assert "host RSS peak: 3 GiB (child tree, sampled ~100 Hz, glibc's default" in en
 
 
+@pytest.mark.parametrize("scenario, metric, korean", [
+    ("offline", "throughput", "offline: 처리량 398.2 tokens/s"),
+    ("single-stream", "p90 latency", "single-stream: p90 지연 시간 398.2 tokens/s"),
+    (None, "step time", "— 스텝 시간 398.2 tokens/s")])
+def test_the_headline_metric_stored_in_english_reads_in_korean(scenario, metric, korean):
+    """The report stores its headline's metric in English; the card once showed
+    "T1 llm-infer 성공 … — offline: throughput 398.2 tokens/s" (#33)."""
+    r = _report(status="ok", scenario=scenario,
+                headline={"metric": metric, "value": 398.2, "unit": "tokens/s"})
+    with i18n.using("ko"):
+        assert korean in summary.headline(r)
+    assert f"{metric} 398.2 tokens/s" in summary.headline(r)
+
+
+def test_a_trials_tries_read_in_korean_in_its_status(ctx):
+    from bot.trials import views
+    job = {"trial": "T1", "words": "llm-infer", "status": "done", "worker": "w1"}
+    tries = [{"n": 1, "worker": "w1", "status": "ok", "error_class": None, "message": "",
+              "seconds": 5.89, "next": None}]
+    with i18n.using("ko"):
+        text = views.status(job, tries)["text"]
+    assert "• 시도 1, 워커 w1: 성공, 5.89 s" in text and "ok" not in text, text
+    assert "try 1 on w1: ok, 5.89 s" in views.status(job, tries)["text"]
+
+
 def test_stability_retries_and_the_machine_read_in_korean():
     unstable = {"iqr_over_median": 0.123, "count": 7, "threshold": 0.05, "stable": False,
                 "stopped_by": "run_cap"}

@@ -444,9 +444,10 @@ def env_line(r: Report) -> str:
                if e.get("gpu_count") else _("no CUDA allocator seen"))
         return _("env: {host}: {gpu}; code {code} in {cwd}", host=e.get("host", "?"), gpu=gpu,
                  code=e.get("code_version"), cwd=e.get("recipe_cwd"))
-    gpu = (f"{e['gpu_count']}× {e['gpu_name']} ({size(e['gpu_memory'])}), "
-           f"driver {e.get('driver')}, "
-           f"CUDA {e.get('cuda')}" if e.get("gpu_count") else f"CPU {e.get('cpu', '?')}")
+    gpu = (_("{gpus} ({memory}), driver {driver}, CUDA {cuda}",
+             gpus=f"{e['gpu_count']}× {e['gpu_name']}", memory=size(e["gpu_memory"]),
+             driver=e.get("driver") or "?", cuda=e.get("cuda") or "?")
+           if e.get("gpu_count") else f"CPU {e.get('cpu', '?')}")
     return _("env: {device} on {host}: {gpu}; torch {torch}, Python {python}",
              device=e.get("device", "?"), host=e.get("host", "?"), gpu=gpu,
              torch=e.get("torch", "?"), python=e.get("python", "?"))

@@ -71,6 +71,8 @@ def field_text(key: str, value: object) -> str:
         return ",".join(f"T{i}" for i in value) or _("(none)")
     if key == "sweep" and value:
         return f"S{value}"
+    if key == "unit" and value in prices.UNITS:  # a price's, stored in English
+        return _(str(value))
     return value_text(value)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from bot import figures
-from bot.plans import changes, estimate, parse, prices
+from bot.plans import changes, estimate, measured, parse, prices
 from bot.plans.changes import fact_value
 from bot.plans.views import (
     calibrated_interval,
@@ -241,7 +241,7 @@ def markdown(d: Json, rows: list[list[str]]) -> str:
             if kind != "at":
                 cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
                 lines.append("- " + _("{kind}: `{config}`, code {code} (from {trials})",
-                                      kind=kind, config=cfg, code=v["code"],
+                                      kind=kind, config=cfg, code=measured.code_text(v["code"]),
                                       trials=", ".join(v["trials"])))
     lines += ["", "## " + _("Checklist"), ""]
     still_open = _("(open)")

@@ -4,6 +4,8 @@ and what it ran (config, environment, code), which a plan's lock compares.
 Pure functions of a stored report; bot/plans/estimate.py builds on them."""
 from __future__ import annotations
 
+import re
+
 from bot.states import Json
 from worker.i18n import N_, _
 
@@ -124,11 +126,20 @@ def code_version(report: Json) -> str:
     return f"built-in {report['workload']}, torch {e.get('torch')}"
 
 
+def code_text(code: str) -> str:
+    """A stored code version as shown: it is compared as stored (English), and its
+    words are translated here: "built-in llm-infer, torch 2.13.0", "unrecorded"."""
+    built_in = re.fullmatch(r"built-in (\S+), torch (.+)", code)
+    if built_in:
+        return _("built-in {workload}, torch {torch}", workload=built_in[1], torch=built_in[2])
+    return _("unrecorded") if code == "unrecorded" else code
+
+
 def lock_differences(lock: Json, report_config: Json, code: str) -> list[str]:
     """How a trial differs from what the plan's lock fixed; empty when comparable."""
     diff = differences(lock["config"], report_config)
     if code != lock["code"]:
-        diff.append(f"code {lock['code']} → {code}")
+        diff.append(_("code {old} → {new}", old=code_text(lock["code"]), new=code_text(code)))
     return diff
 
 

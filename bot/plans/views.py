@@ -9,7 +9,7 @@ from bot import figures
 from bot.blocks import chunks, clip, context, section, table_text
 from bot.blocks import reply as reply  # bot/plans/command.py answers with views.reply
 from bot.fits import gpus, usable
-from bot.plans import changes, estimate, footing, kept_apart, parse, prices
+from bot.plans import changes, estimate, footing, kept_apart, measured, parse, prices
 from bot.states import Json
 from bot.trials.views import status_word
 from worker import i18n
@@ -448,7 +448,8 @@ def locked(plan: Json) -> Json:
         if kind != "at":
             cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
             lines.append(_("• {kind}: `{config}`, code {code} (from {trials})", kind=kind,
-                           config=cfg, code=v["code"], trials=", ".join(v["trials"])))
+                           config=cfg, code=measured.code_text(v["code"]),
+                           trials=", ".join(v["trials"])))
     return reply("\n".join(lines))
 
 

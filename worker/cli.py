@@ -138,7 +138,7 @@ def help_text(recipes: dict | None = None) -> str:
     lines = [_("Workloads and parameters (key=value; defaults shown):")]
     workloads = list(specs.WORKLOADS.values()) + [r.workload() for r in (recipes or {}).values()]
     for w in workloads:
-        lines.append(f"  {'recipe ' if w.recipe else ''}{w.name}: {w.summary}")
+        lines.append(f"  {'recipe ' if w.recipe else ''}{w.name}: {w.summary_text()}")
         lines += [f"    {p.describe()}" for p in w.params]
     return "\n".join(lines)
 

@@ -25,7 +25,9 @@ def test_help_is_korean_under_trialbot_lang_ko():
 
 
 def test_trial_help_and_doctor_are_korean(tmp_path):
-    assert "워크로드와 파라미터" in worker("trial", "help", lang="ko").stdout
+    trial_help = worker("trial", "help", lang="ko").stdout
+    assert "워크로드와 파라미터" in trial_help
+    assert "decoder-only transformer" not in trial_help  # each workload's summary too
     done = worker("doctor", "--server", "http://127.0.0.1:9", "--workdir", str(tmp_path),
                   lang="ko")
     assert done.returncode & 2, done.stdout  # the bot is unreachable: its bit is set

@@ -103,7 +103,7 @@ def test_a_misspelt_key_is_answered_with_the_key_it_is_a_slip_of(ctx):
     assert "Did you mean `batch=2`?" in plan(ctx, "adkv block baseline runs=2 bacth=2 trial=T1")
     assert "Did you mean `lang=ko`?" in plan(ctx, "settings lnag=ko")
     assert "Did you mean" not in trial(ctx, "llm-infer colour=red")  # nothing close: no guess
-    assert "`batch=2`을(를) 뜻했습니까?" in trial(ctx, "llm-infer bacth=2", "CKO")
+    assert "혹시 `batch=2`입니까?" in trial(ctx, "llm-infer bacth=2", "CKO")
 
 
 @pytest.mark.parametrize("say, text, means", [

@@ -68,7 +68,7 @@ def test_bad_input_is_refused_in_korean_naming_the_word_and_the_fix(tmp_path):
         in out
     out = _plan(ctx, "nope show")
     assert "`nope` 계획이 없습니다. 이 채널의 계획: adkv. `/plan new nope`으로" in out
-    assert "`/plan adkv`을(를) 뜻했습니까?" in _plan(ctx, "adkvv show")
+    assert "혹시 `/plan adkv`입니까?" in _plan(ctx, "adkvv show")
     assert "`Bad!`은(는) 계획 이름이 될 수 없습니다" in _plan(ctx, "new Bad!")
     out = _plan(ctx, "digest weekly mon 25:00 Asia/Seoul")
     assert "`25:00`: 시는 00 ~ 23 범위입니다(자정은 00:00). 예: 09:00" in out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from worker import cli
 from worker import compat as reader
+from worker.compat import code
 from worker.compat import report as r
 
 
@@ -140,3 +141,26 @@ def test_check_answers_bad_input_by_name(tmp_path, capsys):
     assert cli.main(["check", str(broken)]) == 1
     out = capsys.readouterr().out
     assert "pyproject.toml: it is not valid for its format: fix that line" in out
+
+
+def test_statements_without_a_clue_are_skipped_but_nothing_found_is_lost(tmp_path):
+    # The reader walks only statements naming a clue (code.CLUES): a clue in a decorator,
+    # at a long statement's end, or an import of what the repository's own build makes
+    # must still be found; a file with no clue is still parsed, so Python 2 is named.
+    model = ("import os\n\n\nclass Model:\n    def plain(self):\n        return os.sep\n\n"
+             "    @torch.autocast('cuda')\n    def forward(self):\n        return 2\n\n"
+             "    def kernel(self):\n        import awq_inference_engine\n\n\n"
+             "x = dict(a=1,\n         b=torch.bfloat16)\n")
+    root = tree(tmp_path, {
+        "setup.py": "CUDAExtension('awq_inference_engine', sources=['k.cu'],\n"
+                    "              extra_compile_args=['-gencode=arch=compute_80,code=sm_80'])\n",
+        "model.py": model, "legacy.py": "print 'hello'\n"})
+    report = reader.read(root)
+    where = {(e.kind, e.detail, e.where, e.guarded) for e in report.needs}
+    assert ("cuda_device", "'cuda'", "model.py:8", False) in where
+    assert ("import", "extension:awq_inference_engine", "model.py:13", True) in where
+    assert ("bf16", "torch.bfloat16", "model.py:17", False) in where
+    assert ("cuda_arch", "8.0", "setup.py:2", False) in where
+    assert [(u.file, u.why) for u in report.unread] == [("legacy.py", "syntax")]
+    words = code.clues(("awq_inference_engine",))
+    assert code.scan("model.py", model, words).found == code.scan("model.py", model).found

@@ -9,6 +9,7 @@ is the result. The verdict per GPU kind is the bot's (`bot/fits/compat.py`).
 """
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from worker.compat import code, deps, tree
@@ -36,13 +37,16 @@ def read(path: str | Path) -> Report:
     unread: list[Unread] = list(files.unread)
     dep = deps.read(root, files.dependency)
     unread += dep.unread
-    scans = []
-    for file in files.python:
-        text, problem = tree.text(root, file)
-        if problem:
-            unread.append(problem)
-            continue
-        scans.append(code.scan(file.relative_to(root).as_posix(), text))
+    # Each syntax tree is freed by reference counting once its file is scanned (an AST
+    # has no cycles); the collector's passes over millions of nodes only cost time.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        scans, unread_code = _scans(root, files.python)
+    finally:
+        if collecting:
+            gc.enable()
+    unread += unread_code
     for scan in scans:
         found += scan.found
         unread += scan.unread
@@ -56,6 +60,28 @@ def read(path: str | Path) -> Report:
                   needs=needs, unread=tuple(sorted(unread, key=lambda u: (u.file, u.line))),
                   dependency_files=tuple(dep.files), requires_python=tuple(dep.requires_python),
                   indexes=tuple(dep.indexes), counts=counts)
+
+
+def _scans(root: Path, python: list[Path]) -> tuple[list[code.Scan], list[Unread]]:
+    """Each file scanned once, the statements without a clue (code.CLUES) not walked.
+    The files that may build an extension go first: what they build is a clue too."""
+    texts, unread = [], []
+    for file in python:
+        text, problem = tree.text(root, file)
+        if problem:
+            unread.append(problem)
+        else:
+            texts.append((file.relative_to(root).as_posix(), text))
+    builders = [(rel, text) for rel, text in texts if any(word in text for word in code.BUILDS)]
+    scans = {rel: code.scan(rel, text, code.clues()) for rel, text in builders}
+    built = tuple(sorted({e.detail for s in scans.values() for e in s.found
+                          if e.kind == r.EXTENSION and e.detail}))
+    words = code.clues(built)
+    for rel, text in texts:
+        # A builder is read again when it names what is built: it may import it too.
+        if rel not in scans or any(name in text for name in built):
+            scans[rel] = code.scan(rel, text, words)
+    return [scans[rel] for rel, _ in texts], unread
 
 
 def _extension_imports(scans: list[code.Scan]) -> list[Evidence]:

@@ -8,7 +8,8 @@
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
     trialbot-worker trial hf-infer model=PATH/config.json layers=2 ...   (needs trialbot[hf])
     trialbot-worker doctor [--server URL ...] [--recipes FILE] [--workdir DIR]   (docs/doctor.md)
-    trialbot-worker check PATH [--json]   (a repository read without running it: docs/compat.md)
+    trialbot-worker check PATH [--json] [--python 3.12] [--platform linux] [--offline]
+        (a repository read without running it, its pins resolved for a target: docs/compat.md)
 """
 from __future__ import annotations
 
@@ -111,27 +112,9 @@ def trial_command(options: list[str], words: list[str]) -> int:
 
 
 def check_command(words: list[str]) -> int:
-    """`check PATH [--json]`: the static reader's report; 2 for a path it cannot read,
-    1 for a directory with no Python code or a file it could not read."""
-    from worker import compat
-    from worker.compat import show
-    from worker.i18n import _
-    as_json = "--json" in words
-    paths = [w for w in words if w != "--json"]
-    if len(paths) != 1:
-        print(_("usage: `trialbot-worker check PATH [--json]`, PATH a repository's checkout, "
-                "e.g. `trialbot-worker check ./Medusa`"), file=sys.stderr)
-        return 2
-    try:
-        report = compat.read(paths[0])
-    except compat.CheckError as exc:
-        print(_("`{path}` does not exist: give the folder of a repository's checkout, e.g. "
-                "`trialbot-worker check ./Medusa`", path=exc.path) if exc.why == "missing" else
-              _("`{path}` is a file, not a folder: give the repository's top folder, e.g. "
-                "`trialbot-worker check ./Medusa`", path=exc.path), file=sys.stderr)
-        return 2
-    print(json.dumps(report.as_json(), indent=2) if as_json else show.text(report))
-    return 0 if report.python_files and not report.unread else 1
+    """`check PATH ...`: worker/compat/command.py."""
+    from worker.compat import command
+    return command.main(words)
 
 
 def help_text(recipes: dict | None = None) -> str:

@@ -133,7 +133,7 @@ def test_check_answers_bad_input_by_name(tmp_path, capsys):
     assert cli.main(["check", str(tmp_path / "f.txt")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
     assert cli.main(["check"]) == 2
-    assert "usage: `trialbot-worker check PATH [--json]`" in capsys.readouterr().err
+    assert "usage: `trialbot-worker check PATH [--json] [--python 3.12]" in capsys.readouterr().err
     empty = tree(tmp_path / "docs", {"README.md": "words\n"})
     assert cli.main(["check", str(empty)]) == 1
     assert "No Python code here" in capsys.readouterr().out

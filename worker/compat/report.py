@@ -72,6 +72,31 @@ class Unread:
 
 
 @dataclass(frozen=True)
+class Unresolved:
+    """A pin the resolver could not satisfy for the target, in uv's own words."""
+    name: str
+    spec: str
+    file: str
+    line: int
+    why: str           # python | platform | source_only | no_version | not_found | conflict
+    detail: str = ""   # uv's sentence (and its hint)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Whether the declared pins resolve for a Python version and platform
+    (worker/compat/resolve.py): uv's resolver, nothing installed or built."""
+    python: str                                 # "3.12"
+    platform: str                               # uv's name: "linux", "x86_64-manylinux_2_28"
+    status: str                                 # resolved | unresolved | skipped | no_resolver
+    files: tuple[str, ...] = ()                 # each dependency file resolved on its own
+    resolved: int = 0                           # packages in the resolutions that succeeded
+    problems: tuple[Unresolved, ...] = ()
+    left_out: tuple[str, ...] = ()              # "name (file:line): why" not given to uv
+    detail: str = ""                            # why skipped: uv's words, or the timeout
+
+
+@dataclass(frozen=True)
 class Report:
     root: str                                   # the directory as given
     python_files: int
@@ -83,6 +108,7 @@ class Report:
     indexes: tuple[str, ...] = ()               # extra package indexes named (a ROCm wheel index)
     counts: dict[str, int] = field(default_factory=dict)  # kind -> all found (see kept)
     schema: str = SCHEMA
+    resolution: Resolution | None = None        # only when asked for (an added key, still /1)
 
     def of(self, kind: str, detail: str | None = None) -> tuple[Evidence, ...]:
         return tuple(e for e in self.needs
@@ -103,7 +129,16 @@ def from_json(data: dict[str, Any]) -> Report:
         unread=tuple(Unread(**u) for u in data.get("unread", ())),
         dependency_files=tuple(data.get("dependency_files", ())),
         requires_python=tuple(data.get("requires_python", ())),
-        indexes=tuple(data.get("indexes", ())), counts=dict(data.get("counts", {})))
+        indexes=tuple(data.get("indexes", ())), counts=dict(data.get("counts", {})),
+        resolution=_resolution(data.get("resolution")))
+
+
+def _resolution(data: dict[str, Any] | None) -> Resolution | None:
+    if not data:
+        return None  # a report from before resolving, or not asked for
+    return Resolution(**{**data, "files": tuple(data.get("files", ())),
+                         "problems": tuple(Unresolved(**u) for u in data.get("problems", ())),
+                         "left_out": tuple(data.get("left_out", ()))})
 
 
 def kept(found: list[Evidence]) -> tuple[tuple[Evidence, ...], dict[str, int]]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from worker.compat import report as r
-from worker.compat.report import Report, Unread
+from worker.compat.report import Report, Resolution, Unread
 from worker.i18n import N_, _
 
 SHOWN = 25  # pins listed in text; --json lists them all
@@ -38,6 +38,7 @@ def text(report: Report) -> str:
                      "repositories; give the checkout's top folder, e.g. "
                      "`trialbot-worker check ./Medusa`."))
     out += _pins(report)
+    out += _resolution(report.resolution)
     out += _needs(report)
     out += _unread(report.unread)
     out.append(_("This is a static reading: a kernel chosen at run time and a dependency's own "
@@ -60,6 +61,41 @@ def _pins(report: Report) -> list[str]:
         out.append(_("  and {count} more (`--json` lists them all)",
                      count=len(report.pins) - SHOWN))
     out += [_("  package index: {url}", url=url) for url in report.indexes]
+    return out
+
+
+_WHY = {"python": N_("no wheel for Python {python}"),
+        "platform": N_("no wheel for the platform {platform}"),
+        "source_only": N_("no wheel for Python {python} on {platform}, only a source "
+                          "distribution: it would be built there (not tried here)"),
+        "no_version": N_("no such version on the index"),
+        "not_found": N_("not on the index"),
+        "conflict": N_("conflicts with another requirement")}
+
+
+def _resolution(done: Resolution | None) -> list[str]:
+    if done is None:
+        return []
+    target = {"python": done.python, "platform": done.platform}
+    if done.status == "no_resolver":
+        return [_("Pins not resolved: uv is not installed on this worker; install it "
+                  "(`pip install uv`) and check again.")]
+    if done.status == "skipped":
+        return [_("Pins not resolved for Python {python} on {platform}: the package index "
+                  "could not be reached ({detail}); check again where it can be.",
+                  detail=done.detail, **target)]
+    if not done.files:
+        return [_("Pins not resolved: no pin uv can read was found.")]
+    out = [_("Pins resolved for Python {python} on {platform} by uv (nothing installed): "
+             "{files}, {count} packages.", files=", ".join(done.files), count=done.resolved,
+             **target) if done.status == "resolved" else
+           _("Pins that do not resolve for Python {python} on {platform} (uv, nothing "
+             "installed):", **target)]
+    for p in done.problems:
+        name = f"{p.name}{p.spec} ({p.file}:{p.line}): " if p.name else f"{p.file}: "
+        out.append(f"  {name}{_(_WHY[p.why], **target)}")
+        out.append(f"    uv: {p.detail}")
+    out += [_("  not given to uv: {pin}", pin=pin) for pin in done.left_out[:SHOWN]]
     return out
 
 

@@ -1,0 +1,135 @@
+"""The pins resolved for a target (worker/compat/resolve.py) with uv's resolver,
+against tiny wheels built here: no package index, no internet."""
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from worker import cli
+from worker import compat as reader
+from worker.compat import report as r
+from worker.compat import resolve
+
+LINUX_312 = resolve.Target("3.12", "x86_64-manylinux_2_28")
+
+
+def wheel(folder: Path, name: str, version: str, tag: str) -> None:
+    """A wheel is a zip with METADATA and WHEEL, its tags in its file name."""
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{name}-{version}-{tag}.whl", "w") as z:
+        z.writestr(f"{info}/METADATA",
+                   f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: test\n"
+                                    f"Root-Is-Purelib: false\nTag: {tag}\n")
+        z.writestr(f"{info}/RECORD", "")
+
+
+@pytest.fixture()
+def wheels(tmp_path: Path) -> tuple[str, ...]:
+    found = tmp_path / "wheels"
+    found.mkdir()
+    wheel(found, "anywhere", "1.0", "py3-none-any")
+    wheel(found, "oldpy", "1.0", "cp310-cp310-manylinux_2_17_x86_64")
+    wheel(found, "maconly", "1.0", "cp312-cp312-macosx_11_0_arm64")
+    return ("--no-index", "--find-links", str(found), "--cache-dir", str(tmp_path / "cache"))
+
+
+def repo(tmp_path: Path, requirements: str) -> r.Report:
+    (tmp_path / "repo").mkdir(parents=True)
+    (tmp_path / "repo" / "requirements.txt").write_text(requirements)
+    (tmp_path / "repo" / "a.py").write_text("import os\n")
+    return reader.read(tmp_path / "repo")
+
+
+def test_pins_that_resolve_are_counted(tmp_path, wheels):
+    done = resolve.check(repo(tmp_path, "anywhere==1.0\n"), LINUX_312, wheels)
+    assert (done.status, done.files, done.resolved, done.problems) == \
+        ("resolved", ("requirements.txt",), 1, ())
+
+
+def test_each_pin_without_a_wheel_for_the_target_is_named_with_its_line(tmp_path, wheels):
+    report = repo(tmp_path, "anywhere==1.0\noldpy==1.0\n# mac\nmaconly==1.0\n")
+    done = resolve.check(report, LINUX_312, wheels)
+    assert done.status == "unresolved"
+    named = {(p.name, p.spec, p.file, p.line, p.why) for p in done.problems}
+    assert named == {("oldpy", "==1.0", "requirements.txt", 2, "python"),
+                     ("maconly", "==1.0", "requirements.txt", 4, "platform")}
+    old = next(p for p in done.problems if p.name == "oldpy")
+    assert "cp312" in old.detail and "cp310" in old.detail  # uv's own words
+    # The same pins on the platform and Python they were built for resolve.
+    mac = resolve.check(repo(tmp_path / "mac", "maconly==1.0\n"),
+                        resolve.Target("3.12", "aarch64-apple-darwin"), wheels)
+    assert mac.status == "resolved"
+
+
+def test_an_index_that_cannot_be_reached_is_said_and_skipped(tmp_path):
+    report = repo(tmp_path, "anywhere==1.0\n")
+    refused = resolve.check(report, LINUX_312, ("--index-url", "http://127.0.0.1:9/simple",
+                                                "--cache-dir", str(tmp_path / "c1")))
+    assert refused.status == "skipped" and "Connection refused" in refused.detail
+    offline = resolve.check(report, LINUX_312, ("--offline", "--cache-dir", str(tmp_path / "c2")))
+    assert offline.status == "skipped" and offline.problems == ()
+
+
+def test_a_target_uv_does_not_know_is_named(tmp_path, wheels):
+    report = repo(tmp_path, "anywhere==1.0\n")
+    with pytest.raises(resolve.TargetError) as bad:
+        resolve.check(report, resolve.Target("3.12", "amiga"), wheels)
+    assert (bad.value.what, bad.value.value) == ("platform", "amiga")
+    with pytest.raises(resolve.TargetError):
+        resolve.check(report, resolve.Target("twelve", "linux"), wheels)
+
+
+def test_what_uv_cannot_be_given_is_left_out_by_name(tmp_path, wheels):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "environment.yml").write_text(
+        "dependencies:\n  - cudatoolkit=11.8\n  - pip:\n    - anywhere==1.0\n")
+    (tmp_path / "repo" / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = ["anywhere==1.0"]\n'
+        '[project.optional-dependencies]\ndev = ["oldpy==1.0"]\n')
+    done = resolve.check(reader.read(tmp_path / "repo"), LINUX_312, wheels)
+    assert done.status == "resolved" and done.files == ("environment.yml", "pyproject.toml")
+    assert done.left_out == ("cudatoolkit (environment.yml:2): conda's syntax",
+                             "oldpy (pyproject.toml:5): an optional extra")
+
+
+def test_the_resolution_round_trips_through_json(tmp_path, wheels):
+    report = repo(tmp_path, "oldpy==1.0\n")
+    report = r.Report(**{**report.__dict__,
+                         "resolution": resolve.check(report, LINUX_312, wheels)})
+    assert r.from_json(report.as_json()) == report
+    old = report.as_json()
+    del old["resolution"]  # a report written before resolving is still read
+    assert r.from_json(old).resolution is None
+
+
+def test_check_resolves_for_the_target_it_is_given(tmp_path, wheels, capsys, monkeypatch):
+    report = repo(tmp_path, "anywhere==1.0\noldpy==1.0\n")
+    monkeypatch.setenv("UV_FIND_LINKS", wheels[2])
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    assert cli.main(["check", report.root, "--python", "3.12", "--platform",
+                     "x86_64-manylinux_2_28"]) == 1
+    out = capsys.readouterr().out
+    assert "Pins that do not resolve for Python 3.12 on x86_64-manylinux_2_28" in out
+    assert "oldpy==1.0 (requirements.txt:2): no wheel for Python 3.12" in out
+    assert cli.main(["check", report.root, "--python", "3.10", "--platform",
+                     "x86_64-manylinux_2_28", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["resolution"]["resolved"] == 2
+    assert cli.main(["check", report.root]) == 0  # not asked: nothing resolved
+    assert "Pins" not in capsys.readouterr().out
+
+
+def test_check_says_when_it_cannot_resolve(tmp_path, capsys, monkeypatch):
+    report = repo(tmp_path, "anywhere==1.0\n")
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["check", report.root, "--offline"]) == 1
+    assert "the package index could not be reached" in capsys.readouterr().out
+    assert cli.main(["check", report.root, "--platform", "amiga"]) == 2
+    assert "`--platform amiga` is not a platform uv knows" in capsys.readouterr().err
+    assert cli.main(["check", report.root, "--python", "three"]) == 2
+    assert "`--python three` is not a version like `3.12`" in capsys.readouterr().err
+    assert cli.main(["check", report.root, "--python"]) == 2
+    assert "usage: `trialbot-worker check PATH" in capsys.readouterr().err

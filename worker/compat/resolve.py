@@ -1,0 +1,189 @@
+"""Whether the pins the reader found resolve for a target Python and platform.
+
+uv's resolver (`uv pip compile`) in its compile mode: nothing is installed, and
+`--no-build` keeps it from building (running) any source distribution, so a pin
+with only an sdist is named as such. Each dependency file is resolved on its own
+(a requirements-rocm.txt is another environment than requirements.txt). uv
+names one unsatisfiable pin at a time: that pin is named with its file:line,
+left out, and the rest resolved again, a few rounds at most. A worker that
+cannot reach a package index says so (from uv's own error) and skips this part.
+"""
+from __future__ import annotations
+
+import os
+import platform as host
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
+
+from worker import environment
+from worker.compat.report import Pin, Report, Resolution, Unresolved
+
+TIMEOUT = 120.0   # seconds for all of one check's resolutions
+ROUNDS = 4        # unsatisfiable pins named per dependency file, at most
+PYTHON = re.compile(r"3\.\d{1,2}")
+# uv's sentence -> why (Unresolved.why), the first that matches.
+WHY = (("matching Python ABI tag", "python"), ("matching Python implementation tag", "python"),
+       ("Python version", "python"), ("depends on Python", "python"),
+       ("matching platform tag", "platform"), ("no usable wheels", "source_only"),
+       ("there is no version of", "no_version"), ("was not found in the package", "not_found"),
+       ("was not found in the provided", "not_found"))
+# uv's words for an index it could not reach (or may not reach: --offline).
+UNREACHABLE = ("Failed to fetch", "error sending request", "dns error", "tcp connect error",
+               "network was disabled",
+               "Could not connect", "timed out")
+
+
+class TargetError(ValueError):
+    """A target uv does not know: `what` is python or platform, `value` as given."""
+
+    def __init__(self, what: str, value: str) -> None:
+        super().__init__(f"{what}: {value}")
+        self.what = what
+        self.value = value
+
+
+@dataclass(frozen=True)
+class Target:
+    python: str     # "3.12"
+    platform: str   # one of uv's --python-platform values
+
+
+def default_target() -> Target:
+    """This worker's own Python and platform, in uv's names."""
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(host.machine().lower(),
+                                                           host.machine().lower())
+    system = {"Linux": f"{machine}-unknown-linux-gnu", "Darwin": f"{machine}-apple-darwin",
+              "Windows": f"{machine}-pc-windows-msvc"}.get(host.system(), "linux")
+    return Target(f"{sys.version_info.major}.{sys.version_info.minor}", system)
+
+
+def check(report: Report, target: Target, options: tuple[str, ...] = (),
+          timeout: float = TIMEOUT) -> Resolution:
+    """The report's pins resolved for `target`. `options` go to uv as they are
+    (`--offline`, `--no-index --find-links DIR`)."""
+    if not PYTHON.fullmatch(target.python):
+        raise TargetError("python", target.python)
+    uv = environment.uv_binary()
+    if not uv:
+        return Resolution(target.python, target.platform, "no_resolver",
+                          detail="uv is not installed on this worker")
+    groups, left_out = _groups(report.pins)
+    extra = [a for url in report.indexes if url.startswith(("https://", "http://"))
+             for a in ("--extra-index-url", url)]
+    if extra:  # pip looks at every index for the best version; uv's default stops at one
+        extra += ["--index-strategy", "unsafe-best-match"]
+    deadline = time.monotonic() + timeout
+    problems: list[Unresolved] = []
+    count = 0
+    for file, pins in groups.items():
+        run = _Run(uv, target, (*options, *extra), deadline)
+        outcome = run.resolve(pins)
+        if outcome.skipped:
+            return Resolution(target.python, target.platform, "skipped", tuple(groups),
+                              detail=outcome.skipped, left_out=tuple(left_out))
+        problems += outcome.problems
+        count += outcome.resolved
+    return Resolution(target.python, target.platform, "unresolved" if problems else "resolved",
+                      tuple(groups), count, tuple(problems), tuple(left_out))
+
+
+def _groups(pins: tuple[Pin, ...]) -> tuple[dict[str, list[Pin]], list[str]]:
+    """The pins uv can be given, per dependency file; and the rest, each with why."""
+    groups: dict[str, list[Pin]] = {}
+    left: list[str] = []
+    for pin in pins:
+        why = ("a direct reference (fetched and built, not resolved here)" if pin.url else
+               "conda's syntax" if pin.group == "conda" else
+               "Poetry's syntax" if pin.group == "poetry" else
+               "an optional extra" if pin.group not in ("", "pip", pin.file.rsplit("/", 1)[-1])
+               else "")
+        if why:
+            left.append(f"{pin.name} ({pin.file}:{pin.line}): {why}")
+        else:
+            groups.setdefault(pin.file, []).append(pin)
+    return groups, left
+
+
+@dataclass
+class _Outcome:
+    resolved: int = 0
+    problems: tuple[Unresolved, ...] = ()
+    skipped: str = ""
+
+
+class _Run:
+    """One dependency file's resolution, a round per unsatisfiable pin."""
+
+    def __init__(self, uv: str, target: Target, options: tuple[str, ...],
+                 deadline: float) -> None:
+        self.command = [uv, "pip", "compile", "-", "--no-config", "--no-header",
+                        "--no-annotate", "--no-build", "--quiet", "--python", sys.executable,
+                        "--python-version", target.python,
+                        "--python-platform", target.platform, *options]
+        self.deadline = deadline
+        self.platform = target.platform
+
+    def resolve(self, pins: list[Pin]) -> _Outcome:
+        problems: list[Unresolved] = []
+        left = list(pins)
+        for _round in range(ROUNDS):
+            code, out = self._uv(left)
+            if code is None:
+                return _Outcome(skipped=out)
+            if code == 0:
+                packages = [x for x in out.splitlines() if x and not x.startswith(("#", " "))]
+                return _Outcome(len(packages), tuple(problems))
+            if "invalid value" in out and "--python-platform" in out:
+                raise TargetError("platform", self.platform)
+            if any(words in out for words in UNREACHABLE):
+                return _Outcome(skipped=_last_cause(out))
+            pin, problem = _named(out, left)
+            problems.append(problem)
+            if pin is None:
+                break  # uv named no pin of this file: its sentence says what conflicts
+            left.remove(pin)
+            if not left:
+                break
+        return _Outcome(0, tuple(problems))
+
+    def _uv(self, pins: list[Pin]) -> tuple[int | None, str]:
+        """uv's exit status and its words (stdout when it resolved); None: timed out."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return None, "the resolver's time ran out"
+        lines = "".join(f"{p.name}{p.spec}{' ; ' + p.marker if p.marker else ''}\n" for p in pins)
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_HTTP_RETRIES": "0",
+               "NO_COLOR": "1"}
+        try:
+            done = subprocess.run(self.command, input=lines, capture_output=True, text=True,
+                                  timeout=left, env=env)
+        except subprocess.TimeoutExpired:
+            return None, "the resolver did not answer in the time given it"
+        return done.returncode, done.stdout if done.returncode == 0 else done.stderr
+
+
+def _named(out: str, pins: list[Pin]) -> tuple[Pin | None, Unresolved]:
+    """The pin uv's sentence begins with, and why it does not resolve."""
+    sentence = next((line.split("cause:", 1)[-1].strip() for line in out.splitlines()
+                     if "Because" in line), _last_cause(out))
+    hint = next((line.strip() for line in out.splitlines() if line.startswith("hint:")), "")
+    why = next((why for words, why in WHY if words in sentence), "conflict")
+    names = {p.name: p for p in pins}
+    after = sentence.split("Because", 1)[-1].replace("there is no version of", "")
+    for word in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", after):
+        pin = names.get(canonicalize_name(word.split("==")[0]))
+        if pin:
+            return pin, Unresolved(pin.name, pin.spec, pin.file, pin.line, why,
+                                   f"{sentence} {hint}".strip())
+    return None, Unresolved("", "", pins[0].file if pins else "", 0, "conflict",
+                            f"{sentence} {hint}".strip())
+
+
+def _last_cause(out: str) -> str:
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return lines[-1].removeprefix("cause:").strip() if lines else "no words from uv"

@@ -112,9 +112,10 @@ def trial_command(options: list[str], words: list[str]) -> int:
 
 
 def check_command(words: list[str]) -> int:
-    """`check PATH ...`: worker/compat/command.py."""
+    """`check PATH ...`: worker/compat/command.py, with this worker's uv."""
+    from worker import environment
     from worker.compat import command
-    return command.main(words)
+    return command.main(words, environment.uv_binary)
 
 
 def help_text(recipes: dict | None = None) -> str:

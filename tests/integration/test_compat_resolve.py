@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from worker import cli
+from worker import cli, environment
 from worker import compat as reader
 from worker.compat import report as r
 from worker.compat import resolve
 
 LINUX_312 = resolve.Target("3.12", "x86_64-manylinux_2_28")
+UV = environment.uv_binary()
 
 
 def wheel(folder: Path, name: str, version: str, tag: str) -> None:
@@ -45,14 +46,14 @@ def repo(tmp_path: Path, requirements: str) -> r.Report:
 
 
 def test_pins_that_resolve_are_counted(tmp_path, wheels):
-    done = resolve.check(repo(tmp_path, "anywhere==1.0\n"), LINUX_312, wheels)
+    done = resolve.check(repo(tmp_path, "anywhere==1.0\n"), LINUX_312, UV, wheels)
     assert (done.status, done.files, done.resolved, done.problems) == \
         ("resolved", ("requirements.txt",), 1, ())
 
 
 def test_each_pin_without_a_wheel_for_the_target_is_named_with_its_line(tmp_path, wheels):
     report = repo(tmp_path, "anywhere==1.0\noldpy==1.0\n# mac\nmaconly==1.0\n")
-    done = resolve.check(report, LINUX_312, wheels)
+    done = resolve.check(report, LINUX_312, UV, wheels)
     assert done.status == "unresolved"
     named = {(p.name, p.spec, p.file, p.line, p.why) for p in done.problems}
     assert named == {("oldpy", "==1.0", "requirements.txt", 2, "python"),
@@ -61,26 +62,28 @@ def test_each_pin_without_a_wheel_for_the_target_is_named_with_its_line(tmp_path
     assert "cp312" in old.detail and "cp310" in old.detail  # uv's own words
     # The same pins on the platform and Python they were built for resolve.
     mac = resolve.check(repo(tmp_path / "mac", "maconly==1.0\n"),
-                        resolve.Target("3.12", "aarch64-apple-darwin"), wheels)
+                        resolve.Target("3.12", "aarch64-apple-darwin"), UV, wheels)
     assert mac.status == "resolved"
 
 
 def test_an_index_that_cannot_be_reached_is_said_and_skipped(tmp_path):
     report = repo(tmp_path, "anywhere==1.0\n")
-    refused = resolve.check(report, LINUX_312, ("--index-url", "http://127.0.0.1:9/simple",
+    refused = resolve.check(report, LINUX_312, UV, ("--index-url", "http://127.0.0.1:9/simple",
                                                 "--cache-dir", str(tmp_path / "c1")))
     assert refused.status == "skipped" and "Connection refused" in refused.detail
-    offline = resolve.check(report, LINUX_312, ("--offline", "--cache-dir", str(tmp_path / "c2")))
+    offline = resolve.check(report, LINUX_312, UV, ("--offline",
+                                                    "--cache-dir", str(tmp_path / "c2")))
     assert offline.status == "skipped" and offline.problems == ()
+    assert resolve.check(report, LINUX_312, None).status == "no_resolver"
 
 
 def test_a_target_uv_does_not_know_is_named(tmp_path, wheels):
     report = repo(tmp_path, "anywhere==1.0\n")
     with pytest.raises(resolve.TargetError) as bad:
-        resolve.check(report, resolve.Target("3.12", "amiga"), wheels)
+        resolve.check(report, resolve.Target("3.12", "amiga"), UV, wheels)
     assert (bad.value.what, bad.value.value) == ("platform", "amiga")
     with pytest.raises(resolve.TargetError):
-        resolve.check(report, resolve.Target("twelve", "linux"), wheels)
+        resolve.check(report, resolve.Target("twelve", "linux"), UV, wheels)
 
 
 def test_what_uv_cannot_be_given_is_left_out_by_name(tmp_path, wheels):
@@ -90,7 +93,7 @@ def test_what_uv_cannot_be_given_is_left_out_by_name(tmp_path, wheels):
     (tmp_path / "repo" / "pyproject.toml").write_text(
         '[project]\nname = "x"\ndependencies = ["anywhere==1.0"]\n'
         '[project.optional-dependencies]\ndev = ["oldpy==1.0"]\n')
-    done = resolve.check(reader.read(tmp_path / "repo"), LINUX_312, wheels)
+    done = resolve.check(reader.read(tmp_path / "repo"), LINUX_312, UV, wheels)
     assert done.status == "resolved" and done.files == ("environment.yml", "pyproject.toml")
     assert done.left_out == ("cudatoolkit (environment.yml:2): conda's syntax",
                              "oldpy (pyproject.toml:5): an optional extra")
@@ -99,7 +102,7 @@ def test_what_uv_cannot_be_given_is_left_out_by_name(tmp_path, wheels):
 def test_the_resolution_round_trips_through_json(tmp_path, wheels):
     report = repo(tmp_path, "oldpy==1.0\n")
     report = r.Report(**{**report.__dict__,
-                         "resolution": resolve.check(report, LINUX_312, wheels)})
+                         "resolution": resolve.check(report, LINUX_312, UV, wheels)})
     assert r.from_json(report.as_json()) == report
     old = report.as_json()
     del old["resolution"]  # a report written before resolving is still read

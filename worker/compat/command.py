@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 
 from worker import compat
 from worker.compat import resolve, show
@@ -17,7 +18,7 @@ CHECK_USAGE = N_("usage: `trialbot-worker check PATH [--json] [--python 3.12] [-
                  "`trialbot-worker check ./Medusa --python 3.12`")
 
 
-def main(words: list[str]) -> int:
+def main(words: list[str], uv: Callable[[], str | None]) -> int:
     """`check PATH [--json] [--python V] [--platform P] [--offline] [--resolve]`: the
     static reader's report, its pins resolved for a target when one of the last four is
     given; 2 for a path or target it cannot use, 1 for a directory with no Python code, a
@@ -30,7 +31,7 @@ def main(words: list[str]) -> int:
     try:
         report = compat.read(path)
         if target:
-            report = dataclasses.replace(report, resolution=resolve.check(report, target,
+            report = dataclasses.replace(report, resolution=resolve.check(report, target, uv(),
                                                                           uv_options))
     except compat.CheckError as exc:
         print(_("`{path}` does not exist: give the folder of a repository's checkout, e.g. "

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
-from worker import environment
 from worker.compat.report import Pin, Report, Resolution, Unresolved
 
 TIMEOUT = 120.0   # seconds for all of one check's resolutions
@@ -34,8 +33,7 @@ WHY = (("matching Python ABI tag", "python"), ("matching Python implementation t
        ("was not found in the provided", "not_found"))
 # uv's words for an index it could not reach (or may not reach: --offline).
 UNREACHABLE = ("Failed to fetch", "error sending request", "dns error", "tcp connect error",
-               "network was disabled",
-               "Could not connect", "timed out")
+               "network was disabled", "Could not connect", "timed out")
 
 
 class TargetError(ValueError):
@@ -62,13 +60,13 @@ def default_target() -> Target:
     return Target(f"{sys.version_info.major}.{sys.version_info.minor}", system)
 
 
-def check(report: Report, target: Target, options: tuple[str, ...] = (),
+def check(report: Report, target: Target, uv: str | None, options: tuple[str, ...] = (),
           timeout: float = TIMEOUT) -> Resolution:
-    """The report's pins resolved for `target`. `options` go to uv as they are
-    (`--offline`, `--no-index --find-links DIR`)."""
+    """The report's pins resolved for `target` by the uv binary `uv` (the worker's:
+    worker/environment.py uv_binary(); None: not installed). `options` go to uv as they
+    are (`--offline`, `--no-index --find-links DIR`)."""
     if not PYTHON.fullmatch(target.python):
         raise TargetError("python", target.python)
-    uv = environment.uv_binary()
     if not uv:
         return Resolution(target.python, target.platform, "no_resolver",
                           detail="uv is not installed on this worker")

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """The compatibility check on real checkouts (docs/compat.md#the-truth-table).
 
-    python scripts/bench_compat.py PATH [PATH ...] [--all]
+    python scripts/bench_compat.py PATH [PATH ...] [--all] [--runs N]
 
-For each repository: the reader's time for a first read and for a repeat (its
-files then in the OS page cache; the reader keeps no cache of its own), the
-Python files and needs it found, and the verdicts for a T4, an A100, an H100
-and a Mac (`--all`: every kind of the GPU table, and a CPU). A path that does
-not exist is said and skipped, so the truth table's nine checkouts can be
-given whether or not they are all present.
+For each repository: the reader's time for a first read and the median and
+range of N repeats (default 3; its files then in the OS page cache, the reader
+keeps no cache of its own), the Python files and needs it found, and the
+verdicts for a T4, an A100, an H100 and a Mac (`--all`: every kind of the GPU
+table, and a CPU). A path that does not exist is said and skipped, so the truth
+table's nine checkouts can be given whether or not they are all present.
 """
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,8 +33,10 @@ def timed(path: str) -> tuple[reader.Report, float]:
 
 def main(argv: list[str]) -> int:
     every = "--all" in argv
-    paths = [a for a in argv if a != "--all"]
-    if not paths:
+    runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 3
+    paths = [a for i, a in enumerate(argv) if a not in ("--all", "--runs")
+             and (i == 0 or argv[i - 1] != "--runs")]
+    if not paths or runs < 1:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     kinds = None if every else tuple(compat.target(k) for k in KINDS)
@@ -42,10 +45,12 @@ def main(argv: list[str]) -> int:
             print(f"{path}: not here, skipped")
             continue
         report, first = timed(path)
-        _, again = timed(path)
+        again = sorted(timed(path)[1] for _ in range(runs))
         needs = sum(v for k, v in report.counts.items() if not k.endswith(":guarded"))
         print(f"{path}: {report.python_files} Python files, {needs} unguarded needs, "
-              f"{len(report.unread)} not read; first read {first:.2f} s, repeat {again:.2f} s")
+              f"{len(report.unread)} not read; first read {first:.2f} s, repeats "
+              f"median {statistics.median(again):.2f} s ({again[0]:.2f}-{again[-1]:.2f} s, "
+              f"{runs} runs)")
         for line in compat.lines(compat.verdicts(report, kinds)):
             print(f"  {line}")
     return 0

@@ -8,7 +8,7 @@
     trialbot-worker --recipes FILE trial recipe NAME key=value ... [--json]
     trialbot-worker trial hf-infer model=PATH/config.json layers=2 ...   (needs trialbot[hf])
     trialbot-worker doctor [--server URL ...] [--recipes FILE] [--workdir DIR]   (docs/doctor.md)
-    trialbot-worker check PATH [--json] [--python 3.12] [--platform linux] [--offline]
+    trialbot-worker check PATH [--json] [--python 3.12] [--platform linux] [--offline] [--resolve]
         (a repository read without running it, its pins resolved for a target: docs/compat.md)
 """
 from __future__ import annotations

@@ -75,6 +75,8 @@ def test_an_index_that_cannot_be_reached_is_said_and_skipped(tmp_path):
                                                     "--cache-dir", str(tmp_path / "c2")))
     assert offline.status == "skipped" and offline.problems == ()
     assert resolve.check(report, LINUX_312, None).status == "no_resolver"
+    late = resolve.check(report, LINUX_312, UV, ("--offline",), timeout=0)
+    assert (late.status, late.detail) == ("skipped", "timeout")
 
 
 def test_a_target_uv_does_not_know_is_named(tmp_path, wheels):
@@ -95,12 +97,12 @@ def test_what_uv_cannot_be_given_is_left_out_by_name(tmp_path, wheels):
         '[project.optional-dependencies]\ndev = ["oldpy==1.0"]\n')
     done = resolve.check(reader.read(tmp_path / "repo"), LINUX_312, UV, wheels)
     assert done.status == "resolved" and done.files == ("environment.yml", "pyproject.toml")
-    assert done.left_out == ("cudatoolkit (environment.yml:2): conda's syntax",
-                             "oldpy (pyproject.toml:5): an optional extra")
+    assert [(u.name, u.file, u.line, u.why) for u in done.left_out] == [
+        ("cudatoolkit", "environment.yml", 2, "conda"), ("oldpy", "pyproject.toml", 5, "extra")]
 
 
 def test_the_resolution_round_trips_through_json(tmp_path, wheels):
-    report = repo(tmp_path, "oldpy==1.0\n")
+    report = repo(tmp_path, "oldpy==1.0\n-e git+https://github.com/x/y.git#egg=y\n")
     report = r.Report(**{**report.__dict__,
                          "resolution": resolve.check(report, LINUX_312, UV, wheels)})
     assert r.from_json(report.as_json()) == report
@@ -110,7 +112,7 @@ def test_the_resolution_round_trips_through_json(tmp_path, wheels):
 
 
 def test_check_resolves_for_the_target_it_is_given(tmp_path, wheels, capsys, monkeypatch):
-    report = repo(tmp_path, "anywhere==1.0\noldpy==1.0\n")
+    report = repo(tmp_path, "anywhere==1.0\noldpy==1.0\n-e git+https://x.org/y.git#egg=y\n")
     monkeypatch.setenv("UV_FIND_LINKS", wheels[2])
     monkeypatch.setenv("UV_NO_INDEX", "1")
     assert cli.main(["check", report.root, "--python", "3.12", "--platform",
@@ -118,6 +120,7 @@ def test_check_resolves_for_the_target_it_is_given(tmp_path, wheels, capsys, mon
     out = capsys.readouterr().out
     assert "Pins that do not resolve for Python 3.12 on x86_64-manylinux_2_28" in out
     assert "oldpy==1.0 (requirements.txt:2): no wheel for Python 3.12" in out
+    assert "not given to uv: y (requirements.txt:3): a direct reference: fetched and built" in out
     assert cli.main(["check", report.root, "--python", "3.10", "--platform",
                      "x86_64-manylinux_2_28", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["resolution"]["resolved"] == 2

@@ -14,7 +14,7 @@ from worker.compat.resolve import Target
 from worker.i18n import N_, _
 
 CHECK_USAGE = N_("usage: `trialbot-worker check PATH [--json] [--python 3.12] [--platform linux] "
-                 "[--offline]`, PATH a repository's checkout, e.g. "
+                 "[--offline] [--resolve]`, PATH a repository's checkout, e.g. "
                  "`trialbot-worker check ./Medusa --python 3.12`")
 
 

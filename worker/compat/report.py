@@ -78,7 +78,9 @@ class Unresolved:
     spec: str
     file: str
     line: int
-    why: str           # python | platform | source_only | no_version | not_found | conflict
+    # python | platform | source_only | no_version | not_found | conflict; or, for a pin
+    # not given to uv: direct_reference | conda | poetry | extra
+    why: str
     detail: str = ""   # uv's sentence (and its hint)
 
 
@@ -92,8 +94,8 @@ class Resolution:
     files: tuple[str, ...] = ()                 # each dependency file resolved on its own
     resolved: int = 0                           # packages in the resolutions that succeeded
     problems: tuple[Unresolved, ...] = ()
-    left_out: tuple[str, ...] = ()              # "name (file:line): why" not given to uv
-    detail: str = ""                            # why skipped: uv's words, or the timeout
+    left_out: tuple[Unresolved, ...] = ()       # pins not given to uv, each with why
+    detail: str = ""                            # why skipped: uv's words, or "timeout"
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ def _resolution(data: dict[str, Any] | None) -> Resolution | None:
         return None  # a report from before resolving, or not asked for
     return Resolution(**{**data, "files": tuple(data.get("files", ())),
                          "problems": tuple(Unresolved(**u) for u in data.get("problems", ())),
-                         "left_out": tuple(data.get("left_out", ()))})
+                         "left_out": tuple(Unresolved(**u) for u in data.get("left_out", ()))})
 
 
 def kept(found: list[Evidence]) -> tuple[tuple[Evidence, ...], dict[str, int]]:

@@ -23,6 +23,7 @@ from packaging.utils import canonicalize_name
 from worker.compat.report import Pin, Report, Resolution, Unresolved
 
 TIMEOUT = 120.0   # seconds for all of one check's resolutions
+TIMED_OUT = "timeout"  # Resolution.detail when TIMEOUT ran out (else uv's own words)
 ROUNDS = 4        # unsatisfiable pins named per dependency file, at most
 PYTHON = re.compile(r"3\.\d{1,2}")
 # uv's sentence -> why (Unresolved.why), the first that matches.
@@ -68,8 +69,7 @@ def check(report: Report, target: Target, uv: str | None, options: tuple[str, ..
     if not PYTHON.fullmatch(target.python):
         raise TargetError("python", target.python)
     if not uv:
-        return Resolution(target.python, target.platform, "no_resolver",
-                          detail="uv is not installed on this worker")
+        return Resolution(target.python, target.platform, "no_resolver")
     groups, left_out = _groups(report.pins)
     extra = [a for url in report.indexes if url.startswith(("https://", "http://"))
              for a in ("--extra-index-url", url)]
@@ -78,7 +78,7 @@ def check(report: Report, target: Target, uv: str | None, options: tuple[str, ..
     deadline = time.monotonic() + timeout
     problems: list[Unresolved] = []
     count = 0
-    for file, pins in groups.items():
+    for pins in groups.values():
         run = _Run(uv, target, (*options, *extra), deadline)
         outcome = run.resolve(pins)
         if outcome.skipped:
@@ -90,18 +90,17 @@ def check(report: Report, target: Target, uv: str | None, options: tuple[str, ..
                       tuple(groups), count, tuple(problems), tuple(left_out))
 
 
-def _groups(pins: tuple[Pin, ...]) -> tuple[dict[str, list[Pin]], list[str]]:
-    """The pins uv can be given, per dependency file; and the rest, each with why."""
+def _groups(pins: tuple[Pin, ...]) -> tuple[dict[str, list[Pin]], list[Unresolved]]:
+    """The pins uv can be given, per dependency file; and the rest, each with why
+    (direct_reference: fetched and built; conda, poetry: not pip's syntax; extra)."""
     groups: dict[str, list[Pin]] = {}
-    left: list[str] = []
+    left: list[Unresolved] = []
     for pin in pins:
-        why = ("a direct reference (fetched and built, not resolved here)" if pin.url else
-               "conda's syntax" if pin.group == "conda" else
-               "Poetry's syntax" if pin.group == "poetry" else
-               "an optional extra" if pin.group not in ("", "pip", pin.file.rsplit("/", 1)[-1])
-               else "")
+        why = ("direct_reference" if pin.url else
+               pin.group if pin.group in ("conda", "poetry") else
+               "extra" if pin.group not in ("", "pip", pin.file.rsplit("/", 1)[-1]) else "")
         if why:
-            left.append(f"{pin.name} ({pin.file}:{pin.line}): {why}")
+            left.append(Unresolved(pin.name, pin.spec, pin.file, pin.line, why))
         else:
             groups.setdefault(pin.file, []).append(pin)
     return groups, left
@@ -153,7 +152,7 @@ class _Run:
         """uv's exit status and its words (stdout when it resolved); None: timed out."""
         left = self.deadline - time.monotonic()
         if left <= 0:
-            return None, "the resolver's time ran out"
+            return None, TIMED_OUT
         lines = "".join(f"{p.name}{p.spec}{' ; ' + p.marker if p.marker else ''}\n" for p in pins)
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_HTTP_RETRIES": "0",
                "NO_COLOR": "1"}
@@ -161,7 +160,7 @@ class _Run:
             done = subprocess.run(self.command, input=lines, capture_output=True, text=True,
                                   timeout=left, env=env)
         except subprocess.TimeoutExpired:
-            return None, "the resolver did not answer in the time given it"
+            return None, TIMED_OUT
         return done.returncode, done.stdout if done.returncode == 0 else done.stderr
 
 

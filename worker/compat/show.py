@@ -70,7 +70,11 @@ _WHY = {"python": N_("no wheel for Python {python}"),
                           "distribution: it would be built there (not tried here)"),
         "no_version": N_("no such version on the index"),
         "not_found": N_("not on the index"),
-        "conflict": N_("conflicts with another requirement")}
+        "conflict": N_("conflicts with another requirement"),
+        "direct_reference": N_("a direct reference: fetched and built, so not resolved here"),
+        "conda": N_("`conda`'s syntax: `conda` resolves it"),
+        "poetry": N_("`Poetry`'s syntax (`^`, `~`), not pip's"),
+        "extra": N_("an optional extra")}
 
 
 def _resolution(done: Resolution | None) -> list[str]:
@@ -81,6 +85,10 @@ def _resolution(done: Resolution | None) -> list[str]:
         return [_("Pins not resolved: uv is not installed on this worker; install it "
                   "(`pip install uv`) and check again.")]
     if done.status == "skipped":
+        if done.detail == "timeout":
+            return [_("Pins not resolved for Python {python} on {platform}: uv did not answer "
+                      "in the time allowed; check again when the index answers faster.",
+                      **target)]
         return [_("Pins not resolved for Python {python} on {platform}: the package index "
                   "could not be reached ({detail}); check again where it can be.",
                   detail=done.detail, **target)]
@@ -95,7 +103,8 @@ def _resolution(done: Resolution | None) -> list[str]:
         name = f"{p.name}{p.spec} ({p.file}:{p.line}): " if p.name else f"{p.file}: "
         out.append(f"  {name}{_(_WHY[p.why], **target)}")
         out.append(f"    uv: {p.detail}")
-    out += [_("  not given to uv: {pin}", pin=pin) for pin in done.left_out[:SHOWN]]
+    out += [_("  not given to uv: {pin} ({where}): {why}", pin=p.name,
+              where=f"{p.file}:{p.line}", why=_(_WHY[p.why])) for p in done.left_out[:SHOWN]]
     return out
 
 

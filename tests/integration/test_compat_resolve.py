@@ -93,12 +93,14 @@ def test_what_uv_cannot_be_given_is_left_out_by_name(tmp_path, wheels):
     (tmp_path / "repo" / "environment.yml").write_text(
         "dependencies:\n  - cudatoolkit=11.8\n  - pip:\n    - anywhere==1.0\n")
     (tmp_path / "repo" / "pyproject.toml").write_text(
-        '[project]\nname = "x"\ndependencies = ["anywhere==1.0"]\n'
+        '[project]\nname = "x"\nrequires-python = ">=3.8,<3.11"\ndependencies = ["anywhere==1.0"]\n'
         '[project.optional-dependencies]\ndev = ["oldpy==1.0"]\n')
     done = resolve.check(reader.read(tmp_path / "repo"), LINUX_312, UV, wheels)
-    assert done.status == "resolved" and done.files == ("environment.yml", "pyproject.toml")
+    assert done.status == "unresolved" and done.files == ("environment.yml", "pyproject.toml")
+    assert done.problems == (r.Unresolved("python", ">=3.8,<3.11", "pyproject.toml", 0,
+                                          "requires_python"),)
     assert [(u.name, u.file, u.line, u.why) for u in done.left_out] == [
-        ("cudatoolkit", "environment.yml", 2, "conda"), ("oldpy", "pyproject.toml", 5, "extra")]
+        ("cudatoolkit", "environment.yml", 2, "conda"), ("oldpy", "pyproject.toml", 6, "extra")]
 
 
 def test_the_resolution_round_trips_through_json(tmp_path, wheels):

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from worker.compat.report import Pin, Report, Resolution, Unresolved
@@ -76,7 +77,7 @@ def check(report: Report, target: Target, uv: str | None, options: tuple[str, ..
     if extra:  # pip looks at every index for the best version; uv's default stops at one
         extra += ["--index-strategy", "unsafe-best-match"]
     deadline = time.monotonic() + timeout
-    problems: list[Unresolved] = []
+    problems = _requires_python(report.requires_python, target.python)
     count = 0
     for pins in groups.values():
         run = _Run(uv, target, (*options, *extra), deadline)
@@ -88,6 +89,21 @@ def check(report: Report, target: Target, uv: str | None, options: tuple[str, ..
         count += outcome.resolved
     return Resolution(target.python, target.platform, "unresolved" if problems else "resolved",
                       tuple(groups), count, tuple(problems), tuple(left_out))
+
+
+def _requires_python(declared: tuple[str, ...], python: str) -> list[Unresolved]:
+    """The repository's own `requires-python` ("file: >=3.8,<3.11") that excludes the
+    target; conda's and Poetry's forms (`=3.10`, `^3.8`) are not PEP 440 and are passed."""
+    out = []
+    for entry in declared:
+        file, _, spec = entry.partition(": ")
+        try:
+            allowed = SpecifierSet(spec)
+        except InvalidSpecifier:
+            continue
+        if not allowed.contains(python, prereleases=True):
+            out.append(Unresolved("python", spec, file, 0, "requires_python"))
+    return out
 
 
 def _groups(pins: tuple[Pin, ...]) -> tuple[dict[str, list[Pin]], list[Unresolved]]:

@@ -71,6 +71,7 @@ _WHY = {"python": N_("no wheel for Python {python}"),
         "no_version": N_("no such version on the index"),
         "not_found": N_("not on the index"),
         "conflict": N_("conflicts with another requirement"),
+        "requires_python": N_("the repository's own `requires-python` excludes Python {python}"),
         "direct_reference": N_("a direct reference: fetched and built, so not resolved here"),
         "conda": N_("`conda`'s syntax: `conda` resolves it"),
         "poetry": N_("`Poetry`'s syntax (`^`, `~`), not pip's"),
@@ -100,9 +101,10 @@ def _resolution(done: Resolution | None) -> list[str]:
            _("Pins that do not resolve for Python {python} on {platform} (uv, nothing "
              "installed):", **target)]
     for p in done.problems:
-        name = f"{p.name}{p.spec} ({p.file}:{p.line}): " if p.name else f"{p.file}: "
+        where = f"{p.file}:{p.line}" if p.line else p.file
+        name = f"{p.name}{p.spec} ({where}): " if p.name else f"{where}: "
         out.append(f"  {name}{_(_WHY[p.why], **target)}")
-        out.append(f"    uv: {p.detail}")
+        out += [f"    uv: {p.detail}"] if p.detail else []
     out += [_("  not given to uv: {pin} ({where}): {why}", pin=p.name,
               where=f"{p.file}:{p.line}", why=_(_WHY[p.why])) for p in done.left_out[:SHOWN]]
     return out

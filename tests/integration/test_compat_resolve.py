@@ -141,3 +141,30 @@ def test_check_says_when_it_cannot_resolve(tmp_path, capsys, monkeypatch):
     assert "`--python three` is not a version like `3.12`" in capsys.readouterr().err
     assert cli.main(["check", report.root, "--python"]) == 2
     assert "usage: `trialbot-worker check PATH" in capsys.readouterr().err
+
+
+def test_a_pin_that_depends_on_one_without_a_wheel_is_named(tmp_path, wheels):
+    # `needsold` has a wheel everywhere, but needs `oldpy`, which has none for 3.12:
+    # the pin the repository wrote is named, and uv's sentence names the dependency.
+    found = Path(wheels[2])
+    info = "needsold-1.0.dist-info"
+    with zipfile.ZipFile(found / "needsold-1.0-py3-none-any.whl", "w") as z:
+        z.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: needsold\nVersion: 1.0\n"
+                                       "Requires-Dist: oldpy==1.0\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
+                                    "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    done = resolve.check(repo(tmp_path, "anywhere==1.0\nneedsold==1.0\n"), LINUX_312, UV, wheels)
+    (problem,) = done.problems
+    assert (problem.name, problem.line, problem.why) == ("needsold", 2, "python")
+    assert "oldpy" in problem.detail
+
+
+def test_an_error_uv_does_not_explain_is_passed_on_in_its_words(tmp_path):
+    report = repo(tmp_path, "anywhere==1.0\n")
+    done = resolve.check(report, LINUX_312, UV, ("--no-index", "--find-links",
+                                                 str(tmp_path / "nowhere")))
+    (problem,) = done.problems
+    assert (done.status, problem.name, problem.why) == ("unresolved", "", "other")
+    assert "Failed to read `--find-links` directory" in problem.detail
+    assert "No such file or directory" in problem.detail

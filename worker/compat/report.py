@@ -78,7 +78,8 @@ class Unresolved:
     spec: str
     file: str
     line: int
-    # python | platform | source_only | no_version | not_found | conflict | requires_python
+    # python | platform | source_only | no_version | not_found | conflict | other |
+    # requires_python
     # (the repository's own, excluding the target: name "python"); or, for a pin
     # not given to uv: direct_reference | conda | poetry | extra
     why: str

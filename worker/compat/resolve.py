@@ -181,19 +181,23 @@ class _Run:
 
 
 def _named(out: str, pins: list[Pin]) -> tuple[Pin | None, Unresolved]:
-    """The pin uv's sentence begins with, and why it does not resolve."""
-    sentence = next((line.split("cause:", 1)[-1].strip() for line in out.splitlines()
-                     if "Because" in line), _last_cause(out))
+    """The first pin uv's sentence names, and why it does not resolve (a pin that
+    depends on one without a wheel is named; uv's sentence says which)."""
+    said = [line.strip().removeprefix("error:").removeprefix("cause:").strip()
+            for line in out.splitlines() if line.strip().startswith(("error:", "cause:"))]
+    sentence = next((line for line in said if "Because" in line),
+                    ": ".join(said) or "no words from uv")
     hint = next((line.strip() for line in out.splitlines() if line.startswith("hint:")), "")
-    why = next((why for words, why in WHY if words in sentence), "conflict")
+    why = next((why for words, why in WHY if words in sentence), "conflict") \
+        if "Because" in sentence else "other"  # an error uv's resolver did not explain
     names = {p.name: p for p in pins}
     after = sentence.split("Because", 1)[-1].replace("there is no version of", "")
     for word in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", after):
-        pin = names.get(canonicalize_name(word.split("==")[0]))
+        pin = names.get(canonicalize_name(word))
         if pin:
             return pin, Unresolved(pin.name, pin.spec, pin.file, pin.line, why,
                                    f"{sentence} {hint}".strip())
-    return None, Unresolved("", "", pins[0].file if pins else "", 0, "conflict",
+    return None, Unresolved("", "", pins[0].file if pins else "", 0, why,
                             f"{sentence} {hint}".strip())
 
 

@@ -16,6 +16,8 @@ from bot.plans import (
     advice,
     calibration,
     changes,
+    checkparse,
+    checks,
     entry,
     estimate,
     export,
@@ -371,6 +373,12 @@ TABLE: tuple[Entry, ...] = (
     Entry("unlock", "unlock", parse.parse_alone, _unlock, needs=CHANGE, of_plan=True),
     Entry("advise", "advise", parse.parse_alone, _advise, of_plan=True),
     Entry("review", "review", parse.parse_alone, _review, of_plan=True),
+    Entry("check", "check", checkparse.parse_check, checks.handle, needs=CHANGE, posts=True,
+          of_plan=True, help=(N_(
+              "• `/plan NAME check [repo=URL_OR_PATH] [commit=SHA]`: a worker fetches the "
+              "repository (the checklist's `repo` unless given) and reads it without running "
+              "it: will it run on each GPU kind, a Mac and a CPU, and why; it fills "
+              "`framework` and `needs_cuda` when they are empty"),)),
     Entry("actual", "actual", actualparse.parse_actual_words, actuals.handle, needs=CHANGE,
           of_plan=True,
           help=(N_("• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the "

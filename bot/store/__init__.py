@@ -1,7 +1,8 @@
 """All state, in one SQLite file (WAL), through sqlite-utils. The only package
 with SQL in it: a mixin per table group (jobs.py, leasing.py, workers.py, outbox.py,
-plans.py, slurm.py, checks.py, digests.py, channels.py) on base.py (connection, transactions, request
-keys), the frozen baseline (schema.py) and the versioned steps (migrations.py).
+plans.py, slurm.py, checks.py, digests.py, channels.py) on base.py (connection,
+transactions, request keys), the frozen baseline (schema.py) and the versioned
+steps (migrations.py). `compat_checks`: the compatibility checks (#34).
 
 Rows: `jobs` (a trial request and its lease), `needs` (the classes that
 decide where a job may run, for leasing), `attempts` (every try of a job),

@@ -348,8 +348,7 @@ class WorkerApi:
             done = self.ctx.store.check(check_id)
             if done is None:
                 return 404, {"error": f"there is no compatibility check C{check_id}"}
-            first = self.ctx.store.worker_request(worker, key) if key else None
-            if not (first and first["kind"] == "check" and first["check_id"] == check_id):
+            if not self._answered(worker, key, "check", request=check_id):
                 return 409, {"error": str(exc)}
         return 200, {"request": f"C{check_id}", "status": done["status"]}
 

@@ -18,6 +18,7 @@ from bot.plans import (
     changes,
     checkparse,
     checks,
+    checkview,
     entry,
     estimate,
     export,
@@ -171,10 +172,11 @@ BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handof
 def _show(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
+    checked = checkview.show_line(plan, ctx.store.latest_check(plan["name"]))
     return views.show(plan, ests, ctx.store.prices(), asked.today,
                       ctx.store.plan_jobs(plan["name"]),
                       service.calibrations(ctx, plan, ests, asked.user, asked.channel),
-                      fitson.section(plan, ests))
+                      "\n".join(p for p in (fitson.section(plan, ests), checked) if p))
 
 
 def _export(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
@@ -238,7 +240,8 @@ def _advise(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     missing = [f"{e['kind']}: {footing.missing_trial(plan['name'], e, target)}"
                for _block, e, _trials in ests if e.get("off_target")]
     fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep,
-                         missing=missing)
+                         missing=missing, check=checkview.advice_facts(
+                             plan, ctx.store.latest_check(plan["name"])))
     return views.advice(plan, advice.advise(fx, asked.today))
 
 

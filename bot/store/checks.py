@@ -71,9 +71,7 @@ class Checks(Plans, Outbox, Workers):
                 if cur.rowcount != 1:
                     continue
                 self.db.execute("update workers set last_seen = ? where name = ?", [now, worker])
-                if key is not None:
-                    self.db.execute("update worker_requests set check_id = ?, lease = ? "
-                                    "where worker = ? and key = ?", [check_id, lease, worker, key])
+                self._leased_under(worker, key, lease, request=check_id)
             return self.check(check_id)
         return None
 
@@ -110,9 +108,8 @@ class Checks(Plans, Outbox, Workers):
                             [json.dumps(filled), message["text"], held["id"]])
             self._add_message(message, None)
             if key is not None:
-                self._worker_key(held["worker"], key, "check", held["lease"])
-                self.db.execute("update worker_requests set check_id = ? where worker = ? and "
-                                "key = ?", [held["id"], held["worker"], key])
+                self._worker_key(held["worker"], key, "check", held["lease"],
+                                 request=held["id"])
         return filled
 
     def _fill(self, held: Row, fills: Row) -> Row:

@@ -123,7 +123,8 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     # its commit and reads (worker/compat/), with its lease like a Slurm request's;
     # `result` is the worker's answer (the trialbot.compat/1 report, or why not),
     # `filled` the checklist items it filled. A worker request key names the
-    # check it leased in `worker_requests.check_id`.
+    # check it leased in `worker_requests.request`, as a Slurm request's (its
+    # lease, a fresh uuid, tells which of the two).
     ("compatibility checks", [
         "create table if not exists compat_checks (id integer primary key, plan text not null, "
         "repo text not null, commit_asked text, user text not null, channel text not null, "
@@ -132,7 +133,6 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "commit_read text, result text, message text, filled text)",
         "create index if not exists compat_checks_status on compat_checks (status)",
         "create index if not exists compat_checks_plan on compat_checks (plan, id)",
-        "alter table worker_requests add column check_id integer",
     ]),
 ]
 

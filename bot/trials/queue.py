@@ -269,16 +269,12 @@ class JobQueue:
             if self.store.extend_lease(first["job"], worker, first["lease"], self.lease_seconds):
                 return self.store.job(first["job"])
             return None
-        if first.get("check_id"):
-            check = self.store.check(first["check_id"])
-            if check and (check["status"], check["worker"], check["lease"]) == (
-                    "running", worker, first["lease"]):
-                return dict(check, kind="compat-check")
-            return None
-        req = self.store.slurm_actual(first["request"])
-        if req and (req["status"], req["worker"], req["lease"]) == ("running", worker,
-                                                                     first["lease"]):
-            return dict(req, kind="slurm-accounting")
+        # A Slurm request or a check: the lease (a fresh uuid) says which.
+        for kind, req in (("slurm-accounting", self.store.slurm_actual(first["request"])),
+                          ("compat-check", self.store.check(first["request"]))):
+            if req and (req["status"], req["worker"], req["lease"]) == ("running", worker,
+                                                                         first["lease"]):
+                return dict(req, kind=kind)
         return None
 
     def reap(self) -> None:

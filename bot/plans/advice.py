@@ -224,10 +224,11 @@ def _rule4(fx: Json, today: dt.date) -> Json:
                           "on: {kinds}.", id=check["id"], commit=check["commit"],
                           kinds=", ".join(check["compatible"]) or _("none of the table's kinds"))
         if fx["platform"] == "mps" and check["mac_evidence"]:
-            answer += " " + _("On a Mac it {verdict}: {evidence}.",
-                              verdict=_("cannot run") if check["mac"] == "cannot"
-                              else _("runs only with changes"),
-                              evidence=", ".join(f"`{w}`" for w in check["mac_evidence"]))
+            evidence = ", ".join(f"`{w}`" for w in check["mac_evidence"])
+            answer += " " + (_("On a Mac it cannot run: {evidence}.", evidence=evidence)
+                             if check["mac"] == "cannot" else
+                             _("On a Mac it runs only with changes: {evidence}.",
+                               evidence=evidence))
     return {"fires": True, "facts": [_("the code needs CUDA"),
                                      _("target platform {platform}", platform=fx["platform"])],
             "answer": answer}

@@ -105,7 +105,7 @@ def _platforms(verdicts: tuple[fits.Verdict, ...]) -> str:
         if now is None or ORDER.index(v.status) < ORDER.index(now):
             best[v.target.platform] = v.status
     names = {"cuda": "CUDA", "rocm": "ROCm", "mps": "MPS", "cpu": "CPU"}
-    return "; ".join(f"{names[p]} {fits.status_word(s)}" for p, s in best.items())
+    return "; ".join(f"{names[p]}: {fits.status_word(s)}" for p, s in best.items())
 
 
 def _read(report: compat.Report) -> list[str]:

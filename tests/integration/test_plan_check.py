@@ -16,7 +16,8 @@ from bot.access import Policy
 from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
 from worker.agent import Agent
-from worker.client import Client
+from worker.client import ApiError, Client
+from worker.spec import parse
 
 TODAY = dt.date(2026, 12, 4)
 GIT = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
@@ -121,3 +122,81 @@ def test_bad_repositories_and_commits_are_answered_by_name(bot, tmp_path):
     assert "not a repository git can fetch" in say(bot, "bare check repo=--upload-pack=x")
     assert "is not a commit" in say(bot, f"bare check repo={tmp_path} commit=a..b")
     assert bot.store.check(4) is None
+
+
+GOOD = {"repo": "/srv/snap", "commit": "a" * 40, "cached": False, "fetch_s": 0.1,
+        "read_s": 0.1, "report": {"schema": "trialbot.compat/1", "root": "/srv/snap",
+                                  "python_files": 1}}
+
+
+@pytest.fixture
+def api(tmp_path, monkeypatch):
+    """The bot alone on loopback; workers are played by the test through the API."""
+    monkeypatch.setattr("bot.trials.queue.CHECK_LEASE_SECONDS", 0.3)
+    rt = Runtime(str(tmp_path / "a.db"), "tok", ConsoleTransport(io.StringIO(), True,
+                                                                 str(tmp_path)),
+                 policy=Policy(run_everyone=True))
+    rt.start()
+    yield rt
+    rt.stop()
+
+
+def test_a_lease_expires_and_another_worker_answers_once(api):
+    a, b = Client(api.server.url, "tok"), Client(api.server.url, "tok")
+    for c, name in ((a, "a"), (b, "b")):
+        c.register(name, {"compat": "trialbot.compat/1"})
+    say(api, "new snap gpu=H100 repo=/srv/snap")
+    say(api, "snap check")
+    first = a.lease("a", 1)
+    assert first["kind"] == "compat-check" and first["repo"] == "/srv/snap"
+    assert b.lease("b", 0) is None  # held by a
+    time.sleep(0.4)  # a went silent: its lease expires
+    again = b.lease("b", 1)
+    assert again["id"] == first["id"] and again["lease"] != first["lease"]
+    with pytest.raises(ApiError) as err:
+        a.check_result("a", first, GOOD)  # too late: the lease is b's
+    assert err.value.status == 409
+    assert b.check_result("b", again, GOOD, key="k1")["status"] == "done"
+    # The answer's reply was lost and b sends it again: applied once, posted once.
+    assert b.check_result("b", again, GOOD, key="k1")["status"] == "done"
+    assert len([t for t in posted(api) if "Compatibility check C1" in t]) == 1
+
+
+def test_a_check_every_lease_of_which_expired_fails_in_the_channel(api):
+    c = Client(api.server.url, "tok")
+    c.register("a", {"compat": "trialbot.compat/1"})
+    say(api, "new snap gpu=H100 repo=/srv/snap")
+    say(api, "snap check")
+    for _ in range(2):
+        assert c.lease("a", 1)["kind"] == "compat-check"
+        time.sleep(0.4)
+    assert c.lease("a", 0) is None  # reaped instead of leased a third time
+    assert api.store.check(1)["status"] == "failed"
+    assert any("lease expired 2 times" in t and "Nothing was read" in t for t in posted(api))
+
+
+def test_a_worker_that_reads_no_repositories_is_never_given_a_check(api):
+    old = Client(api.server.url, "tok")
+    old.register("old", {})  # a worker from before checks
+    assert "No worker that reads repositories is registered" in say(
+        api, "new snap gpu=H100 repo=/srv/snap") + say(api, "snap check")
+    Client(api.server.url, "tok").register("new", {"compat": "trialbot.compat/1"})
+    say(api, "snap check")
+    api.queue.submit(parse(["llm-infer"]), "llm-infer", "U1", "C1")
+    assert old.lease("old", 1)["trial"] == "T1"  # the check waits for its kind, not the trial
+    assert api.store.check(1)["status"] == "queued"
+
+
+def test_an_answer_that_is_not_a_report_is_refused_by_name(api):
+    c = Client(api.server.url, "tok")
+    c.register("a", {"compat": "trialbot.compat/1"})
+    say(api, "new snap gpu=H100 repo=/srv/snap")
+    say(api, "snap check")
+    got = c.lease("a", 1)
+    for bad, words in (({"error": {"why": "bored", "message": ""}}, "`result.error` must be"),
+                       (dict(GOOD, commit="HEAD"), "`result.commit` must be the full"),
+                       (dict(GOOD, report={"schema": "x"}), "not a trialbot.compat/1 report")):
+        with pytest.raises(ApiError) as err:
+            c.check_result("a", got, bad)
+        assert err.value.status == 400 and words in str(err.value)
+    assert api.store.check(1)["status"] == "running"

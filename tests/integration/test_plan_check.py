@@ -37,6 +37,7 @@ def git_repo(path, files: dict[str, str]) -> str:
 
 
 FLASH = {"requirements.txt": "torch==2.1.2\ntransformers==4.36.2\nflash-attn==2.4.0\n",
+         "pyproject.toml": "[project\nname = 'snap'\n",  # does not parse: named, not fatal
          # The method written into FlashAttention-2's forward (SnapKV's case).
          "snap/monkeypatch.py": "import flash_attn\n"
                                 "from transformers.models.llama import modeling_llama\n"
@@ -91,6 +92,7 @@ def test_a_check_fetches_reads_posts_fills_and_feeds_show_and_advise(bot, tmp_pa
     text = next(t for t in posted(bot) if "Compatibility check C1" in t)
     assert "*Target T4*: cannot run" in text and "snap/monkeypatch.py:5" in text
     assert "A100" in text and "requirements.txt" in text and "a short trial on T4" in text
+    assert "`pyproject.toml`: a dependency file that does not parse" in text and "(at line 1" in text
     facts = bot.store.plan("snap")["facts"]
     assert facts["framework"] == "torch 2.1 (set by hand)"  # a person's value stays
     assert facts["needs_cuda"] == "yes" and "needs_cuda = yes" in text

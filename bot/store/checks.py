@@ -52,6 +52,12 @@ class Checks(Plans, Outbox, Workers):
             "order by id desc limit 1", [plan]).fetchone()
         return self.check(found[0]) if found else None
 
+    def checks_open(self) -> int:
+        """Checks not answered yet: queued, or leased to a worker."""
+        return int(self.db.execute(
+            f"select count(*) from compat_checks where status in ('{QUEUED}', '{RUNNING}')"
+        ).fetchone()[0])
+
     def lease_check(self, worker: str, seconds: float, max_leases: int,
                     key: str | None = None) -> Row | None:
         """The oldest queued check, or one whose lease expired fewer than

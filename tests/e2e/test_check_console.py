@@ -34,3 +34,4 @@ def test_a_plan_checks_its_repository_in_the_console(tmp_path):
     assert "Compatibility check C1 of *awq*" in out and "is asked of a worker" in out
     assert "*Target T4*: cannot run" in out and "compute capability 8.0" in out
     assert "needs_cuda = yes" in out and "framework = torch==2.3.0" in out
+    assert "*Compatibility* (check C1," in out and "T4 cannot run." in out  # show, after it

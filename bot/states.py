@@ -52,6 +52,16 @@ class ActualStatus(TextEnum):
     FAILED = "failed"
 
 
+class CheckStatus(TextEnum):
+    """A compatibility check's `status` (a `compat_checks` row): queued until
+    a worker leases it, running while it fetches and reads the repository,
+    then done (a report read) or failed (why in its message)."""
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 class Postable(enum.Enum):
     """May the bot post in a channel, as known without asking Slack?"""
     YES = "yes"          # Slack said so within the cache's time

@@ -2,6 +2,7 @@
 """The compatibility check on real checkouts (docs/compat.md#the-truth-table).
 
     python scripts/bench_compat.py PATH [PATH ...] [--all] [--runs N]
+    python scripts/bench_compat.py --worker REPO [COMMIT]
 
 For each repository: the reader's time for a first read and the median and
 range of N repeats (default 3; its files then in the OS page cache, the reader
@@ -9,6 +10,14 @@ keeps no cache of its own), the Python files and needs it found, and the
 verdicts for a T4, an A100, an H100 and a Mac (`--all`: every kind of the GPU
 table, and a CPU). A path that does not exist is said and skipped, so the truth
 table's nine checkouts can be given whether or not they are all present.
+
+`--worker`: one `/plan NAME check` through the worker path, twice: a bot on
+loopback (a temporary database), a worker agent leasing the check through the
+worker API, fetching REPO (a URL, or a git directory on this machine) at
+COMMIT into a fresh clone cache and reading it, and the answer recorded and
+posted. Printed: the time from `/plan` to the stored answer, cold (an empty
+clone cache) and cached (the same commit again), with the worker's own fetch
+and read seconds.
 """
 from __future__ import annotations
 
@@ -31,7 +40,57 @@ def timed(path: str) -> tuple[reader.Report, float]:
     return report, time.perf_counter() - start
 
 
+def through_worker(repo: str, commit: str | None) -> int:
+    """Bot and worker in this process, as `trialbot console` runs them."""
+    import datetime as dt
+    import io
+    import os
+    import tempfile
+    import threading
+
+    from bot import commands
+    from bot.access import Policy
+    from bot.app.console import ConsoleTransport
+    from bot.app.runtime import Runtime
+    from worker.agent import Agent
+    from worker.client import Client
+
+    tmp = tempfile.mkdtemp(prefix="bench-compat-")
+    os.environ["TRIALBOT_ENV_CACHE"] = os.path.join(tmp, "cache")  # cold: an empty cache
+    rt = Runtime(os.path.join(tmp, "a.db"), "tok", ConsoleTransport(io.StringIO(), True, tmp),
+                 policy=Policy(run_everyone=True))
+    rt.start()
+    agent = Agent(Client(rt.server.url, "tok"), "bench")
+    threading.Thread(target=agent.serve_forever, daemon=True).start()
+    try:
+        while not rt.store.workers():
+            time.sleep(0.05)
+        today = dt.date.today()
+        commands.plan(rt.ctx, "new bench gpu=H100", "U1", "C1", today)
+        words = f"bench check repo={repo}" + (f" commit={commit}" if commit else "")
+        for n, label in ((1, "cold"), (2, "cached")):
+            start = time.perf_counter()
+            commands.plan(rt.ctx, words, "U1", "C1", today)
+            while rt.store.check(n)["status"] in ("queued", "running"):
+                time.sleep(0.01)
+            took, check = time.perf_counter() - start, rt.store.check(n)
+            result = check["result"]
+            if "error" in result:
+                print(f"{label}: {result['error']['why']}: {result['error']['message']}")
+                return 1
+            print(f"{label}: {took:.2f} s from /plan to the stored answer (worker: fetch "
+                  f"{result['fetch_s']:.2f} s, read {result['read_s']:.2f} s, cached "
+                  f"{result['cached']}); {result['report']['python_files']} Python files at "
+                  f"{result['commit'][:12]}")
+    finally:
+        agent.stop()
+        rt.stop()
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--worker"] and len(argv) in (2, 3):
+        return through_worker(argv[1], argv[2] if len(argv) == 3 else None)
     every = "--all" in argv
     runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 3
     paths = [a for i, a in enumerate(argv) if a not in ("--all", "--runs")

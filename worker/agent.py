@@ -8,7 +8,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from worker import attempts, redact
+from worker import attempts, compat, compatcheck, redact
 from worker import report as reports
 from worker.client import ApiError, CertError, new_key
 from worker.ports import BotApi
@@ -44,6 +44,7 @@ class Agent:
         self.secrets = redact.secret_values(client.token, *(
             v for r in self.recipes.values() for v in r.secrets()))
         self.info["recipes"] = [r.workload().to_dict() for r in self.recipes.values()]
+        self.info["compat"] = compat.report.SCHEMA  # it answers `/plan NAME check`
         self.stopping = threading.Event()  # take no new trial
         self.halted = threading.Event()  # the running trial is killed and handed back
         self.reason = "shutdown"  # why, as the bot's card shows it: a signal's name
@@ -70,6 +71,8 @@ class Agent:
                 self._hand_back(job)
             elif job and job.get("kind") == "slurm-accounting":
                 self.run_accounting(job)
+            elif job and job.get("kind") == "compat-check":
+                self.run_check(job)
             elif job:
                 self.run_job(job)
 
@@ -202,7 +205,7 @@ class Agent:
     def _hand_back(self, job: dict) -> None:
         """The trial did not end here and goes back to the bot's queue, no attempt
         counted (a Slurm accounting request waits out its lease: seconds of sacct)."""
-        if job.get("kind") == "slurm-accounting":
+        if job.get("kind") in ("slurm-accounting", "compat-check"):
             log.warning("%s left at the stop; its lease expires and it is asked again",
                         job["request"])
             return
@@ -241,6 +244,22 @@ class Agent:
                         "accounting", final=True)
             log.info("%s answered: %s", job["request"],
                      "error" if "error" in result else f"{len(result['records'])} jobs")
+        except ApiError as exc:  # 409: the lease went to another worker; 400: a bug here
+            log.warning("%s answer refused: %s", job["request"], exc)
+
+    def run_check(self, job: dict) -> None:
+        """A repository fetched and read for the bot, never run: the fetch is
+        bounded well inside the lease, so no heartbeat; a worker that dies here
+        lets the lease expire and the check is leased again."""
+        log.info("leased %s: check %s at %s", job["request"], job["repo"],
+                 job.get("commit") or "HEAD")
+        result = compatcheck.run(job["repo"], job.get("commit"))
+        key = new_key()
+        try:
+            self._retry(lambda: self.client.check_result(self.name, job, result, key),
+                        "check", final=True)
+            log.info("%s answered: %s", job["request"],
+                     result["error"]["why"] if "error" in result else result["commit"][:12])
         except ApiError as exc:  # 409: the lease went to another worker; 400: a bug here
             log.warning("%s answer refused: %s", job["request"], exc)
 

@@ -123,6 +123,12 @@ class Client:
         return self.call(f"/api/accounting/{job['id']}/result",
                          _keyed({"worker": name, "lease": job["lease"], "result": result}, key))
 
+    def check_result(self, name: str, job: dict, result: dict,
+                     key: str | None = None) -> dict | None:
+        """A compatibility check's answer: the report read, or why not."""
+        return self.call(f"/api/checks/{job['id']}/result",
+                         _keyed({"worker": name, "lease": job["lease"], "result": result}, key))
+
     def report(self, name: str, job: dict, report: Mapping[str, Any], key: str | None = None,
                timeout: float = 30) -> dict | None:
         return self.call(f"/api/jobs/{job['id']}/report",

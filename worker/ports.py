@@ -27,6 +27,9 @@ class BotApi(Protocol):
     def accounting(self, name: str, job: Object, result: Object,
                    key: str | None = None) -> Object | None: ...
 
+    def check_result(self, name: str, job: Object, result: Object,
+                     key: str | None = None) -> Object | None: ...
+
     def report(self, name: str, job: Object, report: Mapping[str, Any], key: str | None = None,
                timeout: float = 30) -> Object | None: ...
 

@@ -68,6 +68,7 @@ def run(db: str, as_json: bool, stdin=None, stdout=None, user=None, recipes=None
             if job and not interactive:
                 wait_for_report(rt, job)
             elif not interactive:  # a digest, an export, a fit's chart print before the next line
+                wait_for_checks(rt)  # and a `/plan NAME check`'s answer
                 wait_for_outbox(rt)
     except KeyboardInterrupt:
         reason = "SIGINT"
@@ -151,6 +152,13 @@ def render(text: str, blocks: list[dict] | None) -> str:
 def wait_for_outbox(rt: Runtime, timeout: float = 60, poll: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while rt.store.unsent(limit=1) and time.monotonic() < deadline:
+        time.sleep(poll)
+
+
+def wait_for_checks(rt: Runtime, timeout: float = 330, poll: float = 0.05) -> None:
+    """Until the embedded worker answered the checks asked (its fetch stops at 300 s)."""
+    deadline = time.monotonic() + timeout
+    while rt.store.checks_open() and time.monotonic() < deadline:
         time.sleep(poll)
 
 

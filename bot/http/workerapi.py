@@ -15,6 +15,9 @@
       instead of to a worker that is gone)
     POST /api/accounting/<id>/result {worker, lease, result, key} -> 200 | 400 | 409
       (a Slurm worker's sacct answer for `/plan NAME actual KIND slurm=JOBID`)
+    POST /api/checks/<id>/result {worker, lease, result, key} -> 200 | 400 | 409
+      (a compatibility check's answer for `/plan NAME check`: the trialbot.compat/1
+      report read at a commit, or why not)
     (a job id the bot never had: 404; a body over `body_limit`: 413; a write the
     database refuses: 503 {error, reason}, which the worker retries)
 
@@ -36,7 +39,7 @@ import re
 import time
 
 from bot.http import tokens
-from bot.plans import service
+from bot.plans import checks, service
 from bot.plans import slurm as slurmactual
 from bot.store import Unwritable
 from bot.trials import routing, workers
@@ -49,6 +52,7 @@ MAX_WAIT = 30  # seconds a lease request may be held open
 API_WRITE_WAIT = 10.0  # seconds each write waits for the database: well inside the client's 30
 JOB_PATH = re.compile(r"/api/jobs/(\d{1,12})/(heartbeat|report)")
 ACCOUNTING_PATH = re.compile(r"/api/accounting/(\d{1,12})/result")
+CHECK_PATH = re.compile(r"/api/checks/(\d{1,12})/result")
 RELEASE_PATH = re.compile(r"/api/jobs/(\d{1,12})/release")
 # Why a worker stops, shown on the trial's card: a signal's name, a few words;
 # nothing Slack would read as markup or a mention.
@@ -198,6 +202,9 @@ class WorkerApi:
         m = ACCOUNTING_PATH.fullmatch(path)
         if m:
             return self.accounting(int(m.group(1)), worker, body, key)
+        m = CHECK_PATH.fullmatch(path)
+        if m:
+            return self.check(int(m.group(1)), worker, body, key)
         m = RELEASE_PATH.fullmatch(path)
         if m:
             return self.release(int(m.group(1)), worker, body, key)
@@ -244,6 +251,10 @@ class WorkerApi:
             return 200, {"kind": job["kind"], "id": job["id"], "request": f"A{job['id']}",
                          "lease": job["lease"], "jobs": job["jobs"],
                          "heartbeat": self.ctx.queue.heartbeat_seconds}
+        if job.get("kind") == "compat-check":
+            return 200, {"kind": job["kind"], "id": job["id"], "request": f"C{job['id']}",
+                         "lease": job["lease"], "repo": job["repo"],
+                         "commit": job["commit_asked"]}
         return 200, {"id": job["id"], "trial": job["trial"], "lease": job["lease"],
                      "spec": job["spec"], "attempt": job["attempts"],
                      "heartbeat": self.ctx.queue.heartbeat_seconds}
@@ -323,6 +334,24 @@ class WorkerApi:
                 return 409, {"error": str(exc)}
         return 200, {"request": f"A{req_id}", "status": req["status"]}
 
+    def check(self, check_id: int, worker: str, body: dict,
+              key: str | None = None) -> tuple[int, dict | None]:
+        lease = body.get("lease")
+        if not isinstance(lease, str) or not 0 < len(lease) <= 100:
+            return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
+        problem = checks.problem(body.get("result"))
+        if problem:
+            return 400, {"error": problem}
+        try:
+            done = checks.answer(self.ctx, check_id, worker, lease, body["result"], key)
+        except LeaseLost as exc:
+            done = self.ctx.store.check(check_id)
+            if done is None:
+                return 404, {"error": f"there is no compatibility check C{check_id}"}
+            if not self._answered(worker, key, "check", request=check_id):
+                return 409, {"error": str(exc)}
+        return 200, {"request": f"C{check_id}", "status": done["status"]}
+
     def release(self, job_id: int, worker: str, body: dict,
                 key: str | None = None) -> tuple[int, dict | None]:
         lease, reason = body.get("lease"), body.get("reason")
@@ -362,7 +391,7 @@ class WorkerApi:
         answer, so the trial it got is handed back at once. (A Slurm accounting
         request waits out its lease: seconds of sacct, asked again.)"""
         reason = self.ctx.queue.stopped(worker, key)
-        if reason is None or job.get("kind") == "slurm-accounting":
+        if reason is None or job.get("kind") in ("slurm-accounting", "compat-check"):
             return False
         try:
             self.ctx.queue.release(job["id"], worker, job["lease"], reason)

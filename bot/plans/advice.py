@@ -21,9 +21,11 @@ RULES = {  # shown translated: views.advice
 
 
 def facts_of(plan: Json, reports: list[Json], price_list: list[Json], total_hours: float,
-             prep_hours: float, missing: list[str] | None = None) -> Json:
+             prep_hours: float, missing: list[str] | None = None,
+             check: Json | None = None) -> Json:
     """The facts the rules read. `missing`: per block measured off the target,
-    the trial on the target it still lacks (bot/plans/footing.missing_trial)."""
+    the trial on the target it still lacks (bot/plans/footing.missing_trial);
+    `check`: the latest compatibility check's (bot/plans/checkview.advice_facts)."""
     f = plan["facts"]
     target = f.get("gpu")
     on_target = [r for r in reports if gpus.matches_gpu(r, target)]
@@ -48,10 +50,29 @@ def facts_of(plan: Json, reports: list[Json], price_list: list[Json], total_hour
                                       k)
                        for k in ("rent", "buy", "resale", "power", "electricity")},
             "total_hours": total_hours, "prep_hours": prep_hours,
-            "missing_trials": list(missing or [])}
+            "missing_trials": list(missing or []), "check": check}
 
 
 def advise(fx: Json, today: dt.date) -> Json:
+    """The first rule that fires (or the facts it lacks), the others that fire,
+    and `blocking`: what stands in the way whatever the rules say (a target
+    the compatibility check says cannot run the code)."""
+    return dict(_walk(fx, today), blocking=blocking(fx))
+
+
+def blocking(fx: Json) -> list[str]:
+    check = fx.get("check")
+    if not check or check["status"] != "cannot":
+        return []
+    other = ", ".join(check["compatible"]) or _("none of the table's kinds")
+    return [_("The compatibility check C{id} (commit `{commit}`) says {gpu} cannot run this "
+              "code: {why}. Kinds it can run on: {kinds}. Do not rent {gpu} for it; change "
+              "the target (`/plan NAME set gpu=...`) or the code, and check again.",
+              id=check["id"], commit=check["commit"], gpu=check["target"],
+              why="; ".join(check["why"]), kinds=other)]
+
+
+def _walk(fx: Json, today: dt.date) -> Json:
     answer = None
     also = []
     for n, check in ((1, _rule1), (2, _rule2), (3, _rule3), (4, _rule4), (5, _rule5)):
@@ -195,11 +216,22 @@ def _rule4(fx: Json, today: dt.date) -> Json:
                               "tpu)")]}
     if fx["platform"] == "cuda":
         return {"fires": False}
+    answer = _("Secure a CUDA device and a compatible software stack first: the repo's "
+               "support matrix beats the device's name (a cloud Mac is not a CUDA box).")
+    check = fx.get("check")
+    if check:
+        answer += " " + _("The compatibility check C{id} (commit `{commit}`) found it can run "
+                          "on: {kinds}.", id=check["id"], commit=check["commit"],
+                          kinds=", ".join(check["compatible"]) or _("none of the table's kinds"))
+        if fx["platform"] == "mps" and check["mac_evidence"]:
+            evidence = ", ".join(f"`{w}`" for w in check["mac_evidence"])
+            answer += " " + (_("On a Mac it cannot run: {evidence}.", evidence=evidence)
+                             if check["mac"] == "cannot" else
+                             _("On a Mac it runs only with changes: {evidence}.",
+                               evidence=evidence))
     return {"fires": True, "facts": [_("the code needs CUDA"),
                                      _("target platform {platform}", platform=fx["platform"])],
-            "answer": _("Secure a CUDA device and a compatible software stack first: the repo's "
-                        "support matrix beats the device's name (a cloud Mac is not a CUDA "
-                        "box).")}
+            "answer": answer}
 
 
 def _rule5(fx: Json, today: dt.date) -> Json:

@@ -16,6 +16,9 @@ from bot.plans import (
     advice,
     calibration,
     changes,
+    checkparse,
+    checks,
+    checkview,
     entry,
     estimate,
     export,
@@ -169,10 +172,11 @@ BLOCK_FIELDS = ("runs", "configs", "gpus", "trials", "sweep", "predict", "handof
 def _show(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     plan = plan_of(ctx, cmd.plan, asked)
     ests = service.estimates(ctx, plan)
+    checked = checkview.show_line(plan, ctx.store.latest_check(plan["name"]))
     return views.show(plan, ests, ctx.store.prices(), asked.today,
                       ctx.store.plan_jobs(plan["name"]),
                       service.calibrations(ctx, plan, ests, asked.user, asked.channel),
-                      fitson.section(plan, ests))
+                      "\n".join(p for p in (fitson.section(plan, ests), checked) if p))
 
 
 def _export(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
@@ -236,7 +240,8 @@ def _advise(ctx: Context, cmd: PlanCommand, asked: Asked) -> Json:
     missing = [f"{e['kind']}: {footing.missing_trial(plan['name'], e, target)}"
                for _block, e, _trials in ests if e.get("off_target")]
     fx = advice.facts_of(plan, reports, ctx.store.prices(), float(total["hours"]), prep,
-                         missing=missing)
+                         missing=missing, check=checkview.advice_facts(
+                             plan, ctx.store.latest_check(plan["name"])))
     return views.advice(plan, advice.advise(fx, asked.today))
 
 
@@ -371,6 +376,12 @@ TABLE: tuple[Entry, ...] = (
     Entry("unlock", "unlock", parse.parse_alone, _unlock, needs=CHANGE, of_plan=True),
     Entry("advise", "advise", parse.parse_alone, _advise, of_plan=True),
     Entry("review", "review", parse.parse_alone, _review, of_plan=True),
+    Entry("check", "check", checkparse.parse_check, checks.handle, needs=CHANGE, posts=True,
+          of_plan=True, help=(N_(
+              "• `/plan NAME check [repo=URL_OR_PATH] [commit=SHA]`: a worker fetches the "
+              "repository (the checklist's `repo` unless given) and reads it without running "
+              "it: will it run on each GPU kind, a Mac and a CPU, and why; it fills "
+              "`framework` and `needs_cuda` when they are empty"),)),
     Entry("actual", "actual", actualparse.parse_actual_words, actuals.handle, needs=CHANGE,
           of_plan=True,
           help=(N_("• `/plan NAME actual KIND slurm=JOBID[,JOBID...] [runs=N] [note=...]`: the "

@@ -32,14 +32,15 @@ from worker.i18n import N_, _, did_you_mean, sentences
 USAGE = ("/plan new NAME | /plan list | /plan NAME [show|set k=v ...|set k=|block KIND runs=N "
          "trial=T12 ...|block KIND correct k=v ...|block KIND delete|lock|unlock|advise|"
          "actual KIND hours=H|slurm=JOBID|actual KIND correct [#ID] k=v ...|"
-         "actual KIND delete [#ID]|review|history|export] | "
+         "actual KIND delete [#ID]|review|history|export|check [repo=URL] [commit=SHA]] | "
          "/plan price GPU RATE/h source=... date=YYYY-MM-DD | /plan price correct P7 ... | "
          "/plan price delete P7 | /plan prices [all] | "
          "/plan digest [weekly DAY HH:MM TIMEZONE|now|off] | /plan settings [lang=ko] | "
          "/plan help")
 
 BLOCK_KINDS = ("baseline", "compare", "scale", "verify")
-ACTIONS = ("show", "export", "lock", "unlock", "advise", "review", "set", "block", "actual")
+ACTIONS = ("show", "export", "lock", "unlock", "advise", "review", "set", "block", "actual",
+           "check")
 
 # The reproduction checklist, in the order a reproduction settles it.
 CHECKLIST = {

@@ -454,6 +454,12 @@ def locked(plan: Json) -> Json:
 
 
 def advice(plan: Json, a: Json) -> Json:
+    blocked = "".join(":no_entry: " + _("*Blocking*: {why}", why=b) + "\n"
+                      for b in a.get("blocking", []))
+    return reply(blocked + _advice_text(plan, a))
+
+
+def _advice_text(plan: Json, a: Json) -> str:
     if a["rule"] is None and a.get("undecided"):
         text = (_("*Plan {plan}*: rule {rule} ({title}) cannot be decided without these facts "
                   "— I won't guess:", plan=plan["name"], rule=a["undecided"],
@@ -470,4 +476,4 @@ def advice(plan: Json, a: Json) -> Json:
                              title=_(other["title"]), answer=other["answer"])
         if a.get("missing"):
             text += "\n" + _("Still missing: {facts}", facts="; ".join(a["missing"]))
-    return reply(text)
+    return text

@@ -137,6 +137,21 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "select max(cast(substr(what, 8) as integer)) from plan_history "
         "where what like 'price P%')",
     ]),
+    # `/plan NAME check`: a compatibility check (#34) a worker leases, fetches at
+    # its commit and reads (worker/compat/), with its lease like a Slurm request's;
+    # `result` is the worker's answer (the trialbot.compat/1 report, or why not),
+    # `filled` the checklist items it filled. A worker request key names the
+    # check it leased in `worker_requests.request`, as a Slurm request's (its
+    # lease, a fresh uuid, tells which of the two).
+    ("compatibility checks", [
+        "create table if not exists compat_checks (id integer primary key, plan text not null, "
+        "repo text not null, commit_asked text, user text not null, channel text not null, "
+        "status text not null default 'queued', worker text, lease text, lease_expires float, "
+        "attempts integer not null default 0, created float not null, finished float, "
+        "commit_read text, result text, message text, filled text)",
+        "create index if not exists compat_checks_status on compat_checks (status)",
+        "create index if not exists compat_checks_plan on compat_checks (plan, id)",
+    ]),
 ]
 
 LATEST = BASELINE + len(MIGRATIONS)

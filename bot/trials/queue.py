@@ -15,14 +15,16 @@ from contextlib import AbstractContextManager
 
 from bot.blocks import message
 from bot.ports import QueueStore
-from bot.states import WAITING, ActualStatus, JobStatus, Json
+from bot.states import WAITING, ActualStatus, CheckStatus, JobStatus, Json
 from bot.trials import card, chart, outcome, views, workers
 from worker import i18n
-from worker.api import Report, reports, specs
+from worker.api import Report, compat, reports, specs
 from worker.i18n import _
 
+COMPAT_SCHEMA = compat.report.SCHEMA  # a worker that registers it answers checks
 LEASE_SECONDS = 60      # a lease without a heartbeat for this long is re-queued
 MAX_LEASES = 2          # leases lost to a silent worker before the trial fails (as Buildkite)
+CHECK_LEASE_SECONDS = 600  # a check's fetch stops at 300 s (worker/compatcheck.py): no heartbeat
 MAX_LEFT = 1000  # long polls left by stopping workers, remembered (each is over in 30 s)
 
 
@@ -132,6 +134,13 @@ class JobQueue:
         self._wake()
         return req
 
+    def submit_check(self, row: Json, request: str | None = None) -> Json:
+        """A compatibility check (`/plan NAME check`), for any worker that reads
+        repositories (it registers the compat schema)."""
+        check = self.store.add_check(row, request)
+        self._wake()
+        return check
+
     def _wake(self) -> None:
         """Lease requests waiting in lease() look again: the queue changed."""
         with self.changed:
@@ -158,6 +167,11 @@ class JobQueue:
                                                     key)
                 if req:
                     return dict(req, kind="slurm-accounting")
+            if info.get("compat") == COMPAT_SCHEMA:  # a check takes seconds: before trials
+                check = self.store.lease_check(worker, CHECK_LEASE_SECONDS, self.max_leases,
+                                               key)
+                if check:
+                    return dict(check, kind="compat-check")
             job = self.store.lease_next(worker, self.lease_seconds, self.runnable(info), key)
             if job:
                 with self.speaking(job["channel"]):
@@ -255,10 +269,12 @@ class JobQueue:
             if self.store.extend_lease(first["job"], worker, first["lease"], self.lease_seconds):
                 return self.store.job(first["job"])
             return None
-        req = self.store.slurm_actual(first["request"])
-        if req and (req["status"], req["worker"], req["lease"]) == ("running", worker,
-                                                                     first["lease"]):
-            return dict(req, kind="slurm-accounting")
+        # A Slurm request or a check: the lease (a fresh uuid) says which.
+        for kind, req in (("slurm-accounting", self.store.slurm_actual(first["request"])),
+                          ("compat-check", self.store.check(first["request"]))):
+            if req and (req["status"], req["worker"], req["lease"]) == ("running", worker,
+                                                                         first["lease"]):
+                return dict(req, kind=kind)
         return None
 
     def reap(self) -> None:
@@ -281,9 +297,25 @@ class JobQueue:
         for req in self.store.expired_slurm_actuals(self.max_leases):
             with self.speaking(req["channel"]):
                 self._fail_slurm(req)
+        for check in self.store.expired_checks(self.max_leases):
+            with self.speaking(check["channel"]):
+                self._fail_check(check)
         for job in self.store.expired_jobs(self.max_leases):
             with self.speaking(job["channel"]):
                 self._fail_expired(job)
+
+    def _fail_check(self, check: Json) -> None:
+        why = _("lease expired {n} times: the workers asked ({worker} last) stopped answering",
+                n=check["attempts"], worker=check["worker"])
+        text = _(":x: Compatibility check C{id} of *{plan}* ({repo}): {why}. Nothing was read "
+                 "(asked by <@{user}>); ask again with `/plan {plan} check` when a worker runs.",
+                 id=check["id"], plan=check["plan"], repo=check["repo"], why=why,
+                 user=check["user"])
+        said = dict(message(check["channel"], text), user=check["user"])
+        if self.store.finish_check(check, CheckStatus.FAILED,
+                                   {"error": {"why": "expired", "message": why}}, {},
+                                   lambda _filled: said, expired=True) is not None:
+            self.on_message()
 
     def _fail_slurm(self, req: Json) -> None:
         why = _("lease expired {n} times: the Slurm workers asked ({worker} last) stopped "

@@ -33,7 +33,9 @@ NAMES = {"Slack", "Slurm", "Python", "PyTorch", "torch", "NVIDIA", "Hugging", "F
          "localhost", "IANA", "tz", "PCIe", "Ctrl-C", "doctor", "x-oauth-scopes", "ROCm",
          "Apple", "FlashAttention-2", "FlashAttention-3", "root", "uid", "ps", "chown",
          # file names and extensions the compatibility check reads (docs/compat.md)
-         "requirements", "txt", "py", "cu", "cuh"}
+         "requirements", "txt", "py", "cu", "cuh",
+         # the tool that fetches a repository for `/plan NAME check`, and a URL scheme it takes
+         "git", "ssh"}
 # The phases of a trial, named as its report, chart and recipes name them.
 PHASES = {"setup", "launch", "weights", "warmup", "data", "run", "prefill", "decode",
           "generate", "teardown"}

@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -61,9 +62,43 @@ class Made:
 
 
 class _Failed(Exception):
-    def __init__(self, message: str, run: Run | None = None, stopped: str | None = None):
+    def __init__(self, message: str, run: Run | None = None, stopped: str | None = None,
+                 why: str = "fetch"):
         super().__init__(message)
-        self.message, self.run, self.stopped = message, run, stopped
+        self.message, self.run, self.stopped, self.why = message, run, stopped, why
+
+
+class FetchFailed(Exception):
+    """The repository could not be had at the commit: `why` is fetch, commit
+    or timeout; the message is git's words and what to do."""
+
+    def __init__(self, why: str, message: str):
+        super().__init__(message)
+        self.why, self.message = why, message
+
+
+def checkout(repo: str, commit: str, cache: str, seconds: float, refresh: bool = False
+             ) -> tuple[str, str, bool]:
+    """The repository at `commit` in the clone cache, as a recipe's is:
+    (its directory, the full commit, whether it was there already). A tree
+    is cached by commit: a second check of one commit fetches nothing.
+    `refresh` fetches the mirror again first (a branch such as HEAD moves)."""
+    name = environment.key({"repo": repo})[:16]
+    repos, trees = _dirs(cache, "repos", "trees")
+    before = set(os.listdir(trees))
+    deadline, cancel = time.monotonic() + seconds, threading.Event()
+    try:
+        mirror = os.path.join(repos, name + ".git")
+        if refresh and os.path.isdir(mirror):
+            with _locked(mirror + ".lock", deadline, cancel):
+                _run([*GIT, "-C", mirror, "remote", "update", "--prune"], repos, deadline,
+                     cancel, None, f"repo {repo} could not be fetched again")
+        tree, facts = _checkout(EnvSpec(repo=repo, commit=commit, cache=cache), deadline,
+                                cancel, None)
+    except _Failed as exc:
+        stopped = exc.stopped or (exc.run.stopped if exc.run is not None else None)
+        raise FetchFailed("timeout" if stopped else exc.why, exc.message) from None
+    return tree, facts["recipe_commit"], os.path.basename(tree) in before
 
 
 def make(recipe, deadline: float, cancel, user=None) -> Made:
@@ -135,7 +170,7 @@ def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
             commit = environment.commit_of(mirror, spec.commit)
         if commit is None:
             raise _Failed(f"commit `{spec.commit}` is not in repo {spec.repo}; give a commit "
-                          "hash or tag that `git log` shows there")
+                          "hash or tag that `git log` shows there", why="commit")
         tree = os.path.join(trees, f"{name[:12]}-{commit[:12]}")
         if not os.path.isdir(tree):
             partial = tree + ".partial"

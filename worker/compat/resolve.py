@@ -170,8 +170,10 @@ class _Run:
         if left <= 0:
             return None, TIMED_OUT
         lines = "".join(f"{p.name}{p.spec}{' ; ' + p.marker if p.marker else ''}\n" for p in pins)
+        # COLUMNS: uv wraps its sentences at the terminal's width, and a wrapped
+        # sentence loses the pin it names (pytest-xdist's workers set 80)
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_HTTP_RETRIES": "0",
-               "NO_COLOR": "1"}
+               "NO_COLOR": "1", "COLUMNS": "100000"}
         try:
             done = subprocess.run(self.command, input=lines, capture_output=True, text=True,
                                   timeout=left, env=env)

@@ -11,6 +11,7 @@ from worker import arithmetic, compat, models, presets, redact, shape, summary, 
 from worker import report as reports
 from worker import spec as specs
 from worker.catalog import LIVE_TIME_NOTE, PROCESSES, Workload
+from worker.compat import show as compat_show
 from worker.limits import MAX_BYTES
 from worker.redact import text as redact_text
 from worker.report import Report
@@ -42,7 +43,7 @@ __all__ = [
     # Model arithmetic (parameters, weights, KV cache) and Slurm's unended states.
     "arithmetic", "NOT_ENDED",
     # A repository read without running it: its pins and device needs (docs/compat.md).
-    "compat",
+    "compat", "compat_show",
     # Secrets kept out of logs and messages.
     "redact", "redact_text",
     # The embedded worker, loaded on first use (_LATER).

@@ -1,6 +1,8 @@
 """`/plan NAME check` on a worker (#34): the repository fetched at its commit
 into the clone cache, as a recipe's is (worker/launcher/envbuild.py), and
-read without running it (worker/compat/). Nothing from the repository is
+read without running it (worker/compat/), and its pins resolved by uv for
+this worker's Python on x86-64 Linux, where GPUs are rented (worker/compat/
+resolve.py; nothing installed or built). Nothing from the repository is
 executed: git fetches and checks out, the reader parses.
 
 The answer is the bot's to word (in the channel's language): a report
@@ -12,9 +14,11 @@ import dataclasses
 import time
 
 from worker import compat, environment
+from worker.compat import resolve
 from worker.launcher import envbuild
 
 FETCH_SECONDS = 300.0  # a clone of a large repository; well inside the check's lease
+LINUX = "x86_64-unknown-linux-gnu"  # a rented GPU box's platform, in uv's words
 
 
 def run(repo: str, commit: str | None, cache: str | None = None,
@@ -32,8 +36,11 @@ def run(repo: str, commit: str | None, cache: str | None = None,
     except compat.CheckError as exc:  # the checkout is gone or not a folder
         return {"repo": repo, "commit": full,
                 "error": {"why": "unreadable", "message": str(exc)}}
+    read = time.monotonic()
+    target = resolve.Target(resolve.default_target().python, LINUX)
+    done = resolve.check(report, target, environment.uv_binary()) if report.pins else None
     # The worker's cache path means nothing to the reader of the answer.
-    report = dataclasses.replace(report, root=repo)
+    report = dataclasses.replace(report, root=repo, resolution=done)
     return {"repo": repo, "commit": full, "cached": cached,
-            "fetch_s": round(fetched - start, 3),
-            "read_s": round(time.monotonic() - fetched, 3), "report": report.as_json()}
+            "fetch_s": round(fetched - start, 3), "read_s": round(read - fetched, 3),
+            "resolve_s": round(time.monotonic() - read, 3), "report": report.as_json()}

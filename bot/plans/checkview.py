@@ -11,7 +11,7 @@ from bot.blocks import chunks, reply, section
 from bot.fits import compat as fits
 from bot.fits.gpus import GpuNameError
 from bot.states import Json
-from worker.api import compat
+from worker.api import compat, compat_show
 from worker.i18n import N_, _
 
 R = compat.report
@@ -117,6 +117,7 @@ def _read(report: compat.Report) -> list[str]:
                                                     if more > 0 else "")) or _("none"))]
     if report.requires_python:
         out[0] += "; " + _("Python {versions}", versions=", ".join(report.requires_python))
+    out += compat_show.resolution(report.resolution)
     if report.unread:
         out.append(_("*Not read* ({n}; what to do with each):", n=len(report.unread)))
         for u in report.unread[:UNREAD_SHOWN]:

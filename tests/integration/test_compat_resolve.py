@@ -116,7 +116,8 @@ def test_the_resolution_round_trips_through_json(tmp_path, wheels):
 def test_check_resolves_for_the_target_it_is_given(tmp_path, wheels, capsys, monkeypatch):
     report = repo(tmp_path, "anywhere==1.0\noldpy==1.0\n-e git+https://x.org/y.git#egg=y\n")
     monkeypatch.setenv("UV_FIND_LINKS", wheels[2])
-    monkeypatch.setenv("UV_NO_INDEX", "1")
+    (tmp_path / "index").mkdir()  # an empty index in place of PyPI (uv has no UV_NO_INDEX)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", (tmp_path / "index").as_uri())
     assert cli.main(["check", report.root, "--python", "3.12", "--platform",
                      "x86_64-manylinux_2_28"]) == 1
     out = capsys.readouterr().out

@@ -6,8 +6,10 @@ checklist items filled, `show` and `advise` reading it."""
 import datetime as dt
 import io
 import subprocess
+import sys
 import threading
 import time
+import zipfile
 
 import pytest
 
@@ -45,9 +47,31 @@ FLASH = {"requirements.txt": "torch==2.1.2\ntransformers==4.36.2\nflash-attn==2.
                                 "modeling_llama.LlamaFlashAttention2.forward = forward\n"}
 
 
+def wheel(folder, name, version, tag):
+    """A wheel uv reads: METADATA and WHEEL in a zip whose name carries its tags."""
+    info = f"{name.replace('-', '_')}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{name.replace('-', '_')}-{version}-{tag}.whl", "w") as z:
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\n"
+                                       f"Version: {version}\n")
+        z.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: test\n"
+                                    f"Root-Is-Purelib: false\nTag: {tag}\n")
+        z.writestr(f"{info}/RECORD", "")
+
+
 @pytest.fixture
 def bot(tmp_path, monkeypatch):
     monkeypatch.setenv("TRIALBOT_ENV_CACHE", str(tmp_path / "cache"))
+    # The pins resolve against wheels made here, never an index: torch 2.1.2 has
+    # one for Python 3.8 only, so no Python this worker runs finds one.
+    found = tmp_path / "wheels"
+    found.mkdir()
+    wheel(found, "torch", "2.1.2", "cp38-cp38-manylinux_2_17_x86_64")
+    wheel(found, "transformers", "4.36.2", "py3-none-any")
+    wheel(found, "flash-attn", "2.4.0", "py3-none-any")
+    (tmp_path / "index").mkdir()  # an empty index in place of PyPI (uv has no UV_NO_INDEX)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", (tmp_path / "index").as_uri())
+    monkeypatch.setenv("UV_FIND_LINKS", str(found))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     rt = Runtime(str(tmp_path / "a.db"), "tok", ConsoleTransport(io.StringIO(), True,
                                                                  str(tmp_path)),
                  policy=Policy(run_everyone=True))
@@ -94,6 +118,9 @@ def test_a_check_fetches_reads_posts_fills_and_feeds_show_and_advise(bot, tmp_pa
     assert "A100" in text and "requirements.txt" in text and "a short trial on T4" in text
     assert "`pyproject.toml`: a dependency file that does not parse" in text
     assert "(at line 1, column 9)" in text  # the parser's own words
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"Pins that do not resolve for Python {python} on x86_64-unknown-linux-gnu" in text
+    assert f"torch==2.1.2 (requirements.txt:1): no wheel for Python {python}" in text
     facts = bot.store.plan("snap")["facts"]
     assert facts["framework"] == "torch 2.1 (set by hand)"  # a person's value stays
     assert facts["needs_cuda"] == "yes" and "needs_cuda = yes" in text

@@ -38,7 +38,7 @@ def text(report: Report) -> str:
                      "repositories; give the checkout's top folder, e.g. "
                      "`trialbot-worker check ./Medusa`."))
     out += _pins(report)
-    out += _resolution(report.resolution)
+    out += resolution(report.resolution)
     out += _needs(report)
     out += _unread(report.unread)
     out.append(_("This is a static reading: a kernel chosen at run time and a dependency's own "
@@ -79,7 +79,8 @@ _WHY = {"python": N_("no wheel for Python {python}"),
         "extra": N_("an optional extra")}
 
 
-def _resolution(done: Resolution | None) -> list[str]:
+def resolution(done: Resolution | None) -> list[str]:
+    """Whether the pins resolved for the target, as lines (the bot's answer shows them too)."""
     if done is None:
         return []
     target = {"python": done.python, "platform": done.platform}

@@ -1,5 +1,6 @@
 """The trial report: one JSON document shared by the worker and the bot, and
-its one definition (the TypedDicts below) and validator.
+its one definition (the TypedDicts below, and in worker/reportparts.py the
+parts that modules below this one return) and validator.
 
 The worker builds it, the bot stores and renders it, other tools read it.
 Field names are a contract (docs/report-schema.md). The types say what each

@@ -128,13 +128,13 @@ class SlurmExecutor:
                     jobs.append(job)
                 inner = report.get("attempts") or []
                 if not job or job["outcome"]:  # Slurm's verdict replaces the job's last try
-                    inner = inner[:-1] + [_entry(len(inner) + 1, report)]
+                    inner = inner[:-1] + [reports.attempt(len(inner) + 1, report, {})]
                 retry = job and job.get("outcome") == "retry"
                 if not retry or cancel.is_set() or len(tries) + 1 >= spec.params.get("attempts", 1):
                     for t in inner:  # the job's own tries (halve-batch) follow the resubmits
                         tries.append({**t, "attempt": len(tries) + 1})
                     break
-                entry = _entry(len(tries) + 1, report)
+                entry = reports.attempt(len(tries) + 1, report, {})
                 entry["next"] = f"submitted again (Slurm {job['state']})"
                 tries.append(entry)
                 progress["failed"] = [*progress.get("failed", []), "killed"]
@@ -185,12 +185,13 @@ class SlurmExecutor:
             started = _slurm_time(info["StartTime"])
         # max(0.0, ...): the times come from this machine's clock, the node's and
         # Slurm's; one a little behind another must not make a negative wait or run
-        job: SlurmJob = {"job_id": job_id, "state": state, "node": (info or {}).get("NodeList"),
-               "exit_code": (info or {}).get("ExitCode"), "outcome": klass,
-               "submit_s": max(0.0, submitted - t0),
-               "queue_wait_s": max(0.0, started - submitted) if started else None,
-               "run_s": max(0.0, ((job_report or {}).get("finished") or ended_at or collected)
-                            - started) if started else None}
+        job: SlurmJob = {
+            "job_id": job_id, "state": state, "node": (info or {}).get("NodeList"),
+            "exit_code": (info or {}).get("ExitCode"), "outcome": klass,
+            "submit_s": max(0.0, submitted - t0),
+            "queue_wait_s": max(0.0, started - submitted) if started else None,
+            "run_s": max(0.0, ((job_report or {}).get("finished") or ended_at or collected)
+                         - started) if started else None}
         if klass:
             self._failed(report, job, klass, report_path, tail, started)
         began = report["started"] = report.get("started") or started or submitted
@@ -327,10 +328,6 @@ def gpus_for(spec: TrialSpec) -> int:
     return int(spec.params.get("world", 1)) if spec.workload == "llm-train" else 1
 
 
-def _entry(n: int, report: Report) -> Attempt:
-    return reports.attempt(n, report, {})  # Slurm's own tries change no parameter
-
-
 def _env() -> dict:
     # sbatch copies its environment into the job: the worker's secrets stay out.
     return redact.without_secrets()
@@ -341,7 +338,7 @@ def _slurm_time(value: str | None) -> float | None:
         return None
     try:
         return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
-    except (TypeError, ValueError):
+    except ValueError:
         return None
 
 

@@ -33,9 +33,8 @@ def headline_figure(r: Report) -> str:
 
 
 def headline(r: Report) -> str:
-    values: dict[str, object] = {"who": r.get("trial") or _("trial"),
-                                 "what": f"recipe {r['recipe']}" if r.get("recipe")
-                                 else r["workload"],
+    what = f"recipe {r['recipe']}" if r.get("recipe") else r["workload"]
+    values: dict[str, object] = {"who": r.get("trial") or _("trial"), "what": what,
                                  "where": r.get("worker") or r.get("env", {}).get("host") or "?",
                                  "took": duration(r.get("seconds"))}
     timed = r.get("seconds") is not None

@@ -103,7 +103,7 @@ def _phase(start: float, cached: bool, built_at: float | None = None,
            build_seconds: float | None = None) -> Phase:
     end = time.time()
     phase: Phase = {"name": "setup", "start": start, "end": end, "seconds": end - start,
-             "found_by": "recipe-environment", "cached": cached}
+                    "found_by": "recipe-environment", "cached": cached}
     if cached:
         phase["built_at"], phase["build_seconds"] = built_at, build_seconds
     return phase

@@ -50,8 +50,10 @@ __all__ = [
     "attempts", "machine", "offer", "secrecy", "trialuser", "Agent", "Client", "Signals",
 ]
 
-def __getattr__(name: str):
-    """An embedded worker's part, imported when first asked for (PEP 562)."""
+def __getattr__(name: str) -> object:
+    """An embedded worker's part, imported when first asked for (PEP 562).
+    The TYPE_CHECKING imports above give mypy each one's own type; `object`
+    here makes any other name an error to use, not an unchecked one."""
     try:
         module, attr = _LATER[name]
     except KeyError:

@@ -12,32 +12,37 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from types import ModuleType
 
 from worker import report as reports
 from worker.probes.allocator import AllocatorProbe
+from worker.report import Phase, Report
 from worker.workloads import Unsupported
 
 
 class Trial:
     """What a workload sees: its device, a synchronize, and timed phases."""
 
-    def __init__(self, report: dict, path: str):
+    def __init__(self, report: Report, path: str):
         self.report, self.path = report, path
-        self.torch, self.device, self.allocator = None, "cpu", None
-        self.current = None
+        self.torch: ModuleType | None = None
+        self.device = "cpu"
+        self.allocator: AllocatorProbe | None = None
+        self.current: str | None = None
 
-    def attach(self, torch, device: str) -> None:
+    def attach(self, torch: ModuleType, device: str) -> None:
         """Called once torch is imported and the device chosen (end of `setup`)."""
         self.torch, self.device = torch, device
         self.allocator = AllocatorProbe(torch, device)
 
     def sync(self) -> None:
         # GPU work is asynchronous: a timestamp without a synchronize measures nothing.
-        if self.device == "cuda":
+        if self.device == "cuda" and self.torch is not None:  # attach sets both
             self.torch.cuda.synchronize()
 
     @contextlib.contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str) -> Iterator[None]:
         self.current = name
         print(f"TRIALBOT_PHASE {name}", flush=True)  # the worker's progress, live
         self.sync()
@@ -49,15 +54,16 @@ class Trial:
         finally:
             self.sync()
             seconds = time.perf_counter() - t0
-            memory = self.allocator.phase_end() if self.allocator else {}
-            self.report["phases"].append({"name": name, "start": start,
-                                          "end": start + seconds, "seconds": seconds,
-                                          **memory})
+            phase: Phase = {"name": name, "start": start, "end": start + seconds,
+                            "seconds": seconds}
+            if self.allocator:
+                phase.update(self.allocator.phase_end())
+            self.report["phases"].append(phase)
             save(self.report, self.path)
         self.current = None
 
 
-def save(report: dict, path: str) -> None:
+def save(report: Report, path: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(report, f)
@@ -86,7 +92,7 @@ def pick_device(torch, wanted: str) -> str:
     return wanted
 
 
-def set_threads(torch, count: int | None, report: dict) -> None:
+def set_threads(torch: ModuleType, count: int | None, report: Report) -> None:
     """The worker's thread choice (worker/threads.py), and what torch then runs
     with and where, for the report."""
     if count:

@@ -25,7 +25,6 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from typing import cast
 
 from worker import i18n, summary
 from worker import spec as specs
@@ -106,8 +105,7 @@ def trial_command(options: list[str], words: list[str]) -> int:
     from worker import attempts
     report = attempts.run(spec, recipes=recipes)
     report["worker"] = socket.gethostname()
-    # attempts.run is typed dict, but launcher builds it from report.new_report
-    print(json.dumps(report, indent=2) if as_json else summary.text(cast(Report, report)))
+    print(json.dumps(report, indent=2) if as_json else summary.text(report))
     return 0 if report["status"] == "ok" else 1
 
 
@@ -302,7 +300,7 @@ def _recipes_ok(args) -> dict | None:
 def _executor(args, user, info: dict):
     """What runs a trial: None (a child here), as --trial-user, or Slurm;
     for Slurm, `info` takes the partition's hardware."""
-    executor: Callable[..., dict] | None = None  # called like attempts.run
+    executor: Callable[..., Report] | None = None  # called like attempts.run
     if user:
         from worker import attempts
         executor = functools.partial(attempts.run, user=user)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from worker import redact
+from worker.reportparts import CodeVersion
 
 # A tree a trial can write may configure git to run a command (core.fsmonitor,
 # hooks): git here runs none, and never with the worker's secrets.
@@ -20,7 +21,7 @@ def git(cwd: str, *args: str, timeout: float = 20) -> subprocess.CompletedProces
         return subprocess.CompletedProcess(args, 1, "", str(exc))
 
 
-def of(cwd: str) -> dict:
+def of(cwd: str) -> CodeVersion:
     def git_here(*args):
         return git(cwd, *args)
     try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import platform
 import socket
 import sys
+from types import ModuleType
+
+from worker.reportparts import Env
 
 
 def cpu_name() -> str:
@@ -20,8 +23,8 @@ def cpu_name() -> str:
     return platform.machine()
 
 
-def fingerprint(torch, device: str) -> dict:
-    env = {
+def fingerprint(torch: ModuleType, device: str) -> Env:
+    env: Env = {
         "device": device,
         "host": socket.gethostname(),
         "python": platform.python_version(),
@@ -33,7 +36,7 @@ def fingerprint(torch, device: str) -> dict:
     }
     if torch.cuda.is_available():
         props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
-        env.update(gpu_name=props[0].name, gpu_count=len(props),
-                   gpu_memory=props[0].total_memory)
+        env["gpu_name"], env["gpu_count"] = props[0].name, len(props)
+        env["gpu_memory"] = props[0].total_memory
     env["executable"] = sys.executable
     return env

@@ -1,5 +1,6 @@
 """The trial report: one JSON document shared by the worker and the bot, and
-its one definition (the TypedDicts below) and validator.
+its one definition (the TypedDicts below, and in worker/reportparts.py the
+parts that modules below this one return) and validator.
 
 The worker builds it, the bot stores and renders it, other tools read it.
 Field names are a contract (docs/report-schema.md). The types say what each
@@ -37,6 +38,7 @@ from worker.limits import (  # noqa: F401 - re-exported: callers read them here
     TRY,
     YEAR,
 )
+from worker.reportparts import Env, FullDepth, Model, Object, Peaks, Slurm, Threads, Totals
 from worker.shape import REQUIRED, Most, Range
 
 SCHEMA = "trialbot.trial/1"
@@ -61,7 +63,6 @@ ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClass)  # in this order in messag
 
 
 Scalar = str | float | bool | None  # a parameter's value
-Object = dict[str, Any]  # a JSON object whose keys the schema leaves open
 Params = Annotated[dict[str, Scalar], Most(MAX_PARAMS)]
 
 # "class" is a keyword: the functional form spells it.
@@ -71,7 +72,7 @@ TrialError = TypedDict("TrialError", {
     "phase": str | None})
 
 
-class Phase(TypedDict, total=False):
+class Phase(Peaks, total=False):  # Peaks: the allocator's, CUDA only
     name: Annotated[str, REQUIRED]  # setup, weights, data, warmup, run (a recipe: launch, marks)
     start: Annotated[float, TIME]   # Unix time
     end: Annotated[float, TIME]
@@ -81,10 +82,6 @@ class Phase(TypedDict, total=False):
     cached: bool       # recipe-environment: an environment built before was reused ...
     built_at: Annotated[float | None, TIME]            # ... built then
     build_seconds: Annotated[float | None, SECONDS]    # ... taking this long
-    peak_allocated: Annotated[int | None, BYTES]  # CUDA only: peaks reset at the phase's start
-    peak_reserved: Annotated[int | None, BYTES]
-    allocated: Annotated[int | None, BYTES]       # ... and at its end
-    reserved: Annotated[int | None, BYTES]
     host_rss_peak: Annotated[int | None, BYTES]   # any device: sampled RSS of the process tree
     host_rss_samples: Annotated[int, COUNT]       # ... over this many samples in the phase
 
@@ -98,19 +95,13 @@ class Device(TypedDict, total=False):
     utilization_max: Annotated[float | None, PERCENT]
 
 
-class Memory(TypedDict, total=False):
+class Memory(Totals, total=False):  # Totals: the allocator's
     method: Annotated[Object, REQUIRED]  # for every field: how it was measured, or why not
-    allocated: Annotated[int | None, BYTES]
-    reserved: Annotated[int | None, BYTES]
-    peak_allocated: Annotated[int | None, BYTES]
-    peak_reserved: Annotated[int | None, BYTES]
     device_used_peak: Annotated[int | None, BYTES]
     process_used_peak: Annotated[int | None, BYTES]
     host_rss_peak: Annotated[int | None, BYTES]
     host_rss_peak_kernel: Annotated[int | None, BYTES]
     host_rss_launch_share: Annotated[float | None, SHARE]
-    num_alloc_retries: Annotated[int | None, COUNT]
-    num_ooms: Annotated[int | None, COUNT]
     devices: Annotated[list[Device], Most(MAX_DEVICES)]  # per GPU
 
 
@@ -211,21 +202,6 @@ class Contention(TypedDict, total=False):
     method: Object
 
 
-class Threads(TypedDict, total=False):
-    """The trial's intra-op threads (worker/threads.py)."""
-    threads: Annotated[int, COUNT]
-    cores: Annotated[list[int], Most(MAX_CORES)]
-    pinned: bool
-    free_cores: Annotated[list[int], Most(MAX_CORES)]
-    usable_cores: Annotated[list[int], Most(MAX_CORES)]
-    wait_policy: str
-    chosen_by: Literal["worker", "user"]
-    why: str
-    torch_threads: Annotated[int | None, COUNT]  # what the child's torch ran with
-    cores_seen: Annotated[list[int], Most(MAX_CORES)] | None
-    torch_threads_method: str
-
-
 # One child run of a malloc=auto trial (worker/launcher/passes.py); "pass" is a
 # keyword, so the functional form spells it.
 Pass = TypedDict("Pass", {
@@ -306,39 +282,11 @@ class Training(TypedDict, total=False):
     ranks: Annotated[list[Rank], Most(MAX_DEVICES), REQUIRED]
 
 
-class FullDepth(TypedDict, total=False):
-    """Arithmetic, not measured: sizes may exceed what one machine holds."""
-    layers: Annotated[int, COUNT, REQUIRED]
-    trial_layers: Annotated[int, COUNT, REQUIRED]
-    params: Annotated[int, AMOUNT, REQUIRED]
-    dtype: Annotated[str, REQUIRED]
-    weight_bytes: Annotated[float, AMOUNT, REQUIRED]
-    kv_cache_bytes: Annotated[float, AMOUNT, REQUIRED]
-    kv_formula: Annotated[str, REQUIRED]
-    batch: Annotated[int | None, COUNT]
-    published_params: Annotated[int | None, AMOUNT]
-    relative_error: float | None
-    sizing: Object | None
-
-
-class Model(TypedDict, total=False):
-    name: Annotated[str, REQUIRED]
-    source: Annotated[str, REQUIRED]
-    layers: Annotated[int, COUNT, REQUIRED]
-    full_layers: Annotated[int, COUNT, REQUIRED]
-    weights: Annotated[str, REQUIRED]
-    import_rss_bytes: Annotated[int | None, BYTES]
-
-
-class Env(TypedDict, total=False):
-    gpu_count: Annotated[int | None, COUNT]
-    gpu_memory: Annotated[int | None, BYTES]
-
-
 class Probe(TypedDict, total=False):
     hz: Annotated[float, RATE]
     samples: Annotated[int, COUNT]
     sampler_cpu_seconds: Annotated[float | None, SECONDS]
+    what: str
 
 
 class UnitModel(Stats, total=False):
@@ -366,19 +314,6 @@ class Units(TypedDict, total=False):
     kept: Annotated[int, COUNT]
     models: Annotated[list[UnitModel], Most(MAX_DEVICES)]
     program: ProgramTime
-
-
-class SlurmJob(TypedDict, total=False):
-    submit_s: Annotated[float | None, SECONDS]
-    queue_wait_s: Annotated[float | None, SECONDS]
-    run_s: Annotated[float | None, SECONDS]
-
-
-class Slurm(TypedDict, total=False):
-    queue_wait_s: Annotated[float | None, SECONDS]
-    run_s: Annotated[float | None, SECONDS]
-    wall_s: Annotated[float | None, SECONDS]
-    jobs: Annotated[list[SlurmJob], Most(MAX_ATTEMPTS)]
 
 
 class TimelinePart(TypedDict, total=False):
@@ -427,6 +362,11 @@ class Report(TypedDict, total=False):
     threads: Threads | None            # intra-op threads: how many, where, who chose
     passes: Annotated[list[Pass], Most(10)] | None  # malloc=auto: memory and time passes
     processes: Processes | None        # processes=N: the time pass's fresh processes
+    # The child's and the probe's notes to the launcher, which takes them out
+    # before the report leaves the worker:
+    threads_seen: Threads             # what torch ran with (worker/launcher's _threads)
+    phase_at_exit: str | None         # where a recipe's probe last saw the program
+    allocator_samples: list[Object]   # the allocator's samples, for the timeline
 
 
 def new_report(workload: str, params: Object) -> Report:
@@ -464,6 +404,17 @@ def fail(report: Report, error_class: str, message: str, phase: str | None = Non
     report["error"] = {"class": cast(ErrorClass, error_class), "message": message[-2000:],
                        "phase": phase}
     return report
+
+
+def attempt(n: int, report: Report, changed: Params) -> Attempt:
+    """Try `n` as `attempts[]` keeps it: its verdict, its message's tail (500
+    characters: the cause), its seconds; `next` is the caller's to say."""
+    err = report.get("error")
+    # a try the launcher returned is ended: "running" is not one of an attempt's states
+    return {"attempt": n, "status": "ok" if report["status"] == "ok" else "failed",
+            "error_class": err["class"] if err else None,
+            "message": (err["message"] if err else "")[-500:],
+            "seconds": report.get("seconds"), "changed": changed, "next": None}
 
 
 def validate(report: object, spec: Object | None = None) -> list[str]:

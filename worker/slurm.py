@@ -35,6 +35,8 @@ import uuid
 from worker import redact
 from worker import report as reports
 from worker.launcher.process import read_json
+from worker.report import Attempt, Report
+from worker.reportparts import SlurmJob
 from worker.spec import TrialSpec
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,7 +80,7 @@ class Slurm:
                               or f"sbatch exited with {proc.returncode}")
         return proc.stdout.strip().split(";")[0]  # "ID" or "ID;cluster"
 
-    def show(self, job_id: str) -> dict | None:
+    def show(self, job_id: str) -> dict[str, str] | None:
         """`scontrol show job` as a dict, or None once Slurm no longer lists it."""
         proc = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
                               text=True, timeout=60)
@@ -86,7 +88,7 @@ class Slurm:
             if "Invalid job id" in proc.stderr:
                 return None
             raise OSError(f"scontrol: {proc.stderr.strip()}")
-        fields = {}
+        fields: dict[str, str] = {}
         for word in proc.stdout.split():
             key, _, value = word.partition("=")
             fields.setdefault(key, value)
@@ -110,13 +112,13 @@ class SlurmExecutor:
         self.slurm, self.poll_max = slurm or Slurm(), poll_max
 
     def __call__(self, spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
-                 progress: dict | None = None) -> dict:
+                 progress: dict | None = None) -> Report:
         cancel = cancel or threading.Event()
         progress = {} if progress is None else progress
         called = time.monotonic()  # wall_s is a duration: a clock stepped back must not shrink it
         trial_dir = os.path.join(self.shared_dir, f"trial-{uuid.uuid4().hex[:12]}")
-        tries: list[dict] = []
-        jobs: list[dict] = []
+        tries: list[Attempt] = []
+        jobs: list[SlurmJob] = []
         try:
             while True:
                 progress.update(attempt=len(tries) + 1, phase="submit")
@@ -126,13 +128,13 @@ class SlurmExecutor:
                     jobs.append(job)
                 inner = report.get("attempts") or []
                 if not job or job["outcome"]:  # Slurm's verdict replaces the job's last try
-                    inner = inner[:-1] + [_entry(len(inner) + 1, report, spec)]
+                    inner = inner[:-1] + [reports.attempt(len(inner) + 1, report, {})]
                 retry = job and job.get("outcome") == "retry"
                 if not retry or cancel.is_set() or len(tries) + 1 >= spec.params.get("attempts", 1):
                     for t in inner:  # the job's own tries (halve-batch) follow the resubmits
                         tries.append({**t, "attempt": len(tries) + 1})
                     break
-                entry = _entry(len(tries) + 1, report, spec)
+                entry = reports.attempt(len(tries) + 1, report, {})
                 entry["next"] = f"submitted again (Slurm {job['state']})"
                 tries.append(entry)
                 progress["failed"] = [*progress.get("failed", []), "killed"]
@@ -183,22 +185,22 @@ class SlurmExecutor:
             started = _slurm_time(info["StartTime"])
         # max(0.0, ...): the times come from this machine's clock, the node's and
         # Slurm's; one a little behind another must not make a negative wait or run
-        job = {"job_id": job_id, "state": state, "node": (info or {}).get("NodeList"),
-               "exit_code": (info or {}).get("ExitCode"), "outcome": klass,
-               "submit_s": max(0.0, submitted - t0),
-               "queue_wait_s": max(0.0, started - submitted) if started else None,
-               "run_s": max(0.0, ((job_report or {}).get("finished") or ended_at or collected)
-                            - started) if started else None}
+        job: SlurmJob = {
+            "job_id": job_id, "state": state, "node": (info or {}).get("NodeList"),
+            "exit_code": (info or {}).get("ExitCode"), "outcome": klass,
+            "submit_s": max(0.0, submitted - t0),
+            "queue_wait_s": max(0.0, started - submitted) if started else None,
+            "run_s": max(0.0, ((job_report or {}).get("finished") or ended_at or collected)
+                         - started) if started else None}
         if klass:
-            self._failed(report, job, report_path, tail, started)
-        report["started"] = report.get("started") or started or submitted
-        report["finished"] = report.get("finished") or collected
-        report["seconds"] = report.get("seconds") or max(0.0, report["finished"]
-                                                         - report["started"])
+            self._failed(report, job, klass, report_path, tail, started)
+        began = report["started"] = report.get("started") or started or submitted
+        ended = report["finished"] = report.get("finished") or collected
+        report["seconds"] = report.get("seconds") or max(0.0, ended - began)
         report["env"] = report.get("env") or {"host": job["node"]}
         return report, job
 
-    def _refused(self, spec: TrialSpec, exc: Exception, t0: float) -> dict:
+    def _refused(self, spec: TrialSpec, exc: Exception, t0: float) -> Report:
         """The report of a job sbatch did not take: the controller unreachable
         (a crash, retried) or the job refused (unsupported)."""
         report = reports.new_report(spec.workload, spec.params)
@@ -207,14 +209,14 @@ class SlurmExecutor:
                      f"Slurm refused the job (partition `{self.partition}`"
                      + (f", account `{self.account}`" if self.account else "")
                      + "): " + "; ".join(str(exc).splitlines()), "setup")
-        report["started"], report["finished"] = t0, time.time()
-        report["seconds"] = max(0.0, report["finished"] - t0)
+        ended = time.time()
+        report["started"], report["finished"], report["seconds"] = t0, ended, max(0.0, ended - t0)
         return report
 
-    def _failed(self, report: dict, job: dict, report_path: str, tail: str,
+    def _failed(self, report: Report, job: SlurmJob, klass: str, report_path: str, tail: str,
                 started: float | None) -> None:
-        """The report says how the job ended without finishing, in Slurm's words."""
-        klass = job["outcome"]
+        """The report says how the job ended without finishing (`klass`, its
+        outcome), in Slurm's words."""
         why = {"oom": "went over its memory limit (sbatch "
                       f"--mem {self.mem})",
                "timeout": "hit its Slurm time limit",
@@ -222,15 +224,15 @@ class SlurmExecutor:
                "retry": "lost its node",
                "crash": f"ended without a report at {report_path} (is --shared-dir "
                         "on a filesystem the compute nodes share?)"}[klass]
+        err = report.get("error")
         message = (f"Slurm job {job['job_id']} {why}: state {job['state']}, exit code "
                    f"{job['exit_code']}, node {job['node']}\n"
-                   + ((report.get("error") or {}).get("message") or tail))
+                   + ((err["message"] if err else "") or tail))
         reports.fail(report, "killed" if klass == "retry" else klass, message,
-                     (report.get("error") or {}).get("phase")
-                     or ("run" if started else "setup"))
+                     (err.get("phase") if err else None) or ("run" if started else "setup"))
 
     def _follow(self, job_id: str, cancel, progress, report_path: str = ""
-                ) -> tuple[dict | None, str]:
+                ) -> tuple[dict[str, str] | None, str]:
         """Poll until the job ends; scancel it when the trial is cancelled.
         Polls quickly at first, then backs off to `poll_max`: a login node's
         scontrol calls load the controller. The report file appearing (a stat,
@@ -326,22 +328,17 @@ def gpus_for(spec: TrialSpec) -> int:
     return int(spec.params.get("world", 1)) if spec.workload == "llm-train" else 1
 
 
-def _entry(n: int, report: dict, spec: TrialSpec) -> dict:
-    err = report.get("error") or {}
-    return {"attempt": n, "status": report["status"], "error_class": err.get("class"),
-            "message": (err.get("message") or "")[-500:], "seconds": report.get("seconds"),
-            "changed": {}, "next": None}
-
-
 def _env() -> dict:
     # sbatch copies its environment into the job: the worker's secrets stay out.
     return redact.without_secrets()
 
 
 def _slurm_time(value: str | None) -> float | None:
+    if value is None:
+        return None
     try:
         return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
-    except (TypeError, ValueError):
+    except ValueError:
         return None
 
 

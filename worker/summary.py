@@ -9,7 +9,8 @@ from typing import Any
 
 from worker import notes, timeline, units
 from worker.i18n import N_, _, ngettext
-from worker.report import Report
+from worker.report import Attempt, Contention, Phase, Processes, Report, Stability, Training, Units
+from worker.reportparts import Built, FullDepth, Model, Slurm, Threads
 from worker.spec import live_time_note
 from worker.threads import cores_text
 from worker.units import number
@@ -39,14 +40,15 @@ def headline_figure(r: Report) -> str:
 
 
 def headline(r: Report) -> str:
-    values = {"who": r.get("trial") or _("trial"),
-              "what": f"recipe {r['recipe']}" if r.get("recipe") else r["workload"],
-              "where": r.get("worker") or r.get("env", {}).get("host") or "?",
-              "took": duration(r.get("seconds"))}
+    what = f"recipe {r['recipe']}" if r.get("recipe") else r["workload"]
+    values: dict[str, object] = {"who": r.get("trial") or _("trial"), "what": what,
+                                 "where": r.get("worker") or r.get("env", {}).get("host") or "?",
+                                 "took": duration(r.get("seconds"))}
     timed = r.get("seconds") is not None
     if r["status"] == "failed":
-        err = r.get("error") or {}
-        values.update(error=err.get("class"), phase=err.get("phase"))
+        err = r.get("error")
+        values.update(error=err.get("class") if err else None,
+                      phase=err.get("phase") if err else None)
         if timed:
             return _("{who} {what} FAILED ({error}, phase {phase}) on {where} in {took}",
                      **values)
@@ -70,7 +72,7 @@ def phases_line(r: Report) -> str:
                            share=number(share, ".0%"))
 
 
-def _phase(p: dict) -> str:
+def _phase(p: Phase) -> str:
     took = f"{p['name']} {duration(p['seconds'])}"
     if "host_rss_peak" not in p:  # a report from before phases had host peaks
         return took
@@ -92,7 +94,8 @@ def _timing(r: Report, unit: str) -> list[tuple[str, str]]:
     out = []
     lat, tr = r.get("latency"), r.get("training")
     if lat and lat.get("count"):
-        values = {k: duration(lat[k]) for k in ("p50", "p90", "p99", "mean")}
+        values: dict[str, object] = {"p50": duration(lat["p50"]), "p90": duration(lat["p90"]),
+                                     "p99": duration(lat["p99"]), "mean": duration(lat["mean"])}
         values.update(count=lat["count"], units=_units(unit), stdev=duration(lat.get("stdev")))
         label = _("time per step") if tr else _latency_label(unit)
         if lat.get("stdev") is not None:
@@ -123,12 +126,13 @@ def _conditions(r: Report, unit: str) -> list[tuple[str, str]]:
     st = r.get("stability")
     if st:
         out.append((_("stability"), stability(st, unit)))
-    if r.get("processes"):
-        out.append((_("processes"), processes_line(r["processes"], unit)))
-    if r.get("contention"):
-        out.append((_("machine"), machine(r["contention"])))
-    if r.get("threads"):
-        out.append((_("threads"), threads_line(r["threads"])))
+    pr, busy, threads = r.get("processes"), r.get("contention"), r.get("threads")
+    if pr:
+        out.append((_("processes"), processes_line(pr, unit)))
+    if busy:
+        out.append((_("machine"), machine(busy)))
+    if threads:
+        out.append((_("threads"), threads_line(threads)))
     thr = r.get("throughput")
     if thr:
         out.append((_("throughput"), number(thr["value"], ".1f", unit=f" {thr['unit']}")))
@@ -165,8 +169,9 @@ def _what_ran(r: Report) -> list[tuple[str, str]]:
                                   "tokens processed", batch=sc["batch"],
                                   prompt=sc["prompt_tokens"], gen=sc["gen_tokens"],
                                   tokens=sc["tokens"])))
-    if (r.get("units") or {}).get("kind"):
-        out.append((_("one run (the recipe's unit)"), run_unit(r["units"])))
+    ran = r.get("units")
+    if ran and ran.get("kind"):
+        out.append((_("one run (the recipe's unit)"), run_unit(ran)))
     if r.get("model"):
         out.append((_("model"), model_line(r["model"])))
     if r.get("full_depth"):
@@ -186,8 +191,9 @@ KEY_PACKAGES = ("torch", "transformers", "accelerate", "flash-attn", "datasets")
 
 def environment_line(r: Report) -> str:
     """The recipe's own environment: built now or reused, by what, with what."""
-    e = r["env"]["environment"]
-    setup = next((p for p in r["phases"] if p.get("found_by") == "recipe-environment"), {})
+    e: Built = r["env"].get("environment") or {}  # facts() shows this line only with one
+    built = [p for p in r["phases"] if p.get("found_by") == "recipe-environment"]
+    setup: Phase = built[0] if built else {}
     packages = e.get("packages") or {}
     versions = ", ".join(f"{n} {packages[n]}" for n in KEY_PACKAGES if n in packages)
     torch = (_("the worker's {version}", version=e["torch"]) if e.get("torch")
@@ -211,7 +217,7 @@ def _utc(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) if t else "?"
 
 
-def run_unit(u: dict) -> str:
+def run_unit(u: Units) -> str:
     """What one run of a recipe is, its calls apart per model, and the whole
     program's time beside them."""
     program = duration((u.get("program") or {}).get("seconds"))
@@ -259,7 +265,7 @@ def allocator(r: Report) -> str:
     return _(", glibc's default: holds freed blocks") if malloc else ""
 
 
-def full_depth(fd: dict) -> str:
+def full_depth(fd: FullDepth) -> str:
     """A model's full depth, by the decoder's arithmetic (llm-*) or counted by
     transformers on the meta device (hf-*): no trial ran it."""
     values = {"name": fd.get("preset") or fd.get("model"), "layers": fd["layers"],
@@ -277,7 +283,7 @@ def full_depth(fd: dict) -> str:
             + _per_sequence(fd))
 
 
-def _per_sequence(fd: dict) -> str:
+def _per_sequence(fd: FullDepth) -> str:
     """The same cache per sequence, the figure "Fits on" shows beside it."""
     batch = fd.get("batch") or 1
     if batch <= 1:
@@ -286,7 +292,7 @@ def _per_sequence(fd: dict) -> str:
              size=size(_over(fd["kv_cache_bytes"], batch)), batch=batch)
 
 
-def model_line(m: dict) -> str:
+def model_line(m: Model) -> str:
     """An hf-* trial's model: what transformers built, from where."""
     return _("{name}: {architecture}, {layers} of {full_layers} layers, attn={attn}, "
              "transformers {transformers}, {weights}; config from {source}", name=m["name"],
@@ -296,7 +302,7 @@ def model_line(m: dict) -> str:
              source=notes.said(m.get("source_note"), m["source"]))
 
 
-def slurm_line(s: dict) -> str:
+def slurm_line(s: Slurm) -> str:
     """Queue wait apart from run time: on a rented cluster the wait is idle money."""
     if not s.get("job_id"):
         return _("refused by sbatch (partition {partition})", partition=s["partition"])
@@ -310,7 +316,7 @@ def slurm_line(s: dict) -> str:
     return _("job {job} {state} on {partition}/{node}: queue wait {wait}, ran {ran}", **values)
 
 
-def training(tr: dict) -> str:
+def training(tr: Training) -> str:
     ranks = tr["ranks"]
     states = ", ".join(_("rank {rank} {size} MiB", rank=x["rank"],
                          size=number(_over(x["optimizer_state_bytes"], 2**20), ".2f"))
@@ -341,12 +347,15 @@ STOPPED_BY = {"stable": N_("stable"), "time cap": N_("time cap"), "count": N_("c
               "max count": N_("max count")}
 
 
-def stability(st: dict, unit: str = "request") -> str:
+def _stopped_by(why: str | None) -> str | None:
+    return _(STOPPED_BY[why]) if why is not None and why in STOPPED_BY else why
+
+
+def stability(st: Stability, unit: str = "request") -> str:
     v = {"ratio": number(st["iqr_over_median"], ".1%"),
          "runs": _runs(st["count"], unit), "bound": number(st.get("bound") or 0, ".0%"),
          "threshold": number(st.get("threshold") or 0, ".0%"),
-         "stopped_by": _(STOPPED_BY[st.get("stopped_by")]) if st.get("stopped_by") in STOPPED_BY
-         else st.get("stopped_by")}
+         "stopped_by": _stopped_by(st.get("stopped_by"))}
     if not st.get("threshold") and st.get("bound"):  # a fixed count, judged against a bound
         if st["stable"] is None:
             return _("IQR/median {ratio} over a fixed {runs}: too few to judge", **v)
@@ -362,7 +371,7 @@ def stability(st: dict, unit: str = "request") -> str:
              "these figures with care", **v)
 
 
-def processes_line(pr: dict, unit: str = "request") -> str:
+def processes_line(pr: Processes, unit: str = "request") -> str:
     """How many fresh processes the time came from and each spread (a
     processes=N trial, worker/launcher/processes.py)."""
     if pr["count"] == 1:
@@ -396,7 +405,7 @@ def busy_line(r: Mapping[str, Any]) -> str | None:  # a Report, or the bot's sto
     return notes.said(c.get("summary_note"), c.get("summary")) if c.get("flagged") else None
 
 
-def threads_line(t: dict) -> str:
+def threads_line(t: Threads) -> str:
     """The intra-op threads in one short line (worker/threads.py)."""
     values = {"n": t["threads"], "cores": cores_text(t["cores"]),
               "free": cores_text(t.get("free_cores") or [])}
@@ -408,10 +417,11 @@ def threads_line(t: dict) -> str:
     return _("{n} on cores {cores}; chosen by the worker", **values)
 
 
-def machine(c: dict) -> str:
+def machine(c: Contention) -> str:
     """Busy or quiet, in plain words, from the contention probe."""
-    if c.get("summary"):
-        return notes.said(c.get("summary_note"), c["summary"])
+    summary = c.get("summary")
+    if summary:  # said() gives the English back where the note is not one it knows
+        return notes.said(c.get("summary_note"), summary) or summary
     phases = c.get("phases") or {}
     # The run phase, or a recipe's longest marked phase: where its time went.
     name = "run" if "run" in phases else max(phases, key=lambda n: phases[n]["seconds"],
@@ -470,7 +480,7 @@ def retry_line(r: Report) -> str | None:
              "to failed tries", **values)
 
 
-def _try(t: dict) -> str:
+def _try(t: Attempt) -> str:
     what = t["error_class"] or t["status"]
     if t["next"]:
         return _("try {attempt}: {what}, then {next}", attempt=t["attempt"], what=what,
@@ -480,12 +490,13 @@ def _try(t: dict) -> str:
 
 def text(r: Report) -> str:
     lines = [headline(r)]
-    if retry_line(r):
-        lines.append(retry_line(r))
-    if busy_line(r):
-        lines.append(_("BUSY: {warning}", warning=busy_line(r)))
+    retried, busy, err = retry_line(r), busy_line(r), r.get("error")
+    if retried:
+        lines.append(retried)
+    if busy:
+        lines.append(_("BUSY: {warning}", warning=busy))
     if r["status"] == "failed":
-        lines.append(_("error: {message}",
-                       message=(r["error"]["message"].strip().splitlines() or [""])[-1]))
+        message = err["message"] if err else ""
+        lines.append(_("error: {message}", message=(message.strip().splitlines() or [""])[-1]))
     lines += [phases_line(r), *(f"{label}: {value}" for label, value in facts(r)), env_line(r)]
     return "\n".join(lines)

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 from worker.catalog import SpecError
 from worker.i18n import _
+from worker.reportparts import Threads
 
 WAIT_POLICY = "libgomp default (spin, then sleep)"  # OMP_WAIT_POLICY left unset
 # Variables the program's torch (and its BLAS) read at start for the thread count.
@@ -48,7 +50,7 @@ class ThreadChoice:
     threads: int
     cores: tuple[int, ...]    # the cores the trial runs on
     usable: tuple[int, ...]   # the worker's usable cores
-    chosen_by: str            # "worker" | "user"
+    chosen_by: Literal["worker", "user"]
     why: str
 
     @property
@@ -66,7 +68,7 @@ class ThreadChoice:
         count, e.g. torch.set_num_threads, wins)."""
         return {name: str(self.threads) for name in ENV_NAMES}
 
-    def to_report(self) -> dict:
+    def to_report(self) -> Threads:
         return {"threads": self.threads, "cores": list(self.cores), "pinned": self.pinned,
                 "free_cores": list(self.free), "usable_cores": list(self.usable),
                 "wait_policy": WAIT_POLICY, "chosen_by": self.chosen_by, "why": self.why}

@@ -3,6 +3,8 @@ to a few thousand points keeping each bucket's maximum, so peaks survive."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 MAX_POINTS = 2000
 SAMPLED = ("host_rss", "device_used", "process_used")
@@ -48,7 +50,7 @@ def phase_host_peaks(phases: list[dict], rows: list[dict]) -> list[tuple[int | N
     return out
 
 
-def import_phase(phases: list[dict]) -> dict | None:
+def import_phase(phases: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The phase before the program's own work: a recipe's `launch` (the
     interpreter and the imports before its first phase), a built-in's `setup`
     (importing torch and the workload)."""
@@ -56,7 +58,7 @@ def import_phase(phases: list[dict]) -> dict | None:
                  (("launch", "start"), ("setup", None))), None)
 
 
-def host_by_phase(report: dict, rows: list[dict], hz: float) -> None:
+def host_by_phase(report: Mapping[str, Any], rows: list[dict], hz: float) -> None:
     """Give each timed phase its host RSS peak from the sampled rows, and the
     report the import phase's share of the trial's host peak, each saying how."""
     phases = [p for p in report["phases"] if "start" in p and "end" in p]

@@ -4,6 +4,9 @@ inside the trial (a neighbour arriving, clocks settling) that the spread of
 single runs around one mean hides; the bot's interval includes it."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 COUNT = 5  # windows per run phase (fewer when there are fewer runs)
@@ -30,7 +33,8 @@ def split(samples: list[dict], unit: str, count: int = COUNT) -> dict | None:
                     "(the worker's contention probe)"}
 
 
-def annotate(windows: dict | None, share, others_limit: float, steal_limit: float) -> None:
+def annotate(windows: Mapping[str, Any] | None, share, others_limit: float,
+             steal_limit: float) -> None:
     """Fill each window's contention from `share(start, end)` (the probe's)."""
     for row in (windows or {}).get("rows", []):
         got = share(row["start"], row["end"])

@@ -35,6 +35,33 @@ def test_a_field_of_the_wrong_type_is_named(key, value, says):
     assert says in report.validate(dict(ok(), **{key: value}))
 
 
+@pytest.mark.parametrize("key, value, says", [
+    ("env", {"host": 7}, "`report.env.host` must be a string or null (got 7)"),
+    ("env", {"environment": {"packages": []}}, "`report.env.environment.packages` must be "
+                                               "an object"),
+    ("slurm", {"job_id": 5}, "`report.slurm.job_id` must be a string or null (got 5)"),
+    ("slurm", {"jobs": [{"state": None}]}, "`report.slurm.jobs[0].state` must be a string "
+                                           "(got None)"),
+    ("threads", {"chosen_by": "bot"}, "`report.threads.chosen_by` must be one of 'worker', "
+                                      "'user' (got 'bot')"),
+    ("probe", {"what": 1}, "`report.probe.what` must be a string (got 1)"),
+])
+def test_the_sections_a_worker_fills_are_checked_key_by_key(key, value, says):
+    # worker/reportparts.py: the keys the launcher, Slurm and the probes write, named once
+    assert says in report.validate(dict(ok(), **{key: value}))
+
+
+def test_an_attempt_is_its_try_s_verdict_and_the_tail_of_its_message():
+    failed = report.fail(dict(report.new_report("llm-infer", {}), seconds=3.0), "oom",
+                         "x" * 600 + "CUDA out of memory", "run")
+    entry = report.attempt(2, failed, {"batch": 4})
+    assert entry == {"attempt": 2, "status": "failed", "error_class": "oom",
+                     "message": ("x" * 600 + "CUDA out of memory")[-500:], "seconds": 3.0,
+                     "changed": {"batch": 4}, "next": None}
+    assert report.attempt(1, ok(), {})["error_class"] is None
+    assert report.validate(dict(ok(), attempts=[entry])) == []
+
+
 def test_fields_with_their_own_checks_are_named_once():
     problems = report.validate(dict(ok(), phases={}, memory=[]))
     assert problems == ["`report.phases` must be a list", "`report.memory` must be an object"]

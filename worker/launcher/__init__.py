@@ -35,6 +35,8 @@ from worker.launcher.sampler import SAMPLE_HZ
 from worker.probes import contention
 from worker.probes.host import HostRssTracker
 from worker.probes.nvml import NvmlTracker
+from worker.report import Memory, Phase, Report
+from worker.reportparts import Threads
 from worker.spec import SpecError, TrialSpec, check_params
 
 ALLOCATOR_FIELDS = recipe_phases.PHASE_MEMORY + ("num_alloc_retries", "num_ooms")
@@ -43,7 +45,7 @@ LIVE_NOTE = ("; glibc's mmap threshold pinned at 64 KiB (malloc=live), so freed 
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=None,
-              hz: float = SAMPLE_HZ, progress: dict | None = None, user=None) -> dict:
+              hz: float = SAMPLE_HZ, progress: dict | None = None, user=None) -> Report:
     """Run one try of `spec` in child processes and return its report (never
     raises for a failing trial: the failure is in the report). `user`, a
     worker.trialuser.TrialUser, runs the children as that user."""
@@ -87,7 +89,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None, recipes=No
     return report
 
 
-def _sampled(report: dict, run: Run, spec: TrialSpec, choice, trackers: list, hz: float) -> None:
+def _sampled(report: Report, run: Run, spec: TrialSpec, choice, trackers: list, hz: float) -> None:
     """What this side sampled of a child that ran: memory, contention, the timeline."""
     host, nvml, busy = trackers
     _memory(report["memory"], run, spec, host, nvml)
@@ -104,7 +106,7 @@ def _sampled(report: dict, run: Run, spec: TrialSpec, choice, trackers: list, hz
     wait_gpu_released(nvml, run)
 
 
-def _memory(memory: dict, run: Run, spec: TrialSpec, host, nvml) -> None:
+def _memory(memory: Memory, run: Run, spec: TrialSpec, host, nvml) -> None:
     """The trackers' peaks, and the kernel's max RSS where it says more than the worker's own."""
     for tracker in (host, nvml):
         memory.update(tracker.result())
@@ -119,7 +121,8 @@ def _memory(memory: dict, run: Run, spec: TrialSpec, host, nvml) -> None:
         "which Linux counts into the child's at exec")
 
 
-def _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress=None, user=None):
+def _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress=None, user=None
+                 ) -> tuple[Report, Run]:
     with tempfile.TemporaryDirectory(prefix="trialbot-") as tmp:
         spec_path, report_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "report.json")
         with open(spec_path, "w") as f:
@@ -134,7 +137,7 @@ def _run_builtin(spec, choice, deadline, cancel, trackers, hz, progress=None, us
 
 
 def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=None,
-                user=None):
+                user=None) -> tuple[Report, Run | None]:
     report = reports.new_report("recipe", spec.params)
     report["recipe"] = spec.recipe
     recipe = recipes.get(spec.recipe)
@@ -166,7 +169,7 @@ def _run_recipe(spec, choice, recipes, deadline, cancel, trackers, hz, progress=
     return report, run
 
 
-def _recipe_runs_here(report: dict, spec: TrialSpec, recipe) -> bool:
+def _recipe_runs_here(report: Report, spec: TrialSpec, recipe) -> bool:
     """The recipe is in this worker's file, takes these params and finds what
     it requires here; else the report says why not. Sets the report's env."""
     if recipe is None:
@@ -194,7 +197,7 @@ def _recipe_runs_here(report: dict, spec: TrialSpec, recipe) -> bool:
     return True
 
 
-def _recipe_env(report: dict, recipe, made, choice) -> dict:
+def _recipe_env(report: Report, recipe, made, choice) -> dict:
     """The report's code version, and the environment the recipe's commands run in."""
     from worker import codeversion
     report["env"]["recipe_cwd"] = made.cwd
@@ -209,7 +212,7 @@ def _recipe_env(report: dict, recipe, made, choice) -> dict:
     return env
 
 
-def _setup(report: dict, recipe, made, env: dict, deadline, cancel, user) -> Run | None:
+def _setup(report: Report, recipe, made, env: dict, deadline, cancel, user) -> Run | None:
     """The admin's own setup commands (deps, weights): the one that failed or
     was stopped, else None; the setup phase goes in the report."""
     start = time.time()
@@ -223,7 +226,7 @@ def _setup(report: dict, recipe, made, env: dict, deadline, cancel, user) -> Run
     return None
 
 
-def _recipe_report(report: dict, recipe, made, run: Run, probe: dict) -> None:
+def _recipe_report(report: Report, recipe, made, run: Run, probe: dict) -> None:
     """The recipe's run as the report tells it: phases, results, memory from its probe."""
     spec_env = recipe.environment
     named = (failure.environment_error(probe, made.cwd, made.pins, spec_env.declared,
@@ -269,12 +272,12 @@ def _probe_result(directory: str, run: Run) -> dict:
     return main or (found[0] if found else {})
 
 
-def _setup_phase(start: float, end: float) -> dict:
+def _setup_phase(start: float, end: float) -> Phase:
     return {"name": "setup", "start": start, "end": end, "seconds": end - start,
             "found_by": "recipe-setup"}
 
 
-def _read(path: str, spec: TrialSpec) -> dict:
+def _read(path: str, spec: TrialSpec) -> Report:
     return read_json(path) or reports.new_report(spec.workload, spec.params)
 
 
@@ -282,9 +285,10 @@ def _pin(choice: threads.ThreadChoice) -> tuple[int, ...]:
     return choice.cores if choice.pinned else ()
 
 
-def _threads(choice: threads.ThreadChoice, seen: dict | None, spec: TrialSpec) -> dict:
+def _threads(choice: threads.ThreadChoice, seen: Threads | None, spec: TrialSpec) -> Threads:
     """The report's `threads`: the choice, and what the child's torch ran with."""
-    out = {**choice.to_report(), "torch_threads": None, "cores_seen": None, **(seen or {})}
+    out: Threads = {**choice.to_report(), "torch_threads": None, "cores_seen": None}
+    out.update(seen or {})
     if out["torch_threads"] is None:
         out["torch_threads_method"] = (
             "not read: the recipe's program did not import torch, or did not exit through "
@@ -298,7 +302,7 @@ def _threads(choice: threads.ThreadChoice, seen: dict | None, spec: TrialSpec) -
     return out
 
 
-def _refused(spec: TrialSpec, message: str) -> dict:
+def _refused(spec: TrialSpec, message: str) -> Report:
     """A try the worker cannot run as asked (e.g. more threads than cores)."""
     report = reports.new_report(spec.workload, spec.params)
     if spec.recipe:

@@ -30,11 +30,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from worker import environment
 from worker.codeversion import NO_COMMANDS
 from worker.environment import PROJECT, EnvironmentProblem, EnvSpec
 from worker.launcher.process import Run, child_env, read_json
+from worker.report import Phase
+from worker.reportparts import Built, Env
 
 MARKER = "trialbot-env.json"
 GIT = ("git", *NO_COMMANDS)
@@ -53,8 +56,8 @@ class Made:
     cwd: str
     python: str = sys.executable
     path_dirs: tuple[str, ...] = ()
-    phase: dict | None = None
-    env: dict = field(default_factory=dict)
+    phase: Phase | None = None
+    env: Env = field(default_factory=Env)
     pins: dict = field(default_factory=dict)  # the repository's requirement lines by name
     failure: str | None = None
     stopped: str | None = None  # the failure's class when a timeout or cancel ended it
@@ -125,17 +128,19 @@ def make(recipe, deadline: float, cancel, user=None) -> Made:
         return Made(recipe.cwd, phase=phase, failure=exc.message, stopped=exc.stopped)
     phase = _phase(start, built["cached"], built["built_at"], built["build_seconds"])
     bin_dir = os.path.join(built["dir"], "bin")
+    # the marker's JSON, as _build wrote it (read back from disk when reused)
+    made = cast(Built, {k: v for k, v in built.items() if k != "dir"})
     return Made(cwd, os.path.join(bin_dir, "python"), (bin_dir,), phase,
-                {**facts, "environment": {k: v for k, v in built.items() if k != "dir"}}, pins)
+                {**facts, "environment": made}, pins)
 
 
 def _phase(start: float, cached: bool, built_at: float | None = None,
-           build_seconds: float | None = None) -> dict:
+           build_seconds: float | None = None) -> Phase:
     end = time.time()
-    phase = {"name": "setup", "start": start, "end": end, "seconds": end - start,
-             "found_by": "recipe-environment", "cached": cached}
+    phase: Phase = {"name": "setup", "start": start, "end": end, "seconds": end - start,
+                    "found_by": "recipe-environment", "cached": cached}
     if cached:
-        phase.update(built_at=built_at, build_seconds=build_seconds)
+        phase["built_at"], phase["build_seconds"] = built_at, build_seconds
     return phase
 
 
@@ -149,7 +154,7 @@ def _run(argv, cwd, deadline, cancel, user, what: str, **extra) -> Run:
     return run
 
 
-def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, dict]:
+def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, Env]:
     """The repository at its commit, in the cache: (directory, report facts)."""
     assert spec.commit is not None  # worker/recipes.py refuses a repo without its commit
     name = environment.key({"repo": spec.repo})[:16]

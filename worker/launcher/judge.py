@@ -11,6 +11,7 @@ import time
 from worker import report as reports
 from worker.launcher.process import Run
 from worker.probes.nvml import NvmlTracker
+from worker.report import Report
 
 KERNEL_METHOD = "kernel max RSS of the child process (wait4 rusage ru_maxrss)"
 
@@ -19,7 +20,7 @@ OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|can't allocate mem
                         r"^MemoryError", re.MULTILINE)
 
 
-def judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool,
+def judge(report: Report, run: Run, timeout: float, killed_by_kernel: bool,
           phase: str | None = None) -> None:
     """Give a report whose child did not finish its own verdict an error class;
     `phase`: where the program was when it ended, as its probe saw it."""
@@ -36,18 +37,23 @@ def judge(report: dict, run: Run, timeout: float, killed_by_kernel: bool,
         reports.fail(report, "oom", "the kernel's OOM killer ended the child (host memory "
                      f"ran out; the cgroup's oom_kill count rose)\n{run.tail()}", phase)
     elif report["status"] == "running" or (report["status"] == "ok" and run.code != 0):
-        if run.code < 0:
-            name = signal.Signals(-run.code).name
-            reports.fail(report, "killed", f"child killed by {name}\n{run.tail()}", phase)
-        elif OOM_IN_LOG.search(run.tail()):
-            reports.fail(report, "oom", f"child exited with code {run.code} after an "
-                         f"out-of-memory error\n{run.tail()}", phase)
-        else:
-            reports.fail(report, "crash", f"child exited with code {run.code}\n{run.tail()}",
-                         phase)
+        _exited(report, run.code, run.tail(), phase)
 
 
-def running_phase(report: dict) -> str:
+def _exited(report: Report, code: int | None, tail: str, phase: str) -> None:
+    """A child that ended by itself (None: no exit status was read) without
+    finishing its report: a signal, an out-of-memory in its output, or a crash."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        reports.fail(report, "killed", f"child killed by {name}\n{tail}", phase)
+    elif OOM_IN_LOG.search(tail):
+        reports.fail(report, "oom", f"child exited with code {code} after an "
+                     f"out-of-memory error\n{tail}", phase)
+    else:
+        reports.fail(report, "crash", f"child exited with code {code}\n{tail}", phase)
+
+
+def running_phase(report: Report) -> str:
     """The phase a killed child was in: the one after the last it finished."""
     order = ["setup", "weights", "data", "warmup", "run"]
     done = [p["name"] for p in report["phases"]]

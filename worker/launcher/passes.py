@@ -26,6 +26,7 @@ import math
 import time
 
 from worker import machine
+from worker.report import Pass, Report
 from worker.spec import TrialSpec
 
 SUPPLIED = ("host_rss_peak", "host_rss_peak_kernel", "host_rss_launch_share")
@@ -53,7 +54,7 @@ def split(spec: TrialSpec) -> bool:
     return applies(spec) and (device == "cpu" or (device == "auto" and not machine.has_cuda()))
 
 
-def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
+def run(spec: TrialSpec, run_one, cancel, **kwargs) -> Report:
     """A malloc=auto try through `run_one` (the launcher's run_trial): both
     passes merged into one report in the trial's own params (a failed memory
     pass is the report), or on CUDA one glibc pass."""
@@ -106,13 +107,13 @@ def _phase_peaks(phases: list[dict], measured: list[dict]) -> None:
         phase["host_rss_samples"] = other.get("host_rss_samples", 0)
 
 
-def _from_memory_pass(memory: dict, key: str, first: dict, measure: dict) -> str:
+def _from_memory_pass(memory: dict, key: str, first: Pass, measure: dict) -> str:
     return (f"memory pass under malloc=live ({LIVE_WHY}; {_words(measure)}, "
             f"{first['seconds']:.1f} s); time figures from the time pass under glibc's "
             "default: " + memory["memory"]["method"].get(key, "?"))
 
 
-def _one_pass(spec: TrialSpec, report: dict) -> dict:
+def _one_pass(spec: TrialSpec, report: Report) -> Report:
     report["params"] = dict(spec.params)
     method = report["memory"]["method"]
     if "host_rss_peak" in method:
@@ -128,7 +129,7 @@ def _with(spec: TrialSpec, **params) -> TrialSpec:
     return TrialSpec(spec.workload, {**spec.params, **params})
 
 
-def _memory_failed(spec: TrialSpec, memory: dict, first: dict) -> dict:
+def _memory_failed(spec: TrialSpec, memory: Report, first: Pass) -> Report:
     err = memory.get("error") or {"class": "crash", "message": "", "phase": None}
     why = ("the memory pass (malloc=live, the first of the two passes malloc=auto runs on a "
            "CPU) failed, so the time pass did not run: ")
@@ -140,7 +141,7 @@ def _memory_failed(spec: TrialSpec, memory: dict, first: dict) -> dict:
     return memory
 
 
-def _entry(name: str, malloc: str, report: dict, supplied: list[str], changed: dict) -> dict:
+def _entry(name: str, malloc: str, report: Report, supplied: list[str], changed: dict) -> Pass:
     wall = (report.get("processes") or {}).get("seconds")  # N processes: all of them
     return {"pass": name, "malloc": malloc, "status": report["status"],
             "seconds": wall or report.get("seconds") or 0.0, "params": changed,

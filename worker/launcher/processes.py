@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from typing import cast
 
-from worker.report import MEMORY_FIELDS
+from worker.report import MEMORY_FIELDS, Report
 from worker.spec import TrialSpec
 
 ONE_TIME = ("setup", "launch", "weights", "warmup", "data")
@@ -58,7 +59,7 @@ def share(spec: TrialSpec, n: int) -> dict:
     return out
 
 
-def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
+def run(spec: TrialSpec, run_one, cancel, **kwargs) -> Report:
     """The time of `spec` from its `processes=` fresh children through `run_one`
     (the launcher's run_trial), merged; a process that fails is the report."""
     n = count(spec)
@@ -72,9 +73,9 @@ def run(spec: TrialSpec, run_one, cancel, **kwargs) -> dict:
                           spec.recipe)
         report = run_one(child, cancel, **kwargs)
         reports.append(report)
-        if report["status"] != "ok":
-            return _failed(spec, reports, n, time.monotonic() - started)
-    return merge(spec, reports, time.monotonic() - started)
+        if report["status"] != "ok":  # the casts: this module merges reports as open dicts
+            return cast(Report, _failed(spec, reports, n, time.monotonic() - started))
+    return cast(Report, merge(spec, reports, time.monotonic() - started))
 
 
 def _failed(spec: TrialSpec, reports: list[dict], n: int, wall: float) -> dict:

@@ -18,14 +18,18 @@ apart per model, and the stability is judged per model.
 """
 from __future__ import annotations
 
+from typing import cast
+
 from worker import stats, windows
+from worker.report import Phase, Report
+from worker.reportparts import Peaks
 
 PHASE_MEMORY = ("peak_allocated", "peak_reserved", "allocated", "reserved")
 UNIT_NAMES = {"generate": "generate call", "forward": "model call", "program": "program run"}
 HOOKED = ("generate", "forward")
 
 
-def phases(run, probed: list[dict]) -> list[dict]:
+def phases(run, probed: list[dict]) -> list[Phase]:
     """The report's phases of one recipe run (`run`: a launcher Run)."""
     first_mark = run.marks[0][1] if run.marks else None
     hooked = [p for p in probed if str(p.get("found_by", "")).startswith("hook:")
@@ -39,22 +43,29 @@ def phases(run, probed: list[dict]) -> list[dict]:
     if events[0][1] - run.started > 0.001:
         events.insert(0, ("launch", run.started, "start", None))
     end = max(run.ended, events[-1][1])
-    out: list[dict] = []
+    out: list[Phase] = []
     for i, (name, start, found_by, entry) in enumerate(events):
         stop = events[i + 1][1] if i + 1 < len(events) else (entry or {}).get("end") or end
         # Wall times of two processes: a clock stepped back must not give a negative phase
-        phase = {"name": name, "start": start, "end": stop, "seconds": max(0.0, stop - start),
-                 "found_by": found_by}
+        phase: Phase = {"name": name, "start": start, "end": stop,
+                        "seconds": max(0.0, stop - start), "found_by": found_by}
         if entry is not None:  # a hook's phase: the probe saw its start and its peaks
-            phase.update({k: entry.get(k) for k in PHASE_MEMORY})
+            phase.update(_peaks(entry))
         out.append(phase)
     # Marked phases and launch take the probe's peaks paired by position from the
     # last back (the probe always has a `launch` entry first; names may repeat).
     own = [p for p in out if not p["found_by"].startswith("hook:")]
     seen = [p for p in probed if not str(p.get("found_by", "")).startswith("hook:")]
     for phase, entry in zip(reversed(own), reversed(seen)):
-        phase.update({k: entry.get(k) for k in PHASE_MEMORY})
+        phase.update(_peaks(entry))
     return out
+
+
+def _peaks(entry: dict) -> Peaks:
+    """The allocator's figures in one of the probe's phases (PHASE_MEMORY), null where absent."""
+    return {"peak_allocated": entry.get("peak_allocated"),
+            "peak_reserved": entry.get("peak_reserved"),
+            "allocated": entry.get("allocated"), "reserved": entry.get("reserved")}
 
 
 def unit_name(kind: str) -> str:
@@ -62,8 +73,8 @@ def unit_name(kind: str) -> str:
     return UNIT_NAMES.get(kind) or f"{kind.removeprefix('mark:')} span"
 
 
-def results(probe: dict, phase_list: list[dict], kind: str = "program",
-            program: float | None = None) -> dict:
+def results(probe: dict, phase_list: list[Phase], kind: str = "program",
+            program: float | None = None) -> Report:
     """The report's units (always, for the declared `kind` and the program's
     own seconds) and the latency, stability and windows of the units one run
     is counted in; no latency when the program made none."""
@@ -82,17 +93,17 @@ def results(probe: dict, phase_list: list[dict], kind: str = "program",
                                    "exit (launch, loads, warmup, runs and its own reporting; "
                                    "no setup commands, no environment build)"},
                "what": _what(kind, len(units), seen)}
-    if not chosen:
-        return {"units": summary}
-    latencies = [u["latency"] for u in chosen]
-    run_seconds = sum(p["seconds"] for p in phase_list if p["name"] == "run")
-    return {
-        "units": summary,
-        "latency": {**stats.summary(latencies), "unit": "s",
-                    "what": f"one {label}: " + summary["what"]},
-        "stability": _stability(chosen, run_seconds),
-        "windows": windows.split(chosen, label),
-    }
+    out: dict = {"units": summary}
+    if chosen:
+        latencies = [u["latency"] for u in chosen]
+        run_seconds = sum(p["seconds"] for p in phase_list if p["name"] == "run")
+        out.update(latency={**stats.summary(latencies), "unit": "s",
+                            "what": f"one {label}: " + summary["what"]},
+                   stability=_stability(chosen, run_seconds),
+                   windows=windows.split(chosen, label))
+    # Its parts are stats' and windows' dicts: worker/stats.py and worker/windows.py
+    # sit below the report and cannot name its types.
+    return cast(Report, out)
 
 
 def _chosen(units: list[dict], kind: str) -> list[dict]:
@@ -117,7 +128,7 @@ def _count(items) -> dict:
     return out
 
 
-def _marked_phases(phase_list: list[dict], kind: str) -> list[dict]:
+def _marked_phases(phase_list: list[Phase], kind: str) -> list[dict]:
     """A program that marks each run as a phase (`TRIALBOT_PHASE NAME`, up to
     the next mark) instead of with `TRIALBOT_UNIT`: each such phase is a unit."""
     name = kind.removeprefix("mark:")

@@ -5,6 +5,7 @@ import threading
 import time
 
 from worker import timeline
+from worker.reportparts import Peaks, Totals
 from worker.timeline import ALLOCATOR
 
 MAX_SAMPLES = 20000
@@ -45,7 +46,7 @@ class AllocatorProbe:
         if self.on:
             self.torch.cuda.reset_peak_memory_stats()
 
-    def phase_end(self) -> dict:
+    def phase_end(self) -> Peaks:
         """Peaks of the phase just ended (null on a device without an allocator)."""
         if not self.on:
             return {"peak_allocated": None, "peak_reserved": None}
@@ -56,14 +57,18 @@ class AllocatorProbe:
         return {"peak_allocated": a, "peak_reserved": r,
                 "allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved()}
 
-    def totals(self) -> tuple[dict, dict]:
+    def totals(self) -> tuple[Totals, dict[str, str]]:
         if not self.on:
             reason = "not measurable: no CUDA caching allocator on this device"
-            return ({k: None for k in METHOD}, {k: reason for k in METHOD})
+            unmeasured: Totals = {"allocated": None, "reserved": None, "peak_allocated": None,
+                                  "peak_reserved": None, "num_alloc_retries": None,
+                                  "num_ooms": None}  # METHOD's keys
+            return unmeasured, {k: reason for k in METHOD}
         cuda = self.torch.cuda
         stats = cuda.memory_stats()
-        values = {"allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved(),
-                  "peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
-                  "num_alloc_retries": stats.get("num_alloc_retries", 0),
-                  "num_ooms": stats.get("num_ooms", 0)}
+        values: Totals = {"allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved(),
+                          "peak_allocated": self.peak_allocated,
+                          "peak_reserved": self.peak_reserved,
+                          "num_alloc_retries": stats.get("num_alloc_retries", 0),
+                          "num_ooms": stats.get("num_ooms", 0)}
         return values, dict(METHOD)

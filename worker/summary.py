@@ -240,9 +240,7 @@ def _units(unit: str) -> str:
 
 
 def _latency_label(unit: str) -> str:
-    if unit == "request":
-        return _("latency per request")
-    return _("latency per {unit}", unit=unit)
+    return _("latency per request") if unit == "request" else _("latency per {unit}", unit=unit)
 
 
 def timed_live_on_cpu(r: Mapping[str, Any]) -> bool:  # a Report, or the bot's stored one

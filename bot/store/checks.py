@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable
 
 from bot.states import CheckStatus
@@ -61,32 +60,14 @@ class Checks(Plans, Outbox, Workers):
     def lease_check(self, worker: str, seconds: float, max_leases: int,
                     key: str | None = None) -> Row | None:
         """The oldest queued check, or one whose lease expired fewer than
-        `max_leases` times; the conditional UPDATE lets one racing worker win."""
-        now = time.time()
-        for (check_id,) in self.db.execute(
-                f"select id from compat_checks where status = '{QUEUED}' or (status = "
-                f"'{RUNNING}' and lease_expires < ? and attempts < ?) order by id limit 20",
-                [now, max_leases]).fetchall():
-            lease = uuid.uuid4().hex
-            with self.tx():
-                cur = self.db.execute(
-                    f"update compat_checks set status = '{RUNNING}', worker = ?, lease = ?, "
-                    "lease_expires = ?, attempts = attempts + 1 where id = ? and "
-                    f"(status = '{QUEUED}' or (status = '{RUNNING}' and lease_expires < ?))",
-                    [worker, lease, now + seconds, check_id, now])
-                if cur.rowcount != 1:
-                    continue
-                self.db.execute("update workers set last_seen = ? where name = ?", [now, worker])
-                self._leased_under(worker, key, lease, request=check_id)
-            return self.check(check_id)
-        return None
+        `max_leases` times, leased to `worker`."""
+        found = self._lease_request("compat_checks", worker, seconds, max_leases, key)
+        return self.check(found) if found is not None else None
 
     def expired_checks(self, max_leases: int) -> list[Row]:
         """Checks whose last allowed lease expired: their workers went silent."""
-        return [c for r in self.db.execute(
-            f"select id from compat_checks where status = '{RUNNING}' and lease_expires < ? "
-            "and attempts >= ? order by id", [time.time(), max_leases]).fetchall()
-            if (c := self.check(r[0]))]
+        return [c for i in self._expired_requests("compat_checks", max_leases)
+                if (c := self.check(i))]
 
     def finish_check(self, held: Row, status: CheckStatus, result: Row, fills: Row,
                      say: Callable[[Row], Row], expired: bool = False,

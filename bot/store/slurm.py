@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 from bot.states import ActualStatus
 from bot.store.base import Row, inserted
@@ -44,32 +43,14 @@ class SlurmActuals(Plans, Outbox, Workers):
     def lease_slurm_actual(self, worker: str, seconds: float, max_leases: int,
                            key: str | None = None) -> Row | None:
         """The oldest queued request, or one whose lease expired fewer than
-        `max_leases` times; the conditional UPDATE lets one racing worker win."""
-        now = time.time()
-        for (req_id,) in self.db.execute(
-                f"select id from slurm_actuals where status = '{QUEUED}' or (status = '{RUNNING}' "
-                "and lease_expires < ? and attempts < ?) order by id limit 20",
-                [now, max_leases]).fetchall():
-            lease = uuid.uuid4().hex
-            with self.tx():
-                cur = self.db.execute(
-                    f"update slurm_actuals set status = '{RUNNING}', worker = ?, lease = ?, "
-                    "lease_expires = ?, attempts = attempts + 1 where id = ? and "
-                    f"(status = '{QUEUED}' or (status = '{RUNNING}' and lease_expires < ?))",
-                    [worker, lease, now + seconds, req_id, now])
-                if cur.rowcount != 1:
-                    continue
-                self.db.execute("update workers set last_seen = ? where name = ?", [now, worker])
-                self._leased_under(worker, key, lease, request=req_id)
-            return self.slurm_actual(req_id)
-        return None
+        `max_leases` times, leased to `worker`."""
+        found = self._lease_request("slurm_actuals", worker, seconds, max_leases, key)
+        return self.slurm_actual(found) if found is not None else None
 
     def expired_slurm_actuals(self, max_leases: int) -> list[Row]:
         """Requests whose last allowed lease expired: their workers went silent."""
-        return [req for r in self.db.execute(
-            f"select id from slurm_actuals where status = '{RUNNING}' and lease_expires < ? and "
-            "attempts >= ? order by id", [time.time(), max_leases]).fetchall()
-            if (req := self.slurm_actual(r[0]))]
+        return [req for i in self._expired_requests("slurm_actuals", max_leases)
+                if (req := self.slurm_actual(i))]
 
     def finish_slurm_actual(self, req: Row, status: ActualStatus, result: Row, text: str,
                             actual: Row | None, messages: list[Row],

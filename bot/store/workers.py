@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 from bot.store.base import Base, Row
 
@@ -53,6 +54,39 @@ class Workers(Base):
         if key is not None:
             self.db.execute("update worker_requests set job = ?, request = ?, lease = ? "
                             "where worker = ? and key = ?", [job, request, lease, worker, key])
+
+    # A plan's request to a worker (a Slurm accounting request, a compatibility
+    # check) is a row of its own table with the same lease columns: status
+    # queued|running, worker, lease, lease_expires, attempts.
+    def _lease_request(self, table: str, worker: str, seconds: float, max_leases: int,
+                       key: str | None) -> int | None:
+        """The id of `table`'s oldest queued row, or one whose lease expired fewer
+        than `max_leases` times, now leased; the conditional UPDATE lets one
+        racing worker win."""
+        now = time.time()
+        for (row_id,) in self.db.execute(
+                f"select id from {table} where status = 'queued' or (status = 'running' "
+                "and lease_expires < ? and attempts < ?) order by id limit 20",
+                [now, max_leases]).fetchall():
+            lease = uuid.uuid4().hex
+            with self.tx():
+                cur = self.db.execute(
+                    f"update {table} set status = 'running', worker = ?, lease = ?, "
+                    "lease_expires = ?, attempts = attempts + 1 where id = ? and "
+                    "(status = 'queued' or (status = 'running' and lease_expires < ?))",
+                    [worker, lease, now + seconds, row_id, now])
+                if cur.rowcount != 1:
+                    continue
+                self.db.execute("update workers set last_seen = ? where name = ?", [now, worker])
+                self._leased_under(worker, key, lease, request=row_id)
+            return int(row_id)
+        return None
+
+    def _expired_requests(self, table: str, max_leases: int) -> list[int]:
+        """Ids of `table`'s rows whose last allowed lease expired: their workers went silent."""
+        return [int(r[0]) for r in self.db.execute(
+            f"select id from {table} where status = 'running' and lease_expires < ? and "
+            "attempts >= ? order by id", [time.time(), max_leases]).fetchall()]
 
     def worker_request(self, worker: str, key: str) -> Row | None:
         """What the request with this key did, if it was seen."""

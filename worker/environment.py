@@ -29,6 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from worker.codeversion import git
+from worker.i18n import _
 
 TORCH_MODES = ("worker", "recipe")
 # A requirement's name, as pip reads it (PEP 508), and what may follow it.
@@ -127,18 +128,20 @@ def check_spec(spec: EnvSpec, cwd_base: str) -> None:
     """What can be known when the worker starts: a local repository, its
     commit and files; the interpreter asked for. Raises EnvironmentProblem."""
     if spec.repo and not spec.commit:
-        raise EnvironmentProblem("`repo` needs `commit` (a commit hash or tag: a branch "
-                                 "moves, and a plan must know what it measured)")
+        raise EnvironmentProblem(_("`repo` needs `commit` (a commit hash or tag: a branch "
+                                   "moves, and a plan must know what it measured)"))
     if spec.commit and not spec.repo:
-        raise EnvironmentProblem("`commit` needs `repo` (the repository it is a commit of)")
+        raise EnvironmentProblem(_("`commit` needs `repo` (the repository it is a commit of)"))
     if spec.local:
         assert spec.repo and spec.commit  # local: a repo, whose commit is checked above
         if not os.path.isdir(spec.repo):
-            raise EnvironmentProblem(f"repo `{spec.repo}` is not a directory on this worker; "
-                                     "give a git URL or the path of a checkout")
+            raise EnvironmentProblem(_("repo `{repo}` is not a directory on this worker; "
+                                       "give a git URL or the path of a checkout",
+                                       repo=spec.repo))
         if git(spec.repo, "rev-parse", "--git-dir").returncode != 0:
-            raise EnvironmentProblem(f"repo `{spec.repo}` is not a git repository; "
-                                     "`git init` it and commit, or give its URL")
+            raise EnvironmentProblem(_("repo `{repo}` is not a git repository; "
+                                       "`git init` it and commit, or give its URL",
+                                       repo=spec.repo))
         resolved = resolve_commit(spec.repo, spec.commit)
         for entry in spec.requirements:
             if not _in_commit(spec.repo, resolved, entry):
@@ -151,10 +154,10 @@ def check_spec(spec: EnvSpec, cwd_base: str) -> None:
         interpreter(spec.python)
         if spec.torch == "worker" and not same_minor(spec.python):
             here = "{}.{}".format(*sys.version_info[:2])
-            raise EnvironmentProblem(
-                f"python {spec.python} cannot load this worker's torch (built for Python "
-                f"{here}); remove `python`, or set torch = \"recipe\" to install the "
-                "repository's own torch")
+            raise EnvironmentProblem(_(
+                "python {version} cannot load this worker's torch (built for Python "
+                "{here}); remove `python`, or set torch = \"recipe\" to install the "
+                "repository's own torch", version=spec.python, here=here))
 
 
 def same_minor(version: str) -> bool:
@@ -162,20 +165,22 @@ def same_minor(version: str) -> bool:
 
 
 def missing_requirement(entry: str, commit: str | None, base: str | None = None) -> str:
-    where = f"at commit {commit}" if commit else f"in {base}"
+    where = (_("at commit {commit}", commit=commit) if commit
+             else _("in {directory}", directory=base))
     if PROJECT.fullmatch(entry):
-        return (f"requirements entry `{entry}` installs the repository itself, but there is no "
-                f"setup.py or pyproject.toml {where}; remove it or list the repository's "
-                "requirements file")
-    return (f"requirements file `{entry}` does not exist {where}; list the repository's own "
-            "files (e.g. requirements.txt), or put pins in `packages`")
+        return _("requirements entry `{entry}` installs the repository itself, but there is no "
+                 "setup.py or pyproject.toml {where}; remove it or list the repository's "
+                 "requirements file", entry=entry, where=where)
+    return _("requirements file `{entry}` does not exist {where}; list the repository's own "
+             "files (e.g. requirements.txt), or put pins in `packages`", entry=entry, where=where)
 
 
 def resolve_commit(repo: str, commit: str) -> str:
     found = commit_of(repo, commit)
     if found is None:
-        raise EnvironmentProblem(f"commit `{commit}` is not in repo `{repo}`; give a commit "
-                                 "hash or tag that `git log` shows there")
+        raise EnvironmentProblem(_("commit `{commit}` is not in repo `{repo}`; give a commit "
+                                   "hash or tag that `git log` shows there", commit=commit,
+                                   repo=repo))
     return found
 
 
@@ -212,7 +217,8 @@ def uv_binary() -> str | None:
 def interpreter(version: str) -> str:
     """The path of an installed Python `version`; never downloads one."""
     if not PYTHON.fullmatch(version):
-        raise EnvironmentProblem(f"python `{version}` is not a version like \"3.11\"")
+        raise EnvironmentProblem(_("python `{version}` is not a version like \"3.11\"",
+                                   version=version))
     if same_minor(version) and sys.version.startswith(version):
         return sys.executable
     uv = uv_binary()
@@ -225,7 +231,7 @@ def interpreter(version: str) -> str:
     path = shutil.which("python" + ".".join(version.split(".")[:2]))
     if path:
         return path
-    raise EnvironmentProblem(f"python {version} is not installed on this worker (the worker "
-                             f"never downloads one); install it (e.g. `uv python install "
-                             f"{version}`) or remove `python` to use this worker's "
-                             f"{sys.version.split()[0]}")
+    raise EnvironmentProblem(_("python {version} is not installed on this worker (the worker "
+                               "never downloads one); install it (e.g. `uv python install "
+                               "{version}`) or remove `python` to use this worker's {mine}",
+                               version=version, mine=sys.version.split()[0]))

@@ -36,6 +36,7 @@ else:  # Python 3.10
 
 from worker import environment
 from worker.environment import EnvironmentProblem, EnvSpec
+from worker.i18n import _
 from worker.spec import COMMON, Param, Workload
 
 # The recipe's own environment (worker/environment.py)
@@ -56,7 +57,12 @@ UNIT_MARK = re.compile(r"mark:([A-Za-z0-9][A-Za-z0-9._-]{0,62})")
 
 
 class RecipeError(ValueError):
-    """A recipe file the worker refuses to start with; the message names the line."""
+    """A recipe file the worker refuses to start with: `at` (FILE:LINE, or the
+    file) and what is wrong there, in the language in use (the file is read at
+    the worker's start, after TRIALBOT_LANG is set)."""
+
+    def __init__(self, at: str, text: str):
+        super().__init__(f"{at}: {text}")
 
 
 @dataclass(frozen=True)
@@ -107,40 +113,42 @@ def load(path: str, env_cache: str | None = None) -> dict[str, Recipe]:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as exc:
-        raise RecipeError(f"{path}: cannot read the recipe file: {exc.strerror}") from None
+        raise RecipeError(path, _("cannot read the recipe file: {error}",
+                                   error=exc.strerror)) from None
     text = raw.decode("utf-8", "replace")
     try:
         data = tomllib.loads(text)  # a duplicate recipe name is a TOML error with its line
     except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{path}: {exc}") from None
+        raise RecipeError(path, _("the file is not valid TOML: {error}", error=exc)) from None
     where = _Locator(path, text)
     unknown = set(data) - {"recipes"}
     if unknown:
         key = sorted(unknown)[0]
-        raise RecipeError(f"{where.key(None, key)}: unknown top-level key `{key}`; the file "
-                          "holds [recipes.NAME] tables")
+        raise RecipeError(where.key(None, key), _("unknown top-level key `{key}`; the file "
+                                                  "holds [recipes.NAME] tables", key=key))
     if not isinstance(data.get("recipes", {}), dict):
-        raise RecipeError(f"{where.key(None, 'recipes')}: `recipes` must be tables "
-                          "[recipes.NAME]")
+        raise RecipeError(where.key(None, "recipes"),
+                          _("`recipes` must be tables [recipes.NAME]"))
     recipes = {}
     for name, table in (data.get("recipes") or {}).items():
         recipes[name] = _recipe(name, table, where, os.path.dirname(os.path.abspath(path)),
                                 env_cache or environment.default_cache())
     if not recipes:
-        raise RecipeError(f"{path}: no [recipes.NAME] table; nothing could run")
+        raise RecipeError(path, _("no [recipes.NAME] table; nothing could run"))
     return recipes
 
 
 def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
     _check_keys(name, t, where)
-    argv = _need(name, t, where, "argv", _strings, "a non-empty list of strings")
+    argv = _need(name, t, where, "argv", _strings, _("a non-empty list of strings"))
     env_spec = _environment(name, t, where, base, cache)
     cwd = _cwd(name, t, where, base, env_spec)
     try:
         environment.check_spec(env_spec, cwd)
     except EnvironmentProblem as exc:
         first = next((k for k in ENV_KEYS if k in t), "repo")
-        raise RecipeError(f"{where.key(name, first)}: recipe `{name}`: {exc}") from None
+        raise RecipeError(where.key(name, first),
+                          _("recipe `{name}`: {problem}", name=name, problem=exc)) from None
     setup, env, secret_env = _run_with(name, t, where)
     requires, timeout, unit = _measure(name, t, where)
     params = _params(name, t, where, argv)
@@ -152,22 +160,25 @@ def _recipe(name: str, t, where: _Locator, base: str, cache: str) -> Recipe:
 def _check_keys(name: str, t, where: _Locator) -> None:
     at = where.table(name)
     if not NAME.fullmatch(name):
-        raise RecipeError(f"{at}: recipe name `{name}` must be lower-case letters, digits, "
-                          "`-` or `_`")
+        raise RecipeError(at, _("recipe name `{name}` must be lower-case letters, digits, "
+                                "`-` or `_`", name=name))
     if not isinstance(t, dict):
-        raise RecipeError(f"{at}: recipes.{name} must be a table")
+        raise RecipeError(at, _("recipes.{name} must be a table", name=name))
     for key in t:
         if key not in RECIPE_KEYS:
-            raise RecipeError(f"{where.key(name, key)}: unknown key `{key}` in recipe `{name}`;"
-                              f" allowed: {', '.join(sorted(RECIPE_KEYS))}")
+            raise RecipeError(where.key(name, key), _(
+                "unknown key `{key}` in recipe `{name}`; allowed: {allowed}", key=key,
+                name=name, allowed=", ".join(sorted(RECIPE_KEYS))))
 
 
 def _need(name: str, t: dict, where: _Locator, key: str, ok, what: str):
     """A required key's value, refused with `what` it must be."""
     if key not in t:
-        raise RecipeError(f"{where.table(name)}: recipe `{name}` needs `{key}` ({what})")
+        raise RecipeError(where.table(name), _("recipe `{name}` needs `{key}` ({what})",
+                                               name=name, key=key, what=what))
     if not ok(t[key]):
-        raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be {what}")
+        raise RecipeError(where.key(name, key), _("`{key}` in recipe `{name}` must be {what}",
+                                                  key=key, name=name, what=what))
     return t[key]
 
 
@@ -181,14 +192,17 @@ def _cwd(name: str, t: dict, where: _Locator, base: str, env_spec: EnvSpec) -> s
     if env_spec.repo:
         cwd = t.get("cwd", ".")
         if not isinstance(cwd, str) or os.path.isabs(cwd) or ".." in cwd.split("/"):
-            raise RecipeError(f"{where.key(name, 'cwd')}: with `repo`, `cwd` of `{name}` is a "
-                              "directory inside the repository, like \".\" or \"scripts\"")
+            raise RecipeError(where.key(name, "cwd"), _(
+                "with `repo`, `cwd` of `{name}` is a directory inside the repository, like "
+                "\".\" or {example}", name=name, example='"scripts"'))
         return cwd
-    cwd = _need(name, t, where, "cwd", lambda v: isinstance(v, str) and v, "a directory path")
+    cwd = _need(name, t, where, "cwd", lambda v: isinstance(v, str) and v,
+                _("a directory path"))
     cwd = os.path.normpath(os.path.join(base, cwd))
     if not os.path.isdir(cwd):
-        raise RecipeError(f"{where.key(name, 'cwd')}: cwd `{cwd}` of recipe `{name}` is not "
-                          "a directory on this worker")
+        raise RecipeError(where.key(name, "cwd"), _(
+            "cwd `{cwd}` of recipe `{name}` is not a directory on this worker", cwd=cwd,
+            name=name))
     return cwd
 
 
@@ -196,16 +210,18 @@ def _run_with(name: str, t: dict, where: _Locator) -> tuple[list, dict, list]:
     """`setup`, `env` and `secret_env`: what runs before, and the environment."""
     setup = t.get("setup", [])
     if not (isinstance(setup, list) and all(_strings(c) for c in setup)):
-        raise RecipeError(f"{where.key(name, 'setup')}: `setup` must be a list of argv lists, "
-                          'e.g. [["pip", "install", "-r", "requirements.txt"]]')
+        raise RecipeError(where.key(name, "setup"), _(
+            "`setup` must be a list of argv lists, e.g. {example}",
+            example='[["pip", "install", "-r", "requirements.txt"]]'))
     env = t.get("env", {})
     if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
-        raise RecipeError(f"{where.key(name, 'env')}: `env` must be a table of strings")
+        raise RecipeError(where.key(name, "env"), _("`env` must be a table of strings"))
     secret_env = t.get("secret_env", [])
     if not (isinstance(secret_env, list) and all(isinstance(v, str) and ENV_NAME.fullmatch(v)
                                                   for v in secret_env)):
-        raise RecipeError(f"{where.key(name, 'secret_env')}: `secret_env` must be a list of "
-                          'variable names, e.g. ["HF_TOKEN"]')
+        raise RecipeError(where.key(name, "secret_env"), _(
+            "`secret_env` must be a list of variable names, e.g. {example}",
+            example='["HF_TOKEN"]'))
     return setup, env, secret_env
 
 
@@ -213,42 +229,45 @@ def _measure(name: str, t: dict, where: _Locator) -> tuple[str, int, str]:
     """`requires`, `timeout` and `unit`: where and how a trial is measured."""
     requires = t.get("requires", "any")
     if requires not in ("cuda", "any"):
-        raise RecipeError(f"{where.key(name, 'requires')}: `requires` must be \"cuda\" or "
-                          f"\"any\", not {requires!r}")
+        raise RecipeError(where.key(name, "requires"), _(
+            "`requires` must be \"cuda\" or \"any\", not {value}", value=repr(requires)))
     timeout = _seconds(t.get("timeout", 1800))
     if timeout is None:
-        raise RecipeError(f"{where.key(name, 'timeout')}: `timeout` must be seconds or a "
-                          'duration like "90s", "30m", "2h"')
+        raise RecipeError(where.key(name, "timeout"), _(
+            "`timeout` must be seconds or a duration like \"90s\", \"30m\", \"2h\""))
     unit = t.get("unit", "program")
     if not (unit in UNITS or (isinstance(unit, str) and UNIT_MARK.fullmatch(unit))):
-        raise RecipeError(f"{where.key(name, 'unit')}: `unit` of recipe `{name}` is "
-                          f"{unit!r}; it must be \"program\" (the whole invocation), "
-                          "\"generate\", \"forward\" or \"mark:NAME\" (spans the program "
-                          "marks with `TRIALBOT_UNIT NAME`; NAME letters, digits, `.`, `_`, `-`)")
+        raise RecipeError(where.key(name, "unit"), _(
+            "`unit` of recipe `{name}` is {value}; it must be \"program\" (the whole "
+            "invocation), \"generate\", \"forward\" or \"mark:NAME\" (spans the program marks "
+            "with `TRIALBOT_UNIT NAME`; NAME letters, digits, `.`, `_`, `-`)", name=name,
+            value=repr(unit)))
     return requires, timeout, unit
 
 
 def _params(name: str, t: dict, where: _Locator, argv: list[str]) -> tuple[Param, ...]:
     """The recipe's own params; its argv may use them, the common ones and {python}."""
     if not isinstance(t.get("params", {}), dict):
-        raise RecipeError(f"{where.key(name, 'params')}: `params` of `{name}` must be a table "
-                          f"[recipes.{name}.params]")
+        raise RecipeError(where.key(name, "params"), _(
+            "`params` of `{name}` must be a table [recipes.{name}.params]", name=name))
     params = tuple(_param(name, k, v, where) for k, v in (t.get("params") or {}).items())
     declared = {p.name for p in params} | {p.name for p in COMMON} | {"python"}
     for arg in argv:
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(arg)]
         except ValueError as exc:
-            raise RecipeError(f"{where.key(name, 'argv')}: argv element {arg!r} of `{name}`: "
-                              f"{exc}; write a literal brace as {{{{ or }}}}") from None
+            raise RecipeError(where.key(name, "argv"), _(
+                "argv element {arg} of `{name}`: {error}; write a literal brace as {{{{ or }}}}",
+                arg=repr(arg), name=name, error=exc)) from None
         for field_name in fields:
             if field_name is not None and field_name not in declared:
-                raise RecipeError(f"{where.key(name, 'argv')}: argv of `{name}` uses "
-                                  f"`{{{field_name}}}`, which is not one of its params")
+                raise RecipeError(where.key(name, "argv"), _(
+                    "argv of `{name}` uses `{field}`, which is not one of its params",
+                    name=name, field="{" + field_name + "}"))
     clash = {p.name for p in params} & {p.name for p in COMMON}
     if clash:
-        raise RecipeError(f"{where.table(name + '.params')}: param `{sorted(clash)[0]}` is "
-                          "reserved for every trial; rename it")
+        raise RecipeError(where.table(name + ".params"), _(
+            "param `{param}` is reserved for every trial; rename it", param=sorted(clash)[0]))
     return params
 
 
@@ -258,15 +277,16 @@ def _environment(name: str, t: dict, where: _Locator, base: str, cache: str) -> 
     def text(key):
         v = t.get(key)
         if v is not None and not (isinstance(v, str) and v.strip()):
-            raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be a "
-                              "non-empty string")
+            raise RecipeError(where.key(name, key), _(
+                "`{key}` in recipe `{name}` must be a non-empty string", key=key, name=name))
         return v
 
     def texts(key, example):
         v = t.get(key, [])
         if not (isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v)):
-            raise RecipeError(f"{where.key(name, key)}: `{key}` in recipe `{name}` must be a "
-                              f"list of strings, e.g. {example}")
+            raise RecipeError(where.key(name, key), _(
+                "`{key}` in recipe `{name}` must be a list of strings, e.g. {example}", key=key,
+                name=name, example=example))
         return tuple(x.strip() for x in v)
 
     repo, commit, python = text("repo"), text("commit"), text("python")
@@ -275,70 +295,79 @@ def _environment(name: str, t: dict, where: _Locator, base: str, cache: str) -> 
     requirements = texts("requirements", '["requirements.txt"] or ["."]')
     for entry in requirements:
         if os.path.isabs(entry) or ".." in entry.split("/"):
-            raise RecipeError(f"{where.key(name, 'requirements')}: requirements entry `{entry}` "
-                              f"of `{name}` must be a path inside the repository")
+            raise RecipeError(where.key(name, "requirements"), _(
+                "requirements entry `{entry}` of `{name}` must be a path inside the repository",
+                entry=entry, name=name))
     packages = texts("packages", '["accelerate==0.21.0"]')
     for pin in packages:
         if pin.startswith("-") or not environment.REQUIREMENT.fullmatch(pin):
-            raise RecipeError(f"{where.key(name, 'packages')}: `{pin}` in `packages` of "
-                              f"`{name}` is not a requirement like \"name==1.2\"")
+            raise RecipeError(where.key(name, "packages"), _(
+                "`{pin}` in `packages` of `{name}` is not a requirement like \"name==1.2\"",
+                pin=pin, name=name))
     torch = t.get("torch", "worker")
     if torch not in environment.TORCH_MODES:
-        raise RecipeError(f"{where.key(name, 'torch')}: `torch` in recipe `{name}` must be "
-                          f"\"worker\" (this box's torch, the default) or \"recipe\", not "
-                          f"{torch!r}")
+        raise RecipeError(where.key(name, "torch"), _(
+            "`torch` in recipe `{name}` must be \"worker\" (this box's torch, the default) or "
+            "\"recipe\", not {value}", name=name, value=repr(torch)))
     found = EnvSpec(repo, commit, requirements, packages, python, torch, cache)
     if "torch" in t and not found.declared:
-        raise RecipeError(f"{where.key(name, 'torch')}: `torch` in recipe `{name}` chooses the "
-                          "torch of its own environment, and it declares none: add "
-                          "`requirements`, `packages`, `repo` or `python`, or remove `torch`")
+        raise RecipeError(where.key(name, "torch"), _(
+            "`torch` in recipe `{name}` chooses the torch of its own environment, and it "
+            "declares none: add `requirements`, `packages`, `repo` or `python`, or remove "
+            "`torch`", name=name))
     return found
 
 
 def _param(recipe: str, name: str, d, where: _Locator) -> Param:
     at = where.key(recipe + ".params", name)
     if not PARAM_NAME.fullmatch(name) or name == "python":
-        raise RecipeError(f"{at}: param name `{name}` must be lower-case letters, digits and "
-                          "`_`, and not `python` (that stands for the worker's interpreter)")
+        raise RecipeError(at, _("param name `{name}` must be lower-case letters, digits and "
+                                "`_`, and not `python` (that stands for the worker's "
+                                "interpreter)", name=name))
     if not isinstance(d, dict):
-        raise RecipeError(f"{at}: param `{name}` must be a table like "
-                          '{ type = "int", min = 1, max = 8, default = 1 }')
+        raise RecipeError(at, _("param `{name}` must be a table like {example}", name=name,
+                                example='{ type = "int", min = 1, max = 8, default = 1 }'))
     for key in d:
         if key not in PARAM_KEYS:
-            raise RecipeError(f"{at}: unknown key `{key}` in param `{name}`; allowed: "
-                              f"{', '.join(sorted(PARAM_KEYS))}")
+            raise RecipeError(at, _("unknown key `{key}` in param `{name}`; allowed: {allowed}",
+                                    key=key, name=name, allowed=", ".join(sorted(PARAM_KEYS))))
     kind = d.get("type")
     if kind not in PARAM_TYPES:
-        raise RecipeError(f"{at}: param `{name}` needs type = one of "
-                          f"{', '.join(sorted(PARAM_TYPES))}")
+        raise RecipeError(at, _("param `{name}` needs type = one of {types}", name=name,
+                                types=", ".join(sorted(PARAM_TYPES))))
     if "default" not in d:
-        raise RecipeError(f"{at}: param `{name}` needs a default")
+        raise RecipeError(at, _("param `{name}` needs a default", name=name))
     number = (int,) if kind == "int" else (int, float)
     if kind in ("int", "float"):
         for key in ("min", "max"):
             if not isinstance(d.get(key), number) or isinstance(d.get(key), bool):
-                raise RecipeError(f"{at}: {kind} param `{name}` needs a numeric `{key}`")
+                raise RecipeError(at, _("{kind} param `{name}` needs a numeric `{key}`",
+                                        kind=kind, name=name, key=key))
     if kind == "choice" and not (isinstance(d.get("choices"), list) and d["choices"]
                                  and all(isinstance(c, str) for c in d["choices"])):
-        raise RecipeError(f"{at}: choice param `{name}` needs choices = a list of strings")
+        raise RecipeError(at, _("choice param `{name}` needs choices = a list of strings",
+                                name=name))
     max_length = d.get("max_length", 256)
     if not isinstance(max_length, int) or isinstance(max_length, bool) or not \
             1 <= max_length <= 4096:
-        raise RecipeError(f"{at}: `max_length` of `{name}` must be a whole number 1-4096")
+        raise RecipeError(at, _("`max_length` of `{name}` must be a whole number 1-4096",
+                                name=name))
     if kind == "int" and not isinstance(d["default"], int):
-        raise RecipeError(f"{at}: default of int param `{name}` must be a whole number")
+        raise RecipeError(at, _("default of int param `{name}` must be a whole number",
+                                name=name))
     if "pattern" in d:
         try:
             re.compile(d["pattern"])
         except (re.error, TypeError) as exc:
-            raise RecipeError(f"{at}: pattern of `{name}` is not a regular expression: {exc}")
+            raise RecipeError(at, _("pattern of `{name}` is not a regular expression: {error}",
+                                    name=name, error=exc)) from None
     p = Param(name, kind, d["default"], d.get("help", ""), d.get("min"), d.get("max"),
               tuple(d.get("choices", ())), d.get("pattern"), max_length)
     try:  # the default must itself be a valid value
         p.parse(str(d["default"]), "")
     except ValueError as exc:
-        raise RecipeError(f"{at}: default of `{name}` is not allowed: "
-                          f"{getattr(exc, 'message', exc)}") from None
+        raise RecipeError(at, _("default of `{name}` is not allowed: {why}", name=name,
+                                why=getattr(exc, "message", exc))) from None
     return p
 
 

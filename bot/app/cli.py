@@ -4,12 +4,15 @@ and `doctor` (bot/app/doctor.py), which checks what `serve` would use."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sqlite3
 import sys
 import threading
 import time
+
+from worker.i18n import _
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,9 +102,20 @@ def _embedded(args) -> tuple | None:
                       f"both, or start a trialbot-worker with {given[0]}", file=sys.stderr)
                 return None
         if args.command == "console" or args.local_worker:
+            _language_first()
             user = embedded_trial_user(args.command, args.trial_user, hidden)
             recipes = embedded_offer(args.command, args)
     return user, recipes
+
+
+def _language_first() -> None:
+    """TRIALBOT_LANG before the local worker's --trial-user and recipe file are
+    read, so their refusals are in it; a wrong code is refused later, where each
+    command reads its settings (serve's with tokens redacted)."""
+    from bot.app import config
+    from worker import i18n
+    with contextlib.suppress(config.ConfigError):
+        i18n.set_default(config.default_lang(os.environ))
 
 
 def _console(args, user, recipes) -> int:
@@ -127,7 +141,8 @@ def embedded_trial_user(command: str, name: str | None, hidden: bool):
         print(f"trialbot {command}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     for warning in trialuser.warnings(user, hidden, None) if user else []:
-        print(f"trialbot {command}: warning: {warning}", file=sys.stderr)
+        print(f"trialbot {command}: " + _("warning: {message}", message=warning),
+              file=sys.stderr)
     return user
 
 
@@ -140,7 +155,8 @@ def embedded_offer(command: str, args) -> dict:
         recipes = offer.recipes(args.recipes)
         offer.check_models(args.models)
     except offer.StartError as exc:
-        print(f"trialbot {command}: refusing to start: {exc}", file=sys.stderr)
+        print(f"trialbot {command}: " + _("refusing to start: {why}", why=exc),
+              file=sys.stderr)
         raise SystemExit(2) from None
     offer.allow_models(args.models, args.hub)
     return recipes

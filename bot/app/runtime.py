@@ -24,6 +24,7 @@ from bot.slack.later import ACK_WRITE_SECONDS
 from bot.store import Store
 from bot.trials import workers
 from bot.trials.queue import LEASE_SECONDS, JobQueue
+from worker.i18n import _
 
 if TYPE_CHECKING:
     from worker.api import Agent
@@ -118,10 +119,11 @@ class Runtime:
         hf-* models it can build as trialbot-worker does."""
         from worker.api import Agent, Client, attempts, machine, offer
         if os.geteuid() == 0 and user is None:
-            logging.getLogger("trialbot").warning(
+            # read at the console (TRIALBOT_LANG), like trialbot-worker's warnings
+            logging.getLogger("trialbot").warning(_(
                 "the local worker runs trials as root: a trial can read this bot's Slack "
                 "tokens, worker token and database; give --trial-user USER, run the bot as "
-                "an unprivileged user, or run trials on a trialbot-worker with --trial-user")
+                "an unprivileged user, or run trials on a trialbot-worker with --trial-user"))
         host, port = self.server.server_address[:2]
         host = "127.0.0.1" if host in ("0.0.0.0", "") else str(host)  # AF_INET: a str
         # Registered like trialbot-worker's: its GPUs and CPU cores, transformers and

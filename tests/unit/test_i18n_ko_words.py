@@ -14,7 +14,7 @@ from bot.plans import digestparse, prices
 from bot.plans import parse as plans
 from bot.plans.command import TABLE as PLAN_TABLE
 from bot.trials.command import TABLE as TRIAL_TABLE
-from worker import i18n, spec
+from worker import environment, i18n, recipes, spec
 
 # What stays English, beyond the shapes `_code` lets through (backticks, ids,
 # ENV_NAMES, options, paths, key=value, acronyms). Each group says why.
@@ -50,7 +50,10 @@ COMMAND_WORDS = ({e.name for e in TRIAL_TABLE} | {e.word for e in PLAN_TABLE}
                  | set(plans.CHECKLIST) | set(prices.KINDS) | {"recipe"}
                  | {v for values in plans.CHOICES.values() for v in values}
                  | set(COMPONENTS) | set(digestparse.WEEKDAYS) | {"weekly", "now", "off"}
-                 | {"run", "admin", "local", "slurm"})
+                 | {"run", "admin", "local", "slurm"}
+                 # a recipe file's keys and their values (worker/recipes.py)
+                 | recipes.RECIPE_KEYS | recipes.PARAM_KEYS | recipes.PARAM_TYPES
+                 | set(recipes.UNITS) | set(environment.TORCH_MODES) | {"cuda", "any"})
 ALLOWED = UNITS | NAMES | PHASES | COMMAND_WORDS
 
 BACKTICKED = re.compile(r"`[^`]*`")

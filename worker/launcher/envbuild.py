@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import cast
 
-from worker import environment
+from worker import environment, i18n
 from worker.codeversion import NO_COMMANDS
 from worker.environment import PROJECT, EnvironmentProblem, EnvSpec
 from worker.launcher.process import Run, child_env, read_json
@@ -187,13 +187,15 @@ def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, Env]:
             os.rename(partial, tree)
     for entry in spec.requirements:
         if not environment.on_disk(tree, entry):
-            raise _Failed(environment.missing_requirement(entry, spec.commit))
+            with i18n.using("en"):  # a report's error is the worker's English (notes.py)
+                raise _Failed(environment.missing_requirement(entry, spec.commit))
     return tree, {"recipe_repo": spec.repo, "recipe_commit": commit}
 
 
 def _environment(spec: EnvSpec, base: str, pins: dict, deadline, cancel, user) -> dict:
     try:
-        python = environment.interpreter(spec.python) if spec.python else sys.executable
+        with i18n.using("en"):  # a report's error is the worker's English (notes.py)
+            python = environment.interpreter(spec.python) if spec.python else sys.executable
     except EnvironmentProblem as exc:
         raise _Failed(str(exc)) from None
     version = _python_version(python)

@@ -58,6 +58,7 @@ def through_worker(repo: str, commit: str | None) -> int:
 
     tmp = tempfile.mkdtemp(prefix="bench-compat-")
     os.environ["TRIALBOT_ENV_CACHE"] = os.path.join(tmp, "cache")  # cold: an empty cache
+    os.environ["TRIALBOT_CHECK_LOCAL"] = "1"  # REPO may be a git directory on this machine
     rt = Runtime(os.path.join(tmp, "a.db"), "tok", ConsoleTransport(io.StringIO(), True, tmp),
                  policy=Policy(run_everyone=True))
     rt.start()

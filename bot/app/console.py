@@ -51,6 +51,8 @@ def run(db: str, as_json: bool, stdin=None, stdout=None, user=None, recipes=None
         trial_command.settle(rt.ctx, channel, None)
     rt.start()
     # user: --trial-user, a worker.trialuser.TrialUser; recipes: --recipes (worker/offer.py)
+    # Its worker is this person's own: `/plan NAME check repo=/path` may read their disk.
+    os.environ.setdefault("TRIALBOT_CHECK_LOCAL", "1")
     rt.start_local_worker(user=user, recipes=recipes)
     interactive = stdin.isatty()
     if interactive:

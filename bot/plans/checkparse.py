@@ -14,7 +14,7 @@ from bot.states import Json
 from worker.i18n import _
 
 URL = re.compile(r"(https?|ssh|git|file)://[^\s<>|'\"`]+")
-SCP = re.compile(r"[\w.-]+@[\w.-]+:[\w./~-]+")
+SCP = re.compile(r"[\w.][\w.-]*@[\w.-]+:[\w./~-]+")
 PATH = re.compile(r"/[^\s<>|'\"`]*")
 HOSTED = re.compile(r"(github\.com|gitlab\.com|huggingface\.co)/[\w.-]+/[\w.-]+[^\s]*")
 HEX = re.compile(r"[0-9a-fA-F]{7,40}")

@@ -58,6 +58,8 @@ def problem(result: object) -> str | None:
         return None
     if not (isinstance(result.get("commit"), str) and FULL.fullmatch(result["commit"])):
         return "`result.commit` must be the full commit hash read"
+    if not isinstance(result.get("report"), dict):
+        return "`result.report` must be the trialbot.compat/1 report read (or give `error`)"
     try:
         checkview.report_of(result)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:

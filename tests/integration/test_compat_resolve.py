@@ -11,7 +11,7 @@ import pytest
 from worker import cli, environment
 from worker import compat as reader
 from worker.compat import report as r
-from worker.compat import resolve
+from worker.compat import resolve, show
 
 LINUX_312 = resolve.Target("3.12", "x86_64-manylinux_2_28")
 UV = environment.uv_binary()
@@ -77,6 +77,13 @@ def test_an_index_that_cannot_be_reached_is_said_and_skipped(tmp_path):
     assert resolve.check(report, LINUX_312, None).status == "no_resolver"
     late = resolve.check(report, LINUX_312, UV, ("--offline",), timeout=0)
     assert (late.status, late.detail) == ("skipped", "timeout")
+    # What needs no index (the repository's own requires-python) is still said.
+    (tmp_path / "repo" / "pyproject.toml").write_text(
+        "[project]\nname = 'x'\nrequires-python = '<3.11'\n")
+    both = resolve.check(reader.read(tmp_path / "repo"), LINUX_312, UV,
+                         ("--offline", "--cache-dir", str(tmp_path / "c3")))
+    assert both.status == "skipped" and [p.why for p in both.problems] == ["requires_python"]
+    assert "Python 3.12" in "\n".join(show.resolution(both)[1:])
 
 
 def test_a_target_uv_does_not_know_is_named(tmp_path, wheels):

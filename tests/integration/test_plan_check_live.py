@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import zipfile
+from unittest import mock
 
 import pytest
 
@@ -61,6 +62,7 @@ def wheel(folder, name, version, tag):
 @pytest.fixture
 def bot(tmp_path, monkeypatch):
     monkeypatch.setenv("TRIALBOT_ENV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRIALBOT_CHECK_LOCAL", "1")  # its repositories are local git ones
     # The pins resolve against wheels made here, never an index: torch 2.1.2 has
     # one for Python 3.8 only, so no Python this worker runs finds one.
     found = tmp_path / "wheels"
@@ -225,8 +227,58 @@ def test_an_answer_that_is_not_a_report_is_refused_by_name(api):
     got = c.lease("a", 1)
     for bad, words in (({"error": {"why": "bored", "message": ""}}, "`result.error` must be"),
                        (dict(GOOD, commit="HEAD"), "`result.commit` must be the full"),
-                       (dict(GOOD, report={"schema": "x"}), "not a trialbot.compat/1 report")):
+                       (dict(GOOD, report={"schema": "x"}), "not a trialbot.compat/1 report"),
+                       ({"repo": "/srv/snap", "commit": "a" * 40}, "`result.report` must be")):
         with pytest.raises(ApiError) as err:
             c.check_result("a", got, bad)
         assert err.value.status == 400 and words in str(err.value)
     assert api.store.check(1)["status"] == "running"
+
+
+def test_a_worker_reads_its_own_disk_only_where_its_operator_allows(bot, tmp_path, monkeypatch):
+    git_repo(tmp_path / "snap", FLASH)
+    monkeypatch.delenv("TRIALBOT_CHECK_LOCAL")  # as on a shared worker: not set
+    say(bot, f"new snap gpu=T4 repo={tmp_path / 'snap'}")
+    say(bot, "snap check")
+    assert answered(bot, 1)["status"] == "failed"
+    assert any("reads repositories on its own disk only when its operator allows it "
+               "(TRIALBOT_CHECK_LOCAL=1)" in t for t in posted(bot))
+    assert not (tmp_path / "cache").exists()  # nothing was fetched
+
+
+def test_a_repository_the_reader_chokes_on_is_answered_and_the_worker_lives(bot, tmp_path):
+    # Valid TOML of the wrong shape, and a NUL byte in setup.py: named as not read.
+    commit = git_repo(tmp_path / "odd", {"pyproject.toml": "[project]\ndependencies = [1]\n",
+                                         "setup.py": "setup(\x00)\n", "a.py": "import torch\n"})
+    say(bot, f"new odd gpu=T4 repo={tmp_path / 'odd'}")
+    say(bot, "odd check")
+    assert answered(bot, 1)["status"] == "done"
+    text = next(t for t in posted(bot) if "Compatibility check C1" in t)
+    assert "`pyproject.toml`" in text and "TypeError" in text and "`setup.py`" in text
+    # A reader that raises anything still answers, and the worker takes the next check.
+    with mock.patch("worker.compat.read", side_effect=RuntimeError("a bug")):
+        say(bot, "odd check")
+        assert answered(bot, 2)["status"] == "failed"
+    assert any("the reader failed on this repository (RuntimeError: a bug)" in t
+               for t in posted(bot))
+    say(bot, "odd check")
+    assert answered(bot, 3)["status"] == "done" and bot.store.check(3)["commit_read"] == commit
+
+
+def test_a_branch_is_fetched_again_a_commit_hash_is_not(bot, tmp_path):
+    first = git_repo(tmp_path / "moving", {"a.py": "import torch\n"})
+    say(bot, f"new moving gpu=T4 repo={tmp_path / 'moving'}")
+    branch = subprocess.run([*GIT, "-C", str(tmp_path / "moving"), "branch", "--show-current"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    say(bot, f"moving check commit={branch}")
+    assert answered(bot, 1)["commit_read"] == first
+    (tmp_path / "moving" / "b.py").write_text("import flash_attn\n")
+    subprocess.run([*GIT, "-C", str(tmp_path / "moving"), "add", "."], check=True)
+    subprocess.run([*GIT, "-C", str(tmp_path / "moving"), "commit", "-qm", "two"], check=True)
+    second = subprocess.run([*GIT, "-C", str(tmp_path / "moving"), "rev-parse", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    say(bot, f"moving check commit={branch}")
+    assert answered(bot, 2)["commit_read"] == second  # the branch moved: read where it is now
+    say(bot, f"moving check commit={first[:7]}")
+    check = answered(bot, 3)
+    assert check["commit_read"] == first and check["result"]["cached"] is True

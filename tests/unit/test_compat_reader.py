@@ -164,3 +164,16 @@ def test_statements_without_a_clue_are_skipped_but_nothing_found_is_lost(tmp_pat
     assert [(u.file, u.why) for u in report.unread] == [("legacy.py", "syntax")]
     words = code.clues(("awq_inference_engine",))
     assert code.scan("model.py", model, words).found == code.scan("model.py", model).found
+
+
+def test_find_links_are_kept_apart_from_indexes_and_odd_shapes_are_named(tmp_path):
+    report = reader.read(tree(tmp_path, {
+        "requirements.txt": "-f https://download.pytorch.org/whl/torch_stable.html\n"
+                            "--extra-index-url https://example.org/simple\n"
+                            "torch==1.13.1+cu117\n",
+        "pyproject.toml": "[project]\noptional-dependencies = []\n",
+        "a.py": "import os\n"}))
+    assert report.find_links == ("https://download.pytorch.org/whl/torch_stable.html",)
+    assert report.indexes == ("https://example.org/simple",)
+    assert [(u.file, u.why) for u in report.unread] == [("pyproject.toml", "format")]
+    assert r.from_json(json.loads(json.dumps(report.as_json()))).find_links == report.find_links

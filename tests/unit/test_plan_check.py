@@ -52,7 +52,8 @@ def test_repo_and_commit_are_read_and_malformed_ones_refused_with_an_example():
         "https://github.com/o/n"  # Slack's link markup
     assert parse(["repo=github.com/o/n"])["repo"] == "https://github.com/o/n"
     assert parse(["repo=/srv/repos/snap", "commit=v1.2"])["commit"] == "v1.2"
-    for bad in ("repo=--upload-pack=touch", "repo=relative/path", "repo=ftp://x/y"):
+    for bad in ("repo=--upload-pack=touch", "repo=relative/path", "repo=ftp://x/y",
+                "repo=-uX@h:p"):  # scp-like, but git would read it as an option
         with pytest.raises(PlanError, match="not a repository git can fetch.*e.g. `/plan snap"):
             parse([bad])
     for bad in ("commit=a..b", "commit=-x", "commit=HEAD~1"):

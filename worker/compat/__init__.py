@@ -53,13 +53,13 @@ def read(path: str | Path) -> Report:
     found += _extension_imports(scans)
     found += tree.sources(root, files.cuda)
     found += tree.mentions(root, files.docs)
-    found += [Evidence(r.ROCM, f"package index {url}", "", 0) for url in dep.indexes
-              if "rocm" in url.lower()]
+    found += [Evidence(r.ROCM, f"package index {url}", "", 0)
+              for url in (*dep.indexes, *dep.find_links) if "rocm" in url.lower()]
     needs, counts = r.kept(found)
     return Report(root=str(path), python_files=len(files.python), pins=tuple(dep.pins),
                   needs=needs, unread=tuple(sorted(unread, key=lambda u: (u.file, u.line))),
                   dependency_files=tuple(dep.files), requires_python=tuple(dep.requires_python),
-                  indexes=tuple(dep.indexes), counts=counts)
+                  indexes=tuple(dep.indexes), find_links=tuple(dep.find_links), counts=counts)
 
 
 def _scans(root: Path, python: list[Path]) -> tuple[list[code.Scan], list[Unread]]:

@@ -38,6 +38,7 @@ class Found:
         self.files: list[str] = []
         self.requires_python: list[str] = []
         self.indexes: list[str] = []
+        self.find_links: list[str] = []  # pages of wheel links (`-f .../torch_stable.html`)
 
 
 def is_dependency_file(name: str) -> bool:
@@ -55,7 +56,12 @@ def read(root: Path, paths: list[Path]) -> Found:
             continue
         found.files.append(rel)
         reader = _READERS.get(path.name, _requirements)
-        reader(text, rel, found)
+        try:
+            reader(text, rel, found)
+        except (TypeError, AttributeError, ValueError) as exc:
+            # A file of the right syntax but the wrong shape (`dependencies = [1]`,
+            # `project = "x"`, a NUL byte in setup.py): named, never the worker's crash.
+            found.unread.append(Unread(rel, 0, "format", f"{type(exc).__name__}: {exc}"))
     return found
 
 
@@ -76,8 +82,10 @@ def _requirements(text: str, rel: str, found: Found) -> None:
         line = re.sub(r"(^|\s)#.*$", "", raw).strip()
         if not line:
             continue
-        if line.startswith(("--extra-index-url", "--index-url", "-i ", "-f ", "--find-links")):
+        if line.startswith(("--extra-index-url", "--index-url", "-i ")):
             found.indexes.append(line.split(None, 1)[-1].split("=", 1)[-1].strip())
+        elif line.startswith(("-f ", "--find-links")):
+            found.find_links.append(line.split(None, 1)[-1].split("=", 1)[-1].strip())
         elif line.startswith(("-r ", "--requirement", "-c ", "--constraint")):
             continue  # that file is read on its own when it is in the tree
         elif line.startswith(("-e ", "--editable")):
@@ -170,8 +178,9 @@ def _setup_cfg(text: str, rel: str, found: Found) -> None:
 def _setup_py(text: str, rel: str, found: Found) -> None:
     try:
         tree = ast.parse(text, rel)
-    except SyntaxError as exc:
-        found.unread.append(Unread(rel, exc.lineno or 0, "syntax", str(exc.msg)))
+    except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
+        found.unread.append(Unread(rel, getattr(exc, "lineno", 0) or 0, "syntax",
+                                   getattr(exc, "msg", str(exc))))
         return
     names = _literal_names(tree)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)

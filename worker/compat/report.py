@@ -110,6 +110,7 @@ class Report:
     dependency_files: tuple[str, ...] = ()      # what was read for pins
     requires_python: tuple[str, ...] = ()       # "file: >=3.9", each as written
     indexes: tuple[str, ...] = ()               # extra package indexes named (a ROCm wheel index)
+    find_links: tuple[str, ...] = ()            # pages of wheel links named (`-f URL`)
     counts: dict[str, int] = field(default_factory=dict)  # kind -> all found (see kept)
     schema: str = SCHEMA
     resolution: Resolution | None = None        # only when asked for (an added key, still /1)
@@ -133,8 +134,8 @@ def from_json(data: dict[str, Any]) -> Report:
         unread=tuple(Unread(**u) for u in data.get("unread", ())),
         dependency_files=tuple(data.get("dependency_files", ())),
         requires_python=tuple(data.get("requires_python", ())),
-        indexes=tuple(data.get("indexes", ())), counts=dict(data.get("counts", {})),
-        resolution=_resolution(data.get("resolution")))
+        indexes=tuple(data.get("indexes", ())), find_links=tuple(data.get("find_links", ())),
+        counts=dict(data.get("counts", {})), resolution=_resolution(data.get("resolution")))
 
 
 def _resolution(data: dict[str, Any] | None) -> Resolution | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from worker import redact
 from worker.compat.report import Pin, Report, Resolution, Unresolved
 
 TIMEOUT = 120.0   # seconds for all of one check's resolutions
@@ -76,15 +77,18 @@ def check(report: Report, target: Target, uv: str | None, options: tuple[str, ..
              for a in ("--extra-index-url", url)]
     if extra:  # pip looks at every index for the best version; uv's default stops at one
         extra += ["--index-strategy", "unsafe-best-match"]
+    extra += [a for url in report.find_links if url.startswith(("https://", "http://"))
+              for a in ("--find-links", url)]
     deadline = time.monotonic() + timeout
     problems = _requires_python(report.requires_python, target.python)
     count = 0
     for pins in groups.values():
         run = _Run(uv, target, (*options, *extra), deadline)
         outcome = run.resolve(pins)
-        if outcome.skipped:
+        if outcome.skipped:  # what was found without the index stays said
             return Resolution(target.python, target.platform, "skipped", tuple(groups),
-                              detail=outcome.skipped, left_out=tuple(left_out))
+                              problems=tuple(problems), detail=outcome.skipped,
+                              left_out=tuple(left_out))
         problems += outcome.problems
         count += outcome.resolved
     return Resolution(target.python, target.platform, "unresolved" if problems else "resolved",
@@ -172,8 +176,8 @@ class _Run:
         lines = "".join(f"{p.name}{p.spec}{' ; ' + p.marker if p.marker else ''}\n" for p in pins)
         # COLUMNS: uv wraps its sentences at the terminal's width, and a wrapped
         # sentence loses the pin it names (pytest-xdist's workers set 80)
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_HTTP_RETRIES": "0",
-               "NO_COLOR": "1", "COLUMNS": "100000"}
+        env = {**redact.without_secrets(os.environ), "UV_PYTHON_DOWNLOADS": "never",
+               "UV_HTTP_RETRIES": "0", "NO_COLOR": "1", "COLUMNS": "100000"}
         try:
             done = subprocess.run(self.command, input=lines, capture_output=True, text=True,
                                   timeout=left, env=env)

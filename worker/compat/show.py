@@ -91,10 +91,10 @@ def resolution(done: Resolution | None) -> list[str]:
         if done.detail == "timeout":
             return [_("Pins not resolved for Python {python} on {platform}: uv did not answer "
                       "in the time allowed; check again when the index answers faster.",
-                      **target)]
+                      **target)] + _problems(done)
         return [_("Pins not resolved for Python {python} on {platform}: the package index "
                   "could not be reached ({detail}); check again where it can be.",
-                  detail=done.detail, **target)]
+                  detail=done.detail, **target)] + _problems(done)
     if not done.files:
         return [_("Pins not resolved: no pin uv can read was found.")]
     out = [_("Pins resolved for Python {python} on {platform} by uv (nothing installed): "
@@ -102,13 +102,20 @@ def resolution(done: Resolution | None) -> list[str]:
              **target) if done.status == "resolved" else
            _("Pins that do not resolve for Python {python} on {platform} (uv, nothing "
              "installed):", **target)]
+    out += _problems(done)
+    out += [_("  not given to uv: {pin} ({where}): {why}", pin=p.name,
+              where=f"{p.file}:{p.line}", why=_(_WHY[p.why])) for p in done.left_out[:SHOWN]]
+    return out
+
+
+def _problems(done: Resolution) -> list[str]:
+    target = {"python": done.python, "platform": done.platform}
+    out = []
     for p in done.problems:
         where = f"{p.file}:{p.line}" if p.line else p.file
         name = f"{p.name}{p.spec} ({where}): " if p.name else f"{where}: "
         out.append(f"  {name}{_(_WHY[p.why], **target)}")
         out += [f"    uv: {p.detail}"] if p.detail else []
-    out += [_("  not given to uv: {pin} ({where}): {why}", pin=p.name,
-              where=f"{p.file}:{p.line}", why=_(_WHY[p.why])) for p in done.left_out[:SHOWN]]
     return out
 
 

@@ -164,7 +164,7 @@ def _checkout(spec: EnvSpec, deadline, cancel, user) -> tuple[str, Env]:
         if not os.path.isdir(mirror):
             partial = mirror + ".partial"
             shutil.rmtree(partial, ignore_errors=True)
-            _run([*GIT, "clone", "--mirror", "--quiet", spec.repo, partial], repos, deadline,
+            _run([*GIT, "clone", "--mirror", "--quiet", "--", spec.repo, partial], repos, deadline,
                  cancel, user, f"repo {spec.repo} could not be fetched; check the URL or path "
                  "and that this worker can reach it")
             os.rename(partial, mirror)

@@ -120,8 +120,10 @@ def test_a_real_worker_kills_a_cancelled_trial(tmp_path, fake_slack):
     rt.start()
     try:
         rt.start_local_worker("w1")
+        # processes=1: one long run phase. Split in four, each process's run took
+        # about 2 s, and the cancel could land in a teardown between them.
         long = "llm-infer gen=2 repeats=10000 stability=0 run_cap=600 layers=1 hidden=64 " \
-               "heads=2 kv_heads=1 vocab=256"
+               "heads=2 kv_heads=1 vocab=256 processes=1"
         job = commands.trial(rt.ctx, long, "U1", "C1")[1]
         deadline = time.monotonic() + 60
         while (rt.store.job(job["id"])["progress"] or {}).get("phase") != "run":

@@ -295,12 +295,18 @@ class WorkerApi:
 
     def unsent(self, path: str, body, reply: dict | None) -> None:
         """The answer to `path` could not be written (the worker hung up): a trial
-        it leased goes back to the queue. A Slurm accounting request waits out its
-        lease (seconds of sacct, asked again)."""
-        if (path == "/api/lease" and reply and "trial" in reply and isinstance(body, dict)
-                and self.ctx.queue.unsent(body.get("worker"), reply["id"], reply["lease"])):
+        or a check it leased goes back to the queue. A Slurm accounting request
+        waits out its lease (seconds of sacct, asked again)."""
+        if path != "/api/lease" or not reply or not isinstance(body, dict):
+            return
+        worker = body.get("worker")
+        if reply.get("kind") == "compat-check":
+            if self.ctx.store.give_back_check(reply["id"], worker, reply["lease"]):
+                log.warning("lease of %s not delivered to %s (the connection was gone); "
+                            "queued again", reply["request"], worker)
+        elif "trial" in reply and self.ctx.queue.unsent(worker, reply["id"], reply["lease"]):
             log.warning("lease of %s not delivered to %s (the connection was gone); "
-                        "queued again", reply["trial"], body.get("worker"))
+                        "queued again", reply["trial"], worker)
 
     def ping(self, worker: str, who) -> dict:
         """The token is accepted for `worker`: the bot's clock and lease timings, so a
@@ -388,11 +394,16 @@ class WorkerApi:
 
     def _left(self, worker: str, key: str | None, job: dict) -> bool:
         """The worker of this long poll said it stopped: nobody will read the
-        answer, so the trial it got is handed back at once. (A Slurm accounting
-        request waits out its lease: seconds of sacct, asked again.)"""
+        answer, so the trial or check it got is handed back at once. (A Slurm
+        accounting request waits out its lease: seconds of sacct, asked again.)"""
         reason = self.ctx.queue.stopped(worker, key)
-        if reason is None or job.get("kind") in ("slurm-accounting", "compat-check"):
+        if reason is None or job.get("kind") == "slurm-accounting":
             return False
+        if job.get("kind") == "compat-check":
+            if self.ctx.store.give_back_check(job["id"], worker, job["lease"]):
+                log.warning("lease of C%s not delivered to %s (it stopped: %s); queued "
+                            "again", job["id"], worker, reason)
+            return True
         try:
             self.ctx.queue.release(job["id"], worker, job["lease"], reason)
             log.warning("lease of %s not delivered to %s (it stopped: %s); queued again",

@@ -64,6 +64,11 @@ class Checks(Plans, Outbox, Workers):
         found = self._lease_request("compat_checks", worker, seconds, max_leases, key)
         return self.check(found) if found is not None else None
 
+    def give_back_check(self, check_id: int, worker: str, lease: str) -> bool:
+        """A check whose lease never reached its worker, queued again (False: it is
+        not leased to `worker` under `lease`)."""
+        return self._give_back_request("compat_checks", check_id, worker, lease)
+
     def expired_checks(self, max_leases: int) -> list[Row]:
         """Checks whose last allowed lease expired: their workers went silent."""
         return [c for i in self._expired_requests("compat_checks", max_leases)

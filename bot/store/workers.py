@@ -82,6 +82,16 @@ class Workers(Base):
             return int(row_id)
         return None
 
+    def _give_back_request(self, table: str, row_id: int, worker: str, lease: str) -> bool:
+        """A lease its worker never received (the answer could not be written, or
+        the worker stopped): queued again at once, the try not counted."""
+        with self.tx():
+            cur = self.db.execute(
+                f"update {table} set status = 'queued', worker = null, lease = null, "
+                "lease_expires = null, attempts = max(0, attempts - 1) where id = ? and "
+                "worker = ? and lease = ? and status = 'running'", [row_id, worker, lease])
+        return cur.rowcount == 1
+
     def _expired_requests(self, table: str, max_leases: int) -> list[int]:
         """Ids of `table`'s rows whose last allowed lease expired: their workers went silent."""
         return [int(r[0]) for r in self.db.execute(

@@ -18,6 +18,7 @@ from bot import commands
 from bot.access import Policy
 from bot.app.console import ConsoleTransport
 from bot.app.runtime import Runtime
+from bot.http.workerapi import WorkerApi
 from worker.agent import Agent
 from worker.client import ApiError, Client
 from worker.spec import parse
@@ -282,3 +283,24 @@ def test_a_branch_is_fetched_again_a_commit_hash_is_not(bot, tmp_path):
     say(bot, f"moving check commit={first[:7]}")
     check = answered(bot, 3)
     assert check["commit_read"] == first and check["result"]["cached"] is True
+
+
+def test_a_check_lease_its_worker_never_got_is_queued_again_uncounted(api):
+    a, b = Client(api.server.url, "tok"), Client(api.server.url, "tok")
+    a.register("a", {"compat": "trialbot.compat/1"})
+    b.register("b", {"compat": "trialbot.compat/1"})
+    say(api, "new snap gpu=H100 repo=/srv/snap")
+    say(api, "snap check")
+    got = a.lease("a", 1)
+    # The lease's answer could not be written to `a` (it hung up): queued again at
+    # once, the try not counted, so two such losses do not fail the check.
+    WorkerApi(api.ctx, "tok").unsent("/api/lease", {"worker": "a"}, got)
+    check = api.store.check(1)
+    assert (check["status"], check["attempts"], check["worker"]) == ("queued", 0, None)
+    again = b.lease("b", 1)
+    assert again["id"] == 1 and again["lease"] != got["lease"]
+    with pytest.raises(ApiError) as late:
+        a.check_result("a", got, GOOD)
+    assert late.value.status == 409
+    b.check_result("b", again, GOOD)
+    assert api.store.check(1)["status"] == "done"

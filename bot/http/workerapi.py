@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 
 from bot.http import tokens
 from bot.plans import checks, service
@@ -324,39 +325,43 @@ class WorkerApi:
 
     def accounting(self, req_id: int, worker: str, body: dict,
                    key: str | None = None) -> tuple[int, dict | None]:
-        lease = body.get("lease")
-        if not isinstance(lease, str) or not 0 < len(lease) <= 100:
-            return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
-        problem = slurmactual.check(body.get("result"))
-        if problem:
-            return 400, {"error": problem}
-        try:
-            req = service.answer_slurm(self.ctx, req_id, worker, lease, body["result"], key)
-        except LeaseLost as exc:
-            req = self.ctx.store.slurm_actual(req_id)
-            if req is None:
-                return 404, {"error": f"there is no Slurm accounting request A{req_id}"}
-            if not self._answered(worker, key, "result", request=req_id):
-                return 409, {"error": str(exc)}
-        return 200, {"request": f"A{req_id}", "status": req["status"]}
+        return self._plan_answer(
+            f"A{req_id}", "result", worker, body, key, req_id, slurmactual.check,
+            lambda lease, result: service.answer_slurm(self.ctx, req_id, worker, lease, result,
+                                                       key),
+            lambda: self.ctx.store.slurm_actual(req_id),
+            f"there is no Slurm accounting request A{req_id}")
 
     def check(self, check_id: int, worker: str, body: dict,
               key: str | None = None) -> tuple[int, dict | None]:
+        return self._plan_answer(
+            f"C{check_id}", "check", worker, body, key, check_id, checks.problem,
+            lambda lease, result: checks.answer(self.ctx, check_id, worker, lease, result, key),
+            lambda: self.ctx.store.check(check_id),
+            f"there is no compatibility check C{check_id}")
+
+    def _plan_answer(self, name: str, kind: str, worker: str, body: dict, key: str | None,
+                     req_id: int, problem: Callable[[object], str | None],
+                     apply: Callable[[str, dict], dict], stored: Callable[[], dict | None],
+                     missing: str) -> tuple[int, dict | None]:
+        """A worker's answer to a plan's request (Slurm accounting, a check): applied
+        under its lease; one sent again after its reply was lost is 200 again."""
         lease = body.get("lease")
         if not isinstance(lease, str) or not 0 < len(lease) <= 100:
             return 400, {"error": "`lease` must be the lease id returned by /api/lease"}
-        problem = checks.problem(body.get("result"))
-        if problem:
-            return 400, {"error": problem}
+        wrong = problem(body.get("result"))
+        if wrong:
+            return 400, {"error": wrong}
         try:
-            done = checks.answer(self.ctx, check_id, worker, lease, body["result"], key)
+            done = apply(lease, body["result"])
         except LeaseLost as exc:
-            done = self.ctx.store.check(check_id)
-            if done is None:
-                return 404, {"error": f"there is no compatibility check C{check_id}"}
-            if not self._answered(worker, key, "check", request=check_id):
+            found = stored()
+            if found is None:
+                return 404, {"error": missing}
+            if not self._answered(worker, key, kind, request=req_id):
                 return 409, {"error": str(exc)}
-        return 200, {"request": f"C{check_id}", "status": done["status"]}
+            done = found
+        return 200, {"request": name, "status": done["status"]}
 
     def release(self, job_id: int, worker: str, body: dict,
                 key: str | None = None) -> tuple[int, dict | None]:

@@ -149,11 +149,12 @@ def _memory_facts(r: Report) -> list[tuple[str, str]]:
         out.append((_("GPU device used / trial processes"),
                     _("{device} / {processes} (NVML, sampled ~100 Hz)",
                       device=size(m["device_used_peak"]), processes=size(m["process_used_peak"]))))
-    out.append((_("host RSS peak"),
-                _("{peak} (child tree, sampled ~100 Hz{allocator}; kernel max RSS {kernel})",
-                  peak=size(m.get("host_rss_peak")), allocator=allocator(r),
-                  kernel=size(m.get("host_rss_peak_kernel")))))
-    return out
+    peak, kernel = m.get("host_rss_peak"), m.get("host_rss_peak_kernel")
+    how = (_("{peak} (the child's exact peak, kernel max RSS: it ran alone{allocator})")
+           if peak is not None and peak == kernel else
+           _("{peak} (child tree, sampled ~100 Hz{allocator}; kernel max RSS {kernel})"))
+    return [*out, (_("host RSS peak"),
+                   how.format(peak=size(peak), allocator=allocator(r), kernel=size(kernel)))]
 
 
 def _what_ran(r: Report) -> list[tuple[str, str]]:
@@ -330,8 +331,7 @@ def training(tr: Training) -> str:
              theory=notes.said(tr.get("theory_note"), tr["theory"]))
 
 
-def _over(x: float | None, d: float) -> float | None:
-    """x / d, null kept null (a NaN a report stored before #29 held reads as null)."""
+def _over(x: float | None, d: float) -> float | None:  # null kept null (a NaN stored before #29)
     return None if x is None else x / d
 
 

@@ -18,7 +18,7 @@ from worker.i18n import _
 LEVEL = 0.90
 # memory methods' names: their measuring tools' own terms, kept as they are
 _SHORT = {"process_used_peak": "NVML per-process", "peak_reserved": "peak reserved",
-          "peak_allocated": "peak allocated", "host_rss_peak": "host RSS peak (sampled)",
+          "peak_allocated": "peak allocated", "host_rss_peak": "host RSS peak",
           "host_rss_peak_kernel": "kernel max RSS"}
 
 

@@ -95,7 +95,8 @@ METHOD_WHAT = {
     "peak_reserved": N_("torch CUDA allocator peak reserved (excludes the CUDA context)"),
     "peak_allocated": N_("torch CUDA allocator peak allocated, tensors only (excludes the "
                          "allocator's cache and the CUDA context)"),
-    "host_rss_peak": N_("host RSS of the child process tree, sampled ~100 Hz (CPU side)"),
+    "host_rss_peak": N_("host RSS of the trial: the kernel's exact peak of a child that ran "
+                        "alone, else the child process tree sampled ~100 Hz (CPU side)"),
 }
 
 GPU_CAVEAT = {

@@ -97,10 +97,10 @@ def main() -> int:
         book = recipe_book(tmp)
         diffs = []
         for _ in range(args.reps):
-            m = alloc(book, 500, 1.0)["memory"]
-            diffs.append((m["host_rss_peak"] - m["host_rss_peak_kernel"])
-                         / m["host_rss_peak_kernel"])
-            print(f"   500 MB touched: sampled peak {m['host_rss_peak'] / MB:.1f} MiB, kernel "
+            r = alloc(book, 500, 1.0)
+            m, peak = r["memory"], sampled_peak(r)
+            diffs.append((peak - m["host_rss_peak_kernel"]) / m["host_rss_peak_kernel"])
+            print(f"   500 MB touched: sampled peak {peak / MB:.1f} MiB, kernel "
                   f"max RSS {m['host_rss_peak_kernel'] / MB:.1f} MiB")
         worst = max(diffs, key=abs)
         print(f"2. host peak vs kernel: worst difference {worst * 100:+.2f}% over {args.reps} "
@@ -111,12 +111,18 @@ def main() -> int:
             r = alloc(book, 500, 0.05)
             rows = r["timeline"]["sampled"]["rows"]
             baseline = min(row[1] for row in rows if row[1])
-            rise = r["memory"]["host_rss_peak"] - baseline
+            rise = sampled_peak(r) - baseline
             seen += rise >= 450 * MB
             print(f"   50 ms spike of 500 MB: sampled peak {rise / MB:.0f} MiB above the "
                   f"baseline, kernel max RSS {r['memory']['host_rss_peak_kernel'] / MB:.0f} MiB")
         print(f"3. 50 ms spike visible (>= 450 MiB above baseline) in {seen}/{args.reps} runs")
     return 0
+
+
+def sampled_peak(r: dict) -> int:
+    """The sampler's own peak: the timeline keeps each bucket's maximum (a child
+    that ran alone reports the kernel's figure as host_rss_peak)."""
+    return max(row[1] or 0 for row in r["timeline"]["sampled"]["rows"])
 
 
 if __name__ == "__main__":

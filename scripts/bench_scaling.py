@@ -97,7 +97,7 @@ def bench(label: str, model: str, batches: list[int], factor: int, timeout: floa
               f"{dof}), measured {mib(measured)}: error {err:+.2%} (target ±{tol:.0%}) {verdict}")
         if method == "host_rss_peak":
             kernel = target["memory"].get("host_rss_peak_kernel")
-            print(f"   {'':18} (a check on the sampled peak: the kernel's max RSS of the "
+            print(f"   {'':18} (the kernel's max RSS of the "
                   f"batch-{big} child is {mib(kernel).strip()})")
     if fit["time"] and target.get("latency"):
         value, se, dof = predict_seconds(fit, {"batch": big})

@@ -51,7 +51,7 @@ MEMORY_FIELDS = (
     "peak_reserved",      # torch.cuda.max_memory_reserved over the trial
     "device_used_peak",   # NVML device used (what nvidia-smi shows), sampled
     "process_used_peak",  # NVML per-process used, child process tree, sampled
-    "host_rss_peak",      # RSS of the child process tree, sampled
+    "host_rss_peak",      # RSS of the child process tree, sampled; the kernel's if it ran alone
     "host_rss_peak_kernel",  # kernel's own max RSS of the child (wait4 rusage)
     "host_rss_launch_share",  # the launch (recipe) or setup phase's host peak / host_rss_peak
     "num_alloc_retries",  # torch allocator: cache flushes forced by a failed cudaMalloc

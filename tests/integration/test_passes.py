@@ -59,8 +59,11 @@ def test_explicit_malloc_keeps_one_pass(monkeypatch):
         assert "passes" not in r and r["params"]["malloc"] == malloc
         assert seen.pop() == threshold and not seen
     assert "memory pass" not in r["memory"]["method"]["host_rss_peak"]
-    alone = r["memory"]["host_rss_peak"] == r["memory"]["host_rss_peak_kernel"]
-    assert ("it ran alone, malloc=live)" if alone else "sampled ~100 Hz, malloc=live;") in \
+    # The kernel's figure is reported when it is the child's own (pytest may be larger):
+    # then it is the peak (the child ran alone), and the card says so.
+    kernel = r["memory"]["host_rss_peak_kernel"]
+    assert kernel is None or r["memory"]["host_rss_peak"] == kernel
+    assert ("it ran alone, malloc=live)" if kernel else "sampled ~100 Hz, malloc=live;") in \
         summary.text(r)
     # Its times are live's: the card says so, as a plan block resting on it does.
     assert "timed under malloc=live: its times include page faults" in summary.text(r)

@@ -74,7 +74,9 @@ def host_by_phase(report: Mapping[str, Any], rows: list[dict], hz: float) -> Non
             f"a phase shorter than the {1000 / hz:g} ms interval may have no sample (null), "
             "and a peak held for less than that may be missed; phases outside the program's "
             "run (a recipe's setup commands and environment build) are not sampled")
-    first, peak = import_phase(report["phases"]), memory.get("host_rss_peak")
+    # The sampled peak, not host_rss_peak (the kernel's for a child that ran alone):
+    # a share of the same samples, so a launch that held the peak reads 100%.
+    first, peak = import_phase(report["phases"]), _max_host(rows)
     if first is None or not first.get("host_rss_peak") or not peak:
         memory["host_rss_launch_share"] = None
         method["host_rss_launch_share"] = (
@@ -87,3 +89,7 @@ def host_by_phase(report: Mapping[str, Any], rows: list[dict], hz: float) -> Non
     method["host_rss_launch_share"] = (
         f"the `{first['name']}` phase's host RSS peak ({what}) over the trial's host RSS "
         "peak, both from the same samples")
+
+
+def _max_host(rows: list[dict]) -> int | None:
+    return max((r["host_rss"] for r in rows if r.get("host_rss")), default=None)

@@ -48,10 +48,16 @@ def test_a_recipe_phase_holding_200_MiB_peaks_that_much_above_its_prep(tmp_path)
     assert list(phases) == ["launch", "prep", "run"]
     assert all(p["host_rss_samples"] > 0 for p in phases.values())
     assert phases["run"]["host_rss_peak"] - phases["prep"]["host_rss_peak"] >= 200 * MiB
-    assert phases["run"]["host_rss_peak"] == r["memory"]["host_rss_peak"]
-    # launch: the interpreter before the first mark, a small share of the trial's peak
+    sampled = r["timeline"]["sampled"]
+    column = sampled["columns"].index("host_rss")
+    top = max(row[column] or 0 for row in sampled["rows"])
+    # The run phase holds the largest sample; the trial's peak is the kernel's (it
+    # ran alone), a few pages from it either way.
+    assert phases["run"]["host_rss_peak"] == top
+    assert abs(r["memory"]["host_rss_peak"] - top) < MiB
+    # launch: the interpreter before the first mark, a small share of the same samples
     share = r["memory"]["host_rss_launch_share"]
-    assert share == phases["launch"]["host_rss_peak"] / r["memory"]["host_rss_peak"]
+    assert share == phases["launch"]["host_rss_peak"] / top
     assert 0 < share < 0.2
     method = r["memory"]["method"]
     assert "sampled at 100 Hz" in method["phase_host_rss_peak"]
@@ -84,7 +90,8 @@ def test_a_built_in_trials_weights_phase_peaks_its_weights_above_setup():
     assert "phase_host_rss_peak" in r["passes"][0]["supplied"]
     # setup imports torch: its share of the trial's peak is stated, from the same pass
     share = r["memory"]["host_rss_launch_share"]
-    assert share == pytest.approx(phases["setup"]["host_rss_peak"] / r["memory"]["host_rss_peak"])
+    peaks = [p["host_rss_peak"] for p in phases.values() if p["host_rss_peak"]]
+    assert share == pytest.approx(phases["setup"]["host_rss_peak"] / max(peaks), rel=0.01)
     assert 0 < share < 1 and "`setup` phase" in method["host_rss_launch_share"]
     assert "setup (interpreter start and imports) already held" in summary.phases_line(r)
 

@@ -176,3 +176,14 @@ def test_the_stop_rule_loads_nothing_inside_a_run_phase():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_merged_host_peak_says_how_the_process_that_held_it_was_measured():
+    from worker.launcher import processes
+    methods = ("RSS sampled at ~100 Hz", "kernel max RSS of the child, which ran alone")
+    reports = [{"memory": {"host_rss_peak": peak, "method": {"host_rss_peak": how}}}
+               for peak, how in zip((300, 310), methods)]
+    out = {"memory": {"host_rss_peak": None, "method": {"host_rss_peak": methods[0]}}}
+    processes._merge_memory(out, reports)
+    assert out["memory"]["host_rss_peak"] == 310
+    assert out["memory"]["method"]["host_rss_peak"] == methods[1] + "; the max over 2 processes"

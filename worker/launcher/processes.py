@@ -281,6 +281,8 @@ def _merge_memory(out: dict, reports: list[dict]) -> None:
             mem[key] = top["memory"].get(key)
         elif key in mem:
             mem[key] = _max([r["memory"].get(key) for r in reports])
+    if "host_rss_peak" in mem["method"]:  # how the max was measured: the kernel's or sampled
+        mem["method"]["host_rss_peak"] = top["memory"]["method"]["host_rss_peak"]
     for key in list(mem["method"]):
         if key in MEMORY_FIELDS and mem.get(key) is not None:
             mem["method"][key] += f"; the max over {len(reports)} processes"

@@ -39,8 +39,9 @@ from worker.api import LIVE_TIME_NOTE, arithmetic, presets, summary
 from worker.i18n import N_, _, ngettext
 
 SCHEMA = "trialbot.depth/1"
-# The kernel's max RSS too: an exact high-water mark, where 100 Hz sampling can
-# miss a prefill's short-lived peak once freed memory leaves RSS (malloc=live).
+# The kernel's max RSS too, where it is not already host_rss_peak (a child that
+# ran alone reports it as that): an exact high-water mark, where 100 Hz sampling
+# can miss a prefill's short-lived peak once freed memory leaves RSS (malloc=live).
 METHODS = (*scaling.METHODS, "host_rss_peak_kernel")
 WHAT = {**scaling.METHOD_WHAT,
         "host_rss_peak_kernel": N_("the kernel's max RSS of the trial's process (exact "
@@ -137,7 +138,7 @@ def from_trial(r: Mapping[str, Any]) -> Json | None:
     # as measured, never extrapolated by them.
     on_gpu = any(mem.get(m) is not None for m in FIT_METHODS)
     predicted = {}
-    for m in METHODS:
+    for m in methods([mem]):
         if mem.get(m) is None:
             continue
         grows = not on_gpu or m in FIT_METHODS
@@ -273,9 +274,15 @@ def _depth_notes(out: Json, ok: list[Json]) -> None:
                               note=_(LIVE_TIME_NOTE)))
 
 
+def methods(memories: list[Json]) -> list[str]:
+    """METHODS, less the kernel's max RSS where every report's host_rss_peak is it."""
+    same = all(m.get("host_rss_peak_kernel") == m.get("host_rss_peak") for m in memories)
+    return [m for m in METHODS if not (same and m == "host_rss_peak_kernel")]
+
+
 def _fit_depth_models(out: Json) -> None:
     """Each memory method, the time and the decode step against depth, with verdicts."""
-    for m in METHODS:
+    for m in methods([p["memory"] for p in out["points"]]):
         rows = [(p["layers"], 1, p["memory"][m], p["trial"]) for p in out["points"]
                 if p["memory"].get(m) is not None]
         if rows:

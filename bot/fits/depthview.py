@@ -151,7 +151,8 @@ def sweep_parts(sweep: int, jobs: list[Json], fit: Json, layers: int | None = No
                first=jobs[0]["trial"], last=jobs[-1]["trial"], ok=ok, failed=failed)]
     pts = fit.get("points") or []
     if pts:
-        methods = [m for m in depth.METHODS if any(p["memory"].get(m) is not None for p in pts)]
+        methods = [m for m in depth.methods([p["memory"] for p in pts])
+                   if any(p["memory"].get(m) is not None for p in pts)]
         rows = [[_("trial"), "layers", *[_SHORT[m] for m in methods], _("time/request")]]
         for p in sorted(pts, key=lambda p: p["layers"]):
             rows.append([p["trial"] or "?", str(p["layers"]),

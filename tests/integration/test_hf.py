@@ -286,7 +286,8 @@ def test_a_depth_sweep_of_an_hf_model_fits_and_predicts_its_full_depth(allowed):
     per = fit["per_layer"]["total"]
     # The kernel's max RSS is not informative when this test process has peaked higher
     # (Linux counts the parent's peak at exec: both depths then read the same, and that
-    # fit has an error): then the sampled peak.
+    # fit has an error): then the sampled peak. When it is the child's own, host_rss_peak
+    # is that figure (the child ran alone) and the fit keeps no second copy of it.
     kernel = fit["memory"].get("host_rss_peak_kernel") or {"error": "not measured"}
     method = "host_rss_peak" if kernel.get("error") else "host_rss_peak_kernel"
     got = depth.slope(fit["memory"][method])

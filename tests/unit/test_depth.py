@@ -89,6 +89,9 @@ def test_a_cpu_trial_answers_fits_from_the_arithmetic_and_says_it_is_a_lower_bou
     assert set(pred["memory"]) == {"host_rss_peak", "host_rss_peak_kernel"}
     assert pred["fits"]["method"] is None and "lower bound" in pred["fits"]["basis"]
     assert pred["fits"]["rest"] == 0
+    # A child that ran alone reports the kernel's figure as its peak: one line, not two.
+    r["memory"]["host_rss_peak"] = r["memory"]["host_rss_peak_kernel"]
+    assert set(depth.from_trial(r)["memory"]) == {"host_rss_peak"}
 
 
 def test_no_prediction_without_a_preset_or_for_a_failed_trial():

@@ -119,7 +119,7 @@ def _memory(memory: Memory, run: Run, spec: TrialSpec, host, nvml) -> None:
     informative = run.max_rss is not None and run.max_rss > run.parent_rss
     memory["host_rss_peak_kernel"] = run.max_rss if informative else None
     sampled = memory.get("host_rss_peak")
-    # A child that ran alone: the kernel's high-water mark repeats within 0.2 MiB;
+    # A child that ran alone: the kernel's high-water mark repeats within 0.5 MiB;
     # the 100 Hz sampler misses short peaks by 0-8 MiB, noise a sweep's fit reads as a curve.
     if informative and sampled and len(run.sampler.pids) == 1:
         memory["host_rss_peak"] = run.max_rss

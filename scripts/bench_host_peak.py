@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from worker import launcher  # noqa: E402
 from worker.spec import parse  # noqa: E402
+from worker.timeline import sampled_host_peak  # noqa: E402
 
 MODEL = ["prompt=256", "gen=8", "layers=4", "hidden=512", "heads=8", "kv_heads=4"]
 MEMORY_PASS = ["malloc=live", "warmup=0", "repeats=2", "stability=0", "processes=1"]
@@ -38,9 +39,7 @@ def peaks(batch: int) -> tuple[float, float]:
     kernel = r["memory"]["host_rss_peak_kernel"]
     if kernel is None:
         sys.exit(r["memory"]["method"]["host_rss_peak_kernel"])
-    sampled = r["timeline"]["sampled"]
-    column = sampled["columns"].index("host_rss")
-    return max(row[column] or 0 for row in sampled["rows"]) / MiB, kernel / MiB
+    return (sampled_host_peak(r) or 0) / MiB, kernel / MiB
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from worker import launcher, recipes  # noqa: E402
 from worker.spec import parse  # noqa: E402
+from worker.timeline import sampled_host_peak  # noqa: E402
 
 MB = 2**20
 PROGRAM = textwrap.dedent("""
@@ -98,7 +99,7 @@ def main() -> int:
         diffs = []
         for _ in range(args.reps):
             r = alloc(book, 500, 1.0)
-            m, peak = r["memory"], sampled_peak(r)
+            m, peak = r["memory"], sampled_host_peak(r)
             diffs.append((peak - m["host_rss_peak_kernel"]) / m["host_rss_peak_kernel"])
             print(f"   500 MB touched: sampled peak {peak / MB:.1f} MiB, kernel "
                   f"max RSS {m['host_rss_peak_kernel'] / MB:.1f} MiB")
@@ -111,18 +112,12 @@ def main() -> int:
             r = alloc(book, 500, 0.05)
             rows = r["timeline"]["sampled"]["rows"]
             baseline = min(row[1] for row in rows if row[1])
-            rise = sampled_peak(r) - baseline
+            rise = sampled_host_peak(r) - baseline
             seen += rise >= 450 * MB
             print(f"   50 ms spike of 500 MB: sampled peak {rise / MB:.0f} MiB above the "
                   f"baseline, kernel max RSS {r['memory']['host_rss_peak_kernel'] / MB:.0f} MiB")
         print(f"3. 50 ms spike visible (>= 450 MiB above baseline) in {seen}/{args.reps} runs")
     return 0
-
-
-def sampled_peak(r: dict) -> int:
-    """The sampler's own peak: the timeline keeps each bucket's maximum (a child
-    that ran alone reports the kernel's figure as host_rss_peak)."""
-    return max(row[1] or 0 for row in r["timeline"]["sampled"]["rows"])
 
 
 if __name__ == "__main__":

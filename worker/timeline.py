@@ -93,3 +93,14 @@ def host_by_phase(report: Mapping[str, Any], rows: list[dict], hz: float) -> Non
 
 def _max_host(rows: list[dict]) -> int | None:
     return max((r["host_rss"] for r in rows if r.get("host_rss")), default=None)
+
+
+def sampled_host_peak(report: Mapping[str, Any]) -> int | None:
+    """The sampler's own host peak from a report's timeline (downsampling keeps
+    each bucket's maximum); `memory.host_rss_peak` is the kernel's for a child
+    that ran alone."""
+    sampled = (report.get("timeline") or {}).get("sampled") or {}
+    if "host_rss" not in sampled.get("columns", ()):
+        return None
+    column = sampled["columns"].index("host_rss")
+    return max((row[column] for row in sampled["rows"] if row[column]), default=None)

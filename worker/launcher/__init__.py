@@ -114,8 +114,6 @@ def _memory(memory: Memory, run: Run, spec: TrialSpec, host, nvml) -> None:
     for tracker in (host, nvml):
         memory.update(tracker.result())
         memory["method"].update(tracker.method)
-    if spec.params.get("malloc") == "live":
-        memory["method"]["host_rss_peak"] += LIVE_NOTE
     informative = run.max_rss is not None and run.max_rss > run.parent_rss
     memory["host_rss_peak_kernel"] = run.max_rss if informative else None
     sampled = memory.get("host_rss_peak")
@@ -123,8 +121,9 @@ def _memory(memory: Memory, run: Run, spec: TrialSpec, host, nvml) -> None:
     # the 100 Hz sampler misses short peaks by 0-8 MiB, noise a sweep's fit reads as a curve.
     if informative and sampled and len(run.sampler.pids) == 1:
         memory["host_rss_peak"] = run.max_rss
-        memory["method"]["host_rss_peak"] = KERNEL_PEAK.format(sampled=sampled / 2**20) + (
-            LIVE_NOTE if spec.params.get("malloc") == "live" else "")
+        memory["method"]["host_rss_peak"] = KERNEL_PEAK.format(sampled=sampled / 2**20)
+    if spec.params.get("malloc") == "live":
+        memory["method"]["host_rss_peak"] += LIVE_NOTE
     memory["method"]["host_rss_peak_kernel"] = KERNEL_METHOD if informative else (
         f"not measured: the kernel's max RSS ({(run.max_rss or 0) / 2**20:.0f} MiB) is no "
         f"more than the worker's own peak RSS at spawn ({run.parent_rss / 2**20:.0f} MiB), "
